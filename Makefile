@@ -1,0 +1,30 @@
+# d500: `make run` (set up + main job), `make test` (set up + test suite).
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test browser clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 2; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[all]"
+	touch $(STAMP)
+
+# Headless Chromium for the HTML leaderboard test (Debian packages).
+browser:
+	@test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
+
+run: install
+	$(BIN)/d500 run
+
+test: install browser
+	$(BIN)/python -m pytest -q -ra
+
+clean:
+	rm -rf $(VENV) d500-results

@@ -1,0 +1,5 @@
+"""d500: a benchmark-and-competition harness for deep learning (operators, networks, training, distributed)."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

@@ -1,0 +1,59 @@
+"""Backends by name: the `d500.backends` entry-point group (third parties add theirs there)."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
+
+from d500.errors import UsageError
+
+if TYPE_CHECKING:
+    from d500.backends.base import Backend
+
+# Built in; also registered as entry points in pyproject.toml.
+BUILTIN = {
+    "reference": "d500.backends.reference:ReferenceBackend",
+    "torch": "d500.backends.torch:TorchBackend",
+    "tensorflow": "d500.backends.tensorflow:TensorFlowBackend",
+    "onnxruntime": "d500.backends.onnxruntime:OnnxRuntimeBackend",
+}
+
+
+def available() -> dict[str, str]:
+    """Every known backend name -> 'module:Class'."""
+    found = dict(BUILTIN)
+    for ep in entry_points(group="d500.backends"):
+        found.setdefault(ep.name, ep.value)
+    return found
+
+
+def installed() -> list[str]:
+    """Names of the backends whose framework can be imported here."""
+    from importlib.util import find_spec
+    names = []
+    for name in available():
+        try:
+            if all(find_spec(m) is not None for m in _frameworks(name)):
+                names.append(name)
+        except (ImportError, ValueError):
+            continue
+    return names
+
+
+def _frameworks(name: str) -> list[str]:
+    return {"torch": ["torch"], "tensorflow": ["tensorflow"],
+            "onnxruntime": ["onnxruntime"]}.get(name, [])
+
+
+def get(name: str) -> type[Backend]:
+    """The backend class registered under `name`; imports its framework now."""
+    known = available()
+    if name not in known:
+        raise UsageError(f"unknown backend '{name}' (known: {', '.join(known)})")
+    module, _, attr = known[name].partition(":")
+    try:
+        return getattr(import_module(module), attr)
+    except ImportError as err:
+        raise UsageError(f"backend '{name}' is not installed here ({err.name or err}); "
+                         f"install d500[{name}]") from err

@@ -1,0 +1,157 @@
+"""The backend contract: Backend (an onnx.backend.base.Backend) and Executable (a BackendRep with training hooks)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import onnx
+import onnx.backend.base
+from onnx import helper, numpy_helper
+
+from d500.errors import UsageError
+
+
+class Executable(onnx.backend.base.BackendRep):
+    """A prepared model: run it, read/set its parameters, differentiate it, reach its native object.
+
+    `run(inputs)` takes a list in graph-input order (inputs that are not initializers) or a
+    dict by name, and returns a list of NumPy arrays in graph-output order.
+    """
+
+    backend_name: ClassVar[str] = "?"
+
+    def __init__(self, model: onnx.ModelProto, device: str = "CPU"):
+        self.model = model
+        self.device = device
+        init_names = {t.name for t in model.graph.initializer}
+        self.input_names = [i.name for i in model.graph.input if i.name not in init_names]
+        self.output_names = [o.name for o in model.graph.output]
+        self.parameter_names = [
+            t.name for t in model.graph.initializer
+            if onnx.helper.tensor_dtype_to_np_dtype(t.data_type).kind == "f"]
+
+    # -- inputs ---------------------------------------------------------------
+    def bind(self, inputs: Sequence[Any] | Mapping[str, Any]) -> dict[str, Any]:
+        """Name the given inputs: a list in graph-input order or a dict by name."""
+        if isinstance(inputs, Mapping):
+            unknown = set(inputs) - set(self.input_names) - {
+                t.name for t in self.model.graph.initializer}
+            if unknown:
+                raise UsageError(f"unknown model input(s) {sorted(unknown)}; "
+                                 f"the model's inputs are {self.input_names}")
+            return dict(inputs)
+        if isinstance(inputs, np.ndarray):
+            inputs = [inputs]
+        inputs = list(inputs)
+        if len(inputs) > len(self.input_names):
+            raise UsageError(f"{len(inputs)} inputs given, the model takes "
+                             f"{len(self.input_names)} ({', '.join(self.input_names)})")
+        return dict(zip(self.input_names, inputs))
+
+    # -- the contract ---------------------------------------------------------
+    def run(self, inputs: Any, **kwargs: Any) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def parameters(self) -> dict[str, np.ndarray]:
+        """The trainable parameters (float initializers) by name, as NumPy arrays."""
+        raise NotImplementedError
+
+    def set_parameters(self, values: Mapping[str, np.ndarray]) -> None:
+        """Overwrite some or all parameters by name."""
+        raise NotImplementedError
+
+    def gradients(self, inputs: Any, *, output: str | None = None,
+                  grad_outputs: Mapping[str, np.ndarray] | None = None,
+                  wrt: Sequence[str] | None = None,
+                  ) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+        """Run forward and backward; return (outputs, gradients by name).
+
+        The differentiated quantity is sum(output) for a named output (the loss, when it is a
+        scalar), or sum_k <output_k, grad_outputs[k]> for given output gradients; default: the
+        first output. `wrt` names parameters and/or float inputs (default: all parameters and
+        all float inputs).
+        """
+        raise NotImplementedError
+
+    @property
+    def native(self) -> Any:
+        """The framework's own object (torch.nn.Module, tf.Module, ...)."""
+        raise NotImplementedError
+
+
+class Backend(onnx.backend.base.Backend):
+    """A framework backend, found by name in the `d500.backends` entry-point group."""
+
+    name: ClassVar[str] = "?"
+    framework: ClassVar[str] = "?"  # the Python package it runs on
+    trainable: ClassVar[bool] = True  # False for inference-only peers
+
+    @classmethod
+    def version(cls) -> str:
+        """The version of the framework this backend runs on."""
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            return version(cls.framework)
+        except PackageNotFoundError:
+            return "?"
+
+    @classmethod
+    def prepare(cls, model: onnx.ModelProto | str, device: str = "CPU",
+                **kwargs: Any) -> Executable:
+        from d500.model import load
+        model = load(model)
+        if not cls.supports_device(device):
+            raise UsageError(f"backend '{cls.name}' cannot run on device {device}")
+        return cls._prepare(model, device, **kwargs)
+
+    @classmethod
+    def _prepare(cls, model: onnx.ModelProto, device: str, **kwargs: Any) -> Executable:
+        raise NotImplementedError
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        return str(device).upper().startswith("CPU")
+
+    @classmethod
+    def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU",
+                  **kwargs: Any) -> list[np.ndarray]:
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def run_node(cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU",
+                 outputs_info: Sequence[tuple[Any, tuple[int, ...]]] | None = None,
+                 **kwargs: Any) -> list[np.ndarray]:
+        """Run one node on NumPy inputs by wrapping it in a one-node model."""
+        return cls.prepare(node_model(node, inputs, outputs_info,
+                                      kwargs.get("opset_version")), device).run(
+            [np.asarray(x) for x in (inputs.values() if isinstance(inputs, Mapping)
+                                     else inputs)])
+
+
+def node_model(node: onnx.NodeProto, inputs: Any,
+               outputs_info: Sequence[tuple[Any, tuple[int, ...]]] | None = None,
+               opset: int | None = None) -> onnx.ModelProto:
+    """A one-node ModelProto whose inputs have the dtypes and shapes of the given arrays."""
+    values = list(inputs.values()) if isinstance(inputs, Mapping) else list(inputs)
+    names = [n for n in node.input if n]
+    graph_inputs = [
+        helper.make_tensor_value_info(
+            name, helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype), np.asarray(v).shape)
+        for name, v in zip(names, values)]
+    if outputs_info:
+        graph_outputs = [
+            helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(dt)),
+                                          shape)
+            for name, (dt, shape) in zip(node.output, outputs_info)]
+    else:
+        graph_outputs = [helper.make_empty_tensor_value_info(n) for n in node.output if n]
+    graph = helper.make_graph([node], f"{node.op_type}_node", graph_inputs, graph_outputs)
+    imports = [helper.make_opsetid(node.domain or "", opset or onnx.defs.onnx_opset_version())]
+    return helper.make_model(graph, opset_imports=imports)
+
+
+def to_numpy(tensor: onnx.TensorProto) -> np.ndarray:
+    """A TensorProto as a NumPy array (external data already loaded)."""
+    return numpy_helper.to_array(tensor)

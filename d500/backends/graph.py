@@ -1,0 +1,224 @@
+"""The graph walker shared by translating backends: nodes in order, dispatched to an op table.
+
+An op table maps an ONNX op type (default domain) to a function `fn(node, *inputs)` that takes
+framework tensors (None for a missing optional input) and returns one tensor or a tuple.
+`node.attrs` holds the attributes as Python values (tensors as NumPy arrays, graphs as
+`Program`s ready to run), `node.opset` the opset of the node's domain. Operators the table lacks
+but whose ONNX schema defines them as a function of other operators (Celu, LayerNormalization,
+Range, ...) are expanded into those operators when the model is prepared.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import ChainMap
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+import onnx.defs
+from onnx import AttributeProto, helper, numpy_helper
+
+from d500.errors import UnsupportedOperator
+
+OpTable = Mapping[str, Callable[..., Any]]
+_fresh = itertools.count()
+
+
+@dataclass
+class Node:
+    """One node as an op function sees it."""
+
+    op_type: str
+    domain: str
+    name: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any]
+    opset: int
+    proto: onnx.NodeProto
+    backend: str
+    program: Program | None = field(default=None, repr=False)
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+    def run_subgraph(self, attr: str, *values: Any) -> list[Any]:
+        """Run the graph attribute `attr`, binding `values` to its inputs; outer names are visible."""
+        sub: Program = self.attrs[attr]
+        assert self.program is not None
+        return sub.run(dict(zip(sub.input_names, values)), outer=self.program.scope)
+
+    def unsupported(self, why: str) -> UnsupportedOperator:
+        """The error for an attribute/dtype combination this backend cannot compute."""
+        return UnsupportedOperator(self.op_type, self.domain, self.opset, self.name,
+                                   self.backend, why)
+
+
+def attribute_value(attr: AttributeProto) -> Any:
+    """An attribute as a Python value; TENSOR as NumPy, GRAPH left as GraphProto."""
+    if attr.type == AttributeProto.TENSOR:
+        return numpy_helper.to_array(attr.t)
+    if attr.type == AttributeProto.TENSORS:
+        return [numpy_helper.to_array(t) for t in attr.tensors]
+    if attr.type == AttributeProto.SPARSE_TENSOR:
+        return attr.sparse_tensor
+    value = helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, list) and value and isinstance(value[0], bytes):
+        return [v.decode() for v in value]
+    return value
+
+
+class Program:
+    """A GraphProto prepared against one op table; `run(feeds)` returns the graph outputs."""
+
+    def __init__(self, graph: onnx.GraphProto, opsets: Mapping[str, int], ops: OpTable,
+                 backend: str, types: Mapping[str, onnx.TypeProto] | None = None,
+                 functions: Mapping[tuple[str, str], onnx.FunctionProto] | None = None):
+        self.graph = graph
+        self.opsets = dict(opsets)
+        self.ops = ops
+        self.backend = backend
+        self.functions = dict(functions or {})
+        self.types = dict(types or {})
+        for vi in itertools.chain(graph.input, graph.value_info, graph.output):
+            if vi.type.WhichOneof("value") is not None:
+                self.types.setdefault(vi.name, vi.type)
+        for t in graph.initializer:
+            self.types.setdefault(t.name, helper.make_tensor_type_proto(t.data_type, t.dims))
+        self.input_names = [i.name for i in graph.input]
+        self.output_names = [o.name for o in graph.output]
+        self.initializers = {t.name: t for t in graph.initializer}
+        self.steps: list[tuple[Node, Callable[..., Any]]] = []
+        self.scope: Mapping[str, Any] = {}
+        for proto in graph.node:
+            self._add(proto, self.opsets)
+
+    # -- preparation ----------------------------------------------------------
+    def _add(self, proto: onnx.NodeProto, opsets: Mapping[str, int]) -> None:
+        domain = "" if proto.domain in ("", "ai.onnx") else proto.domain
+        opset = opsets.get(domain, opsets.get("ai.onnx", 1) if domain == "" else 1)
+        fn = self.ops.get(proto.op_type) if domain == "" else self.ops.get(
+            f"{domain}::{proto.op_type}")
+        if fn is None:
+            body = self._function_body(proto, domain, opset, opsets)
+            if body is None:
+                raise UnsupportedOperator(proto.op_type, domain, opset, proto.name, self.backend)
+            inner_opsets = dict(opsets)
+            inner_opsets.update({o.domain: o.version for o in body.opset_import})
+            for inner in _inline(proto, body):
+                self._add(inner, inner_opsets)
+            return
+        attrs = {}
+        for a in proto.attribute:
+            value = attribute_value(a)
+            if isinstance(value, onnx.GraphProto):
+                value = Program(value, opsets, self.ops, self.backend, self.types, self.functions)
+            elif isinstance(value, list) and value and isinstance(value[0], onnx.GraphProto):
+                value = [Program(g, opsets, self.ops, self.backend, self.types, self.functions)
+                         for g in value]
+            attrs[a.name] = value
+        node = Node(proto.op_type, domain, proto.name, list(proto.input), list(proto.output),
+                    attrs, opset, proto, self.backend, self)
+        self.steps.append((node, fn))
+
+    def _function_body(self, proto: onnx.NodeProto, domain: str, opset: int,
+                       opsets: Mapping[str, int]) -> onnx.FunctionProto | None:
+        """The function an operator is defined by: a model-local function or the ONNX schema's."""
+        local = self.functions.get((proto.domain, proto.op_type))
+        if local is not None:
+            return local
+        try:
+            schema = onnx.defs.get_schema(proto.op_type, opset, domain)
+        except onnx.defs.SchemaError:
+            return None
+        if schema.has_function:
+            body = schema.get_function_with_opset_version(opset) if hasattr(
+                schema, "get_function_with_opset_version") else schema.function_body
+            if body is not None and body.node:
+                return _with_opset(body, domain, opset)
+        if schema.has_context_dependent_function:
+            types = []
+            for name in proto.input:
+                t = self.types.get(name) if name else None
+                if name and t is None:
+                    return None
+                types.append((t or onnx.TypeProto()).SerializeToString())
+            try:
+                raw = schema.get_context_dependent_function_with_opset_version(
+                    opset, proto.SerializeToString(), types)
+            except Exception:  # noqa: BLE001 - ONNX refuses: the op is simply unsupported
+                return None
+            if raw:
+                body = onnx.FunctionProto()
+                body.ParseFromString(raw)
+                return _with_opset(body, domain, opset)
+        return None
+
+    # -- execution ------------------------------------------------------------
+    def run(self, feeds: Mapping[str, Any], outer: Mapping[str, Any] | None = None) -> list[Any]:
+        env: ChainMap[str, Any] = ChainMap(dict(feeds), outer if outer is not None else {})
+        saved, self.scope = self.scope, env
+        try:
+            for node, fn in self.steps:
+                args = [env[n] if n else None for n in node.inputs]
+                out = fn(node, *args)
+                if not isinstance(out, tuple):
+                    out = (out,)
+                for name, value in zip(node.outputs, out):
+                    if name:
+                        env[name] = value
+            return [env[name] for name in self.output_names]
+        finally:
+            self.scope = saved
+
+
+def _with_opset(body: onnx.FunctionProto, domain: str, opset: int) -> onnx.FunctionProto:
+    if not any(o.domain == domain for o in body.opset_import):
+        body.opset_import.append(helper.make_opsetid(domain, opset))
+    return body
+
+
+def _inline(proto: onnx.NodeProto, body: onnx.FunctionProto) -> list[onnx.NodeProto]:
+    """The nodes of `body` with formal names bound to the node's and attribute references resolved."""
+    prefix = f"__{proto.op_type}_{next(_fresh)}_"
+    names = dict(zip(body.input, proto.input))
+    names.update(zip(body.output, proto.output))
+    for formal in body.input[len(proto.input):]:
+        names[formal] = ""
+    given = {a.name: a for a in proto.attribute}
+    defaults = {a.name: a for a in body.attribute_proto}
+
+    def rename(name: str) -> str:
+        if not name:
+            return ""
+        if name not in names:
+            names[name] = prefix + name
+        return names[name]
+
+    out = []
+    for inner in body.node:
+        node = onnx.NodeProto()
+        node.CopyFrom(inner)
+        del node.input[:]
+        node.input.extend(rename(n) for n in inner.input)
+        del node.output[:]
+        node.output.extend(rename(n) for n in inner.output)
+        node.name = prefix + (inner.name or inner.op_type)
+        del node.attribute[:]
+        for a in inner.attribute:
+            if a.ref_attr_name:
+                source = given.get(a.ref_attr_name) or defaults.get(a.ref_attr_name)
+                if source is None:
+                    continue
+                resolved = AttributeProto()
+                resolved.CopyFrom(source)
+                resolved.name = a.name
+                node.attribute.append(resolved)
+            else:
+                node.attribute.append(a)
+        out.append(node)
+    return out

@@ -1,0 +1,84 @@
+"""The `d500` command: dispatches to one module per subcommand, imported only when it is used."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from d500 import __version__
+from d500.errors import D500Error, UsageError
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors become a one-line UsageError (exit 2) instead of a usage dump."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(message)
+
+# name -> (module with `main(argv, prog) -> int`, one-line help). Modules are imported lazily so
+# `d500 --help` never imports a framework.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("d500.runner", "the main job: a quick suite over every level, then the leaderboard"),
+    "conformance": ("d500.conformance", "run the ONNX backend node test suite against a backend"),
+    "backends": ("d500.backends.cli", "list the installed backends"),
+    "op": ("d500.operators.cli", "level 0: validate and benchmark a custom operator"),
+    "net": ("d500.networks.cli", "level 1: check and benchmark ONNX networks across backends"),
+    "ledger": ("d500.ledger_cli", "list, show, export and verify recorded runs"),
+    "leaderboard": ("d500.leaderboard", "rank recorded runs by the metric definitions"),
+}
+
+USAGE = """usage: d500 [--debug] [--version] COMMAND [ARGS...]
+
+d500 measures a deep-learning stack at four levels (operators, networks, training,
+distributed) under fixed rules and records every run in a ledger.
+
+commands:
+{commands}
+
+options:
+  --debug     show tracebacks for errors
+  --version   print the version and exit
+
+Run `d500 COMMAND --help` for a command's options."""
+
+
+def _usage() -> str:
+    width = max(len(name) for name in COMMANDS)
+    lines = [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    return USAGE.format(commands="\n".join(lines))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("D500_DEBUG") == "1"
+    argv = [a for a in argv if a != "--debug"]
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        print(f"d500 {__version__}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"d500: error: unknown command '{name}' (choose from {', '.join(COMMANDS)})",
+              file=sys.stderr)
+        return 2
+    try:
+        module = importlib.import_module(COMMANDS[name][0])
+        return int(module.main(rest, prog=f"d500 {name}") or 0)
+    except D500Error as err:
+        if debug:
+            raise
+        print(f"d500 {name}: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print(f"d500 {name}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

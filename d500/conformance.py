@@ -1,0 +1,153 @@
+"""`d500 conformance`: the ONNX backend node test suite against a backend, per operator and in total.
+
+The installed onnx builds its node tests in memory. The 12 tests whose outputs are random
+(Bernoulli, training-mode Dropout) are left out: no fixed expected output exists for them.
+Outputs are compared exactly as `onnx.backend.test.BackendTest` compares them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import unittest
+import warnings
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass
+
+from d500.cli import ArgumentParser
+
+RANDOM_OUTPUT = re.compile(r"^test_(bernoulli|training_dropout)")
+
+
+@dataclass
+class Outcome:
+    test: str
+    op: str
+    status: str  # pass | fail | unsupported
+    detail: str = ""
+
+
+def node_tests() -> list:
+    """The deterministic node tests of the installed onnx (random-output ones left out)."""
+    from onnx.backend.test.loader import load_model_tests
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tests = load_model_tests(kind="node")
+    return [t for t in tests if not RANDOM_OUTPUT.match(t.name)]
+
+
+def _op_of(test) -> str:
+    ops = [n.op_type for n in test.model.graph.node]
+    name = test.name.removeprefix("test_")
+    for op in ops:  # the op the test is named after, else the model's first op
+        if name.startswith(op.lower()) or op.lower() in name.replace("_", ""):
+            return op
+    return ops[0] if ops else "?"
+
+
+def run_test(backend, test, device: str = "CPU") -> Outcome:
+    """Run one node test as BackendTest does and say how it went."""
+    from onnx.backend.test.runner import Runner, _normalize_tensor
+
+    from d500.errors import UnsupportedOperator
+    op = _op_of(test)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rep = backend.prepare(test.model, device)
+            for inputs, ref_outputs in test.data_sets:
+                outputs = rep.run([_normalize_tensor(x) for x in inputs])
+                Runner.assert_similar_outputs(
+                    [_normalize_tensor(x) for x in ref_outputs], outputs,
+                    rtol=test.rtol, atol=test.atol)
+    except UnsupportedOperator as err:
+        return Outcome(test.name, op, "unsupported", str(err))
+    except Exception as err:  # noqa: BLE001 - any other failure is a failed test
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        return Outcome(test.name, op, "fail", f"{type(err).__name__}: {first}"[:300])
+    return Outcome(test.name, op, "pass")
+
+
+def run_suite(backend_name: str, ops: list[str] | None = None, progress: bool = True,
+              device: str = "CPU") -> list[Outcome]:
+    """Every selected node test against one backend."""
+    from d500 import backends
+    backend = backends.get(backend_name)
+    tests = node_tests()
+    if ops:
+        wanted = {o.lower() for o in ops}
+        tests = [t for t in tests if _op_of(t).lower() in wanted]
+    outcomes = []
+    if progress and sys.stderr.isatty():
+        from rich.progress import Progress
+        with Progress(transient=True) as bar:
+            task = bar.add_task(f"conformance {backend_name}", total=len(tests))
+            for t in tests:
+                outcomes.append(run_test(backend, t, device))
+                bar.advance(task)
+    else:
+        outcomes = [run_test(backend, t, device) for t in tests]
+    return outcomes
+
+
+def backend_test_counts(backend_cls, pattern: str = ".*", kind: str = "Node",
+                        device: str = "CPU") -> dict[str, object]:
+    """Run the official BackendTest harness for one backend; count passes, failures, skips."""
+    from onnx.backend.test import BackendTest
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        bt = BackendTest(backend_cls, __name__)
+        bt.exclude(r"test_(bernoulli|training_dropout)")
+        bt.include(pattern)
+        case = bt.test_cases[f"OnnxBackend{kind}ModelTest"]
+        suite = unittest.TestSuite(
+            case(name) for name in unittest.TestLoader().getTestCaseNames(case)
+            if name.endswith("_" + device.lower()))
+        result = unittest.TestResult()
+        suite.run(result)
+    failed = [t.id().rsplit(".", 1)[-1] for t, _ in result.failures + result.errors]
+    return {"run": result.testsRun, "skipped": len(result.skipped),
+            "failed": sorted(failed), "passed": result.testsRun - len(failed) - len(
+                result.skipped)}
+
+
+def main(argv: list[str], prog: str) -> int:
+    parser = ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", required=True, help="backend name (see `d500 backends`)")
+    parser.add_argument("--op", nargs="+", action="extend", metavar="OPTYPE",
+                        help="only these operator types")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--failures", action="store_true", help="list every failing test")
+    args = parser.parse_args(argv)
+    outcomes = run_suite(args.backend, args.op, progress=not args.json)
+    if args.op and not outcomes:
+        from d500.errors import UsageError
+        raise UsageError(f"no node test exercises operator(s) {', '.join(args.op)}")
+    totals = Counter(o.status for o in outcomes)
+    per_op: dict[str, Counter] = defaultdict(Counter)
+    for o in outcomes:
+        per_op[o.op][o.status] += 1
+    if args.json:
+        print(json.dumps({"backend": args.backend, "totals": dict(totals),
+                          "tests": [asdict(o) for o in outcomes]}, indent=1))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title=f"ONNX node tests on backend '{args.backend}'")
+    for col in ("operator", "pass", "fail", "unsupported"):
+        table.add_column(col, justify="left" if col == "operator" else "right")
+    for op in sorted(per_op):
+        c = per_op[op]
+        table.add_row(op, str(c["pass"]), str(c["fail"] or ""), str(c["unsupported"] or ""))
+    console = Console()
+    console.print(table)
+    if args.failures:
+        for o in outcomes:
+            if o.status != "pass":
+                console.print(f"{o.status:<11} {o.test}: {o.detail}", markup=False,
+                              highlight=False)
+    print(f"total: {len(outcomes)} tests, {totals['pass']} pass, {totals['fail']} fail, "
+          f"{totals['unsupported']} unsupported (12 random-output tests left out: "
+          f"Bernoulli, training-mode Dropout)")
+    return 0

@@ -1,0 +1,137 @@
+"""Workload and submission YAML files: read with yaml.safe_load, validated field by field against a schema.
+
+A schema maps a field name to a `Field`; nested mappings use a dict schema as the type. Every
+error names the file and the dotted field path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from d500.errors import ConfigError
+from d500.paths import PROJECT_ROOT
+
+# Fields every workload file in levels/ has.
+COMMON = {}  # filled below, after Field is defined
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field: its type (a Python type, a tuple of types, a nested schema dict, or 'path'),
+    whether it is required, its default, the allowed values, and for lists the item type."""
+
+    type: Any
+    required: bool = False
+    default: Any = None
+    choices: tuple | None = None
+    items: Any = None
+    help: str = ""
+
+
+def read_yaml(path: str | Path) -> tuple[Path, Any]:
+    """Parse a YAML file safely; a missing file or a syntax error is a ConfigError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file")
+    try:
+        with path.open(encoding="utf-8") as f:
+            return path, yaml.safe_load(f)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{path}{where}: invalid YAML: {problem}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text file") from None
+
+
+def load(path: str | Path, schema: Mapping[str, Field], *, root: Path = PROJECT_ROOT
+         ) -> dict[str, Any]:
+    """Read and validate a YAML mapping; relative paths resolve against the file's folder and
+    must stay inside `root` (the project)."""
+    path, data = read_yaml(path)
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: expected a mapping of fields at top level, "
+                          f"got {type(data).__name__}")
+    return validate(data, schema, path, "", root)
+
+
+def validate(data: Mapping[str, Any], schema: Mapping[str, Field], path: Path, prefix: str,
+             root: Path) -> dict[str, Any]:
+    """Check `data` against `schema`; returns a new dict with defaults filled in."""
+    unknown = [k for k in data if k not in schema]
+    if unknown:
+        raise ConfigError(f"{path}: unknown field '{prefix}{unknown[0]}' "
+                          f"(allowed: {', '.join(schema)})")
+    out: dict[str, Any] = {}
+    for name, spec in schema.items():
+        where = f"{prefix}{name}"
+        if name not in data or data[name] is None:
+            if spec.required:
+                raise ConfigError(f"{path}: missing required field '{where}'")
+            out[name] = spec.default
+            continue
+        out[name] = _check(data[name], spec.type, spec, path, where, root)
+    return out
+
+
+def _check(value: Any, typ: Any, spec: Field, path: Path, where: str, root: Path) -> Any:
+    if isinstance(typ, Mapping):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path}: field '{where}' must be a mapping, "
+                              f"got {type(value).__name__}")
+        return validate(value, typ, path, where + ".", root)
+    if typ == "path":
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: field '{where}' must be a file path")
+        resolved = (path.parent / value).resolve()
+        if not resolved.is_relative_to(root.resolve()):
+            raise ConfigError(f"{path}: field '{where}' points outside the project: {value}")
+        if not resolved.exists():
+            raise ConfigError(f"{path}: field '{where}': no such file {value}")
+        return resolved
+    if typ is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if typ is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{path}: field '{where}' must be a list, "
+                              f"got {type(value).__name__}")
+        if spec.items is not None:
+            item_spec = Field(spec.items, choices=spec.choices)
+            return [_check(v, spec.items, item_spec, path, f"{where}[{i}]", root)
+                    for i, v in enumerate(value)]
+        return value
+    if isinstance(value, bool) and typ is not bool and not (
+            isinstance(typ, tuple) and bool in typ):
+        raise ConfigError(f"{path}: field '{where}' must be {_name(typ)}, got a boolean")
+    if not isinstance(value, typ):
+        raise ConfigError(f"{path}: field '{where}' must be {_name(typ)}, "
+                          f"got {type(value).__name__} {value!r}")
+    if spec.choices is not None and value not in spec.choices:
+        raise ConfigError(f"{path}: field '{where}' is {value!r}; "
+                          f"allowed: {', '.join(map(str, spec.choices))}")
+    return value
+
+
+def _name(typ: Any) -> str:
+    if isinstance(typ, tuple):
+        return " or ".join(t.__name__ for t in typ)
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+            dict: "a mapping"}.get(typ, getattr(typ, "__name__", str(typ)))
+
+
+COMMON.update({
+    "name": Field(str, required=True, help="the workload's name, unique within its level"),
+    "level": Field(int, required=True, choices=(0, 1, 2, 3)),
+    "description": Field(str, default=""),
+    "metrics": Field(list, required=True, items=str,
+                     help="metric names (files in metrics/) this workload reports"),
+    "rank_by": Field(str, help="the metric the leaderboard ranks by (default: the first)"),
+    "aggregate": Field(str, default="median", choices=("median", "olympic_mean"),
+                       help="aggregation over repetitions and seeds"),
+})
