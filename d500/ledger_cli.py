@@ -1,0 +1,229 @@
+"""`d500 ledger list|show|export|verify`: read the recorded runs and check their integrity."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from d500.cli import ArgumentParser
+from d500.errors import D500Error, UsageError
+
+STATUS_STYLE = {"succeeded": "green", "running": "cyan", "failed": "red", "diverged": "red",
+                "timeout": "yellow", "interrupted": "magenta"}
+EXPORT_COLUMNS = ("id", "level", "workload", "submission", "backend", "status", "seed",
+                  "started", "stopped", "duration", "study", "trial", "environment", "error")
+
+
+def main(argv: list[str], prog: str = "d500 ledger") -> int:
+    from d500.ledger import STATUSES
+
+    parser = ArgumentParser(prog=prog, description="Read and verify the ledger of runs "
+                            "($D500_HOME/ledger.sqlite).")
+    parser.add_argument("--ledger", metavar="FILE", help="a ledger file other than "
+                        "$D500_HOME/ledger.sqlite")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    p_list = sub.add_parser("list", help="list runs")
+    p_list.add_argument("--level", type=int)
+    p_list.add_argument("--workload")
+    p_list.add_argument("--submission")
+    p_list.add_argument("--backend")
+    p_list.add_argument("--status", choices=STATUSES)
+    p_list.add_argument("--json", action="store_true", help="print a JSON array of runs")
+    p_show = sub.add_parser("show", help="show one run in full")
+    p_show.add_argument("run", help="the run id, or 'last'")
+    p_show.add_argument("--json", action="store_true")
+    p_export = sub.add_parser("export", help="export every run")
+    p_export.add_argument("--format", choices=("csv", "json", "jsonl"), default="csv")
+    p_export.add_argument("--out", metavar="FILE", help="write here instead of stdout")
+    p_export.add_argument("--level", type=int)
+    p_export.add_argument("--workload")
+    sub.add_parser("verify", help="recompute every hash; exit 1 naming what changed")
+    args = parser.parse_args(argv)
+
+    from d500.ledger import Ledger
+    from d500.provenance import summary
+
+    if args.ledger and not Path(args.ledger).is_file():
+        raise UsageError(f"{args.ledger}: no such ledger file")
+    ledger = Ledger(args.ledger)
+    try:
+        if args.command == "list":
+            runs = ledger.runs(level=args.level, workload=args.workload, status=args.status,
+                               submission=args.submission, backend=args.backend)
+            if args.json:
+                print(json.dumps([_public(r) for r in runs], indent=1))
+            else:
+                _print_list(runs, ledger)
+        elif args.command == "show":
+            if args.run == "last":
+                every = ledger.runs()
+                if not every:
+                    raise UsageError(f"no runs recorded in {ledger.path}")
+                args.run = every[-1]["id"]
+            run = ledger.get(args.run)
+            per_run, general = ledger.verify_runs()
+            run["verify"] = per_run.get(run["id"], []) + general
+            if args.json:
+                print(json.dumps(run, indent=1, default=str))
+            else:
+                _print_run(run)
+        elif args.command == "export":
+            runs = ledger.runs(level=args.level, workload=args.workload)
+            if args.format != "csv":  # everything: evaluations, artifacts, provenance
+                runs = [{**ledger.get(r["id"]), "status": r["status"]} for r in runs]
+            else:
+                envs = ledger.environments()
+                for r in runs:
+                    env = envs.get(r["environment"])
+                    r["machine"] = summary(env) if env else ""
+            text = export(runs, args.format)
+            if args.out:
+                Path(args.out).write_text(text, encoding="utf-8")
+                print(f"wrote {len(runs)} runs to {args.out}", file=sys.stderr)
+            else:
+                sys.stdout.write(text)
+        elif args.command == "verify":
+            return _verify(ledger)
+    finally:
+        ledger.close()
+    return 0
+
+
+def _public(run: dict[str, Any]) -> dict[str, Any]:
+    """A run as listed: everything but the workload file's text and internal bookkeeping."""
+    return {k: v for k, v in run.items() if k not in ("workload_text",)}
+
+
+def export(runs: list[dict[str, Any]], fmt: str) -> str:
+    """Runs as CSV (one column per figure), a JSON array, or JSON lines."""
+    if fmt == "json":
+        return json.dumps(runs, indent=1) + "\n"
+    if fmt == "jsonl":
+        return "".join(json.dumps(r) + "\n" for r in runs)
+    figure_names = sorted({name for r in runs for name in r["figures"]})
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow([*EXPORT_COLUMNS, *figure_names, "hyperparameters", "workload_sha256",
+                     "model_sha256", "machine"])
+    for r in runs:
+        writer.writerow([*("" if r[c] is None else r[c] for c in EXPORT_COLUMNS),
+                         *(r["figures"].get(n, "") for n in figure_names),
+                         json.dumps(r["hyperparameters"], sort_keys=True),
+                         r["workload_sha256"] or "", r["model_sha256"] or "",
+                         r.get("machine", "")])
+    return out.getvalue()
+
+
+def _figures_text(figures: dict[str, float]) -> str:
+    from d500 import metrics
+
+    parts = []
+    for name, value in figures.items():
+        try:
+            parts.append(f"{name}={metrics.get(name).format(value)}")
+        except D500Error:  # a metric file removed since: show the raw number
+            parts.append(f"{name}={value:g}")
+    return ", ".join(parts)
+
+
+def _print_list(runs: list[dict[str, Any]], ledger: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from d500.metrics import format_duration
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    if not runs:
+        console.print(f"no runs recorded in {ledger.path}")
+        return
+    table = Table(title=f"{len(runs)} runs in {ledger.path}", title_justify="left")
+    for col in ("id", "lvl", "workload", "submission", "backend", "status", "seed", "started",
+                "time", "figures"):
+        table.add_column(col, overflow="fold", no_wrap=col in ("id", "lvl", "status", "seed",
+                                                               "started", "time"))
+    for r in runs:
+        style = STATUS_STYLE.get(r["status"], "")
+        trial = f" (study {r['study']} trial {r['trial']})" if r["study"] is not None else ""
+        table.add_row(str(r["id"]), "" if r["level"] is None else str(r["level"]),
+                      r["workload"] or "", (r["submission"] or "") + trial, r["backend"] or "",
+                      f"[{style}]{r['status']}[/]", "" if r["seed"] is None else str(r["seed"]),
+                      (r["started"] or "")[5:16].replace("T", " "),
+                      "" if r["duration"] is None else format_duration(r["duration"]),
+                      _figures_text(r["figures"]) or (r["error"] or "")[:80])
+    console.print(table)
+
+
+def _print_run(run: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from d500.provenance import summary
+
+    console = Console(soft_wrap=True)
+    style = STATUS_STYLE.get(run["status"], "")
+    console.print(f"[bold]run {run['id']}[/]  level {run['level']}  {run['workload']}  "
+                  f"{run['submission']} on {run['backend']}  [{style}]{run['status']}[/]")
+    fields = [("seed", run["seed"]), ("started", run["started"]), ("stopped", run["stopped"]),
+              ("duration (s)", run["duration"]), ("study / trial", f"{run['study']} / "
+                                                 f"{run['trial']}" if run["study"] else None),
+              ("hyperparameters", json.dumps(run["hyperparameters"], sort_keys=True)),
+              ("figures", _figures_text(run["figures"])),
+              ("details", json.dumps(run["details"], sort_keys=True, default=str)),
+              ("error", run["error"]), ("process", f"pid {run['pid']} on {run['host']}"),
+              ("provenance", summary(run["provenance"]) if run["provenance"] else None),
+              ("workload file", f"{run['workload_file']}  sha256 {run['workload_sha256']}"
+               if run["workload_file"] else None),
+              ("model file", f"{run['model_file']}  sha256 {run['model_sha256']}"
+               if run["model_file"] else None),
+              ("mllog", run["mllog"])]
+    for name, value in fields:
+        if value not in (None, "", "{}"):
+            console.print(f"  [bold]{name}:[/] {value}", highlight=False)
+    if run["submission_files"]:
+        console.print("  [bold]submission files:[/]")
+        for path, digest in run["submission_files"].items():
+            console.print(f"    {path}  sha256 {digest}", highlight=False)
+    if run["artifacts"]:
+        console.print("  [bold]artifacts:[/]")
+        for a in run["artifacts"]:
+            console.print(f"    {a['path']}  {a['bytes']} bytes  sha256 {a['sha256']}",
+                          highlight=False)
+    if run["evaluations"]:
+        table = Table(title="evaluations", title_justify="left")
+        for col in ("step", "epoch", "wall time (s)", "metrics"):
+            table.add_column(col)
+        for e in run["evaluations"]:
+            table.add_row("" if e["step"] is None else str(e["step"]),
+                          "" if e["epoch"] is None else f"{e['epoch']:g}",
+                          f"{e['wall_time']:.3f}", _figures_text(e["metrics"]))
+        console.print(table)
+    if run["verify"]:
+        console.print("[red]verify: FAILED[/]")
+        for problem in run["verify"]:
+            console.print(f"  {problem}", highlight=False)
+    elif run["sealed"]:
+        console.print("[green]verify: intact[/] (row hash chained, files unchanged)")
+    else:
+        console.print("verify: not sealed yet (the run has not finished)")
+
+
+def _verify(ledger: Any) -> int:
+    per_run, general = ledger.verify_runs()
+    problems = general + [p for rid in sorted(per_run) for p in per_run[rid]]
+    if problems:
+        for problem in problems:
+            print(problem)
+        bad = sum(1 for p in per_run.values() if p)
+        print(f"ledger {ledger.path}: {len(problems)} problem(s) in {bad} run(s)",
+              file=sys.stderr)
+        return 1
+    runs = ledger.runs()
+    sealed = sum(1 for r in runs if r["sealed"])
+    print(f"ledger {ledger.path}: intact ({sealed} sealed runs, {len(runs) - sealed} "
+          "not finished)")
+    return 0

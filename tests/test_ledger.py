@@ -1,0 +1,361 @@
+"""The SQLite ledger: run lifecycle, SIGKILLed writers, concurrent writers, integrity, CLI."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from d500 import provenance
+from d500.errors import ConfigError, D500Error, Diverged, UsageError
+from d500.ledger import Ledger, process_alive, process_identity
+
+PYTHON = sys.executable
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def workload(tmp_path: Path, metrics=("latency", "gflops"), name="conv") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"name: {name}\nlevel: 0\nmetrics: [{', '.join(metrics)}]\n")
+    return path
+
+
+def cli(*args: str, home: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "D500_HOME": str(home)}
+    return subprocess.run([PYTHON, "-m", "d500.cli", *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=120)
+
+
+def test_run_lifecycle_records_everything(home, tmp_path):
+    wf = workload(tmp_path)
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "op.py").write_text("def conv(): pass\n")
+    (sub / "submission.yaml").write_text("name: mine\n")
+    out = tmp_path / "out.bin"
+    out.write_bytes(b"\x00" * 100)
+    ledger = Ledger()
+    with ledger.start_run(level=0, workload="conv", submission="mine", backend="numpy", seed=3,
+                          hyperparameters={"tile": 8}, workload_file=wf,
+                          submission_files=[sub]) as run:
+        run.evaluation(step=1, epoch=0.5, metrics={"latency": 2e-3})
+        run.artifact(out)
+        run.record(figures={"latency": 1.5e-3}, details={"reps": 10})
+        run.record(figures={"gflops": 4.2})
+    rows = ledger.runs()
+    assert len(rows) == 1
+    r = rows[0]
+    assert (r["level"], r["workload"], r["submission"], r["backend"], r["seed"]) == (
+        0, "conv", "mine", "numpy", 3)
+    assert r["status"] == "succeeded" and r["sealed"]
+    assert r["figures"] == {"latency": 1.5e-3, "gflops": 4.2}
+    assert r["details"] == {"reps": 10} and r["hyperparameters"] == {"tile": 8}
+    assert r["workload_text"] == wf.read_text()
+    assert len(r["submission_files"]) == 2 and r["duration"] >= 0
+    full = ledger.get(r["id"])
+    assert full["evaluations"][0]["metrics"] == {"latency": 2e-3}
+    assert full["evaluations"][0]["epoch"] == 0.5
+    paths = [Path(a["file"]) for a in full["artifacts"]]
+    assert out in paths and (home / "runs" / str(r["id"]) / "mllog.txt") in paths
+    assert full["provenance"]["cpu"]["logical_cores"] == os.cpu_count()
+    assert ledger.verify() == []
+
+
+@pytest.mark.parametrize("exc, status", [(Diverged("loss is nan"), "diverged"),
+                                         (RuntimeError("boom"), "failed"),
+                                         (TimeoutError("budget"), "timeout"),
+                                         (KeyboardInterrupt(), "interrupted")])
+def test_exception_sets_status_and_propagates(home, exc, status):
+    ledger = Ledger()
+    with pytest.raises(type(exc)):
+        with ledger.start_run(level=2, workload="w", submission="s", backend="torch") as run:
+            run.record(figures={"val_accuracy": 0.3})
+            raise exc
+    r = ledger.runs()[0]
+    assert r["status"] == status and r["figures"] == {"val_accuracy": 0.3}
+    assert r["error"]
+    assert ledger.verify() == []
+    assert ledger.runs(status="succeeded") == []
+
+
+def test_unknown_metric_is_an_error_naming_it(home, tmp_path):
+    ledger = Ledger()
+    with pytest.raises(D500Error, match="unknown metric 'speediness'"):
+        with ledger.start_run(level=0, workload="w", submission="s", backend="numpy") as run:
+            run.record(figures={"speediness": 1.0})
+    assert ledger.runs()[0]["status"] == "failed"
+    bad = workload(tmp_path, metrics=("latency", "wibble"), name="bad")
+    with pytest.raises(ConfigError, match=r"bad\.yaml.*unknown metric 'wibble'"):
+        ledger.start_run(level=0, workload="bad", submission="s", backend="numpy",
+                         workload_file=bad)
+    good = workload(tmp_path)
+    with pytest.raises(ConfigError, match=r"conv\.yaml.*unknown metric 'wobble'"):
+        with ledger.start_run(level=0, workload="conv", submission="s", backend="numpy",
+                              workload_file=good) as run:
+            run.record(figures={"wobble": 2.0})
+    with pytest.raises(D500Error, match="must be a number"):
+        with ledger.start_run(level=0, workload="w", submission="s", backend="numpy") as run:
+            run.record(figures={"latency": "fast"})
+
+
+def test_missing_files_are_config_errors(home, tmp_path):
+    ledger = Ledger()
+    with pytest.raises(ConfigError, match="nope.py"):
+        ledger.start_run(level=0, workload="w", submission="s", backend="numpy",
+                         submission_files=[tmp_path / "nope.py"])
+    with pytest.raises(ConfigError, match="missing.onnx"):
+        ledger.start_run(level=1, workload="w", submission="s", backend="numpy",
+                         model_file=tmp_path / "missing.onnx")
+
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    from d500.ledger import Ledger
+    ledger = Ledger()
+    for seed in range(2):
+        with ledger.start_run(level=0, workload="w", submission="s", backend="numpy",
+                              seed=seed) as run:
+            run.record(figures={"latency": 0.001 * (seed + 1)})
+    run = ledger.start_run(level=2, workload="w", submission="s", backend="numpy", seed=9)
+    run.evaluation(step=1, metrics={"val_accuracy": 0.4})
+    run.record(figures={"val_accuracy": 0.4})
+    print(run.id, flush=True)
+    time.sleep(600)
+""")
+
+
+def test_sigkilled_writer_shows_as_interrupted(home):
+    provenance.peak_flops()  # measured once here, cached for the child under D500_HOME
+    proc = subprocess.Popen([PYTHON, "-c", WRITER], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "D500_HOME": str(home)}, cwd=ROOT)
+    try:
+        killed_id = int(proc.stdout.readline())
+        ledger = Ledger()
+        assert ledger.get(killed_id)["status"] == "running"  # alive: still running
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+        proc.stdout.close()
+    runs = Ledger().runs()
+    assert [r["status"] for r in runs] == ["succeeded", "succeeded", "interrupted"]
+    assert runs[0]["figures"] == {"latency": 0.001} and runs[1]["figures"] == {"latency": 0.002}
+    assert runs[2]["figures"] == {"val_accuracy": 0.4}  # recorded before the kill: kept
+    assert Ledger().verify() == []
+    listed = cli("ledger", "list", "--json", "--status", "interrupted", home=home)
+    assert listed.returncode == 0, listed.stderr
+    assert [r["id"] for r in json.loads(listed.stdout)] == [killed_id]
+    # the next writer seals the dead run as interrupted; the chain stays intact
+    ledger = Ledger()
+    ledger.start_run(level=0, workload="w", submission="s", backend="numpy").finish()
+    killed = ledger.get(killed_id)
+    assert killed["recorded_status"] == "interrupted" and killed["sealed"]
+    assert [a["path"] for a in killed["artifacts"]] == [killed["mllog"]]  # its log, hashed
+    assert ledger.get(killed_id)["evaluations"][0]["metrics"] == {"val_accuracy": 0.4}
+    assert ledger.verify() == []
+    assert len(ledger.runs(status="succeeded")) == 3
+
+
+def test_process_identity_detects_pid_reuse():
+    me = process_identity()
+    assert process_alive(me["pid"], me["host"], me["boot_id"], me["proc_start"]) is True
+    if me["proc_start"] is not None:  # Linux: a different start time is another process
+        assert process_alive(me["pid"], me["host"], me["boot_id"], "1") is False
+        assert process_alive(me["pid"], me["host"], "another-boot", me["proc_start"]) is False
+    assert process_alive(me["pid"], "some-other-host", None, None) is None
+
+
+CONCURRENT = textwrap.dedent("""
+    import sys
+    from d500.ledger import Ledger
+    ledger = Ledger()
+    worker = int(sys.argv[1])
+    for i in range(8):
+        with ledger.start_run(level=0, workload="w", submission=f"worker{worker}",
+                              backend="numpy", seed=i) as run:
+            run.evaluation(step=i, metrics={"latency": i * 1e-3})
+            run.record(figures={"latency": (worker * 100 + i) * 1e-6})
+""")
+
+
+@pytest.mark.slow
+def test_concurrent_writers_do_not_corrupt(home):
+    provenance.peak_flops()
+    env = {**os.environ, "D500_HOME": str(home)}
+    procs = [subprocess.Popen([PYTHON, "-c", CONCURRENT, str(w)], env=env, cwd=ROOT,
+                              stderr=subprocess.PIPE, text=True) for w in range(4)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    ledger = Ledger()
+    runs = ledger.runs()
+    assert len(runs) == 32 and all(r["status"] == "succeeded" for r in runs)
+    got = sorted(round(r["figures"]["latency"] * 1e6) for r in runs)
+    assert got == sorted(w * 100 + i for w in range(4) for i in range(8))
+    assert ledger.verify() == []
+    db = sqlite3.connect(home / "ledger.sqlite")
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    seqs = [r[0] for r in db.execute("SELECT chain_seq FROM runs ORDER BY chain_seq")]
+    assert seqs == list(range(1, 33))
+    assert db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == 32
+
+
+def test_verify_catches_edited_figure_and_edited_submission_file(home, tmp_path):
+    wf = workload(tmp_path)
+    code = tmp_path / "op.py"
+    code.write_text("SCALE = 1\n")
+    ledger = Ledger()
+    for seed in range(3):
+        with ledger.start_run(level=0, workload="conv", submission="mine", backend="numpy",
+                              seed=seed, workload_file=wf, submission_files=[code]) as run:
+            run.record(figures={"latency": 1e-3 + seed * 1e-4, "gflops": 2.0})
+    ok = cli("ledger", "verify", home=home)
+    assert ok.returncode == 0 and "intact" in ok.stdout, ok.stdout + ok.stderr
+    # somebody improves run 2's figure directly in the database ...
+    db = sqlite3.connect(home / "ledger.sqlite")
+    db.execute("UPDATE runs SET figures = ? WHERE id = 2", (json.dumps({"latency": 1e-6,
+                                                                        "gflops": 2.0}),))
+    db.commit()
+    db.close()
+    bad = cli("ledger", "verify", home=home)
+    assert bad.returncode == 1
+    assert "run 2: figures changed" in bad.stdout
+    assert "run 1:" not in bad.stdout and "run 3:" not in bad.stdout
+    # ... and the submission's code is edited after its runs
+    code.write_text("SCALE = 2\n")
+    bad = cli("ledger", "verify", home=home)
+    assert bad.returncode == 1
+    for rid in (1, 2, 3):
+        assert f"run {rid}: submission file {code} changed" in bad.stdout
+    assert "run 2: figures changed" in bad.stdout
+    per_run, general = Ledger().verify_runs()
+    assert general == [] and len(per_run[2]) == 2 and len(per_run[1]) == 1
+
+
+def test_verify_catches_deleted_row_forged_status_and_edited_log(home):
+    ledger = Ledger()
+    for seed in range(3):
+        with ledger.start_run(level=0, workload="w", submission="s", backend="numpy",
+                              seed=seed) as run:
+            run.record(figures={"latency": 1e-3})
+    assert ledger.verify() == []
+    mllog = Path(ledger.get(3)["mllog"].replace("$D500_HOME", str(home)))
+    with mllog.open("a") as f:
+        f.write(":::MLLOG {}\n")
+    db = sqlite3.connect(home / "ledger.sqlite")
+    db.execute("DELETE FROM artifacts WHERE run_id = 2")
+    db.execute("DELETE FROM runs WHERE id = 2")
+    db.execute("INSERT INTO runs (level, workload, submission, backend, status, started) "
+               "VALUES (0, 'w', 'forged', 'numpy', 'succeeded', 0)")
+    db.commit()
+    db.close()
+    problems = "\n".join(Ledger().verify())
+    assert "sealed rows 2..2 are missing before run 3" in problems
+    assert "run 3: chain link" in problems
+    assert f"run 3: artifact {mllog} changed" in problems
+    assert "run 4: status 'succeeded' but the row was never sealed" in problems
+    db = sqlite3.connect(home / "ledger.sqlite")
+    db.execute("DELETE FROM artifacts WHERE run_id = 3")
+    db.execute("DELETE FROM runs WHERE id = 3")  # the newest sealed row
+    db.commit()
+    db.close()
+    assert "the last sealed rows 2..3 are missing" in "\n".join(Ledger().verify())
+
+
+def test_cli_list_show_export(home, tmp_path):
+    ledger = Ledger()
+    wf = workload(tmp_path)
+    with ledger.start_run(level=0, workload="conv", submission="a", backend="numpy", seed=1,
+                          workload_file=wf) as run:
+        run.record(figures={"latency": 0.5e-3, "gflops": 10.0})
+    with pytest.raises(Diverged):
+        with ledger.start_run(level=2, workload="mnist", submission="b", backend="torch",
+                              seed=2) as run:
+            run.evaluation(step=5, epoch=1, metrics={"val_accuracy": 0.1})
+            raise Diverged("loss is nan at step 5")
+    listed = cli("ledger", "list", "--json", home=home)
+    assert listed.returncode == 0, listed.stderr
+    runs = json.loads(listed.stdout)
+    for key in ("id", "level", "workload", "submission", "backend", "status", "seed",
+                "started", "figures"):
+        assert key in runs[0]
+    assert [(r["id"], r["status"]) for r in runs] == [(1, "succeeded"), (2, "diverged")]
+    only = json.loads(cli("ledger", "list", "--json", "--level", "2", home=home).stdout)
+    assert [r["id"] for r in only] == [2]
+    table = cli("ledger", "list", "--workload", "conv", home=home)
+    assert table.returncode == 0 and "conv" in table.stdout and "mnist" not in table.stdout
+    show = cli("ledger", "show", "last", home=home)
+    assert show.returncode == 0
+    assert "diverged" in show.stdout and "loss is nan at step 5" in show.stdout
+    assert "val_accuracy" in show.stdout and "verify: intact" in show.stdout
+    missing = cli("ledger", "show", "99", home=home)
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1
+    assert "no run 99" in missing.stderr
+    exported = cli("ledger", "export", "--format", "csv", home=home)
+    rows = list(csv.DictReader(io.StringIO(exported.stdout)))
+    assert [r["status"] for r in rows] == ["succeeded", "diverged"]
+    assert float(rows[0]["gflops"]) == 10.0 and rows[1]["gflops"] == ""
+    jsonl = cli("ledger", "export", "--format", "jsonl", home=home).stdout.splitlines()
+    assert [json.loads(line)["submission"] for line in jsonl] == ["a", "b"]
+    out = tmp_path / "all.json"
+    assert cli("ledger", "export", "--format", "json", "--out", str(out),
+               home=home).returncode == 0
+    everything = json.loads(out.read_text())
+    assert everything[0]["figures"]["gflops"] == 10.0
+    assert everything[1]["evaluations"][0]["metrics"] == {"val_accuracy": 0.1}
+    assert everything[0]["provenance"]["cpu"]["logical_cores"] == os.cpu_count()
+    assert everything[0]["artifacts"][0]["path"].endswith("mllog.txt")
+    assert rows[0]["machine"] and "numpy" in rows[0]["machine"]
+    bad = cli("ledger", "export", "--format", "xml", home=home)
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+def test_studies_record_every_trial(home):
+    ledger = Ledger()
+    with ledger.start_study("lr-sweep", level=2, workload="mnist", submission="sgd",
+                            backend="torch", objective="val_accuracy",
+                            search_space={"lr": [0.01, 1.0]}) as study:
+        for i, lr in enumerate((0.01, 0.1, 10.0)):
+            try:
+                with study.trial({"lr": lr}, seed=i) as run:
+                    if lr > 1:
+                        raise Diverged("loss is inf")
+                    run.record(figures={"val_accuracy": 0.5 + lr})
+            except Diverged:
+                pass
+    [s] = ledger.studies()
+    assert s["status"] == "succeeded" and s["search_space"] == {"lr": [0.01, 1.0]}
+    trials = ledger.trials(s["id"])
+    assert [t["number"] for t in trials] == [0, 1, 2]
+    assert [t["run"]["status"] for t in trials] == ["succeeded", "succeeded", "diverged"]
+    assert [t["params"]["lr"] for t in trials] == [0.01, 0.1, 10.0]
+    assert all(r["study"] == s["id"] for r in ledger.runs())
+    assert ledger.verify() == []
+    with pytest.raises(UsageError):
+        ledger.get("abc")
+
+
+def test_workload_text_and_hash_survive_crlf(home, tmp_path):
+    wf = tmp_path / "crlf.yaml"
+    wf.write_bytes(b"name: crlf\r\nlevel: 0\r\nmetrics: [latency]\r\n")
+    ledger = Ledger()
+    ledger.start_run(level=0, workload="crlf", submission="s", backend="numpy",
+                     workload_file=wf).finish(figures={"latency": 1.0})
+    assert ledger.runs()[0]["workload_text"] == wf.read_bytes().decode()
+    assert ledger.verify() == []
