@@ -1,0 +1,171 @@
+"""CustomOperator, the level-0 operator interface, and loading an operator from `FILE.py:Class`.
+
+An operator implements one ONNX operator (default domain) in NumPy, PyTorch, TensorFlow or C/C++.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from d500.errors import UsageError
+
+FRAMEWORKS = ("numpy", "torch", "tensorflow", "c")
+
+
+class CustomOperator:
+    """Subclass this to implement one ONNX operator.
+
+    class MyConv(CustomOperator):
+        op_type = "Conv"         # the ONNX operator whose semantics it implements
+        framework = "numpy"      # "numpy" | "torch" | "tensorflow" | "c"
+        def __init__(self, **attributes): ...           # the node's attributes
+        def forward(self, *inputs): ...                 # an array, or a tuple of arrays
+        def backward(self, grad_outputs, inputs, outputs): ...  # one gradient per input
+
+    numpy operators take and return NumPy arrays; torch/tensorflow operators take and return
+    framework tensors (without `backward`, their gradient is the framework's autograd). A "c"
+    operator sets `source` to a C/C++ file implementing d500_operator.h (relative to the Python
+    file) and `num_outputs`; d500 compiles it and supplies forward/backward.
+    """
+
+    op_type: ClassVar[str] = ""
+    framework: ClassVar[str] = "numpy"
+    opset: ClassVar[int | None] = None       # default: d500.operators.reference.DEFAULT_OPSET
+    source: ClassVar[str | None] = None      # framework "c": the C/C++ source file
+    num_outputs: ClassVar[int] = 1           # framework "c": how many outputs forward fills
+
+    def __init__(self, **attributes: Any):
+        self.attributes = dict(attributes)
+        if self.framework == "c":
+            from d500.operators.compile import CKernel
+            self._kernel = CKernel(type(self), self.attributes)
+
+    def forward(self, *inputs: Any) -> Any:
+        if self.framework == "c":
+            return self._kernel.forward(inputs)
+        raise NotImplementedError(f"{type(self).__name__}.forward")
+
+    def backward(self, grad_outputs: tuple, inputs: tuple, outputs: tuple) -> tuple:
+        if self.framework == "c" and self._kernel.has_backward:
+            return self._kernel.backward(grad_outputs, inputs, outputs)
+        raise NotImplementedError(f"{type(self).__name__}.backward")
+
+    @classmethod
+    def has_backward(cls) -> bool:
+        """Whether the operator supplies its own backward (a C operator: if it exports one)."""
+        if cls.framework == "c":
+            from d500.operators.compile import build
+            return build(source_path(cls)).has_backward
+        return cls.backward is not CustomOperator.backward
+
+
+def source_path(cls: type) -> Path:
+    """The C/C++ source of a "c" operator, relative to the file that defines the class."""
+    if not cls.source:
+        raise UsageError(f"operator {cls.__name__} has framework 'c' but no `source` file")
+    path = Path(inspect.getfile(cls)).resolve().parent / cls.source
+    if not path.is_file():
+        raise UsageError(f"operator {cls.__name__}: source file {path} not found")
+    return path
+
+
+@dataclass
+class Loaded:
+    """An operator class with where it came from: its file(s) and its entry's name."""
+
+    cls: type[CustomOperator]
+    file: Path
+    submission: str
+    files: list[Path] = field(default_factory=list)
+    workloads: list[str] | None = None
+    submission_file: Path | None = None
+
+
+def load(spec: str) -> Loaded:
+    """`FILE.py:Class`, or a submission folder / submission.yaml naming one, loaded."""
+    path = Path(spec)
+    if ":" not in spec or path.is_dir() or path.name == "submission.yaml":
+        if path.is_dir():
+            path = path / "submission.yaml"
+        if path.name == "submission.yaml":
+            from d500.operators.workloads import load_submission
+            sub = load_submission(path)
+            loaded = load_class(sub["operator_file"], sub["operator_class"])
+            loaded.submission = sub["name"]
+            loaded.workloads = sub["workloads"]
+            loaded.submission_file = path.resolve()
+            loaded.files.append(path.resolve())
+            return loaded
+        raise UsageError(f"'{spec}': expected FILE.py:Class or a submission folder")
+    file, _, name = spec.rpartition(":")
+    return load_class(Path(file), name)
+
+
+def load_class(file: Path, name: str) -> Loaded:
+    """Import `file` and return its CustomOperator subclass `name`."""
+    file = Path(file)
+    if not file.is_file():
+        raise UsageError(f"{file}: no such file")
+    if not name.isidentifier():
+        raise UsageError(f"'{name}' is not a class name (expected FILE.py:Class)")
+    module = _import(file.resolve())
+    cls = getattr(module, name, None)
+    if cls is None:
+        found = [k for k, v in vars(module).items() if isinstance(v, type)
+                 and issubclass(v, CustomOperator) and v is not CustomOperator]
+        raise UsageError(f"{file}: no class '{name}' (operators found there: "
+                         f"{', '.join(found) or 'none'})")
+    if not (isinstance(cls, type) and issubclass(cls, CustomOperator)):
+        raise UsageError(f"{file}: '{name}' is not a subclass of d500.operators.CustomOperator")
+    check_class(cls, file)
+    files = [file.resolve()]
+    if cls.framework == "c":
+        files.append(source_path(cls))
+    sub_yaml = file.resolve().parent / "submission.yaml"
+    submission = name
+    if sub_yaml.is_file():
+        from d500.operators.workloads import load_submission
+        sub = load_submission(sub_yaml)
+        if sub["operator_file"] == file.resolve() and sub["operator_class"] == name:
+            return Loaded(cls, file.resolve(), sub["name"], files + [sub_yaml],
+                          sub["workloads"], sub_yaml)
+    return Loaded(cls, file.resolve(), submission, files)
+
+
+def check_class(cls: type[CustomOperator], file: Path | str) -> None:
+    """The class names a known ONNX operator and framework."""
+    import onnx.defs
+    if cls.framework not in FRAMEWORKS:
+        raise UsageError(f"{file}: {cls.__name__}.framework is '{cls.framework}' "
+                         f"(allowed: {', '.join(FRAMEWORKS)})")
+    if not cls.op_type or not onnx.defs.has(cls.op_type):
+        raise UsageError(f"{file}: {cls.__name__}.op_type '{cls.op_type}' is not an ONNX "
+                         f"operator of the default domain")
+
+
+def _import(file: Path):
+    digest = hashlib.sha256(str(file).encode()).hexdigest()[:12]
+    mod_name = f"d500_user_operator_{file.stem}_{digest}"
+    spec = importlib.util.spec_from_file_location(mod_name, file)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"{file}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as err:
+        del sys.modules[mod_name]
+        raise UsageError(f"{err.filename}:{err.lineno}: SyntaxError: {err.msg}") from None
+    except Exception as err:  # noqa: BLE001 - any import-time failure of user code is bad input
+        del sys.modules[mod_name]
+        frame = traceback.extract_tb(err.__traceback__)[-1]
+        raise UsageError(f"{file}: importing it failed at {Path(frame.filename).name}:"
+                         f"{frame.lineno}: {type(err).__name__}: {err}") from None
+    return module

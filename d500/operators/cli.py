@@ -1,0 +1,243 @@
+"""`d500 op validate|bench OPERATOR`: level 0 from the command line; every case is a ledger run.
+
+OPERATOR is FILE.py:Class or a submission folder (its submission.yaml names the class).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from d500.cli import ArgumentParser
+from d500.errors import CheckFailed, UsageError
+
+USAGE_EPILOG = """cases: --case FILE (repeatable), or --input-shape (one per input, in ONNX
+order) with --attr, or by default every case of the operator's op_type in levels/0-operators/
+(or those its submission.yaml enters). Exit: 0 all passed, 1 the operator disagrees with the
+reference, 2 bad usage or input."""
+
+
+def parser(prog: str) -> ArgumentParser:
+    p = ArgumentParser(prog=prog, description="Level 0: validate and benchmark a custom operator "
+                       "against the ONNX reference.", epilog=USAGE_EPILOG)
+    sub = p.add_subparsers(dest="command", metavar="{validate,bench}")
+    sub.required = True
+    for name, help_ in (("validate", "check forward and gradients against the reference"),
+                        ("bench", "validate, then time it beside the backends' implementations")):
+        s = sub.add_parser(name, help=help_, description=help_, epilog=USAGE_EPILOG)
+        s.add_argument("operator", help="FILE.py:Class or a submission folder")
+        s.add_argument("--input-shape", action="append", default=[], metavar="D0,D1,...",
+                       help="an input's shape (repeat per input, in ONNX input order)")
+        s.add_argument("--attr", action="append", default=[], metavar="NAME=VALUE",
+                       help="a node attribute: an int, a float, a comma list or a string")
+        s.add_argument("--dtype", choices=("float32", "float64", "float16", "int32", "int64"),
+                       help="element type (default: the case's, or float32)")
+        s.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+        s.add_argument("--case", action="append", default=[], metavar="FILE.yaml",
+                       help="a level-0 workload file (repeatable)")
+        s.add_argument("--directions", type=int, default=3,
+                       help="random directions per input in the gradient check (default 3)")
+        s.add_argument("--json", action="store_true", help="print the results as JSON")
+        if name == "bench":
+            s.add_argument("--backends", default=None,
+                           help="comma list of backends to time beside the operator "
+                                "(default: every installed one)")
+            s.add_argument("--budget", type=float, default=None,
+                           help="seconds of timing per implementation (default: the case's)")
+    return p
+
+
+def main(argv: list[str], prog: str = "d500 op") -> int:
+    args = parser(prog).parse_args(argv)
+    from d500.operators.base import load
+    from d500.operators.compile import CompileError
+    try:
+        loaded = load(args.operator)
+        if loaded.cls.framework == "c":
+            from d500.operators.base import source_path
+            from d500.operators.compile import build
+            build(source_path(loaded.cls))
+    except CompileError as err:
+        print(err.output.rstrip(), file=sys.stderr)
+        raise
+    cases = resolve_cases(loaded, args)
+    check_cases(cases)
+    if args.directions < 1:
+        raise UsageError("--directions must be at least 1")
+    if args.command == "validate":
+        return _validate(loaded, cases, args)
+    return _bench(loaded, cases, args)
+
+
+# -- cases -------------------------------------------------------------------------------------
+def parse_shape(text: str) -> tuple[int, ...]:
+    if text.strip() in ("", "scalar"):
+        return ()
+    try:
+        dims = tuple(int(d) for d in text.replace("x", ",").split(","))
+    except ValueError:
+        dims = (-1,)
+    if any(d < 0 for d in dims):
+        raise UsageError(f"--input-shape '{text}': expected sizes >= 0 separated by commas, "
+                         f"e.g. 2,3,8,8")
+    return dims
+
+
+def parse_attr(text: str) -> tuple[str, Any]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip().isidentifier():
+        raise UsageError(f"--attr '{text}': expected NAME=VALUE, e.g. pads=1,1,1,1")
+    items = [v.strip() for v in value.split(",")] if "," in value else None
+    parsed: Any
+    if items is not None:
+        try:
+            parsed = [int(v) for v in items]
+        except ValueError:
+            try:
+                parsed = [float(v) for v in items]
+            except ValueError:
+                raise UsageError(f"--attr '{text}': a list must hold numbers only") from None
+        return name.strip(), parsed
+    for kind in (int, float):
+        try:
+            return name.strip(), kind(value)
+        except ValueError:
+            continue
+    return name.strip(), value
+
+
+def resolve_cases(loaded: Any, args: Any) -> list:
+    from d500.operators.reference import check_arity, describe
+    from d500.operators.workloads import Case, cases_for, load_case
+    op_type = loaded.cls.op_type
+    attrs = dict(parse_attr(a) for a in args.attr)
+    if args.case and args.input_shape:
+        raise UsageError("give either --case or --input-shape, not both")
+    if args.input_shape:
+        shapes = [parse_shape(s) for s in args.input_shape]
+        check_arity(op_type, len(shapes), loaded.cls.opset)
+        dtype = args.dtype or "float32"
+        name = f"{describe(op_type, attrs, shapes)} {dtype}"
+        return [Case(name, op_type, shapes, attrs, dtype, opset=loaded.cls.opset)]
+    if attrs:
+        raise UsageError("--attr needs --input-shape (a case file sets its own attributes)")
+    if args.case:
+        cases = [load_case(Path(p)) for p in args.case]
+        for c in cases:
+            if c.op_type != op_type:
+                raise UsageError(f"{c.path}: a {c.op_type} case, but {loaded.cls.__name__} "
+                                 f"implements {op_type}")
+    else:
+        cases = cases_for(op_type, loaded.workloads)
+        if not cases:
+            raise UsageError(f"no level-0 case for {op_type} in levels/0-operators/; "
+                             f"give --input-shape (one per input) or --case")
+    if args.dtype:
+        for c in cases:
+            if c.dtype != args.dtype:
+                c.name, c.dtype = f"{c.name}-{args.dtype}", args.dtype
+    return cases
+
+
+def check_cases(cases: list) -> None:
+    """The reference must accept every case (shapes, attributes) before any run starts."""
+    import numpy as np
+
+    from d500.operators.reference import infer_outputs
+    for c in cases:
+        infer_outputs(c.op_type, c.attributes, [np.zeros(s, c.dtype) for s in c.shapes], 1,
+                      c.opset)
+
+
+# -- running and recording ---------------------------------------------------------------------
+def _hyper(case: Any, mode: str, args: Any) -> dict[str, Any]:
+    return {"mode": mode, "op_type": case.op_type, "shapes": [list(s) for s in case.shapes],
+            "attributes": case.attributes, "dtype": case.dtype, "directions": args.directions}
+
+
+def _options(args: Any):
+    from d500.operators.validate import Options
+    return Options(seed=args.seed, directions=args.directions)
+
+
+def _validate(loaded: Any, cases: list, args: Any) -> int:
+    from d500.ledger import Ledger
+    from d500.operators.validate import prepare, validate
+    ledger = Ledger()
+    reports = []
+    for case in cases:
+        prepared = prepare(case, args.seed)  # a case the reference rejects: exit 2, no run
+        with ledger.start_run(level=0, workload=case.name, submission=loaded.submission,
+                              backend=loaded.cls.framework, seed=args.seed,
+                              hyperparameters=_hyper(case, "validate", args),
+                              workload_file=case.path, submission_files=loaded.files) as run:
+            report = validate(loaded.cls, case, _options(args), loaded.submission, prepared)
+            details = {"validation": report.to_dict()}
+            if report.passed:
+                run.record(figures=report.figures(), details=details)
+            else:
+                run.finish("failed", figures=report.figures(), details=details,
+                           error=report.summary())
+        reports.append((report, run.id))
+        if not args.json:
+            print(report.text() + f"\n  ledger run {run.id}", flush=True)
+    if args.json:
+        print(json.dumps([{**r.to_dict(), "run_id": rid} for r, rid in reports], indent=2,
+                         default=str))
+    failed = [r for r, _ in reports if not r.passed]
+    if failed:
+        raise CheckFailed(f"{len(failed)} of {len(reports)} case(s) failed; "
+                          f"{failed[0].case}: {failed[0].summary()}")
+    return 0
+
+
+def _bench(loaded: Any, cases: list, args: Any) -> int:
+    from d500 import backends as _backends
+    from d500.ledger import Ledger
+    from d500.operators.bench import bench
+    if args.backends is None:
+        names = [b for b in _backends.installed() if b != "reference"] + ["reference"]
+    else:
+        names = [b.strip() for b in args.backends.split(",") if b.strip()]
+        for b in names:
+            _backends.get(b)  # unknown or not installed: a usage error now, not mid-run
+    if args.budget is not None and args.budget <= 0:
+        raise UsageError("--budget must be positive")
+    try:
+        from d500.provenance import peak_flops
+        peak = peak_flops()
+    except ImportError:
+        peak = None
+    ledger = Ledger()
+    results = []
+    for case in cases:
+        result = bench(loaded.cls, case, names, loaded.submission, _options(args),
+                       args.budget, peak)
+        for row in result.rows:
+            files = loaded.files if row.submission == loaded.submission else []
+            with ledger.start_run(level=0, workload=case.name, submission=row.submission,
+                                  backend=row.backend, seed=args.seed,
+                                  hyperparameters=_hyper(case, "bench", args),
+                                  workload_file=case.path, submission_files=files) as run:
+                details = {"timing": row.timing, "flops_per_call": result.flops,
+                           "peak_flops": peak, "validation": row.validation}
+                if row.status == "ok":
+                    run.record(figures=row.figures, details=details)
+                else:
+                    run.finish("failed", figures=row.figures, details=details, error=row.error)
+            row.run_id = run.id
+        results.append(result)
+        if not args.json:
+            print(result.text(), flush=True)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in results], indent=2, default=str))
+    elif peak:
+        print(f"peak: {peak / 1e9:.1f} GFLOP/s (measured float32 GEMM, d500.provenance)")
+    failed = [r for r in results if r.operator_failed]
+    if failed:
+        raise CheckFailed(f"{loaded.submission} failed validation on {len(failed)} of "
+                          f"{len(results)} case(s) and is not ranked; {failed[0].case.name}: "
+                          f"{failed[0].report.summary()}")
+    return 0

@@ -1,0 +1,66 @@
+"""Benchmarks: FLOP formulas, timing statistics, failing implementations never timed; frameworks."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from d500.operators import flops
+from d500.operators.base import load
+from d500.operators.bench import bench
+from d500.operators.validate import Options, validate
+from d500.operators.workloads import Case
+
+from .conftest import SUBMISSIONS, op
+
+
+def test_conv_flops_match_a_direct_count():
+    # direct: every output element of every group sums C/group * kh * kw products
+    x, w, attrs = (2, 8, 10, 10), (6, 4, 3, 3), {"group": 2, "strides": [2, 2]}
+    y = (2, 6, 4, 4)
+    macs = sum(1 for _ in np.ndindex(*y)) * (8 // 2) * 9
+    assert flops.count("Conv", attrs, [x, w], [y]) == 2 * macs
+    assert flops.count("Gemm", {"transA": 1}, [(5, 4), (5, 3), (3,)], [(4, 3)]) == 2 * 60 + 12
+    assert flops.count("MatMul", {}, [(4, 8, 16), (16, 2)], [(4, 8, 2)]) == 2 * 64 * 16
+    assert flops.count("MaxPool", {"kernel_shape": [2, 2]}, [(1, 1, 4, 4)], [(1, 1, 2, 2)]) == 16
+    assert flops.count("Relu", {}, [(3,)], [(3,)]) is None
+
+
+def test_bench_times_the_operator_and_the_backends_with_statistics():
+    conv = load(str(SUBMISSIONS / "numpy-im2col-conv")).cls
+    c = Case("bench-conv", "Conv", [(2, 4, 12, 12), (8, 4, 3, 3)], {"pads": [1, 1, 1, 1]},
+             time_budget=0.2)
+    result = bench(conv, c, ["reference"], "numpy-im2col-conv", peak=1e11)
+    assert [r.status for r in result.rows] == ["ok", "ok"]
+    assert result.flops == 2 * (2 * 8 * 12 * 12) * 4 * 9
+    for row in result.rows:
+        t = row.timing
+        assert t["repetitions"] >= 3 and t["q1"] <= t["median"] <= t["q3"]
+        assert t["ci95"][0] <= t["median"] <= t["ci95"][1]
+        assert row.figures["latency"] == t["median"]
+        assert math.isclose(row.figures["gflops"], result.flops / t["median"] / 1e9)
+        assert math.isclose(row.figures["peak_fraction"], 100 * result.flops / t["median"] / 1e11)
+    assert "GFLOP/s" in result.text() and "% of peak" in result.text()
+
+
+def test_failing_operator_is_not_timed():
+    c = Case("bench-bad", "Conv", [(1, 2, 6, 6), (3, 2, 3, 3)], time_budget=0.1)
+    result = bench(op("broken_conv.py", "OffByRelativeConv"), c, [], "bad")
+    (row,) = result.rows
+    assert row.status == "failed" and row.timing is None and "latency" not in row.figures
+    assert result.operator_failed and "FAILED" in result.text()
+
+
+@pytest.mark.slow
+def test_tensorflow_operators_custom_gradient_and_autograd():
+    sig = Case("sig", "Sigmoid", [(6, 50)])
+    good = validate(op("tf_ops.py", "TfSigmoid"), sig)
+    assert good.passed and good.gradients_checked, good.text()
+    mm = validate(op("tf_ops.py", "TfMatMul"), Case("mm", "MatMul", [(3, 4, 5), (5, 2)]))
+    assert mm.passed and {c.name for c in mm.checks if c.kind == "gradient"} == {"dA", "dB"}
+    bad = validate(op("tf_ops.py", "WrongTfSigmoid"), sig, Options(localise_budget=1.0))
+    assert [c.name for c in bad.checks if not c.passed] == ["dX"]
+    located = [i * 50 + j for i, j in bad.checks[-1].first]  # every 25th element is wrong
+    assert located[0] == 0 and all(k % 25 == 0 for k in located)

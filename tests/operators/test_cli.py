@@ -1,0 +1,137 @@
+"""`d500 op validate|bench` as a user runs it: exit codes, ledger runs, the level-0 leaderboard."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from d500.ledger import Ledger
+
+from .conftest import OPS, ROOT, d500
+
+SMALL_CONV = ["--input-shape", "2,4,9,9", "--input-shape", "6,4,3,3", "--input-shape", "6",
+              "--attr", "pads=1,1,1,1"]
+
+
+def runs(home, **kw):
+    ledger = Ledger(home / "ledger.sqlite")
+    try:
+        return ledger.runs(**kw)
+    finally:
+        ledger.close()
+
+
+@pytest.mark.parametrize("entry, args, backend", [
+    ("numpy-im2col-conv", ["--case", "levels/0-operators/conv-3x3-pad1.yaml"], "numpy"),
+    ("c-gemm", [], "c"),
+    ("torch-softmax", ["--case", "levels/0-operators/softmax-axis1.yaml"], "torch")])
+def test_examples_validate_from_the_cli(home, entry, args, backend):
+    out = d500("op", "validate", f"submissions/{entry}", *args, home=home)
+    assert out.returncode == 0, out.stderr
+    assert "verdict: PASS" in out.stdout and "FAIL" not in out.stdout
+    recorded = runs(home, level=0)
+    assert recorded and all(r["status"] == "succeeded" for r in recorded)
+    assert {r["submission"] for r in recorded} == {entry}
+    assert {r["backend"] for r in recorded} == {backend}
+    assert all("forward_error" in r["figures"] and "gradient_error" in r["figures"]
+               for r in recorded)
+    if entry == "c-gemm":  # every Gemm case, since its submission.yaml names none
+        assert {r["workload"] for r in recorded} == {
+            "gemm-256", "gemm-small", "gemm-transb-alpha"}
+
+
+@pytest.mark.parametrize("operator, args", [
+    ("broken_conv.py:WrongGradientConv", SMALL_CONV),
+    ("broken_conv.py:WrongPaddingConv", SMALL_CONV),
+    ("broken_conv.py:OffByRelativeConv", SMALL_CONV),
+    ("broken_softmax.py:WrongGradientSoftmax", ["--input-shape", "4,30"]),
+    ("c_ops.py:LeakyCRelu", ["--input-shape", "3,40"])])
+def test_broken_variants_exit_1(home, operator, args):
+    out = d500("op", "validate", OPS / operator, *args, home=home)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "verdict: FAIL" in out.stdout
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("d500 op: error: 1 of 1 case(s) failed")
+    assert "Traceback" not in out.stderr
+    assert [r["status"] for r in runs(home, level=0)] == ["failed"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["op", "validate", "nosuch.py:Conv", "--input-shape", "1,2"], "nosuch.py: no such file"),
+    (["op", "validate", "submissions/numpy-im2col-conv/conv.py:NoSuch"], "no class 'NoSuch'"),
+    (["op", "validate", "submissions/numpy-im2col-conv/conv.py:Im2colConv",
+      "--input-shape", "2,x,3"], "--input-shape '2,x,3'"),
+    (["op", "validate", "submissions/numpy-im2col-conv", "--input-shape", "1,3,8,8",
+      "--input-shape", "4,2,3,3"], "the reference fails on this case"),
+    (["op", "validate", "submissions/numpy-im2col-conv", "--input-shape", "1,3,8,8",
+      "--input-shape", "4,3,3,3", "--attr", "pads"], "--attr 'pads'"),
+    (["op", "validate", "submissions/numpy-im2col-conv", "--case",
+      "levels/0-operators/relu-4d.yaml"], "a Relu case, but Im2colConv implements Conv"),
+    (["op", "bench", "submissions/c-gemm", "--backends", "nosuch"], "unknown backend 'nosuch'"),
+    (["op", "validate", "tests/operators/ops/c_ops.py:BrokenBuild", "--input-shape", "4"],
+     "compiling does_not_compile.c failed")])
+def test_bad_usage_exits_2_with_one_line(home, args, message):
+    out = d500(*args, home=home)
+    assert out.returncode == 2, out.stdout + out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("d500 op: error:") and message in last, out.stderr
+    assert "Traceback" not in out.stderr
+    assert not runs(home)  # nothing was recorded for a usage error
+
+
+def test_compiler_output_is_shown(home):
+    out = d500("op", "validate", "tests/operators/ops/c_ops.py:BrokenBuild", "--input-shape",
+               "4", home=home)
+    assert "undeclared_variable" in out.stderr and out.returncode == 2
+
+
+@pytest.mark.slow
+def test_examples_benchmark_and_show_on_the_level_0_leaderboard(home):
+    benches = [("numpy-im2col-conv", "conv-3x3-stride2", "reference,onnxruntime"),
+               ("c-gemm", "gemm-transb-alpha", "onnxruntime"),
+               ("torch-softmax", "softmax-axis1", "torch")]
+    for entry, case_, backends in benches:
+        out = d500("op", "bench", f"submissions/{entry}", "--case",
+                   f"levels/0-operators/{case_}.yaml", "--backends", backends, "--budget", "0.3",
+                   home=home)
+        assert out.returncode == 0, out.stderr
+        assert "median" in out.stdout and "95% CI" in out.stdout and "IQR" in out.stdout
+    recorded = runs(home, level=0)
+    mine = {r["submission"]: r for r in recorded if r["submission"] != "builtin"}
+    assert set(mine) == {"numpy-im2col-conv", "c-gemm", "torch-softmax"}
+    for r in recorded:
+        assert r["status"] == "succeeded" and r["figures"]["latency"] > 0
+    conv = mine["numpy-im2col-conv"]["figures"]
+    assert conv["gflops"] > 0 and 0 < conv["peak_fraction"] < 100
+    assert "gflops" not in mine["torch-softmax"]["figures"]  # Softmax has no FLOP formula
+    assert {(r["workload"], r["backend"]) for r in recorded if r["submission"] == "builtin"} == {
+        ("conv-3x3-stride2", "reference"), ("conv-3x3-stride2", "onnxruntime"),
+        ("gemm-transb-alpha", "onnxruntime"), ("softmax-axis1", "torch")}
+    board = d500("leaderboard", "--level", "0", home=home)
+    assert board.returncode == 0, board.stderr
+    for name in ("conv-3x3-stride2", "gemm-transb-alpha", "softmax-axis1", "numpy-im2col-conv",
+                 "c-gemm", "torch-softmax", "builtin"):
+        assert name in board.stdout
+
+
+def test_failing_operator_is_benchmarked_as_failed_and_never_ranked(home):
+    from d500.leaderboard import build
+    out = d500("op", "bench", OPS / "broken_conv.py:OffByRelativeConv", "--case",
+               ROOT / "levels/0-operators/conv-1x1.yaml", "--backends", "reference",
+               "--budget", "0.2", "--json", home=home)
+    assert out.returncode == 1
+    (result,) = json.loads(out.stdout)
+    rows = {r["submission"]: r for r in result["rows"]}
+    assert rows["OffByRelativeConv"]["status"] == "failed"
+    assert rows["OffByRelativeConv"]["timing"] is None
+    assert rows["builtin"]["status"] == "ok" and rows["builtin"]["timing"]["median"] > 0
+    statuses = {r["submission"]: r["status"] for r in runs(home, level=0)}
+    assert statuses == {"OffByRelativeConv": "failed", "builtin": "succeeded"}
+    ledger = Ledger(home / "ledger.sqlite")
+    try:
+        (board,) = build(ledger, level=0)
+    finally:
+        ledger.close()
+    ranks = {e.submission: e.rank for e in board.entries}
+    assert ranks == {"builtin": 1, "OffByRelativeConv": None}

@@ -1,0 +1,111 @@
+"""Validation against the ONNX reference: correct operators pass, broken ones caught and located."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from d500.operators.base import load
+from d500.operators.validate import Options, compare, validate
+from d500.operators.workloads import Case
+
+from .conftest import SUBMISSIONS, case, op
+
+CONV = load(str(SUBMISSIONS / "numpy-im2col-conv")).cls
+SMALL_CONV = Case("small-conv", "Conv", [(2, 4, 9, 9), (6, 4, 3, 3), (6,)],
+                  {"pads": [1, 1, 1, 1], "strides": [2, 2]})
+
+
+def test_numpy_conv_full_validation_of_the_big_case_is_fast():
+    # 8x16x32x32 input, 16x16x3x3 weights and bias: forward and all three gradients
+    start = time.perf_counter()
+    report = validate(CONV, case("conv-3x3-pad1"))
+    elapsed = time.perf_counter() - start
+    assert report.passed, report.text()
+    assert [c.name for c in report.checks if c.kind == "gradient"] == ["dX", "dW", "dB"]
+    assert all(c.method.startswith("directional") for c in report.checks if c.kind == "gradient")
+    assert report.forward_error < 1e-5 and report.gradient_error < 1e-6
+    assert elapsed < 10.0, f"validation took {elapsed:.1f} s"
+
+
+def test_small_inputs_get_the_elementwise_jacobian():
+    report = validate(CONV, SMALL_CONV)
+    assert report.passed, report.text()
+    methods = {c.name: c.method for c in report.checks if c.kind == "gradient"}
+    assert methods["dB"] == "elementwise"  # 6 elements
+    assert methods["dX"].startswith("directional")  # 648 elements: too many for the Jacobian
+
+
+def test_wrong_gradient_in_3_percent_of_elements_is_caught_and_located():
+    report = validate(op("broken_conv.py", "WrongGradientConv"), SMALL_CONV,
+                      Options(localise_budget=3.0))
+    assert not report.passed
+    bad = [c for c in report.checks if not c.passed]
+    assert [c.name for c in bad] == ["dX"]
+    # every 32nd element of dX is wrong: the first located ones are multiples of 32
+    flat = [int(np.ravel_multi_index(tuple(i), SMALL_CONV.shapes[0])) for i in bad[0].first]
+    assert flat and all(j % 32 == 0 for j in flat)
+
+
+def test_a_single_wrong_gradient_element_is_located_exactly():
+    small = Case("one-wrong", "Conv", [(2, 3, 8, 8), (4, 3, 3, 3)], {"pads": [1, 1, 1, 1]})
+    report = validate(op("broken_conv.py", "OneWrongWeightGradientConv"), small)
+    bad = [c for c in report.checks if not c.passed]
+    assert [c.name for c in bad] == ["dW"]
+    assert bad[0].first == [[0, 1, 2, 1]]
+
+
+def test_wrong_gradient_in_few_elements_of_a_large_input_is_caught():
+    report = validate(op("broken_conv.py", "WrongGradientConv"), case("conv-1x1"),
+                      Options(localise_budget=0.5))
+    assert not report.passed
+    assert [c.name for c in report.checks if not c.passed] == ["dX"]
+
+
+@pytest.mark.parametrize("name, case_", [
+    ("WrongPaddingConv", SMALL_CONV),
+    ("SwappedPaddingConv", Case("asym", "Conv", [(1, 2, 7, 7), (3, 2, 3, 3)],
+                                {"pads": [2, 1, 0, 3]})),
+    ("OffByRelativeConv", SMALL_CONV)])
+def test_broken_forward_is_caught(name, case_):
+    report = validate(op("broken_conv.py", name), case_, Options(check_gradients=False))
+    assert not report.passed
+    assert any(c.kind == "output" and not c.passed for c in report.checks), report.text()
+
+
+def test_forward_off_by_1e_3_relative_reports_that_error():
+    report = validate(op("broken_conv.py", "OffByRelativeConv"), SMALL_CONV,
+                      Options(check_gradients=False))
+    assert report.forward_error == pytest.approx(1e-3, rel=1e-2)
+
+
+def test_torch_operator_with_custom_backward_and_its_broken_variant():
+    softmax = load(str(SUBMISSIONS / "torch-softmax")).cls
+    good = validate(softmax, case("softmax-last-axis"))
+    assert good.passed and good.gradients_checked and good.gradient_dtype == "float64"
+    bad = validate(op("broken_softmax.py", "WrongGradientSoftmax"), case("softmax-last-axis"),
+                   Options(localise_budget=0.5))
+    assert [c.name for c in bad.checks if not c.passed] == ["dinput"]
+
+
+def test_operator_that_raises_is_reported_not_crashing():
+    class Crashing(CONV):
+        def forward(self, *inputs):
+            raise ValueError("boom")
+    report = validate(Crashing, SMALL_CONV)
+    assert not report.passed and "ValueError: boom" in report.error
+
+
+def test_compare_tolerances_follow_the_dtype():
+    ref = np.linspace(-1, 1, 101)
+    assert compare("output", "Y", (ref * (1 + 1e-6)).astype(np.float32), ref, 1e-4, 1e-5).passed
+    assert not compare("output", "Y", ref * (1 + 1e-3), ref, 1e-4, 1e-5).passed
+    assert not compare("output", "Y", ref * (1 + 1e-8), ref, 1e-9, 1e-11).passed  # float64
+    nan_ref = np.array([1.0, np.nan, np.inf])
+    assert compare("output", "Y", nan_ref.copy(), nan_ref, 1e-4, 1e-5).passed
+    bad = compare("output", "Y", np.array([1.0, 2.0, np.inf]), nan_ref, 1e-4, 1e-5)
+    assert not bad.passed and bad.first == [[1]]
+    assert not compare("output", "Y", np.ones(3), np.ones(4), 1e-4, 1e-5).passed
+    assert compare("output", "Y", np.arange(3), np.arange(3), 0, 0).method == "exact"
