@@ -1,4 +1,4 @@
-"""`d500 conformance`: the ONNX backend node test suite against a backend, per operator and in total.
+"""`d500 conformance`: the ONNX backend node test suite against a backend, per operator, in total.
 
 The installed onnx builds its node tests in memory. The 12 tests whose outputs are random
 (Bernoulli, training-mode Dropout) are left out: no fixed expected output exists for them.
@@ -7,6 +7,7 @@ Outputs are compared exactly as `onnx.backend.test.BackendTest` compares them.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
@@ -38,12 +39,34 @@ def node_tests() -> list:
 
 
 def _op_of(test) -> str:
-    ops = [n.op_type for n in test.model.graph.node]
-    name = test.name.removeprefix("test_")
-    for op in ops:  # the op the test is named after, else the model's first op
-        if name.startswith(op.lower()) or op.lower() in name.replace("_", ""):
+    """The operator a node test exercises (an expanded test counts for the function op)."""
+    ops = sorted({n.op_type for n in test.model.graph.node}, key=len, reverse=True)
+    name = test.name.removeprefix("test_").replace("_", "").lower()
+    single = len(ops) == 1 or (len(ops) == 2 and "Constant" in ops and not name.startswith(
+        "const"))
+    if single and "expanded" not in name:
+        return next(op for op in ops if op != "Constant" or len(ops) == 1)
+    for op in (*ops, *_schema_names()):  # the longest op name the test is named after
+        if name.startswith(op.lower()):
             return op
-    return ops[0] if ops else "?"
+    for short, op in TEST_NAME_ALIASES.items():
+        if name.startswith(short):
+            return op
+    return ops[-1] if ops else "?"
+
+
+# Abbreviations in node test names (their expanded forms hold only the constituent ops).
+TEST_NAME_ALIASES = {"sce": "SoftmaxCrossEntropyLoss", "nllloss": "NegativeLogLikelihoodLoss",
+                     "mvn": "MeanVarianceNormalization", "tril": "Trilu", "triu": "Trilu",
+                     "batchnorm": "BatchNormalization", "instancenorm": "InstanceNormalization",
+                     "l1normalization": "LpNormalization", "l2normalization": "LpNormalization"}
+
+
+@functools.cache
+def _schema_names() -> tuple[str, ...]:
+    import onnx.defs
+    names = {s.name for s in onnx.defs.get_all_schemas_with_history()}
+    return tuple(sorted(names, key=len, reverse=True))
 
 
 def run_test(backend, test, device: str = "CPU") -> Outcome:
@@ -120,9 +143,17 @@ def main(argv: list[str], prog: str) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--failures", action="store_true", help="list every failing test")
     args = parser.parse_args(argv)
+    from d500 import backends
+    from d500.errors import UsageError
+    backends.get(args.backend)  # an unknown backend fails before the suite is built
+    known = {name.lower() for name in _schema_names()}
+    unknown = [op for op in args.op or [] if op.lower() not in known]
+    if unknown:
+        import onnx
+        raise UsageError(f"unknown operator(s) {', '.join(unknown)}: not ONNX operators known "
+                         f"to onnx {onnx.__version__}")
     outcomes = run_suite(args.backend, args.op, progress=not args.json)
     if args.op and not outcomes:
-        from d500.errors import UsageError
         raise UsageError(f"no node test exercises operator(s) {', '.join(args.op)}")
     totals = Counter(o.status for o in outcomes)
     per_op: dict[str, Counter] = defaultdict(Counter)

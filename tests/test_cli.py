@@ -1,4 +1,4 @@
-"""The `d500` command: instant help, one-line errors with exit code 2."""
+"""The `d500` command: instant help, and bad input as one line on stderr with exit code 2."""
 
 from __future__ import annotations
 
@@ -6,18 +6,24 @@ import subprocess
 import sys
 import time
 
+import onnx
+import pytest
+from onnx import TensorProto, helper
 
-def d500(*args: str) -> subprocess.CompletedProcess:
+from d500.builders import build
+
+
+def d500(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "d500.cli", *args], capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=600, env=env, check=False)
 
 
 def test_help_is_instant_and_imports_no_framework():
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c",
-                          "import sys; from d500.cli import main; main(['--help']); "
-                          "print(sorted(m for m in ('torch','tensorflow','onnxruntime') "
-                          "if m in sys.modules))"], capture_output=True, text=True)
+    code = ("import sys; from d500.cli import main; main(['--help']); "
+            "print(sorted(m for m in ('torch','tensorflow','onnxruntime') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=False)
     elapsed = time.perf_counter() - start
     assert out.returncode == 0
     assert "conformance" in out.stdout
@@ -25,13 +31,47 @@ def test_help_is_instant_and_imports_no_framework():
     assert elapsed < 1.0, elapsed
 
 
-def test_unknown_backend_is_one_line_exit_2():
-    out = d500("conformance", "--backend", "nosuch")
-    assert out.returncode == 2
-    assert out.stderr.count("\n") == 1 and "nosuch" in out.stderr
-    assert "Traceback" not in out.stderr
-
-
 def test_unknown_command():
     out = d500("frobnicate")
     assert out.returncode == 2 and "frobnicate" in out.stderr
+    assert out.stderr.count("\n") == 1
+
+
+def one_line_exit_2(out: subprocess.CompletedProcess, *words: str) -> None:
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert out.stderr.count("\n") == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    assert all(w in out.stderr for w in words), out.stderr
+
+
+def test_unknown_backend():
+    one_line_exit_2(d500("conformance", "--backend", "nosuch"), "nosuch")
+
+
+@pytest.fixture
+def models(tmp_path, monkeypatch):
+    """A truncated file, a non-ONNX file and a model with a custom-domain operator."""
+    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
+    data = build("lenet5", "digits").SerializeToString()
+    (tmp_path / "cut.onnx").write_bytes(data[: len(data) // 3])
+    (tmp_path / "notes.onnx").write_text("these are my notes, not a model\n")
+    node = helper.make_node("FancyGelu", ["x"], ["y"], domain="com.example", name="act1")
+    graph = helper.make_graph([node], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.example", 3)])
+    onnx.save(model, tmp_path / "custom.onnx")
+    return tmp_path
+
+
+# `d500 net check MODEL` (level 1) is the command that reads a model file.
+@pytest.mark.parametrize(("name", "words"), [
+    ("cut.onnx", ["cut.onnx", "truncated"]),
+    ("notes.onnx", ["notes.onnx", "not an ONNX model"]),
+    ("missing.onnx", ["missing.onnx", "no such file"]),
+    ("custom.onnx", ["'reference'", "com.example::FancyGelu", "opset 3", "'act1'"]),
+])
+def test_bad_model_files(models, name, words):
+    out = d500("net", "check", str(models / name), "--backends", "reference", "--no-record")
+    one_line_exit_2(out, *words)

@@ -1,4 +1,5 @@
-"""The backend contract: Backend (an onnx.backend.base.Backend) and Executable (a BackendRep with training hooks)."""
+"""The backend contract: Backend (an onnx.backend.base.Backend) and Executable (a BackendRep
+with training hooks)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any, ClassVar
 import numpy as np
 import onnx
 import onnx.backend.base
+import onnx.shape_inference
 from onnx import helper, numpy_helper
 
 from d500.errors import UsageError
@@ -149,7 +151,33 @@ def node_model(node: onnx.NodeProto, inputs: Any,
         graph_outputs = [helper.make_empty_tensor_value_info(n) for n in node.output if n]
     graph = helper.make_graph([node], f"{node.op_type}_node", graph_inputs, graph_outputs)
     imports = [helper.make_opsetid(node.domain or "", opset or onnx.defs.onnx_opset_version())]
-    return helper.make_model(graph, opset_imports=imports)
+    model = helper.make_model(graph, opset_imports=imports)
+    if not outputs_info:
+        _type_outputs(model, dict(zip(names, values)))
+    return model
+
+
+def _type_outputs(model: onnx.ModelProto, feeds: dict[str, Any]) -> None:
+    """Give a one-node model's outputs the types the checker requires: by shape inference, else
+    from running the node on the given inputs with onnx's ReferenceEvaluator."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False).graph.output
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
+        inferred = model.graph.output
+    if all(o.type.tensor_type.HasField("shape") or o.type.WhichOneof("value") not in (
+            None, "tensor_type") for o in inferred):
+        model.graph.ClearField("output")
+        model.graph.output.extend(inferred)
+        return
+    try:
+        from onnx.reference import ReferenceEvaluator
+        values = ReferenceEvaluator(model).run(None, feeds)
+    except Exception:  # noqa: BLE001 - leave the outputs untyped: the backend reports the op
+        return
+    for out, value in zip(model.graph.output, values):
+        if isinstance(value, np.ndarray):
+            out.CopyFrom(helper.make_tensor_value_info(
+                out.name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape))
 
 
 def to_numpy(tensor: onnx.TensorProto) -> np.ndarray:

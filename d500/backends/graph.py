@@ -136,10 +136,13 @@ class Program:
         except onnx.defs.SchemaError:
             return None
         if schema.has_function:
-            body = schema.get_function_with_opset_version(opset) if hasattr(
+            body = schema.get_function_with_opset_version(
+                _body_version(schema.function_opset_versions, opset)) if hasattr(
                 schema, "get_function_with_opset_version") else schema.function_body
+            if isinstance(body, bytes):  # onnx >= 1.16 returns it serialized
+                body = onnx.FunctionProto.FromString(body)
             if body is not None and body.node:
-                return _with_opset(body, domain, opset)
+                return _with_defaults(_with_opset(body, domain, opset), schema)
         if schema.has_context_dependent_function:
             types = []
             for name in proto.input:
@@ -149,13 +152,14 @@ class Program:
                 types.append((t or onnx.TypeProto()).SerializeToString())
             try:
                 raw = schema.get_context_dependent_function_with_opset_version(
-                    opset, proto.SerializeToString(), types)
+                    _body_version(schema.context_dependent_function_opset_versions, opset),
+                    proto.SerializeToString(), types)
             except Exception:  # noqa: BLE001 - ONNX refuses: the op is simply unsupported
                 return None
             if raw:
                 body = onnx.FunctionProto()
                 body.ParseFromString(raw)
-                return _with_opset(body, domain, opset)
+                return _with_defaults(_with_opset(body, domain, opset), schema)
         return None
 
     # -- execution ------------------------------------------------------------
@@ -176,10 +180,43 @@ class Program:
             self.scope = saved
 
 
+def _body_version(versions: list[int], opset: int) -> int:
+    """The function body in force at `opset`: the newest one defined at or before it."""
+    return max((v for v in versions if v <= opset), default=opset)
+
+
 def _with_opset(body: onnx.FunctionProto, domain: str, opset: int) -> onnx.FunctionProto:
     if not any(o.domain == domain for o in body.opset_import):
         body.opset_import.append(helper.make_opsetid(domain, opset))
     return body
+
+
+def _with_defaults(body: onnx.FunctionProto, schema: onnx.defs.OpSchema) -> onnx.FunctionProto:
+    """Give the body the schema's attribute defaults, so references to omitted ones resolve."""
+    present = {a.name for a in body.attribute_proto}
+    for name, attr in schema.attributes.items():
+        if name not in present and attr.default_value.type:
+            default = AttributeProto()
+            default.CopyFrom(attr.default_value)
+            default.name = name
+            body.attribute_proto.append(default)
+    return body
+
+
+def _rename_outer(graph: onnx.GraphProto, names: Mapping[str, str]) -> None:
+    """Rename, inside a subgraph, the references to values of the enclosing function body."""
+    local = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    local |= {o for n in graph.node for o in n.output}
+    for node in graph.node:
+        for k, name in enumerate(node.input):
+            if name and name not in local and name in names:
+                node.input[k] = names[name]
+        for a in node.attribute:
+            for g in [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs):
+                _rename_outer(g, names)
+    for out in graph.output:
+        if out.name not in local and out.name in names:
+            out.name = names[out.name]
 
 
 def _inline(proto: onnx.NodeProto, body: onnx.FunctionProto) -> list[onnx.NodeProto]:
@@ -220,5 +257,9 @@ def _inline(proto: onnx.NodeProto, body: onnx.FunctionProto) -> list[onnx.NodePr
                 node.attribute.append(resolved)
             else:
                 node.attribute.append(a)
+                if a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
+                    attr = node.attribute[-1]
+                    for g in [attr.g] if a.type == AttributeProto.GRAPH else list(attr.graphs):
+                        _rename_outer(g, names)
         out.append(node)
     return out

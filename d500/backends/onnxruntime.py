@@ -1,41 +1,136 @@
-"""onnxruntime as an inference-only peer backend, for comparison."""
+"""onnxruntime as an inference-only peer backend, for comparison.
+
+onnxruntime refuses models whose IR version or default-domain opset is newer than it knows,
+even when every operator they use is unchanged since an opset it does know. Such models are
+handed to it with the IR version and opset lowered as far as their operators allow.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
 import onnx
+import onnx.defs
 
 from d500.backends.base import Backend, Executable
-from d500.errors import UnsupportedOperator
+from d500.errors import ModelError, UnsupportedOperator, UsageError
+
+_IR = re.compile(r"Unsupported model IR version: \d+, max supported IR version: (\d+)")
+_OPSET = re.compile(r"official support for domain (ai\.onnx|\S*) is till opset (\d+)")
+_MISSING = re.compile(r"implementation for (\w+)\((\d+)\) node with name '([^']*)'")
+_UNREGISTERED = re.compile(r"(\S*):(\w+)\((-?\d+)\) is not a registered function/op")
+INFERENCE_ONLY = ("backend 'onnxruntime' is inference-only in d500: it has no {what}; "
+                  "use the reference, torch or tensorflow backend")
+
+
+def _graphs(graph: onnx.GraphProto):
+    yield graph
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(a.g)
+            for g in a.graphs:
+                yield from _graphs(g)
+
+
+def lowest_opset(model: onnx.ModelProto) -> int:
+    """The oldest default-domain opset at which every operator of the model has its schema."""
+    declared = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    needed = 1
+    for graph in _graphs(model.graph):
+        for node in graph.node:
+            if node.domain not in ("", "ai.onnx"):
+                continue
+            try:
+                needed = max(needed, onnx.defs.get_schema(node.op_type, declared).since_version)
+            except onnx.defs.SchemaError:
+                return declared
+    return needed
+
+
+def _lowered(model: onnx.ModelProto, ir: int | None, opset: int | None) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    if ir is not None:
+        copy.ir_version = min(copy.ir_version, ir)
+    if opset is not None:
+        for imp in copy.opset_import:
+            if imp.domain in ("", "ai.onnx"):
+                imp.version = min(imp.version, opset)
+    return copy
+
+
+def _as_input(x: Any) -> Any:
+    if isinstance(x, (list, tuple)):
+        return [_as_input(v) for v in x]
+    return x if x is None or isinstance(x, dict) else np.asarray(x)
+
+
+def _as_output(x: Any) -> Any:
+    if isinstance(x, (list, tuple)):
+        return [_as_output(v) for v in x]
+    return x if x is None or isinstance(x, dict) else np.asarray(x)
 
 
 class OnnxRuntimeExecutable(Executable):
     backend_name = "onnxruntime"
 
     def __init__(self, model: onnx.ModelProto, device: str = "CPU"):
-        import onnxruntime as ort
         super().__init__(model, device)
+        self._session = self._open(model, device)
+
+    def _open(self, model: onnx.ModelProto, device: str) -> Any:
+        import onnxruntime as ort
         options = ort.SessionOptions()
         options.log_severity_level = 3
         providers = (["CUDAExecutionProvider"] if device.upper().startswith("CUDA") else []) + [
             "CPUExecutionProvider"]
-        try:
-            self._session = ort.InferenceSession(model.SerializeToString(), options,
-                                                 providers=providers)
-        except Exception as err:  # noqa: BLE001 - onnxruntime raises its own untyped errors
-            text = str(err)
-            if "NOT_IMPLEMENTED" in text or "Could not find an implementation" in text:
-                node = next((n for n in model.graph.node if n.op_type in text), None)
-                raise UnsupportedOperator(
-                    node.op_type if node else "?", node.domain if node else "",
-                    max(o.version for o in model.opset_import), node.name if node else "",
-                    "onnxruntime", text.splitlines()[0][:200]) from None
-            raise
+        ir = opset = None
+        for _ in range(3):
+            candidate = _lowered(model, ir, opset) if (ir or opset) else model
+            try:
+                return ort.InferenceSession(candidate.SerializeToString(), options,
+                                            providers=providers)
+            except Exception as err:  # noqa: BLE001 - onnxruntime raises its own untyped errors
+                text = str(err)
+                if (m := _IR.search(text)) and ir is None:
+                    ir = int(m.group(1))
+                    continue
+                if (m := _OPSET.search(text)) and opset is None and m.group(1) in ("ai.onnx", ""):
+                    supported, needed = int(m.group(2)), lowest_opset(model)
+                    if needed <= supported:
+                        opset = supported
+                        continue
+                    raise ModelError(
+                        f"model '{model.graph.name}': onnxruntime {ort.__version__} knows opsets "
+                        f"up to {supported}; this model needs opset {needed}") from None
+                raise self._error(model, text) from None
+        raise ModelError(f"model '{model.graph.name}': onnxruntime refuses it")
 
-    def run(self, inputs: Any, **kwargs: Any) -> list[np.ndarray]:
-        return [np.asarray(x) for x in self._session.run(None, self.bind(inputs))]
+    @staticmethod
+    def _error(model: onnx.ModelProto, text: str) -> Exception:
+        """onnxruntime's refusal as an UnsupportedOperator where it names an operator."""
+        opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+                    default=1)
+        if m := _MISSING.search(text):
+            node = next((n for n in model.graph.node if n.op_type == m.group(1)
+                         and n.name == m.group(3)), None)
+            return UnsupportedOperator(m.group(1), node.domain if node else "", int(m.group(2)),
+                                       m.group(3), "onnxruntime")
+        if m := _UNREGISTERED.search(text):
+            node = next((n for n in model.graph.node if n.op_type == m.group(2)), None)
+            domain_opset = next((o.version for o in model.opset_import
+                                 if o.domain == m.group(1)), opset)
+            return UnsupportedOperator(m.group(2), m.group(1), domain_opset,
+                                       node.name if node else "", "onnxruntime")
+        first = " ".join(text.split())[:300]
+        return ModelError(f"model '{model.graph.name}': onnxruntime cannot load it: {first}")
+
+    def run(self, inputs: Any, **kwargs: Any) -> list[Any]:
+        feeds = {k: _as_input(v) for k, v in self.bind(inputs).items()}
+        return [_as_output(x) for x in self._session.run(None, feeds)]
 
     def parameters(self) -> dict[str, np.ndarray]:
         from onnx import numpy_helper
@@ -44,10 +139,10 @@ class OnnxRuntimeExecutable(Executable):
                 if t.name in wanted}
 
     def set_parameters(self, values: Any) -> None:
-        raise NotImplementedError("onnxruntime is an inference-only backend in d500")
+        raise UsageError(INFERENCE_ONLY.format(what="settable parameters"))
 
     def gradients(self, inputs: Any, **kwargs: Any):
-        raise NotImplementedError("onnxruntime is an inference-only backend in d500")
+        raise UsageError(INFERENCE_ONLY.format(what="gradients"))
 
     @property
     def native(self) -> Any:

@@ -1,0 +1,68 @@
+"""The onnxruntime peer: the ONNX node suite, newer-than-known models, and no training hooks."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from d500.backends.onnxruntime import OnnxRuntimeBackend, lowest_opset
+from d500.builders import build
+from d500.errors import UnsupportedOperator, UsageError
+
+
+def relu_model(opset: int, ir: int | None = None) -> onnx.ModelProto:
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    if ir is not None:
+        model.ir_version = ir
+    return model
+
+
+def test_newest_ir_and_opset_run_when_their_operators_are_old():
+    import onnxruntime
+    newest = onnx.defs.onnx_opset_version()
+    model = relu_model(newest)  # helper.make_model: onnx's newest IR version
+    assert lowest_opset(model) == 14  # Relu last changed in opset 14
+    out = OnnxRuntimeBackend.prepare(model).run([np.array([-1.0, 0.5, 2.0], np.float32)])
+    np.testing.assert_array_equal(out[0], [0, 0.5, 2])
+    assert onnxruntime.__version__  # the peer really ran
+
+
+def test_inference_only():
+    model = build("mlp", "digits", loss=True)
+    rep = OnnxRuntimeBackend.prepare(model)
+    assert OnnxRuntimeBackend.trainable is False
+    assert sorted(rep.parameters()) == sorted(t.name for t in model.graph.initializer)
+    x, labels = np.zeros((2, 1, 8, 8), np.float32), np.array([1, 2])
+    for call in (lambda: rep.gradients([x, labels], output="loss"),
+                 lambda: rep.set_parameters({"fc1.bias": np.zeros(128)})):
+        with pytest.raises(UsageError) as err:
+            call()
+        assert "inference-only" in str(err.value) and "reference" in str(err.value)
+
+
+def test_custom_domain_operator_names_everything():
+    node = helper.make_node("FancyGelu", ["x"], ["y"], domain="com.example", name="act7")
+    graph = helper.make_graph([node], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.example", 2)])
+    model.ir_version = 8
+    with pytest.raises(UnsupportedOperator) as err:
+        OnnxRuntimeBackend.prepare(model)
+    assert (err.value.op_type, err.value.domain, err.value.opset, err.value.node,
+            err.value.backend) == ("FancyGelu", "com.example", 2, "act7", "onnxruntime")
+
+
+@pytest.mark.slow
+def test_onnx_node_suite_under_backend_test():
+    """The official harness over the 1,872 deterministic node tests (measured: 1,438)."""
+    from d500.conformance import backend_test_counts
+    counts = backend_test_counts(OnnxRuntimeBackend)
+    assert counts["run"] - counts["skipped"] == 1872
+    assert counts["passed"] >= 1430, len(counts["failed"])

@@ -1,0 +1,110 @@
+"""d500.model.load: valid models load (external data too); each broken one is a one-line error."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from d500.builders import build
+from d500.errors import ModelError
+from d500.model import load
+
+
+def relu_model(inputs=("x",), nodes=None, opset: int = 17) -> onnx.ModelProto:
+    nodes = nodes or [helper.make_node("Relu", list(inputs), ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                         [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def load_error(source) -> str:
+    with pytest.raises(ModelError) as err:
+        load(source)
+    message = str(err.value)
+    assert "\n" not in message
+    return message
+
+
+def test_valid_model_loads_checked_and_shape_inferred(tmp_path):
+    path = tmp_path / "lenet.onnx"
+    onnx.save(build("lenet5", (1, 28, 28)), path)
+    model = load(path)
+    inferred = {vi.name: [d.dim_value or d.dim_param for d in vi.type.tensor_type.shape.dim]
+                for vi in model.graph.value_info}
+    assert inferred["pool1"] == ["N", 6, 14, 14]
+    assert load(str(path)).graph.node[0].op_type == "Conv"
+    assert load(model) is not model  # a ModelProto comes back shape-inferred, as a new proto
+
+
+def test_external_data_loads_from_another_directory(tmp_path, monkeypatch):
+    model = build("mlp", (1, 28, 28), seed=5)
+    folder = tmp_path / "saved"
+    folder.mkdir()
+    onnx.save(model, folder / "mlp.onnx", save_as_external_data=True,
+              all_tensors_to_one_file=True, location="mlp.weights", size_threshold=0)
+    assert (folder / "mlp.weights").stat().st_size > 4 * 784 * 128
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    loaded = load(os.path.relpath(folder / "mlp.onnx"))
+    original = build("mlp", (1, 28, 28), seed=5)  # onnx.save moved `model`'s data out
+    for a, b in zip(loaded.graph.initializer, original.graph.initializer):
+        np.testing.assert_array_equal(onnx.numpy_helper.to_array(a),
+                                      onnx.numpy_helper.to_array(b))
+    (folder / "mlp.weights").unlink()
+    message = load_error(folder / "mlp.onnx")
+    assert "mlp.onnx" in message and "external data" in message
+
+
+def test_missing_file_and_directory(tmp_path):
+    assert load_error(tmp_path / "nope.onnx") == f"{tmp_path / 'nope.onnx'}: no such file"
+    assert "directory" in load_error(tmp_path)
+
+
+@pytest.mark.parametrize("content", [b"", b"hello, I am a text file\n",
+                                     np.random.default_rng(0).bytes(4096)],
+                         ids=["empty", "text", "random"])
+def test_not_onnx(tmp_path, content):
+    path = tmp_path / "model.onnx"
+    path.write_bytes(content)
+    message = load_error(path)
+    assert message.startswith(str(path)) and "not an ONNX model" in message
+
+
+def test_every_truncation_is_a_model_error(tmp_path):
+    data = build("lenet5", (1, 8, 8)).SerializeToString()
+    path = tmp_path / "cut.onnx"
+    for cut in range(0, len(data), max(1, len(data) // 300)):
+        path.write_bytes(data[:cut])
+        assert str(path) in load_error(path)
+
+
+def test_undefined_input_and_cycle():
+    message = load_error(relu_model(inputs=("nope",)))
+    assert "'nope'" in message and "no node, graph input or initializer" in message
+    cycle = [helper.make_node("Relu", ["b"], ["a"], name="first"),
+             helper.make_node("Relu", ["a"], ["b"], name="second"),
+             helper.make_node("Add", ["x", "b"], ["y"], name="add")]
+    message = load_error(relu_model(nodes=cycle))
+    assert "node 'first'" in message and "cycle" in message
+
+
+def test_opset_newer_than_installed_onnx(tmp_path):
+    newest = onnx.defs.onnx_opset_version()
+    path = tmp_path / "future.onnx"
+    onnx.save(relu_model(opset=newest + 5), path)
+    message = load_error(path)
+    assert str(path) in message and f"opset {newest + 5}" in message
+    assert onnx.__version__ in message
+
+
+def test_checker_failure_is_one_line():
+    model = relu_model()
+    model.graph.node[0].op_type = "NoSuchOp"
+    message = load_error(model)
+    assert "invalid ONNX graph" in message and "NoSuchOp" in message
