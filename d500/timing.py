@@ -124,7 +124,8 @@ def measure(fn: Callable[[], Any], *, budget: float = 2.0, warmup: int = 2,
         last = once()
         done += 1
     # Calls per sample, so that one sample lasts at least `min_sample` seconds.
-    number = 1 if last >= min_sample or last <= 0 else min(int(math.ceil(min_sample / last)), 10_000)
+    number = (1 if last >= min_sample or last <= 0
+              else min(int(math.ceil(min_sample / last)), 10_000))
     samples: list[float] = []
     start = time.perf_counter()
     target = exhausted = False

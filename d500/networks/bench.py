@@ -1,0 +1,313 @@
+"""`d500 net bench`: per backend, load+translate time, first call, batch-1 latency, throughput at
+the workload's batch size, training-step time and agreement with the reference; a ledger run each.
+
+Backends are timed side by side (d500.timing.measure_interleaved), so machine noise hits them
+alike. A backend that cannot run the model, or whose outputs disagree with the reference beyond
+the tolerance of d500.networks.compare, is recorded as a failed run (with its figures) and is
+never ranked.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+from d500.errors import ConfigError, D500Error, UnsupportedOperator
+from d500.networks import inputs as _inputs
+from d500.networks.compare import compare
+from d500.networks.workloads import Workload
+from d500.timing import Timing, measure_interleaved
+
+if TYPE_CHECKING:
+    from d500.backends.base import Backend
+
+Progress = Callable[[str], Any]
+
+
+@dataclass
+class BackendBench:
+    """One backend's figures for one workload, and the ledger run that holds them."""
+
+    backend: str
+    status: str = "running"  # succeeded | failed
+    figures: dict[str, float] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+    unsupported: UnsupportedOperator | None = None
+    run_id: int | None = None
+    run: Any = field(default=None, repr=False)
+    exe: Any = field(default=None, repr=False)
+    train_exe: Any = field(default=None, repr=False)
+
+
+@dataclass
+class BenchResult:
+    workload: Workload
+    results: list[BackendBench]
+
+    @property
+    def exit_code(self) -> int:
+        if any(r.unsupported is not None for r in self.results):
+            return 2
+        return 0 if all(r.status == "succeeded" for r in self.results) else 1
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, D500Error):
+        return str(err)
+    where = traceback.extract_tb(err.__traceback__)
+    loc = f" ({where[-1].filename}:{where[-1].lineno})" if where else ""
+    return f"{type(err).__name__}: {err}{loc}"
+
+
+def _check_batch(workload: Workload, model: onnx.ModelProto) -> None:
+    for spec in _inputs.specs(model):
+        if spec.shape and isinstance(spec.shape[0], int) and spec.shape[0] != workload.batch_size:
+            raise ConfigError(
+                f"{workload.path}: field 'batch_size' is {workload.batch_size} but model input "
+                f"'{spec.name}' has a fixed leading (batch) dimension of {spec.shape[0]}")
+
+
+def bench(workload: Workload, backends: Sequence[str], *, ledger: Any = None,
+          budget: float | None = None, progress: Progress | None = None) -> BenchResult:
+    """Benchmark `workload` on `backends`; every backend's figures become a ledger run."""
+    from d500.backends import get
+    from d500.ledger import Ledger
+
+    say = progress or (lambda text: None)
+    ledger = ledger if ledger is not None else Ledger()
+    budget = workload.budget if budget is None else budget
+    say(f"{workload.name}: building the model")
+    model, model_path = workload.onnx_model()
+    _check_batch(workload, model)
+    feeds1 = _inputs.make(model, workload.seed, batch=1)
+    feeds_b = (feeds1 if workload.batch_size == 1
+               else _inputs.make(model, workload.seed, batch=workload.batch_size))
+    train_model = train_path = None
+    if workload.train:
+        if workload.model.get("builder"):
+            train_model, train_path = workload.onnx_model(loss=True)
+        else:
+            train_model, train_path = model, model_path
+            if workload.loss_output not in [o.name for o in model.graph.output]:
+                raise ConfigError(f"{workload.path}: field 'model.loss' is "
+                                  f"'{workload.loss_output}', not an output of the model")
+    classes = {b: get(b) for b in backends}  # unknown or missing backends fail up front
+    hyper = {"batch_size": workload.batch_size, "budget": budget, "train": workload.train}
+    results = [BackendBench(b) for b in backends]
+    reference_out = None
+    if "agreement" in workload.metrics and "reference" not in backends:
+        reference_out = _reference_outputs(model_path, feeds1, say, workload.name)
+    # The reference goes first: its first call gives the outputs the others are compared with.
+    order = sorted(results, key=lambda r: r.backend != "reference")
+    try:
+        for r in order:
+            r.run = ledger.start_run(level=1, workload=workload.name, submission=r.backend,
+                                     backend=r.backend, seed=workload.seed, hyperparameters=hyper,
+                                     workload_file=workload.path, model_file=model_path)
+            r.run_id = r.run.id
+            r.details.update({"framework": classes[r.backend].framework,
+                              "framework_version": classes[r.backend].version(),
+                              "model": workload.model_label(), "inputs": {
+                                  k: list(v.shape) for k, v in feeds1.items()}})
+            outputs = _translate(r, classes[r.backend], model_path, feeds1, reference_out,
+                                 workload, say)
+            if r.backend == "reference" and "agreement" in workload.metrics:
+                reference_out = outputs
+        alive = [r for r in results if r.status == "running"]
+        _time_inference(alive, feeds1, feeds_b, workload, budget, say)
+        if workload.train:
+            _time_training(alive, classes, train_path, train_model, workload, budget, say)
+        for r in results:
+            if r.status == "running":
+                r.status = "succeeded"
+            r.run.finish(r.status, figures=r.figures, details=r.details,
+                         error=r.error or None)
+    except BaseException as err:
+        for r in results:
+            if r.run is not None and r.run.status == "running":
+                status = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
+                r.run.finish(status, figures=r.figures, details=r.details,
+                             error=r.error or _describe(err))
+        raise
+    return BenchResult(workload, results)
+
+
+def _reference_outputs(model_path: Path, feeds1: dict[str, np.ndarray], say: Progress,
+                       name: str) -> list[np.ndarray] | None:
+    """The reference backend's outputs at batch 1 (None if it cannot run the model)."""
+    from d500.backends import get
+    say(f"{name}: reference outputs for agreement")
+    try:
+        return [np.asarray(o) for o in get("reference").prepare(str(model_path)).run(feeds1)]
+    except Exception:  # noqa: BLE001 - then agreement is not measured; the note says why
+        return None
+
+
+def _fail(r: BackendBench, err: BaseException) -> None:
+    r.status = "failed"
+    r.error = _describe(err)
+    if isinstance(err, UnsupportedOperator):
+        r.unsupported = err
+
+
+def _translate(r: BackendBench, backend: type[Backend], model_path: Path,
+               feeds1: dict[str, np.ndarray], reference_out: list[np.ndarray] | None,
+               workload: Workload, say: Progress) -> list[np.ndarray] | None:
+    """Cold load+translate, the first call, and agreement with the reference; the outputs."""
+    from d500 import backends
+    say(f"{workload.name}: {r.backend}: load and translate")
+    try:
+        t0 = time.perf_counter()  # the framework's import is not the model's translation
+        for module in backends._frameworks(r.backend):
+            importlib.import_module(module)
+        r.details["framework_import_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        r.exe = backend.prepare(str(model_path))
+        r.figures["translate_time"] = time.perf_counter() - t0
+        say(f"{workload.name}: {r.backend}: first call")
+        t0 = time.perf_counter()
+        outputs = [np.asarray(o) for o in r.exe.run(feeds1)]
+        r.figures["first_call_time"] = time.perf_counter() - t0
+    except Exception as err:  # noqa: BLE001 - recorded as this backend's failure
+        _fail(r, err)
+        return None
+    if r.backend == "reference" and reference_out is None:
+        reference_out = outputs
+    if reference_out is None:
+        if "agreement" in workload.metrics:
+            r.details["agreement_note"] = "the reference backend could not run the model"
+        return outputs
+    comparisons = [compare(o.name, got, want) for o, got, want in
+                   zip(r.exe.model.graph.output, outputs, reference_out)]
+    r.figures["agreement"] = max((c.max_rel for c in comparisons), default=0.0)
+    r.details["agreement"] = [c.as_dict() for c in comparisons]
+    if not all(c.ok for c in comparisons) or len(outputs) != len(reference_out):
+        bad = next((c for c in comparisons if not c.ok), None)
+        r.status = "failed"
+        r.error = (f"outputs disagree with the reference: {bad.output} max rel error "
+                   f"{bad.max_rel:.3g} > {bad.rtol:g} ({bad.note})" if bad else
+                   f"{len(outputs)} outputs instead of {len(reference_out)}")
+    if not np.isfinite(r.figures["agreement"]):
+        r.figures.pop("agreement")  # the ledger stores numbers; the error says what happened
+    return outputs
+
+
+def _time_inference(alive: list[BackendBench], feeds1, feeds_b, workload: Workload,
+                    budget: float, say: Progress) -> None:
+    alive = [r for r in alive if r.status == "running"]
+    if not alive:
+        return
+    want_latency = "latency" in workload.metrics or "throughput" in workload.metrics
+    if want_latency:
+        timings = _interleave(alive, lambda r: (lambda: r.exe.run(feeds1)), budget, say,
+                              f"{workload.name}: latency at batch 1")
+        for r in alive:
+            if r.backend in timings:
+                r.figures["latency"] = timings[r.backend].median
+                r.details["latency"] = timings[r.backend].summary()
+    if "throughput" not in workload.metrics:
+        return
+    b = workload.batch_size
+    if b == 1:
+        for r in alive:
+            if "latency" in r.figures:
+                r.figures["throughput"] = 1.0 / r.figures["latency"]
+                r.details["throughput"] = {"batch_size": 1, "from": "latency"}
+        return
+    timings = _interleave([r for r in alive if r.status == "running"],
+                          lambda r: (lambda: r.exe.run(feeds_b)), budget, say,
+                          f"{workload.name}: throughput at batch {b}")
+    for r in alive:
+        if r.backend in timings:
+            r.figures["throughput"] = b / timings[r.backend].median
+            r.details["throughput"] = {"batch_size": b, **timings[r.backend].summary()}
+
+
+def _time_training(alive: list[BackendBench], classes, train_path, train_model,
+                   workload: Workload, budget: float, say: Progress) -> None:
+    feeds = _inputs.make(train_model, workload.seed, batch=workload.batch_size)
+    loss = workload.loss_output
+    ready = []
+    for r in alive:
+        if r.status != "running":
+            continue
+        backend = classes[r.backend]
+        if not backend.trainable:
+            r.details["train_step_note"] = f"{r.backend} is an inference-only backend"
+            continue
+        say(f"{workload.name}: {r.backend}: translate the training model")
+        try:
+            t0 = time.perf_counter()
+            r.train_exe = backend.prepare(str(train_path))
+            r.details["train_translate_s"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            wrt = list(r.train_exe.parameter_names)  # a training step: parameter gradients
+            _, grads = r.train_exe.gradients(feeds, output=loss, wrt=wrt)
+            r.details["train_first_step_s"] = time.perf_counter() - t0
+            r.details["train_gradients"] = len(grads)
+        except NotImplementedError:
+            r.details["train_step_note"] = f"{r.backend} computes no gradients"
+            continue
+        except Exception as err:  # noqa: BLE001 - a failing training step fails this backend
+            _fail(r, err)
+            continue
+        ready.append(r)
+    if not ready:
+        return
+    timings = _interleave(
+        ready, lambda r: (lambda: r.train_exe.gradients(
+            feeds, output=loss, wrt=list(r.train_exe.parameter_names))), budget, say,
+        f"{workload.name}: training step at batch {workload.batch_size}")
+    for r in ready:
+        if r.backend in timings:
+            r.figures["train_step_time"] = timings[r.backend].median
+            r.details["train_step"] = {"batch_size": workload.batch_size,
+                                       "what": "forward, loss, backward, parameter gradients",
+                                       **timings[r.backend].summary()}
+
+
+class _TimedFailure(Exception):
+    def __init__(self, backend: str, err: BaseException):
+        super().__init__(backend)
+        self.backend, self.err = backend, err
+
+
+def _tagged(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+    def call() -> Any:
+        try:
+            return fn()
+        except Exception as err:  # noqa: BLE001 - tagged with the backend, handled by caller
+            raise _TimedFailure(name, err) from err
+    return call
+
+
+def _interleave(rs: list[BackendBench], make_fn, budget: float, say: Progress,
+                what: str) -> dict[str, Timing]:
+    """Time the backends side by side; one that raises while timed fails, the others go on."""
+    rs = [r for r in rs if r.status == "running"]
+    while rs:
+        counts: dict[str, int] = {}
+
+        def tick(name: str, n: int) -> None:
+            counts[name] = n
+            say(f"{what}: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + " samples")
+
+        say(what)
+        try:
+            # Each backend's first call was made already: one more call of warm-up is enough.
+            return measure_interleaved({r.backend: _tagged(r.backend, make_fn(r)) for r in rs},
+                                       budget=budget, warmup=1, progress=tick)
+        except _TimedFailure as failure:
+            culprit = next(r for r in rs if r.backend == failure.backend)
+            _fail(culprit, failure.err)
+            rs = [r for r in rs if r is not culprit]
+    return {}

@@ -1,0 +1,106 @@
+"""Comparing a backend's network outputs with a baseline's: errors relative to the output's scale.
+
+Tolerance (`RTOL`, by dtype): an output agrees when max|a - b| <= rtol * max|b| over its finite
+elements, with NaN and ±inf in the same places and exact equality for integers and booleans.
+The error is taken relative to the output's *scale* (its largest magnitude), not element by
+element: backends legitimately sum in different orders and with different algorithms (blocked
+GEMM, Winograd or FFT convolution, fused batch norm), so an element near a zero crossing can
+carry an error of the size of its neighbours' rounding and an element-wise relative error there
+means nothing. For float32, a dot product of length K has a rounding error bound of about
+K·eps·Σ|terms|; through a network of tens of layers with K up to a few thousand the observed
+differences between correct backends are 1e-6..1e-4 of the output scale, while real bugs (a
+wrong padding, a swapped axis, a missing bias) show up at 1e-2 or more. rtol 1e-3 for float32
+sits between the two and is the tolerance ONNX's own model tests use for these networks; float64
+gets 1e-9, half precision 2e-2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+RTOL = {"float64": 1e-9, "float32": 1e-3, "float16": 2e-2, "bfloat16": 2e-2}
+DEFAULT_RTOL = 1e-3
+
+
+def rtol_for(dtype: np.dtype) -> float:
+    """The tolerance for outputs of `dtype` (0 for integers and booleans: exact)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iub":
+        return 0.0
+    return RTOL.get(dtype.name, DEFAULT_RTOL)
+
+
+@dataclass
+class Comparison:
+    """One output of one backend against the baseline."""
+
+    output: str
+    max_abs: float
+    max_rel: float  # max_abs / the baseline output's largest finite magnitude
+    rtol: float
+    ok: bool
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return {"output": self.output, "max_abs": _num(self.max_abs),
+                "max_rel": _num(self.max_rel), "rtol": self.rtol, "ok": self.ok,
+                "note": self.note}
+
+
+def _num(x: float) -> float | str:
+    """JSON has no inf/NaN: they become strings."""
+    return x if np.isfinite(x) else str(x)
+
+
+def compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float | None = None
+            ) -> Comparison:
+    """Compare `got` with the baseline `want` (see the module docstring for the rule)."""
+    got, want = np.asarray(got), np.asarray(want)
+    tol = rtol_for(want.dtype) if rtol is None else rtol
+    if got.shape != want.shape:
+        return Comparison(name, np.inf, np.inf, tol, False,
+                          f"shape {_shape(got)} instead of {_shape(want)}")
+    if want.dtype.kind not in "fciub" or got.dtype.kind not in "fciub":
+        same = bool(np.array_equal(got, want))
+        return Comparison(name, 0.0 if same else np.inf, 0.0 if same else np.inf, 0.0, same,
+                          "" if same else "values differ")
+    if want.dtype.kind in "iub" and got.dtype.kind in "iub":
+        diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        max_abs = float(diff.max()) if diff.size else 0.0
+        scale = float(np.abs(want).max()) if want.size else 0.0
+        rel = _rel(max_abs, scale)
+        bad = int(np.count_nonzero(diff))
+        return Comparison(name, max_abs, rel, 0.0, bad == 0,
+                          f"{bad} of {diff.size} elements differ" if bad else "")
+    g = got.astype(np.complex128 if got.dtype.kind == "c" else np.float64)
+    w = want.astype(np.complex128 if want.dtype.kind == "c" else np.float64)
+    g_nan, w_nan = np.isnan(g), np.isnan(w)
+    if not np.array_equal(g_nan, w_nan):
+        n = int(np.count_nonzero(g_nan != w_nan))
+        return Comparison(name, np.inf, np.inf, tol, False, f"NaN in {n} other place(s)")
+    g_inf, w_inf = np.isinf(g), np.isinf(w)
+    if not np.array_equal(g_inf, w_inf) or not np.array_equal(g[g_inf], w[w_inf]):
+        return Comparison(name, np.inf, np.inf, tol, False, "infinities differ")
+    finite = ~(w_nan | w_inf)
+    diff = np.abs(g[finite] - w[finite])
+    max_abs = float(diff.max()) if diff.size else 0.0
+    scale = float(np.abs(w[finite]).max()) if diff.size else 0.0
+    rel = _rel(max_abs, scale)
+    ok = rel <= tol
+    note = ""
+    if not ok:
+        bad = int(np.count_nonzero(diff > tol * scale))
+        note = f"{bad} of {diff.size} elements beyond tolerance"
+    return Comparison(name, max_abs, rel, tol, ok, note)
+
+
+def _rel(max_abs: float, scale: float) -> float:
+    if max_abs == 0:
+        return 0.0
+    return max_abs / scale if scale > 0 else np.inf
+
+
+def _shape(a: np.ndarray) -> str:
+    return "x".join(map(str, a.shape)) or "scalar"

@@ -1,0 +1,108 @@
+"""`d500 net bench`: figures per backend recorded as ledger runs and shown by the level-1
+leaderboard; failures recorded, not hidden."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from d500 import leaderboard
+from d500.errors import ConfigError
+from d500.ledger import Ledger
+from d500.networks import workloads
+from d500.networks.bench import bench
+
+from .conftest import d500
+
+TINY = """\
+name: tiny-mlp
+level: 1
+model:
+  builder: mlp
+  input_shape: [1, 8, 8]
+batch_size: 16
+train: true
+budget: 0.05
+metrics: [train_step_time, latency, throughput, translate_time, first_call_time, agreement]
+rank_by: latency
+"""
+
+
+def _workload(tmp_path, text=TINY):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(textwrap.dedent(text))
+    return workloads.load(path)
+
+
+def test_bench_records_each_backend_and_the_leaderboard_ranks_them(tmp_path, home):
+    wl = _workload(tmp_path)
+    result = bench(wl, ["reference", "onnxruntime"])
+    assert result.exit_code == 0
+    by = {r.backend: r for r in result.results}
+    ref, ort = by["reference"], by["onnxruntime"]
+    for r in (ref, ort):
+        assert r.status == "succeeded", r.error
+        for name in ("latency", "throughput", "translate_time", "first_call_time"):
+            assert r.figures[name] > 0
+        assert r.details["latency"]["repetitions"] >= 3
+        assert r.details["throughput"]["batch_size"] == 16
+    assert ref.figures["agreement"] == 0 and 0 <= ort.figures["agreement"] < 1e-5
+    # the reference computes gradients; onnxruntime is inference-only and says so
+    assert ref.figures["train_step_time"] > 0 and ref.details["train_gradients"] > 0
+    assert "train_step_time" not in ort.figures
+    assert "inference-only" in ort.details["train_step_note"]
+    runs = {r["backend"]: r for r in Ledger().runs(level=1, workload="tiny-mlp")}
+    assert set(runs) == {"reference", "onnxruntime"}
+    for backend, run in runs.items():
+        assert run["status"] == "succeeded" and run["figures"] == by[backend].figures
+        assert run["hyperparameters"]["batch_size"] == 16
+    text = leaderboard.render(level=1, workload="tiny-mlp", fmt="md")
+    assert "tiny-mlp" in text and "reference" in text and "onnxruntime" in text
+    lines = [line for line in text.splitlines() if line.startswith("| 1 ")]
+    fastest = min(runs.values(), key=lambda r: r["figures"]["latency"])["backend"]
+    assert len(lines) == 1 and f"| {fastest} |" in lines[0]
+
+
+def test_a_fixed_batch_model_must_be_benchmarked_at_its_batch(tmp_path):
+    wl = _workload(tmp_path, TINY.replace("  builder: mlp\n  input_shape: [1, 8, 8]\n",
+                                          "  onnx_package: light_squeezenet.onnx\n")
+                   .replace("train: true", "train: false").replace("train_step_time, ", ""))
+    with pytest.raises(ConfigError, match="'batch_size' is 16 but model input 'data_0' has a "
+                                          "fixed leading"):
+        bench(wl, ["onnxruntime"])
+
+
+def test_cli_bench_prints_the_table_and_records(tmp_path, home):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY)
+    result = d500("net", "bench", path, "--backends", "onnxruntime", "--budget", "0.05",
+                  home=home)
+    assert result.returncode == 0, result.stderr
+    assert "net bench tiny-mlp" in result.stdout and "onnxruntime" in result.stdout
+    assert "recorded in the ledger" in result.stdout
+    listed = d500("ledger", "list", "--level", "1", "--json", home=home)
+    import json
+    runs = json.loads(listed.stdout)
+    assert [(r["workload"], r["backend"], r["status"]) for r in runs] == [
+        ("tiny-mlp", "onnxruntime", "succeeded")]
+    board = d500("leaderboard", "--level", "1", home=home)
+    assert board.returncode == 0 and "tiny-mlp" in board.stdout
+
+
+def test_a_backend_that_disagrees_is_recorded_failed_with_its_figures_and_never_ranked(
+        extra_backends, tmp_path, home):
+    wl = _workload(tmp_path, TINY.replace("train: true", "train: false")
+                   .replace("train_step_time, ", ""))
+    result = bench(wl, ["onnxruntime", "perturbed"])
+    assert result.exit_code == 1
+    bad = next(r for r in result.results if r.backend == "perturbed")
+    assert bad.status == "failed" and "disagree with the reference" in bad.error
+    assert bad.figures["agreement"] == pytest.approx(0.01, rel=0.1)
+    assert "latency" not in bad.figures  # a wrong backend is not timed
+    runs = {r["backend"]: r for r in Ledger().runs(level=1, workload="tiny-mlp")}
+    assert runs["perturbed"]["status"] == "failed"
+    assert runs["onnxruntime"]["status"] == "succeeded"
+    board = leaderboard.build(level=1, workload="tiny-mlp")[0]
+    ranked = [e.backend for e in board.entries if e.rank is not None]
+    assert ranked == ["onnxruntime"]

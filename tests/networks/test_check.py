@@ -1,0 +1,131 @@
+"""`d500 net check`: every backend agrees on the d500 builders and the onnx package's networks; a
+wrong backend, a missing operator and a bad model are each reported as such."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from d500 import backends
+from d500.networks import inputs
+from d500.networks.check import check
+from d500.networks.workloads import onnx_package_file
+
+from .conftest import d500, save_builder
+
+ALL = ["reference", "torch", "tensorflow", "onnxruntime"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, shape", [("mlp", (1, 8, 8)), ("lenet5", (1, 28, 28)),
+                                         ("resnet20", (3, 32, 32))])
+def test_builders_agree_on_all_four_backends_logits_and_loss(name, shape):
+    from d500 import builders
+    model = builders.build(name, shape, loss=True)
+    report = check(model, inputs.make(model, seed=1), ALL, model_name=name, seed=1)
+    assert report.baseline == "reference" and report.baseline_kind == "reference"
+    assert [r.backend for r in report.results] == ALL
+    for r in report.results:
+        assert r.status == "ok", r.error
+        assert [c.output for c in r.comparisons] == ["logits", "loss"]
+        assert r.agrees and r.max_rel < 1e-4, (r.backend, r.max_rel)
+    assert report.exit_code == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("light", ["light_squeezenet.onnx", "light_densenet121.onnx"])
+def test_light_networks_from_the_onnx_package_agree(light):
+    # squeezenet: Softmax before opset 13 flattens to 2-D; densenet: a one-output opset-9
+    # BatchNormalization is inference. onnx's ReferenceEvaluator got both wrong.
+    model = onnx.load(onnx_package_file(light))
+    report = check(model, inputs.make(model, seed=0), ALL, model_name=light)
+    assert report.exit_code == 0, report.as_dict()
+    assert all(r.agrees for r in report.results)
+
+
+# -- a backend with a bug, and a reference that cannot run the model (see conftest) ---------
+
+def test_a_backend_off_by_one_percent_is_caught(extra_backends, tmp_path, home, capsys):
+    from d500.cli import main
+    from d500.ledger import Ledger
+    path = save_builder(tmp_path, "mlp", (1, 8, 8))
+    code = main(["net", "check", str(path), "--backends", "onnxruntime,perturbed", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and report["exit_code"] == 1
+    verdicts = {b["backend"]: b["verdict"] for b in report["backends"]}
+    assert verdicts == {"reference": "agrees", "onnxruntime": "agrees",
+                        "perturbed": "DISAGREES"}
+    bad = next(b for b in report["backends"] if b["backend"] == "perturbed")
+    assert abs(bad["max_rel"] - 0.01) < 1e-3
+    runs = {r["backend"]: r for r in Ledger().runs(level=1)}
+    assert set(runs) == {"onnxruntime", "perturbed"}
+    assert runs["onnxruntime"]["status"] == "succeeded"
+    assert runs["perturbed"]["status"] == "failed" and "disagrees" in runs["perturbed"]["error"]
+    assert runs["perturbed"]["figures"]["agreement"] == pytest.approx(0.01, rel=0.1)
+
+
+def test_without_the_reference_the_majority_is_the_baseline(extra_backends, monkeypatch):
+    from d500 import builders
+    monkeypatch.setitem(backends.BUILTIN, "reference", f"{extra_backends.__name__}:NoReference")
+    model = builders.build("mlp", (1, 8, 8))
+    feeds = inputs.make(model, seed=0)
+    # torch's and onnxruntime's answers outvote the perturbed one, whatever the order
+    report = check(model, feeds, ["perturbed", "onnxruntime", "torch"])
+    assert report.baseline_kind == "majority" and report.baseline in ("onnxruntime", "torch")
+    assert {r.backend: r.verdict for r in report.checked} == {
+        "perturbed": "DISAGREES", "onnxruntime": "agrees", "torch": "agrees"}
+    assert report.exit_code == 1 and "could not run the model" in report.note
+    report = check(model, feeds, ["onnxruntime", "torch"])
+    assert report.exit_code == 0  # the reference was only the baseline, not a checked backend
+    report = check(model, feeds, ["reference", "onnxruntime"])
+    assert report.exit_code == 2 and report.first_unsupported().backend == "reference"
+    report = check(model, feeds, ["onnxruntime"])  # alone, it agrees with nobody
+    assert report.exit_code == 1 and report.baseline is None
+    assert "nothing to compare it with" in report.note
+
+
+# -- bad input from the command line ----------------------------------------------------------
+
+def test_bad_models_are_one_line_and_exit_2(tmp_path, home):
+    good = save_builder(tmp_path, "mlp", (1, 8, 8))
+    truncated = tmp_path / "truncated.onnx"
+    truncated.write_bytes(good.read_bytes()[:200])
+    node = helper.make_node("Frobnicate", ["x"], ["y"], domain="com.example", name="frob1")
+    graph = helper.make_graph([node], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    custom = tmp_path / "custom.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                      helper.make_opsetid("com.example", 1)]),
+              custom)
+    cases = [
+        ([truncated], "not an ONNX model or truncated"),
+        ([tmp_path / "missing.onnx"], "no such file"),
+        ([custom, "--backends", "reference,onnxruntime"],
+         "backend 'reference' does not support operator com.example::Frobnicate (opset 1) "
+         "used by node 'frob1'"),
+        ([good, "--backends", "nosuch"], "unknown backend 'nosuch'"),
+        ([good, "--inputs", tmp_path / "missing.npz"], "no such inputs file"),
+        ([good, "--dim", "M=3"], "no input dimension named 'M'"),
+    ]
+    for args, message in cases:
+        result = d500("net", "check", *args, home=home)
+        assert result.returncode == 2, (args, result.stderr)
+        last = result.stderr.strip().splitlines()[-1]
+        assert message in last and "Traceback" not in result.stderr, (args, result.stderr)
+
+
+def test_cli_table_and_inputs_file(tmp_path, home):
+    model = save_builder(tmp_path, "mlp", (1, 8, 8))
+    feeds = tmp_path / "inputs.npz"
+    np.savez(feeds, input=np.ones((3, 1, 8, 8), np.float32))
+    result = d500("net", "check", model, "--backends", "onnxruntime", "--inputs", feeds,
+                  home=home)
+    assert result.returncode == 0, result.stderr
+    assert "onnxruntime" in result.stdout and "agrees" in result.stdout
+    assert "input 3x1x8x8, from --inputs" in result.stdout
+    assert "all backends agree" in result.stdout

@@ -1,0 +1,62 @@
+"""`d500 run`, the main job, end to end on a narrow selection (the full suite is `make run`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from d500.ledger import Ledger
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def d500(*args: str, home: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "D500_HOME": str(home), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    return subprocess.run([sys.executable, "-m", "d500.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+@pytest.mark.slow
+def test_run_levels_0_and_1_records_everything_and_prints_the_leaderboard(home):
+    result = d500("run", "--workload", "mlp-mnist", "--workload", "gemm-small",
+                  "--backends", "reference,onnxruntime", "--quick", home=home)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    for title in ("level 0 · gemm-small", "level 1 · check:mlp-mnist", "level 1 · mlp-mnist"):
+        assert title in out, out
+    html = home / "leaderboard.html"
+    assert f"HTML leaderboard: {html}" in out and html.is_file()
+    assert "level 1 · mlp-mnist" in html.read_text(encoding="utf-8")
+    runs = Ledger(home / "ledger.sqlite").runs()
+    seen = {(r["level"], r["workload"], r["backend"], r["status"]) for r in runs}
+    assert {(1, "mlp-mnist", "reference", "succeeded"),
+            (1, "mlp-mnist", "onnxruntime", "succeeded"),
+            (1, "check:mlp-mnist", "onnxruntime", "succeeded")} <= seen
+    level0 = [r for r in runs if r["level"] == 0]
+    assert {r["submission"] for r in level0} >= {"c-gemm"}
+    assert all(r["workload"] == "gemm-small" and r["status"] == "succeeded" for r in level0)
+    assert f"{len(runs)} runs recorded" in out
+    assert "level 0" in result.stderr and "net bench" in result.stderr  # the progress bars
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--workload", "no-such-workload"], "no level-1 workload named 'no-such-workload'"),
+    (["--level", "7"], "--level '7': expected 0, 1, 2 or 3"),
+    (["--backends", "nosuch"], "unknown backend 'nosuch'"),
+    (["--budget", "0"], "--budget must be a positive number"),
+])
+def test_bad_selection_is_one_line_and_exit_2(home, args, message):
+    result = d500("run", *args, home=home)
+    assert result.returncode == 2
+    assert message in result.stderr and result.stderr.strip().count("\n") == 0
+    assert not (home / "ledger.sqlite").exists()  # nothing ran
