@@ -1,0 +1,283 @@
+"""The torch backend: an ONNX graph as a torch.nn.Module; its forward walks the op table."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+
+from d500.backends.base import Backend, Executable, to_numpy
+from d500.backends.graph import Node, Program
+from d500.backends.torch import (
+    control,
+    detection,
+    image,
+    linalg,
+    math,
+    nn,
+    reduce,
+    rnn,
+    shape,
+    spectral,
+    strings,
+    training,
+)
+from d500.backends.torch.dtypes import from_numpy
+from d500.backends.torch.dtypes import to_numpy as tensor_to_numpy
+from d500.errors import D500Error, UsageError
+
+# The op table: ONNX op type (prefixed by "domain::" outside the default domain) -> function.
+OPS = {**math.OPS, **nn.OPS, **shape.OPS, **reduce.OPS, **linalg.OPS, **control.OPS,
+       **image.OPS, **rnn.OPS, **spectral.OPS, **strings.OPS, **detection.OPS, **training.OPS}
+
+
+def _nodes(program: Program) -> Iterator[Node]:
+    """Every node of a program, subgraphs included."""
+    for node, _ in program.steps:
+        yield node
+        for value in node.attrs.values():
+            for sub in value if isinstance(value, list) else [value]:
+                if isinstance(sub, Program):
+                    yield from _nodes(sub)
+
+
+def _subgraph_reads(node: Node) -> set[str]:
+    """Outer-scope names the subgraphs of a node read (they count as reads of the node)."""
+    names: set[str] = set()
+    for value in node.attrs.values():
+        for sub in value if isinstance(value, list) else [value]:
+            if isinstance(sub, Program):
+                defined = set(sub.input_names) | set(sub.initializers)
+                for inner, _ in sub.steps:
+                    names.update(n for n in inner.inputs if n and n not in defined)
+                    names.update(n for n in _subgraph_reads(inner) if n not in defined)
+                    defined.update(inner.outputs)
+                names.update(n for n in sub.output_names if n not in defined)
+    return names
+
+
+class Plan:
+    """The top-level steps of a program with, per step, the values no later step reads.
+
+    Running it frees every intermediate value after its last use, as eager torch code does:
+    holding all activations to the end costs memory traffic and fresh allocations.
+    """
+
+    def __init__(self, program: Program):
+        self.program = program
+        steps = program.steps
+        keep = set(program.output_names)
+        last: dict[str, int] = {}
+        for i, (node, _) in enumerate(steps):
+            for name in [*node.inputs, *_subgraph_reads(node)]:
+                if name:
+                    last[name] = i
+        dead: list[list[str]] = [[] for _ in steps]
+        for name, i in last.items():
+            if name not in keep:
+                dead[i].append(name)
+        self.steps = [(node, fn, node.inputs, node.outputs, tuple(d))
+                      for (node, fn), d in zip(steps, dead)]
+        self.output_names = program.output_names
+
+    def run(self, env: dict[str, Any]) -> list[Any]:
+        program = self.program
+        saved, program.scope = program.scope, env
+        node = None
+        try:
+            for node, fn, inputs, outputs, dead in self.steps:
+                out = fn(node, *[env[n] if n else None for n in inputs])
+                if type(out) is not tuple:
+                    out = (out,)
+                for name, value in zip(outputs, out):
+                    if name:
+                        env[name] = value
+                for name in dead:
+                    env.pop(name, None)
+            return [env[name] for name in self.output_names]
+        except D500Error:
+            raise
+        except (RuntimeError, ValueError, IndexError, TypeError) as err:
+            where = f"node '{node.name or '<unnamed>'}' ({node.op_type})" if node else "the graph"
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise UsageError(f"backend 'torch': {where} failed: {first}") from err
+        finally:
+            program.scope = saved
+
+
+def _elem_type(type_proto: onnx.TypeProto) -> int:
+    """The tensor element type inside a (sequence/optional of) tensor type; 0 if unknown."""
+    kind = type_proto.WhichOneof("value")
+    if kind == "tensor_type":
+        return type_proto.tensor_type.elem_type
+    if kind == "sequence_type":
+        return _elem_type(type_proto.sequence_type.elem_type)
+    if kind == "optional_type":
+        return _elem_type(type_proto.optional_type.elem_type)
+    return 0
+
+
+class GraphModule(torch.nn.Module):
+    """The ONNX graph as a module: float initializers are parameters, the rest buffers."""
+
+    def __init__(self, program: Program, initializers: Mapping[str, np.ndarray],
+                 trainable: set[str], input_names: Sequence[str], device: torch.device):
+        super().__init__()
+        self.program = program
+        self.plan = Plan(program)
+        self.input_names = list(input_names)
+        self.attr_names: dict[str, str] = {}
+        self.constants: dict[str, Any] = {}
+        for i, (name, array) in enumerate(initializers.items()):
+            value = from_numpy(array, device)
+            if not isinstance(value, torch.Tensor):
+                self.constants[name] = value  # strings
+                continue
+            attr = f"v{i}_" + re.sub(r"\W", "_", name)[:60]
+            self.attr_names[name] = attr
+            if name in trainable:
+                self.register_parameter(attr, torch.nn.Parameter(value))
+            else:
+                self.register_buffer(attr, value)
+        self.values: dict[str, Any] = {}
+        self._refresh()
+
+    def _refresh(self) -> None:
+        self.values = {name: getattr(self, attr) for name, attr in self.attr_names.items()}
+        self.values.update(self.constants)
+
+    def _apply(self, fn, recurse=True):  # keep the name -> tensor map valid across .to(...)
+        out = super()._apply(fn, recurse)
+        self._refresh()
+        return out
+
+    def forward(self, *inputs: Any, **named: Any) -> list[Any]:
+        feeds = dict(self.values)
+        feeds.update(zip(self.input_names, inputs))
+        feeds.update(named)
+        return self.plan.run(feeds)
+
+
+class TorchExecutable(Executable):
+    backend_name = "torch"
+
+    def __init__(self, model: onnx.ModelProto, device: str = "CPU"):
+        super().__init__(model, device)
+        self.torch_device = torch.device("cuda" if device.upper().startswith("CUDA") else "cpu")
+        opsets = {imp.domain or "": imp.version for imp in model.opset_import}
+        functions = {(f.domain, f.name): f for f in model.functions}
+        program = Program(model.graph, opsets, OPS, "torch", functions=functions)
+        initializers = {t.name: to_numpy(t) for t in model.graph.initializer}
+        self._module = GraphModule(program, initializers, set(self.parameter_names),
+                                   self.input_names, self.torch_device)
+        for node in _nodes(program):
+            node.device = self.torch_device  # type: ignore[attr-defined]
+            if node.op_type == "Constant" and node.domain == "":
+                OPS["Constant"](node)  # cache now, outside inference mode
+        types = dict(program.types)
+        self.output_types = [_elem_type(types[n]) if n in types else 0 for n in self.output_names]
+        self.input_shapes = {
+            i.name: [d.dim_value if d.HasField("dim_value") else None
+                     for d in i.type.tensor_type.shape.dim]
+            for i in model.graph.input
+            if i.type.HasField("tensor_type") and i.type.tensor_type.HasField("shape")}
+
+    # -- running ----------------------------------------------------------------------------
+    def _feeds(self, inputs: Any, requires_grad: set[str] = frozenset()) -> dict[str, Any]:
+        feeds = {}
+        for name, value in self.bind(inputs).items():
+            self._check_shape(name, value)
+            tensor = from_numpy(value, self.torch_device)
+            if name in requires_grad and isinstance(tensor, torch.Tensor):
+                tensor = tensor.detach().clone().requires_grad_(True)
+            feeds[name] = tensor
+        return feeds
+
+    def _check_shape(self, name: str, value: Any) -> None:
+        """An input whose rank or fixed sizes differ from the graph's declaration is refused."""
+        declared = self.input_shapes.get(name)
+        if declared is None:
+            return
+        shape = tuple(value.shape) if hasattr(value, "shape") else np.shape(value)
+        if len(shape) != len(declared) or any(
+                d is not None and d != s for d, s in zip(declared, shape)):
+            want = "(" + ", ".join("?" if d is None else str(d) for d in declared) + ")"
+            raise UsageError(f"input '{name}' has shape {tuple(shape)}; the model declares {want}")
+
+    def _outputs(self, values: Sequence[Any]) -> list[Any]:
+        return [tensor_to_numpy(v, t) for v, t in zip(values, self.output_types)]
+
+    def run(self, inputs: Any, **kwargs: Any) -> list[np.ndarray]:
+        feeds = self._feeds(inputs)
+        with torch.inference_mode():
+            return self._outputs(self._module(**feeds))
+
+    # -- training hooks ---------------------------------------------------------------------
+    def parameters(self) -> dict[str, np.ndarray]:
+        values = self._module.values
+        return {name: tensor_to_numpy(values[name]).copy() for name in self.parameter_names}
+
+    def set_parameters(self, values: Mapping[str, np.ndarray]) -> None:
+        current = self._module.values
+        with torch.no_grad():
+            for name, value in values.items():
+                if name not in self.parameter_names:
+                    raise KeyError(f"'{name}' is not a parameter of this model")
+                target = current[name]
+                new = from_numpy(np.asarray(value), self.torch_device)
+                target.copy_(new.reshape(target.shape).to(target.dtype))
+
+    def gradients(self, inputs: Any, *, output: str | None = None,
+                  grad_outputs: Mapping[str, np.ndarray] | None = None,
+                  wrt: Sequence[str] | None = None,
+                  ) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+        bound = self.bind(inputs)
+        float_inputs = [n for n in self.input_names
+                        if n in bound and np.asarray(bound[n]).dtype.kind == "f"]
+        wanted = list(wrt) if wrt is not None else self.parameter_names + float_inputs
+        unknown = [n for n in wanted if n not in self.parameter_names and n not in float_inputs]
+        if unknown:
+            raise UsageError(f"cannot differentiate with respect to {unknown}: not a parameter "
+                             f"or float input of the model")
+        feeds = self._feeds(bound, set(wanted) & set(float_inputs))
+        with torch.enable_grad():
+            outs = self._module(**feeds)
+            if grad_outputs:
+                loss = sum((outs[self._output_index(name)] * from_numpy(
+                    np.asarray(g), self.torch_device)).sum() for name, g in grad_outputs.items())
+            else:
+                loss = outs[self._output_index(output or self.output_names[0])].sum()
+            targets = [feeds[n] if n in feeds else self._module.values[n] for n in wanted]
+            grads = torch.autograd.grad(loss, targets, allow_unused=True)
+        result = {name: (np.zeros(t.shape, dtype=tensor_to_numpy(t).dtype) if g is None
+                         else tensor_to_numpy(g)) for name, t, g in zip(wanted, targets, grads)}
+        return self._outputs(outs), result
+
+    def _output_index(self, name: str) -> int:
+        if name not in self.output_names:
+            raise UsageError(f"'{name}' is not an output of the model "
+                             f"(outputs: {', '.join(self.output_names)})")
+        return self.output_names.index(name)
+
+    @property
+    def native(self) -> GraphModule:
+        return self._module
+
+
+class TorchBackend(Backend):
+    name = "torch"
+    framework = "torch"
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        if str(device).upper().startswith("CUDA"):
+            return torch.cuda.is_available()
+        return super().supports_device(device)
+
+    @classmethod
+    def _prepare(cls, model: onnx.ModelProto, device: str, **kwargs: Any) -> Executable:
+        return TorchExecutable(model, device)

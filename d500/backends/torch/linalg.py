@@ -1,0 +1,157 @@
+"""Linear algebra and quantization in torch: MatMul, Gemm, Einsum, Det, integer and Q-linear ops."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from onnx import TensorProto as T
+
+from d500.backends.torch import dtypes
+from d500.backends.torch.nn import Conv
+from d500.backends.torch.table import axis_of, in_type, out_type, registry
+
+OPS, op = registry()
+
+
+@op
+def MatMul(node, a, b):
+    if a.is_floating_point() or a.is_complex():
+        return torch.matmul(a, b)
+    return torch.matmul(a.to(torch.int64), b.to(torch.int64)).to(a.dtype)
+
+
+@op
+def Gemm(node, a, b, c=None):
+    alpha, beta = node.attr("alpha", 1.0), node.attr("beta", 1.0)
+    trans_a, trans_b = node.attr("transA", 0), node.attr("transB", 0)
+    if trans_b and not trans_a and alpha == 1.0 and beta == 1.0 and (c is None or c.dim() <= 1):
+        return F.linear(a, b, c)
+    if trans_a:
+        a = a.T
+    if trans_b:
+        b = b.T
+    y = a @ b
+    if alpha != 1.0:
+        y = y * alpha
+    if c is not None:
+        y = y + (c * beta if beta != 1.0 else c)
+    return y.to(a.dtype)
+
+
+@op
+def Einsum(node, *xs):
+    return torch.einsum(node.attr("equation").replace(" ", ""), *xs)
+
+
+@op
+def Det(node, x):
+    return torch.linalg.det(x)
+
+
+# -- integer matmul and convolution --------------------------------------------------------------
+def _centered(x, zero_point, axis=None):
+    x = x.to(torch.int64) if not x.is_floating_point() else x
+    if zero_point is None:
+        return x
+    zp = zero_point.to(x.dtype)
+    if axis is not None and zp.numel() > 1:
+        shape = [1] * x.dim()
+        shape[axis] = -1
+        zp = zp.reshape(shape)
+    return x - zp
+
+
+@op
+def MatMulInteger(node, a, b, a_zero=None, b_zero=None):
+    a = _centered(a, a_zero, 0 if a_zero is not None and a_zero.dim() else None)
+    b = _centered(b, b_zero, b.dim() - 1 if b_zero is not None and b_zero.dim() else None)
+    return torch.matmul(a.double(), b.double()).to(torch.int32)
+
+
+@op
+def ConvInteger(node, x, w, x_zero=None, w_zero=None):
+    xc = _centered(x, x_zero).double()
+    wc = _centered(w, w_zero, 0).double()
+    return Conv(node, xc, wc).to(torch.int32)
+
+
+def _scale_shape(x, scale, axis, block):
+    """`scale` (or a zero point) broadcastable against `x`: scalar, per-axis or per-block."""
+    if scale.dim() == 0 or scale.numel() == 1 and not block:
+        return scale.reshape(())
+    axis = axis_of(axis, x.dim())
+    if block:
+        return scale.repeat_interleave(block, dim=axis).narrow(axis, 0, x.shape[axis])
+    shape = [1] * x.dim()
+    shape[axis] = -1
+    return scale.reshape(shape)
+
+
+@op
+def DequantizeLinear(node, x, scale, zero=None):
+    axis, block = node.attr("axis", 1), node.attr("block_size", 0)
+    s = _scale_shape(x, scale, axis, block)
+    xf = x.to(torch.float32)
+    if zero is not None:
+        xf = xf - _scale_shape(x, zero, axis, block).to(torch.float32)
+    y = xf * s.to(torch.float32)
+    target = out_type(node) or dtypes.NATURAL[scale.dtype]
+    return dtypes.cast(y, target)
+
+
+_INT_RANGE = {T.UINT8: (0, 255), T.INT8: (-128, 127), T.UINT16: (0, 65535),
+              T.INT16: (-32768, 32767), T.UINT4: (0, 15), T.INT4: (-8, 7)}
+if hasattr(T, "UINT2"):
+    _INT_RANGE.update({T.UINT2: (0, 3), T.INT2: (-2, 1)})
+
+
+@op
+def QuantizeLinear(node, x, scale, zero=None):
+    axis, block = node.attr("axis", 1), node.attr("block_size", 0)
+    target = out_type(node) or (in_type(node, 2) if zero is not None else T.UINT8)
+    s = _scale_shape(x, scale, axis, block).to(torch.float32)
+    y = x.to(torch.float32) / s
+    if target in _INT_RANGE:
+        y = torch.round(y)
+        if zero is not None:
+            y = y + _scale_shape(x, zero, axis, block).to(torch.float32)
+        low, high = _INT_RANGE[target]
+        return y.clamp(low, high).to(dtypes.storage(target))
+    if zero is not None:
+        y = y + _scale_shape(x, zero, axis, block).to(torch.float32)
+    return dtypes.cast(y, target, bool(node.attr("saturate", 1)))
+
+
+@op
+def DynamicQuantizeLinear(node, x):
+    low = min(x.min().item(), 0.0)
+    high = max(x.max().item(), 0.0)
+    scale = (high - low) / 255.0
+    zero = float(torch.round(torch.tensor(-low / scale)).clamp(0, 255)) if scale else 0.0
+    y = torch.round(x / scale) + zero if scale else torch.zeros_like(x) + zero
+    return (y.clamp(0, 255).to(torch.uint8),
+            torch.tensor(scale, dtype=torch.float32, device=x.device),
+            torch.tensor(zero, dtype=torch.uint8, device=x.device))
+
+
+@op
+def QLinearMatMul(node, a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero):
+    af = (a.to(torch.float64) - a_zero.to(torch.float64)) * a_scale.to(torch.float64)
+    bf = (b.to(torch.float64) - _scale_shape(b, b_zero, -1, 0).to(torch.float64)) * \
+        _scale_shape(b, b_scale, -1, 0).to(torch.float64)
+    y = torch.round(torch.matmul(af, bf) / y_scale.to(torch.float64)) + y_zero.to(torch.float64)
+    low, high = _INT_RANGE[out_type(node) or T.UINT8]
+    return y.clamp(low, high).to(y_zero.dtype)
+
+
+@op
+def QLinearConv(node, x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, bias=None):
+    xf = (x.to(torch.float64) - x_zero.to(torch.float64)) * x_scale.to(torch.float64)
+    wf = (w.to(torch.float64) - _scale_shape(w, w_zero, 0, 0).to(torch.float64)) * \
+        _scale_shape(w, w_scale, 0, 0).to(torch.float64)
+    b = None
+    if bias is not None:
+        b = bias.to(torch.float64) * (x_scale.to(torch.float64) * w_scale.to(torch.float64))
+    y = torch.round(Conv(node, xf, wf, b) / y_scale.to(torch.float64)) + y_zero.to(torch.float64)
+    low, high = _INT_RANGE[out_type(node) or T.UINT8]
+    return y.clamp(low, high).to(y_zero.dtype)

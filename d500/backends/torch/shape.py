@@ -1,0 +1,384 @@
+"""Shape and indexing torch ops: constants, reshapes, slicing, gathers, scatters, padding."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from d500.backends.torch import dtypes
+from d500.backends.torch.table import axis_of, constant, device_of, ints, registry
+
+OPS, op = registry()
+
+
+# -- constants and identities ------------------------------------------------------------------
+@op
+def Constant(node):
+    cached = node.attrs.get("_cached")
+    if cached is not None:
+        return cached
+    for key, kind in (("value_float", np.float32), ("value_floats", np.float32),
+                      ("value_int", np.int64), ("value_ints", np.int64)):
+        if key in node.attrs:
+            value = constant(node, np.asarray(node.attrs[key], dtype=kind))
+            break
+    else:
+        if "value" in node.attrs:
+            value = constant(node, node.attrs["value"])
+        elif "value_string" in node.attrs or "value_strings" in node.attrs:
+            value = np.asarray(node.attrs.get("value_string", node.attrs.get("value_strings")),
+                               dtype=object)
+        else:
+            raise node.unsupported("only dense tensor and scalar constants")
+    node.attrs["_cached"] = value
+    return value
+
+
+@op
+def Identity(node, x):
+    return x
+
+
+@op
+def Shape(node, x):
+    shape = list(x.shape)
+    start, end = node.attr("start", 0), node.attr("end")
+    return torch.tensor(shape[start:end], dtype=torch.int64, device=device_of(node))
+
+
+@op
+def Size(node, x):
+    return torch.tensor(math.prod(x.shape), dtype=torch.int64, device=device_of(node))
+
+
+@op
+def ConstantOfShape(node, shape):
+    value = node.attr("value")
+    if value is None:
+        value = np.zeros(1, dtype=np.float32)
+    fill = constant(node, value.reshape(-1))
+    return fill.reshape(()).expand(ints(shape)).clone()
+
+
+@op
+def Range(node, start, limit, delta):
+    count = max(math.ceil((limit.item() - start.item()) / delta.item()), 0)
+    steps = torch.arange(count, device=start.device, dtype=delta.dtype)
+    return (start + steps * delta).to(start.dtype)
+
+
+@op
+def EyeLike(node, x):
+    k = node.attr("k", 0)
+    dtype = node.attr("dtype")
+    target = dtypes.storage(dtype) if dtype is not None else x.dtype
+    rows = torch.arange(x.shape[0], device=x.device).unsqueeze(1)
+    cols = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
+    return (cols - rows == k).to(target)
+
+
+# -- reshaping ------------------------------------------------------------------------------------
+@op
+def Reshape(node, x, shape=None):
+    target = ints(shape) if shape is not None else list(node.attr("shape"))
+    if not node.attr("allowzero", 0):
+        target = [x.shape[i] if d == 0 else d for i, d in enumerate(target)]
+    return x.reshape(target)
+
+
+@op
+def Flatten(node, x):
+    axis = axis_of(node.attr("axis", 1), x.dim())
+    return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
+
+
+@op
+def Transpose(node, x):
+    perm = node.attr("perm")
+    return x.permute(perm) if perm is not None else x.permute(*reversed(range(x.dim())))
+
+
+def _axes(node, axes):
+    return list(node.attr("axes")) if node.opset < 13 and node.attr("axes") is not None \
+        else ints(axes)
+
+
+@op
+def Squeeze(node, x, axes=None):
+    axes = _axes(node, axes)
+    if axes is None:
+        return x.squeeze()
+    return x.squeeze(tuple(axis_of(a, x.dim()) for a in axes)) if axes else x
+
+
+@op
+def Unsqueeze(node, x, axes=None):
+    axes = _axes(node, axes)
+    rank = x.dim() + len(axes)
+    for a in sorted(axis_of(a, rank) for a in axes):
+        x = x.unsqueeze(a)
+    return x
+
+
+@op
+def Expand(node, x, shape):
+    return x.expand(torch.broadcast_shapes(tuple(x.shape), tuple(ints(shape))))
+
+
+@op
+def Tile(node, x, repeats):
+    return x.repeat(ints(repeats))
+
+
+@op
+def Concat(node, *xs):
+    if isinstance(xs[0], np.ndarray):
+        return np.concatenate(xs, axis=node.attr("axis"))
+    return torch.cat(xs, node.attr("axis"))
+
+
+@op
+def Split(node, x, split=None):
+    axis = axis_of(node.attr("axis", 0), x.dim())
+    sizes = ints(split) if split is not None else node.attr("split")
+    if sizes is None:
+        parts = node.attr("num_outputs") or len(node.outputs)
+        chunk = math.ceil(x.shape[axis] / parts)
+        sizes = [min(chunk, x.shape[axis] - i * chunk) for i in range(parts)]
+    return tuple(torch.split(x, list(sizes), axis))
+
+
+@op
+def Slice(node, x, starts=None, ends=None, axes=None, steps=None):
+    if node.opset < 10:
+        starts, ends, axes = node.attr("starts"), node.attr("ends"), node.attr("axes")
+    else:
+        starts, ends, axes, steps = ints(starts), ints(ends), ints(axes), ints(steps)
+    axes = axes or list(range(len(starts)))
+    steps = steps or [1] * len(starts)
+    index: list = [slice(None)] * x.dim()
+    flips = []
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        axis = axis_of(axis, x.dim())
+        first, stop, step = slice(start, end, step).indices(x.shape[axis])
+        if step > 0:
+            index[axis] = slice(first, stop, step)
+        else:
+            picks = torch.arange(first, stop, step, device=x.device)
+            flips.append((axis, picks))
+    y = x[tuple(index)]
+    for axis, picks in flips:
+        y = y.index_select(axis, picks)
+    return y
+
+
+# -- gather and scatter ----------------------------------------------------------------------------
+def _positive(index: torch.Tensor, size: int | torch.Tensor) -> torch.Tensor:
+    return torch.where(index < 0, index + size, index)
+
+
+@op
+def Gather(node, x, index):
+    axis = axis_of(node.attr("axis", 0), x.dim() if not isinstance(x, np.ndarray) else x.ndim)
+    if isinstance(x, np.ndarray):
+        return np.take(x, index.cpu().numpy(), axis=axis)
+    index = _positive(index.to(torch.int64), x.shape[axis])
+    picked = x.index_select(axis, index.reshape(-1))
+    return picked.reshape((*x.shape[:axis], *index.shape, *x.shape[axis + 1:]))
+
+
+@op
+def GatherElements(node, x, index):
+    axis = axis_of(node.attr("axis", 0), x.dim())
+    return torch.gather(x, axis, _positive(index.to(torch.int64), x.shape[axis]))
+
+
+@op
+def GatherND(node, x, index):
+    b = node.attr("batch_dims", 0)
+    k = index.shape[-1]
+    index = _positive(index.to(torch.int64),
+                      torch.tensor(x.shape[b:b + k], device=x.device))
+    batch = math.prod(x.shape[:b])
+    xb = x.reshape(batch, *x.shape[b:])
+    ib = index.reshape(batch, *index.shape[b:])
+    rows = torch.arange(batch, device=x.device).reshape(batch, *[1] * (ib.dim() - 2))
+    picked = xb[(rows.expand(ib.shape[:-1]), *ib.unbind(-1))]
+    return picked.reshape((*index.shape[:-1], *x.shape[b + k:]))
+
+
+_REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
+
+
+@op
+def ScatterElements(node, x, index, updates):
+    axis = axis_of(node.attr("axis", 0), x.dim())
+    index = _positive(index.to(torch.int64), x.shape[axis])
+    reduction = node.attr("reduction", "none")
+    if reduction == "none":
+        return x.scatter(axis, index, updates)
+    return x.scatter_reduce(axis, index, updates, _REDUCE[reduction], include_self=True)
+
+
+OPS["Scatter"] = ScatterElements
+
+
+@op
+def ScatterND(node, x, index, updates):
+    k = index.shape[-1]
+    index = _positive(index.to(torch.int64), torch.tensor(x.shape[:k], device=x.device))
+    strides = torch.tensor([math.prod(x.shape[i + 1:k]) for i in range(k)], device=x.device)
+    flat = (index * strides).sum(-1).reshape(-1)
+    rest = math.prod(x.shape[k:])
+    table = x.reshape(-1, rest)
+    rows = updates.reshape(-1, rest)
+    reduction = node.attr("reduction", "none")
+    where = flat.unsqueeze(1).expand(-1, rest)
+    if reduction == "none":
+        out = table.scatter(0, where, rows)
+    else:
+        out = table.scatter_reduce(0, where, rows, _REDUCE[reduction], include_self=True)
+    return out.reshape(x.shape)
+
+
+# -- padding ---------------------------------------------------------------------------------------
+def _pad_index(size: int, before: int, after: int, mode: str, device) -> torch.Tensor:
+    i = torch.arange(-before, size + after, device=device)
+    if mode == "edge":
+        return i.clamp(0, size - 1)
+    if mode == "wrap":
+        return i.remainder(size)
+    period = 2 * (size - 1) if size > 1 else 1  # reflect
+    i = i.remainder(period)
+    return torch.where(i >= size, period - i, i)
+
+
+@op
+def Pad(node, x, pads=None, value=None, axes=None):
+    if node.opset < 11:
+        pads, mode, fill = list(node.attr("pads")), node.attr("mode", "constant"), node.attr(
+            "value", 0.0)
+    else:
+        pads, mode = ints(pads), node.attr("mode", "constant")
+        fill = 0 if value is None or value.numel() == 0 else value.item()
+    rank = x.dim()
+    axes = [axis_of(a, rank) for a in ints(axes)] if axes is not None else list(range(rank))
+    n = len(axes)
+    begin = dict(zip(axes, pads[:n]))
+    end = dict(zip(axes, pads[n:]))
+    if mode == "constant":
+        flat = []
+        for axis in reversed(range(rank)):
+            flat += [begin.get(axis, 0), end.get(axis, 0)]
+        return F.pad(x, flat, value=fill)
+    for axis in axes:
+        b, e = begin[axis], end[axis]
+        if b or e:
+            x = x.index_select(axis, _pad_index(x.shape[axis], b, e, mode, x.device))
+    return x
+
+
+# -- other index-driven ops ------------------------------------------------------------------------
+@op
+def OneHot(node, indices, depth, values):
+    depth = int(depth.reshape(-1)[0].item())
+    rank = indices.dim() + 1
+    axis = axis_of(node.attr("axis", -1), rank)
+    index = indices.to(torch.int64)
+    index = torch.where(index < 0, index + depth, index).unsqueeze(axis)
+    shape = [1] * rank
+    shape[axis] = depth
+    hot = index == torch.arange(depth, device=indices.device).reshape(shape)
+    return torch.where(hot, values[1], values[0])
+
+
+@op
+def NonZero(node, x):
+    return torch.nonzero(x if x.dim() else x.reshape(1)).T.contiguous() if x.dim() else \
+        torch.zeros((0, int(bool(x.item()))), dtype=torch.int64, device=x.device)
+
+
+@op
+def Trilu(node, x, k=None):
+    k = 0 if k is None else int(k.item())
+    return torch.triu(x, k) if node.attr("upper", 1) else torch.tril(x, k)
+
+
+@op
+def DepthToSpace(node, x):
+    bs = node.attr("blocksize")
+    n, c, h, w = x.shape
+    if node.attr("mode", "DCR") == "DCR":
+        y = x.reshape(n, bs, bs, c // bs**2, h, w).permute(0, 3, 4, 1, 5, 2)
+    else:
+        y = x.reshape(n, c // bs**2, bs, bs, h, w).permute(0, 1, 4, 2, 5, 3)
+    return y.reshape(n, c // bs**2, h * bs, w * bs)
+
+
+@op
+def SpaceToDepth(node, x):
+    bs = node.attr("blocksize")
+    n, c, h, w = x.shape
+    y = x.reshape(n, c, h // bs, bs, w // bs, bs)
+    if node.attr("mode", "DCR") == "DCR":
+        y = y.permute(0, 3, 5, 1, 2, 4)
+    else:
+        y = y.permute(0, 1, 3, 5, 2, 4)
+    return y.reshape(n, c * bs * bs, h // bs, w // bs)
+
+
+@op
+def Compress(node, x, condition):
+    axis = node.attr("axis")
+    if axis is None:
+        x, axis = x.reshape(-1), 0
+    picks = torch.nonzero(condition.reshape(-1)).reshape(-1)
+    return x.index_select(axis_of(axis, x.dim()), picks)
+
+
+@op
+def ReverseSequence(node, x, lengths):
+    batch_axis, time_axis = node.attr("batch_axis", 1), node.attr("time_axis", 0)
+    y = x.clone()
+    for b, n in enumerate(lengths.tolist()):
+        row = x.select(batch_axis, b)
+        t = time_axis if time_axis < batch_axis else time_axis - 1
+        reversed_part = row.narrow(t, 0, n).flip(t)
+        y.select(batch_axis, b).narrow(t, 0, n).copy_(reversed_part)
+    return y
+
+
+@op
+def Unique(node, x):
+    array = dtypes.to_numpy(x.float() if x.dtype == torch.bfloat16 else x)
+    axis = node.attr("axis")
+    values, first, inverse, counts = np.unique(array, return_index=True, return_inverse=True,
+                                               return_counts=True, axis=axis)
+    if not node.attr("sorted", 1):
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        values = np.take(values, order, axis=0 if axis is None else axis)
+        first, counts, inverse = first[order], counts[order], rank[inverse.reshape(-1)]
+    out = [torch.from_numpy(np.ascontiguousarray(v)).to(x.device)
+           for v in (values, first, inverse.reshape(-1), counts)]
+    out[0] = out[0].to(x.dtype)
+    return tuple(out)
+
+
+@op
+def TensorScatter(node, cache, update, write_indices=None):
+    axis = axis_of(node.attr("axis", -2), cache.dim())
+    size, length = cache.shape[axis], update.shape[axis]
+    starts = ints(write_indices) if write_indices is not None else [0] * cache.shape[0]
+    out = cache.clone()
+    steps = torch.arange(length, device=cache.device)
+    for b, start in enumerate(starts):
+        where = start + steps
+        if node.attr("mode", "linear") == "circular":
+            where = where % size
+        out[b] = out[b].index_copy(axis - 1, where, update[b])
+    return out

@@ -1,0 +1,80 @@
+"""What the torch op modules share: the registering decorator and small helpers for op functions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from onnx import TensorProto as T
+
+from d500.backends.graph import Node
+
+UNSIGNED_BITS = {T.UINT16: 16, T.UINT32: 32}
+
+
+def registry() -> tuple[dict[str, Callable[..., Any]], Callable[..., Any]]:
+    """A fresh op table and the decorator that adds a function to it under its own name."""
+    table: dict[str, Callable[..., Any]] = {}
+
+    def op(fn: Callable[..., Any] | None = None, *, names: tuple[str, ...] = ()):
+        def add(f: Callable[..., Any]) -> Callable[..., Any]:
+            for name in names or (f.__name__,):
+                table[name] = f
+            return f
+        return add(fn) if fn is not None else add
+
+    return table, op
+
+
+def elem_type(node: Node, name: str) -> int:
+    """The ONNX element type of value `name` as shape inference recorded it (0 if unknown)."""
+    assert node.program is not None
+    t = node.program.types.get(name)
+    if t is None:
+        return 0
+    kind = t.WhichOneof("value")
+    if kind == "tensor_type":
+        return t.tensor_type.elem_type
+    return 0
+
+
+def out_type(node: Node, i: int = 0) -> int:
+    return elem_type(node, node.outputs[i]) if i < len(node.outputs) else 0
+
+
+def in_type(node: Node, i: int = 0) -> int:
+    return elem_type(node, node.inputs[i]) if i < len(node.inputs) and node.inputs[i] else 0
+
+
+def wrap(node: Node, y: torch.Tensor, i: int = 0) -> torch.Tensor:
+    """Wrap an integer result into the range of the node's uint16/uint32 output, if it has one."""
+    if y.dtype in (torch.int32, torch.int64):
+        bits = UNSIGNED_BITS.get(out_type(node, i))
+        if bits is not None:
+            return y & ((1 << bits) - 1)
+    return y
+
+
+def ints(x: Any) -> list[int] | None:
+    """A 1-D integer tensor (or None, or a list) as a list of Python ints."""
+    if x is None:
+        return None
+    if isinstance(x, torch.Tensor):
+        return [int(v) for v in x.reshape(-1).tolist()]
+    return [int(v) for v in x]
+
+
+def axis_of(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def device_of(node: Node) -> torch.device:
+    """The device the prepared model runs on (set on every node at prepare time)."""
+    return getattr(node, "device", None) or torch.device("cpu")
+
+
+def constant(node: Node, array: Any) -> Any:
+    """A NumPy attribute value as a stored tensor on the model's device."""
+    from d500.backends.torch.dtypes import from_numpy
+    return from_numpy(array, device_of(node))
