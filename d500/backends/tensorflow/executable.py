@@ -1,0 +1,259 @@
+"""TensorFlowExecutable: an ONNX graph run as a tf.function over a tf.Module holding its weights.
+
+Float initializers become tf.Variables of the module (the native object); other initializers are
+constants of the traced function. Graph inputs whose *values* decide shapes (a Reshape target,
+Slice starts, Pad pads, axes, a Loop trip count, ...) are baked into the trace as constants and
+the function is retraced once per distinct value, so every shape is static while tracing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import tensorflow as tf
+from onnx import helper
+
+from d500.backends.base import Backend, Executable, to_numpy
+from d500.backends.graph import Program
+from d500.backends.tensorflow.core import SHAPE_INPUTS, plain, tensor
+from d500.backends.tensorflow.ops import OPS
+from d500.errors import UnsupportedOperator, UsageError
+
+# After a trace fails for want of a static value, integer inputs up to _BAKE_LIMIT elements and
+# other inputs up to _BAKE_SMALL elements are baked too (e.g. Range's limits in its expansion).
+_BAKE_LIMIT, _BAKE_SMALL = 4096, 16
+
+
+class OnnxModule(tf.Module):
+    """The native object: the model's trainable parameters as tf.Variables; call it on inputs."""
+
+    def __init__(self, executable: TensorFlowExecutable, params: Mapping[str, np.ndarray]):
+        super().__init__(name=re.sub(r"\W", "_", executable.model.graph.name or "onnx") or "onnx")
+        self.params = {k: tf.Variable(v, name=re.sub(r"[^\w.-]", "_", k) or "p", trainable=True)
+                       for k, v in params.items()}
+        self._executable = executable
+
+    def __call__(self, inputs: Any) -> list[tf.Tensor]:
+        """The graph outputs as tensors (differentiable with a tf.GradientTape)."""
+        exe = self._executable
+        if isinstance(inputs, (tf.Tensor, tf.Variable, np.ndarray)):
+            inputs = [inputs]
+        feeds, baked = exe._split(exe.bind(inputs))
+        return exe._function(feeds, baked)
+
+
+class TensorFlowExecutable(Executable):
+    backend_name = "tensorflow"
+
+    def __init__(self, model: onnx.ModelProto, device: str = "CPU"):
+        super().__init__(model, device)
+        self._device = "/GPU:0" if device.upper().startswith("CUDA") else "/CPU:0"
+        opsets = {("" if o.domain in ("", "ai.onnx") else o.domain): o.version
+                  for o in model.opset_import}
+        functions = {(f.domain, f.name): f for f in model.functions}
+        self.program = Program(model.graph, opsets, OPS, "tensorflow", functions=functions)
+        wanted = set(self.parameter_names)
+        arrays = {t.name: to_numpy(t) for t in model.graph.initializer}
+        self._constants = {k: v for k, v in arrays.items() if k not in wanted}
+        with tf.device(self._device):
+            self._module = OnnxModule(self, {k: arrays[k] for k in self.parameter_names})
+        self._bake = _shape_inputs(self.program) & set(self.input_names)
+        self._output_types = {o.name: o.type for o in model.graph.output}
+        self._input_dtypes = {
+            i.name: helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
+            for i in model.graph.input if i.type.HasField("tensor_type")
+            and i.type.tensor_type.elem_type}
+        self._function = tf.function(self._call, autograph=False)
+        self._grad_function = tf.function(self._call_grad, autograph=False)
+
+    # -- tracing ------------------------------------------------------------------------
+    def _split(self, feeds: Mapping[str, Any]) -> tuple[dict[str, Any], tuple]:
+        """Feeds as tensors, and the baked (shape-deciding) inputs as a hashable key."""
+        dynamic, baked = {}, []
+        for name, value in feeds.items():
+            if isinstance(value, np.ndarray) and value.dtype.kind == "V":
+                value = value.view(self._input_dtypes[name])  # raw 16-bit words: bfloat16
+            if name in self._bake and value is not None and not isinstance(value, list):
+                a = np.asarray(value)
+                baked.append((name, a.dtype, a.shape, a.tobytes()))
+            else:
+                dynamic[name] = _to_tensor(value)
+        return dynamic, tuple(sorted(baked))
+
+    def _run_program(self, feeds: Mapping[str, Any], baked: tuple) -> list[Any]:
+        env: dict[str, Any] = {k: tf.constant(v) for k, v in self._constants.items()}
+        env.update(self._module.params)
+        for name, dtype, shape, raw in baked:
+            env[name] = tf.constant(np.frombuffer(raw, dtype=dtype).reshape(shape))
+        env.update(feeds)
+        return [plain(v) for v in self.program.run(env)]
+
+    def _call(self, feeds: dict[str, Any], baked: tuple) -> list[Any]:
+        with tf.device(self._device):
+            return self._run_program(feeds, baked)
+
+    def _call_grad(self, feeds: dict[str, Any], baked: tuple, output: str | None,
+                   grad_outputs: dict[str, tf.Tensor], wrt: tuple[str, ...]):
+        with tf.device(self._device):
+            watched = [feeds[n] for n in wrt if n in feeds]
+            with tf.GradientTape(watch_accessed_variables=False) as tape:
+                tape.watch(watched)
+                tape.watch([self._module.params[n] for n in wrt if n in self._module.params])
+                outs = self._run_program(feeds, baked)
+                by_name = dict(zip(self.output_names, outs))
+                if grad_outputs:
+                    target = tf.add_n([tf.reduce_sum(by_name[k] * tf.cast(g, by_name[k].dtype))
+                                       for k, g in grad_outputs.items()])
+                else:
+                    target = tf.reduce_sum(by_name[output or self.output_names[0]])
+            sources = [feeds[n] if n in feeds else self._module.params[n] for n in wrt]
+            grads = tape.gradient(target, sources)
+            grads = [tf.zeros_like(s) if g is None else tf.convert_to_tensor(g)
+                     for s, g in zip(sources, grads)]
+            return outs, grads
+
+    def _traced(self, fn, feeds: Mapping[str, Any], *args: Any):
+        dynamic, baked = self._split(feeds)
+        try:
+            return fn(dynamic, baked, *args)
+        except UnsupportedOperator as err:
+            if "must be known when the graph is traced" not in str(err):
+                raise
+            extra = {n for n, v in feeds.items() if isinstance(v, np.ndarray) and (
+                v.dtype.kind in "iu" and v.size <= _BAKE_LIMIT or v.dtype.kind in "fb"
+                and v.size <= _BAKE_SMALL)} - self._bake
+            if not extra:
+                raise
+            self._bake |= extra  # small inputs that reach a shape through other operators
+            dynamic, baked = self._split(feeds)
+            return fn(dynamic, baked, *args)
+
+    # -- the contract ---------------------------------------------------------------------
+    def run(self, inputs: Any, **kwargs: Any) -> list[Any]:
+        outs = self._traced(self._function, self.bind(inputs))
+        return [self._to_numpy(name, o) for name, o in zip(self.output_names, outs)]
+
+    def parameters(self) -> dict[str, np.ndarray]:
+        return {k: v.numpy() for k, v in self._module.params.items()}
+
+    def set_parameters(self, values: Mapping[str, np.ndarray]) -> None:
+        for name, value in values.items():
+            var = self._module.params.get(name)
+            if var is None:
+                raise UsageError(f"'{name}' is not a parameter of this model "
+                                 f"(parameters: {', '.join(self._module.params) or 'none'})")
+            value = np.asarray(value)
+            if tuple(value.shape) != tuple(var.shape):
+                raise UsageError(f"parameter '{name}' has shape {tuple(var.shape)}, "
+                                 f"got {tuple(value.shape)}")
+            var.assign(value.astype(var.dtype.as_numpy_dtype))
+
+    def gradients(self, inputs: Any, *, output: str | None = None,
+                  grad_outputs: Mapping[str, np.ndarray] | None = None,
+                  wrt: Sequence[str] | None = None,
+                  ) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+        feeds = self.bind(inputs)
+        if output is not None and output not in self.output_names:
+            raise UsageError(f"'{output}' is not an output of the model ({self.output_names})")
+        for name in grad_outputs or {}:
+            if name not in self.output_names:
+                raise UsageError(f"'{name}' is not an output of the model ({self.output_names})")
+        if wrt is None:
+            wrt = list(self.parameter_names) + [
+                n for n in self.input_names
+                if isinstance(feeds.get(n), np.ndarray) and feeds[n].dtype.kind == "f"]
+        for name in wrt:
+            if name not in self._module.params and name not in self.input_names:
+                raise UsageError(f"cannot differentiate with respect to '{name}': "
+                                 f"not a parameter or input of the model")
+            if name in self._bake:
+                raise UsageError(f"cannot differentiate with respect to '{name}': "
+                                 f"it decides a shape")
+        g_out = {k: tf.convert_to_tensor(v) for k, v in (grad_outputs or {}).items()}
+        outs, grads = self._traced(self._grad_function, feeds, output, g_out, tuple(wrt))
+        return ([self._to_numpy(n, o) for n, o in zip(self.output_names, outs)],
+                {n: g.numpy() for n, g in zip(wrt, grads)})
+
+    @property
+    def native(self) -> OnnxModule:
+        return self._module
+
+    # -- outputs ------------------------------------------------------------------------------
+    def _to_numpy(self, name: str, value: Any) -> Any:
+        t = self._output_types.get(name)
+        if isinstance(value, list):
+            elem = t.sequence_type.elem_type if t is not None and t.HasField(
+                "sequence_type") else None
+            return [self._convert(v, elem) for v in value]
+        if t is not None and t.HasField("optional_type"):
+            return None if value is None else self._to_numpy_optional(t, value)
+        return self._convert(value, t)
+
+    def _to_numpy_optional(self, t: onnx.TypeProto, value: Any) -> Any:
+        inner = t.optional_type.elem_type
+        if isinstance(value, list):
+            elem = inner.sequence_type.elem_type if inner.HasField("sequence_type") else None
+            return [self._convert(v, elem) for v in value]
+        return self._convert(value, inner)
+
+    @staticmethod
+    def _convert(value: Any, t: onnx.TypeProto | None) -> np.ndarray:
+        a = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+        if a.dtype.kind in "SO":
+            return np.vectorize(lambda b: b.decode() if isinstance(b, bytes) else b,
+                                otypes=[object])(a) if a.size else a.astype(object)
+        if t is not None and t.HasField("tensor_type") and t.tensor_type.elem_type:
+            try:
+                want = helper.tensor_dtype_to_np_dtype(t.tensor_type.elem_type)
+            except (KeyError, ValueError):
+                return a
+            if a.dtype != want:
+                a = a.astype(want)
+        return np.asarray(a)
+
+
+def _to_tensor(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [_to_tensor(v) for v in value]
+    if isinstance(value, (tf.Tensor, tf.Variable)):
+        return value
+    return tensor(np.asarray(value))
+
+
+def _shape_inputs(program: Program) -> set[str]:
+    """Names read at shape-deciding input positions anywhere in the program and its subgraphs."""
+    names: set[str] = set()
+    for node, _ in program.steps:
+        for pos in SHAPE_INPUTS.get(node.op_type, ()):
+            if pos < len(node.inputs) and node.inputs[pos]:
+                names.add(node.inputs[pos])
+        for value in node.attrs.values():
+            for sub in value if isinstance(value, list) else [value]:
+                if isinstance(sub, Program):
+                    names |= _shape_inputs(sub)
+    return names
+
+
+class TensorFlowBackend(Backend):
+    name = "tensorflow"
+    framework = "tensorflow-cpu"
+
+    @classmethod
+    def version(cls) -> str:
+        return tf.__version__
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        if str(device).upper().startswith("CUDA"):
+            return bool(tf.config.list_physical_devices("GPU"))
+        return super().supports_device(device)
+
+    @classmethod
+    def _prepare(cls, model: onnx.ModelProto, device: str, **kwargs: Any) -> Executable:
+        return TensorFlowExecutable(model, device)

@@ -1,0 +1,360 @@
+"""Image operators in TensorFlow: Resize/Upsample as per-axis interpolation matrices.
+
+Resize is separable and linear in its input, so along each axis it is a matrix product
+with an (out x in) weight matrix. The matrices are computed while tracing by applying the ONNX
+reference's 1-D interpolation (onnx.reference.ops.op_resize) to unit vectors, which gives
+exactly ONNX's semantics for every mode, coordinate transformation, antialias and exclude_outside.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from d500.backends.tensorflow.core import ints, norm_axes, static
+
+
+def _coeff_fn(node):
+    from onnx.reference.ops import op_resize as ref
+    mode = node.attr("mode", "nearest")
+    antialias = node.attr("antialias", 0)
+    if mode == "nearest":
+        nearest = node.attr("nearest_mode", "round_prefer_floor")
+        return lambda r, s: ref._nearest_coeffs(r, mode=nearest)
+    if mode == "cubic":
+        a = node.attr("cubic_coeff_a", -0.75)
+        fn = ref._cubic_coeffs_antialias if antialias else ref._cubic_coeffs
+        return lambda r, s: fn(r, s, A=a)
+    if mode in ("linear", "bilinear", "trilinear"):
+        return ref._linear_coeffs_antialias if antialias else ref._linear_coeffs
+    raise node.unsupported(f"Resize mode {mode!r}")
+
+
+def _matrix(node, n_in, n_out, scale, roi, fn, ctm):
+    from onnx.reference.ops import op_resize as ref
+    w = ref._interpolate_1d_along_axis(
+        np.eye(n_in), 0, float(scale), int(n_out), fn, roi=roi, extrapolation_value=np.nan,
+        coordinate_transformation_mode=ctm, exclude_outside=bool(node.attr("exclude_outside", 0)))
+    outside = np.isnan(w).all(axis=1)
+    return np.nan_to_num(w), outside
+
+
+def resize(node, x, scales, sizes, roi, axes, ctm):
+    r = x.shape.rank
+    shape = x.shape.as_list()
+    axes = list(range(r)) if axes is None else norm_axes(axes, r)
+    if sizes is not None:
+        scale_f = [sizes[i] / shape[a] for i, a in enumerate(axes)]
+        policy = node.attr("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            s = min(scale_f) if policy == "not_larger" else max(scale_f)
+            scale_f = [s] * len(axes)
+            sizes = [int(s * shape[a] + 0.5) for a in axes]
+    else:
+        scale_f = list(scales)
+        sizes = [int(s * shape[a]) for s, a in zip(scale_f, axes)]
+    if roi is not None and len(roi) == 2 * len(axes) and len(axes) != r:
+        pass
+    elif roi is not None and len(roi) == 2 * r:
+        roi = [roi[a] for a in axes] + [roi[r + a] for a in axes]
+    fn = _coeff_fn(node)
+    work = x if x.dtype in (tf.float32, tf.float64) else tf.cast(x, tf.float32)
+    mask = None
+    n_axes = len(axes)
+    for i, a in enumerate(axes):
+        if sizes[i] == shape[a] and np.isclose(scale_f[i], 1.0) and ctm != "tf_crop_and_resize":
+            continue
+        axis_roi = None if roi is None else [roi[i], roi[n_axes + i]]
+        w, outside = _matrix(node, shape[a], sizes[i], scale_f[i], axis_roi, fn, ctm)
+        wt = tf.constant(w, work.dtype)
+        moved = tf.experimental.numpy.moveaxis(work, a, -1)
+        moved = tf.tensordot(moved, wt, [[moved.shape.rank - 1], [1]])
+        work = tf.experimental.numpy.moveaxis(moved, -1, a)
+        if outside.any():
+            m = outside.reshape([-1 if k == a else 1 for k in range(r)])
+            mask = m if mask is None else (mask | m)
+    if mask is not None:
+        work = tf.where(tf.constant(mask), tf.cast(node.attr("extrapolation_value", 0.0),
+                                                   work.dtype), work)
+    if work.dtype != x.dtype:
+        if x.dtype.is_integer:
+            work = tf.clip_by_value(tf.round(work), float(x.dtype.min), float(x.dtype.max))
+        work = tf.cast(work, x.dtype)
+    return work
+
+
+def Resize(node, x, roi=None, scales=None, sizes=None):
+    if node.opset < 11:  # Resize-10: (X, scales)
+        scales, roi = roi, None
+        ctm = "asymmetric"
+    else:
+        ctm = node.attr("coordinate_transformation_mode", "half_pixel")
+    axes = node.attr("axes")
+    roi_v = static(roi)
+    roi_v = None if roi_v is None or roi_v.size == 0 else roi_v.astype(np.float64).tolist()
+    sc = static(scales)
+    sc = None if sc is None or sc.size == 0 else sc.astype(np.float64).tolist()
+    sz = None if sizes is None else ints(sizes, node, "sizes")
+    if sc is None and sz is None:
+        raise node.unsupported("Resize needs static scales or sizes")
+    if axes is None and sc is not None:
+        pass
+    return resize(node, x, sc, sz, roi_v, axes, ctm)
+
+
+def Upsample(node, x, scales=None):
+    sc = node.attr("scales") if scales is None else static(scales).tolist()
+    mode = node.attr("mode", "nearest")
+
+    class _N:
+        op_type, opset, unsupported = node.op_type, node.opset, node.unsupported
+
+        def attr(self, name, default=None):
+            return {"mode": "linear" if mode in ("linear", "bilinear") else "nearest",
+                    "nearest_mode": "floor"}.get(name, default)
+    return resize(_N(), x, list(sc), None, None, None, "asymmetric")
+
+
+def _reflect(x, lo, hi):
+    """Reflect coordinates by the near border until they are inside [lo, hi] (ONNX GridSample)."""
+    span = hi - lo
+    below, above = lo - x, x - hi
+    nb, na = tf.floor(below / span), tf.floor(above / span)
+    rb, ra = below - nb * span, above - na * span
+    low = tf.where(tf.math.floormod(nb, 2) == 0, lo + rb, hi - rb)
+    high = tf.where(tf.math.floormod(na, 2) == 0, hi - ra, lo + ra)
+    return tf.where(x < lo, low, tf.where(x > hi, high, x))
+
+
+def _cubic(t):
+    a = -0.75
+    t1, t2, t3 = t + 1, 1 - t, 2 - t
+    return [((a * t1 - 5 * a) * t1 + 8 * a) * t1 - 4 * a,
+            ((a + 2) * t - (a + 3)) * t * t + 1,
+            ((a + 2) * t2 - (a + 3)) * t2 * t2 + 1,
+            ((a * t3 - 5 * a) * t3 + 8 * a) * t3 - 4 * a]
+
+
+def GridSample(node, x, grid):
+    """Sample x at grid's normalized coordinates: nearest, (bi)linear or (bi)cubic, N-D."""
+    import itertools
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(node.attr("mode", "linear"),
+                                                         node.attr("mode", "linear"))
+    padding = node.attr("padding_mode", "zeros")
+    align = node.attr("align_corners", 0)
+    dims = x.shape.as_list()[2:]
+    r = len(dims)
+    xl = tf.transpose(x, [0, *range(2, r + 2), 1])  # [N, *dims, C]
+    g = tf.cast(grid, tf.float32) if grid.dtype != tf.float64 else grid
+    taps_per_dim = []
+    for i, d in enumerate(dims):
+        n = g[..., r - 1 - i]
+        c = (n + 1) / 2 * (d - 1) if align else ((n + 1) * d - 1) / 2
+        lo, hi = (0.0, d - 1.0) if align else (-0.5, d - 0.5)
+        if mode == "nearest":
+            c = tf.round(c)
+        if padding == "border":
+            c = tf.where((c < lo) | (c > hi), tf.clip_by_value(c, 0.0, d - 1.0), c)
+        elif padding == "reflection":
+            c = _reflect(c, lo, hi)
+        if mode == "nearest":
+            taps = [(c, tf.ones_like(c))]
+        else:
+            base = tf.floor(c)
+            t = c - base
+            if mode == "linear":
+                taps = [(base, 1 - t), (base + 1, t)]
+            else:
+                taps = list(zip([base - 1, base, base + 1, base + 2], _cubic(t)))
+        fixed = []
+        for idx, w in taps:  # where each tap reads, by the padding rule
+            if padding == "border":
+                valid, idx = tf.ones_like(idx, tf.bool), tf.clip_by_value(idx, 0.0, d - 1.0)
+            elif padding == "reflection":
+                valid, idx = tf.ones_like(idx, tf.bool), _reflect(idx, lo, hi)
+            else:
+                valid = (idx >= 0) & (idx <= d - 1)
+                idx = tf.clip_by_value(idx, 0.0, d - 1.0)
+            fixed.append((tf.cast(idx, tf.int32), w, valid))
+        taps_per_dim.append(fixed)
+    out = None
+    for combo in itertools.product(*taps_per_dim):
+        index = tf.stack([c[0] for c in combo], -1)
+        weight = combo[0][1]
+        valid = combo[0][2]
+        for c in combo[1:]:
+            weight, valid = weight * c[1], valid & c[2]
+        values = tf.gather_nd(xl, index, batch_dims=1)  # [N, *out, C]
+        term = values * tf.cast(tf.where(valid, weight, tf.zeros_like(weight)),
+                                x.dtype)[..., tf.newaxis]
+        out = term if out is None else out + term
+    return tf.transpose(out, [0, r + 1, *range(1, r + 1)])
+
+
+def NonMaxSuppression(node, boxes, scores, max_boxes=None, iou=None, score_threshold=None):
+    """Greedy NMS per batch and class (tf.image.non_max_suppression): [batch, class, box] rows."""
+    limit = 0 if max_boxes is None else int(np.asarray(static(max_boxes)).reshape(-1)[0])
+    iou_t = 0.0 if iou is None else tf.reshape(tf.cast(iou, tf.float32), [])
+    score_t = float("-inf") if score_threshold is None else tf.reshape(
+        tf.cast(score_threshold, tf.float32), [])
+    b = tf.cast(boxes, tf.float32)
+    if node.attr("center_point_box", 0):
+        cx, cy, w, h = tf.unstack(b, axis=-1)
+        b = tf.stack([cy - h / 2, cx - w / 2, cy + h / 2, cx + w / 2], -1)
+    rows = []
+    n_batch, n_class = scores.shape[0], scores.shape[1]
+    for i in range(n_batch):
+        for c in range(n_class):
+            if limit <= 0:
+                continue
+            s = tf.cast(scores[i, c], tf.float32)
+            picked = tf.image.non_max_suppression(b[i], s, limit, iou_t, score_t)
+            keep = tf.gather(s, picked) > score_t  # ONNX drops scores equal to the threshold
+            picked = tf.cast(tf.boolean_mask(picked, keep), tf.int64)
+            lead = tf.constant([i, c], tf.int64)[tf.newaxis] * tf.ones_like(picked)[:, tf.newaxis]
+            rows.append(tf.concat([lead, picked[:, tf.newaxis]], 1))
+    if not rows:
+        return tf.zeros([0, 3], tf.int64)
+    return tf.concat(rows, 0)
+
+
+def ImageDecoder(node, encoded):
+    """Decode an encoded image (JPEG, PNG, BMP, ...) to HWC uint8: RGB, BGR or Grayscale."""
+    fmt = node.attr("pixel_format", "RGB")
+    raw = tf.numpy_function(lambda a: np.asarray(a, np.uint8).tobytes(), [encoded], tf.string,
+                            stateful=False)
+    raw = tf.reshape(raw, [])
+
+    def decode():
+        return tf.cond(tf.io.is_jpeg(raw),
+                       lambda: tf.io.decode_jpeg(raw, 3, dct_method="INTEGER_ACCURATE"),
+                       lambda: tf.io.decode_image(raw, 3, expand_animations=False))
+    if fmt == "Grayscale":
+        rgb = decode()
+        w = tf.constant([299, 587, 114], tf.int32)  # ITU-R 601-2 luma, as Pillow's "L"
+        gray = (tf.reduce_sum(tf.cast(rgb, tf.int32) * w, -1, keepdims=True) + 500) // 1000
+        return tf.cast(gray, tf.uint8)
+    img = decode()
+    return img[..., ::-1] if fmt == "BGR" else img
+
+
+def Col2Im(node, data, image_shape, block_shape):
+    """Sum column blocks back into an image: a scatter-add with statically computed indices."""
+    image = ints(image_shape, node, "image_shape")
+    kernel = ints(block_shape, node, "block_shape")
+    n = len(image)
+    dil = list(node.attr("dilations") or [1] * n)
+    strides = list(node.attr("strides") or [1] * n)
+    p = list(node.attr("pads") or [0] * (2 * n))
+    cols = [(image[i] + p[i] + p[i + n] - (dil[i] * (kernel[i] - 1) + 1)) // strides[i] + 1
+            for i in range(n)]
+    k_idx = np.stack(np.meshgrid(*[np.arange(k) for k in kernel], indexing="ij"), -1).reshape(
+        -1, n)
+    c_idx = np.stack(np.meshgrid(*[np.arange(c) for c in cols], indexing="ij"), -1).reshape(-1, n)
+    pos = (c_idx[None, :, :] * strides - np.asarray(p[:n]) + k_idx[:, None, :] * dil)
+    inside = np.all((pos >= 0) & (pos < np.asarray(image)), -1)
+    flat = np.ravel_multi_index(tuple(np.clip(pos, 0, np.asarray(image) - 1).transpose(2, 0, 1)),
+                                image)
+    segments = np.where(inside, flat, int(np.prod(image))).reshape(-1)
+    batch, rows, length = data.shape.as_list()
+    channels = rows // len(k_idx)
+    d = tf.reshape(data, [batch, channels, len(k_idx) * length])
+    d = tf.transpose(d, [2, 0, 1])
+    summed = tf.math.unsorted_segment_sum(d, tf.constant(segments), int(np.prod(image)) + 1)
+    out = tf.transpose(summed[:-1], [1, 2, 0])
+    return tf.reshape(out, [batch, channels, *image])
+
+
+def MaxUnpool(node, x, indices, output_shape=None):
+    """Values scattered to their indices in the inferred shape, zero-padded to output_shape."""
+    shape = x.shape.as_list()
+    n = len(shape) - 2
+    k = node.attr("kernel_shape")
+    s = node.attr("strides") or [1] * n
+    p = node.attr("pads") or [0] * (2 * n)
+    inferred = shape[:2] + [(shape[i + 2] - 1) * s[i] + k[i] - p[i] - p[i + n] for i in range(n)]
+    flat = tf.scatter_nd(tf.reshape(tf.cast(indices, tf.int64), [-1, 1]), tf.reshape(x, [-1]),
+                         [int(np.prod(inferred))])
+    y = tf.reshape(flat, inferred)
+    if output_shape is not None:
+        out = ints(output_shape, node, "output_shape")
+        y = tf.pad(y, [[0, o - i] for o, i in zip(out, inferred)])
+    return y
+
+
+def TensorScatter(node, past, update, write_indices=None):
+    """Write `update` into the cache `past` along `axis` from each batch row's write index."""
+    r = past.shape.rank
+    axis = node.attr("axis", -2)
+    axis = axis + r if axis < 0 else axis
+    perm = [0, axis] + [i for i in range(1, r) if i != axis]
+    inv = np.argsort(perm).tolist()
+    cache, upd = tf.transpose(past, perm), tf.transpose(update, perm)
+    batch, length, steps = cache.shape[0], cache.shape[1], upd.shape[1]
+    start = (tf.zeros([batch], tf.int64) if write_indices is None
+             else tf.cast(write_indices, tf.int64))
+    pos = start[:, None] + tf.range(steps, dtype=tf.int64)[None, :]
+    if node.attr("mode", "linear") == "circular":
+        pos = tf.math.floormod(pos, length)
+    rows = tf.broadcast_to(tf.range(batch, dtype=tf.int64)[:, None], [batch, steps])
+    out = tf.tensor_scatter_nd_update(cache, tf.stack([rows, pos], -1), upd)
+    return tf.transpose(out, inv)
+
+
+def _roi_samples(roi, scale, pooled, shape, ratio, half_pixel):
+    """Bilinear sample positions and weights of one region, as ONNX RoiAlign defines them."""
+    height, width = shape
+    ph_n, pw_n = pooled
+    off = 0.5 if half_pixel else 0.0
+    sw, sh, ew, eh = (np.asarray(roi, np.float64) * scale - off).tolist()
+    rw, rh = ew - sw, eh - sh
+    if not half_pixel:
+        rw, rh = max(rw, 1.0), max(rh, 1.0)
+    bh, bw = rh / ph_n, rw / pw_n
+    gh = int(ratio) if ratio > 0 else int(np.ceil(rh / ph_n))
+    gw = int(ratio) if ratio > 0 else int(np.ceil(rw / pw_n))
+    ph, pw, iy, ix = np.meshgrid(np.arange(ph_n), np.arange(pw_n), np.arange(gh),
+                                 np.arange(gw), indexing="ij")
+    y = sh + ph * bh + (iy + 0.5) * bh / max(gh, 1)
+    x = sw + pw * bw + (ix + 0.5) * bw / max(gw, 1)
+    outside = (y < -1.0) | (y > height) | (x < -1.0) | (x > width)
+    y, x = np.maximum(y, 0), np.maximum(x, 0)
+    y_low, x_low = y.astype(np.int64), x.astype(np.int64)
+    y_edge, x_edge = y_low >= height - 1, x_low >= width - 1
+    y_low, x_low = np.where(y_edge, height - 1, y_low), np.where(x_edge, width - 1, x_low)
+    y, x = np.where(y_edge, y_low, y), np.where(x_edge, x_low, x)
+    y_high, x_high = np.where(y_edge, y_low, y_low + 1), np.where(x_edge, x_low, x_low + 1)
+    ly, lx = y - y_low, x - x_low
+    hy, hx = 1 - ly, 1 - lx
+    weights = np.stack([hy * hx, hy * lx, ly * hx, ly * lx], -1)
+    weights[outside] = 0
+    pos = np.stack([y_low * width + x_low, y_low * width + x_high,
+                    y_high * width + x_low, y_high * width + x_high], -1)
+    pos[outside] = 0
+    return pos, weights, gh * gw
+
+
+def RoiAlign(node, x, rois, batch_indices):
+    """Average or max of bilinear samples per bin; regions are baked (they decide the grids)."""
+    regions, batch = static(rois), static(batch_indices)
+    if regions is None or batch is None:
+        raise node.unsupported("the regions must be known when the graph is traced")
+    pooled = (node.attr("output_height", 1), node.attr("output_width", 1))
+    scale, ratio = node.attr("spatial_scale", 1.0), node.attr("sampling_ratio", 0)
+    half = node.attr("coordinate_transformation_mode", "half_pixel") == "half_pixel"
+    mode = node.attr("mode", "avg")
+    n, c, h, w = x.shape.as_list()
+    data = tf.reshape(x, [n, c, h * w])
+    outs = []
+    for roi, b in zip(regions, np.asarray(batch).reshape(-1)):
+        pos, weights, count = _roi_samples(roi, scale, pooled, (h, w), ratio, half)
+        if count == 0:
+            outs.append(tf.zeros([c, *pooled], x.dtype))
+            continue
+        vals = tf.gather(data[int(b)], pos.reshape(-1), axis=1)
+        vals = tf.reshape(vals, [c, *pos.shape]) * tf.constant(weights, x.dtype)
+        if mode == "avg":
+            outs.append(tf.reduce_sum(vals, [3, 4, 5]) / count)
+        else:
+            outs.append(tf.reduce_max(tf.reduce_max(vals, -1), [3, 4]))
+    return tf.stack(outs) if outs else tf.zeros([0, c, *pooled], x.dtype)

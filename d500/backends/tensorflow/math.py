@@ -1,0 +1,285 @@
+"""Elementwise arithmetic, comparison, logic, bitwise and matrix operators in TensorFlow."""
+
+from __future__ import annotations
+
+import functools
+
+import tensorflow as tf
+
+from d500.backends.tensorflow.core import norm_axis, static, tensor, with_kernel
+
+_INT = (tf.int8, tf.int16, tf.int32, tf.int64, tf.uint8, tf.uint16, tf.uint32, tf.uint64)
+_UINT = (tf.uint8, tf.uint16, tf.uint32, tf.uint64)
+
+
+def Add(node, a, b):
+    return a + b
+
+
+def Sub(node, a, b):
+    return a - b
+
+
+def Mul(node, a, b):
+    return a * b
+
+
+def Div(node, a, b):
+    if a.dtype in _INT:
+        return tf.truncatediv(a, b)
+    return a / b
+
+
+def Pow(node, a, b):
+    if a.dtype == b.dtype and a.dtype not in _UINT:
+        return tf.pow(a, b)
+    wide = tf.float64 if a.dtype.is_floating or b.dtype.is_floating else tf.int64
+    return tf.cast(tf.pow(tf.cast(a, wide), tf.cast(b, wide)), a.dtype)
+
+
+def Mod(node, a, b):
+    if node.attr("fmod", 0):
+        return with_kernel(tf.truncatemod, a, (tf.float16, tf.bfloat16), tf.float32, b)
+    return tf.math.floormod(a, b)
+
+
+def Neg(node, x):
+    return -x
+
+
+def Abs(node, x):
+    return x if x.dtype in _UINT else tf.abs(x)
+
+
+def Sign(node, x):
+    if x.dtype in _UINT:
+        return tf.cast(x > 0, x.dtype)
+    return tf.sign(x)
+
+
+def Reciprocal(node, x):
+    return tf.math.reciprocal(x)
+
+
+def Floor(node, x):
+    return tf.floor(x)
+
+
+def Ceil(node, x):
+    return tf.math.ceil(x)
+
+
+def Round(node, x):
+    return tf.round(x)  # half to even, as ONNX
+
+
+def Sqrt(node, x):
+    return tf.sqrt(x)
+
+
+def Exp(node, x):
+    return tf.exp(x)
+
+
+def Log(node, x):
+    return tf.math.log(x)
+
+
+def Erf(node, x):
+    return tf.math.erf(x)
+
+
+def _unary(fn):
+    return lambda node, x: fn(x)
+
+
+Sin, Cos, Tan = _unary(tf.sin), _unary(tf.cos), _unary(tf.tan)
+Asin, Acos, Atan = _unary(tf.asin), _unary(tf.acos), _unary(tf.atan)
+Sinh, Cosh = _unary(tf.sinh), _unary(tf.cosh)
+Asinh, Acosh, Atanh = _unary(tf.asinh), _unary(tf.acosh), _unary(tf.atanh)
+Tanh = _unary(tf.tanh)
+IsNaN = _unary(tf.math.is_nan)
+
+
+def IsInf(node, x):
+    pos, neg = node.attr("detect_positive", 1), node.attr("detect_negative", 1)
+    if x.dtype in _INT:
+        return tf.zeros_like(x, tf.bool)
+    return tf.logical_or(tf.logical_and(x > 0, tf.math.is_inf(x)) if pos else False,
+                         tf.logical_and(x < 0, tf.math.is_inf(x)) if neg else False)
+
+
+def _variadic(fn, node, *xs):
+    return functools.reduce(fn, [x for x in xs if x is not None])
+
+
+def Max(node, *xs):
+    if xs[0].dtype == tf.bool:
+        return _variadic(tf.logical_or, node, *xs)
+    return _variadic(tf.maximum, node, *xs)
+
+
+def Min(node, *xs):
+    if xs[0].dtype == tf.bool:
+        return _variadic(tf.logical_and, node, *xs)
+    return _variadic(tf.minimum, node, *xs)
+
+
+def Sum(node, *xs):
+    return _variadic(tf.add, node, *xs)
+
+
+def Mean(node, *xs):
+    return Sum(node, *xs) / tf.cast(len([x for x in xs if x is not None]), xs[0].dtype)
+
+
+def Equal(node, a, b):
+    return tf.equal(a, b)
+
+
+def _ordered(fn):
+    def op(node, a, b):
+        if a.dtype == tf.bool:
+            a, b = tf.cast(a, tf.int8), tf.cast(b, tf.int8)
+        return fn(a, b)
+    return op
+
+
+Less, Greater = _ordered(tf.less), _ordered(tf.greater)
+LessOrEqual, GreaterOrEqual = _ordered(tf.less_equal), _ordered(tf.greater_equal)
+
+
+def And(node, a, b):
+    return tf.logical_and(a, b)
+
+
+def Or(node, a, b):
+    return tf.logical_or(a, b)
+
+
+def Xor(node, a, b):
+    return tf.math.logical_xor(a, b)
+
+
+def Not(node, x):
+    return tf.logical_not(x)
+
+
+def BitShift(node, a, b):
+    """Shifts by a negative amount or by the bit width or more saturate, as ONNX says."""
+    bits = a.dtype.size * 8
+    a, b = tf.broadcast_to(a, tf.broadcast_dynamic_shape(tf.shape(a), tf.shape(b))), b + a * 0
+    inside = tf.logical_and(b >= 0, b < bits)
+    safe = tf.where(inside, b, tf.zeros_like(b))
+    if node.attr("direction") == "LEFT":
+        return tf.where(inside, tf.bitwise.left_shift(a, safe), tf.zeros_like(a))
+    spill = tf.where(a < 0, -tf.ones_like(a), tf.zeros_like(a)) if not a.dtype.is_unsigned \
+        else tf.zeros_like(a)
+    return tf.where(inside, tf.bitwise.right_shift(a, safe), spill)
+
+
+def BitwiseAnd(node, a, b):
+    return tf.bitwise.bitwise_and(a, b)
+
+
+def BitwiseOr(node, a, b):
+    return tf.bitwise.bitwise_or(a, b)
+
+
+def BitwiseXor(node, a, b):
+    return tf.bitwise.bitwise_xor(a, b)
+
+
+def BitwiseNot(node, x):
+    return tf.bitwise.invert(x)
+
+
+def Where(node, cond, a, b):
+    return tf.where(cond, a, b)
+
+
+# -- matrices -----------------------------------------------------------------
+_NO_MATMUL = (tf.int8, tf.int16, tf.uint8, tf.uint16, tf.uint32, tf.uint64)
+
+
+def _matmul(a, b):
+    if a.dtype == tf.float16:  # accumulate in float32, as NumPy does
+        return tf.cast(_matmul(tf.cast(a, tf.float32), tf.cast(b, tf.float32)), a.dtype)
+    if a.dtype in _NO_MATMUL:
+        return tf.cast(_matmul(tf.cast(a, tf.int64), tf.cast(b, tf.int64)), a.dtype)
+    if a.shape.rank == 1 and b.shape.rank == 1:
+        return tf.reduce_sum(a * b)
+    if a.shape.rank == 1:
+        return tf.squeeze(tf.matmul(a[tf.newaxis], b), -2)
+    if b.shape.rank == 1:
+        return tf.squeeze(tf.matmul(a, b[:, tf.newaxis]), -1)
+    return tf.matmul(a, b)
+
+
+def MatMul(node, a, b):
+    return _matmul(a, b)
+
+
+def MatMulInteger(node, a, b, a_zero=None, b_zero=None):
+    a, b = tf.cast(a, tf.int32), tf.cast(b, tf.int32)
+    if a_zero is not None:
+        az = tf.cast(a_zero, tf.int32)
+        a = a - (az[:, tf.newaxis] if az.shape.rank == 1 and az.shape[0] != 1 else az)
+    if b_zero is not None:
+        b = b - tf.cast(b_zero, tf.int32)
+    return tf.cast(_matmul(tf.cast(a, tf.int64), tf.cast(b, tf.int64)), tf.int32)
+
+
+def Gemm(node, a, b, c=None):
+    if node.attr("transA", 0):
+        a = tf.transpose(a)
+    if node.attr("transB", 0):
+        b = tf.transpose(b)
+    y = _matmul(a, b)
+    alpha, beta = node.attr("alpha", 1.0), node.attr("beta", 1.0)
+    if alpha != 1.0:
+        y = y * tf.cast(alpha, y.dtype)
+    if c is not None:
+        if c.shape.rank == 2 and c.shape[0] == 1:  # a row: keep TF's bias-add fusion happy
+            c = tf.reshape(c, [-1])
+        y = y + (c if beta == 1.0 else c * tf.cast(beta, c.dtype))
+    return y
+
+
+def Einsum(node, *xs):
+    equation = node.attr("equation").replace(" ", "")
+    if xs[0].dtype in _NO_MATMUL + (tf.int32,):
+        return tf.cast(tf.einsum(equation, *[tf.cast(x, tf.int64) for x in xs]), xs[0].dtype)
+    return tf.einsum(equation, *xs)
+
+
+def Det(node, x):
+    return tf.linalg.det(x)
+
+
+def _cumulative(fn, node, x, axis):
+    axis = norm_axis(int(static(axis).reshape(-1)[0]), x.shape.rank)
+    return with_kernel(lambda v: fn(v, axis=axis, exclusive=bool(node.attr("exclusive", 0)),
+                                    reverse=bool(node.attr("reverse", 0))),
+                       x, (tf.uint16, tf.uint32, tf.uint64), tf.int64)
+
+
+def CumSum(node, x, axis):
+    return _cumulative(tf.cumsum, node, x, axis)
+
+
+def CumProd(node, x, axis):
+    return _cumulative(tf.math.cumprod, node, x, axis)
+
+
+def Clip(node, x, lo=None, hi=None):
+    if node.opset < 11:
+        lo, hi = node.attr("min"), node.attr("max")
+        lo = None if lo is None else tf.cast(lo, x.dtype)
+        hi = None if hi is None else tf.cast(hi, x.dtype)
+    if lo is not None:
+        x = tf.maximum(x, tensor(lo, x.dtype))
+    if hi is not None:
+        x = tf.minimum(x, tensor(hi, x.dtype))
+    return x
+

@@ -1,0 +1,99 @@
+"""The TensorFlow op table: every module's operator functions combined into one OPS dict.
+
+Each function is wrapped twice over:
+- layout: values produced channels-last (`core.ChannelsLast`, from Conv and pooling) stay so
+  through elementwise operators (their other operands moved to channels-last too) and the
+  layout-aware ones (batch norm, pooling, channel concat, LRN); any other operator gets them
+  back in ONNX's NC... layout, so no transpose sits between two convolutions;
+- folding: a node whose inputs are all known while tracing (constants, baked shape inputs,
+  static shapes) is computed right away, eagerly, and becomes a constant, so that shape
+  arithmetic (Shape -> Gather -> Concat -> Reshape, as in function-expanded operators) stays
+  static, which TensorFlow's own constant folding at trace time cannot promise.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from d500.backends.tensorflow import (
+    control, image, math, ml, nn, quantize, reduce, rnn, shape, signal, strings,
+    training)
+from d500.backends.tensorflow.core import ChannelsLast, broadcast_last, plain, static
+
+NOT_FOLDED = {"If", "Loop", "Scan", "SequenceMap", "Unique"}
+# operators that take ChannelsLast values themselves
+LAYOUT_AWARE = {"Conv", "BatchNormalization", "MaxPool", "AveragePool", "GlobalAveragePool",
+                "GlobalMaxPool", "Concat", "LRN"}
+# elementwise operators: run on channels-last data as they are
+ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Relu",
+               "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "Clip", "Elu", "Selu", "Celu",
+               "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Exp", "Log", "Sqrt", "Neg",
+               "Abs", "Erf", "Identity", "Gelu", "Mish", "Swish", "ThresholdedRelu", "Where",
+               "Reciprocal"}
+
+
+def _ops_of(module: ModuleType) -> dict:
+    return {name: fn for name, fn in vars(module).items()
+            if name[:1].isupper() and callable(fn) and not isinstance(fn, type)
+            and getattr(fn, "__module__", module.__name__) == module.__name__}
+
+
+def _constant(value: Any) -> Any:
+    if isinstance(value, (tf.Tensor, tf.Variable)):
+        return tf.constant(value.numpy())
+    if isinstance(value, (list, tuple)):
+        return type(value)(_constant(v) for v in value)
+    return value
+
+
+def _elementwise_last(fn, node, args):
+    """fn on channels-last operands when one is channels-last and the others broadcast."""
+    r = max(a.t.shape.rank for a in args if isinstance(a, ChannelsLast))
+    if any(a is not None and not isinstance(a, ChannelsLast) and (
+            a.shape.rank is None or a.shape.rank > r) for a in args):
+        return fn(node, *[plain(a) for a in args])
+    out = fn(node, *[a.t if isinstance(a, ChannelsLast) else broadcast_last(a, r)
+                     for a in args])
+    return ChannelsLast(out) if isinstance(out, tf.Tensor) else out
+
+
+def wrapped(name: str, fn):
+    """fn with layout handling and, unless excluded, constant folding."""
+    aware, elementwise, fold = name in LAYOUT_AWARE, name in ELEMENTWISE, name not in NOT_FOLDED
+
+    @functools.wraps(fn)
+    def op(node, *args):
+        if any(isinstance(a, ChannelsLast) for a in args):
+            if aware:
+                return fn(node, *args)
+            if elementwise:
+                return _elementwise_last(fn, node, args)
+            args = tuple(plain(a) for a in args)
+        if not fold or not args or any(isinstance(a, (list, tf.Variable)) for a in args):
+            return fn(node, *args)
+        values = []
+        for a in args:
+            if a is None:
+                values.append(None)
+                continue
+            v = static(a)
+            if v is None or (isinstance(v, np.ndarray) and v.size > 1 << 16):
+                return fn(node, *args)
+            values.append(v)
+        with tf.init_scope():
+            out = fn(node, *[None if v is None else tf.constant(v) for v in values])
+            return _constant(plain(out))
+    return op
+
+
+OPS: dict = {}
+for _module in (math, nn, shape, reduce, control, image, quantize, strings, ml, training,
+                rnn, signal):
+    _domain = getattr(_module, "DOMAIN", "")
+    for _name, _fn in _ops_of(_module).items():
+        OPS[f"{_domain}::{_name}" if _domain else _name] = wrapped(_name, _fn)

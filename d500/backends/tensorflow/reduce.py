@@ -1,0 +1,86 @@
+"""Reductions in TensorFlow: Reduce* (axes as attribute or input), ArgMax/ArgMin."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from d500.backends.tensorflow.core import ints, norm_axes, norm_axis
+
+_NO_KERNEL = (tf.uint16, tf.uint32, tf.uint64, tf.int8, tf.int16)
+
+
+def _axes(node, x, axes):
+    if axes is not None:
+        axes = ints(axes, node, "axes")
+    else:
+        axes = node.attr("axes")
+    if not axes:
+        if node.attr("noop_with_empty_axes", 0):
+            return None
+        return list(range(x.shape.rank))
+    return norm_axes(axes, x.shape.rank)
+
+
+def _reduce(fn):
+    def op(node, x, axes=None):
+        ax = _axes(node, x, axes)
+        if ax is None:
+            return x
+        keep = bool(node.attr("keepdims", 1))
+        if x.dtype == tf.bool and fn in _BOOLEAN:
+            return _BOOLEAN[fn](x, ax, keepdims=keep)
+        if x.dtype == tf.bool:
+            return tf.cast(fn(tf.cast(x, tf.int32), ax, keep), tf.bool)
+        if x.dtype in _NO_KERNEL:
+            return tf.cast(fn(tf.cast(x, tf.int64), ax, keep), x.dtype)
+        return fn(x, ax, keep)
+    return op
+
+
+def _logsumexp(x, axes, keep):
+    m = tf.stop_gradient(tf.reduce_max(x, axes, keepdims=True))
+    m = tf.where(tf.math.is_finite(m), m, tf.zeros_like(m))
+    y = tf.math.log(tf.reduce_sum(tf.exp(x - m), axes, keepdims=True)) + m
+    return y if keep else tf.squeeze(y, axes)
+
+
+def _max(x, a, k):
+    return tf.reduce_max(x, a, keepdims=k)
+
+
+def _min(x, a, k):
+    return tf.reduce_min(x, a, keepdims=k)
+
+
+_BOOLEAN = {_max: tf.reduce_any, _min: tf.reduce_all}
+ReduceSum = _reduce(lambda x, a, k: tf.reduce_sum(x, a, keepdims=k))
+ReduceMean = _reduce(lambda x, a, k: tf.reduce_mean(x, a, keepdims=k))
+ReduceMax = _reduce(_max)
+ReduceMin = _reduce(_min)
+ReduceProd = _reduce(lambda x, a, k: tf.reduce_prod(x, a, keepdims=k))
+ReduceL1 = _reduce(lambda x, a, k: tf.reduce_sum(tf.abs(x), a, keepdims=k))
+ReduceL2 = _reduce(lambda x, a, k: tf.cast(tf.sqrt(tf.reduce_sum(
+    tf.square(tf.cast(x, tf.float64) if x.dtype.is_integer else x), a, keepdims=k)), x.dtype))
+ReduceSumSquare = _reduce(lambda x, a, k: tf.reduce_sum(tf.square(x), a, keepdims=k))
+ReduceLogSum = _reduce(lambda x, a, k: tf.math.log(tf.reduce_sum(x, a, keepdims=k)))
+ReduceLogSumExp = _reduce(_logsumexp)
+
+
+def _arg(fn, node, x):
+    axis = norm_axis(node.attr("axis", 0), x.shape.rank)
+    if x.dtype == tf.bool:
+        x = tf.cast(x, tf.int8)
+    if node.attr("select_last_index", 0):
+        n = tf.shape(x, out_type=tf.int64)[axis]
+        y = n - 1 - fn(tf.reverse(x, [axis]), axis=axis, output_type=tf.int64)
+    else:
+        y = fn(x, axis=axis, output_type=tf.int64)
+    return tf.expand_dims(y, axis) if node.attr("keepdims", 1) else y
+
+
+def ArgMax(node, x):
+    return _arg(tf.argmax, node, x)
+
+
+def ArgMin(node, x):
+    return _arg(tf.argmin, node, x)

@@ -1,0 +1,248 @@
+"""The TensorFlow backend: ONNX node suite and light models, gradients, shape inputs, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+tf = pytest.importorskip("tensorflow")
+
+from d500.backends.tensorflow import TensorFlowBackend  # noqa: E402
+from d500.conformance import backend_test_counts  # noqa: E402
+from d500.errors import UnsupportedOperator, UsageError  # noqa: E402
+
+# Measured 1,860 of the 1,872 deterministic node tests under BackendTest; a regression fails.
+MIN_NODE_PASSES = 1845
+LIGHT_MODELS = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
+                "shufflenet", "squeezenet", "vgg19", "zfnet512"]
+
+
+@pytest.mark.slow
+def test_onnx_node_suite_under_backend_test():
+    counts = backend_test_counts(TensorFlowBackend)
+    assert counts["run"] - counts["skipped"] == 1872
+    assert counts["passed"] >= MIN_NODE_PASSES, counts["failed"]
+
+
+@pytest.mark.slow
+def test_light_real_models_pass(tmp_path, monkeypatch):
+    monkeypatch.setenv("ONNX_HOME", str(tmp_path))  # expected outputs are computed there
+    counts = backend_test_counts(TensorFlowBackend, kind="Real")
+    assert counts["run"] == len(LIGHT_MODELS) and not counts["skipped"]
+    assert counts["passed"] == len(LIGHT_MODELS), counts["failed"]
+
+
+# -- a small CNN, in ONNX and natively in TensorFlow with the same weights ---------------------
+def small_cnn(seed: int = 0) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """Conv -> BatchNormalization -> Relu -> MaxPool -> Flatten -> Gemm -> Softmax, float64."""
+    rng = np.random.default_rng(seed)
+    weights = {
+        "w": rng.normal(0, 0.5, (4, 2, 3, 3)), "b": rng.normal(0, 0.1, 4),
+        "scale": rng.uniform(0.5, 1.5, 4), "shift": rng.normal(0, 0.1, 4),
+        "mean": rng.normal(0, 0.1, 4), "var": rng.uniform(0.5, 1.5, 4),
+        "fc_w": rng.normal(0, 0.3, (3, 16)), "fc_b": rng.normal(0, 0.1, 3),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("BatchNormalization", ["c", "scale", "shift", "mean", "var"], ["n"],
+                         epsilon=1e-5),
+        helper.make_node("Relu", ["n"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["g"], transB=1),
+        helper.make_node("Softmax", ["g"], ["y"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "small_cnn",
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [2, 2, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [2, 3])],
+        [onnx.numpy_helper.from_array(v, k) for k, v in weights.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), weights
+
+
+def native_cnn(x: tf.Tensor, p: dict[str, tf.Tensor]) -> tf.Tensor:
+    """The same network written directly in TensorFlow (NHWC)."""
+    h = tf.transpose(x, [0, 2, 3, 1])
+    h = tf.nn.conv2d(tf.pad(h, [[0, 0], [1, 1], [1, 1], [0, 0]]),
+                     tf.transpose(p["w"], [2, 3, 1, 0]), 2, "VALID") + p["b"]
+    h = (h - p["mean"]) / tf.sqrt(p["var"] + 1e-5) * p["scale"] + p["shift"]
+    h = tf.nn.max_pool2d(tf.nn.relu(h), 2, 2, "VALID")
+    h = tf.reshape(tf.transpose(h, [0, 3, 1, 2]), [2, -1])
+    return tf.nn.softmax(h @ tf.transpose(p["fc_w"]) + p["fc_b"], axis=1)
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    model, weights = small_cnn()
+    x = np.random.default_rng(1).normal(size=(2, 2, 8, 8))
+    return TensorFlowBackend.prepare(model), weights, x
+
+
+def test_forward_matches_reference_and_native(cnn):
+    from onnx.reference import ReferenceEvaluator
+    rep, weights, x = cnn
+    (y,) = rep.run([x])
+    assert y.dtype == np.float64 and y.shape == (2, 3)
+    expected = ReferenceEvaluator(rep.model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(y, expected, rtol=1e-10, atol=1e-12)
+    native = native_cnn(tf.constant(x), {k: tf.constant(v) for k, v in weights.items()})
+    np.testing.assert_allclose(y, native.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_gradients_match_native_autodiff(cnn):
+    rep, weights, x = cnn
+    g_out = np.random.default_rng(2).normal(size=(2, 3))
+    outs, grads = rep.gradients([x], grad_outputs={"y": g_out})
+    assert set(grads) == set(weights) | {"x"}
+    params = {k: tf.Variable(v) for k, v in weights.items()}
+    xt = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        y = native_cnn(xt, params)
+        target = tf.reduce_sum(y * g_out)
+    names = list(params)
+    expected = tape.gradient(target, [params[k] for k in names] + [xt])
+    np.testing.assert_allclose(outs[0], y.numpy(), rtol=1e-10)
+    for name, g in zip(names + ["x"], expected):
+        np.testing.assert_allclose(grads[name], g.numpy(), rtol=1e-8, atol=1e-12,
+                                   err_msg=name)
+    assert np.abs(grads["mean"]).max() > 0  # running statistics are parameters too
+
+
+def test_gradients_match_finite_differences(cnn):
+    rep, weights, x = cnn
+    g_out = np.random.default_rng(3).normal(size=(2, 3))
+    _, grads = rep.gradients([x], grad_outputs={"y": g_out}, wrt=["w", "var", "fc_b", "x"])
+    assert set(grads) == {"w", "var", "fc_b", "x"}
+
+    def f(name, value):
+        if name == "x":
+            return float(np.sum(rep.run([value])[0] * g_out))
+        original = rep.parameters()[name]
+        rep.set_parameters({name: value})
+        try:
+            return float(np.sum(rep.run([x])[0] * g_out))
+        finally:
+            rep.set_parameters({name: original})
+
+    rng = np.random.default_rng(4)
+    for name in grads:
+        base = x if name == "x" else weights[name]
+        for _ in range(3):  # a few random coordinates per tensor
+            idx = tuple(rng.integers(0, d) for d in base.shape)
+            h = 1e-6
+            plus, minus = base.copy(), base.copy()
+            plus[idx] += h
+            minus[idx] -= h
+            numeric = (f(name, plus) - f(name, minus)) / (2 * h)
+            assert abs(grads[name][idx] - numeric) <= 1e-5 * (1 + abs(numeric)), (name, idx)
+
+
+def test_parameters_native_module_and_errors(cnn):
+    rep, weights, x = cnn
+    assert set(rep.parameters()) == set(weights)
+    module = rep.native
+    assert isinstance(module, tf.Module)
+    assert {v.shape.as_list() == list(weights[k].shape) for k, v in module.params.items()} == {
+        True}
+    assert len(module.trainable_variables) == len(weights)
+    with tf.GradientTape() as tape:  # framework-native training works on the module
+        loss = tf.reduce_sum(module([x])[0][:, 0])
+    grads = tape.gradient(loss, module.trainable_variables)
+    assert all(g is not None for g in grads)
+    with pytest.raises(UsageError, match="not a parameter"):
+        rep.set_parameters({"nosuch": np.zeros(1)})
+    with pytest.raises(UsageError, match="shape"):
+        rep.set_parameters({"b": np.zeros(5)})
+    with pytest.raises(UsageError, match="not an output"):
+        rep.gradients([x], output="nosuch")
+
+
+def test_set_parameters_changes_the_output(cnn):
+    rep, weights, x = cnn
+    before = rep.run([x])[0]
+    rep.set_parameters({"fc_b": weights["fc_b"] + np.array([5.0, 0.0, 0.0])})
+    try:
+        after = rep.run([x])[0]
+        assert np.all(after[:, 0] > before[:, 0])
+    finally:
+        rep.set_parameters({"fc_b": weights["fc_b"]})
+    np.testing.assert_allclose(rep.run([x])[0], before)
+
+
+# -- shape inputs, dtypes, sequences ------------------------------------------------------------
+def test_shape_inputs_are_baked_per_value():
+    node = helper.make_node("Reshape", ["x", "shape"], ["y"])
+    graph = helper.make_graph(
+        [node], "reshape", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4]),
+                            helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
+    rep = TensorFlowBackend.prepare(helper.make_model(graph))
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    for shape in ([6, 4], [4, -1], [0, 12]):
+        (y,) = rep.run([x, np.array(shape, np.int64)])
+        np.testing.assert_array_equal(y, x.reshape([2 if s == 0 else s for s in shape]))
+
+
+def test_unsigned_arithmetic_and_output_dtypes():
+    nodes = [helper.make_node("Abs", ["a"], ["abs"]), helper.make_node("Sub", ["a", "b"], ["d"]),
+             helper.make_node("ReduceSum", ["a"], ["s"], keepdims=0),
+             helper.make_node("MatMul", ["a", "b"], ["m"])]
+    graph = helper.make_graph(
+        nodes, "u32", [helper.make_tensor_value_info(n, TensorProto.UINT32, [2, 2])
+                       for n in "ab"],
+        [helper.make_tensor_value_info("abs", TensorProto.UINT32, [2, 2]),
+         helper.make_tensor_value_info("d", TensorProto.UINT32, [2, 2]),
+         helper.make_tensor_value_info("s", TensorProto.UINT32, []),
+         helper.make_tensor_value_info("m", TensorProto.UINT32, [2, 2])])
+    rep = TensorFlowBackend.prepare(helper.make_model(graph))
+    a = np.array([[5, 7], [9, 4_000_000_000]], np.uint32)
+    b = np.array([[1, 2], [3, 4]], np.uint32)
+    out = rep.run([a, b])
+    for got, want in zip(out, [a, a - b, np.sum(a, dtype=np.uint32), a @ b]):
+        assert got.dtype == np.uint32
+        np.testing.assert_array_equal(got, want)
+
+
+def test_sequences_are_python_lists():
+    nodes = [helper.make_node("SplitToSequence", ["x"], ["seq"], axis=0, keepdims=0),
+             helper.make_node("SequenceLength", ["seq"], ["n"]),
+             helper.make_node("ConcatFromSequence", ["seq"], ["y"], axis=1, new_axis=1)]
+    graph = helper.make_graph(
+        nodes, "seq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2])],
+        [helper.make_tensor_value_info("n", TensorProto.INT64, []),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_sequence_value_info("seq", TensorProto.FLOAT, [2])])
+    rep = TensorFlowBackend.prepare(helper.make_model(graph))
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    n, y, seq = rep.run([x])
+    assert int(n) == 3
+    np.testing.assert_array_equal(y, x.T)
+    assert isinstance(seq, list) and [s.tolist() for s in seq] == x.tolist()
+
+
+# -- errors ---------------------------------------------------------------------------------------
+def test_unsupported_operator_names_everything():
+    node = helper.make_node("Frobnicate", ["x"], ["y"], name="frob1", domain="com.example")
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.example", 3)])
+    with pytest.raises(UnsupportedOperator) as err:
+        TensorFlowBackend.prepare(model)
+    message = str(err.value)
+    for part in ("com.example::Frobnicate", "opset 3", "frob1", "tensorflow"):
+        assert part in message
+
+
+def test_unknown_device_and_input_errors(cnn):
+    rep, _, x = cnn
+    if not tf.config.list_physical_devices("GPU"):
+        assert not TensorFlowBackend.supports_device("CUDA")
+        with pytest.raises(UsageError, match="CUDA"):
+            TensorFlowBackend.prepare(rep.model, device="CUDA")
+    with pytest.raises(UsageError, match="2 inputs given"):
+        rep.run([x, x])
