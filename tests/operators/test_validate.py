@@ -25,7 +25,10 @@ def test_numpy_conv_full_validation_of_the_big_case_is_fast():
     elapsed = time.perf_counter() - start
     assert report.passed, report.text()
     assert [c.name for c in report.checks if c.kind == "gradient"] == ["dX", "dW", "dB"]
-    assert all(c.method.startswith("directional") for c in report.checks if c.kind == "gradient")
+    methods = {c.name: c.method for c in report.checks if c.kind == "gradient"}
+    # dX (131,072 elements) and dW (2,304) are too large for the Jacobian; dB (16 elements) gets
+    # whichever the time budget allows on this machine.
+    assert methods["dX"].startswith("directional") and methods["dW"].startswith("directional")
     assert report.forward_error < 1e-5 and report.gradient_error < 1e-6
     assert elapsed < 10.0, f"validation took {elapsed:.1f} s"
 
