@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import sys
+from typing import Any
 
 from d500 import __version__
 from d500.errors import D500Error, UsageError
@@ -16,6 +18,32 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         raise UsageError(message)
+
+
+def stdout_console() -> Any:
+    """A rich Console on stdout; wide when stdout is not a terminal (logs, pipes), so tables
+    are not squeezed to 80 columns."""
+    from rich.console import Console
+    return Console(width=None if sys.stdout.isatty() else 160)
+
+
+def seconds(text: str) -> float:
+    """argparse type of a time budget: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def seed(text: str) -> int:
+    """argparse type of a random seed: an integer >= 0 (NumPy's generators take no other)."""
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return int(text)
+
 
 # name -> (module with `main(argv, prog) -> int`, one-line help). Modules are imported lazily so
 # `d500 --help` never imports a framework.

@@ -26,7 +26,7 @@ from d500 import metrics as _metrics
 from d500.cli import ArgumentParser
 from d500.errors import D500Error, UsageError
 from d500.metrics import Metric
-from d500.paths import home
+from d500.paths import home, write_output
 
 NOT_COUNTED = ("interrupted", "running")
 STATUS_ORDER = ("succeeded", "failed", "diverged", "timeout", "interrupted", "running")
@@ -88,18 +88,20 @@ def build(ledger: Any = None, level: int | None = None, workload: str | None = N
     per_run, general = ledger.verify_runs()
     envs = ledger.environments()
     groups: dict[tuple, list[dict[str, Any]]] = {}
-    for r in runs:
-        groups.setdefault((r["level"], r["workload"], r["workload_sha256"]), []).append(r)
-    versions = Counter((lvl, name) for lvl, name, _ in groups)
+    for r in runs:  # the same rules: the same workload file and the same model
+        groups.setdefault((r["level"], r["workload"], r["workload_sha256"], r["model_sha256"]),
+                          []).append(r)
+    versions = Counter((lvl, name) for lvl, name, _, _ in groups)
     boards = []
-    for (lvl, name, sha), group in sorted(groups.items(), key=lambda kv: (
+    for (lvl, name, sha, model_sha), group in sorted(groups.items(), key=lambda kv: (
             kv[0][0] if kv[0][0] is not None else -1, kv[0][1] or "",
             -max(r["started_unix"] for r in kv[1]))):
         board = _board(lvl, name, sha, group, per_run, general, envs)
         if versions[(lvl, name)] > 1:
-            board.version_note = (f"rules version {sha[:12] if sha else 'unrecorded'}: the "
-                                  "workload file changed between runs; versions are ranked "
-                                  "apart")
+            model = f", model {model_sha[:12]}" if model_sha else ""
+            board.version_note = (f"rules version {sha[:12] if sha else 'unrecorded'}{model}: "
+                                  "the workload file or the model changed between runs; "
+                                  "versions are ranked apart")
         boards.append(board)
     return boards
 
@@ -481,9 +483,7 @@ def write_html(path: str | Path | None = None, ledger: Any = None, level: int | 
                workload: str | None = None) -> Path:
     """Write the HTML leaderboard (default $D500_HOME/leaderboard.html); returns its path."""
     out = Path(path) if path is not None else home() / "leaderboard.html"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(ledger, level, workload, fmt="html"), encoding="utf-8")
-    return out
+    return write_output(out, render(ledger, level, workload, fmt="html"))
 
 
 def main(argv: list[str], prog: str = "d500 leaderboard") -> int:
@@ -509,8 +509,7 @@ def main(argv: list[str], prog: str = "d500 leaderboard") -> int:
         else:
             text = render(ledger, args.level, args.workload, fmt="md")
             if args.out:
-                Path(args.out).write_text(text, encoding="utf-8")
-                print(f"wrote {args.out}")
+                print(f"wrote {write_output(args.out, text)}")
             else:
                 sys.stdout.write(text)
     finally:

@@ -836,9 +836,5 @@ class Study:
             self.finish("failed", {"error": f"{exc_type.__name__}: {exc}"})
 
 
-def is_success(run: dict[str, Any]) -> bool:
-    return run.get("status") == "succeeded"
-
-
 def finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)

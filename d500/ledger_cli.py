@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from d500.cli import ArgumentParser
+from d500.cli import ArgumentParser, stdout_console
 from d500.errors import D500Error, UsageError
+from d500.paths import write_output
 
 STATUS_STYLE = {"succeeded": "green", "running": "cyan", "failed": "red", "diverged": "red",
                 "timeout": "yellow", "interrupted": "magenta"}
@@ -28,7 +29,7 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     p_list = sub.add_parser("list", help="list runs")
-    p_list.add_argument("--level", type=int)
+    p_list.add_argument("--level", type=int, choices=(0, 1, 2, 3))
     p_list.add_argument("--workload")
     p_list.add_argument("--submission")
     p_list.add_argument("--backend")
@@ -40,7 +41,7 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
     p_export = sub.add_parser("export", help="export every run")
     p_export.add_argument("--format", choices=("csv", "json", "jsonl"), default="csv")
     p_export.add_argument("--out", metavar="FILE", help="write here instead of stdout")
-    p_export.add_argument("--level", type=int)
+    p_export.add_argument("--level", type=int, choices=(0, 1, 2, 3))
     p_export.add_argument("--workload")
     sub.add_parser("verify", help="recompute every hash; exit 1 naming what changed")
     args = parser.parse_args(argv)
@@ -83,7 +84,7 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
                     r["machine"] = summary(env) if env else ""
             text = export(runs, args.format)
             if args.out:
-                Path(args.out).write_text(text, encoding="utf-8")
+                write_output(args.out, text)
                 print(f"wrote {len(runs)} runs to {args.out}", file=sys.stderr)
             else:
                 sys.stdout.write(text)
@@ -132,12 +133,11 @@ def _figures_text(figures: dict[str, float]) -> str:
 
 
 def _print_list(runs: list[dict[str, Any]], ledger: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from d500.metrics import format_duration
 
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = stdout_console()
     if not runs:
         console.print(f"no runs recorded in {ledger.path}")
         return

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from d500.cli import ArgumentParser
+from d500.cli import ArgumentParser, seconds, stdout_console
 from d500.errors import D500Error, UsageError
 from d500.paths import PROJECT_ROOT
 
@@ -54,7 +54,7 @@ def main(argv: list[str], prog: str = "d500 run") -> int:
     parser.add_argument("--backends", help="comma-separated backends (default: every installed)")
     parser.add_argument("--quick", action="store_true",
                         help=f"shortest budgets ({QUICK_BUDGET} s) and one small network")
-    parser.add_argument("--budget", type=float,
+    parser.add_argument("--budget", type=seconds,
                         help=f"seconds of timing per measurement (default {BUDGET})")
     parser.add_argument("--no-html", action="store_true", help="do not write the HTML leaderboard")
     args = parser.parse_args(argv)
@@ -85,8 +85,6 @@ def make_plan(args: Any) -> Plan:
     from d500.networks import workloads as l1
     from d500.networks.cli import backend_list
 
-    if args.budget is not None and not args.budget > 0:
-        raise UsageError("--budget must be a positive number of seconds")
     levels = _levels(args.level)
     plan = Plan(levels=levels, budget=args.budget or (QUICK_BUDGET if args.quick else BUDGET))
     if args.backends:
@@ -151,7 +149,7 @@ def execute(plan: Plan, html: bool = True) -> int:
     from d500.ledger import Ledger
 
     err = Console(stderr=True)
-    out = Console(width=None if sys.stdout.isatty() else 160)
+    out = stdout_console()
     ledger = Ledger()
     start = time.perf_counter()
     first_id = max((r["id"] for r in ledger.runs()), default=0)

@@ -6,7 +6,7 @@ error names the file and the dotted field path.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,6 +116,25 @@ def _check(value: Any, typ: Any, spec: Field, path: Path, where: str, root: Path
         raise ConfigError(f"{path}: field '{where}' is {value!r}; "
                           f"allowed: {', '.join(map(str, spec.choices))}")
     return value
+
+
+def check_metrics(data: Mapping[str, Any], path: Path, measured: Sequence[str], level: int
+                  ) -> str:
+    """The COMMON `metrics` and `rank_by` of a validated workload: defined in metrics/, measured
+    by its level, rank_by among them. Returns rank_by (default: the first metric)."""
+    from d500 import metrics
+    names = data["metrics"]
+    if not names:
+        raise ConfigError(f"{path}: field 'metrics' is empty")
+    metrics.check(names, path)
+    for name in names:
+        if name not in measured:
+            raise ConfigError(f"{path}: field 'metrics' names '{name}', which level {level} does "
+                              f"not measure (it measures {', '.join(measured)})")
+    rank_by = data["rank_by"] or names[0]
+    if rank_by not in names:
+        raise ConfigError(f"{path}: field 'rank_by' is '{rank_by}', not one of its metrics")
+    return rank_by
 
 
 def _name(typ: Any) -> str:

@@ -48,6 +48,21 @@ def test_unknown_backend():
     one_line_exit_2(d500("conformance", "--backend", "nosuch"), "nosuch")
 
 
+def test_d500_home_that_is_a_file(tmp_path):
+    import os
+    (tmp_path / "home").write_text("")
+    env = {**os.environ, "D500_HOME": str(tmp_path / "home")}
+    one_line_exit_2(d500("ledger", "list", env=env), "D500_HOME=", "results directory")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["net", "check", "model.onnx", "--seed", "-1"], ["--seed", "integer >= 0"]),
+    (["net", "bench", "mlp-mnist", "--budget", "inf"], ["--budget", "positive number"]),
+    (["run", "--budget", "0"], ["--budget", "positive number"])])
+def test_bad_seed_and_budget(args, words):
+    one_line_exit_2(d500(*args), *words)
+
+
 @pytest.fixture
 def models(tmp_path, monkeypatch):
     """A truncated file, a non-ONNX file and a model with a custom-domain operator."""

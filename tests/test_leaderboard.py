@@ -145,6 +145,19 @@ def test_changed_rules_are_ranked_apart(home, tmp_path):
     assert [len(b.metrics) for b in boards] == [2, 1]  # newest rules first
 
 
+def test_different_models_under_one_name_are_ranked_apart(home, tmp_path):
+    ledger = Ledger()
+    for text, latency in (("model one", 1.0), ("model two", 5.0), ("model one", 3.0)):
+        model = tmp_path / "model.onnx"  # `net check` names its runs after the file's stem
+        model.write_text(text)
+        ledger.start_run(level=1, workload="check:model", submission="torch", backend="torch",
+                         model_file=model).finish("succeeded", figures={"latency": latency})
+    boards = leaderboard.build(ledger)
+    assert len(boards) == 2 and all("the model changed" in b.version_note for b in boards)
+    medians = sorted(b.entries[0].aggregate["latency"] for b in boards)
+    assert medians == [2.0, 5.0]  # never the median over two different models
+
+
 def test_cli_markdown_html_and_errors(home, tmp_path):
     wf = write_workload(tmp_path / "conv.yaml", ["latency"])
     record(Ledger(), wf, "mine", "numpy", {"latency": 2e-3})
@@ -165,6 +178,13 @@ def test_cli_markdown_html_and_errors(home, tmp_path):
     assert "http://" not in text and "https://" not in text  # self-contained
     bad = d500("--format", "pdf")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    (tmp_path / "a-file").write_text("")
+    for fmt in ("md", "html"):
+        bad = d500("--format", fmt, "--out", str(tmp_path / "a-file" / "lb"))
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+        assert "cannot write it" in bad.stderr
+    nested = tmp_path / "new" / "folder" / "lb.md"
+    assert d500("--out", str(nested)).returncode == 0 and nested.is_file()
 
 
 @pytest.mark.browser

@@ -324,6 +324,12 @@ def test_cli_list_show_export(home, tmp_path):
     assert rows[0]["machine"] and "numpy" in rows[0]["machine"]
     bad = cli("ledger", "export", "--format", "xml", home=home)
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    unwritable = cli("ledger", "export", "--out", str(blocked / "x.csv"), home=home)
+    assert unwritable.returncode == 2 and unwritable.stderr.count("\n") == 1
+    assert "cannot write it" in unwritable.stderr and "Traceback" not in unwritable.stderr
+    assert cli("ledger", "list", "--level", "7", home=home).returncode == 2
 
 
 def test_studies_record_every_trial(home):

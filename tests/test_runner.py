@@ -53,7 +53,8 @@ def test_run_levels_0_and_1_records_everything_and_prints_the_leaderboard(home):
     (["--workload", "no-such-workload"], "no level-1 workload named 'no-such-workload'"),
     (["--level", "7"], "--level '7': expected 0, 1, 2 or 3"),
     (["--backends", "nosuch"], "unknown backend 'nosuch'"),
-    (["--budget", "0"], "--budget must be a positive number"),
+    (["--budget", "0"], "--budget: expected a positive number of seconds"),
+    (["--budget", "nan"], "--budget: expected a positive number of seconds"),
 ])
 def test_bad_selection_is_one_line_and_exit_2(home, args, message):
     result = d500("run", *args, home=home)

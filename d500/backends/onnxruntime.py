@@ -85,6 +85,10 @@ class OnnxRuntimeExecutable(Executable):
         import onnxruntime as ort
         options = ort.SessionOptions()
         options.log_severity_level = 3
+        # Idle worker threads must not spin: d500 interleaves backends in one process, and a
+        # spinning pool would steal the cores of whichever backend is timed next.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         providers = (["CUDAExecutionProvider"] if device.upper().startswith("CUDA") else []) + [
             "CPUExecutionProvider"]
         ir = opset = None

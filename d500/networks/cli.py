@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from d500.cli import ArgumentParser
+from d500.cli import ArgumentParser, seconds, seed, stdout_console
 from d500.errors import UsageError
 
 CHECK_HELP = """Run an ONNX model on several backends with the same seeded inputs and compare
@@ -44,7 +44,7 @@ def main(argv: list[str], prog: str = "d500 net") -> int:
     p_check.add_argument("model", help="an ONNX file")
     p_check.add_argument("--backends", help="comma-separated (default: every installed one)")
     p_check.add_argument("--inputs", metavar="FILE.npz", help="input arrays by input name")
-    p_check.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p_check.add_argument("--seed", type=seed, default=0, help="seed of the random inputs")
     p_check.add_argument("--dim", action="append", metavar="NAME=SIZE",
                          help="size of a named open input dimension (repeatable)")
     p_check.add_argument("--rtol", type=float, help="override the tolerance (scale-relative)")
@@ -57,7 +57,7 @@ def main(argv: list[str], prog: str = "d500 net") -> int:
     p_bench = sub.add_parser("bench", help="time a level-1 workload on several backends")
     p_bench.add_argument("workload", help="a levels/1-networks/*.yaml file or workload name")
     p_bench.add_argument("--backends", help="comma-separated (default: every installed one)")
-    p_bench.add_argument("--budget", type=float,
+    p_bench.add_argument("--budget", type=seconds,
                          help="seconds of timing per measurement and backend (default: the "
                               "workload's)")
     p_bench.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -99,6 +99,13 @@ def _check(args: Any) -> int:
         report = check(model, feeds, names, model_name=str(path),
                        seed=None if args.inputs else args.seed, rtol=args.rtol,
                        progress=lambda b: status(f"running {path.name} on {b}" if b else ""))
+    from d500.networks.weights import constant_weights
+    constant = 0 if args.random_weights else constant_weights(model)
+    if constant:
+        report.note = " ".join(filter(None, [report.note, (
+            f"{constant} weight tensor(s) are one constant filled in the graph "
+            f"(ConstantOfShape), so the outputs hardly depend on the arithmetic; "
+            f"--random-weights makes this check meaningful")]))
     if not args.no_record:
         record(report, recorded, workload=f"check:{path.stem}")
     if args.json:
@@ -113,7 +120,7 @@ def _check(args: Any) -> int:
 def print_check(report, console=None) -> None:
     from rich.table import Table
 
-    console = console or _console()
+    console = console or stdout_console()
     table = Table(title=f"net check {report.model}", title_justify="left")
     for col in ("backend", "output", "max abs", "max rel", "tolerance", "verdict"):
         table.add_column(col, justify="right" if col.startswith(("max", "tol")) else "left")
@@ -144,12 +151,6 @@ def print_check(report, console=None) -> None:
     console.print(verdict)
 
 
-def _console() -> Any:
-    """stdout; wide when it is not a terminal (logs, pipes), so tables are not squeezed to 80."""
-    from rich.console import Console
-    return Console(width=None if sys.stdout.isatty() else 160)
-
-
 def _short(text: str, n: int = 160) -> str:
     text = " ".join(text.split())
     return text if len(text) <= n else text[: n - 1] + "…"
@@ -164,8 +165,6 @@ def _bench(args: Any) -> int:
     from d500.networks import workloads
     from d500.networks.bench import bench
 
-    if args.budget is not None and not args.budget > 0:
-        raise UsageError("--budget must be a positive number of seconds")
     workload = workloads.load(workloads.find(args.workload))
     names = backend_list(args.backends)
     with _status(not args.json) as status:
@@ -187,7 +186,7 @@ def print_bench(result, console=None) -> None:
 
     from d500 import metrics
 
-    console = console or _console()
+    console = console or stdout_console()
     wl = result.workload
     defs = [metrics.get(n) for n in wl.metrics]
     table = Table(title=f"net bench {wl.name} ({wl.model_label()}, batch {wl.batch_size})",

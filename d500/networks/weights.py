@@ -46,8 +46,15 @@ def randomize(model: onnx.ModelProto, seed: int = 0) -> tuple[onnx.ModelProto, i
     return out, len(new)
 
 
-def _replacement(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto],
-                 rng: np.random.Generator) -> np.ndarray | None:
+def constant_weights(model: onnx.ModelProto) -> int:
+    """How many weights `model` fills with one constant in the graph (what `randomize` replaces)."""
+    inits = {t.name: t for t in model.graph.initializer}
+    return sum(_constant_weight(node, inits) is not None for node in model.graph.node)
+
+
+def _constant_weight(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto]
+                     ) -> tuple[list[int], np.dtype] | None:
+    """Shape and dtype of a float ConstantOfShape with a constant shape; None for other nodes."""
     if node.op_type != "ConstantOfShape" or node.domain not in ("", "ai.onnx"):
         return None
     if not node.input or node.input[0] not in inits:
@@ -57,6 +64,15 @@ def _replacement(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto],
     dtype = np.dtype(np.float32) if fill is None else fill.dtype
     if dtype.kind != "f" or any(d < 0 for d in shape):
         return None
+    return shape, dtype
+
+
+def _replacement(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto],
+                 rng: np.random.Generator) -> np.ndarray | None:
+    found = _constant_weight(node, inits)
+    if found is None:
+        return None
+    shape, dtype = found
     if len(shape) >= 2:
         fan_in = max(int(np.prod(shape[1:])), 1)
         scale = np.float32(np.sqrt(1.0 / fan_in))

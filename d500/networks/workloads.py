@@ -20,6 +20,7 @@ names (an ONNX file in the project, a network shipped inside the onnx package, o
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,7 +146,6 @@ def onnx_package_file(name: str, where: Path | str = "model.onnx_package") -> Pa
 
 def load(path: str | Path) -> Workload:
     """Read and check a level-1 workload file; every problem is a ConfigError naming the field."""
-    from d500 import metrics
     path = Path(path)
     data = _workload.load(path, SCHEMA)
     if data["level"] != LEVEL:
@@ -188,19 +188,13 @@ def load(path: str | Path) -> Workload:
             onnx_package_file(m["onnx_package"], path)
     if data["batch_size"] < 1:
         raise ConfigError(f"{path}: field 'batch_size' must be at least 1")
-    if not data["budget"] > 0:
+    for where, seed in (("seed", data["seed"]), ("model.seed", m["seed"])):
+        if seed < 0:
+            raise ConfigError(f"{path}: field '{where}' must be an integer >= 0, got {seed}")
+    if not (data["budget"] > 0 and math.isfinite(data["budget"])):
         raise ConfigError(f"{path}: field 'budget' must be a positive number of seconds")
     names = data["metrics"]
-    if not names:
-        raise ConfigError(f"{path}: field 'metrics' is empty")
-    metrics.check(names, path)
-    for name in names:
-        if name not in MEASURED:
-            raise ConfigError(f"{path}: field 'metrics' names '{name}', which level 1 does not "
-                              f"measure (it measures {', '.join(MEASURED)})")
-    rank_by = data["rank_by"] or names[0]
-    if rank_by not in names:
-        raise ConfigError(f"{path}: field 'rank_by' is '{rank_by}', not one of its metrics")
+    rank_by = _workload.check_metrics(data, path, MEASURED, LEVEL)
     has_loss = m.get("builder") is not None or m.get("loss") is not None
     if data["train"] and not has_loss:
         raise ConfigError(f"{path}: field 'train' is true but the model has no loss (use "

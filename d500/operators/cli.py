@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from d500.cli import ArgumentParser
+from d500.cli import ArgumentParser, seconds, seed
 from d500.errors import CheckFailed, UsageError
 
 USAGE_EPILOG = """cases: --case FILE (repeatable), or --input-shape (one per input, in ONNX
@@ -34,7 +35,7 @@ def parser(prog: str) -> ArgumentParser:
                        help="a node attribute: an int, a float, a comma list or a string")
         s.add_argument("--dtype", choices=("float32", "float64", "float16", "int32", "int64"),
                        help="element type (default: the case's, or float32)")
-        s.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+        s.add_argument("--seed", type=seed, default=0, help="seed of the random inputs")
         s.add_argument("--case", action="append", default=[], metavar="FILE.yaml",
                        help="a level-0 workload file (repeatable)")
         s.add_argument("--directions", type=int, default=3,
@@ -44,7 +45,7 @@ def parser(prog: str) -> ArgumentParser:
             s.add_argument("--backends", default=None,
                            help="comma list of backends to time beside the operator "
                                 "(default: every installed one)")
-            s.add_argument("--budget", type=float, default=None,
+            s.add_argument("--budget", type=seconds, default=None,
                            help="seconds of timing per implementation (default: the case's)")
     return p
 
@@ -196,38 +197,39 @@ def _validate(loaded: Any, cases: list, args: Any) -> int:
 def _bench(loaded: Any, cases: list, args: Any) -> int:
     from d500 import backends as _backends
     from d500.ledger import Ledger
-    from d500.operators.bench import bench
+    from d500.operators.bench import BUILTIN, bench
     if args.backends is None:
         names = [b for b in _backends.installed() if b != "reference"] + ["reference"]
     else:
-        names = [b.strip() for b in args.backends.split(",") if b.strip()]
+        from d500.networks.cli import backend_list
+        names = backend_list(args.backends)
         for b in names:
-            _backends.get(b)  # unknown or not installed: a usage error now, not mid-run
-    if args.budget is not None and args.budget <= 0:
-        raise UsageError("--budget must be positive")
-    try:
-        from d500.provenance import peak_flops
-        peak = peak_flops()
-    except ImportError:
-        peak = None
+            _backends.get(b)  # not installed: a usage error now, not mid-run
+    from d500.provenance import peak_flops
+    peak = peak_flops()
     ledger = Ledger()
     results = []
+    entries = [(loaded.submission, loaded.cls.framework), *((BUILTIN, name) for name in names)]
     for case in cases:
-        result = bench(loaded.cls, case, names, loaded.submission, _options(args),
-                       args.budget, peak)
-        for row in result.rows:
-            files = loaded.files if row.submission == loaded.submission else []
-            with ledger.start_run(level=0, workload=case.name, submission=row.submission,
-                                  backend=row.backend, seed=args.seed,
-                                  hyperparameters=_hyper(case, "bench", args),
-                                  workload_file=case.path, submission_files=files) as run:
+        # Every entry's run is open while they are timed: a process killed mid-way leaves them
+        # interrupted in the ledger, not missing.
+        with ExitStack() as stack:
+            runs = [stack.enter_context(ledger.start_run(
+                level=0, workload=case.name, submission=submission, backend=backend,
+                seed=args.seed, hyperparameters=_hyper(case, "bench", args),
+                workload_file=case.path,
+                submission_files=loaded.files if submission == loaded.submission else []))
+                for submission, backend in entries]
+            result = bench(loaded.cls, case, names, loaded.submission, _options(args),
+                           args.budget, peak)
+            for row, run in zip(result.rows, runs, strict=True):
                 details = {"timing": row.timing, "flops_per_call": result.flops,
                            "peak_flops": peak, "validation": row.validation}
                 if row.status == "ok":
                     run.record(figures=row.figures, details=details)
                 else:
                     run.finish("failed", figures=row.figures, details=details, error=row.error)
-            row.run_id = run.id
+                row.run_id = run.id
         results.append(result)
         if not args.json:
             print(result.text(), flush=True)

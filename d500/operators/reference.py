@@ -57,6 +57,11 @@ def node_model(op_type: str, attributes: Mapping[str, Any], inputs: Sequence[np.
                n_outputs: int = 1, opset: int | None = None) -> onnx.ModelProto:
     """A one-node model of `op_type` whose inputs have the dtypes and shapes of `inputs`."""
     check_arity(op_type, len(inputs), opset)
+    known = schema(op_type, opset).attributes
+    unknown = [name for name in attributes if name not in known]
+    if unknown:
+        raise UsageError(f"{op_type} has no attribute '{unknown[0]}' (opset "
+                         f"{opset or DEFAULT_OPSET} defines: {', '.join(sorted(known)) or 'none'})")
     n_outputs = max(1, min(n_outputs, schema(op_type, opset).max_output))
     ins, outs = input_names(op_type, len(inputs), opset), output_names(op_type, n_outputs, opset)
     try:

@@ -105,8 +105,9 @@ class Report:
     def text(self) -> str:
         dims = ", ".join("x".join(map(str, s)) or "scalar" for s in self.shapes)
         attrs = ", ".join(f"{k}={v}" for k, v in self.attributes.items())
-        head = (f"{self.case}: {self.op_type}({dims}{'; ' + attrs if attrs else ''}) "
-                f"{self.dtype} -- {self.operator} [{self.framework}]")
+        what = f"{self.op_type}({dims}{'; ' + attrs if attrs else ''}) {self.dtype}"
+        head = (what if self.case == what else f"{self.case}: {what}") + (
+            f" -- {self.operator} [{self.framework}]")
         lines = [head, *(c.line() for c in self.checks)]
         if self.error:
             lines.append(f"  error: {self.error}")

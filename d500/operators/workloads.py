@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,10 +11,12 @@ import numpy as np
 
 from d500.errors import ConfigError, UsageError
 from d500.paths import PROJECT_ROOT
-from d500.workload import COMMON, Field, load
+from d500.workload import COMMON, Field, check_metrics, load
 
 LEVEL_DIR = PROJECT_ROOT / "levels" / "0-operators"
 DTYPES = ("float32", "float64", "float16", "int32", "int64")
+# What `d500 op validate|bench` measures; a case lists a subset of these.
+MEASURED = ("latency", "gflops", "peak_fraction", "forward_error", "gradient_error")
 
 SCHEMA = {
     **COMMON,
@@ -69,6 +72,9 @@ def load_case(path: str | Path) -> Case:
     data = load(path, SCHEMA)
     if data["level"] != 0:
         raise ConfigError(f"{path}: field 'level' is {data['level']}; a level-0 case has level 0")
+    check_metrics(data, path, MEASURED, 0)
+    if not (data["time_budget"] > 0 and math.isfinite(data["time_budget"])):
+        raise ConfigError(f"{path}: field 'time_budget' must be a positive number of seconds")
     shapes, ranges = [], []
     for i, item in enumerate(data["inputs"]):
         where = f"inputs[{i}]"

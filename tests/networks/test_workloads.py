@@ -64,6 +64,12 @@ def _write(tmp_path: Path, text: str, name: str = "w.yaml") -> Path:
      "names 'gflops', which level 1 does not measure"),
     (("train: true", "train: false"), "names train_step_time but 'train' is false"),
     (("name: tiny\n", ""), "missing required field 'name'"),
+    (("train: true", "train: true\nseed: -1"), "field 'seed' must be an integer >= 0"),
+    (("  builder: mlp", "  builder: mlp\n  seed: -2"),
+     "field 'model.seed' must be an integer >= 0"),
+    (("train: true", "train: true\nbudget: .inf"), "field 'budget' must be a positive number"),
+    (("metrics: [train_step_time, latency]", "metrics: [latency]\nrank_by: throughput"),
+     "field 'rank_by' is 'throughput', not one of its metrics"),
 ])
 def test_a_bad_workload_names_the_field(tmp_path, change, message):
     old, new = change

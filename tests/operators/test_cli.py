@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -69,6 +74,11 @@ def test_broken_variants_exit_1(home, operator, args):
     (["op", "validate", "submissions/numpy-im2col-conv", "--case",
       "levels/0-operators/relu-4d.yaml"], "a Relu case, but Im2colConv implements Conv"),
     (["op", "bench", "submissions/c-gemm", "--backends", "nosuch"], "unknown backend 'nosuch'"),
+    (["op", "bench", "submissions/c-gemm", "--backends", ","], "--backends is empty"),
+    (["op", "bench", "submissions/c-gemm", "--budget", "nan"], "positive number of seconds"),
+    (["op", "validate", "submissions/c-gemm", "--seed", "-1"], "expected an integer >= 0"),
+    (["op", "validate", "submissions/numpy-im2col-conv", "--input-shape", "1,3,8,8",
+      "--input-shape", "4,3,3,3", "--attr", "colour=3"], "Conv has no attribute 'colour'"),
     (["op", "validate", "tests/operators/ops/c_ops.py:BrokenBuild", "--input-shape", "4"],
      "compiling does_not_compile.c failed")])
 def test_bad_usage_exits_2_with_one_line(home, args, message):
@@ -135,3 +145,26 @@ def test_failing_operator_is_benchmarked_as_failed_and_never_ranked(home):
         ledger.close()
     ranks = {e.submission: e.rank for e in board.entries}
     assert ranks == {"builtin": 1, "OffByRelativeConv": None}
+
+
+def test_a_bench_killed_mid_way_leaves_its_runs_interrupted(home):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "d500.cli", "op", "bench", "submissions/c-gemm", "--case",
+         "levels/0-operators/gemm-256.yaml", "--backends", "reference", "--budget", "60"],
+        cwd=ROOT, env={**os.environ, "D500_HOME": str(home)}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (home / "ledger.sqlite").is_file() and len(runs(home, status="running")) == 2:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, "the benchmark ended before its runs were seen running"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    recorded = runs(home, level=0)
+    assert {(r["submission"], r["status"]) for r in recorded} == {
+        ("c-gemm", "interrupted"), ("builtin", "interrupted")}

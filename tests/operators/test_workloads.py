@@ -43,6 +43,15 @@ def test_bad_case_files_name_the_field(tmp_path):
     bad.write_text(base.replace("Relu", "Nope") + "inputs: [[2]]\n")
     with pytest.raises(ConfigError, match="'Nope' is not an ONNX operator"):
         load_case(bad)
+    bad.write_text(base.replace("[latency]", "[latency, val_accuracy]") + "inputs: [[2]]\n")
+    with pytest.raises(ConfigError, match="names 'val_accuracy', which level 0 does not measure"):
+        load_case(bad)
+    bad.write_text(base + "inputs: [[2]]\nrank_by: gflops\n")
+    with pytest.raises(ConfigError, match="field 'rank_by' is 'gflops', not one of its metrics"):
+        load_case(bad)
+    bad.write_text(base + "inputs: [[2]]\ntime_budget: -1\n")
+    with pytest.raises(ConfigError, match="field 'time_budget' must be a positive number"):
+        load_case(bad)
 
 
 @pytest.mark.slow
