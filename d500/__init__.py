@@ -1,4 +1,6 @@
-"""d500: a benchmark-and-competition harness for deep learning (operators, networks, training, distributed)."""
+"""d500: a benchmark-and-competition harness for deep learning.
+
+Four levels: operators, networks, training, distributed."""
 
 from __future__ import annotations
 

@@ -20,7 +20,8 @@ class ModelError(D500Error):
 class UnsupportedOperator(D500Error):
     """A backend lacks an operator; the message names op type, domain, opset, node and backend."""
 
-    def __init__(self, op_type: str, domain: str, opset: int, node: str, backend: str, why: str = ""):
+    def __init__(self, op_type: str, domain: str, opset: int, node: str, backend: str,
+                 why: str = ""):
         self.op_type, self.domain, self.opset, self.node, self.backend = (
             op_type, domain or "ai.onnx", opset, node, backend)
         extra = f": {why}" if why else ""
@@ -38,7 +39,7 @@ class DatasetError(D500Error):
 
 
 class CheckFailed(D500Error):
-    """A check ran and failed (operator or network disagrees with the reference, a rule was broken)."""
+    """A check ran and failed: an operator or network disagrees with the reference, a rule broke."""
 
     exit_code = 1
 

@@ -1,4 +1,6 @@
-"""Where results, caches and compiled artifacts go: one directory, `$D500_HOME` (default ./d500-results)."""
+"""Where results, caches and compiled artifacts go.
+
+One directory, `$D500_HOME` (default ./d500-results)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Workload and submission YAML files: read with yaml.safe_load, validated field by field against a schema.
+"""Workload and submission YAML files: yaml.safe_load, then validated field by field.
 
 A schema maps a field name to a `Field`; nested mappings use a dict schema as the type. Every
 error names the file and the dotted field path.

@@ -1,4 +1,6 @@
-"""first_call_time: the first run of a freshly translated network (tracing, JIT, lazy set-up included)."""
+"""first_call_time: the first run of a freshly translated network.
+
+Tracing, JIT compilation and lazy set-up included."""
 
 NAME = "first_call_time"
 UNIT = "s"

@@ -45,7 +45,7 @@ class Node:
         return self.attrs.get(name, default)
 
     def run_subgraph(self, attr: str, *values: Any) -> list[Any]:
-        """Run the graph attribute `attr`, binding `values` to its inputs; outer names are visible."""
+        """Run the graph attribute `attr` with `values` bound to its inputs (outer names seen)."""
         sub: Program = self.attrs[attr]
         assert self.program is not None
         return sub.run(dict(zip(sub.input_names, values)), outer=self.program.scope)
@@ -220,7 +220,7 @@ def _rename_outer(graph: onnx.GraphProto, names: Mapping[str, str]) -> None:
 
 
 def _inline(proto: onnx.NodeProto, body: onnx.FunctionProto) -> list[onnx.NodeProto]:
-    """The nodes of `body` with formal names bound to the node's and attribute references resolved."""
+    """The nodes of `body`, formal names bound to the node's, attribute references resolved."""
     prefix = f"__{proto.op_type}_{next(_fresh)}_"
     names = dict(zip(body.input, proto.input))
     names.update(zip(body.output, proto.output))

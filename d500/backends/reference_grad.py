@@ -318,7 +318,8 @@ def _slices(offset: list[int], dil: list[int], strides: list[int], out: tuple[in
             ) -> tuple[slice, ...]:
     """The positions of a padded input that kernel offset `offset` reads for every output."""
     return (slice(None), slice(None)) + tuple(
-        slice(o * d, o * d + (n - 1) * st + 1, st) for o, d, st, n in zip(offset, dil, strides, out))
+        slice(o * d, o * d + (n - 1) * st + 1, st)
+        for o, d, st, n in zip(offset, dil, strides, out))
 
 
 def Conv(s: Step, g: list[Grad]) -> list[Grad]:

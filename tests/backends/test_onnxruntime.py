@@ -57,12 +57,3 @@ def test_custom_domain_operator_names_everything():
         OnnxRuntimeBackend.prepare(model)
     assert (err.value.op_type, err.value.domain, err.value.opset, err.value.node,
             err.value.backend) == ("FancyGelu", "com.example", 2, "act7", "onnxruntime")
-
-
-@pytest.mark.slow
-def test_onnx_node_suite_under_backend_test():
-    """The official harness over the 1,872 deterministic node tests (measured: 1,438)."""
-    from d500.conformance import backend_test_counts
-    counts = backend_test_counts(OnnxRuntimeBackend)
-    assert counts["run"] - counts["skipped"] == 1872
-    assert counts["passed"] >= 1430, len(counts["failed"])
