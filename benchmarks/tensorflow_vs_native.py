@@ -10,6 +10,12 @@ d500/native (median over repetitions, with the quartiles of the per-repetition r
 module level (tf.function over tensors, both sides) and at the Executable API (NumPy in and out;
 the native side then also returns NumPy arrays).
 
+What d500 does on top, by the ONNX contract rather than by choice: its parameters are the ONNX
+float initializers, so its gradients also cover batch norm's running mean and variance (Keras
+keeps them non-trainable: a superset of a few per-channel vectors); they are held in ONNX layout
+(OIHW kernels), so every step transposes each kernel to TensorFlow's HWIO and each kernel
+gradient back; and the NCHW input is transposed to channels-last (its gradient back).
+
     .venv/bin/python benchmarks/tensorflow_vs_native.py [--batch 32] [--repetitions 15]
 """
 

@@ -43,6 +43,10 @@ class OnnxModule(tf.Module):
         if isinstance(inputs, (tf.Tensor, tf.Variable, np.ndarray)):
             inputs = [inputs]
         feeds, baked = exe._split(exe.bind(inputs))
+        if tf.inside_function():
+            # traced into the caller's graph: no nested function call, whose gradient would
+            # run as a separate forward (returning every intermediate) and backward function
+            return exe._call(feeds, baked)
         return exe._function(feeds, baked)
 
 
@@ -68,7 +72,9 @@ class TensorFlowExecutable(Executable):
             for i in model.graph.input if i.type.HasField("tensor_type")
             and i.type.tensor_type.elem_type}
         self._function = tf.function(self._call, autograph=False)
-        self._grad_function = tf.function(self._call_grad, autograph=False)
+        # one tf.function per (output, grad-output names, wrt): its Python arguments are then
+        # tensors only (a tuple of ~80 names as an argument cost ~1 ms of trace-type checks a call)
+        self._grad_functions: dict[tuple, Any] = {}
 
     # -- tracing ------------------------------------------------------------------------
     def _split(self, feeds: Mapping[str, Any]) -> tuple[dict[str, Any], tuple]:
@@ -95,6 +101,19 @@ class TensorFlowExecutable(Executable):
     def _call(self, feeds: dict[str, Any], baked: tuple) -> list[Any]:
         with tf.device(self._device):
             return self._run_program(feeds, baked)
+
+    def _grad_function(self, output: str | None, grad_names: tuple[str, ...],
+                       wrt: tuple[str, ...]):
+        """The tf.function computing the outputs and the gradients of `output` (or of the given
+        output gradients, by name) with respect to `wrt`; its arguments are feeds, baked key and
+        the output gradients."""
+        key = (output, grad_names, wrt)
+        fn = self._grad_functions.get(key)
+        if fn is None:
+            fn = self._grad_functions[key] = tf.function(
+                lambda feeds, baked, grad_outputs: self._call_grad(
+                    feeds, baked, output, grad_outputs, wrt), autograph=False)
+        return fn
 
     def _call_grad(self, feeds: dict[str, Any], baked: tuple, output: str | None,
                    grad_outputs: dict[str, tf.Tensor], wrt: tuple[str, ...]):
@@ -174,7 +193,8 @@ class TensorFlowExecutable(Executable):
                 raise UsageError(f"cannot differentiate with respect to '{name}': "
                                  f"it decides a shape")
         g_out = {k: tf.convert_to_tensor(v) for k, v in (grad_outputs or {}).items()}
-        outs, grads = self._traced(self._grad_function, feeds, output, g_out, tuple(wrt))
+        fn = self._grad_function(None if g_out else output, tuple(sorted(g_out)), tuple(wrt))
+        outs, grads = self._traced(fn, feeds, g_out)
         return ([self._to_numpy(n, o) for n, o in zip(self.output_names, outs)],
                 {n: g.numpy() for n, g in zip(wrt, grads)})
 

@@ -242,7 +242,11 @@ def Gemm(node, a, b, c=None):
     if c is not None:
         if c.shape.rank == 2 and c.shape[0] == 1:  # a row: keep TF's bias-add fusion happy
             c = tf.reshape(c, [-1])
-        y = y + (c if beta == 1.0 else c * tf.cast(beta, c.dtype))
+        c = c if beta == 1.0 else c * tf.cast(beta, c.dtype)
+        if (c.shape.rank == 1 and y.shape.rank == 2 and c.dtype.is_floating
+                and c.shape[0] is not None and c.shape[0] == y.shape[1]):
+            return tf.nn.bias_add(y, c)  # as Keras's Dense: MatMul+BiasAdd fuse, BiasAddGrad
+        y = y + c
     return y
 
 
