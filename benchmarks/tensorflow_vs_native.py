@@ -23,10 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
-from collections.abc import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -34,6 +31,7 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from ratio import interleave, report  # noqa: E402
 
 WIDTHS = (16, 32, 64)
 EPS = 1e-5
@@ -133,30 +131,6 @@ def build(batch: int, seed: int = 0):
             layer.beta.assign(rng.uniform(-0.1, 0.1, c).astype(np.float32))
     x = rng.standard_normal((batch, 32, 32, 3)).astype(np.float32)
     return model, onnx_resnet(model), x
-
-
-def interleave(a: Callable[[], object], b: Callable[[], object], repetitions: int,
-               number: int) -> tuple[list[float], list[float]]:
-    """Per-call seconds of `a` and `b`, alternating which goes first in each repetition."""
-    ta, tb = [], []
-    for r in range(repetitions):
-        order = [(a, ta), (b, tb)] if r % 2 == 0 else [(b, tb), (a, ta)]
-        for fn, acc in order:
-            start = time.perf_counter()
-            for _ in range(number):
-                fn()
-            acc.append((time.perf_counter() - start) / number)
-    return ta, tb
-
-
-def report(label: str, d500_times: list[float], native_times: list[float], batch: int) -> float:
-    ratios = [n / d for d, n in zip(d500_times, native_times)]  # throughput d500 / native
-    q = statistics.quantiles(ratios, n=4, method="inclusive")
-    ratio = statistics.median(ratios)
-    print(f"{label:<36} native {batch / statistics.median(native_times):8.1f}/s   "
-          f"d500 {batch / statistics.median(d500_times):8.1f}/s   ratio d500/native "
-          f"{ratio:.3f} (IQR {q[0]:.3f}-{q[2]:.3f}, {len(ratios)} reps)")
-    return ratio
 
 
 def main(argv: list[str] | None = None) -> int:

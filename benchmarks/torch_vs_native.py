@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import argparse
 import io
-import statistics
 import sys
-import time
 import warnings
-from collections.abc import Callable
 
 import numpy as np
 import torch
+from ratio import interleave, report
 from torch import nn
 
 
@@ -85,30 +83,6 @@ def build(batch: int, seed: int = 0):
                           training=torch.onnx.TrainingMode.PRESERVE,
                           dynamic_axes={"input": {0: "N"}, "logits": {0: "N"}})
     return model, onnx.load_from_string(buffer.getvalue()), x
-
-
-def interleave(a: Callable[[], object], b: Callable[[], object], repetitions: int,
-               number: int) -> tuple[list[float], list[float]]:
-    """Per-call seconds of `a` and `b`, alternating which goes first in each repetition."""
-    ta, tb = [], []
-    for r in range(repetitions):
-        order = [(a, ta), (b, tb)] if r % 2 == 0 else [(b, tb), (a, ta)]
-        for fn, acc in order:
-            start = time.perf_counter()
-            for _ in range(number):
-                fn()
-            acc.append((time.perf_counter() - start) / number)
-    return ta, tb
-
-
-def report(label: str, d500_times: list[float], native_times: list[float], batch: int) -> float:
-    ratios = [n / d for d, n in zip(d500_times, native_times)]  # throughput d500 / native
-    q = statistics.quantiles(ratios, n=4, method="inclusive")
-    ratio = statistics.median(ratios)
-    print(f"{label:<34} native {batch / statistics.median(native_times):8.1f}/s   "
-          f"d500 {batch / statistics.median(d500_times):8.1f}/s   ratio d500/native "
-          f"{ratio:.3f} (IQR {q[0]:.3f}-{q[2]:.3f}, {len(ratios)} reps)")
-    return ratio
 
 
 def main(argv: list[str] | None = None) -> int:

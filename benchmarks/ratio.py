@@ -1,0 +1,32 @@
+"""Side-by-side timing for the d500-vs-native benchmarks: interleaved repetitions, median ratio."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+
+def interleave(a: Callable[[], object], b: Callable[[], object], repetitions: int,
+               number: int) -> tuple[list[float], list[float]]:
+    """Per-call seconds of `a` and `b`, alternating which goes first in each repetition."""
+    ta, tb = [], []
+    for r in range(repetitions):
+        order = [(a, ta), (b, tb)] if r % 2 == 0 else [(b, tb), (a, ta)]
+        for fn, acc in order:
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            acc.append((time.perf_counter() - start) / number)
+    return ta, tb
+
+
+def report(label: str, d500_times: list[float], native_times: list[float], batch: int) -> float:
+    """Print throughputs and the median per-repetition ratio d500/native with its IQR."""
+    ratios = [n / d for d, n in zip(d500_times, native_times)]  # throughput d500 / native
+    q = statistics.quantiles(ratios, n=4, method="inclusive")
+    ratio = statistics.median(ratios)
+    print(f"{label:<36} native {batch / statistics.median(native_times):8.1f}/s   "
+          f"d500 {batch / statistics.median(d500_times):8.1f}/s   ratio d500/native "
+          f"{ratio:.3f} (IQR {q[0]:.3f}-{q[2]:.3f}, {len(ratios)} reps)")
+    return ratio
