@@ -9,8 +9,13 @@ import os
 import sys
 from typing import Any
 
-from d500 import __version__
-from d500.errors import D500Error, UsageError
+# Before NumPy loads: OpenBLAS's idle workers otherwise busy-wait ~2^28 cycles after each call,
+# stealing the cores of whichever backend d500 times next in an interleaved measurement (seen:
+# torch's ResNet-50 latency doubled beside the NumPy reference). A user's own setting wins.
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+
+from d500 import __version__  # noqa: E402
+from d500.errors import D500Error, UsageError  # noqa: E402
 
 
 class ArgumentParser(argparse.ArgumentParser):

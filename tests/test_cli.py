@@ -90,3 +90,15 @@ def models(tmp_path, monkeypatch):
 def test_bad_model_files(models, name, words):
     out = d500("net", "check", str(models / name), "--backends", "reference", "--no-record")
     one_line_exit_2(out, *words)
+
+
+def test_openblas_workers_do_not_spin_between_interleaved_timings(monkeypatch):
+    # Set before NumPy loads; a user's own setting wins.
+    code = ("import sys, d500.cli, os; assert 'numpy' not in sys.modules; "
+            "print(os.environ['OPENBLAS_THREAD_TIMEOUT'])")
+    monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT", raising=False)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "4", out.stderr
+    monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", "10")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "10", out.stderr
