@@ -499,9 +499,7 @@ def main(argv: list[str], prog: str = "d500 leaderboard") -> int:
     args = parser.parse_args(argv)
     from d500.ledger import Ledger
 
-    if args.ledger and not Path(args.ledger).is_file():
-        raise UsageError(f"{args.ledger}: no such ledger file")
-    ledger = Ledger(args.ledger)
+    ledger = Ledger.open_for_reading(args.ledger)
     try:
         if args.format == "html":
             out = write_html(args.out, ledger, args.level, args.workload)

@@ -244,6 +244,13 @@ class Ledger:
             raise D500Error(f"{self.path}: not a usable ledger database: {err}") from None
         self._db.row_factory = sqlite3.Row
 
+    @classmethod
+    def open_for_reading(cls, path: str | Path | None = None) -> Ledger:
+        """The ledger a reader names (`--ledger FILE`), which must exist; default: $D500_HOME's."""
+        if path is not None and not Path(path).is_file():
+            raise UsageError(f"{path}: no such ledger file")
+        return cls(path)
+
     def close(self) -> None:
         self._db.close()
 

@@ -6,7 +6,6 @@ import csv
 import io
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from d500.cli import ArgumentParser, stdout_console
@@ -49,9 +48,7 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
     from d500.ledger import Ledger
     from d500.provenance import summary
 
-    if args.ledger and not Path(args.ledger).is_file():
-        raise UsageError(f"{args.ledger}: no such ledger file")
-    ledger = Ledger(args.ledger)
+    ledger = Ledger.open_for_reading(args.ledger)
     try:
         if args.command == "list":
             runs = ledger.runs(level=args.level, workload=args.workload, status=args.status,
