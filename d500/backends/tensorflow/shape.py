@@ -213,14 +213,19 @@ def Gather(node, x, indices):
     return tf.gather(x, indices, axis=axis)
 
 
-def GatherElements(node, x, indices):
+def _element_coords(node, x, indices):
+    """Full coordinates of each element of GatherElements/ScatterElements: `indices` on `axis`."""
     axis = norm_axis(node.attr("axis", 0), x.shape.rank)
     size = tf.shape(x, out_type=indices.dtype)[axis]
     indices = tf.cast(tf.where(indices < 0, indices + size, indices), tf.int64)
     grids = tf.meshgrid(*[tf.range(d, dtype=tf.int64) for d in shape_list(indices)],
                         indexing="ij")
     grids[axis] = indices
-    return tf.gather_nd(x, tf.stack(grids, -1))
+    return tf.stack(grids, -1)
+
+
+def GatherElements(node, x, indices):
+    return tf.gather_nd(x, _element_coords(node, x, indices))
 
 
 def GatherND(node, x, indices):
@@ -262,13 +267,7 @@ def ScatterND(node, x, indices, updates):
 
 
 def ScatterElements(node, x, indices, updates):
-    axis = norm_axis(node.attr("axis", 0), x.shape.rank)
-    size = tf.shape(x, out_type=indices.dtype)[axis]
-    indices = tf.cast(tf.where(indices < 0, indices + size, indices), tf.int64)
-    grids = tf.meshgrid(*[tf.range(d, dtype=tf.int64) for d in shape_list(indices)],
-                        indexing="ij")
-    grids[axis] = indices
-    idx = tf.reshape(tf.stack(grids, -1), [-1, x.shape.rank])
+    idx = tf.reshape(_element_coords(node, x, indices), [-1, x.shape.rank])
     return _scatter(x, idx, tf.reshape(updates, [-1]), node.attr("reduction", "none"))
 
 
