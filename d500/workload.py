@@ -137,6 +137,64 @@ def check_metrics(data: Mapping[str, Any], path: Path, measured: Sequence[str], 
     return rank_by
 
 
+@dataclass(frozen=True)
+class Rules:
+    """The scoring rules of a workload: the metrics it reports, the one it ranks by, how runs
+    aggregate, and its description. The ledger checks them when a run starts; the leaderboard
+    reads them back from the workload text stored with each run."""
+
+    metrics: tuple[str, ...]
+    rank_by: str | None
+    aggregate: str | None
+    description: str
+
+
+def rules(text: str, where: str | Path) -> Rules:
+    """The COMMON scoring fields of a workload file's text, checked against metrics/; a problem
+    is a ConfigError naming `where` and the field."""
+    from d500 import metrics
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{where}: invalid YAML: {str(err).splitlines()[0]}") from None
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of fields at top level")
+    names = data.get("metrics") or []
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"{where}: field 'metrics' must be a list of metric names")
+    rank_by = data.get("rank_by") or (names[0] if names else None)
+    if rank_by is not None and rank_by not in names:
+        raise ConfigError(f"{where}: field 'rank_by' is '{rank_by}', not one of its metrics")
+    metrics.check(names, where)
+    how = data.get("aggregate")
+    choices = COMMON["aggregate"].choices or ()
+    if how is not None and how not in choices:
+        raise ConfigError(f"{where}: field 'aggregate' is {how!r}; allowed: {', '.join(choices)}")
+    return Rules(tuple(names), rank_by, how, str(data.get("description") or ""))
+
+
+def find(name_or_path: str, folder: Path, level: int) -> Path:
+    """A workload file by path, or by file stem or `name:` field among `folder`'s files."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.is_file():
+            raise ConfigError(f"{p}: no such workload file")
+        return p
+    files = sorted(folder.glob("*.yaml"))
+    for f in files:
+        if f.stem == name_or_path:
+            return f
+    for f in files:
+        try:
+            _, data = read_yaml(f)
+        except ConfigError:
+            continue
+        if isinstance(data, Mapping) and data.get("name") == name_or_path:
+            return f
+    known = ", ".join(f.stem for f in files)
+    raise ConfigError(f"no level-{level} workload named '{name_or_path}' (in {folder}: {known})")
+
+
 def _name(typ: Any) -> str:
     if isinstance(typ, tuple):
         return " or ".join(t.__name__ for t in typ)

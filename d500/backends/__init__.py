@@ -19,6 +19,21 @@ BUILTIN = {
     "onnxruntime": "d500.backends.onnxruntime:OnnxRuntimeBackend",
 }
 
+# The one home of backend -> framework: (the module it imports, the distribution that provides
+# it, whose version is provenance). A third-party backend sets `framework` on its class instead.
+FRAMEWORKS = {
+    "reference": ("numpy", "numpy"),
+    "torch": ("torch", "torch"),
+    "tensorflow": ("tensorflow", "tensorflow-cpu"),
+    "onnxruntime": ("onnxruntime", "onnxruntime"),
+}
+
+
+def framework(name: str) -> tuple[str, str] | None:
+    """(import module, distribution) of the framework backend `name` runs on, without importing
+    it; None for a backend this table does not know."""
+    return FRAMEWORKS.get(name)
+
 
 def available() -> dict[str, str]:
     """Every known backend name -> 'module:Class'."""
@@ -34,16 +49,12 @@ def installed() -> list[str]:
     names = []
     for name in available():
         try:
-            if all(find_spec(m) is not None for m in _frameworks(name)):
+            module = framework(name)
+            if module is None or find_spec(module[0]) is not None:
                 names.append(name)
         except (ImportError, ValueError):
             continue
     return names
-
-
-def _frameworks(name: str) -> list[str]:
-    return {"torch": ["torch"], "tensorflow": ["tensorflow"],
-            "onnxruntime": ["onnxruntime"]}.get(name, [])
 
 
 def get(name: str) -> type[Backend]:

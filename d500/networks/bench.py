@@ -167,8 +167,9 @@ def _translate(r: BackendBench, backend: type[Backend], model_path: Path,
     say(f"{workload.name}: {r.backend}: load and translate")
     try:
         t0 = time.perf_counter()  # the framework's import is not the model's translation
-        for module in backends._frameworks(r.backend):
-            importlib.import_module(module)
+        fw = backends.framework(r.backend)
+        if fw is not None:
+            importlib.import_module(fw[0])
         r.details["framework_import_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         r.exe = backend.prepare(str(model_path))
