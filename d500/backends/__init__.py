@@ -57,6 +57,21 @@ def installed() -> list[str]:
     return names
 
 
+def select(text: str | None) -> list[str]:
+    """A comma list of backend names as a user gives it (`--backends a,b`), each checked to be
+    known; empty or None: every installed backend."""
+    if not text:
+        return installed()
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UsageError("--backends is empty")
+    known = available()
+    for name in names:
+        if name not in known:
+            raise UsageError(f"unknown backend '{name}' (known: {', '.join(known)})")
+    return list(dict.fromkeys(names))
+
+
 def get(name: str) -> type[Backend]:
     """The backend class registered under `name`; imports its framework now."""
     known = available()
