@@ -50,17 +50,28 @@ def seed(text: str) -> int:
     return int(text)
 
 
-# name -> (module with `main(argv, prog) -> int`, one-line help). Modules are imported lazily so
-# `d500 --help` never imports a framework.
-COMMANDS: dict[str, tuple[str, str]] = {
+# name -> (module with `main(argv, prog) -> int`, one-line help); each registered level adds its
+# own (d500.levels). Modules are imported lazily so `d500 --help` never imports a framework.
+CORE: dict[str, tuple[str, str]] = {
     "run": ("d500.runner", "the main job: a quick suite over every level, then the leaderboard"),
     "conformance": ("d500.conformance", "run the ONNX backend node test suite against a backend"),
     "backends": ("d500.backends.cli", "list the installed backends"),
-    "op": ("d500.operators.cli", "level 0: validate and benchmark a custom operator"),
-    "net": ("d500.networks.cli", "level 1: check and benchmark ONNX networks across backends"),
     "ledger": ("d500.ledger_cli", "list, show, export and verify recorded runs"),
     "leaderboard": ("d500.leaderboard", "rank recorded runs by the metric definitions"),
 }
+
+
+def commands() -> dict[str, tuple[str, str]]:
+    """Every subcommand: the core ones, then each registered level's in level order."""
+    from d500.levels import all_levels
+    found = dict(CORE)
+    for level in all_levels():
+        for name, command in level.commands.items():
+            if name in found and found[name][0] != command.module:
+                raise D500Error(f"{level.title} adds the command '{name}', which "
+                                f"{found[name][0]} already provides")
+            found[name] = (command.module, command.help)
+    return found
 
 USAGE = """usage: d500 [--debug] [--version] COMMAND [ARGS...]
 
@@ -77,9 +88,9 @@ options:
 Run `d500 COMMAND --help` for a command's options."""
 
 
-def _usage() -> str:
-    width = max(len(name) for name in COMMANDS)
-    lines = [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
+def _usage(table: dict[str, tuple[str, str]]) -> str:
+    width = max(len(name) for name in table)
+    lines = [f"  {name:<{width}}  {help_}" for name, (_, help_) in table.items()]
     return USAGE.format(commands="\n".join(lines))
 
 
@@ -87,19 +98,20 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("D500_DEBUG") == "1"
     argv = [a for a in argv if a != "--debug"]
+    table = commands()
     if not argv or argv[0] in ("-h", "--help", "help"):
-        print(_usage())
+        print(_usage(table))
         return 0 if argv else 2
     if argv[0] == "--version":
         print(f"d500 {__version__}")
         return 0
     name, rest = argv[0], argv[1:]
-    if name not in COMMANDS:
-        print(f"d500: error: unknown command '{name}' (choose from {', '.join(COMMANDS)})",
+    if name not in table:
+        print(f"d500: error: unknown command '{name}' (choose from {', '.join(table)})",
               file=sys.stderr)
         return 2
     try:
-        module = importlib.import_module(COMMANDS[name][0])
+        module = importlib.import_module(table[name][0])
         return int(module.main(rest, prog=f"d500 {name}") or 0)
     except D500Error as err:
         if debug:

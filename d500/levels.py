@@ -21,7 +21,7 @@ import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from d500.errors import ConfigError
 
@@ -58,6 +58,7 @@ class Item:
     label: str
     workloads: list[str]
     payload: Any = None
+    requested: list[str] = field(default_factory=list)  # the --workload strings it answers
 
 
 @dataclass
@@ -97,7 +98,7 @@ class Level:
     number: int
     name: str  # "operators", "networks", ...
     folder: str  # its folder in the rulebook, e.g. "0-operators"
-    commands: dict[str, Command] = {}
+    commands: ClassVar[dict[str, Command]] = {}
 
     @property
     def title(self) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from d500.errors import ConfigError, D500Error
-from d500.paths import PROJECT_ROOT
+from d500.paths import scoring
 
 AGGREGATIONS = ("median", "olympic_mean")
 _cache: dict[Path, Metric] = {}
@@ -101,7 +101,7 @@ def format_duration(seconds: float) -> str:
 def folders() -> list[Path]:
     """Where metric files are looked up: $D500_METRICS (os.pathsep-separated) then metrics/."""
     extra = [Path(p) for p in os.environ.get("D500_METRICS", "").split(os.pathsep) if p]
-    return [*extra, PROJECT_ROOT / "metrics"]
+    return [*extra, scoring()]
 
 
 def names() -> list[str]:

@@ -9,7 +9,30 @@ from pathlib import Path
 
 from d500.errors import UsageError
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = Path(__file__).resolve().parent
+PROJECT_ROOT = PACKAGE.parent  # a checkout's root; in an installed wheel, site-packages
+
+
+def shipped(name: str) -> Path:
+    """A folder d500 ships beside its code: `levels` (the rulebook), `metrics` (the scoring) or
+    `submissions` (the example entries). In a checkout d500/_shipped/NAME is a symlink to the
+    top-level folder; the wheel carries a copy, so an installed d500 finds them too."""
+    return (PACKAGE / "_shipped" / name).resolve()
+
+
+def rulebook() -> Path:
+    """The rulebook: one folder per level of workload files (levels/)."""
+    return shipped("levels")
+
+
+def scoring() -> Path:
+    """The scoring: one metric definition per file (metrics/)."""
+    return shipped("metrics")
+
+
+def examples() -> Path:
+    """The example entries (submissions/)."""
+    return shipped("submissions")
 
 
 def home() -> Path:

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from d500.errors import ConfigError
-from d500.paths import PROJECT_ROOT
+from d500.paths import rulebook
 
 # Fields every workload file in levels/ has.
 COMMON = {}  # filled below, after Field is defined
@@ -50,11 +50,15 @@ def read_yaml(path: str | Path) -> tuple[Path, Any]:
         raise ConfigError(f"{path}: not a text file") from None
 
 
-def load(path: str | Path, schema: Mapping[str, Field], *, root: Path = PROJECT_ROOT
+def load(path: str | Path, schema: Mapping[str, Field], *, root: Path | None = None
          ) -> dict[str, Any]:
-    """Read and validate a YAML mapping; relative paths resolve against the file's folder and
-    must stay inside `root` (the project)."""
+    """Read and validate a YAML mapping. A 'path' field resolves against the file's folder and
+    must stay inside `root`: by default the rulebook for a file in it, else the file's own
+    folder (a user's workload may name a model beside it; `../` out of it is refused)."""
     path, data = read_yaml(path)
+    if root is None:
+        folder = path.resolve().parent
+        root = rulebook() if folder.is_relative_to(rulebook()) else folder
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: expected a mapping of fields at top level, "
                           f"got {type(data).__name__}")
@@ -91,7 +95,8 @@ def _check(value: Any, typ: Any, spec: Field, path: Path, where: str, root: Path
             raise ConfigError(f"{path}: field '{where}' must be a file path")
         resolved = (path.parent / value).resolve()
         if not resolved.is_relative_to(root.resolve()):
-            raise ConfigError(f"{path}: field '{where}' points outside the project: {value}")
+            raise ConfigError(f"{path}: field '{where}' points outside {root}: {value} (a "
+                              f"workload may name files in its own folder or below it)")
         if not resolved.exists():
             raise ConfigError(f"{path}: field '{where}': no such file {value}")
         return resolved

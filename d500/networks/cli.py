@@ -22,16 +22,7 @@ backend lacks."""
 def backend_list(text: str | None) -> list[str]:
     """`--backends a,b,c` (default: every installed backend), each checked to exist."""
     from d500 import backends
-    if not text:
-        return backends.installed()
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise UsageError("--backends is empty")
-    known = backends.available()
-    for name in names:
-        if name not in known:
-            raise UsageError(f"unknown backend '{name}' (known: {', '.join(known)})")
-    return list(dict.fromkeys(names))
+    return backends.select(text)
 
 
 def main(argv: list[str], prog: str = "d500 net") -> int:

@@ -30,11 +30,12 @@ import onnx
 
 from d500 import workload as _workload
 from d500.errors import ConfigError
-from d500.paths import PROJECT_ROOT, cache
+from d500.networks import level as _level
+from d500.paths import cache
 from d500.workload import COMMON, Field
 
-LEVEL = 1
-FOLDER = PROJECT_ROOT / "levels" / "1-networks"
+LEVEL = _level.LEVEL.number
+FOLDER = _level.LEVEL.rulebook()
 # What `d500 net bench` measures; a workload lists a subset of these.
 MEASURED = ("translate_time", "first_call_time", "latency", "throughput", "train_step_time",
             "agreement")
@@ -209,23 +210,7 @@ def load(path: str | Path) -> Workload:
 
 def find(name_or_path: str) -> Path:
     """A workload by file path or by name (the `name:` field or file stem in levels/1-networks)."""
-    p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") or p.exists():
-        if not p.is_file():
-            raise ConfigError(f"{p}: no such workload file")
-        return p
-    for f in sorted(FOLDER.glob("*.yaml")):
-        if f.stem == name_or_path:
-            return f
-    for f in sorted(FOLDER.glob("*.yaml")):
-        try:
-            _, data = _workload.read_yaml(f)
-        except ConfigError:
-            continue
-        if isinstance(data, dict) and data.get("name") == name_or_path:
-            return f
-    known = ", ".join(f.stem for f in sorted(FOLDER.glob("*.yaml")))
-    raise ConfigError(f"no level-1 workload named '{name_or_path}' (in {FOLDER}: {known})")
+    return _workload.find(name_or_path, FOLDER, LEVEL)
 
 
 def all_files() -> list[Path]:

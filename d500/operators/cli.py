@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -152,38 +151,19 @@ def check_cases(cases: list) -> None:
                       c.opset)
 
 
-# -- running and recording ---------------------------------------------------------------------
-def _hyper(case: Any, mode: str, args: Any) -> dict[str, Any]:
-    return {"mode": mode, "op_type": case.op_type, "shapes": [list(s) for s in case.shapes],
-            "attributes": case.attributes, "dtype": case.dtype, "directions": args.directions}
-
-
+# -- running (the library records; this prints) ---------------------------------------------
 def _options(args: Any):
     from d500.operators.validate import Options
     return Options(seed=args.seed, directions=args.directions)
 
 
 def _validate(loaded: Any, cases: list, args: Any) -> int:
-    from d500.ledger import Ledger
-    from d500.operators.validate import prepare, validate
-    ledger = Ledger()
+    from d500.operators.run import validate_cases
     reports = []
-    for case in cases:
-        prepared = prepare(case, args.seed)  # a case the reference rejects: exit 2, no run
-        with ledger.start_run(level=0, workload=case.name, submission=loaded.submission,
-                              backend=loaded.cls.framework, seed=args.seed,
-                              hyperparameters=_hyper(case, "validate", args),
-                              workload_file=case.path, submission_files=loaded.files) as run:
-            report = validate(loaded.cls, case, _options(args), loaded.submission, prepared)
-            details = {"validation": report.to_dict()}
-            if report.passed:
-                run.record(figures=report.figures(), details=details)
-            else:
-                run.finish("failed", figures=report.figures(), details=details,
-                           error=report.summary())
-        reports.append((report, run.id))
+    for report, run_id in validate_cases(loaded, cases, _options(args)):
+        reports.append((report, run_id))
         if not args.json:
-            print(report.text() + f"\n  ledger run {run.id}", flush=True)
+            print(report.text() + f"\n  ledger run {run_id}", flush=True)
     if args.json:
         print(json.dumps([{**r.to_dict(), "run_id": rid} for r, rid in reports], indent=2,
                          default=str))
@@ -196,40 +176,14 @@ def _validate(loaded: Any, cases: list, args: Any) -> int:
 
 def _bench(loaded: Any, cases: list, args: Any) -> int:
     from d500 import backends as _backends
-    from d500.ledger import Ledger
-    from d500.operators.bench import BUILTIN, bench
-    if args.backends is None:
-        names = [b for b in _backends.installed() if b != "reference"] + ["reference"]
-    else:
-        from d500.networks.cli import backend_list
-        names = backend_list(args.backends)
-        for b in names:
-            _backends.get(b)  # not installed: a usage error now, not mid-run
+    from d500.operators.run import bench_cases, default_backends
     from d500.provenance import peak_flops
+    names = default_backends() if args.backends is None else _backends.select(args.backends)
+    for b in names:
+        _backends.get(b)  # not installed: a usage error now, not mid-run
     peak = peak_flops()
-    ledger = Ledger()
     results = []
-    entries = [(loaded.submission, loaded.cls.framework), *((BUILTIN, name) for name in names)]
-    for case in cases:
-        # Every entry's run is open while they are timed: a process killed mid-way leaves them
-        # interrupted in the ledger, not missing.
-        with ExitStack() as stack:
-            runs = [stack.enter_context(ledger.start_run(
-                level=0, workload=case.name, submission=submission, backend=backend,
-                seed=args.seed, hyperparameters=_hyper(case, "bench", args),
-                workload_file=case.path,
-                submission_files=loaded.files if submission == loaded.submission else []))
-                for submission, backend in entries]
-            result = bench(loaded.cls, case, names, loaded.submission, _options(args),
-                           args.budget, peak)
-            for row, run in zip(result.rows, runs, strict=True):
-                details = {"timing": row.timing, "flops_per_call": result.flops,
-                           "peak_flops": peak, "validation": row.validation}
-                if row.status == "ok":
-                    run.record(figures=row.figures, details=details)
-                else:
-                    run.finish("failed", figures=row.figures, details=details, error=row.error)
-                row.run_id = run.id
+    for result in bench_cases(loaded, cases, names, _options(args), args.budget, peak=peak):
         results.append(result)
         if not args.json:
             print(result.text(), flush=True)

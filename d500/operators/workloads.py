@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 
 from d500.errors import ConfigError, UsageError
-from d500.paths import PROJECT_ROOT
+from d500.operators.level import LEVEL
 from d500.workload import COMMON, Field, check_metrics, load
 
-LEVEL_DIR = PROJECT_ROOT / "levels" / "0-operators"
+LEVEL_DIR = LEVEL.rulebook()
 DTYPES = ("float32", "float64", "float16", "int32", "int64")
 # What `d500 op validate|bench` measures; a case lists a subset of these.
 MEASURED = ("latency", "gflops", "peak_fraction", "forward_error", "gradient_error")

@@ -7,8 +7,10 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+import onnx
 import pytest
 
+from d500.builders import build
 from d500.errors import ConfigError
 from d500.networks import workloads
 
@@ -80,19 +82,26 @@ def test_a_bad_workload_names_the_field(tmp_path, change, message):
     assert str(path) in str(err.value)
 
 
-def test_model_files_must_exist_and_stay_inside_the_project(tmp_path):
-    for value, message in [("../../../../../../etc/passwd", "points outside the project"),
-                           ("no-such-model.onnx", "no such file no-such-model.onnx")]:
-        inside = Path(tempfile.mkdtemp(dir=Path(__file__).parent))  # a folder in the project
-        path = inside / "w.yaml"
+def test_model_files_must_exist_and_stay_beside_the_workload(tmp_path):
+    """A user's workload anywhere may name a model in its own folder; traversal out of it and
+    absolute system paths are refused."""
+    folder = tmp_path / "mine"
+    (folder / "models").mkdir(parents=True)
+    onnx.save(build("mlp", input_shape=(1, 8, 8), seed=0), folder / "models" / "m.onnx")
+
+    def workload(value: str) -> Path:
+        path = folder / "w.yaml"
         path.write_text(GOOD.replace("  builder: mlp\n  input_shape: [1, 8, 8]\n",
                                      f"  file: {value}\n").replace("train: true", "train: false")
                         .replace("[train_step_time, latency]", "[latency]"))
-        try:
-            with pytest.raises(ConfigError, match=message):
-                workloads.load(path)
-        finally:
-            shutil.rmtree(inside)
+        return path
+
+    assert workloads.load(workload("models/m.onnx")).model["file"] == folder / "models" / "m.onnx"
+    for value, message in [("../../../../../../etc/passwd", "points outside"),
+                           ("/etc/passwd", "points outside"),
+                           ("no-such-model.onnx", "no such file no-such-model.onnx")]:
+        with pytest.raises(ConfigError, match=message):
+            workloads.load(workload(value))
     bad = _write(tmp_path, GOOD.replace("  builder: mlp\n  input_shape: [1, 8, 8]\n",
                                         "  onnx_package: ../light_resnet50.onnx\n"))
     with pytest.raises(ConfigError, match="not a model shipped in the onnx package"):

@@ -1,0 +1,70 @@
+"""Level 0 as a plug-in: operator cases in levels/0-operators/, the `d500 op` command, and
+`d500 run`'s benchmark of the example operator entries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from d500.levels import Command, Context, Item, Level, Outcome, RunOptions
+
+
+class OperatorsLevel(Level):
+    number, name, folder = 0, "operators", "0-operators"
+    commands: ClassVar[dict[str, Command]] = {"op": Command("d500.operators.cli",
+                              "level 0: validate and benchmark a custom operator")}
+
+    def load(self, path: str | Path) -> Any:
+        from d500.operators.workloads import load_case
+        return load_case(path)
+
+    def entries(self) -> list[Path]:
+        """The example submission folders that enter level 0."""
+        from d500.paths import examples
+        from d500.workload import read_yaml
+        found = []
+        for file in sorted(examples().glob("*/submission.yaml")):
+            _, data = read_yaml(file)
+            if isinstance(data, dict) and data.get("level") == self.number:
+                found.append(file.parent)
+        return found
+
+    def plan(self, options: RunOptions) -> list[Item]:
+        """Each example entry on each case it enters (only the wanted cases, if any)."""
+        from d500.operators.base import load
+        from d500.operators.workloads import cases_for
+        items = []
+        for folder in self.entries():
+            loaded = load(str(folder))
+            for case in cases_for(loaded.cls.op_type, loaded.workloads):
+                if options.workloads and case.name not in options.workloads:
+                    continue
+                items.append(Item(f"{folder.name} on {case.name}", [case.name],
+                                  payload=(folder, case.path), requested=[case.name]))
+        return items
+
+    def execute(self, item: Item, context: Context) -> Outcome:
+        from d500.operators.base import load, source_path
+        from d500.operators.compile import build
+        from d500.operators.run import bench_cases, default_backends
+        from d500.operators.validate import Options
+        from d500.operators.workloads import load_case
+
+        folder, case_path = item.payload
+        loaded = load(str(folder))
+        if loaded.cls.framework == "c":
+            build(source_path(loaded.cls))
+        names = context.options.backends or default_backends()
+        outcome = Outcome()
+        for result in bench_cases(loaded, [load_case(case_path)], names, Options(),
+                                  context.options.budget, ledger=context.ledger):
+            context.log(result.text())
+            if result.operator_failed:
+                outcome.problems.append(f"level 0 {folder.name} on {result.case.name}: "
+                                        f"{result.report.summary()}")
+            outcome.summary = f"{folder.name} on {result.case.name}: " + ", ".join(
+                f"{r.backend} {r.status}" for r in result.rows)
+        return outcome
+
+
+LEVEL = OperatorsLevel()
