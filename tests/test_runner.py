@@ -51,7 +51,7 @@ def test_run_levels_0_and_1_records_everything_and_prints_the_leaderboard(home):
 
 @pytest.mark.parametrize("args, message", [
     (["--workload", "no-such-workload"], "no level-1 workload named 'no-such-workload'"),
-    (["--level", "7"], "--level '7': expected 0, 1, 2 or 3"),
+    (["--level", "9"], "--level '9': expected one of 0, 1"),
     (["--backends", "nosuch"], "unknown backend 'nosuch'"),
     (["--budget", "0"], "--budget: expected a positive number of seconds"),
     (["--budget", "nan"], "--budget: expected a positive number of seconds"),
