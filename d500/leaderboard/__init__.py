@@ -1,0 +1,30 @@
+"""Leaderboards from the ledger alone: per workload, per (submission, backend), ranked by metric.
+
+Rules come from the workload file's text stored with each run (metrics, rank_by, aggregate):
+median with its spread over seeds and repetitions, or MLPerf's olympic mean, never the best run.
+A run that missed its target counts as infinite time; failed, diverged, timed-out and interrupted
+runs are counted and listed, never hidden. Boards are grouped by level, each level's views above
+them. Output: Markdown, rich terminal tables, or one self-contained HTML file with PNG plots.
+
+    boards = leaderboard.build(ledger, level=1)              # ranking.py: numbers only
+    leaderboard.boards_for(ledger, [(1, "mlp-mnist")])       # newest rules of each workload
+    console.print(leaderboard.table(board, compact=True))    # terminal.py
+    leaderboard.markdown(boards, ledger) / html_page(boards, ledger)
+    leaderboard.render(ledger, fmt="md" | "html" | "terminal"); leaderboard.write_html()
+
+Modules: ranking (boards), text (the words every renderer shares), parts (boards by level with
+the levels' views), plots, markdown, html, terminal, output (render/write_html), cli.
+"""
+
+from __future__ import annotations
+
+from d500.leaderboard.cli import main
+from d500.leaderboard.html import html_page
+from d500.leaderboard.markdown import markdown
+from d500.leaderboard.output import FORMATS, render, write_html
+from d500.leaderboard.parts import Part, parts
+from d500.leaderboard.ranking import Board, Entry, boards_for, build
+from d500.leaderboard.terminal import plain, renderables, table
+
+__all__ = ["FORMATS", "Board", "Entry", "Part", "boards_for", "build", "html_page", "main",
+           "markdown", "parts", "plain", "render", "renderables", "table", "write_html"]

@@ -1,0 +1,45 @@
+"""`d500 leaderboard`: parse the options, render the ledger's leaderboard, print or write it."""
+
+from __future__ import annotations
+
+import sys
+
+from d500.cli import ArgumentParser, stdout_console
+from d500.leaderboard import terminal, text
+from d500.leaderboard.output import FORMATS, render, write_html
+from d500.leaderboard.ranking import build
+from d500.paths import write_output
+
+
+def main(argv: list[str], prog: str = "d500 leaderboard") -> int:
+    parser = ArgumentParser(prog=prog, description="Rank recorded runs by the metric "
+                            "definitions; reads only the ledger.")
+    parser.add_argument("--level", type=int, choices=(0, 1, 2, 3))
+    parser.add_argument("--workload")
+    parser.add_argument("--format", choices=FORMATS, default="md",
+                        help="md (default), html (one self-contained file) or terminal (tables)")
+    parser.add_argument("--out", metavar="FILE", help="write here (HTML default: "
+                        "$D500_HOME/leaderboard.html)")
+    parser.add_argument("--ledger", metavar="FILE", help="a ledger file other than "
+                        "$D500_HOME/ledger.sqlite")
+    args = parser.parse_args(argv)
+    from d500.ledger import Ledger
+
+    ledger = Ledger.open_for_reading(args.ledger)
+    try:
+        if args.format == "html":
+            print(f"wrote {write_html(args.out, ledger, args.level, args.workload)}")
+        elif args.format == "terminal" and not args.out:
+            boards = build(ledger, args.level, args.workload)
+            console = stdout_console()
+            for item in terminal.renderables(boards, ledger, text.source(ledger.path, boards)):
+                console.print(item)
+        else:
+            rendered = render(ledger, args.level, args.workload, fmt=args.format)
+            if args.out:
+                print(f"wrote {write_output(args.out, rendered)}")
+            else:
+                sys.stdout.write(rendered)
+    finally:
+        ledger.close()
+    return 0

@@ -1,0 +1,118 @@
+"""The leaderboard's PNG plots, drawn with matplotlib's Agg canvas (no display, no pyplot state):
+per board a strip plot of the ranking metric and the evaluation curves; `figure`/`png` for the
+plots levels add to their views.
+
+    fig = figure(7, 3)            # a Figure on its own Agg canvas
+    fig.add_subplot().plot(...)
+    data = png(fig)               # PNG bytes, for a View's plots
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import struct
+from typing import Any
+
+from d500.leaderboard.ranking import Board
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def figure(width: float, height: float, dpi: int = 100) -> Any:
+    """A matplotlib Figure of this size (inches) attached to an Agg canvas."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=dpi)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def png(fig: Any) -> bytes:
+    """The figure as PNG bytes."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """(width, height) in pixels from a PNG's header; ValueError when `data` is not a PNG."""
+    if data[:8] != PNG_SIGNATURE or data[12:16] != b"IHDR":
+        raise ValueError("not a PNG image")
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def board_plots(board: Board, ledger: Any = None) -> list[tuple[str, bytes]]:
+    """(caption, PNG) of the board's strip plot and, when its runs recorded evaluations (read
+    from `ledger`), their curves over wall time."""
+    plots = []
+    strip = strip_plot(board)
+    if strip is not None:
+        plots.append(strip)
+    curves = curves_plot(board, ledger) if ledger is not None else None
+    if curves is not None:
+        plots.append(curves)
+    return plots
+
+
+def strip_plot(board: Board) -> tuple[str, bytes] | None:
+    """The ranking metric per entry: every counted run a dot (infinite values at the right edge
+    in red), the aggregate a bar."""
+    metric = board.rank_by or (board.metrics[0] if board.metrics else None)
+    entries = [e for e in board.entries if e.values.get(metric.name)] if metric else []
+    if metric is None or not entries:
+        return None
+    fig = figure(7, 0.5 + 0.45 * len(entries))
+    ax = fig.add_subplot()
+    finite = [v for e in entries for v in e.values[metric.name] if math.isfinite(v)]
+    top = max(finite) * 1.15 if finite and max(finite) > 0 else 1.0
+    for y, e in enumerate(entries):
+        vals = e.values[metric.name]
+        xs = [v if math.isfinite(v) else top for v in vals]
+        colors = ["tab:blue" if math.isfinite(v) else "tab:red" for v in vals]
+        ax.scatter(xs, [y] * len(xs), c=colors, s=22, zorder=3)
+        if any(not math.isfinite(v) for v in vals):
+            ax.annotate("∞", (top, y), xytext=(6, 0), textcoords="offset points",
+                        color="tab:red", va="center")
+        agg = e.aggregate.get(metric.name)
+        if agg is not None:
+            ax.plot([agg if math.isfinite(agg) else top] * 2, [y - 0.3, y + 0.3],
+                    color="black", lw=2)
+    ax.set_yticks(range(len(entries)), [f"{e.submission} / {e.backend}" for e in entries])
+    ax.invert_yaxis()
+    ax.set_xlabel(f"{metric.name} ({metric.unit})" if metric.unit else metric.name)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    caption = (f"{metric.name} of every counted run (dots; red = ∞, e.g. target missed) and "
+               f"the aggregate (bar)")
+    return caption, png(fig)
+
+
+def curves_plot(board: Board, ledger: Any) -> tuple[str, bytes] | None:
+    """The first evaluation metric over wall time, one line per run, one colour per entry."""
+    curves = [(e, ledger.evaluations(r["id"])) for e in board.entries for r in e.runs]
+    curves = [c for c in curves if c[1]]
+    name = next(iter(curves[0][1][0]["metrics"]), None) if curves else None
+    if not name:
+        return None
+    fig = figure(7, 3.5)
+    ax = fig.add_subplot()
+    colors: dict[str, str] = {}
+    for e, evals in curves:
+        pts = [(ev["wall_time"], ev["metrics"][name]) for ev in evals
+               if name in ev["metrics"] and ev["wall_time"] is not None]
+        if not pts:
+            continue
+        key = f"{e.submission} / {e.backend}"
+        first = key not in colors
+        color = colors.setdefault(key, f"C{len(colors) % 10}")
+        ax.plot(*zip(*pts), color=color, alpha=0.8, marker=".", label=key if first else None)
+    ax.set_xlabel("wall time since run start (s)")
+    ax.set_ylabel(name)
+    ax.grid(alpha=0.3)
+    if colors:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return f"{name} over wall time, every run", png(fig)

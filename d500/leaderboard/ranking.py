@@ -1,0 +1,213 @@
+"""Ledger rows -> ranked boards of numbers: grouping, aggregation (d500.metrics), ranks, ratios.
+
+One board per (level, workload, workload file sha256, model sha256): runs under different rules or
+models are never aggregated together. Nothing here formats text; the renderers do.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from d500 import metrics as _metrics
+from d500 import workload as _workload
+from d500.errors import ConfigError, D500Error
+from d500.metrics import Metric
+
+NOT_COUNTED = ("interrupted", "running")  # no outcome yet (or never): listed, never aggregated
+
+
+@dataclass
+class Entry:
+    """One (submission, backend) of a workload: its runs and their aggregates."""
+
+    submission: str
+    backend: str
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    trials: list[dict[str, Any]] = field(default_factory=list)
+    values: dict[str, list[float]] = field(default_factory=dict)
+    aggregate: dict[str, float | None] = field(default_factory=dict)
+    spread: dict[str, tuple[float, float] | None] = field(default_factory=dict)
+    rank: int | None = None
+    ratio: float | None = None
+    missed: int = 0  # succeeded runs without the ranking metric's figure (target missed)
+    problems: list[str] = field(default_factory=list)
+    environments: list[dict[str, Any]] = field(default_factory=list)  # distinct, run order
+
+    @property
+    def counts(self) -> Counter:
+        return Counter(r["status"] for r in self.runs)
+
+    @property
+    def verified(self) -> bool:
+        return not self.problems
+
+    @property
+    def tuning_seconds(self) -> float:
+        """Wall time of every tuning trial of this entry (failed and diverged ones too)."""
+        return sum(r["duration"] or 0.0 for r in self.trials)
+
+
+@dataclass
+class Board:
+    """One workload (one version of its rules): the ranked entries and the runs not counted."""
+
+    level: int | None
+    workload: str
+    workload_sha256: str | None
+    metrics: list[Metric]
+    rank_by: Metric | None
+    how: str
+    entries: list[Entry]
+    version_note: str = ""
+    description: str = ""
+    rules_problem: str = ""  # why the recorded workload text no longer gives rules (unranked)
+
+    @property
+    def not_succeeded(self) -> list[dict[str, Any]]:
+        return [r for e in self.entries for r in e.runs + e.trials if r["status"] != "succeeded"]
+
+    @property
+    def run_count(self) -> int:
+        return sum(len(e.runs) + len(e.trials) for e in self.entries)
+
+
+def build(ledger: Any = None, level: int | None = None, workload: str | None = None
+          ) -> list[Board]:
+    """Group, aggregate and rank every run of the ledger (optionally one level / workload):
+    boards ordered by level, workload, then newest rules version first."""
+    from d500.ledger import Ledger
+
+    ledger = ledger if ledger is not None else Ledger()
+    per_run, general = ledger.verify_runs()
+    return _boards(ledger.runs(level=level, workload=workload), per_run, general,
+                   ledger.environments())
+
+
+def boards_for(ledger: Any, workloads: Iterable[tuple[int | None, str]]) -> list[Board]:
+    """The board of the newest rules version of each (level, workload name), in the order given
+    (repeats dropped; a workload without runs gives no board). Verifies the ledger once."""
+    per_run, general = ledger.verify_runs()
+    envs = ledger.environments()
+    boards: list[Board] = []
+    for level, name in dict.fromkeys(workloads):
+        boards += _boards(ledger.runs(level=level, workload=name), per_run, general, envs)[:1]
+    return boards
+
+
+def _boards(runs: list[dict[str, Any]], per_run: dict[int, list[str]], general: list[str],
+            envs: dict[int, Any]) -> list[Board]:
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in runs:  # the same rules: the same workload file and the same model
+        groups.setdefault((r["level"], r["workload"], r["workload_sha256"], r["model_sha256"]),
+                          []).append(r)
+    versions = Counter((lvl, name) for lvl, name, _, _ in groups)
+    boards = []
+    for (lvl, name, sha, model_sha), group in sorted(groups.items(), key=lambda kv: (
+            kv[0][0] if kv[0][0] is not None else -1, kv[0][1] or "",
+            -max(r["started_unix"] for r in kv[1]))):
+        board = _board(lvl, name, sha, group, per_run, general, envs)
+        if versions[(lvl, name)] > 1:
+            model = f", model {model_sha[:12]}" if model_sha else ""
+            board.version_note = (f"rules version {sha[:12] if sha else 'unrecorded'}{model}: "
+                                  "the workload file or the model changed between runs; "
+                                  "versions are ranked apart")
+        boards.append(board)
+    return boards
+
+
+@dataclass(frozen=True)
+class _Rules:
+    names: list[str]
+    rank_by: str | None
+    how: str | None
+    description: str = ""
+    problem: str = ""
+
+
+def _rules(group: list[dict[str, Any]]) -> _Rules:
+    """The scoring rules of the workload text stored with the group's runs (one text: the group
+    shares its sha256). Without a text, or when it no longer reads as rules (e.g. a metric file
+    removed since), every recorded figure is shown, unranked; the problem says why."""
+    last = group[-1]
+    recorded = sorted({n for r in group for n in r["figures"]})
+    if not last["workload_text"]:
+        return _Rules(recorded, None, None)
+    where = f"{last['workload_file'] or last['workload']} (as recorded with run {last['id']})"
+    try:
+        rules = _workload.rules(last["workload_text"], where)
+    except ConfigError as err:
+        return _Rules(recorded, None, None, problem=str(err))
+    if not rules.metrics:
+        return _Rules(recorded, None, None)
+    return _Rules(list(rules.metrics), rules.rank_by, rules.aggregate, rules.description)
+
+
+def _defined(names: list[str]) -> list[Metric]:
+    """The definitions of the names that have one (a figure whose metric file is gone cannot be
+    aggregated or formatted: it is left out)."""
+    known = []
+    for name in names:
+        try:
+            known.append(_metrics.get(name))
+        except D500Error:
+            continue
+    return known
+
+
+def _board(level: int | None, name: str, sha: str | None, group: list[dict[str, Any]],
+           per_run: dict[int, list[str]], general: list[str], envs: dict[int, Any]) -> Board:
+    rules = _rules(group)
+    known = _defined(rules.names)
+    rank_by = next((m for m in known if m.name == rules.rank_by), None)
+    entries: dict[tuple[str, str], Entry] = {}
+    for r in group:
+        key = (r["submission"] or "", r["backend"] or "")
+        entry = entries.setdefault(key, Entry(*key))
+        (entry.trials if r["study"] is not None else entry.runs).append(r)
+        entry.problems += per_run.get(r["id"], [])
+        env = envs.get(r["environment"])
+        if env and env not in entry.environments:
+            entry.environments.append(env)
+    for entry in entries.values():
+        entry.problems += general
+        for metric in known:
+            vals = _values(entry.runs, metric)
+            entry.values[metric.name] = vals
+            entry.aggregate[metric.name] = _metrics.aggregate(vals, rules.how or metric.aggregate)
+            entry.spread[metric.name] = _metrics.spread(vals)
+        if rank_by is not None and rank_by.missing is not None:
+            entry.missed = sum(1 for r in entry.runs if r["status"] == "succeeded" and (
+                r["figures"].get(rank_by.name) in (None, rank_by.missing)))
+    ordered = sorted(entries.values(), key=lambda e: (
+        rank_by.sort_key(e.aggregate.get(rank_by.name)) if rank_by else 0, e.submission,
+        e.backend))
+    if rank_by is not None:
+        best = rank_by.best(e.aggregate.get(rank_by.name) for e in ordered
+                            if e.aggregate.get(rank_by.name) is not None
+                            and math.isfinite(e.aggregate[rank_by.name]))
+        for i, e in enumerate(ordered, 1):
+            value = e.aggregate.get(rank_by.name)
+            e.rank = i if value is not None else None
+            e.ratio = rank_by.ratio_to_best(value, best)
+    return Board(level, name, sha, known, rank_by, rules.how or "per-metric default", ordered,
+                 description=rules.description, rules_problem=rules.problem)
+
+
+def _values(runs: list[dict[str, Any]], metric: Metric) -> list[float]:
+    """The values a metric takes over an entry's runs: succeeded runs give their figure; a run
+    that finished without it (missed target, failed, diverged, timed out) counts as the metric's
+    MISSING value (infinity for time-to-accuracy) or not at all; interrupted runs never count."""
+    vals = []
+    for r in runs:
+        if r["status"] in NOT_COUNTED:
+            continue
+        value = r["figures"].get(metric.name) if r["status"] == "succeeded" else None
+        if value is None:
+            value = metric.missing
+        if value is not None:
+            vals.append(float(value))
+    return vals

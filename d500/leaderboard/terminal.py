@@ -1,0 +1,119 @@
+"""The leaderboard as rich tables for a terminal: `table(board)` for one board (compact for the
+summary `d500 run` prints), `renderables(...)` for the whole leaderboard, `plain(...)` as text.
+A view's plots cannot show in a terminal: each is listed by caption and size."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from d500.leaderboard import plots, text
+from d500.leaderboard.parts import parts
+from d500.leaderboard.ranking import Board
+from d500.levels import View
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.table import Table
+
+
+def table(board: Board, compact: bool = False) -> Table:
+    """One board as a rich Table (title: level and workload; caption: the ranking rule).
+    `compact` drops the tuning-trials and provenance columns, the submission column when every
+    submission is its backend, and the "(n=…)" that repeats the runs column."""
+    from rich.table import Table
+    from rich.text import Text
+
+    headers = text.headers(board, compact)
+    out = Table(title=Text(text.title(board)), caption=Text(text.rule_line(board)),
+                title_justify="left", caption_justify="left")
+    for h in headers:
+        out.add_column(Text(h), justify="right" if text.numeric(h) else "left")
+    for e in board.entries:  # Text, never markup: "[90.0 – 500.0]" is a spread, not a style
+        out.add_row(*[Text(c) for c in text.row(board, e, compact)])
+    return out
+
+
+def view_renderables(view: View) -> list[RenderableType]:
+    """A level's view: its table (notes as the caption) and one line per plot."""
+    from rich.table import Table
+    from rich.text import Text
+
+    out: list[RenderableType] = []
+    caption = Text(" ".join(view.notes)) if view.notes else None
+    if view.headers:
+        tab = Table(title=Text(view.title), caption=caption, title_justify="left",
+                    caption_justify="left")
+        for h in view.headers:
+            tab.add_column(Text(h))
+        for row in view.rows:
+            tab.add_row(*[Text(str(c)) for c in row])
+        out.append(tab)
+    else:
+        out.append(Text(view.title, style="bold"))
+        if caption is not None:
+            out.append(caption)
+    for caption_text, data in view.plots:
+        width, height = plots.png_size(data)
+        out.append(Text(f"plot: {caption_text} (PNG {width}×{height} px; see --format html)",
+                        style="dim"))
+    return out
+
+
+def renderables(boards: Sequence[Board], ledger: Any = None, source: str = ""
+                ) -> list[RenderableType]:
+    """The whole leaderboard: per level a rule, its views, then its boards in full with their
+    runs not counted and integrity problems (levels' views need the `ledger`)."""
+    from rich.rule import Rule
+    from rich.text import Text
+
+    out: list[RenderableType] = [Text("d500 leaderboard", style="bold")]
+    if source:
+        out.append(Text(source, style="dim"))
+    if not boards:
+        out.append(Text(text.NO_RUNS))
+    for part in parts(boards, ledger):
+        out.append(Rule(Text(part.title)))
+        for view in part.views:
+            out += view_renderables(view)
+        for board in part.boards:
+            out += _board(board)
+    return out
+
+
+def _board(board: Board) -> list[RenderableType]:
+    from rich.table import Table
+    from rich.text import Text
+
+    out: list[RenderableType] = []
+    if board.version_note:
+        out.append(Text(board.version_note, style="dim"))
+    out.append(table(board))
+    excluded = text.excluded_rows(board)
+    if excluded:
+        tab = Table(title=Text(f"{text.title(board)}: runs not counted as success "
+                               f"({len(excluded)})"), title_justify="left")
+        for h in text.EXCLUDED_HEADERS:
+            tab.add_column(Text(h))
+        for row in excluded:
+            tab.add_row(*[Text(c) for c in row])
+        out.append(tab)
+    problems = text.problems(board)
+    if problems:
+        out.append(Text("Integrity problems (d500 ledger verify):", style="bold red"))
+        out += [Text(f"- {p}", style="red") for p in problems]
+    return out
+
+
+def plain(boards: Sequence[Board], ledger: Any = None, source: str = "", width: int = 160
+          ) -> str:
+    """`renderables(...)` as plain text (no colour) `width` columns wide, e.g. for a file."""
+    from rich.console import Console
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system=None, force_terminal=False,
+                      highlight=False)
+    for item in renderables(boards, ledger, source):
+        console.print(item)
+    return buf.getvalue()
