@@ -10,8 +10,6 @@ operator failed validation): those runs are recorded as failed and listed, not h
 from __future__ import annotations
 
 import contextlib
-import re
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -209,42 +207,9 @@ def _progress(console: Any) -> Iterator[Callable[[str, int], _Stage]]:
 
 
 def _print_leaderboard(out: Any, ledger: Any, workloads: list[tuple[int, str]]) -> None:
-    """The leaderboard boards of the workloads this run touched, as terminal tables (the full
-    boards with provenance: `d500 leaderboard` and the HTML file)."""
+    """The boards (current rules) of the workloads this run touched, as compact terminal tables
+    (the full boards with provenance: `d500 leaderboard` and the HTML file)."""
     from d500 import leaderboard
 
-    boards = []
-    seen = set()
-    for level, name in workloads:
-        if (level, name) in seen:
-            continue
-        seen.add((level, name))
-        boards.extend(leaderboard.build(ledger, level=level, workload=name)[:1])  # current rules
-    for board in boards:
-        try:
-            table = _board_table(leaderboard, board)
-        except Exception:  # noqa: BLE001 - the leaderboard's layout changed: its Markdown then
-            out.file.flush()
-            sys.stdout.write(leaderboard.markdown([board]))
-            continue
-        out.print(table)
-
-
-def _board_table(leaderboard: Any, board: Any) -> Any:
-    from rich.table import Table
-    from rich.text import Text
-
-    headers = leaderboard._headers(board)
-    rows = [leaderboard._row(board, e) for e in board.entries]
-    drop = {"tuning trials", "provenance"}
-    if all(e.submission == e.backend for e in board.entries):
-        drop.add("submission")
-    keep = [i for i, h in enumerate(headers) if h not in drop]
-    table = Table(title=Text(leaderboard._title(board)),
-                  caption=Text(leaderboard._rule_line(board)),
-                  title_justify="left", caption_justify="left")
-    for i in keep:
-        table.add_column(Text(headers[i]), justify="left" if i < 3 else "right")
-    for row in rows:  # "(n=…)" repeats the runs column; the full boards keep it
-        table.add_row(*[Text(re.sub(r" \(n=\d+\)$", "", row[i])) for i in keep])
-    return table
+    for board in leaderboard.boards_for(ledger, workloads):
+        out.print(leaderboard.table(board, compact=True))
