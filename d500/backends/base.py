@@ -64,6 +64,61 @@ class Executable(onnx.backend.base.BackendRep):
         """Overwrite some or all parameters by name."""
         raise NotImplementedError
 
+    # -- shared by the backends' training hooks --------------------------------------------
+    def gradient_targets(self, given: Mapping[str, Any], wrt: Sequence[str] | None = None
+                         ) -> list[str]:
+        """The names `gradients()` differentiates with respect to, for the bound inputs `given`.
+
+        The rule, the same on every backend: the float parameters and the given float inputs
+        (NumPy dtype kind "f"), parameters first; default all of them. A name in `wrt` that is
+        not one of them (unknown, an input not given, an integer/bool/string tensor) is a
+        UsageError naming it.
+        """
+        float_inputs = [n for n in self.input_names if n in given and _is_float(given[n])]
+        if wrt is None:
+            return [*self.parameter_names, *float_inputs]
+        allowed = set(self.parameter_names) | set(float_inputs)
+        targets = list(dict.fromkeys(wrt))
+        for name in targets:
+            if name not in allowed:
+                raise UsageError(f"cannot differentiate with respect to '{name}': "
+                                 f"{self._why_not_differentiable(name, given)}")
+        return targets
+
+    def _why_not_differentiable(self, name: str, given: Mapping[str, Any]) -> str:
+        if name in self.input_names:
+            if name not in given:
+                return "that input was not given"
+            return f"input of dtype {np.asarray(given[name]).dtype}, not float"
+        init = next((t for t in self.model.graph.initializer if t.name == name), None)
+        if init is not None:
+            dtype = helper.tensor_dtype_to_string(init.data_type).removeprefix("TensorProto.")
+            return f"an initializer of dtype {dtype.lower()}, not a float parameter"
+        return (f"not a parameter or input of the model (inputs: "
+                f"{', '.join(self.input_names) or 'none'}; {len(self.parameter_names)} "
+                f"parameters)")
+
+    def output_index(self, name: str) -> int:
+        """The position of output `name`; UsageError naming the outputs if there is none."""
+        if name not in self.output_names:
+            raise UsageError(f"'{name}' is not an output of the model "
+                             f"(outputs: {', '.join(self.output_names)})")
+        return self.output_names.index(name)
+
+    def parameter_value(self, name: str, value: Any, current: Any) -> np.ndarray:
+        """A new value for parameter `name` whose present value (a tensor of the backend) is
+        `current`, as NumPy in its shape; the same rule on every backend: an unknown name, or a
+        value with another number of elements, is a UsageError. The caller casts it."""
+        if name not in self.parameter_names or current is None:
+            raise UsageError(f"'{name}' is not a parameter of this model "
+                             f"(parameters: {', '.join(self.parameter_names) or 'none'})")
+        array = np.asarray(value)
+        shape = tuple(int(d) for d in current.shape)
+        if array.size != int(np.prod(shape, dtype=np.int64)):
+            raise UsageError(f"parameter '{name}' has shape {shape}, "
+                             f"got a value of shape {array.shape}")
+        return array.reshape(shape)
+
     def gradients(self, inputs: Any, *, output: str | None = None,
                   grad_outputs: Mapping[str, np.ndarray] | None = None,
                   wrt: Sequence[str] | None = None,
@@ -73,7 +128,7 @@ class Executable(onnx.backend.base.BackendRep):
         The differentiated quantity is sum(output) for a named output (the loss, when it is a
         scalar), or sum_k <output_k, grad_outputs[k]> for given output gradients; default: the
         first output. `wrt` names parameters and/or float inputs (default: all parameters and
-        all float inputs).
+        all given float inputs; see `gradient_targets`).
         """
         raise NotImplementedError
 
@@ -87,17 +142,32 @@ class Backend(onnx.backend.base.Backend):
     """A framework backend, found by name in the `d500.backends` entry-point group."""
 
     name: ClassVar[str] = "?"
-    framework: ClassVar[str] = "?"  # the Python package it runs on
+    # The distribution of the framework it runs on, whose version is provenance. A backend that
+    # d500.backends.FRAMEWORKS knows gets it from there; a third-party one sets it on its class.
+    framework: ClassVar[str] = "?"
     trainable: ClassVar[bool] = True  # False for inference-only peers
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        from d500.backends import framework
+        known = framework(cls.name)
+        if known is not None and "framework" not in vars(cls):
+            cls.framework = known[1]
 
     @classmethod
     def version(cls) -> str:
-        """The version of the framework this backend runs on."""
+        """The version of the framework this backend runs on: its distribution's, else (another
+        distribution provides the module, e.g. tensorflow for tensorflow-cpu) the module's."""
+        import sys
         from importlib.metadata import PackageNotFoundError, version
+
+        from d500.backends import framework
         try:
             return version(cls.framework)
         except PackageNotFoundError:
-            return "?"
+            known = framework(cls.name)
+            module = sys.modules.get(known[0]) if known is not None else None
+            return str(getattr(module, "__version__", "?"))
 
     @classmethod
     def prepare(cls, model: onnx.ModelProto | str, device: str = "CPU",
@@ -178,6 +248,12 @@ def _type_outputs(model: onnx.ModelProto, feeds: dict[str, Any]) -> None:
         if isinstance(value, np.ndarray):
             out.CopyFrom(helper.make_tensor_value_info(
                 out.name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape))
+
+
+def _is_float(value: Any) -> bool:
+    """A float tensor (NumPy dtype kind "f"): what gradients are taken with respect to."""
+    dtype = getattr(value, "dtype", None)
+    return (dtype if isinstance(dtype, np.dtype) else np.asarray(value).dtype).kind == "f"
 
 
 def to_numpy(tensor: onnx.TensorProto) -> np.ndarray:

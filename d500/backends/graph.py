@@ -1,7 +1,14 @@
 """The graph walker shared by translating backends: nodes in order, dispatched to an op table.
 
-An op table maps an ONNX op type (default domain) to a function `fn(node, *inputs)` that takes
-framework tensors (None for a missing optional input) and returns one tensor or a tuple.
+An op table maps an ONNX op type (default domain; "domain::Type" in another) to a function
+`fn(node, *inputs)` that takes framework tensors (None for a missing optional input) and returns
+one tensor or a tuple. Every op module fills its table the same way, with `registry()`:
+
+    OPS, op = registry()            # registry("ai.onnx.ml") for another domain
+
+    @op
+    def Relu(node, x): ...          # one ONNX operator = one small function named after it
+
 `node.attrs` holds the attributes as Python values (tensors as NumPy arrays, graphs as
 `Program`s ready to run), `node.opset` the opset of the node's domain. Operators the table lacks
 but whose ONNX schema defines them as a function of other operators (Celu, LayerNormalization,
@@ -24,6 +31,28 @@ from d500.errors import UnsupportedOperator
 
 OpTable = Mapping[str, Callable[..., Any]]
 _fresh = itertools.count()
+
+
+def registry(domain: str = "") -> tuple[dict[str, Any], Callable[..., Any]]:
+    """A fresh op table and the decorator that adds a function (or class) to it by name.
+
+    `@op` registers `fn` under `fn.__name__`; `@op(names=("Reshape", "Flatten"))` one function
+    under several operators; `op(make(...), names=("Sin",))` a function a factory made. In a
+    non-default `domain` the keys are "domain::Name", as `Program` looks them up.
+    """
+    table: dict[str, Any] = {}
+    prefix = f"{domain}::" if domain else ""
+
+    def op(fn: Any = None, *, names: tuple[str, ...] = ()) -> Any:
+        def add(f: Any) -> Any:
+            for name in names or (f.__name__,):
+                if prefix + name in table:
+                    raise ValueError(f"operator {prefix + name} registered twice")
+                table[prefix + name] = f
+            return f
+        return add(fn) if fn is not None else add
+
+    return table, op
 
 
 @dataclass

@@ -155,7 +155,6 @@ class OnnxRuntimeExecutable(Executable):
 
 class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
-    framework = "onnxruntime"
     trainable = False
 
     @classmethod

@@ -8,10 +8,10 @@ from onnx import TensorProto, helper
 
 tf = pytest.importorskip("tensorflow")
 
-from small_cnn import small_cnn  # noqa: E402
+from small_cnn import small_cnn
 
-from d500.backends.tensorflow import TensorFlowBackend  # noqa: E402
-from d500.errors import UnsupportedOperator, UsageError  # noqa: E402
+from d500.backends.tensorflow import TensorFlowBackend
+from d500.errors import UnsupportedOperator, UsageError
 
 
 # -- a small CNN, in ONNX and natively in TensorFlow with the same weights ---------------------

@@ -113,8 +113,10 @@ def test_parameters_round_trip_and_native_module():
     assert (rep.run({"x": x})[0].argmax(axis=1) == 0).all()
     assert isinstance(rep.native, torch.nn.Module)
     assert len(list(rep.native.parameters())) == len(weights)
-    with pytest.raises(KeyError):
+    with pytest.raises(UsageError, match="'nosuch' is not a parameter"):
         rep.set_parameters({"nosuch": np.zeros(1)})
+    with pytest.raises(UsageError, match=r"parameter 'fc_b' has shape \(3,\)"):
+        rep.set_parameters({"fc_b": np.zeros(4)})
 
 
 # -- dtypes torch has no CPU kernels for -----------------------------------------------------------

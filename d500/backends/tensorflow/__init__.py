@@ -30,8 +30,7 @@ def _import_tensorflow() -> None:
 
 _import_tensorflow()
 
-from d500.backends.tensorflow.executable import (  # noqa: E402
-    OnnxModule, TensorFlowBackend, TensorFlowExecutable)
-from d500.backends.tensorflow.ops import OPS  # noqa: E402
+from d500.backends.tensorflow.executable import OnnxModule, TensorFlowBackend, TensorFlowExecutable
+from d500.backends.tensorflow.ops import OPS
 
 __all__ = ["OPS", "OnnxModule", "TensorFlowBackend", "TensorFlowExecutable"]

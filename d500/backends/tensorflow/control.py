@@ -10,7 +10,10 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from d500.backends.graph import registry
 from d500.backends.tensorflow.core import ints, norm_axis, plain, static, tf_dtype
+
+OPS, op = registry()
 
 
 def _sub(node, attr, *values):
@@ -18,6 +21,7 @@ def _sub(node, attr, *values):
     return [plain(v) for v in node.run_subgraph(attr, *values)]
 
 
+@op
 def If(node, cond):
     value = static(cond)
     if value is not None:
@@ -33,6 +37,7 @@ def _flag(x):
     return None if v is None else bool(np.asarray(v).reshape(-1)[0])
 
 
+@op
 def Loop(node, trip=None, cond=None, *state):
     body = node.attrs["body"]
     n_state = len(state)
@@ -99,9 +104,9 @@ def _scan8(node, lens, *inputs):
     """Scan-8: a batch axis first, every batch row scanned on its own (full lengths only)."""
     m = node.attr("num_scan_inputs")
     state, xs = list(inputs[:len(inputs) - m]), list(inputs[len(inputs) - m:])
-    if lens is not None and static(lens) is not None:
-        if np.any(np.asarray(static(lens)) != xs[0].shape[1]):
-            raise node.unsupported("Scan-8 with sequence lengths shorter than the input")
+    if lens is not None and static(lens) is not None and np.any(
+            np.asarray(static(lens)) != xs[0].shape[1]):
+        raise node.unsupported("Scan-8 with sequence lengths shorter than the input")
     dirs = node.attr("directions") or [0] * m
     rows = []
     for b in range(xs[0].shape[0]):
@@ -120,6 +125,7 @@ def _scan8(node, lens, *inputs):
     return tuple(tf.stack([r[k] for r in rows]) for k in range(len(rows[0])))
 
 
+@op
 def Scan(node, *inputs):
     if node.opset < 9:
         return _scan8(node, *inputs)
@@ -149,10 +155,12 @@ def Scan(node, *inputs):
 
 
 # -- sequences -------------------------------------------------------------------
+@op
 def SequenceEmpty(node):
     return []
 
 
+@op
 def SequenceConstruct(node, *xs):
     return list(xs)
 
@@ -164,26 +172,31 @@ def _pos(node, pos, n, default):
     return p + n if p < 0 else p
 
 
+@op
 def SequenceAt(node, seq, pos):
     return seq[_pos(node, pos, len(seq), 0)]
 
 
+@op
 def SequenceInsert(node, seq, x, pos=None):
     out = list(seq)
     out.insert(_pos(node, pos, len(seq), len(seq)), x)
     return out
 
 
+@op
 def SequenceErase(node, seq, pos=None):
     out = list(seq)
     del out[_pos(node, pos, len(seq), len(seq) - 1)]
     return out
 
 
+@op
 def SequenceLength(node, seq):
     return tf.constant(len(seq), tf.int64)
 
 
+@op
 def ConcatFromSequence(node, seq):
     axis = node.attr("axis")
     if node.attr("new_axis", 0):
@@ -191,6 +204,7 @@ def ConcatFromSequence(node, seq):
     return tf.concat(seq, axis=norm_axis(axis, seq[0].shape.rank))
 
 
+@op
 def SplitToSequence(node, x, split=None):
     axis = norm_axis(node.attr("axis", 0), x.shape.rank)
     if split is None:
@@ -204,6 +218,7 @@ def SplitToSequence(node, x, split=None):
     return list(tf.split(x, sizes, axis=axis))
 
 
+@op
 def SequenceMap(node, seq, *extra):
     n = len(seq)
     results: list[list] = []
@@ -218,14 +233,17 @@ def SequenceMap(node, seq, *extra):
 
 
 # -- optionals ---------------------------------------------------------------------
+@op
 def Optional(node, x=None):
     return x
 
 
+@op
 def OptionalHasElement(node, x=None):
     return tf.constant(x is not None)
 
 
+@op
 def OptionalGetElement(node, x):
     return x
 

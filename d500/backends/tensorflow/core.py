@@ -8,10 +8,10 @@ from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import numpy as np  # noqa: E402
-import onnx  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from tensorflow.python.framework import dtypes as _dtypes  # noqa: E402
+import numpy as np
+import onnx
+import tensorflow as tf
+from tensorflow.python.framework import dtypes as _dtypes
 
 # Inputs (by op type) whose *values* decide shapes: a graph input feeding one of these positions
 # is baked into the traced function as a constant (the function is retraced per distinct value).

@@ -162,33 +162,18 @@ class TensorFlowExecutable(Executable):
     def set_parameters(self, values: Mapping[str, np.ndarray]) -> None:
         for name, value in values.items():
             var = self._module.params.get(name)
-            if var is None:
-                raise UsageError(f"'{name}' is not a parameter of this model "
-                                 f"(parameters: {', '.join(self._module.params) or 'none'})")
-            value = np.asarray(value)
-            if tuple(value.shape) != tuple(var.shape):
-                raise UsageError(f"parameter '{name}' has shape {tuple(var.shape)}, "
-                                 f"got {tuple(value.shape)}")
-            var.assign(value.astype(var.dtype.as_numpy_dtype))
+            new = self.parameter_value(name, value, var)
+            var.assign(new.astype(var.dtype.as_numpy_dtype))
 
     def gradients(self, inputs: Any, *, output: str | None = None,
                   grad_outputs: Mapping[str, np.ndarray] | None = None,
                   wrt: Sequence[str] | None = None,
                   ) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
         feeds = self.bind(inputs)
-        if output is not None and output not in self.output_names:
-            raise UsageError(f"'{output}' is not an output of the model ({self.output_names})")
-        for name in grad_outputs or {}:
-            if name not in self.output_names:
-                raise UsageError(f"'{name}' is not an output of the model ({self.output_names})")
-        if wrt is None:
-            wrt = list(self.parameter_names) + [
-                n for n in self.input_names
-                if isinstance(feeds.get(n), np.ndarray) and feeds[n].dtype.kind == "f"]
+        for name in grad_outputs or [output or self.output_names[0]]:
+            self.output_index(name)
+        wrt = self.gradient_targets(feeds, wrt)
         for name in wrt:
-            if name not in self._module.params and name not in self.input_names:
-                raise UsageError(f"cannot differentiate with respect to '{name}': "
-                                 f"not a parameter or input of the model")
             if name in self._bake:
                 raise UsageError(f"cannot differentiate with respect to '{name}': "
                                  f"it decides a shape")
@@ -262,11 +247,6 @@ def _shape_inputs(program: Program) -> set[str]:
 
 class TensorFlowBackend(Backend):
     name = "tensorflow"
-    framework = "tensorflow-cpu"
-
-    @classmethod
-    def version(cls) -> str:
-        return tf.__version__
 
     @classmethod
     def supports_device(cls, device: str) -> bool:

@@ -11,7 +11,10 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from d500.backends.graph import registry
 from d500.backends.tensorflow.core import ints, norm_axes, static
+
+OPS, op = registry()
 
 
 def _coeff_fn(node):
@@ -83,6 +86,7 @@ def resize(node, x, scales, sizes, roi, axes, ctm):
     return work
 
 
+@op
 def Resize(node, x, roi=None, scales=None, sizes=None):
     if node.opset < 11:  # Resize-10: (X, scales)
         scales, roi = roi, None
@@ -102,6 +106,7 @@ def Resize(node, x, roi=None, scales=None, sizes=None):
     return resize(node, x, sc, sz, roi_v, axes, ctm)
 
 
+@op
 def Upsample(node, x, scales=None):
     sc = node.attr("scales") if scales is None else static(scales).tolist()
     mode = node.attr("mode", "nearest")
@@ -135,6 +140,7 @@ def _cubic(t):
             ((a * t3 - 5 * a) * t3 + 8 * a) * t3 - 4 * a]
 
 
+@op
 def GridSample(node, x, grid):
     """Sample x at grid's normalized coordinates: nearest, (bi)linear or (bi)cubic, N-D."""
     import itertools
@@ -191,6 +197,7 @@ def GridSample(node, x, grid):
     return tf.transpose(out, [0, r + 1, *range(1, r + 1)])
 
 
+@op
 def NonMaxSuppression(node, boxes, scores, max_boxes=None, iou=None, score_threshold=None):
     """Greedy NMS per batch and class (tf.image.non_max_suppression): [batch, class, box] rows."""
     limit = 0 if max_boxes is None else int(np.asarray(static(max_boxes)).reshape(-1)[0])
@@ -218,6 +225,7 @@ def NonMaxSuppression(node, boxes, scores, max_boxes=None, iou=None, score_thres
     return tf.concat(rows, 0)
 
 
+@op
 def ImageDecoder(node, encoded):
     """Decode an encoded image (JPEG, PNG, BMP, ...) to HWC uint8: RGB, BGR or Grayscale."""
     fmt = node.attr("pixel_format", "RGB")
@@ -238,6 +246,7 @@ def ImageDecoder(node, encoded):
     return img[..., ::-1] if fmt == "BGR" else img
 
 
+@op
 def Col2Im(node, data, image_shape, block_shape):
     """Sum column blocks back into an image: a scatter-add with statically computed indices."""
     image = ints(image_shape, node, "image_shape")
@@ -265,6 +274,7 @@ def Col2Im(node, data, image_shape, block_shape):
     return tf.reshape(out, [batch, channels, *image])
 
 
+@op
 def MaxUnpool(node, x, indices, output_shape=None):
     """Values scattered to their indices in the inferred shape, zero-padded to output_shape."""
     shape = x.shape.as_list()
@@ -282,6 +292,7 @@ def MaxUnpool(node, x, indices, output_shape=None):
     return y
 
 
+@op
 def TensorScatter(node, past, update, write_indices=None):
     """Write `update` into the cache `past` along `axis` from each batch row's write index."""
     r = past.shape.rank
@@ -334,6 +345,7 @@ def _roi_samples(roi, scale, pooled, shape, ratio, half_pixel):
     return pos, weights, gh * gw
 
 
+@op
 def RoiAlign(node, x, rois, batch_indices):
     """Average or max of bilinear samples per bin; regions are baked (they decide the grids)."""
     regions, batch = static(rois), static(batch_indices)

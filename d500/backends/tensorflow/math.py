@@ -6,30 +6,38 @@ import functools
 
 import tensorflow as tf
 
+from d500.backends.graph import registry
 from d500.backends.tensorflow.core import norm_axis, static, tensor, with_kernel
+
+OPS, op = registry()
 
 _INT = (tf.int8, tf.int16, tf.int32, tf.int64, tf.uint8, tf.uint16, tf.uint32, tf.uint64)
 _UINT = (tf.uint8, tf.uint16, tf.uint32, tf.uint64)
 
 
+@op
 def Add(node, a, b):
     return a + b
 
 
+@op
 def Sub(node, a, b):
     return a - b
 
 
+@op
 def Mul(node, a, b):
     return a * b
 
 
+@op
 def Div(node, a, b):
     if a.dtype in _INT:
         return tf.truncatediv(a, b)
     return a / b
 
 
+@op
 def Pow(node, a, b):
     if a.dtype == b.dtype and a.dtype not in _UINT:
         return tf.pow(a, b)
@@ -37,54 +45,66 @@ def Pow(node, a, b):
     return tf.cast(tf.pow(tf.cast(a, wide), tf.cast(b, wide)), a.dtype)
 
 
+@op
 def Mod(node, a, b):
     if node.attr("fmod", 0):
         return with_kernel(tf.truncatemod, a, (tf.float16, tf.bfloat16), tf.float32, b)
     return tf.math.floormod(a, b)
 
 
+@op
 def Neg(node, x):
     return -x
 
 
+@op
 def Abs(node, x):
     return x if x.dtype in _UINT else tf.abs(x)
 
 
+@op
 def Sign(node, x):
     if x.dtype in _UINT:
         return tf.cast(x > 0, x.dtype)
     return tf.sign(x)
 
 
+@op
 def Reciprocal(node, x):
     return tf.math.reciprocal(x)
 
 
+@op
 def Floor(node, x):
     return tf.floor(x)
 
 
+@op
 def Ceil(node, x):
     return tf.math.ceil(x)
 
 
+@op
 def Round(node, x):
     return tf.round(x)  # half to even, as ONNX
 
 
+@op
 def Sqrt(node, x):
     return tf.sqrt(x)
 
 
+@op
 def Exp(node, x):
     return tf.exp(x)
 
 
+@op
 def Log(node, x):
     return tf.math.log(x)
 
 
+@op
 def Erf(node, x):
     return tf.math.erf(x)
 
@@ -93,14 +113,15 @@ def _unary(fn):
     return lambda node, x: fn(x)
 
 
-Sin, Cos, Tan = _unary(tf.sin), _unary(tf.cos), _unary(tf.tan)
-Asin, Acos, Atan = _unary(tf.asin), _unary(tf.acos), _unary(tf.atan)
-Sinh, Cosh = _unary(tf.sinh), _unary(tf.cosh)
-Asinh, Acosh, Atanh = _unary(tf.asinh), _unary(tf.acosh), _unary(tf.atanh)
-Tanh = _unary(tf.tanh)
-IsNaN = _unary(tf.math.is_nan)
+for _name, _fn in {
+    "Sin": tf.sin, "Cos": tf.cos, "Tan": tf.tan, "Asin": tf.asin, "Acos": tf.acos,
+    "Atan": tf.atan, "Sinh": tf.sinh, "Cosh": tf.cosh, "Asinh": tf.asinh, "Acosh": tf.acosh,
+    "Atanh": tf.atanh, "Tanh": tf.tanh, "IsNaN": tf.math.is_nan,
+}.items():
+    op(_unary(_fn), names=(_name,))
 
 
+@op
 def IsInf(node, x):
     pos, neg = node.attr("detect_positive", 1), node.attr("detect_negative", 1)
     if x.dtype in _INT:
@@ -113,58 +134,69 @@ def _variadic(fn, node, *xs):
     return functools.reduce(fn, [x for x in xs if x is not None])
 
 
+@op
 def Max(node, *xs):
     if xs[0].dtype == tf.bool:
         return _variadic(tf.logical_or, node, *xs)
     return _variadic(tf.maximum, node, *xs)
 
 
+@op
 def Min(node, *xs):
     if xs[0].dtype == tf.bool:
         return _variadic(tf.logical_and, node, *xs)
     return _variadic(tf.minimum, node, *xs)
 
 
+@op
 def Sum(node, *xs):
     return _variadic(tf.add, node, *xs)
 
 
+@op
 def Mean(node, *xs):
     return Sum(node, *xs) / tf.cast(len([x for x in xs if x is not None]), xs[0].dtype)
 
 
+@op
 def Equal(node, a, b):
     return tf.equal(a, b)
 
 
 def _ordered(fn):
-    def op(node, a, b):
+    def run(node, a, b):
         if a.dtype == tf.bool:
             a, b = tf.cast(a, tf.int8), tf.cast(b, tf.int8)
         return fn(a, b)
-    return op
+    return run
 
 
-Less, Greater = _ordered(tf.less), _ordered(tf.greater)
-LessOrEqual, GreaterOrEqual = _ordered(tf.less_equal), _ordered(tf.greater_equal)
+for _name, _fn in {"Less": tf.less, "Greater": tf.greater, "LessOrEqual": tf.less_equal,
+                   "GreaterOrEqual": tf.greater_equal}.items():
+    op(_ordered(_fn), names=(_name,))
 
 
+@op
 def And(node, a, b):
     return tf.logical_and(a, b)
 
 
+@op
 def Or(node, a, b):
     return tf.logical_or(a, b)
 
 
+@op
 def Xor(node, a, b):
     return tf.math.logical_xor(a, b)
 
 
+@op
 def Not(node, x):
     return tf.logical_not(x)
 
 
+@op
 def BitShift(node, a, b):
     """Shifts by a negative amount or by the bit width or more saturate, as ONNX says."""
     bits = a.dtype.size * 8
@@ -178,22 +210,27 @@ def BitShift(node, a, b):
     return tf.where(inside, tf.bitwise.right_shift(a, safe), spill)
 
 
+@op
 def BitwiseAnd(node, a, b):
     return tf.bitwise.bitwise_and(a, b)
 
 
+@op
 def BitwiseOr(node, a, b):
     return tf.bitwise.bitwise_or(a, b)
 
 
+@op
 def BitwiseXor(node, a, b):
     return tf.bitwise.bitwise_xor(a, b)
 
 
+@op
 def BitwiseNot(node, x):
     return tf.bitwise.invert(x)
 
 
+@op
 def Where(node, cond, a, b):
     return tf.where(cond, a, b)
 
@@ -216,10 +253,12 @@ def _matmul(a, b):
     return tf.matmul(a, b)
 
 
+@op
 def MatMul(node, a, b):
     return _matmul(a, b)
 
 
+@op
 def MatMulInteger(node, a, b, a_zero=None, b_zero=None):
     a, b = tf.cast(a, tf.int32), tf.cast(b, tf.int32)
     if a_zero is not None:
@@ -230,6 +269,7 @@ def MatMulInteger(node, a, b, a_zero=None, b_zero=None):
     return tf.cast(_matmul(tf.cast(a, tf.int64), tf.cast(b, tf.int64)), tf.int32)
 
 
+@op
 def Gemm(node, a, b, c=None):
     if node.attr("transA", 0):
         a = tf.transpose(a)
@@ -250,6 +290,7 @@ def Gemm(node, a, b, c=None):
     return y
 
 
+@op
 def Einsum(node, *xs):
     equation = node.attr("equation").replace(" ", "")
     if xs[0].dtype in _NO_MATMUL + (tf.int32,):
@@ -257,6 +298,7 @@ def Einsum(node, *xs):
     return tf.einsum(equation, *xs)
 
 
+@op
 def Det(node, x):
     return tf.linalg.det(x)
 
@@ -268,14 +310,17 @@ def _cumulative(fn, node, x, axis):
                        x, (tf.uint16, tf.uint32, tf.uint64), tf.int64)
 
 
+@op
 def CumSum(node, x, axis):
     return _cumulative(tf.cumsum, node, x, axis)
 
 
+@op
 def CumProd(node, x, axis):
     return _cumulative(tf.math.cumprod, node, x, axis)
 
 
+@op
 def Clip(node, x, lo=None, hi=None):
     if node.opset < 11:
         lo, hi = node.attr("min"), node.attr("max")

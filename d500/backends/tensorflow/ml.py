@@ -5,17 +5,22 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-DOMAIN = "ai.onnx.ml"
+from d500.backends.graph import registry
+
+OPS, op = registry("ai.onnx.ml")
 
 
+@op
 def Binarizer(node, x):
     return tf.where(x > node.attr("threshold", 0.0), tf.ones_like(x), tf.zeros_like(x))
 
 
+@op
 def ArrayFeatureExtractor(node, x, indices):
     return tf.gather(x, tf.reshape(indices, [-1]), axis=x.shape.rank - 1)
 
 
+@op
 def LabelEncoder(node, x):
     """A lookup table from keys_* to values_* (or the tensor forms), with a default."""
     keys = next(node.attr(k) for k in ("keys_tensor", "keys_strings", "keys_int64s",
@@ -46,6 +51,7 @@ _COMPARE = {0: tf.less_equal, 1: tf.less, 2: tf.greater_equal, 3: tf.greater, 4:
             5: tf.not_equal}
 
 
+@op
 def TreeEnsemble(node, x):
     """Each tree's leaf as the AND of the branch conditions on its path; leaves aggregated."""
     a = node.attrs

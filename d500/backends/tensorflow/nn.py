@@ -11,7 +11,10 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from d500.backends.graph import registry
 from d500.backends.tensorflow.core import ChannelsLast, norm_axis, plain, shape_list, to_last
+
+OPS, op = registry()
 
 
 def _c(x, value):
@@ -19,71 +22,87 @@ def _c(x, value):
 
 
 # -- activations ----------------------------------------------------------------
+@op
 def Relu(node, x):
     return tf.nn.relu(x)
 
 
+@op
 def LeakyRelu(node, x):
     return tf.where(x >= 0, x, x * _c(x, node.attr("alpha", 0.01)))
 
 
+@op
 def PRelu(node, x, slope):
     return tf.where(x >= 0, x, x * slope)
 
 
+@op
 def Elu(node, x):
     alpha = _c(x, node.attr("alpha", 1.0))
     return tf.where(x > 0, x, alpha * (tf.exp(x) - 1))
 
 
+@op
 def Selu(node, x):
     alpha = _c(x, node.attr("alpha", 1.67326319217681884765625))
     gamma = _c(x, node.attr("gamma", 1.05070102214813232421875))
     return gamma * tf.where(x > 0, x, alpha * (tf.exp(x) - 1))
 
 
+@op
 def Celu(node, x):
     alpha = _c(x, node.attr("alpha", 1.0))
     return tf.maximum(x, 0) + tf.minimum(_c(x, 0), alpha * (tf.exp(x / alpha) - 1))
 
 
+@op
 def ThresholdedRelu(node, x):
     return tf.where(x > _c(x, node.attr("alpha", 1.0)), x, tf.zeros_like(x))
 
 
+@op
 def Sigmoid(node, x):
     return tf.sigmoid(x)
 
 
+@op
 def HardSigmoid(node, x):
     alpha, beta = _c(x, node.attr("alpha", 0.2)), _c(x, node.attr("beta", 0.5))
     return tf.clip_by_value(alpha * x + beta, _c(x, 0), _c(x, 1))
 
 
+@op
 def HardSwish(node, x):
     return x * tf.clip_by_value(x / 6 + _c(x, 0.5), _c(x, 0), _c(x, 1))
 
 
+@op
 def Softplus(node, x):
     return tf.nn.softplus(x)
 
 
+@op
 def Softsign(node, x):
     return x / (1 + tf.abs(x))
 
 
+@op
 def Mish(node, x):
     return x * tf.tanh(tf.nn.softplus(x))
 
 
+@op
 def Gelu(node, x):
     return tf.nn.gelu(x, approximate=node.attr("approximate", "none") == "tanh")
 
 
+@op
 def Swish(node, x):
     return x * tf.sigmoid(x * _c(x, node.attr("alpha", 1.0)))
 
 
+@op
 def Shrink(node, x):
     lambd, bias = node.attr("lambd", 0.5), node.attr("bias", 0.0)
     xf = tf.cast(x, tf.float64)
@@ -91,6 +110,7 @@ def Shrink(node, x):
     return tf.cast(y, x.dtype)
 
 
+@op
 def Dropout(node, x, ratio=None, training=None):
     from d500.backends.tensorflow.core import static
     if training is not None and bool(static(training)) and (
@@ -116,14 +136,17 @@ def _hardmax(x, axis):
     return tf.one_hot(tf.argmax(x, axis), tf.shape(x)[axis], axis=axis, dtype=x.dtype)
 
 
+@op
 def Softmax(node, x):
     return _softmax_like(lambda v, a: tf.nn.softmax(v, axis=a), node, x)
 
 
+@op
 def LogSoftmax(node, x):
     return _softmax_like(lambda v, a: tf.nn.log_softmax(v, axis=a), node, x)
 
 
+@op
 def Hardmax(node, x):
     return _softmax_like(_hardmax, node, x)
 
@@ -224,10 +247,12 @@ def conv(node, x, w, b=None, pads=None):
     return ChannelsLast(y)
 
 
+@op
 def Conv(node, x, w, b=None):
     return conv(node, x, w, b)
 
 
+@op
 def ConvTranspose(node, x, w, b=None):
     """A strided transposed convolution as a convolution of the zero-upsampled input."""
     n = x.shape.rank - 2
@@ -326,10 +351,11 @@ def _window_reduce(x, kernel, strides, dilations, kind):
     return tf.nn.pool(x, kernel, kind, strides=strides, padding="VALID")
 
 
+@op
 def MaxPool(node, x):
     if len(node.outputs) > 1 and node.outputs[1]:
         x = plain(x)
-    n, kernel, strides, dilations, pads, extra = _pool_geometry(node, x)
+    _, kernel, strides, dilations, pads, extra = _pool_geometry(node, x)
     xl = _to_last(x)
     dtype = xl.dtype
     low = dtype.min if dtype.is_integer else -np.inf
@@ -370,8 +396,9 @@ def _argmax_indices(node, x, y, kernel, strides, dilations, pads, extra):
     return tf.cast(tf.gather(pi, best, batch_dims=x.shape.rank), tf.int64)
 
 
+@op
 def AveragePool(node, x):
-    n, kernel, strides, dilations, pads, extra = _pool_geometry(node, x)
+    _, kernel, strides, dilations, pads, extra = _pool_geometry(node, x)
     xl = _to_last(x)
     padding = [(0, 0)] + [(pb, pe + e) for (pb, pe), e in zip(pads, extra)] + [(0, 0)]
     include = node.attr("count_include_pad", 0)
@@ -392,15 +419,17 @@ def AveragePool(node, x):
     return ChannelsLast(sums / counts)
 
 
+@op
 def LpPool(node, x):
     p = node.attr("p", 2)
-    n, kernel, strides, dilations, pads, extra = _pool_geometry(node, x)
+    _, kernel, strides, dilations, pads, extra = _pool_geometry(node, x)
     padding = [(0, 0)] + [(pb, pe + e) for (pb, pe), e in zip(pads, extra)] + [(0, 0)]
     xl = tf.pad(tf.abs(_to_last(x)) ** p, padding)
     s = _window_reduce(xl, kernel, strides, dilations, "AVG") * float(np.prod(kernel))
     return ChannelsLast(s ** (1.0 / p))
 
 
+@op
 def GlobalAveragePool(node, x):
     if isinstance(x, ChannelsLast):
         return ChannelsLast(tf.reduce_mean(x.t, axis=list(range(1, x.t.shape.rank - 1)),
@@ -408,6 +437,7 @@ def GlobalAveragePool(node, x):
     return tf.reduce_mean(x, axis=list(range(2, x.shape.rank)), keepdims=True)
 
 
+@op
 def GlobalMaxPool(node, x):
     if isinstance(x, ChannelsLast):
         return ChannelsLast(tf.reduce_max(x.t, axis=list(range(1, x.t.shape.rank - 1)),
@@ -415,6 +445,7 @@ def GlobalMaxPool(node, x):
     return tf.reduce_max(x, axis=list(range(2, x.shape.rank)), keepdims=True)
 
 
+@op
 def GlobalLpPool(node, x):
     p = node.attr("p", 2)
     return tf.reduce_sum(tf.abs(x) ** p, axis=list(range(2, x.shape.rank)),
@@ -426,6 +457,7 @@ def _per_channel(v, rank):
     return tf.reshape(v, [-1] + [1] * (rank - 2))
 
 
+@op
 def BatchNormalization(node, x, scale, bias, mean, var):
     eps = node.attr("epsilon", 1e-5)
     training = node.attr("training_mode", 0) or (node.opset < 7 and not node.attr(
@@ -450,6 +482,7 @@ def BatchNormalization(node, x, scale, bias, mean, var):
     return x * tf.cast(_per_channel(inv, r), x.dtype) + tf.cast(_per_channel(shift, r), x.dtype)
 
 
+@op
 def InstanceNormalization(node, x, scale, bias):
     r = x.shape.rank
     mean, var = tf.nn.moments(x, list(range(2, r)), keepdims=True)
@@ -457,6 +490,7 @@ def InstanceNormalization(node, x, scale, bias):
     return (x - mean) * tf.math.rsqrt(var + eps) * _per_channel(scale, r) + _per_channel(bias, r)
 
 
+@op
 def LRN(node, x):
     size = node.attr("size")
     alpha, beta, bias = node.attr("alpha", 1e-4), node.attr("beta", 0.75), node.attr("bias", 1.0)
@@ -472,6 +506,7 @@ def LRN(node, x):
     return x / (bias + alpha / size * total) ** beta
 
 
+@op
 def LpNormalization(node, x):
     axis = norm_axis(node.attr("axis", -1), x.shape.rank)
     p = node.attr("p", 2)
@@ -486,6 +521,7 @@ def LpNormalization(node, x):
 
 
 # -- losses ---------------------------------------------------------------------------------------
+@op
 def NegativeLogLikelihoodLoss(node, x, target, weight=None):
     r = x.shape.rank
     xt = tf.transpose(x, [0, *range(2, r), 1])  # classes last
@@ -505,6 +541,7 @@ def NegativeLogLikelihoodLoss(node, x, target, weight=None):
     return tf.reduce_sum(loss) / tf.reduce_sum(w)
 
 
+@op
 def DeformConv(node, x, w, offset, b=None, mask=None):
     """2-D deformable convolution: bilinear samples at offset kernel taps, then a grouped matmul."""
     x = plain(x)

@@ -1,4 +1,5 @@
-"""The TensorFlow op table: every module's operator functions combined into one OPS dict.
+"""The TensorFlow op table: every module's OPS (filled by d500.backends.graph.registry) combined
+into one dict.
 
 Each function is wrapped twice over:
 - layout: values produced channels-last (`core.ChannelsLast`, from Conv and pooling) stay so
@@ -14,15 +15,25 @@ Each function is wrapped twice over:
 from __future__ import annotations
 
 import functools
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from d500.backends.tensorflow import (
-    control, image, math, ml, nn, quantize, reduce, rnn, shape, signal, strings,
-    training)
+    control,
+    image,
+    math,
+    ml,
+    nn,
+    preview_training,
+    quantize,
+    reduce,
+    rnn,
+    shape,
+    signal,
+    strings,
+)
 from d500.backends.tensorflow.core import ChannelsLast, broadcast_last, plain, static
 
 NOT_FOLDED = {"If", "Loop", "Scan", "SequenceMap", "Unique"}
@@ -35,12 +46,6 @@ ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "
                "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Exp", "Log", "Sqrt", "Neg",
                "Abs", "Erf", "Identity", "Gelu", "Mish", "Swish", "ThresholdedRelu", "Where",
                "Reciprocal"}
-
-
-def _ops_of(module: ModuleType) -> dict:
-    return {name: fn for name, fn in vars(module).items()
-            if name[:1].isupper() and callable(fn) and not isinstance(fn, type)
-            and getattr(fn, "__module__", module.__name__) == module.__name__}
 
 
 def _constant(value: Any) -> Any:
@@ -92,8 +97,7 @@ def wrapped(name: str, fn):
 
 
 OPS: dict = {}
-for _module in (math, nn, shape, reduce, control, image, quantize, strings, ml, training,
+for _module in (math, nn, shape, reduce, control, image, quantize, strings, ml, preview_training,
                 rnn, signal):
-    _domain = getattr(_module, "DOMAIN", "")
-    for _name, _fn in _ops_of(_module).items():
-        OPS[f"{_domain}::{_name}" if _domain else _name] = wrapped(_name, _fn)
+    for _key, _fn in _module.OPS.items():
+        OPS[_key] = wrapped(_key.rpartition("::")[2], _fn)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from d500.backends.graph import registry
 from d500.backends.tensorflow.core import NARROW, norm_axis, tf_dtype
+
+OPS, op = registry()
 
 _RANGES = {tf.int8: (-128, 127), tf.uint8: (0, 255), tf.int16: (-32768, 32767),
            tf.uint16: (0, 65535), tf.int32: (-2 ** 31, 2 ** 31 - 1)}
@@ -23,6 +26,7 @@ def _broadcast(node, param, x, block_attr=True):
     return tf.reshape(param, [-1 if a == axis else 1 for a in range(r)])
 
 
+@op
 def QuantizeLinear(node, x, scale, zero_point=None):
     out_dtype = (zero_point.dtype if zero_point is not None
                  else tf_dtype(node.attr("output_dtype", 0) or 2, node))
@@ -63,6 +67,7 @@ def _quantize_narrow(node, x, s, zero_point, out_dtype):
     return _narrow(y, out_dtype)
 
 
+@op
 def DequantizeLinear(node, x, scale, zero_point=None):
     s = _broadcast(node, scale, x)
     if x.dtype in NARROW:
@@ -77,6 +82,7 @@ def DequantizeLinear(node, x, scale, zero_point=None):
     return tf.cast(y * tf.cast(s, tf.float32), scale.dtype)
 
 
+@op
 def DynamicQuantizeLinear(node, x):
     lo = tf.minimum(tf.reduce_min(x), 0.0)
     hi = tf.maximum(tf.reduce_max(x), 0.0)
@@ -86,6 +92,7 @@ def DynamicQuantizeLinear(node, x):
     return tf.cast(y, tf.uint8), scale, zp
 
 
+@op
 def QLinearMatMul(node, a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero):
     from d500.backends.tensorflow.math import _matmul
     fa = (tf.cast(a, tf.float32) - _row(a_zero, a, -2)) * _row(a_scale, a, -2)
@@ -106,6 +113,7 @@ def _col(v):
     return tf.reshape(v, [-1])[0] if v.shape.num_elements() == 1 else v
 
 
+@op
 def ConvInteger(node, x, w, x_zero=None, w_zero=None):
     from d500.backends.tensorflow.core import plain
     from d500.backends.tensorflow.nn import conv
@@ -117,6 +125,7 @@ def ConvInteger(node, x, w, x_zero=None, w_zero=None):
     return tf.cast(tf.round(plain(conv(node, xf, wf))), tf.int32)
 
 
+@op
 def QLinearConv(node, x, xs, xz, w, ws, wz, ys, yz, b=None):
     from d500.backends.tensorflow.core import plain
     from d500.backends.tensorflow.nn import conv

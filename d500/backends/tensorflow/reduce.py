@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from d500.backends.graph import registry
 from d500.backends.tensorflow.core import ints, norm_axes, norm_axis
+
+OPS, op = registry()
 
 _NO_KERNEL = (tf.uint16, tf.uint32, tf.uint64, tf.int8, tf.int16)
 
@@ -22,7 +25,7 @@ def _axes(node, x, axes):
 
 
 def _reduce(fn):
-    def op(node, x, axes=None):
+    def run(node, x, axes=None):
         ax = _axes(node, x, axes)
         if ax is None:
             return x
@@ -34,7 +37,7 @@ def _reduce(fn):
         if x.dtype in _NO_KERNEL:
             return tf.cast(fn(tf.cast(x, tf.int64), ax, keep), x.dtype)
         return fn(x, ax, keep)
-    return op
+    return run
 
 
 def _logsumexp(x, axes, keep):
@@ -53,17 +56,21 @@ def _min(x, a, k):
 
 
 _BOOLEAN = {_max: tf.reduce_any, _min: tf.reduce_all}
-ReduceSum = _reduce(lambda x, a, k: tf.reduce_sum(x, a, keepdims=k))
-ReduceMean = _reduce(lambda x, a, k: tf.reduce_mean(x, a, keepdims=k))
-ReduceMax = _reduce(_max)
-ReduceMin = _reduce(_min)
-ReduceProd = _reduce(lambda x, a, k: tf.reduce_prod(x, a, keepdims=k))
-ReduceL1 = _reduce(lambda x, a, k: tf.reduce_sum(tf.abs(x), a, keepdims=k))
-ReduceL2 = _reduce(lambda x, a, k: tf.cast(tf.sqrt(tf.reduce_sum(
-    tf.square(tf.cast(x, tf.float64) if x.dtype.is_integer else x), a, keepdims=k)), x.dtype))
-ReduceSumSquare = _reduce(lambda x, a, k: tf.reduce_sum(tf.square(x), a, keepdims=k))
-ReduceLogSum = _reduce(lambda x, a, k: tf.math.log(tf.reduce_sum(x, a, keepdims=k)))
-ReduceLogSumExp = _reduce(_logsumexp)
+for _name, _fn in {
+    "ReduceSum": lambda x, a, k: tf.reduce_sum(x, a, keepdims=k),
+    "ReduceMean": lambda x, a, k: tf.reduce_mean(x, a, keepdims=k),
+    "ReduceMax": _max,
+    "ReduceMin": _min,
+    "ReduceProd": lambda x, a, k: tf.reduce_prod(x, a, keepdims=k),
+    "ReduceL1": lambda x, a, k: tf.reduce_sum(tf.abs(x), a, keepdims=k),
+    "ReduceL2": lambda x, a, k: tf.cast(tf.sqrt(tf.reduce_sum(
+        tf.square(tf.cast(x, tf.float64) if x.dtype.is_integer else x), a, keepdims=k)),
+        x.dtype),
+    "ReduceSumSquare": lambda x, a, k: tf.reduce_sum(tf.square(x), a, keepdims=k),
+    "ReduceLogSum": lambda x, a, k: tf.math.log(tf.reduce_sum(x, a, keepdims=k)),
+    "ReduceLogSumExp": _logsumexp,
+}.items():
+    op(_reduce(_fn), names=(_name,))
 
 
 def _arg(fn, node, x):
@@ -78,9 +85,11 @@ def _arg(fn, node, x):
     return tf.expand_dims(y, axis) if node.attr("keepdims", 1) else y
 
 
+@op
 def ArgMax(node, x):
     return _arg(tf.argmax, node, x)
 
 
+@op
 def ArgMin(node, x):
     return _arg(tf.argmin, node, x)

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from d500.backends.graph import registry
+
+OPS, op = registry()
+
 
 def _activation(name, alpha, beta):
     name = name.lower()
@@ -90,6 +94,7 @@ def _clip(v, clip):
     return v if clip is None else tf.clip_by_value(v, -clip, clip)
 
 
+@op
 def RNN(node, x, w, r, b=None, lens=None, h0=None):
     acts = _activations(node, ["Tanh"], 2 if node.attr("direction") == "bidirectional" else 1)
 
@@ -99,6 +104,7 @@ def RNN(node, x, w, r, b=None, lens=None, h0=None):
     return _recurrent(node, 1, step, x, w, r, b, lens, [h0])
 
 
+@op
 def GRU(node, x, w, r, b=None, lens=None, h0=None):
     acts = _activations(node, ["Sigmoid", "Tanh"],
                         2 if node.attr("direction") == "bidirectional" else 1)
@@ -120,6 +126,7 @@ def GRU(node, x, w, r, b=None, lens=None, h0=None):
     return _recurrent(node, 3, step, x, w, r, b, lens, [h0])
 
 
+@op
 def LSTM(node, x, w, r, b=None, lens=None, h0=None, c0=None, p=None):
     dirs = 2 if node.attr("direction") == "bidirectional" else 1
     acts = _activations(node, ["Sigmoid", "Tanh", "Tanh"], dirs)

@@ -8,17 +8,33 @@ import onnx
 import tensorflow as tf
 from tensorflow.python.framework import dtypes as _dtypes
 
+from d500.backends.graph import registry
 from d500.backends.tensorflow.core import (
-    NARROW, ChannelsLast, attr_or_input, ints, norm_axes, norm_axis, plain, shape_list, static,
-    tensor, tf_dtype, to_last)
+    NARROW,
+    ChannelsLast,
+    attr_or_input,
+    ints,
+    norm_axes,
+    norm_axis,
+    plain,
+    shape_list,
+    static,
+    tensor,
+    tf_dtype,
+    to_last,
+)
+
+OPS, op = registry()
 
 
+@op
 def Identity(node, x):
     if isinstance(x, list):
         return list(x)
     return tf.identity(x) if isinstance(x, (tf.Tensor, tf.Variable)) else x
 
 
+@op
 def Constant(node):
     for key in ("value", "value_float", "value_int", "value_floats", "value_ints",
                 "value_string", "value_strings"):
@@ -88,6 +104,7 @@ def _float_to_string(x):
     return tf.numpy_function(fmt, [x], tf.string, stateful=False)
 
 
+@op
 def BitCast(node, x):
     to = tf_dtype(node.attr("to"), node)
     if x.dtype == tf.bool or to == tf.bool:  # one byte either way: 0 or 1
@@ -95,10 +112,12 @@ def BitCast(node, x):
     return tf.bitcast(x, to)
 
 
+@op
 def Cast(node, x):
     return _cast(node, x, node.attr("to"))
 
 
+@op
 def CastLike(node, x, like):
     return _cast(node, x, onnx_dtype_of(like))
 
@@ -108,6 +127,7 @@ def onnx_dtype_of(x):
     return onnx_dtype(x.dtype)
 
 
+@op
 def Shape(node, x):
     r = x.shape.rank
     start = norm_axis(node.attr("start", 0), r)
@@ -119,12 +139,14 @@ def Shape(node, x):
     return tf.shape(x, out_type=tf.int64)[part]
 
 
+@op
 def Size(node, x):
     if x.shape.is_fully_defined():
         return tf.constant(x.shape.num_elements(), tf.int64)
     return tf.size(x, out_type=tf.int64)
 
 
+@op
 def Reshape(node, x, shape=None):
     target = ints(shape, node, "shape") if node.opset >= 5 else list(node.attr("shape"))
     allow_zero = node.attr("allowzero", 0)
@@ -134,6 +156,7 @@ def Reshape(node, x, shape=None):
     return tf.reshape(x, target)
 
 
+@op
 def Flatten(node, x):
     axis = norm_axis(node.attr("axis", 1), x.shape.rank)
     s = shape_list(x)
@@ -141,6 +164,7 @@ def Flatten(node, x):
     return tf.reshape(x, [outer, -1] if outer != -1 else [tf.reduce_prod(s[:axis]), -1])
 
 
+@op
 def Squeeze(node, x, axes=None):
     axes = attr_or_input(node, "axes", axes)
     if axes is None:
@@ -148,6 +172,7 @@ def Squeeze(node, x, axes=None):
     return tf.squeeze(x, norm_axes(axes, x.shape.rank))
 
 
+@op
 def Unsqueeze(node, x, axes=None):
     axes = attr_or_input(node, "axes", axes)
     out_rank = x.shape.rank + len(axes)
@@ -156,11 +181,13 @@ def Unsqueeze(node, x, axes=None):
     return x
 
 
+@op
 def Transpose(node, x):
     perm = node.attr("perm")
     return tf.transpose(x, perm=None if perm is None else list(perm))
 
 
+@op
 def Concat(node, *xs):
     xs = [x for x in xs if x is not None]
     if any(isinstance(x, ChannelsLast) for x in xs):
@@ -172,6 +199,7 @@ def Concat(node, *xs):
     return tf.concat(xs, norm_axis(node.attr("axis", 0), xs[0].shape.rank))
 
 
+@op
 def Split(node, x, split=None):
     axis = norm_axis(node.attr("axis", 0), x.shape.rank)
     split = attr_or_input(node, "split", split)
@@ -184,6 +212,7 @@ def Split(node, x, split=None):
     return tuple(tf.split(x, list(split), axis=axis))
 
 
+@op
 def Slice(node, x, starts=None, ends=None, axes=None, steps=None):
     r = x.shape.rank
     if node.opset < 10:
@@ -206,6 +235,7 @@ def Slice(node, x, starts=None, ends=None, axes=None, steps=None):
     return x[tuple(index)]
 
 
+@op
 def Gather(node, x, indices):
     axis = norm_axis(node.attr("axis", 0), x.shape.rank)
     size = tf.shape(x, out_type=indices.dtype)[axis]
@@ -224,10 +254,12 @@ def _element_coords(node, x, indices):
     return tf.stack(grids, -1)
 
 
+@op
 def GatherElements(node, x, indices):
     return tf.gather_nd(x, _element_coords(node, x, indices))
 
 
+@op
 def GatherND(node, x, indices):
     b = node.attr("batch_dims", 0)
     shape = tf.shape(x, out_type=indices.dtype)
@@ -253,6 +285,7 @@ def _scatter(x, idx, upd, reduction):
     raise ValueError(reduction)
 
 
+@op
 def ScatterND(node, x, indices, updates):
     indices = tf.cast(indices, tf.int64)
     shape = tf.shape(x, out_type=tf.int64)[:indices.shape[-1]]
@@ -266,14 +299,14 @@ def ScatterND(node, x, indices, updates):
     return _scatter(x, indices, updates, reduction)
 
 
+@op(names=("ScatterElements", "Scatter"))  # Scatter (opset 9-10): ScatterElements, no reduction
 def ScatterElements(node, x, indices, updates):
     idx = tf.reshape(_element_coords(node, x, indices), [-1, x.shape.rank])
     return _scatter(x, idx, tf.reshape(updates, [-1]), node.attr("reduction", "none"))
 
 
-Scatter = ScatterElements
 
-
+@op
 def Expand(node, x, shape):
     target = ints(shape, node, "shape")
     current = shape_list(x)
@@ -284,10 +317,12 @@ def Expand(node, x, shape):
     return tf.broadcast_to(x, out)
 
 
+@op
 def Tile(node, x, repeats):
     return tf.tile(x, ints(repeats, node, "repeats"))
 
 
+@op
 def Pad(node, x, pads=None, value=None, axes=None):
     r = x.shape.rank
     mode = node.attr("mode", "constant")
@@ -329,6 +364,7 @@ def Pad(node, x, pads=None, value=None, axes=None):
     return tf.pad(x, width, mode="REFLECT")
 
 
+@op
 def DepthToSpace(node, x):
     b = node.attr("blocksize")
     n, c, h, w = shape_list(x)
@@ -341,6 +377,7 @@ def DepthToSpace(node, x):
     return tf.reshape(t, [n, c // (b * b), h * b, w * b])
 
 
+@op
 def SpaceToDepth(node, x):
     b = node.attr("blocksize")
     n, c, h, w = shape_list(x)
@@ -350,6 +387,7 @@ def SpaceToDepth(node, x):
     return tf.reshape(t, [n, c * b * b, h // b, w // b])
 
 
+@op
 def ConstantOfShape(node, shape):
     value = node.attr("value")
     value = np.zeros(1, np.float32) if value is None else value
@@ -357,6 +395,7 @@ def ConstantOfShape(node, shape):
     return tf.fill(dims, tf.constant(value.reshape(-1)[0]))
 
 
+@op
 def Range(node, start, limit, delta):
     if start.dtype in (tf.int16, tf.int8):
         return tf.cast(tf.range(tf.cast(start, tf.int32), tf.cast(limit, tf.int32),
@@ -364,6 +403,7 @@ def Range(node, start, limit, delta):
     return tf.range(start, limit, delta)
 
 
+@op
 def EyeLike(node, x):
     dtype = node.attr("dtype")
     dtype = x.dtype if dtype is None else tf_dtype(dtype, node)
@@ -374,6 +414,7 @@ def EyeLike(node, x):
     return tf.cast(tf.equal(cols - rows, k), dtype)
 
 
+@op
 def OneHot(node, indices, depth, values):
     axis = node.attr("axis", -1)
     axis = axis + indices.shape.rank + 1 if axis < 0 else axis
@@ -383,10 +424,12 @@ def OneHot(node, indices, depth, values):
     return tf.one_hot(idx, d, on_value=values[1], off_value=values[0], axis=axis)
 
 
+@op
 def NonZero(node, x):
     return tf.transpose(tf.where(tf.cast(x, tf.bool) if x.dtype != tf.bool else x))
 
 
+@op
 def TopK(node, x, k):
     axis = norm_axis(node.attr("axis", -1), x.shape.rank)
     k = ints(k, node, "k")[0] if node.opset >= 10 else node.attr("k")
@@ -402,6 +445,7 @@ def TopK(node, x, k):
     return tf.transpose(vals, inv), tf.cast(tf.transpose(idx, inv), tf.int64)
 
 
+@op
 def Trilu(node, x, k=None):
     k = 0 if k is None else ints(k, node, "k")[0]
     n, m = shape_list(x)[-2:]
@@ -411,6 +455,7 @@ def Trilu(node, x, k=None):
     return tf.where(keep, x, tf.zeros_like(x))
 
 
+@op
 def Compress(node, x, condition):
     axis = node.attr("axis")
     cond = tf.cast(condition, tf.bool)
@@ -424,11 +469,13 @@ def Compress(node, x, condition):
     return tf.boolean_mask(x, cond, axis=axis)
 
 
+@op
 def ReverseSequence(node, x, lengths):
     return tf.reverse_sequence(x, lengths, seq_axis=node.attr("time_axis", 0),
                                batch_axis=node.attr("batch_axis", 1))
 
 
+@op
 def Unique(node, x):
     """Unique values (sorted unless sorted=0), first indices, inverse indices and counts."""
     axis = node.attr("axis")
@@ -452,6 +499,7 @@ def Unique(node, x):
     return tuple(out)
 
 
+@op
 def CenterCropPad(node, x, shape):
     target = ints(shape, node, "shape")
     axes = node.attr("axes")

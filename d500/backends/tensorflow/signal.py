@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from d500.backends.graph import registry
 from d500.backends.tensorflow.core import ints, norm_axis
+
+OPS, op = registry()
 
 
 def _complex(x):
@@ -30,6 +33,7 @@ def _fft_last(z, length, inverse, onesided):
     return z
 
 
+@op
 def DFT(node, x, dft_length=None, axis=None):
     r = x.shape.rank
     if node.opset >= 20:
@@ -51,6 +55,7 @@ def DFT(node, x, dft_length=None, axis=None):
     return _pair(tf.transpose(z, inv), x.dtype)
 
 
+@op
 def STFT(node, signal, frame_step, window=None, frame_length=None):
     step = ints(frame_step, node, "frame_step")[0]
     length = (ints(frame_length, node, "frame_length")[0] if frame_length is not None
@@ -65,6 +70,7 @@ def STFT(node, signal, frame_step, window=None, frame_length=None):
     return _pair(out, signal.dtype)
 
 
+@op
 def MelWeightMatrix(node, num_mel_bins, dft_length, sample_rate, lower_hz, upper_hz):
     """Triangular mel filters [dft_length // 2 + 1, num_mel_bins], built at trace time."""
     import numpy as np

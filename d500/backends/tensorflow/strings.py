@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from d500.backends.graph import registry
 
+OPS, op = registry()
+
+
+@op
 def StringConcat(node, a, b):
     shape = tf.broadcast_dynamic_shape(tf.shape(a), tf.shape(b))
     return tf.strings.join([tf.broadcast_to(a, shape), tf.broadcast_to(b, shape)])
 
 
+@op
 def RegexFullMatch(node, x):
     return tf.strings.regex_full_match(x, node.attr("pattern"))
 
 
+@op
 def StringSplit(node, x):
     """Substrings padded with "" to the longest split, and the number of substrings."""
     delimiter = node.attr("delimiter") or None
@@ -31,6 +38,7 @@ def StringSplit(node, x):
     return padded, lengths
 
 
+@op
 def StringNormalizer(node, x):
     """Stopwords removed (case-(in)sensitively), then the case changed, as ONNX says."""
     action = node.attr("case_change_action", "NONE")
@@ -52,6 +60,7 @@ def StringNormalizer(node, x):
     return tf.reshape(kept, [1, -1]) if x.shape.rank == 2 else kept
 
 
+@op
 def TfIdfVectorizer(node, x):
     """Counts of the pool's n-grams (with skips) per row, weighted by mode TF, IDF or TFIDF."""
     pool = node.attr("pool_int64s")

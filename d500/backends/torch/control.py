@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from d500.backends.torch.table import axis_of, device_of, ints, registry
+from d500.backends.graph import registry
+from d500.backends.torch.table import axis_of, device_of, ints
 
 OPS, op = registry()
 

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from d500.backends.torch.table import registry
+from d500.backends.graph import registry
 
 OPS, op = registry()
 

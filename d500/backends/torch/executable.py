@@ -19,12 +19,12 @@ from d500.backends.torch import (
     linalg,
     math,
     nn,
+    preview_training,
     reduce,
     rnn,
     shape,
     spectral,
     strings,
-    training,
 )
 from d500.backends.torch.dtypes import from_numpy
 from d500.backends.torch.dtypes import to_numpy as tensor_to_numpy
@@ -32,7 +32,8 @@ from d500.errors import D500Error, UsageError
 
 # The op table: ONNX op type (prefixed by "domain::" outside the default domain) -> function.
 OPS = {**math.OPS, **nn.OPS, **shape.OPS, **reduce.OPS, **linalg.OPS, **control.OPS,
-       **image.OPS, **rnn.OPS, **spectral.OPS, **strings.OPS, **detection.OPS, **training.OPS}
+       **image.OPS, **rnn.OPS, **spectral.OPS, **strings.OPS, **detection.OPS,
+       **preview_training.OPS}
 
 
 def _nodes(program: Program) -> Iterator[Node]:
@@ -225,43 +226,31 @@ class TorchExecutable(Executable):
         current = self._module.values
         with torch.no_grad():
             for name, value in values.items():
-                if name not in self.parameter_names:
-                    raise KeyError(f"'{name}' is not a parameter of this model")
-                target = current[name]
-                new = from_numpy(np.asarray(value), self.torch_device)
-                target.copy_(new.reshape(target.shape).to(target.dtype))
+                target = current.get(name)
+                new = from_numpy(self.parameter_value(name, value, target), self.torch_device)
+                target.copy_(new.to(target.dtype))
 
     def gradients(self, inputs: Any, *, output: str | None = None,
                   grad_outputs: Mapping[str, np.ndarray] | None = None,
                   wrt: Sequence[str] | None = None,
                   ) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
         bound = self.bind(inputs)
-        float_inputs = [n for n in self.input_names
-                        if n in bound and np.asarray(bound[n]).dtype.kind == "f"]
-        wanted = list(wrt) if wrt is not None else self.parameter_names + float_inputs
-        unknown = [n for n in wanted if n not in self.parameter_names and n not in float_inputs]
-        if unknown:
-            raise UsageError(f"cannot differentiate with respect to {unknown}: not a parameter "
-                             f"or float input of the model")
-        feeds = self._feeds(bound, set(wanted) & set(float_inputs))
+        wanted = self.gradient_targets(bound, wrt)
+        seeds = {self.output_index(name): g for name, g in (grad_outputs or {}).items()}
+        index = None if seeds else self.output_index(output or self.output_names[0])
+        feeds = self._feeds(bound, set(wanted) - set(self.parameter_names))
         with torch.enable_grad():
             outs = self._module(**feeds)
-            if grad_outputs:
-                loss = sum((outs[self._output_index(name)] * from_numpy(
-                    np.asarray(g), self.torch_device)).sum() for name, g in grad_outputs.items())
+            if seeds:
+                loss = sum((outs[i] * from_numpy(np.asarray(g), self.torch_device)).sum()
+                           for i, g in seeds.items())
             else:
-                loss = outs[self._output_index(output or self.output_names[0])].sum()
+                loss = outs[index].sum()
             targets = [feeds[n] if n in feeds else self._module.values[n] for n in wanted]
             grads = torch.autograd.grad(loss, targets, allow_unused=True)
         result = {name: (np.zeros(t.shape, dtype=tensor_to_numpy(t).dtype) if g is None
                          else tensor_to_numpy(g)) for name, t, g in zip(wanted, targets, grads)}
         return self._outputs(outs), result
-
-    def _output_index(self, name: str) -> int:
-        if name not in self.output_names:
-            raise UsageError(f"'{name}' is not an output of the model "
-                             f"(outputs: {', '.join(self.output_names)})")
-        return self.output_names.index(name)
 
     @property
     def native(self) -> GraphModule:
@@ -270,7 +259,6 @@ class TorchExecutable(Executable):
 
 class TorchBackend(Backend):
     name = "torch"
-    framework = "torch"
 
     @classmethod
     def supports_device(cls, device: str) -> bool:

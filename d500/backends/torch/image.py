@@ -8,7 +8,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from d500.backends.torch.table import axis_of, ints, registry
+from d500.backends.graph import registry
+from d500.backends.torch.table import axis_of, ints
 
 OPS, op = registry()
 

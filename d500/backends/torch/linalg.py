@@ -6,9 +6,10 @@ import torch
 import torch.nn.functional as F
 from onnx import TensorProto as T
 
+from d500.backends.graph import registry
 from d500.backends.torch import dtypes
 from d500.backends.torch.nn import Conv
-from d500.backends.torch.table import axis_of, in_type, out_type, registry
+from d500.backends.torch.table import axis_of, in_type, out_type
 
 OPS, op = registry()
 

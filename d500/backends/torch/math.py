@@ -8,8 +8,9 @@ import numpy as np
 import torch
 from onnx import TensorProto as T
 
+from d500.backends.graph import registry
 from d500.backends.torch import dtypes
-from d500.backends.torch.table import in_type, out_type, registry, wrap
+from d500.backends.torch.table import in_type, out_type, wrap
 
 OPS, op = registry()
 _SIGN = -(2**63)  # uint64 is stored as int64; flipping this bit maps unsigned order to signed
@@ -138,7 +139,7 @@ for _name, _fn in {
     "Sinh": torch.sinh, "Cosh": torch.cosh, "Asinh": torch.asinh, "Acosh": torch.acosh,
     "Atanh": torch.atanh, "Erf": torch.erf, "IsNaN": torch.isnan,
 }.items():
-    OPS[_name] = _unary(_fn)
+    op(_unary(_fn), names=(_name,))
 
 
 @op

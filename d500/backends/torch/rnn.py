@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from d500.backends.torch.table import registry
+from d500.backends.graph import registry
 
 OPS, op = registry()
 

@@ -8,8 +8,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from d500.backends.graph import registry
 from d500.backends.torch import dtypes
-from d500.backends.torch.table import axis_of, constant, device_of, ints, registry
+from d500.backends.torch.table import axis_of, constant, device_of, ints
 
 OPS, op = registry()
 
@@ -213,7 +214,7 @@ def GatherND(node, x, index):
 _REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
 
 
-@op
+@op(names=("ScatterElements", "Scatter"))  # Scatter (opset 9-10): ScatterElements, no reduction
 def ScatterElements(node, x, index, updates):
     axis = axis_of(node.attr("axis", 0), x.dim())
     index = _positive(index.to(torch.int64), x.shape[axis])
@@ -222,8 +223,6 @@ def ScatterElements(node, x, index, updates):
         return x.scatter(axis, index, updates)
     return x.scatter_reduce(axis, index, updates, _REDUCE[reduction], include_self=True)
 
-
-OPS["Scatter"] = ScatterElements
 
 
 @op

@@ -7,8 +7,9 @@ import math
 import numpy as np
 import torch
 
+from d500.backends.graph import registry
 from d500.backends.torch import dtypes
-from d500.backends.torch.table import axis_of, constant, registry
+from d500.backends.torch.table import axis_of, constant
 
 OPS, op = registry()
 

@@ -7,7 +7,8 @@ import re
 import numpy as np
 import torch
 
-from d500.backends.torch.table import constant, device_of, registry
+from d500.backends.graph import registry
+from d500.backends.torch.table import constant, device_of
 
 OPS, op = registry()
 

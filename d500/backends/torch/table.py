@@ -1,8 +1,8 @@
-"""What the torch op modules share: the registering decorator and small helpers for op functions."""
+"""What the torch op modules share: small helpers for op functions (the registering decorator is
+d500.backends.graph.registry, as in every backend)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -11,20 +11,6 @@ from onnx import TensorProto as T
 from d500.backends.graph import Node
 
 UNSIGNED_BITS = {T.UINT16: 16, T.UINT32: 32}
-
-
-def registry() -> tuple[dict[str, Callable[..., Any]], Callable[..., Any]]:
-    """A fresh op table and the decorator that adds a function to it under its own name."""
-    table: dict[str, Callable[..., Any]] = {}
-
-    def op(fn: Callable[..., Any] | None = None, *, names: tuple[str, ...] = ()):
-        def add(f: Callable[..., Any]) -> Callable[..., Any]:
-            for name in names or (f.__name__,):
-                table[name] = f
-            return f
-        return add(fn) if fn is not None else add
-
-    return table, op
 
 
 def elem_type(node: Node, name: str) -> int:

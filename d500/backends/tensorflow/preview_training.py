@@ -1,10 +1,13 @@
-"""ONNX training operators (ai.onnx.preview.training) in TensorFlow: Adagrad, Momentum, Adam."""
+"""The ai.onnx.preview.training optimizer operators in TensorFlow: Adagrad, Momentum, Adam (ONNX
+ops, not d500's level-2 training)."""
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-DOMAIN = "ai.onnx.preview.training"
+from d500.backends.graph import registry
+
+OPS, op = registry("ai.onnx.preview.training")
 
 
 def _groups(inputs, per):
@@ -13,8 +16,9 @@ def _groups(inputs, per):
     return r, t, [[rest[k * n + i] for k in range(per)] for i in range(n)], n
 
 
+@op
 def Adagrad(node, *inputs):
-    r, t, groups, n = _groups(inputs, 3)
+    r, t, groups, _ = _groups(inputs, 3)
     decay, eps = node.attr("decay_factor", 0.0), node.attr("epsilon", 0.0)
     norm = node.attr("norm_coefficient", 0.0)
     xs, hs = [], []
@@ -27,8 +31,9 @@ def Adagrad(node, *inputs):
     return tuple(xs + hs)
 
 
+@op
 def Momentum(node, *inputs):
-    r, t, groups, n = _groups(inputs, 3)
+    r, t, groups, _ = _groups(inputs, 3)
     alpha, beta = node.attr("alpha"), node.attr("beta")
     norm, nesterov = node.attr("norm_coefficient"), node.attr("mode") == "nesterov"
     xs, vs = [], []
@@ -42,8 +47,9 @@ def Momentum(node, *inputs):
     return tuple(xs + vs)
 
 
+@op
 def Adam(node, *inputs):
-    r, t, groups, n = _groups(inputs, 4)
+    r, t, groups, _ = _groups(inputs, 4)
     alpha, beta = node.attr("alpha", 0.9), node.attr("beta", 0.999)
     eps = node.attr("epsilon", 0.0)
     norm, post = node.attr("norm_coefficient", 0.0), node.attr("norm_coefficient_post", 0.0)

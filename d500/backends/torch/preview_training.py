@@ -1,13 +1,13 @@
-"""The ai.onnx.preview.training optimizer ops in torch: Adagrad, Adam, Momentum."""
+"""The ai.onnx.preview.training optimizer operators in torch: Adagrad, Adam, Momentum (ONNX ops,
+not d500's level-2 training)."""
 
 from __future__ import annotations
 
 import torch
 
-from d500.backends.torch.table import registry
+from d500.backends.graph import registry
 
-OPS, op = registry()
-DOMAIN = "ai.onnx.preview.training::"
+OPS, op = registry("ai.onnx.preview.training")
 
 
 def _groups(values: tuple, parts: int) -> list[tuple]:
@@ -15,6 +15,7 @@ def _groups(values: tuple, parts: int) -> list[tuple]:
     return [values[i * n:(i + 1) * n] for i in range(parts)]
 
 
+@op
 def Adagrad(node, rate, step, *tensors):
     decay = node.attr("decay_factor", 0.0)
     eps, norm = node.attr("epsilon", 1e-6), node.attr("norm_coefficient", 0.0)
@@ -29,6 +30,7 @@ def Adagrad(node, rate, step, *tensors):
     return tuple(new_x + new_h)
 
 
+@op
 def Adam(node, rate, step, *tensors):
     alpha, beta = node.attr("alpha", 0.9), node.attr("beta", 0.999)
     eps, norm = node.attr("epsilon", 1e-6), node.attr("norm_coefficient", 0.0)
@@ -49,6 +51,7 @@ def Adam(node, rate, step, *tensors):
     return tuple(new_x + new_v + new_h)
 
 
+@op
 def Momentum(node, rate, step, *tensors):
     alpha, beta = node.attr("alpha"), node.attr("beta")
     norm, nesterov = node.attr("norm_coefficient", 0.0), node.attr("mode") == "nesterov"
@@ -63,6 +66,3 @@ def Momentum(node, rate, step, *tensors):
         new_v.append(v.to(x.dtype))
     return tuple(new_x + new_v)
 
-
-for _fn in (Adagrad, Adam, Momentum):
-    OPS[DOMAIN + _fn.__name__] = _fn
