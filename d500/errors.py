@@ -1,6 +1,10 @@
-"""D500Error and its children: every failure a user can cause, printed by the CLI as one line."""
+"""D500Error and its children: every failure a user can cause, printed by the CLI as one line;
+`describe` turns any exception a run caught into the one line a report or ledger row keeps."""
 
 from __future__ import annotations
+
+import traceback
+from pathlib import Path
 
 
 class D500Error(Exception):
@@ -48,3 +52,15 @@ class Diverged(D500Error):
     """A training run diverged (NaN/Inf loss)."""
 
     exit_code = 1
+
+
+def describe(err: BaseException) -> str:
+    """One line for an exception a run caught and records: a D500Error's own message (it already
+    names the file, node or field); anything else its type, message and the innermost frame, so a
+    crash in a backend or a submission's code can be found without a traceback."""
+    if isinstance(err, D500Error):
+        return str(err)
+    frames = traceback.extract_tb(err.__traceback__)
+    where = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text}{where}" if text else f"{type(err).__name__}{where}"

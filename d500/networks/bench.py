@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
-from d500.errors import ConfigError, D500Error, UnsupportedOperator
+from d500.errors import ConfigError, UnsupportedOperator, describe
 from d500.networks import inputs as _inputs
 from d500.networks.compare import compare
 from d500.networks.workloads import Workload
@@ -58,14 +57,6 @@ class BenchResult:
         if any(r.unsupported is not None for r in self.results):
             return 2
         return 0 if all(r.status == "succeeded" for r in self.results) else 1
-
-
-def _describe(err: BaseException) -> str:
-    if isinstance(err, D500Error):
-        return str(err)
-    where = traceback.extract_tb(err.__traceback__)
-    loc = f" ({where[-1].filename}:{where[-1].lineno})" if where else ""
-    return f"{type(err).__name__}: {err}{loc}"
 
 
 def _check_batch(workload: Workload, model: onnx.ModelProto) -> None:
@@ -136,7 +127,7 @@ def bench(workload: Workload, backends: Sequence[str], *, ledger: Any = None,
             if r.run is not None and r.run.status == "running":
                 status = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
                 r.run.finish(status, figures=r.figures, details=r.details,
-                             error=r.error or _describe(err))
+                             error=r.error or describe(err))
         raise
     return BenchResult(workload, results)
 
@@ -154,7 +145,7 @@ def _reference_outputs(model_path: Path, feeds1: dict[str, np.ndarray], say: Pro
 
 def _fail(r: BackendBench, err: BaseException) -> None:
     r.status = "failed"
-    r.error = _describe(err)
+    r.error = describe(err)
     if isinstance(err, UnsupportedOperator):
         r.unsupported = err
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 import time
-import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
+from d500.errors import describe
 from d500.operators.adapters import Runner, runner
 from d500.operators.base import CustomOperator
 from d500.operators.reference import Reference, input_names, output_names
@@ -261,7 +261,7 @@ def validate(op_class: type[CustomOperator], case: Case, options: Options | None
         run = runner(op)
         outputs = run.forward(inputs)
     except Exception as err:  # noqa: BLE001 - a crashing operator is a wrong operator
-        report.error = f"forward raised {_describe(err)}"
+        report.error = f"forward raised {describe(err)}"
         report.seconds = time.perf_counter() - start
         return report
     if not outputs:
@@ -293,19 +293,13 @@ def validate(op_class: type[CustomOperator], case: Case, options: Options | None
                                              edge_ref[k], rtol, atol))
         except Exception as err:  # noqa: BLE001
             report.error = (f"forward on edge values (0, -0, +-large, +-tiny) raised "
-                            f"{_describe(err)}")
+                            f"{describe(err)}")
 
     if options.check_gradients and not exact and run.has_gradients and not report.error:
         _gradients(run, case, inputs, in_names, outputs[:n_out], reference, t_ref, report,
                    options, rng)
     report.seconds = time.perf_counter() - start
     return report
-
-
-def _describe(err: BaseException) -> str:
-    frames = traceback.extract_tb(err.__traceback__)
-    where = f" at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else ""
-    return f"{type(err).__name__}: {err}{where}"
 
 
 def _gradients(run: Runner, case: Case, inputs: list[np.ndarray], in_names: list[str],
@@ -324,7 +318,7 @@ def _gradients(run: Runner, case: Case, inputs: list[np.ndarray], in_names: list
             grads, gdtype = got, dtype
             break
         except Exception as err:  # noqa: BLE001
-            note = f"backward raised {_describe(err)}"
+            note = f"backward raised {describe(err)}"
     if grads is None:
         report.error = note
         return
