@@ -4,7 +4,6 @@ output with the reference backend's (or, where the reference cannot run it, the 
 from __future__ import annotations
 
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from dataclasses import dataclass, field
@@ -13,7 +12,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from d500.errors import D500Error, UnsupportedOperator
+from d500.errors import D500Error, UnsupportedOperator, describe
 from d500.networks.compare import Comparison, compare
 
 BASELINE = "reference"
@@ -117,10 +116,7 @@ def run_backend(name: str, model: onnx.ModelProto, feeds: dict[str, np.ndarray]
     except D500Error as err:
         return BackendResult(name, "error", error=str(err), seconds=time.perf_counter() - t0)
     except Exception as err:  # noqa: BLE001 - a backend crash is a result to report, not a crash
-        where = traceback.extract_tb(err.__traceback__)[-1]
-        return BackendResult(name, "error",
-                             error=f"{type(err).__name__}: {err} ({where.filename}:{where.lineno})",
-                             seconds=time.perf_counter() - t0)
+        return BackendResult(name, "error", error=describe(err), seconds=time.perf_counter() - t0)
     return BackendResult(name, "ok", outputs=outputs, seconds=time.perf_counter() - t0)
 
 
