@@ -209,7 +209,7 @@ def _name(typ: Any) -> str:
 
 COMMON.update({
     "name": Field(str, required=True, help="the workload's name, unique within its level"),
-    "level": Field(int, required=True, choices=(0, 1, 2, 3)),
+    "level": Field(int, required=True, help="the level whose rules it follows (d500.levels)"),
     "description": Field(str, default=""),
     "metrics": Field(list, required=True, items=str,
                      help="metric names (files in metrics/) this workload reports"),

@@ -7,6 +7,6 @@ AGGREGATE = "median"  # over repetitions and seeds (a workload may ask for olymp
 MISSING = None  # what a run that did not record this metric counts as (None: not counted)
 FORMAT = ".4f"
 MEASURED = (
-    "fraction of correctly classified samples of the held-out test split, evaluated once at the "
-    "end of the run"
+    "fraction of correctly classified samples of the held-out test split at the evaluation where "
+    "the validation target was first met (final_test_accuracy: at the end); no decision reads it"
 )

@@ -1,0 +1,12 @@
+"""data_time: time in data loading."""
+
+NAME = "data_time"
+UNIT = "s"
+DIRECTION = "lower"  # which way is better: "lower" or "higher"
+AGGREGATE = "median"  # over repetitions and seeds (a workload may ask for olympic_mean)
+MISSING = None  # what a run that did not record this metric counts as (None: not counted)
+FORMAT = "duration"
+MEASURED = (
+    "wall time spent loading and splitting the dataset and assembling batches (inside "
+    "time_to_accuracy)"
+)

@@ -1,0 +1,12 @@
+"""final_test_accuracy: accuracy on the held-out test split at the end of the run."""
+
+NAME = "final_test_accuracy"
+UNIT = ""
+DIRECTION = "higher"  # which way is better: "lower" or "higher"
+AGGREGATE = "median"  # over repetitions and seeds (a workload may ask for olympic_mean)
+MISSING = None  # what a run that did not record this metric counts as (None: not counted)
+FORMAT = ".4f"
+MEASURED = (
+    "fraction of correctly classified samples of the held-out test split at the run's last "
+    "evaluation (the target met, or the budget spent); no decision reads it"
+)
