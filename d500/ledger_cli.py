@@ -13,7 +13,7 @@ from d500.errors import D500Error, UsageError
 from d500.paths import write_output
 
 STATUS_STYLE = {"succeeded": "green", "running": "cyan", "failed": "red", "diverged": "red",
-                "timeout": "yellow", "interrupted": "magenta"}
+                "missed": "yellow", "timeout": "yellow", "interrupted": "magenta"}
 EXPORT_COLUMNS = ("id", "level", "workload", "submission", "backend", "status", "seed",
                   "started", "stopped", "duration", "study", "trial", "environment", "error")
 
@@ -210,7 +210,7 @@ def _print_run(run: dict[str, Any]) -> None:
 
 
 def _verify(ledger: Any) -> int:
-    per_run, general = ledger.verify_runs()
+    per_run, general = ledger.verify_runs(rehash=True)  # every file hashed again, no cache
     problems = general + [p for rid in sorted(per_run) for p in per_run[rid]]
     if problems:
         for problem in problems:

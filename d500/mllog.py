@@ -61,6 +61,17 @@ OPT_ADAM_BETA_1 = "opt_adam_beta_1"
 OPT_ADAM_BETA_2 = "opt_adam_beta_2"
 OPT_ADAM_EPSILON = "opt_adam_epsilon"
 
+# system, precision and parallelism description (MLPerf Training's keys)
+CACHE_CLEAR = "cache_clear"
+CONFIG_FILENAME = "config_filename"
+MICRO_BATCH_SIZE = "micro_batch_size"
+GRADIENT_ACCUMULATION_STEPS = "gradient_accumulation_steps"
+PRECISION_LINEAR = "lowest_numerical_precision_in_linear"
+TENSOR_PARALLELISM = "tensor_parallelism"
+PIPELINE_PARALLELISM = "pipeline_parallelism"
+CONTEXT_PARALLELISM = "context_parallelism"
+EXPERT_PARALLELISM = "expert_parallelism"
+
 # metadata keys and values
 EPOCH_NUM = "epoch_num"
 EPOCH_COUNT = "epoch_count"
@@ -79,7 +90,9 @@ HYPERPARAMETER_KEYS = {
     "beta1": OPT_ADAM_BETA_1, "beta2": OPT_ADAM_BETA_2, "eps": OPT_ADAM_EPSILON,
     "epsilon": OPT_ADAM_EPSILON, "train_samples": TRAIN_SAMPLES, "eval_samples": EVAL_SAMPLES,
 }
-_SKIP_FRAMES = (__file__, str(Path(__file__).with_name("ledger.py")))
+# frames of these files are d500's own, not the caller's, in an event's file/lineno metadata
+_OWN_FILE = __file__
+_LEDGER_DIR = str(Path(__file__).with_name("ledger")) + os.sep
 
 
 def hyperparameter_key(name: str) -> str:
@@ -128,6 +141,47 @@ class MLLogger:
             self._file.flush()
 
 
+def begin_run(log: MLLogger, *, init_ms: float, benchmark: str, org: str, platform: str,
+              division: str, run_id: int, level: int | None, backend: str | None,
+              seed: int | None, hyperparameters: dict[str, Any],
+              distributed: dict[str, Any] | None = None) -> None:
+    """The opening of a run's log: init_start (at `init_ms`), the submission description, the
+    seed and hyperparameters under MLPerf keys and d500's own keys; `started` closes it."""
+    log.start(INIT_START, time_ms=init_ms)
+    log.event(SUBMISSION_BENCHMARK, benchmark)
+    log.event(SUBMISSION_ORG, org)
+    log.event(SUBMISSION_PLATFORM, platform)
+    log.event(SUBMISSION_DIVISION, division)
+    log.event("d500_level", level)
+    log.event("d500_backend", backend)
+    log.event("d500_run_id", run_id)
+    for key, value in (distributed or {}).items():
+        if value is not None:
+            log.event(f"d500_{key}", value)
+    if seed is not None:
+        log.event(SEED, seed)
+    for name, value in hyperparameters.items():
+        log.event(hyperparameter_key(name), value)
+
+
+def started(log: MLLogger) -> None:
+    """init_stop then run_start: initialisation is over, the timed run begins."""
+    log.end(INIT_STOP)
+    log.start(RUN_START)
+
+
+def result(log: MLLogger, name: str, value: float, unit: str) -> None:
+    """A figure the run recorded (metric name -> value), with its unit."""
+    log.event(name, value, metadata={"unit": unit})
+
+
+def end_run(log: MLLogger, status: str) -> None:
+    """run_stop with MLPerf's status (success / aborted) and d500's own, then close the file."""
+    log.end(RUN_STOP, metadata={STATUS: SUCCESS if status == "succeeded" else ABORTED,
+                                "d500_status": status})
+    log.close()
+
+
 def encode(namespace: str, time_ms: float, event_type: str, key: str, value: Any,
            metadata: dict) -> str:
     """One log line, fields in MLPerf's order; values that JSON cannot hold become strings."""
@@ -165,7 +219,8 @@ def _jsonable(value: Any) -> Any:
 def _caller() -> dict[str, Any]:
     frame = inspect.currentframe()
     try:
-        while frame is not None and frame.f_code.co_filename in _SKIP_FRAMES:
+        while frame is not None and (frame.f_code.co_filename == _OWN_FILE
+                                     or frame.f_code.co_filename.startswith(_LEDGER_DIR)):
             frame = frame.f_back
         if frame is None:
             return {"file": "?", "lineno": 0}

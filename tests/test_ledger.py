@@ -1,4 +1,5 @@
-"""The SQLite ledger: run lifecycle, SIGKILLed writers, concurrent writers, integrity, CLI."""
+"""The SQLite ledger: run lifecycle, SIGKILLed writers, concurrent writers, integrity, CLI,
+schema migrations of old ledgers, groups and ranks, cached verification."""
 
 from __future__ import annotations
 
@@ -6,18 +7,21 @@ import csv
 import io
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from d500 import provenance
 from d500.errors import ConfigError, D500Error, Diverged, UsageError
-from d500.ledger import Ledger, process_alive, process_identity
+from d500.ledger import SCHEMA_VERSION, Ledger, integrity, process_alive, process_identity
+from d500.ledger.migrations import MIGRATIONS
 
 PYTHON = sys.executable
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,7 +42,7 @@ def workload(tmp_path: Path, metrics=("latency", "gflops"), name="conv") -> Path
 def cli(*args: str, home: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "D500_HOME": str(home)}
     return subprocess.run([PYTHON, "-m", "d500.cli", *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=120)
+                          env=env, cwd=ROOT, timeout=120, check=False)
 
 
 def test_run_lifecycle_records_everything(home, tmp_path):
@@ -82,10 +86,10 @@ def test_run_lifecycle_records_everything(home, tmp_path):
                                          (KeyboardInterrupt(), "interrupted")])
 def test_exception_sets_status_and_propagates(home, exc, status):
     ledger = Ledger()
-    with pytest.raises(type(exc)):
-        with ledger.start_run(level=2, workload="w", submission="s", backend="torch") as run:
-            run.record(figures={"val_accuracy": 0.3})
-            raise exc
+    with (pytest.raises(type(exc)),
+          ledger.start_run(level=2, workload="w", submission="s", backend="torch") as run):
+        run.record(figures={"val_accuracy": 0.3})
+        raise exc
     r = ledger.runs()[0]
     assert r["status"] == status and r["figures"] == {"val_accuracy": 0.3}
     assert r["error"]
@@ -95,22 +99,22 @@ def test_exception_sets_status_and_propagates(home, exc, status):
 
 def test_unknown_metric_is_an_error_naming_it(home, tmp_path):
     ledger = Ledger()
-    with pytest.raises(D500Error, match="unknown metric 'speediness'"):
-        with ledger.start_run(level=0, workload="w", submission="s", backend="numpy") as run:
-            run.record(figures={"speediness": 1.0})
+    with (pytest.raises(D500Error, match="unknown metric 'speediness'"),
+          ledger.start_run(level=0, workload="w", submission="s", backend="numpy") as run):
+        run.record(figures={"speediness": 1.0})
     assert ledger.runs()[0]["status"] == "failed"
     bad = workload(tmp_path, metrics=("latency", "wibble"), name="bad")
     with pytest.raises(ConfigError, match=r"bad\.yaml.*unknown metric 'wibble'"):
         ledger.start_run(level=0, workload="bad", submission="s", backend="numpy",
                          workload_file=bad)
     good = workload(tmp_path)
-    with pytest.raises(ConfigError, match=r"conv\.yaml.*unknown metric 'wobble'"):
-        with ledger.start_run(level=0, workload="conv", submission="s", backend="numpy",
-                              workload_file=good) as run:
-            run.record(figures={"wobble": 2.0})
-    with pytest.raises(D500Error, match="must be a number"):
-        with ledger.start_run(level=0, workload="w", submission="s", backend="numpy") as run:
-            run.record(figures={"latency": "fast"})
+    with (pytest.raises(ConfigError, match=r"conv\.yaml.*unknown metric 'wobble'"),
+          ledger.start_run(level=0, workload="conv", submission="s", backend="numpy",
+                           workload_file=good) as run):
+        run.record(figures={"wobble": 2.0})
+    with (pytest.raises(D500Error, match="must be a number"),
+          ledger.start_run(level=0, workload="w", submission="s", backend="numpy") as run):
+        run.record(figures={"latency": "fast"})
 
 
 def test_missing_files_are_config_errors(home, tmp_path):
@@ -284,11 +288,11 @@ def test_cli_list_show_export(home, tmp_path):
     with ledger.start_run(level=0, workload="conv", submission="a", backend="numpy", seed=1,
                           workload_file=wf) as run:
         run.record(figures={"latency": 0.5e-3, "gflops": 10.0})
-    with pytest.raises(Diverged):
-        with ledger.start_run(level=2, workload="mnist", submission="b", backend="torch",
-                              seed=2) as run:
-            run.evaluation(step=5, epoch=1, metrics={"val_accuracy": 0.1})
-            raise Diverged("loss is nan at step 5")
+    with (pytest.raises(Diverged),
+          ledger.start_run(level=2, workload="mnist", submission="b", backend="torch",
+                           seed=2) as run):
+        run.evaluation(step=5, epoch=1, metrics={"val_accuracy": 0.1})
+        raise Diverged("loss is nan at step 5")
     listed = cli("ledger", "list", "--json", home=home)
     assert listed.returncode == 0, listed.stderr
     runs = json.loads(listed.stdout)
@@ -365,3 +369,257 @@ def test_workload_text_and_hash_survive_crlf(home, tmp_path):
                      workload_file=wf).finish(figures={"latency": 1.0})
     assert ledger.runs()[0]["workload_text"] == wf.read_bytes().decode()
     assert ledger.verify() == []
+
+
+# ------------------------------------------------------------ schema migrations
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def v1_copy(tmp_path: Path) -> Path:
+    """A copy of the schema-1 ledger that tests/data/make_ledger_v1.py wrote with the old code."""
+    folder = shutil.copytree(DATA / "ledger-v1", tmp_path / "v1")
+    return folder / "ledger.sqlite"
+
+
+def columns(path: Path) -> set[str]:
+    db = sqlite3.connect(path)
+    try:
+        return {r[1] for r in db.execute("PRAGMA table_info(runs)")}
+    finally:
+        db.close()
+
+
+def schema_version(path: Path) -> int:
+    db = sqlite3.connect(path)
+    try:
+        return int(db.execute("SELECT value FROM meta WHERE key = 'schema_version'"
+                              ).fetchone()[0])
+    finally:
+        db.close()
+
+
+def test_v1_ledger_is_upgraded_in_place_and_still_verifies(home, tmp_path):
+    path = v1_copy(tmp_path)
+    assert schema_version(path) == 1 and "run_group" not in columns(path)
+    ledger = Ledger(path)
+    assert ledger.schema_version == SCHEMA_VERSION == schema_version(path) >= 3
+    assert {"run_group", "rank", "world_size", "parent_run"} <= columns(path)
+    runs = ledger.runs()
+    assert [(r["id"], r["status"]) for r in runs] == [
+        (1, "succeeded"), (2, "failed"), (3, "succeeded"), (4, "succeeded"), (5, "diverged")]
+    assert all((r["group"], r["rank"], r["world_size"], r["parent"]) == (None,) * 4
+               for r in runs)
+    assert runs[0]["figures"] == {"latency": 1.5e-6, "gflops": 0.004}
+    assert [t["run"]["status"] for t in ledger.trials(ledger.studies()[0]["id"])] == [
+        "succeeded", "succeeded", "diverged"]
+    first = ledger.get(1)
+    assert len(first["evaluations"]) == 1 and len(first["artifacts"]) == 2
+    assert ledger.verify() == []
+    ledger.close()
+    ok = cli("ledger", "--ledger", str(path), "verify", home=home)
+    assert ok.returncode == 0 and "intact (5 sealed runs" in ok.stdout, ok.stdout + ok.stderr
+    # the chain goes on from the old rows; a new run's group and rank are sealed with it
+    ledger = Ledger(path)
+    ledger.start_run(level=3, workload="w", submission="s", backend="numpy", group="job-7",
+                     rank=1, world_size=2, parent=3).finish(figures={"latency": 1.0})
+    assert ledger.get(6)["group"] == "job-7"
+    assert ledger.verify() == []
+    # a value written into an old row's new column is a change the chain reports
+    db = sqlite3.connect(path)
+    db.execute("UPDATE runs SET run_group = 'forged', rank = 0 WHERE id = 4")
+    db.execute("UPDATE runs SET world_size = NULL WHERE id = 6")
+    db.commit()
+    db.close()
+    problems = ledger.verify()
+    assert "run 4: run_group, rank changed in the database" in problems[0]
+    assert "run 6: world_size changed in the database" in problems[1]
+    assert len(problems) == 2
+
+
+def test_ledger_of_a_newer_schema_is_refused_untouched(home, tmp_path):
+    path = tmp_path / "new.sqlite"
+    Ledger(path).close()
+    db = sqlite3.connect(path)
+    db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
+               (str(SCHEMA_VERSION + 1),))
+    db.commit()
+    db.close()
+    before = columns(path)
+    with pytest.raises(D500Error, match=rf"new\.sqlite: ledger schema version "
+                                        rf"{SCHEMA_VERSION + 1} is newer than this d500 "
+                                        rf"understands \({SCHEMA_VERSION}\)"):
+        Ledger(path)
+    assert schema_version(path) == SCHEMA_VERSION + 1 and columns(path) == before
+    shown = cli("ledger", "--ledger", str(path), "list", home=home)
+    assert shown.returncode == 2 and shown.stderr.count("\n") == 1, shown.stderr
+    assert "is newer than this d500" in shown.stderr and "Traceback" not in shown.stderr
+
+
+def test_other_databases_are_not_taken_for_ledgers(home, tmp_path):
+    other = tmp_path / "other.sqlite"
+    db = sqlite3.connect(other)
+    db.execute("CREATE TABLE runs (x)")
+    db.commit()
+    db.close()
+    with pytest.raises(D500Error, match="other.sqlite: an SQLite database but not a d500 ledger"):
+        Ledger(other)
+    text = tmp_path / "notes.sqlite"
+    text.write_text("not a database at all\n" * 100)
+    with pytest.raises(D500Error, match="notes.sqlite: not a usable ledger database"):
+        Ledger(text)
+
+
+def test_migrations_are_numbered_from_1_and_a_new_ledger_is_current(home):
+    assert [m[0] for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
+    ledger = Ledger()
+    assert ledger.schema_version == SCHEMA_VERSION == schema_version(home / "ledger.sqlite")
+
+
+OPENER = textwrap.dedent("""
+    import sys
+    from d500.ledger import Ledger
+    ledger = Ledger(sys.argv[1])
+    print(ledger.schema_version, len(ledger.runs()), len(ledger.verify()))
+""")
+
+
+@pytest.mark.slow
+def test_processes_opening_an_old_ledger_at_once_upgrade_it_once(home, tmp_path):
+    path = v1_copy(tmp_path)
+    env = {**os.environ, "D500_HOME": str(home)}
+    procs = [subprocess.Popen([PYTHON, "-c", OPENER, str(path)], env=env, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        assert out.split() == [str(SCHEMA_VERSION), "5", "0"]
+    assert schema_version(path) == SCHEMA_VERSION and "parent_run" in columns(path)
+
+
+# ------------------------------------------------------------ groups, ranks, parents
+
+def test_group_rank_world_size_and_parent_are_recorded_and_sealed(home):
+    ledger = Ledger()
+    parent = ledger.start_run(level=2, workload="w", submission="s", backend="torch", seed=0)
+    parent.finish(figures={"val_accuracy": 0.5})
+    for rank in range(2):
+        with ledger.start_run(level=3, workload="w", submission="s", backend="torch", seed=0,
+                              group="allreduce-1", rank=rank, world_size=2,
+                              parent=parent) as run:
+            run.record(figures={"val_accuracy": 0.6})
+    with ledger.start_run(level=2, workload="w", submission="s", backend="torch", seed=1,
+                          group=17) as run:
+        pass
+    runs = ledger.runs()
+    assert [(r["group"], r["rank"], r["world_size"], r["parent"]) for r in runs] == [
+        (None, None, None, None), ("allreduce-1", 0, 2, 1), ("allreduce-1", 1, 2, 1),
+        ("17", None, None, None)]
+    assert [r["id"] for r in ledger.runs(group="allreduce-1")] == [2, 3]
+    assert [r["id"] for r in ledger.runs(group=17)] == [4]
+    full = ledger.get(3)
+    assert (full["group"], full["rank"], full["world_size"], full["parent"]) == (
+        "allreduce-1", 1, 2, 1)
+    assert ledger.verify() == []
+    db = sqlite3.connect(home / "ledger.sqlite")
+    db.execute("UPDATE runs SET rank = 0 WHERE id = 3")
+    db.execute("UPDATE runs SET parent_run = NULL WHERE id = 2")
+    db.commit()
+    db.close()
+    problems = ledger.verify()
+    assert problems == ["run 2: parent_run changed in the database since the run was recorded",
+                        "run 3: rank changed in the database since the run was recorded"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"rank": 0}, "run rank 0 needs a world_size above it"),
+    ({"rank": 2, "world_size": 2}, "run rank 2 needs a world_size above it"),
+    ({"world_size": 0}, "world_size must be at least 1"),
+    ({"rank": "0", "world_size": 2}, "run rank must be an integer"),
+    ({"group": ""}, "run group must be a non-empty string"),
+    ({"parent": 99}, "parent run 99: no such run in the ledger"),
+])
+def test_bad_placement_is_an_error_and_records_nothing(home, kwargs, message):
+    ledger = Ledger()
+    with pytest.raises(D500Error, match=message):
+        ledger.start_run(level=3, workload="w", submission="s", backend="numpy", **kwargs)
+    assert ledger.runs() == []
+
+
+# ------------------------------------------------------------ cached verification
+
+class HashCounter:
+    """Counts the files integrity hashes (the real sha256_file does the work)."""
+
+    def __init__(self, monkeypatch):
+        self.paths: list[Path] = []
+        real = integrity.sha256_file
+
+        def counting(path):
+            self.paths.append(Path(path))
+            return real(path)
+        monkeypatch.setattr(integrity, "sha256_file", counting)
+
+    def take(self) -> list[Path]:
+        taken, self.paths = self.paths, []
+        return taken
+
+
+def test_verify_runs_rehashes_only_changed_files(home, tmp_path, monkeypatch):
+    wf = workload(tmp_path)
+    code = tmp_path / "op.py"
+    code.write_text("SCALE = 1\n")
+    ledger = Ledger()
+    for seed in range(2):
+        with ledger.start_run(level=0, workload="conv", submission="mine", backend="numpy",
+                              seed=seed, workload_file=wf, submission_files=[code]) as run:
+            run.record(figures={"latency": 1e-3})
+    files = {wf, code, home / "runs" / "1" / "mllog.txt", home / "runs" / "2" / "mllog.txt"}
+    hashed = HashCounter(monkeypatch)
+    assert ledger.verify_runs() == ({1: [], 2: []}, [])
+    assert set(hashed.take()) == files  # nothing cached yet; each file hashed once
+    # files written within the timestamp granularity before hashing are hashed again
+    assert ledger.verify_runs() == ({1: [], 2: []}, [])
+    assert set(hashed.take()) == files
+    time.sleep(integrity.RACY_NS / 1e9 + 0.1)
+    ledger.verify_runs()  # hashed now, well after their last change: the digests are reusable
+    hashed.take()
+    assert ledger.verify_runs() == ({1: [], 2: []}, [])
+    assert hashed.take() == []  # the leaderboard's render: nothing re-hashed
+    assert Ledger().verify_runs() == ({1: [], 2: []}, []) and hashed.take() == []
+    # new content of the same size, with the old mtime put back: the ctime still moved
+    st = code.stat()
+    code.write_text("SCALE = 2\n")
+    os.utime(code, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert code.stat().st_size == st.st_size and code.stat().st_mtime_ns == st.st_mtime_ns
+    per_run, _ = ledger.verify_runs()
+    assert hashed.take() == [code]
+    for rid in (1, 2):
+        [problem] = per_run[rid]
+        assert problem.startswith(f"run {rid}: submission file {code} changed since it was "
+                                  "recorded")
+    # rehash=True (d500 ledger verify) hashes every file whatever the cache says
+    assert len(ledger.verify(rehash=True)) == 2
+    assert sorted(hashed.take()) == sorted(files)
+
+
+def test_cli_verify_does_not_trust_the_digest_cache(home, tmp_path):
+    code = tmp_path / "op.py"
+    code.write_text("SCALE = 1\n")
+    ledger = Ledger()
+    ledger.start_run(level=0, workload="w", submission="mine", backend="numpy",
+                     submission_files=[code]).finish(figures={"latency": 1e-3})
+    [recorded] = ledger.get(1)["submission_files"].values()
+    code.write_text("SCALE = 9\n")
+    st = code.stat()
+    db = sqlite3.connect(home / "ledger.sqlite")  # a digest planted for the edited file
+    db.execute("INSERT OR REPLACE INTO file_digests VALUES (?,?,?,?,?,?,?)",
+               (str(code), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, recorded,
+                time.time_ns() + 10**10))
+    db.commit()
+    db.close()
+    assert ledger.verify_runs() == ({1: []}, [])  # the cache is believed on the render path
+    bad = cli("ledger", "verify", home=home)
+    assert bad.returncode == 1 and f"run 1: submission file {code} changed" in bad.stdout
+    assert ledger.verify_runs() == ({1: [bad.stdout.splitlines()[0]]}, [])  # cache refreshed

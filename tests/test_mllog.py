@@ -141,3 +141,41 @@ def test_mlperf_logging_parses_and_checks_the_log(ledger, tmp_path):
     checker.configured_checks(loglines, str(rules))
     assert checker.has_messages()
     assert "run_stop" in " ".join([*checker.not_overwritable, *checker.overwritable.values()])
+
+
+def test_a_rank_of_a_group_logs_its_place(ledger):
+    first = ledger.start_run(level=3, workload="w", submission="s", backend="torch", seed=0)
+    first.finish()
+    with ledger.start_run(level=3, workload="w", submission="s", backend="torch", seed=0,
+                          group="job-1", rank=2, world_size=4, parent=first) as run:
+        run.mllog.event(mllog.EVAL_ACCURACY, 0.5)
+    by_key = {r["key"]: r for r in mllog.parse(run.mllog.path)}
+    assert by_key["d500_run_group"]["value"] == "job-1"
+    assert (by_key["d500_rank"]["value"], by_key["d500_world_size"]["value"]) == (2, 4)
+    assert by_key["d500_parent_run"]["value"] == first.id
+    # events the ledger writes for the caller name the caller, not d500's ledger package
+    assert by_key["d500_rank"]["metadata"]["file"] == Path(__file__).name
+    assert by_key["run_stop"]["metadata"]["file"] == Path(__file__).name
+    plain = {r["key"] for r in mllog.parse(first.mllog.path)}
+    assert not plain & {"d500_run_group", "d500_rank", "d500_world_size", "d500_parent_run"}
+
+
+def test_begin_false_keeps_the_log_in_init_until_run_begin(ledger):
+    import time
+
+    run = ledger.start_run(level=2, workload="w", submission="s", backend="torch", seed=1,
+                           begin=False)
+    keys = [r["key"] for r in mllog.parse(run.mllog.path)]
+    assert keys[0] == "init_start" and "init_stop" not in keys and "run_start" not in keys
+    time.sleep(0.05)  # model building, not timed
+    run.begin()
+    assert run.elapsed() < 0.05
+    run.begin()  # once only
+    run.finish("missed", figures={"time_to_accuracy": float("inf")})
+    records = mllog.parse(run.mllog.path)
+    keys = [r["key"] for r in records]
+    assert keys.count("run_start") == 1
+    assert keys.index("seed") < keys.index("init_stop") < keys.index("run_start")
+    assert records[-1]["metadata"]["status"] == "aborted"
+    assert records[-1]["metadata"]["d500_status"] == "missed"
+    assert ledger.runs(status="missed")[0]["id"] == run.id and ledger.verify() == []

@@ -55,7 +55,7 @@ def build(out: Path) -> None:
     import d500.ledger as old
     from d500.errors import Diverged
 
-    if not Path(old.__file__).name == "ledger.py" or getattr(old, "SCHEMA_VERSION", 0) != 1:
+    if Path(old.__file__).name != "ledger.py" or getattr(old, "SCHEMA_VERSION", 0) != 1:
         sys.exit(f"{old.__file__}: not the schema-1 ledger module; run this script with the "
                  "old code (see its docstring)")
     if out.exists():

@@ -1,0 +1,57 @@
+"""The SQLite ledger: every run of every level, its provenance, evaluations, artifacts and hashes.
+
+    from d500.ledger import Ledger
+    ledger = Ledger()                       # $D500_HOME/ledger.sqlite, created on first use
+    with ledger.start_run(level=0, workload="conv-3x3", submission="numpy-im2col-conv",
+                          backend="numpy", seed=0, hyperparameters={...},
+                          workload_file=path_or_None, submission_files=[paths],
+                          model_file=path_or_None,
+                          group=None, rank=None, world_size=None, parent=None,
+                          begin=True) as run:      # begin=False: init until run.begin()
+        run.mllog.event("eval_accuracy", 0.93, metadata={"epoch_num": 3})  # MLLOG event
+        run.evaluation(step=100, epoch=1, metrics={"val_accuracy": 0.9})   # time series
+        run.artifact(path)                                                 # sha256 stored
+        run.record(figures={"latency": 1.2e-3, ...}, details={...})        # metric name -> value
+    # leaving the block: succeeded; an exception: failed (Diverged -> diverged,
+    # KeyboardInterrupt -> interrupted, TimeoutError -> timeout) and the exception propagates.
+    run.finish(status, figures=None, details=None, error=None) ends a run explicitly; a status
+    is one of STATUSES (`missed`: a training budget spent before its target).
+
+    ledger.runs(level=None, workload=None, status=None, submission=None, backend=None,
+                group=None) -> list[dict]   # id, level, workload, submission, backend, status,
+        # seed, started, stopped, figures, details, study, trial, group, rank, world_size,
+        # parent, ... (a dead writer's `running` row shows as `interrupted`)
+    ledger.get(run_id) -> dict              # the same plus evaluations, artifacts, provenance
+    ledger.start_study(...) -> Study; study.trial(params, ...) -> Run (trial N of the study);
+    ledger.studies(), ledger.trials(study_id)
+    ledger.verify(rehash=True) -> list[str]                       # problems; empty when intact
+    ledger.verify_runs(rehash=False) -> ({run_id: [problems]}, [problems not tied to a run])
+
+Figures are keyed by metric names defined in metrics/; an unknown name is a D500Error. A run has
+`id`, `dir` (home/runs/<id>/, where mllog.txt lives) and `elapsed()` (seconds since run_start,
+for time-to-accuracy).
+
+The package, one job per module: store (the file, WAL, transactions, paths), migrations (the
+numbered schema), lifecycle (runs, studies, trials: start, record, finish, reap), liveness
+(whether a row's writer still runs), integrity (sealing, the hash chain, verification and its
+digest cache), core (the Ledger object and its queries). MLLOG lines are written by d500.mllog.
+"""
+
+from __future__ import annotations
+
+from d500.ledger.core import Ledger
+from d500.ledger.integrity import GENESIS, SEALED, SEALED_IF_SET, sha256_file
+from d500.ledger.lifecycle import FINAL, STATUSES, Run, Study, iso
+from d500.ledger.liveness import process_alive, process_identity
+from d500.ledger.migrations import SCHEMA_VERSION
+
+
+def finite(value: float | None) -> bool:
+    """Whether a figure is a real number (not None, NaN or infinite)."""
+    import math
+
+    return value is not None and math.isfinite(value)
+
+
+__all__ = ["FINAL", "GENESIS", "SCHEMA_VERSION", "SEALED", "SEALED_IF_SET", "STATUSES", "Ledger",
+           "Run", "Study", "finite", "iso", "process_alive", "process_identity", "sha256_file"]

@@ -1,0 +1,132 @@
+"""The ledger's SQLite file: one connection in WAL mode, short write transactions, consistent read
+snapshots, the schema brought up to date on open, and how file paths are stored."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Self, TypeVar
+
+from d500.errors import D500Error, UsageError
+from d500.ledger import migrations
+from d500.paths import PROJECT_ROOT, home
+
+T = TypeVar("T")
+HOME_PREFIX = "$D500_HOME/"
+
+
+def dumps(value: Any) -> str:
+    """Canonical JSON (sorted keys) of a value; NumPy scalars/arrays and paths included."""
+    return json.dumps(value, sort_keys=True, default=_default)
+
+
+def _default(value: Any) -> Any:
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        return value.item()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return str(value)
+
+
+def loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def locked(method: Callable[..., T]) -> Callable[..., T]:
+    """Serialise a method on the ledger's connection across threads (reads included)."""
+    @functools.wraps(method)
+    def wrapper(self: Store, *args: Any, **kwargs: Any) -> T:
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
+class Store:
+    """One SQLite ledger file, safe to use from several processes and threads at once."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path) if path is not None else home() / "ledger.sqlite"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.root = self.path.parent.resolve()
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None,
+                                   check_same_thread=False)
+        try:
+            self._db.execute("PRAGMA busy_timeout = 60000")
+            for _ in range(50):
+                mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if mode.lower() == "wal":
+                    break
+                time.sleep(0.05)
+            self._db.execute("PRAGMA synchronous = FULL")
+            self._db.execute("PRAGMA foreign_keys = ON")
+            self.schema_version = migrations.upgrade(self._db, self.path)
+        except sqlite3.DatabaseError as err:
+            self._db.close()
+            raise D500Error(f"{self.path}: not a usable ledger database: {err}") from None
+        except BaseException:
+            self._db.close()
+            raise
+        self._db.row_factory = sqlite3.Row
+
+    @classmethod
+    def open_for_reading(cls, path: str | Path | None = None) -> Self:
+        """The ledger a reader names (`--ledger FILE`), which must exist; default: $D500_HOME's."""
+        if path is not None and not Path(path).is_file():
+            raise UsageError(f"{path}: no such ledger file")
+        return cls(path)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One short write transaction, taken with the write lock up front (no upgrades)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: every query inside sees one state while other processes write."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                yield self._db
+            finally:
+                self._db.execute("COMMIT")
+
+    # -- paths are stored relative to the ledger's folder or the project when inside them
+    def store_path(self, path: str | Path) -> str:
+        p = Path(path).resolve()
+        if p.is_relative_to(self.root):
+            return HOME_PREFIX + p.relative_to(self.root).as_posix()
+        if p.is_relative_to(PROJECT_ROOT):
+            return p.relative_to(PROJECT_ROOT).as_posix()
+        return str(p)
+
+    def resolve_path(self, stored: str) -> Path:
+        if stored.startswith(HOME_PREFIX):
+            return self.root / stored[len(HOME_PREFIX):]
+        p = Path(stored)
+        return p if p.is_absolute() else PROJECT_ROOT / p
