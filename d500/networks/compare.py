@@ -1,17 +1,8 @@
 """Comparing a backend's network outputs with a baseline's: errors relative to the output's scale.
 
-Tolerance (`RTOL`, by dtype): an output agrees when max|a - b| <= rtol * max|b| over its finite
-elements, with NaN and ±inf in the same places and exact equality for integers and booleans.
-The error is taken relative to the output's *scale* (its largest magnitude), not element by
-element: backends legitimately sum in different orders and with different algorithms (blocked
-GEMM, Winograd or FFT convolution, fused batch norm), so an element near a zero crossing can
-carry an error of the size of its neighbours' rounding and an element-wise relative error there
-means nothing. For float32, a dot product of length K has a rounding error bound of about
-K·eps·Σ|terms|; through a network of tens of layers with K up to a few thousand the observed
-differences between correct backends are 1e-6..1e-4 of the output scale, while real bugs (a
-wrong padding, a swapped axis, a missing bias) show up at 1e-2 or more. rtol 1e-3 for float32
-sits between the two and is the tolerance ONNX's own model tests use for these networks; float64
-gets 1e-9, half precision 2e-2.
+Tolerance: `d500.tolerances.network` by dtype (its docstring says why it is what it is): an
+output agrees when max|a - b| <= rtol * max|b| over its finite elements, with NaN and ±inf in the
+same places and exact equality for integers and booleans.
 """
 
 from __future__ import annotations
@@ -20,16 +11,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-RTOL = {"float64": 1e-9, "float32": 1e-3, "float16": 2e-2, "bfloat16": 2e-2}
-DEFAULT_RTOL = 1e-3
+from d500 import tolerances
 
 
 def rtol_for(dtype: np.dtype) -> float:
     """The tolerance for outputs of `dtype` (0 for integers and booleans: exact)."""
-    dtype = np.dtype(dtype)
-    if dtype.kind in "iub":
-        return 0.0
-    return RTOL.get(dtype.name, DEFAULT_RTOL)
+    return tolerances.network(dtype)
 
 
 @dataclass

@@ -15,12 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from d500 import tolerances
 from d500.errors import D500Error
 from d500.operators import flops
 from d500.operators.adapters import runner
 from d500.operators.base import CustomOperator
 from d500.operators.reference import infer_outputs, typed_node_model
-from d500.operators.validate import FORWARD_TOL, Options, Report, compare, prepare, validate
+from d500.operators.validate import Options, Report, compare, prepare, validate
 from d500.operators.workloads import Case
 
 BUILTIN = "builtin"  # the submission name of a backend's own implementation
@@ -102,8 +103,7 @@ def bench(op_class: type[CustomOperator], case: Case, backends: list[str],
         run = runner(op_class(**case.attributes))
         native = run.to_native(inputs)
         calls[0] = lambda: run.call(native)
-    exact = case.np_dtype.kind in "iu"
-    rtol, atol = (0.0, 0.0) if exact else FORWARD_TOL.get(case.dtype, FORWARD_TOL["float32"])
+    rtol, atol = tolerances.operator_forward(case.np_dtype)
     for name in backends:
         row, call = _backend(name, case, inputs, expected, rtol, atol)
         rows.append(row)

@@ -16,16 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from d500 import tolerances
 from d500.errors import describe
 from d500.operators.adapters import Runner, runner
 from d500.operators.base import CustomOperator
 from d500.operators.reference import Reference, input_names, output_names
 from d500.operators.workloads import Case
 
-# dtype -> (rtol, atol as a fraction of the output's scale = max |reference|)
-FORWARD_TOL = {"float64": (1e-9, 1e-11), "float32": (1e-4, 1e-5), "float16": (1e-2, 1e-2)}
-# dtype the gradient is computed in -> relative tolerance of a directional derivative
-GRADIENT_TOL = {"float64": 1e-6, "float32": 1e-3, "float16": 5e-2}
 EDGE_LARGE = {"float16": 1e2, "float32": 1e4, "float64": 1e4}
 
 
@@ -275,7 +272,7 @@ def validate(op_class: type[CustomOperator], case: Case, options: Options | None
         expected = reference([a.astype(ref_dtype) for a in inputs])
     n_out = min(len(outputs), len(expected))
     out_names = output_names(case.op_type, n_out, case.opset)
-    rtol, atol = (0.0, 0.0) if exact else FORWARD_TOL.get(case.dtype, FORWARD_TOL["float32"])
+    rtol, atol = tolerances.operator_forward(case.np_dtype)
 
     for k in range(n_out):
         check = compare("output", out_names[k], outputs[k], expected[k], rtol, atol)
@@ -327,7 +324,7 @@ def _gradients(run: Runner, case: Case, inputs: list[np.ndarray], in_names: list
     if all(g is None for g in grads):
         report.error = "backward returned no gradient at all"
         return
-    tol = GRADIENT_TOL.get(gdtype.name, 1e-3)
+    tol = tolerances.operator_gradient(gdtype)
     x64 = [a.astype(np.float64) for a in inputs]
     # the reference is run at the operator's input precision: x64 holds the dtype-rounded values
     gref = [None if g is None else g.astype(gdtype).astype(np.float64) for g in g64]

@@ -1,0 +1,74 @@
+"""How close a result must be to its reference, by dtype: the one home of d500's tolerances.
+
+Every tolerance sits between two kinds of difference: what correct code costs at that precision
+(another summation order, a blocked GEMM, Winograd or FFT convolution, a fused kernel) and what a
+real bug shows (a wrong padding, a swapped axis, a missing bias or element). Integers and
+booleans are always compared exactly.
+
+Operators (level 0, `d500.operators.validate`), against the ONNX reference run in float64 on the
+same dtype-rounded inputs:
+- forward (`FORWARD_TOL`, dtype -> (rtol, atol_frac)): element-wise, |got - want| <= atol +
+  rtol·|want| with atol = atol_frac · max|want| (the output's scale). The rtol term is the real
+  test; the atol term keeps an element near a zero crossing, where cancellation leaves only
+  rounding noise of the size of its neighbours, from failing a relative test it cannot meet. A
+  dtype the table lacks is judged as float32.
+- gradients (`GRADIENT_TOL`, the dtype the backward ran in -> rtol): the error of a directional
+  derivative <backward(g), v> against the central finite difference (L(x+hv) - L(x-hv)) / 2h of
+  the float64 reference, relative to the derivatives' RMS over the directions plus the loss's
+  rounding noise. In float64 the finite difference itself is the limit (truncation grows with h²,
+  rounding with eps/h), hence 1e-6 rather than less; in float32 and float16 the backward pass's
+  own rounding dominates. A dtype the table lacks gets 1e-3.
+
+Networks (level 1, `d500.networks.compare`, `NETWORK_RTOL`): an output agrees when max|a - b| <=
+rtol · max|b| over its finite elements, with NaN and ±inf in the same places. The error is taken
+relative to the output's *scale* (its largest magnitude), not element by element: backends
+legitimately sum in different orders and with different algorithms, so an element near a zero
+crossing can carry an error of the size of its neighbours' rounding and an element-wise relative
+error there means nothing. For float32, a dot product of length K has a rounding error bound of
+about K·eps·Σ|terms|; through a network of tens of layers with K up to a few thousand the
+observed differences between correct backends are 1e-6..1e-4 of the output scale, while real bugs
+show up at 1e-2 or more. rtol 1e-3 for float32 sits between the two and is the tolerance ONNX's
+own model tests use for these networks; float64 gets 1e-9, half precision 2e-2; a dtype the table
+lacks gets 1e-3.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+# level 0 forward: dtype -> (rtol, atol as a fraction of the output's scale = max |reference|)
+FORWARD_TOL = {"float64": (1e-9, 1e-11), "float32": (1e-4, 1e-5), "float16": (1e-2, 1e-2)}
+# level 0 gradients: dtype the gradient is computed in -> relative tolerance of a directional
+# derivative
+GRADIENT_TOL = {"float64": 1e-6, "float32": 1e-3, "float16": 5e-2}
+# level 1: output dtype -> tolerance relative to the output's scale
+NETWORK_RTOL = {"float64": 1e-9, "float32": 1e-3, "float16": 2e-2, "bfloat16": 2e-2}
+DEFAULT_NETWORK_RTOL = 1e-3
+
+
+def _exact(dtype: np.dtype) -> bool:
+    return dtype.kind in "iub"
+
+
+def operator_forward(dtype: Any) -> tuple[float, float]:
+    """(rtol, atol_frac) for an operator's outputs of `dtype`; (0, 0) for integers: exact."""
+    dtype = np.dtype(dtype)
+    if _exact(dtype):
+        return 0.0, 0.0
+    return FORWARD_TOL.get(dtype.name, FORWARD_TOL["float32"])
+
+
+def operator_gradient(dtype: Any) -> float:
+    """The relative tolerance of a directional derivative computed in `dtype`."""
+    return GRADIENT_TOL.get(np.dtype(dtype).name, 1e-3)
+
+
+def network(dtype: Any) -> float:
+    """The tolerance for network outputs of `dtype`, relative to the output's scale (0 for
+    integers and booleans: exact)."""
+    dtype = np.dtype(dtype)
+    if _exact(dtype):
+        return 0.0
+    return NETWORK_RTOL.get(dtype.name, DEFAULT_NETWORK_RTOL)
