@@ -21,6 +21,10 @@ from d500.errors import DatasetError
 from d500.training.data import registry
 
 KNOWN = ("digits", "mnist", "fashion-mnist", "cifar10")
+# (C, H, W) of a sample and the number of classes: what a model is built for before any data
+# is touched (the trainer's clock starts after the model is built).
+SHAPES = {"digits": ((1, 8, 8), 10), "mnist": ((1, 28, 28), 10),
+          "fashion-mnist": ((1, 28, 28), 10), "cifar10": ((3, 32, 32), 10)}
 
 
 @dataclass(frozen=True)
@@ -119,3 +123,26 @@ def load(name: str, data_dir: str | os.PathLike | None = None) -> Dataset:
     if name not in KNOWN:
         raise DatasetError(f"unknown dataset '{name}' (known: {', '.join(KNOWN)})")
     return _from_files(name, registry.data_dir(data_dir))
+
+
+def shape_of(name: str) -> tuple[tuple[int, int, int], int]:
+    """((C, H, W), classes) of dataset `name`, without reading it."""
+    if name not in SHAPES:
+        raise DatasetError(f"unknown dataset '{name}' (known: {', '.join(KNOWN)})")
+    return SHAPES[name]
+
+
+def check_present(name: str, data_dir: str | os.PathLike | None = None) -> None:
+    """A cheap check before a run is recorded: a file dataset's directory is given and holds
+    every published file (or its unpacked form); digests are checked when it is loaded. A
+    missing dataset is a one-line DatasetError saying how to get it."""
+    if name == "digits":
+        return
+    spec = registry.spec(name)
+    root = registry.data_dir(data_dir)
+    if root is None:
+        raise DatasetError(f"dataset '{name}' is read from files: give --data DIR or set "
+                           f"D500_DATA; {registry.how_to_get(spec)}")
+    for file in spec.files:
+        if registry.status(spec, file.name, root) == "missing":
+            registry.resolve(spec, file.name, root)  # raises the one-line error naming it

@@ -76,6 +76,10 @@ def fetch(url: str, target: Path, file: registry.File, progress: Progress | None
                     out.write(block)
                     if progress:
                         progress(file.name, done, file.size)
+                announced = response.headers.get("Content-Length", "")
+                if announced.isdigit() and done < int(announced):
+                    raise DatasetError(f"{url}: the connection closed after {done} of the "
+                                       f"{announced} bytes announced; {target} left as it was")
             out.flush()
             os.fsync(out.fileno())
         if h.hexdigest() != file.sha256:
