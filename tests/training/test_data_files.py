@@ -321,3 +321,35 @@ def test_cifar_pickles_cannot_run_code(tmp_path, monkeypatch):
         cifar.read_batch(pickle.dumps({b"data": [1], b"labels": [1]}, protocol=4), "odd")
     with pytest.raises(DatasetError, match="not a CIFAR-10 python batch"):
         cifar.read_batch(b"\x80\x02}q\x00", "cut")
+
+
+# ------------------------------------------------------------------ before a run
+
+def test_check_present_looks_without_hashing(tmp_path, monkeypatch):
+    from d500.training.data.dataset import check_present
+    check_present("digits")
+    with pytest.raises(DatasetError, match="give --data DIR or set D500_DATA"):
+        check_present("cifar10")
+    make_idx(tmp_path / "mnist")  # wrong digests: found by load(), not by this cheap look
+    monkeypatch.setattr(registry, "digest", lambda *a: pytest.fail("hashed a file"))
+    check_present("mnist", tmp_path)
+    (tmp_path / "mnist" / "train-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(DatasetError) as err:
+        check_present("mnist", tmp_path)
+    assert "train-labels-idx1-ubyte.gz: missing" in one_line(err)
+
+
+def test_shapes_known_before_loading_match_the_data(tmp_path, monkeypatch):
+    from d500 import builders
+    from d500.training.data.dataset import shape_of
+    assert shape_of("digits") == (data.load("digits").input_shape, 10)
+    make_idx(tmp_path / "fashion-mnist")
+    adopt(monkeypatch, "fashion-mnist", tmp_path / "fashion-mnist")
+    assert shape_of("fashion-mnist") == (data.load("fashion-mnist", tmp_path).input_shape, 10)
+    make_cifar(tmp_path / "cifar10", per_batch=2)
+    adopt(monkeypatch, "cifar10", tmp_path / "cifar10")
+    assert shape_of("cifar10") == (data.load("cifar10", tmp_path).input_shape, 10)
+    assert shape_of("mnist")[0] == builders.SHAPES["mnist"]
+    assert shape_of("cifar10")[0] == builders.SHAPES["cifar"]
+    with pytest.raises(DatasetError, match="unknown dataset 'svhn'"):
+        shape_of("svhn")

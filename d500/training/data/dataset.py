@@ -144,5 +144,5 @@ def check_present(name: str, data_dir: str | os.PathLike | None = None) -> None:
         raise DatasetError(f"dataset '{name}' is read from files: give --data DIR or set "
                            f"D500_DATA; {registry.how_to_get(spec)}")
     for file in spec.files:
-        if registry.status(spec, file.name, root) == "missing":
+        if not registry.present(spec, file.name, root):
             registry.resolve(spec, file.name, root)  # raises the one-line error naming it

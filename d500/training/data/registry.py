@@ -214,16 +214,21 @@ def resolve(spec: Spec, name: str, root: str | Path) -> Path:
         f"{published.sha256}; {how_to_get(spec, root)}")
 
 
+def present(spec: Spec, name: str, root: str | Path) -> bool:
+    """Whether a published file, or any of its unpacked forms, is under a data directory (no
+    digest is computed: a cheap look before a run)."""
+    where = folder(spec, root)
+    forms = spec.unpacked.get(name, ())
+    return (where / name).is_file() or any((where / f.path).is_file() for f in forms)
+
+
 def status(spec: Spec, name: str, root: str | Path) -> str:
     """One published file under a data directory: "ok", "ok (unpacked)", "missing" or "bad"
     (present with a wrong digest, or an incomplete set of unpacked files)."""
     try:
         path = resolve(spec, name, root)
     except DatasetError:
-        where = folder(spec, root)
-        forms = spec.unpacked.get(name, ())
-        present = (where / name).is_file() or any((where / f.path).is_file() for f in forms)
-        return "bad" if present else "missing"
+        return "bad" if present(spec, name, root) else "missing"
     return "ok" if path.name == name else "ok (unpacked)"
 
 
