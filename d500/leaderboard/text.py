@@ -12,7 +12,7 @@ from d500 import metrics as _metrics
 from d500.leaderboard.ranking import Board, Entry
 from d500.metrics import Metric
 
-STATUS_ORDER = ("succeeded", "failed", "diverged", "timeout", "interrupted", "running")
+STATUS_ORDER = ("succeeded", "missed", "failed", "diverged", "timeout", "interrupted", "running")
 EXCLUDED_HEADERS = ["run", "submission", "backend", "status", "seed", "kind", "error"]
 TEXT_COLUMNS = ("submission", "backend", "runs", "verify", "provenance")  # the rest: numbers
 COMPACT_DROPS = ("tuning trials", "provenance")  # what a compact table leaves to the full board

@@ -52,6 +52,14 @@ class Ledger(Store):
         return lifecycle.start_study(self, name, level, workload, submission, backend,
                                      objective, search_space, budget)
 
+    def open_study(self, name: str, level: int | None, workload: str, submission: str,
+                   backend: str | None, objective: str,
+                   search_space: dict[str, Any] | None = None,
+                   budget: dict[str, Any] | None = None) -> Study:
+        """The study `name` of this entry, reopened to resume it, or a new one."""
+        return lifecycle.open_study(self, name, level, workload, submission, backend,
+                                    objective, search_space, budget)
+
     def reap(self) -> list[int]:
         """Seal as `interrupted` every running row (and study) of this host whose process died;
         the ids of the runs sealed."""
@@ -143,10 +151,12 @@ class Ledger(Store):
     @locked
     def trials(self, study_id: int) -> list[dict[str, Any]]:
         out = []
-        for t in self._db.execute("SELECT * FROM trials WHERE study_id = ? ORDER BY number",
+        for t in self._db.execute("SELECT * FROM trials WHERE study_id = ? "
+                                  "ORDER BY number, attempt",
                                   (study_id,)).fetchall():
             run = self.runs_by_id([t["run_id"]])[0]
-            out.append({"number": t["number"], "params": loads(t["params"]), "run": run})
+            out.append({"number": t["number"], "attempt": t["attempt"],
+                        "params": loads(t["params"]), "run": run})
         return out
 
     def _run_dict(self, r: sqlite3.Row) -> dict[str, Any]:

@@ -126,8 +126,11 @@ def start_run(ledger: Ledger, level: int | None, workload: str, submission: str,
             if trial is None:
                 trial = db.execute("SELECT COALESCE(MAX(number), -1) + 1 FROM trials "
                                    "WHERE study_id = ?", (study_id,)).fetchone()[0]
-            db.execute("INSERT INTO trials (study_id, number, run_id, params) VALUES (?,?,?,?)",
-                       (study_id, trial, run_id, dumps(hyperparameters)))
+            attempt = db.execute("SELECT COALESCE(MAX(attempt), -1) + 1 FROM trials WHERE "
+                                 "study_id = ? AND number = ?", (study_id, trial)).fetchone()[0]
+            db.execute("INSERT INTO trials (study_id, number, run_id, params, attempt) "
+                       "VALUES (?,?,?,?,?)",
+                       (study_id, trial, run_id, dumps(hyperparameters), attempt))
         run_dir = ledger.root / "runs" / str(run_id)
         log_path = run_dir / "mllog.txt"
         db.execute("UPDATE runs SET mllog = ? WHERE id = ?", (ledger.store_path(log_path),
@@ -160,6 +163,26 @@ def start_study(ledger: Ledger, name: str, level: int | None, workload: str, sub
              ident["proc_start"]))
     return Study(ledger, int(cur.lastrowid), level, workload,  # type: ignore[arg-type]
                  submission, backend)
+
+
+def open_study(ledger: Ledger, name: str, level: int | None, workload: str, submission: str,
+               backend: str | None, objective: str, search_space: dict[str, Any] | None,
+               budget: dict[str, Any] | None) -> Study:
+    """The study called `name` of this entry, reopened by this process (a resumed tuning), or
+    a new one. Its trials so far stay; the caller decides which to run again."""
+    with ledger._write() as db:
+        row = db.execute("SELECT id FROM studies WHERE name = ? AND workload IS ? AND "
+                         "submission IS ? AND backend IS ? ORDER BY id DESC LIMIT 1",
+                         (name, workload, submission, backend)).fetchone()
+        if row is not None:
+            ident = liveness.process_identity()
+            db.execute("UPDATE studies SET status = 'running', stopped = NULL, pid = ?, "
+                       "host = ?, boot_id = ?, proc_start = ? WHERE id = ?",
+                       (ident["pid"], ident["host"], ident["boot_id"], ident["proc_start"],
+                        row[0]))
+            return Study(ledger, int(row[0]), level, workload, submission, backend)
+    return start_study(ledger, name, level, workload, submission, backend, objective,
+                       search_space, budget)
 
 
 def hash_files(ledger: Ledger, paths: Iterable[str | Path], what: str) -> dict[str, str]:

@@ -73,10 +73,26 @@ CREATE TABLE file_digests (
     hashed_ns INTEGER NOT NULL);
 """
 
+# 4: a tuning trial may be attempted again (a resumed tuning re-runs the trial a killed process
+# left interrupted; the interrupted run stays): UNIQUE (study_id, number) becomes
+# UNIQUE (study_id, number, attempt). SQLite cannot drop a constraint, so the table is rebuilt.
+V4 = """
+CREATE TABLE trials_v4 (
+    id INTEGER PRIMARY KEY, study_id INTEGER NOT NULL REFERENCES studies(id),
+    number INTEGER NOT NULL, run_id INTEGER UNIQUE NOT NULL REFERENCES runs(id),
+    params TEXT, attempt INTEGER NOT NULL DEFAULT 0, UNIQUE (study_id, number, attempt));
+INSERT INTO trials_v4 (id, study_id, number, run_id, params, attempt)
+    SELECT id, study_id, number, run_id, params, 0 FROM trials;
+DROP TABLE trials;
+ALTER TABLE trials_v4 RENAME TO trials;
+CREATE INDEX studies_by_name ON studies (name);
+"""
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "the first ledger: runs, studies, trials, evaluations, artifacts, environments", V1),
     (2, "runs: run_group, rank, world_size, parent_run (levels 2 and 3)", V2),
     (3, "file_digests: cached file hashes for verify_runs", V3),
+    (4, "trials: attempts of a trial number (resumed tuning)", V4),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
