@@ -28,7 +28,7 @@ def test_digits_equal_scikit_learns_exactly():
     assert (ds.normalization, ds.scale) == ("scale", 16.0)
     shipped = Path(sklearn_datasets.__file__).parent / "data" / digits.FILE
     assert digits.raw_bytes() == shipped.read_bytes()  # a byte-for-byte copy
-    assert ds.files == {digits.FILE: digits.sha256()}
+    assert ds.files == {digits.FILE: f"sha256:{digits.sha256()}"}
 
 
 def test_digits_load_without_scikit_learn():

@@ -152,7 +152,9 @@ def test_idx_loader_reads_gzipped_files(tmp_path, monkeypatch, name):
     np.testing.assert_array_equal(ds.test_x[:, 0], arrays["t10k-images-idx3-ubyte"])
     np.testing.assert_array_equal(ds.test_y, arrays["t10k-labels-idx1-ubyte"])
     assert ds.normalization == "scale" and ds.scale == 255.0
-    assert set(ds.files) == {f.name for f in registry.REGISTRY[name].files}
+    spec = registry.REGISTRY[name]
+    assert ds.files == {f.name: f"sha256:{registry.digest(tmp_path / name / f.name)}"
+                        for f in spec.files}
 
 
 def test_mnist_reads_unpacked_files_and_a_folder_of_its_own(tmp_path, monkeypatch):
@@ -161,6 +163,7 @@ def test_mnist_reads_unpacked_files_and_a_folder_of_its_own(tmp_path, monkeypatc
     ds = data.load("mnist", tmp_path)
     np.testing.assert_array_equal(ds.x[:, 0], arrays["train-images-idx3-ubyte"])
     np.testing.assert_array_equal(ds.test_y, arrays["t10k-labels-idx1-ubyte"])
+    assert ds.files == {n: f"sha256:{registry.digest(tmp_path / n)}" for n in arrays}
 
 
 def test_fashion_mnist_has_no_published_digest_for_unpacked_files(tmp_path):
@@ -264,6 +267,8 @@ def test_cifar_reads_the_archive_or_its_extracted_folder(tmp_path, monkeypatch, 
     np.testing.assert_array_equal(ds.test_x, tx)
     np.testing.assert_array_equal(ds.test_y, ty)
     assert ds.normalization == "standardize"
+    assert len(ds.files) == (6 if extracted else 1)
+    assert all(v.startswith("md5:" if extracted else "sha256:") for v in ds.files.values())
 
 
 def test_cifar_channel_layout_is_the_release_layout(tmp_path, monkeypatch):

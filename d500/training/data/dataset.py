@@ -3,10 +3,10 @@ or a checked file dataset from a data directory (--data DIR or $D500_DATA).
 
 How each dataset is normalised (to float32, NCHW), decided here once for every workload:
 - digits: values 0..16 divided by 16 (exact in float32), so inputs lie in [0, 1];
-- mnist, fashion-mnist: bytes divided by 255, inputs in [0, 1] (the usual MNIST recipe; the
-  classic per-dataset mean/std standardisation is a constant shift a first layer absorbs);
+- mnist, fashion-mnist: bytes divided by 255, inputs in [0, 1] (the usual MNIST recipe; a
+  dataset-wide mean/std standardisation is an affine change the first layer can absorb);
 - cifar10: per-channel standardisation, (x - mean_c) / std_c, with mean and std computed from
-  the *training split* only (never validation or test data), as in the ResNet-20 recipe.
+  the *training split* only (never validation or test data), as common ResNet-20 recipes do.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class Dataset:
     scale: float = 1.0  # the divisor of "scale"
     test_x: np.ndarray | None = None  # the official test set, when there is one
     test_y: np.ndarray | None = None
-    files: dict[str, str] = field(default_factory=dict)  # file -> published digest it matched
+    files: dict[str, str] = field(default_factory=dict)  # file read -> "sha256:<hex>" it matched
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -107,8 +107,7 @@ def _from_files(name: str, root: Path | None) -> Dataset:
         from d500.training.data import idx
         x, y, tx, ty = idx.load(name, root)
         kind, scale = "scale", 255.0
-    files = {f.name: f.sha256 for f in spec.files}
-    return Dataset(name, x, y, 10, kind, scale, tx, ty, files)
+    return Dataset(name, x, y, 10, kind, scale, tx, ty, registry.provenance(spec, root))
 
 
 def load(name: str, data_dir: str | os.PathLike | None = None) -> Dataset:
@@ -119,7 +118,7 @@ def load(name: str, data_dir: str | os.PathLike | None = None) -> Dataset:
         from d500.training.data import digits
         x, y = digits.load()
         return Dataset("digits", x, y, digits.CLASSES, "scale", 16.0,
-                       files={digits.FILE: digits.sha256()})
+                       files={digits.FILE: f"sha256:{digits.sha256()}"})
     if name not in KNOWN:
         raise DatasetError(f"unknown dataset '{name}' (known: {', '.join(KNOWN)})")
     return _from_files(name, registry.data_dir(data_dir))

@@ -222,6 +222,19 @@ def present(spec: Spec, name: str, root: str | Path) -> bool:
     return (where / name).is_file() or any((where / f.path).is_file() for f in forms)
 
 
+def provenance(spec: Spec, root: str | Path) -> dict[str, str]:
+    """The files a load read, each with the published digest it matched ("sha256:<hex>" or
+    "md5:<hex>"): the downloads where present, else their unpacked forms."""
+    where, found = folder(spec, root), {}
+    for file in spec.files:
+        if (where / file.name).is_file():
+            found[file.name] = f"sha256:{file.sha256}"
+        else:
+            for form in spec.unpacked.get(file.name, ()):
+                found[form.path] = f"{form.algorithm}:{form.digest}"
+    return found
+
+
 def status(spec: Spec, name: str, root: str | Path) -> str:
     """One published file under a data directory: "ok", "ok (unpacked)", "missing" or "bad"
     (present with a wrong digest, or an incomplete set of unpacked files)."""
