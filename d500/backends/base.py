@@ -137,6 +137,133 @@ class Executable(onnx.backend.base.BackendRep):
         """The framework's own object (torch.nn.Module, tf.Module, ...)."""
         raise NotImplementedError
 
+    def trainer(self, optimizer: Any, loss: str = "loss", native: bool = False) -> Trainer:
+        """A Trainer of this model on its backend: minimise the scalar output `loss` with the
+        framework-neutral d500 `optimizer` (native=True: its framework-native twin instead).
+        An inference-only backend has none: a UsageError naming it."""
+        raise UsageError(f"backend '{self.backend_name}' is inference-only: it cannot train "
+                         f"(train on a trainable backend: torch, tensorflow or reference)")
+
+
+class Trainer:
+    """Training inside the framework, one update per `step`; parameters and optimizer state stay
+    in framework tensors (only the batch goes in, only the loss comes out, as a Python float).
+
+        trainer = executable.trainer(make("momentum", lr=0.1), loss="loss")
+        loss = trainer.step({"input": x, "labels": y}, lr=0.1)     # forward, backward, update
+        logits = trainer.predict({"input": x})                     # no update; no labels needed
+
+    `native=True` uses the framework-native twin of `optimizer` (torch.optim, Keras; the same
+    name and hyperparameters) with the learning rate set per step. Backends subclass it.
+    """
+
+    def __init__(self, executable: Executable, optimizer: Any, loss: str = "loss",
+                 native: bool = False):
+        from d500.training.optimizers.base import Optimizer
+        if not isinstance(optimizer, Optimizer):
+            raise UsageError(f"a trainer takes a d500 Optimizer (d500.training.optimizers."
+                             f"make(name, **hp)), not {type(optimizer).__name__}")
+        executable.output_index(loss)
+        if not executable.parameter_names:
+            raise UsageError(f"model '{executable.model.graph.name}' has no float parameters "
+                             f"to train")
+        self.executable, self.optimizer, self.loss, self.native = (
+            executable, optimizer, loss, bool(native))
+        self.input_dtypes = {
+            i.name: helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
+            for i in executable.model.graph.input if i.name in executable.input_names
+            and i.type.HasField("tensor_type") and i.type.tensor_type.elem_type}
+        self.input_shapes = {
+            i.name: tuple(d.dim_value if d.HasField("dim_value") else None
+                          for d in i.type.tensor_type.shape.dim)
+            for i in executable.model.graph.input if i.name in executable.input_names
+            and i.type.HasField("tensor_type") and i.type.tensor_type.HasField("shape")}
+
+    def step(self, feeds: Mapping[str, np.ndarray], lr: float) -> float:
+        """One update on the batch `feeds` (inputs by name) at learning rate `lr`; the loss."""
+        raise NotImplementedError
+
+    def predict(self, feeds: Mapping[str, np.ndarray], output: str = "logits") -> np.ndarray:
+        """Output `output` for `feeds` without an update (only the inputs it needs are read)."""
+        raise NotImplementedError
+
+    def parameters(self) -> dict[str, np.ndarray]:
+        """The current parameters by name, as NumPy copies."""
+        return self.executable.parameters()
+
+    def set_parameters(self, values: Mapping[str, np.ndarray]) -> None:
+        """Overwrite some or all parameters by name (the optimizer state is kept)."""
+        self.executable.set_parameters(values)
+
+    # -- shared by the backends' trainers ---------------------------------------------------
+    def batch(self, feeds: Mapping[str, Any], needed: Sequence[str]) -> dict[str, np.ndarray]:
+        """The inputs `needed` from `feeds` as contiguous arrays of the declared dtype, checked:
+        a missing input, an unknown one, or a shape the model does not declare is a UsageError."""
+        out = {}
+        for name in needed:
+            if name not in feeds:
+                raise UsageError(f"input '{name}' is missing (needed: {', '.join(needed)})")
+            array = np.ascontiguousarray(feeds[name], dtype=self.input_dtypes.get(name))
+            declared = self.input_shapes.get(name)
+            if declared is not None and (len(array.shape) != len(declared) or any(
+                    d is not None and d != s for d, s in zip(declared, array.shape))):
+                want = "(" + ", ".join("?" if d is None else str(d) for d in declared) + ")"
+                raise UsageError(f"input '{name}' has shape {array.shape}; the model declares "
+                                 f"{want}")
+            out[name] = array
+        if len(feeds) > len(out):
+            unknown = sorted(set(feeds) - set(self.executable.input_names))
+            if unknown:
+                raise UsageError(f"unknown model input(s) {unknown}; the model's inputs are "
+                                 f"{self.executable.input_names}")
+        return out
+
+    def needed_inputs(self, nodes: Sequence[tuple[Sequence[str], Sequence[str], Any]],
+                      outputs: Sequence[str]) -> tuple[list[int], list[str]]:
+        """For `outputs`: the indices of the nodes (inputs, outputs, NodeProto) they depend on
+        and the graph inputs those read; an unknown output is a UsageError."""
+        for name in outputs:
+            self.executable.output_index(name)
+        keep, read = needed_nodes(nodes, outputs)
+        return keep, [n for n in self.executable.input_names if n in read]
+
+    def native_twin(self, framework: str, params: Any) -> Any:
+        """The framework-native twin of the optimizer over `params` (ConfigError if none)."""
+        from d500.training.optimizers.native import native
+        from d500.training.optimizers.registry import OPTIMIZERS
+        if OPTIMIZERS.get(self.optimizer.name) is not type(self.optimizer):
+            raise UsageError(f"optimizer '{self.optimizer.name}' ({type(self.optimizer).__name__})"
+                             f" is not a built-in one: it has no framework-native twin")
+        return native(framework, self.optimizer.name, params, **self.optimizer.hp)
+
+
+def needed_nodes(nodes: Sequence[tuple[Sequence[str], Sequence[str], Any]],
+                 outputs: Sequence[str]) -> tuple[list[int], set[str]]:
+    """The indices of the nodes, given as (inputs, outputs, NodeProto) in execution order, that
+    `outputs` depend on, and every name those nodes read (subgraphs' outer names included)."""
+    need, keep = set(outputs), []
+    for i in range(len(nodes) - 1, -1, -1):
+        ins, outs, proto = nodes[i]
+        if any(o in need for o in outs if o):
+            keep.append(i)
+            need.update(n for n in ins if n)
+            need.update(_outer_reads(proto))
+    return keep[::-1], need
+
+
+def _outer_reads(proto: onnx.NodeProto) -> set[str]:
+    """Names the subgraphs of a node read from the scope around it."""
+    names: set[str] = set()
+    for a in proto.attribute:
+        for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            defined = {i.name for i in g.input} | {t.name for t in g.initializer}
+            for inner in g.node:
+                names.update(n for n in [*inner.input, *_outer_reads(inner)]
+                             if n and n not in defined)
+                defined.update(inner.output)
+            names.update(o.name for o in g.output if o.name not in defined)
+    return names
+
 
 class Backend(onnx.backend.base.Backend):
     """A framework backend, found by name in the `d500.backends` entry-point group."""

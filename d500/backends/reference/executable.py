@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx.reference import ReferenceEvaluator
 
-from d500.backends.base import Backend, Executable, to_numpy
+from d500.backends.base import Backend, Executable, Trainer, to_numpy
 from d500.backends.reference import math, nn, reduce, shape
 from d500.backends.reference.ops import OPS
 from d500.backends.reference.table import Step, attributes
@@ -211,6 +211,10 @@ class ReferenceExecutable(Executable):
     @property
     def native(self) -> ReferenceEvaluator:
         return self._evaluator
+
+    def trainer(self, optimizer: Any, loss: str = "loss", native: bool = False) -> Trainer:
+        from d500.backends.reference.trainer import ReferenceTrainer
+        return ReferenceTrainer(self, optimizer, loss, native)
 
 
 class ReferenceBackend(Backend):

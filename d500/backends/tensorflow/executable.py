@@ -17,7 +17,7 @@ import onnx
 import tensorflow as tf
 from onnx import helper
 
-from d500.backends.base import Backend, Executable, to_numpy
+from d500.backends.base import Backend, Executable, Trainer, to_numpy
 from d500.backends.graph import Program
 from d500.backends.tensorflow.core import SHAPE_INPUTS, plain, tensor
 from d500.backends.tensorflow.ops import OPS
@@ -186,6 +186,12 @@ class TensorFlowExecutable(Executable):
     @property
     def native(self) -> OnnxModule:
         return self._module
+
+    def trainer(self, optimizer: Any, loss: str = "loss", native: bool = False) -> Trainer:
+        from d500.backends.tensorflow.trainer import TensorFlowTrainer
+        return TensorFlowTrainer(self, optimizer, loss, native, program=self.program,
+                                 constants=self._constants, device=self._device,
+                                 baked=self._bake, to_numpy=self._to_numpy)
 
     # -- outputs ------------------------------------------------------------------------------
     def _to_numpy(self, name: str, value: Any) -> Any:

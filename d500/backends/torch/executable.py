@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import torch
 
-from d500.backends.base import Backend, Executable, to_numpy
+from d500.backends.base import Backend, Executable, Trainer, to_numpy
 from d500.backends.graph import Node, Program
 from d500.backends.torch import (
     control,
@@ -255,6 +255,10 @@ class TorchExecutable(Executable):
     @property
     def native(self) -> GraphModule:
         return self._module
+
+    def trainer(self, optimizer: Any, loss: str = "loss", native: bool = False) -> Trainer:
+        from d500.backends.torch.trainer import TorchTrainer
+        return TorchTrainer(self, optimizer, loss, native)
 
 
 class TorchBackend(Backend):

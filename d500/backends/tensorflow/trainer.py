@@ -1,0 +1,109 @@
+"""The TensorFlow Trainer: forward, GradientTape backward and the optimizer update traced into one
+tf.function over the module's tf.Variables; only the batch and the loss cross to NumPy.
+
+The backend's translation needs every shape static while tracing (a Reshape target computed
+from a Shape, as in SoftmaxCrossEntropyLoss's function body, is baked in), so the step traces
+once per distinct batch shape and keeps each trace: a last short batch traces once, not every
+epoch. The learning rate goes in as a float32 scalar tensor, so a new value never retraces.
+Convolutions run channels-last inside the graph (core.ChannelsLast); the parameters stay tf.Variables
+in ONNX's layout, so the optimizer updates them as they are, and outputs leave through `plain`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from d500.backends.base import Trainer
+from d500.backends.graph import Program
+from d500.backends.tensorflow.core import plain
+from d500.errors import UsageError
+
+
+class TensorFlowTrainer(Trainer):
+    """One tf.function per job: `step` (forward of the loss, tape gradient, d500 optimizer or its
+    Keras twin, all in one graph) and one `predict` function per output."""
+
+    def __init__(self, executable: Any, optimizer: Any, loss: str = "loss", native: bool = False,
+                 *, program: Program, constants: Mapping[str, np.ndarray], device: str,
+                 baked: set[str], to_numpy: Callable[[str, Any], Any]):
+        super().__init__(executable, optimizer, loss, native)
+        self.program, self.constants, self.device = program, dict(constants), device
+        self.to_numpy = to_numpy  # (output name, tensor) -> NumPy, as Executable.run converts
+        self.variables = executable.native.params  # name -> tf.Variable (the module's own)
+        self.names = list(executable.parameter_names)
+        self.vars = [self.variables[n] for n in self.names]
+        self.nodes = [(n.inputs, n.outputs, n.proto) for n, _ in program.steps]
+        keep, self.train_inputs = self.needed_inputs(self.nodes, [loss])
+        shaped = sorted(set(self.train_inputs) & baked)
+        if shaped:
+            raise UsageError(f"input '{shaped[0]}' decides a shape in the graph: the "
+                             f"TensorFlow trainer needs every input as a tensor of data")
+        self.train_steps = [program.steps[i] for i in keep]
+        if self.native:
+            self.keras_optimizer = self.native_twin("tensorflow", self.vars)
+        else:
+            self.state = optimizer.init(self.variables, "tensorflow")  # tf.Variables, made now
+        self.traces = 0  # how many times the step function was traced
+        self.step_function = tf.function(self._step, autograph=False)
+        self.predictors: dict[str, tuple[Any, list[str]]] = {}
+
+    def _forward(self, steps: list, feeds: Mapping[str, tf.Tensor], outputs: list[str]
+                 ) -> list[tf.Tensor]:
+        """The program's `steps` traced on `feeds` (inside a tf.function); `outputs` in ONNX's
+        layout."""
+        read = {n for node, _ in steps for n in node.inputs}
+        env: dict[str, Any] = {k: tf.constant(v) for k, v in self.constants.items() if k in read}
+        env.update(self.variables)
+        env.update(feeds)
+        program = self.program
+        saved, program.scope = program.scope, env  # subgraphs look outer names up here
+        try:
+            for node, fn in steps:
+                out = fn(node, *[env[n] if n else None for n in node.inputs])
+                if not isinstance(out, tuple):
+                    out = (out,)
+                for name, value in zip(node.outputs, out):
+                    if name:
+                        env[name] = value
+            return [plain(env[name]) for name in outputs]
+        finally:
+            program.scope = saved
+
+    def _step(self, feeds: dict[str, tf.Tensor], lr: tf.Tensor) -> tf.Tensor:
+        self.traces += 1
+        with tf.device(self.device):
+            with tf.GradientTape(watch_accessed_variables=False) as tape:
+                tape.watch(self.vars)
+                loss = self._forward(self.train_steps, feeds, [self.loss])[0]
+            grads = tape.gradient(loss, self.vars)
+            grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                     for v, g in zip(self.vars, grads)]
+            if self.native:
+                self.keras_optimizer.learning_rate.assign(lr)
+                self.keras_optimizer.apply_gradients(zip(grads, self.vars))
+            else:
+                self.optimizer.step(self.variables, dict(zip(self.names, grads)), self.state, lr)
+            return tf.identity(loss)
+
+    def step(self, feeds: Mapping[str, np.ndarray], lr: float) -> float:
+        batch = {n: tf.constant(a) for n, a in self.batch(feeds, self.train_inputs).items()}
+        return float(self.step_function(batch, tf.constant(lr, tf.float32)))
+
+    def predict(self, feeds: Mapping[str, np.ndarray], output: str = "logits") -> np.ndarray:
+        found = self.predictors.get(output)
+        if found is None:
+            keep, inputs = self.needed_inputs(self.nodes, [output])
+            steps = [self.program.steps[i] for i in keep]
+
+            def forward(feeds: dict[str, tf.Tensor]) -> tf.Tensor:
+                with tf.device(self.device):
+                    return self._forward(steps, feeds, [output])[0]
+
+            found = self.predictors[output] = (tf.function(forward, autograph=False), inputs)
+        function, inputs = found
+        batch = {n: tf.constant(a) for n, a in self.batch(feeds, inputs).items()}
+        return self.to_numpy(output, function(batch))

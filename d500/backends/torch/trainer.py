@@ -1,0 +1,96 @@
+"""The torch Trainer: the translated graph's loss, autograd, and a d500 optimizer (or its torch.optim
+twin) updating the module's parameters in place; only the batch and the loss cross to NumPy."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from d500.backends.base import Trainer
+from d500.backends.graph import Program
+from d500.backends.torch.dtypes import from_numpy, to_numpy
+from d500.backends.torch.executable import Plan, TorchExecutable
+
+# NumPy dtypes torch stores as they are: a batch of these goes in by torch.from_numpy (no copy).
+_DIRECT = {np.dtype(t) for t in (np.float32, np.float64, np.float16, np.int64, np.int32,
+                                  np.int16, np.int8, np.uint8, np.bool_)}
+
+
+def pruned_plan(program: Program, keep: list[int], outputs: list[str]) -> Plan:
+    """A Plan running only the steps `keep` of `program` and returning `outputs` (scope lookups
+    of subgraphs still go through `program` itself)."""
+    view = copy.copy(program)
+    view.steps = [program.steps[i] for i in keep]
+    view.output_names = list(outputs)
+    plan = Plan(view)
+    plan.program = program
+    return plan
+
+
+class TorchTrainer(Trainer):
+    """Forward of the loss, torch.autograd.grad of it, and the optimizer step under no_grad on
+    the very parameter tensors of the executable's module (updated in place, never replaced)."""
+
+    def __init__(self, executable: TorchExecutable, optimizer: Any, loss: str = "loss",
+                 native: bool = False):
+        super().__init__(executable, optimizer, loss, native)
+        module = executable.native
+        self.device = executable.torch_device
+        self.values = module.values  # name -> parameter/buffer/constant of the module
+        self.names = list(executable.parameter_names)
+        self.params = [self.values[n] for n in self.names]
+        self.named = dict(zip(self.names, self.params))
+        self.program = module.program
+        self.nodes = [(n.inputs, n.outputs, n.proto) for n, _ in self.program.steps]
+        keep, self.train_inputs = self.needed_inputs(self.nodes, [loss])
+        self.train_plan = pruned_plan(self.program, keep, [loss])
+        self.predictors: dict[str, tuple[Plan, list[str], int]] = {}
+        if self.native:
+            self.torch_optimizer = self.native_twin("torch", self.params)
+        else:
+            self.state = optimizer.init(self.named, "torch")
+
+    def _env(self, feeds: Mapping[str, Any], needed: list[str]) -> dict[str, Any]:
+        env = dict(self.values)
+        cpu = self.device.type == "cpu"
+        for name, array in self.batch(feeds, needed).items():
+            if array.dtype in _DIRECT and array.flags.writeable:
+                tensor = torch.from_numpy(array)
+                env[name] = tensor if cpu else tensor.to(self.device, non_blocking=True)
+            else:
+                env[name] = from_numpy(array, self.device)
+        return env
+
+    def step(self, feeds: Mapping[str, np.ndarray], lr: float) -> float:
+        env = self._env(feeds, self.train_inputs)
+        with torch.enable_grad():
+            loss = self.train_plan.run(env)[0]
+            if self.native:
+                optimizer = self.torch_optimizer
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                optimizer.step()
+                return loss.item()
+            grads = torch.autograd.grad(loss, self.params, allow_unused=True)
+        if any(g is None for g in grads):  # a parameter the loss does not depend on
+            grads = [torch.zeros_like(p) if g is None else g for p, g in zip(self.params, grads)]
+        self.optimizer.step(self.named, dict(zip(self.names, grads)), self.state, lr)
+        return loss.item()
+
+    def predict(self, feeds: Mapping[str, np.ndarray], output: str = "logits") -> np.ndarray:
+        found = self.predictors.get(output)
+        if found is None:
+            keep, inputs = self.needed_inputs(self.nodes, [output])
+            elem = self.executable.output_types[self.executable.output_index(output)]
+            found = self.predictors[output] = (
+                pruned_plan(self.program, keep, [output]), inputs, elem)
+        plan, inputs, elem = found
+        env = self._env(feeds, inputs)
+        with torch.inference_mode():
+            return to_numpy(plan.run(env)[0], elem)
