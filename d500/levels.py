@@ -29,6 +29,7 @@ from d500.errors import ConfigError
 REGISTERED: list[str] = [
     "d500.operators.level",
     "d500.networks.level",
+    "d500.training.level",
 ]
 
 

@@ -1,0 +1,146 @@
+"""`d500 train WORKLOAD --submission DIR`: level-2 training runs (one per seed), each a ledger run
+with its evaluations and MLLOG; a progress bar shows the step, the loss and the last validation
+accuracy. Exit 0 when every run met the target, 1 when one missed, diverged or failed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from d500.cli import ArgumentParser, seed, stdout_console
+from d500.errors import CheckFailed, ConfigError, UsageError
+
+
+def parser(prog: str, what: str) -> ArgumentParser:
+    p = ArgumentParser(prog=prog, description=what)
+    p.add_argument("workload", help="a levels/2-training/*.yaml file or workload name")
+    p.add_argument("--submission", required=True, metavar="DIR",
+                   help="the entry: a folder with submission.yaml")
+    p.add_argument("--backend", default="torch", help="a trainable backend (default torch)")
+    p.add_argument("--data", metavar="DIR", help="where dataset files are (default $D500_DATA)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    return p
+
+
+def resolve(args: Any) -> tuple[Any, Any]:
+    """The workload and submission named on the command line, checked against each other."""
+    from d500 import levels
+    from d500.training import submission as submissions
+    level = levels.get(2)
+    path = level.find(args.workload)
+    workload = levels.of_file(path).load(path)
+    entry = submissions.load(args.submission)
+    if workload.name not in entry.workloads:
+        raise ConfigError(f"{entry.path}: the entry does not enter workload '{workload.name}' "
+                          f"(field 'workloads': {', '.join(entry.workloads)})")
+    if entry.level != workload.level:
+        raise ConfigError(f"{entry.path}: a level-{entry.level} entry cannot run the "
+                          f"level-{workload.level} workload '{workload.name}'")
+    entry.recipe.check(workload)
+    return workload, entry
+
+
+def main(argv: list[str], prog: str = "d500 train") -> int:
+    p = parser(prog, __doc__.split("\n\n")[0])
+    p.add_argument("--seed", type=seed, help="one run with this seed")
+    p.add_argument("--seeds", type=int, metavar="N",
+                   help="N runs with the N lowest seeds this entry has not used on this "
+                        "workload and backend (default: 1)")
+    p.add_argument("--repeat", action="store_true",
+                   help="allow --seed to repeat a seed already recorded")
+    args = p.parse_args(argv)
+    from d500 import backends
+    from d500.ledger import Ledger
+    from d500.training.trainer import train
+
+    backends.get(args.backend)
+    workload, entry = resolve(args)
+    ledger = Ledger()
+    seeds = choose_seeds(ledger, workload, entry, args)
+    out = stdout_console()
+    results = []
+    for s in seeds:
+        with progress_bar(f"{workload.name} / {entry.name} / {args.backend} seed {s}") as bar:
+            result = train(workload, entry.recipe, args.backend, s, ledger=ledger,
+                           data_dir=args.data, submission=entry.name,
+                           submission_files=entry.files, progress=bar)
+        results.append((s, result))
+        if not args.json:
+            out.print(line(workload, s, result), highlight=False)
+    if args.json:
+        print(json.dumps([{"seed": s, "run_id": r.run_id, "status": r.status,
+                           "figures": r.figures, "error": r.error} for s, r in results],
+                         indent=1, default=str))
+    bad = [(s, r) for s, r in results if r.status != "succeeded"]
+    if bad:
+        s, r = bad[0]
+        raise CheckFailed(f"{len(bad)} of {len(results)} run(s) did not reach the target; "
+                          f"seed {s}: {r.status}: {r.error}")
+    return 0
+
+
+def choose_seeds(ledger: Any, workload: Any, entry: Any, args: Any) -> list[int]:
+    """Distinct seeds, never reused by accident: --seed (refused if recorded, unless --repeat)
+    or the N lowest unused ones."""
+    used = {r["seed"]: r["id"] for r in ledger.runs(level=workload.level,
+                                                    workload=workload.name)
+            if r["submission"] == entry.name and r["backend"] == args.backend
+            and r["study"] is None and r["seed"] is not None}
+    if args.seed is not None:
+        if args.seeds is not None:
+            raise UsageError("give --seed or --seeds, not both")
+        if args.seed in used and not args.repeat:
+            raise UsageError(f"seed {args.seed} was already used by run {used[args.seed]} of "
+                             f"this entry; pass --repeat to measure it again")
+        return [args.seed]
+    n = 1 if args.seeds is None else args.seeds
+    if n < 1:
+        raise UsageError("--seeds must be at least 1")
+    out, s = [], 0
+    while len(out) < n:
+        if s not in used:
+            out.append(s)
+        s += 1
+    return out
+
+
+def line(workload: Any, seed_: int, result: Any) -> str:
+    """One run's result as one line."""
+    from d500 import metrics
+    f = result.figures
+    parts = [f"run {result.run_id}", f"seed {seed_}", result.status]
+    for name in ("time_to_accuracy", "epochs", "val_accuracy", "test_accuracy",
+                 "final_test_accuracy", "samples_per_second"):
+        if name in f:
+            parts.append(f"{name} {metrics.get(name).format(f[name])}")
+    if result.error:
+        parts.append(result.error)
+    return ", ".join(parts)
+
+
+class progress_bar:  # noqa: N801 - used as a context manager, like a function
+    """A rich progress bar on stderr: the step of the total, the loss, the last validation
+    accuracy; call it with the trainer's progress dicts."""
+
+    def __init__(self, title: str):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+        from rich.progress import TimeElapsedColumn
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                                 TimeElapsedColumn(), console=Console(stderr=True),
+                                 transient=False)
+        self.task = self.progress.add_task(title, total=None, info="")
+
+    def __enter__(self) -> progress_bar:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.stop()
+
+    def __call__(self, state: dict[str, Any]) -> None:
+        val = state.get("val_accuracy")
+        info = f"loss {state['loss']:.4f}" + (f", val acc {val:.4f}" if val is not None else "")
+        self.progress.update(self.task, completed=state["step"], total=state["total"],
+                             info=info)

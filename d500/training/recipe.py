@@ -1,0 +1,77 @@
+"""A training recipe: what a level-2 submission chooses for one run (optimizer, hyperparameters,
+learning-rate schedule, batch size), validated against the workload's rules before any run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from d500.errors import ConfigError
+
+
+@dataclass
+class Recipe:
+    """One run's choices. `optimizer` is a built-in name or a submission's own Optimizer class
+    (loaded from its file); `schedule` holds `name` and the schedule's parameters."""
+
+    optimizer_name: str
+    hyperparameters: dict[str, Any]
+    schedule_spec: dict[str, Any] = field(default_factory=lambda: {"name": "constant"})
+    batch_size: int = 32
+    native: bool = False
+    optimizer_class: type | None = None
+    where: str = "submission"  # the file the recipe came from, for error messages
+
+    def make_optimizer(self) -> Any:
+        """A fresh optimizer with the recipe's hyperparameters (validated)."""
+        from d500.training.optimizers import make
+        try:
+            if self.optimizer_class is not None:
+                return self.optimizer_class(**self.hyperparameters)
+            return make(self.optimizer_name, **self.hyperparameters)
+        except ConfigError as err:
+            raise ConfigError(f"{self.where}: {err}") from None
+
+    def make_schedule(self) -> Any:
+        from d500.training.optimizers.schedules import schedule
+        spec = dict(self.schedule_spec)
+        name = spec.pop("name", "constant")
+        try:
+            return schedule(name, **spec)
+        except ConfigError as err:
+            raise ConfigError(f"{self.where}: field 'schedule': {err}") from None
+        except TypeError as err:
+            raise ConfigError(f"{self.where}: field 'schedule': {err}") from None
+
+    def check(self, workload: Any) -> None:
+        """The recipe fits the workload's rules: a batch size within its limits, an optimizer
+        and a schedule whose parameters are valid. A ConfigError names what is wrong."""
+        if not workload.batch_min <= self.batch_size <= workload.batch_max:
+            raise ConfigError(f"{self.where}: batch_size {self.batch_size} is outside the "
+                              f"limits of workload '{workload.name}' ({workload.batch_min} to "
+                              f"{workload.batch_max})")
+        if self.native and self.optimizer_class is not None:
+            raise ConfigError(f"{self.where}: 'native: true' needs a built-in optimizer; a "
+                              f"submission's own optimizer class has no framework-native twin")
+        self.make_optimizer()
+        self.make_schedule()
+
+    def optimizer(self, backend: str) -> Any:
+        """The optimizer a backend's trainer takes (the framework-native twin is chosen by the
+        trainer when `native` is set)."""
+        return self.make_optimizer()
+
+    def schedule(self, total_steps: int) -> Callable[[int], float]:
+        """The learning rate at each step: lr times the schedule's factor."""
+        shape = self.make_schedule()
+        lr = float(self.hyperparameters.get("lr", self.make_optimizer().hp["lr"]))
+        return lambda step: lr * shape(step, total_steps)
+
+    def hyperparameters_logged(self) -> dict[str, Any]:
+        """Everything the run is recorded under (ledger hyperparameters, MLLOG opt_* keys)."""
+        hp = {"optimizer": self.optimizer_name, **self.make_optimizer().hp,
+              "batch_size": self.batch_size, "native": self.native}
+        hp.update({f"schedule_{k}" if k != "name" else "schedule": v
+                   for k, v in self.schedule_spec.items()})
+        return hp

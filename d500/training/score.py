@@ -1,0 +1,149 @@
+"""Level-2 scoring from ledger rows alone (pure functions): AlgoPerf's study score, the
+tuning-inclusive cost, statistics over seeds and the performance profile over workloads.
+
+- a study scores its fastest trial's time to the target (infinity when no trial met it);
+- an entry (workload, submission, backend) scores the median over its studies;
+- its tuning cost is the wall time of every trial of every study, failed and missed included;
+- over seeds: median, MLPerf's olympic mean and a bootstrap 95% confidence interval of the
+  median, never the best run;
+- the performance profile rho(tau) is the share of workloads on which an entry is within tau
+  times the best entry; its integral over [1, TAU_MAX], divided by TAU_MAX - 1, is one score in
+  [0, 1] (AlgoPerf's benchmark score).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from d500.metrics import aggregate
+
+TAU_MAX = 4.0
+NOT_COUNTED = ("interrupted", "running")
+
+
+def time_to_target(run: dict[str, Any]) -> float:
+    """A run's time to the target: infinity unless it succeeded."""
+    if run["status"] != "succeeded":
+        return math.inf
+    return float(run["figures"].get("time_to_accuracy", math.inf))
+
+
+def wall_time(run: dict[str, Any]) -> float:
+    """Seconds the run took, start to stop (0 for one still running)."""
+    return max(0.0, (run.get("stopped_unix") or run["started_unix"]) - run["started_unix"])
+
+
+@dataclass
+class Entry:
+    """One (workload, submission, backend) with its studies and seed runs."""
+
+    workload: str
+    submission: str
+    backend: str
+    studies: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # id -> trial runs
+    seeds: list[dict[str, Any]] = field(default_factory=list)  # runs outside any study
+
+    @property
+    def trials(self) -> list[dict[str, Any]]:
+        return [r for runs in self.studies.values() for r in runs]
+
+    def study_scores(self) -> list[float]:
+        return [min((time_to_target(r) for r in runs), default=math.inf)
+                for runs in self.studies.values()]
+
+    @property
+    def score(self) -> float | None:
+        """Median over studies of each study's fastest trial (None without studies)."""
+        scores = self.study_scores()
+        return float(statistics.median(scores)) if scores else None
+
+    @property
+    def tuning_cost(self) -> float:
+        return sum(wall_time(r) for r in self.trials)
+
+    def test_accuracy(self) -> float | None:
+        """Test accuracy at the target of each study's fastest trial, median over studies."""
+        values = []
+        for runs in self.studies.values():
+            best = min(runs, key=time_to_target, default=None)
+            if best is not None and math.isfinite(time_to_target(best)):
+                values.append(best["figures"].get("test_accuracy"))
+        values = [v for v in values if v is not None]
+        return float(statistics.median(values)) if values else None
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.trials:
+            out[r["status"]] = out.get(r["status"], 0) + 1
+        return out
+
+
+def entries(runs: Iterable[dict[str, Any]]) -> list[Entry]:
+    """Group level-2/3 runs into entries: tuning trials by study, the other runs as seeds."""
+    found: dict[tuple[str, str, str], Entry] = {}
+    for r in runs:
+        key = (r["workload"] or "", r["submission"] or "", r["backend"] or "")
+        entry = found.setdefault(key, Entry(*key))
+        study = r.get("study")
+        if study is not None:
+            entry.studies.setdefault(study, []).append(r)
+        elif r["status"] not in NOT_COUNTED:
+            entry.seeds.append(r)
+    return sorted(found.values(), key=lambda e: (e.workload, e.submission, e.backend))
+
+
+@dataclass
+class SeedStats:
+    n: int
+    median: float | None
+    olympic_mean: float | None
+    ci95: tuple[float, float] | None
+
+
+def over_seeds(values: Sequence[float], resamples: int = 2000, seed: int = 0) -> SeedStats:
+    """Median, olympic mean and a percentile-bootstrap 95% CI of the median (inf allowed)."""
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    if not vals:
+        return SeedStats(0, None, None, None)
+    ci = None
+    if len(vals) >= 2:
+        rng = np.random.default_rng(seed)
+        data = np.asarray(vals, dtype=np.float64)
+        medians = np.median(rng.choice(data, size=(resamples, len(data))), axis=1)
+        # order statistics, not interpolation: an infinite median (misses) stays infinite
+        ci = (float(np.percentile(medians, 2.5, method="lower")),
+              float(np.percentile(medians, 97.5, method="higher")))
+    return SeedStats(len(vals), aggregate(vals, "median"), aggregate(vals, "olympic_mean"), ci)
+
+
+def performance_profile(scores: dict[str, dict[str, float]], taus: Sequence[float]
+                        ) -> dict[str, list[float]]:
+    """rho(tau) per entry: `scores[entry][workload]` (lower is better, inf = missed); a
+    workload an entry did not enter counts as missed. Workloads no entry met are left out."""
+    workloads = sorted({w for s in scores.values() for w in s})
+    best = {w: min((s.get(w, math.inf) for s in scores.values()), default=math.inf)
+            for w in workloads}
+    counted = [w for w in workloads if math.isfinite(best[w]) and best[w] > 0]
+    out = {}
+    for name, s in scores.items():
+        ratios = [s.get(w, math.inf) / best[w] for w in counted]
+        out[name] = [sum(r <= tau for r in ratios) / len(counted) if counted else 0.0
+                     for tau in taus]
+    return out
+
+
+def profile_score(rho: Sequence[float], taus: Sequence[float]) -> float:
+    """The normalised integral of a step profile over [1, TAU_MAX] (trapezoids on `taus`)."""
+    area = sum((taus[i + 1] - taus[i]) * (rho[i] + rho[i + 1]) / 2
+               for i in range(len(taus) - 1))
+    return area / (taus[-1] - taus[0])
+
+
+def taus(points: int = 301) -> list[float]:
+    return [1.0 + (TAU_MAX - 1.0) * i / (points - 1) for i in range(points)]

@@ -1,0 +1,263 @@
+"""One level-2 training run: the workload's ONNX model as a backend translated it, trained by a
+submission's recipe until the validation target is met or the budget is spent, every evaluation
+recorded in the ledger and the MLLOG.
+
+The clock (MLPerf's run_start) starts after the model is translated and the optimizer built, and
+before the first data is touched: dataset loading, batching and validation are inside
+time_to_accuracy. Test accuracy is measured at every evaluation with the clock paused (no
+decision reads it; its time is reported apart). A NaN or infinite loss ends the run `diverged`,
+a spent budget `missed`; both score infinity and stay in the ledger.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from d500 import mllog
+from d500.errors import D500Error, Diverged, describe
+from d500.training.recipe import Recipe
+from d500.training.workloads import Workload
+
+EVAL_BATCH = 1024  # samples per forward pass when evaluating (does not change the accuracy)
+Progress = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class Result:
+    """What one training run ended with (also in the ledger, under `run_id`)."""
+
+    run_id: int
+    status: str  # succeeded | missed | diverged | failed | interrupted
+    figures: dict[str, float] = field(default_factory=dict)
+    error: str = ""
+
+
+@dataclass
+class _Clock:
+    """Run time with the test evaluations taken out, and where the rest of it went."""
+
+    start: float = field(default_factory=time.perf_counter)
+    paused: float = 0.0
+    data: float = 0.0
+    train: float = 0.0
+    evaluation: float = 0.0
+
+    def now(self) -> float:
+        return time.perf_counter() - self.start - self.paused
+
+
+def accuracy(predict: Callable[[dict[str, np.ndarray]], np.ndarray], x: np.ndarray,
+             y: np.ndarray) -> float:
+    """Fraction of samples whose largest logit is the label."""
+    correct = 0
+    for i in range(0, len(y), EVAL_BATCH):
+        logits = predict({"input": x[i:i + EVAL_BATCH]})
+        correct += int(np.sum(np.argmax(logits, axis=1) == y[i:i + EVAL_BATCH]))
+    return correct / len(y)
+
+
+def train(workload: Workload, recipe: Recipe, backend: str, seed: int, *, ledger: Any = None,
+          data_dir: str | None = None, submission: str = "", submission_files: list = (),
+          study: Any = None, trial: int | None = None, progress: Progress | None = None,
+          run_kwargs: dict[str, Any] | None = None) -> Result:
+    """Run one training run and record it; returns its status and figures. Bad input (a recipe
+    outside the rules, an unknown backend) raises before any run is recorded; anything that
+    goes wrong after the run opened (a crash in the submission's optimizer, an operator the
+    backend lacks, a missing dataset file) ends the run `failed` with the error."""
+    from d500 import backends
+    from d500.ledger import Ledger
+
+    from d500.training.data.dataset import check_present
+
+    recipe.check(workload)
+    check_present(workload.dataset["name"], data_dir)
+    backend_cls = backends.get(backend)
+    if not getattr(backend_cls, "trainable", True):
+        raise D500Error(f"backend '{backend}' cannot train (inference only); choose one of "
+                        f"the trainable backends")
+    ledger = ledger if ledger is not None else Ledger()
+    hyper = recipe.hyperparameters_logged()
+    details = {"target": workload.target, "target_metric": workload.target_metric}
+    with ledger.start_run(level=workload.level, workload=workload.name, submission=submission,
+                          backend=backend, seed=seed, hyperparameters=hyper,
+                          workload_file=workload.path, submission_files=list(submission_files),
+                          study=study, trial=trial, begin=False, **(run_kwargs or {})) as run:
+        try:
+            figures, status, error = _train(run, workload, recipe, backend_cls, seed, data_dir,
+                                            progress)
+        except Diverged as err:
+            run.finish("diverged", figures=_missed(workload), error=str(err), details=details)
+            return Result(run.id, "diverged", error=str(err))
+        except KeyboardInterrupt:
+            raise
+        except Exception as err:  # noqa: BLE001 - the submission's or backend's failure: a run
+            text = describe(err)
+            run.finish("failed", figures=_missed(workload), error=text, details=details)
+            return Result(run.id, "failed", error=text)
+        run.finish(status, figures=figures, error=error or None, details=details)
+        return Result(run.id, status, figures, error)
+
+
+def _missed(workload: Workload) -> dict[str, float]:
+    return {"time_to_accuracy": math.inf} if "time_to_accuracy" in workload.metrics else {}
+
+
+def _train(run: Any, workload: Workload, recipe: Recipe, backend_cls: Any, seed: int,
+           data_dir: str | None, progress: Progress | None
+           ) -> tuple[dict[str, float], str, str]:
+    from d500.training.data import dataset as datasets
+    from d500.training.data.samplers import EpochSampler
+    from d500.training.data.splits import split
+
+    # -- init: no data touched; the model translated, the optimizer built
+    shape, classes = datasets.shape_of(workload.dataset["name"])
+    model = workload.build_model(seed, shape, classes)
+    exe = backend_cls.prepare(model)
+    stepper = exe.trainer(recipe.optimizer(backend_cls.name), loss="loss", native=recipe.native)
+    log = run.mllog
+    run.begin()  # init_stop, run_start: the clock runs from here
+    clock = _Clock()
+
+    # -- data, inside the clock
+    t0 = time.perf_counter()
+    parts = split(datasets.load(workload.dataset["name"], data_dir), workload.split_spec())
+    train_x, train_y = parts.train.x, parts.train.y
+    sampler = EpochSampler(len(train_y), recipe.batch_size, seed, workload.drop_last)
+    clock.data += time.perf_counter() - t0
+    steps_per_epoch = len(sampler)
+    total_steps = workload.max_epochs * steps_per_epoch
+    lr_at = recipe.schedule(total_steps)
+    _log_run_keys(log, workload, recipe, len(train_y), len(parts.validation.y), shape)
+
+    state: dict[str, Any] = {"step": 0, "losses": [], "val": None, "reached": None,
+                             "test_at_target": None, "test": None, "evaluated": None}
+
+    def evaluate(epoch: float) -> bool:
+        """Validation (on the clock), then test (off the clock); True when the target is met."""
+        meta = {mllog.EPOCH_NUM: epoch, mllog.SAMPLES_COUNT: state["step"] * recipe.batch_size}
+        log.start(mllog.EVAL_START, metadata=meta)
+        t = time.perf_counter()
+        val = accuracy(stepper.predict, parts.validation.x, parts.validation.y)
+        clock.evaluation += time.perf_counter() - t
+        log.event(mllog.EVAL_ACCURACY, val, metadata=meta)
+        log.end(mllog.EVAL_STOP, metadata=meta)
+        at = clock.now()
+        t = time.perf_counter()
+        test = accuracy(stepper.predict, parts.test.x, parts.test.y)
+        clock.paused += time.perf_counter() - t
+        losses = state["losses"]
+        train_loss = float(np.mean(losses)) if losses else math.nan
+        state["losses"] = []
+        state.update(val=val, test=test, train_loss=train_loss, evaluated=state["step"])
+        met = val >= workload.target and state["reached"] is None
+        if met:
+            state["reached"] = (at, epoch, state["step"])
+            state["test_at_target"] = test
+        metrics = {"val_accuracy": val, "test_accuracy": test}
+        if math.isfinite(train_loss):
+            metrics["train_loss"] = train_loss
+        run.evaluation(step=state["step"], epoch=epoch, metrics=metrics, wall_time=at)
+        return met
+
+    def over_budget() -> bool:
+        return clock.now() > workload.max_seconds
+
+    status, stop = "missed", False
+    for epoch in range(workload.max_epochs):
+        log.start(mllog.EPOCH_START, metadata={mllog.EPOCH_NUM: epoch + 1})
+        t = time.perf_counter()
+        for index in sampler.epoch(epoch):
+            feeds = {"input": train_x[index], "labels": train_y[index]}
+            t1 = time.perf_counter()
+            clock.data += t1 - t  # the sampler's next batch and its gather
+            loss = stepper.step(feeds, lr_at(state["step"]))
+            clock.train += time.perf_counter() - t1
+            state["step"] += 1
+            if not math.isfinite(loss):
+                raise Diverged(f"the training loss is {loss} at step {state['step']} "
+                               f"(epoch {epoch + 1})")
+            state["losses"].append(loss)
+            if progress is not None:
+                progress({"step": state["step"], "total": total_steps, "loss": loss,
+                          "val_accuracy": state["val"], "epoch": epoch + 1})
+            if workload.every_steps and state["step"] % workload.every_steps == 0:
+                stop = evaluate(state["step"] / steps_per_epoch)
+            stop = stop or over_budget()
+            if stop:
+                break
+            t = time.perf_counter()
+        log.end(mllog.EPOCH_STOP, metadata={mllog.EPOCH_NUM: epoch + 1})
+        if state["reached"] is not None:
+            break
+        if not stop and workload.every_epochs and (epoch + 1) % workload.every_epochs == 0:
+            if evaluate(float(epoch + 1)):
+                break
+        if stop or over_budget():
+            break
+    if state["reached"] is None and state["evaluated"] != state["step"]:
+        evaluate(state["step"] / steps_per_epoch)  # the end: always one last evaluation
+    reached = state["reached"]
+    if reached is not None and reached[0] <= workload.max_seconds:
+        status = "succeeded"
+    return _figures(workload, recipe, state, clock), status, _why(workload, state, status)
+
+
+def _figures(workload: Workload, recipe: Recipe, state: dict[str, Any], clock: _Clock
+             ) -> dict[str, float]:
+    reached = state["reached"]
+    if reached is not None and reached[0] > workload.max_seconds:
+        reached = None  # met, but after the budget: a miss
+    samples = state["step"] * recipe.batch_size
+    figures = {
+        "time_to_accuracy": reached[0] if reached else math.inf,
+        "epochs": reached[1] if reached else math.inf,
+        "steps": float(reached[2]) if reached else math.inf,
+        "val_accuracy": state["val"],
+        "final_test_accuracy": state["test"],
+        "train_loss": state.get("train_loss", math.nan),
+        "samples_per_second": samples / clock.train if clock.train > 0 else math.nan,
+        "train_time": clock.train,
+        "eval_time": clock.evaluation,
+        "data_time": clock.data,
+    }
+    if state["test_at_target"] is not None:
+        figures["test_accuracy"] = state["test_at_target"]
+    return {k: v for k, v in figures.items()
+            if k in workload.metrics or k in MEASURED_ALWAYS
+            if v is not None and not (isinstance(v, float) and math.isnan(v))}
+
+
+MEASURED_ALWAYS = ("time_to_accuracy", "val_accuracy", "test_accuracy", "final_test_accuracy",
+                   "train_loss", "epochs", "steps", "samples_per_second", "train_time",
+                   "eval_time", "data_time")
+
+
+def _why(workload: Workload, state: dict[str, Any], status: str) -> str:
+    if status != "missed":
+        return ""
+    return (f"validation accuracy {state['val']:.4f} after {state['step']} steps did not reach "
+            f"the target {workload.target} within the budget ({workload.max_epochs} epochs, "
+            f"{workload.max_seconds:g} s)")
+
+
+def _log_run_keys(log: Any, workload: Workload, recipe: Recipe, train_samples: int,
+                  eval_samples: int, shape: tuple[int, ...]) -> None:
+    """The MLPerf Training 6.1 keys that describe the run (the ledger logged the submission's
+    and the seed; the optimizer's hyperparameters are logged as opt_* at start)."""
+    log.event(mllog.CACHE_CLEAR, False)  # d500 does not drop the OS page cache
+    log.event(mllog.TRAIN_SAMPLES, train_samples)
+    log.event(mllog.EVAL_SAMPLES, eval_samples)
+    log.event(mllog.MICRO_BATCH_SIZE, recipe.batch_size)  # no gradient accumulation
+    log.event(mllog.GRADIENT_ACCUMULATION_STEPS, 1)
+    log.event(mllog.PRECISION_LINEAR, "fp32")  # every builder model computes in float32
+    for key in (mllog.TENSOR_PARALLELISM, mllog.PIPELINE_PARALLELISM,
+                mllog.CONTEXT_PARALLELISM, mllog.EXPERT_PARALLELISM):
+        log.event(key, 1)  # one process holds the whole model
+    log.event(mllog.CONFIG_FILENAME, workload.path.name)
+    log.event("d500_target", workload.target, metadata={"metric": workload.target_metric})

@@ -1,0 +1,71 @@
+"""`d500 tune WORKLOAD --submission DIR`: AlgoPerf-style external tuning, S studies of T
+quasi-random trials, every trial a ledger run; run the same command again to resume a killed
+tuning. Under `mpiexec -n K` the trials are shared among K ranks."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from d500.cli import stdout_console
+from d500.errors import UsageError
+
+
+def main(argv: list[str], prog: str = "d500 tune") -> int:
+    from d500.training.cli import line, parser, progress_bar, resolve
+    p = parser(prog, __doc__.split("\n\n")[0])
+    p.add_argument("--studies", type=int, help="studies (default: the workload's)")
+    p.add_argument("--trials", type=int, help="trials per study (default: the workload's)")
+    args = p.parse_args(argv)
+    from d500 import backends
+    from d500.training import score
+    from d500.training.tuning import tune
+
+    backends.get(args.backend)
+    workload, entry = resolve(args)
+    studies = workload.studies if args.studies is None else args.studies
+    trials = workload.trials if args.trials is None else args.trials
+    if studies < 1 or trials < 1:
+        raise UsageError("--studies and --trials must be at least 1")
+    out = stdout_console()
+    bars: list[Any] = []
+
+    def on_trial(trial: Any) -> Any:
+        if bars:
+            bars.pop().__exit__(None, None, None)
+        bar = progress_bar(f"study {trial.study + 1}/{studies}, trial {trial.number + 1}/"
+                           f"{trials}")
+        bars.append(bar.__enter__())
+        return bar
+
+    try:
+        report = tune(workload, entry, args.backend, studies=studies, trials=trials,
+                      data_dir=args.data, on_trial=on_trial)
+    finally:
+        while bars:
+            bars.pop().__exit__(None, None, None)
+    from d500.ledger import Ledger
+    ledger = Ledger()
+    runs = [t["run"] for sid in report.studies for t in ledger.trials(sid)]
+    best = score.entries(runs)
+    if args.json:
+        print(json.dumps({"studies": report.studies, "ran": [
+            {"study": t.study, "trial": t.number, "params": t.params, "run_id": r.run_id,
+             "status": r.status, "figures": r.figures} for t, r in report.ran],
+            "kept": len(report.kept), "score": best[0].score if best else None,
+            "tuning_cost": best[0].tuning_cost if best else None}, indent=1, default=str))
+        return 0
+    for t, r in report.ran:
+        out.print(f"study {t.study + 1} trial {t.number + 1} {t.params}: "
+                  + line(workload, t.seed, r), highlight=False)
+    if report.kept:
+        out.print(f"{len(report.kept)} trial(s) already done were kept (resumed)",
+                  highlight=False)
+    if best:
+        from d500 import metrics
+        e = best[0]
+        fmt = metrics.get("time_to_accuracy").format
+        out.print(f"score: {fmt(e.score)} (median over {len(e.studies)} studies of each "
+                  f"study's fastest trial to the target); tuning cost {fmt(e.tuning_cost)} "
+                  f"over {len(e.trials)} trials; trials: {e.counts()}", highlight=False)
+    return 0

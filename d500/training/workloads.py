@@ -1,0 +1,175 @@
+"""Level-2 workload files (`levels/2-training/*.yaml`): the fixed rules of a training benchmark.
+
+    model: {builder: lenet5, input_shape: [1, 8, 8], classes: 10}  # or file: x.onnx, loss: loss
+    dataset: {name: digits, train: 1197, validation: 300, test: 300, split_seed: 0}
+    batch_size: {min: 8, max: 256}      # what a submission may choose within
+    drop_last: true
+    evaluation: {every_epochs: 1}       # or {every_steps: N}: the validation cadence
+    target: {metric: val_accuracy, value: 0.97}   # read on validation only
+    budget: {max_epochs: 30, max_seconds: 300}    # the target not met within it: missed
+    tuning: {studies: 3, trials: 5, seed: 0}      # AlgoPerf-style external tuning
+    seeds: 3                                       # runs per entry for the variance figures
+
+The model's weights are initialised from the run's seed (a builder's `seed`), so the spread over
+seeds includes initialisation as well as data order.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from d500 import workload as _workload
+from d500.errors import ConfigError
+from d500.workload import COMMON, Field
+
+# What `d500 train` measures; a workload lists a subset of these.
+MEASURED = ("time_to_accuracy", "val_accuracy", "test_accuracy", "final_test_accuracy",
+            "train_loss", "epochs", "steps", "samples_per_second", "train_time", "eval_time",
+            "data_time")
+TARGET_METRICS = ("val_accuracy",)  # what a stop rule may read: validation only
+
+MODEL = {
+    "builder": Field(str, help="a d500 builder: mlp, lenet5, resnet20"),
+    "input_shape": Field(list, items=int, help="builder: (C, H, W); default: the dataset's"),
+    "classes": Field(int, help="builder: number of classes; default: the dataset's"),
+    "file": Field("path", help="an ONNX file with inputs (input, labels) and outputs "
+                               "(logits, loss), relative to the workload file"),
+}
+DATASET = {
+    "name": Field(str, required=True, choices=("digits", "mnist", "fashion-mnist", "cifar10")),
+    "train": Field(int, required=True),
+    "validation": Field(int, required=True),
+    "test": Field(int, required=True),
+    "split_seed": Field(int, default=0),
+}
+SCHEMA = {
+    **COMMON,
+    "model": Field(MODEL, required=True),
+    "dataset": Field(DATASET, required=True),
+    "batch_size": Field({"min": Field(int, default=1), "max": Field(int, required=True)},
+                        required=True),
+    "drop_last": Field(bool, default=True),
+    "evaluation": Field({"every_epochs": Field(int), "every_steps": Field(int)},
+                        default={"every_epochs": 1, "every_steps": None}),
+    "target": Field({"metric": Field(str, required=True, choices=TARGET_METRICS),
+                     "value": Field(float, required=True)}, required=True),
+    "budget": Field({"max_epochs": Field(int, required=True),
+                     "max_seconds": Field(float, default=3600.0)}, required=True),
+    "tuning": Field({"studies": Field(int, default=3), "trials": Field(int, default=5),
+                     "seed": Field(int, default=0)},
+                    default={"studies": 3, "trials": 5, "seed": 0}),
+    "seeds": Field(int, default=3),
+}
+
+
+@dataclass
+class Workload:
+    """A validated level-2 workload."""
+
+    path: Path
+    level: int
+    name: str
+    description: str
+    metrics: list[str]
+    rank_by: str
+    aggregate: str
+    model: dict[str, Any]
+    dataset: dict[str, Any]
+    batch_min: int
+    batch_max: int
+    drop_last: bool
+    every_epochs: int | None
+    every_steps: int | None
+    target_metric: str
+    target: float
+    max_epochs: int
+    max_seconds: float
+    studies: int
+    trials: int
+    tuning_seed: int
+    seeds: int
+
+    def split_spec(self) -> Any:
+        from d500.training.data.splits import SplitSpec
+        d = self.dataset
+        return SplitSpec(d["train"], d["validation"], d["test"], d["split_seed"])
+
+    def build_model(self, seed: int, input_shape: tuple[int, ...], classes: int) -> Any:
+        """The ONNX model (inputs `input`, `labels`; outputs `logits`, `loss`), weights from
+        `seed` for a builder."""
+        from d500 import builders
+        from d500.model import load
+        m = self.model
+        if m.get("file") is not None:
+            return load(m["file"])
+        shape = tuple(m.get("input_shape") or input_shape)
+        if shape != tuple(input_shape):
+            raise ConfigError(f"{self.path}: field 'model.input_shape' is {list(shape)} but the "
+                              f"dataset '{self.dataset['name']}' has {list(input_shape)}")
+        n = m.get("classes") or classes
+        return builders.build(m["builder"], input_shape=shape, classes=n, seed=seed, loss=True)
+
+
+def load(path: str | Path, level: int = 2) -> Workload:
+    """Read and check a training workload (level 2, or level 3 through its own schema on top);
+    every problem is a ConfigError naming the field."""
+    path = Path(path)
+    data = _workload.load(path, SCHEMA)
+    return from_data(path, data, level)
+
+
+def from_data(path: Path, data: dict[str, Any], level: int) -> Workload:
+    """A Workload from validated fields (level 3 validates more fields on top)."""
+    if data["level"] != level:
+        raise ConfigError(f"{path}: field 'level' is {data['level']}; this is a level-{level} "
+                          f"workload reader")
+    m = data["model"]
+    sources = [k for k in ("builder", "file") if m.get(k) is not None]
+    if len(sources) != 1:
+        raise ConfigError(f"{path}: field 'model' needs exactly one of builder, file "
+                          f"(got {', '.join(sources) or 'none'})")
+    if m.get("builder") is not None:
+        from d500 import builders
+        if m["builder"] not in builders.BUILDERS:
+            raise ConfigError(f"{path}: field 'model.builder' is {m['builder']!r}; known: "
+                              f"{', '.join(builders.BUILDERS)}")
+    d = data["dataset"]
+    for key in ("train", "validation", "test"):
+        if d[key] < 1:
+            raise ConfigError(f"{path}: field 'dataset.{key}' must be at least 1")
+    b = data["batch_size"]
+    if not 1 <= b["min"] <= b["max"]:
+        raise ConfigError(f"{path}: field 'batch_size' needs 1 <= min <= max, got "
+                          f"min {b['min']}, max {b['max']}")
+    ev = data["evaluation"]
+    cadence = [k for k in ("every_epochs", "every_steps") if ev.get(k) is not None]
+    if len(cadence) != 1 or ev[cadence[0]] < 1:
+        raise ConfigError(f"{path}: field 'evaluation' needs exactly one of every_epochs, "
+                          f"every_steps, at least 1")
+    t = data["target"]
+    if not 0 < t["value"] <= 1:
+        raise ConfigError(f"{path}: field 'target.value' must be an accuracy in (0, 1], "
+                          f"got {t['value']}")
+    bud = data["budget"]
+    if bud["max_epochs"] < 1:
+        raise ConfigError(f"{path}: field 'budget.max_epochs' must be at least 1")
+    if not (bud["max_seconds"] > 0 and math.isfinite(bud["max_seconds"])):
+        raise ConfigError(f"{path}: field 'budget.max_seconds' must be a positive number")
+    tu = data["tuning"]
+    for key in ("studies", "trials"):
+        if tu[key] < 1:
+            raise ConfigError(f"{path}: field 'tuning.{key}' must be at least 1")
+    if data["seeds"] < 1:
+        raise ConfigError(f"{path}: field 'seeds' must be at least 1")
+    rank_by = _workload.check_metrics(data, path, MEASURED, data["level"])
+    return Workload(
+        path=path, level=data["level"], name=data["name"], description=data["description"],
+        metrics=list(data["metrics"]), rank_by=rank_by, aggregate=data["aggregate"], model=m,
+        dataset=d, batch_min=b["min"], batch_max=b["max"], drop_last=data["drop_last"],
+        every_epochs=ev.get("every_epochs"), every_steps=ev.get("every_steps"),
+        target_metric=t["metric"], target=t["value"], max_epochs=bud["max_epochs"],
+        max_seconds=bud["max_seconds"], studies=tu["studies"], trials=tu["trials"],
+        tuning_seed=tu["seed"], seeds=data["seeds"])
