@@ -441,6 +441,8 @@ def _nll(node, log_prob, target, weight):
     reduction = node.attr("reduction", "mean")
     ignore = node.attr("ignore_index")
     target = target.to(torch.int64)
+    if weight is None and ignore is None:
+        return F.nll_loss(log_prob, target, reduction=reduction)  # one fused kernel each way
     valid = target != ignore if ignore is not None else torch.ones_like(target, dtype=torch.bool)
     safe = torch.where(valid, target, 0)
     loss = -log_prob.gather(1, safe.unsqueeze(1)).squeeze(1)
