@@ -542,6 +542,23 @@ def NegativeLogLikelihoodLoss(node, x, target, weight=None):
 
 
 @op
+def SoftmaxCrossEntropyLoss(node, x, target, weight=None):
+    """Unweighted, without ignore_index, on [N, C]: TensorFlow's fused sparse softmax cross
+    entropy (one kernel each way, any batch size while tracing); else log-softmax and NLL."""
+    reduction = node.attr("reduction", "mean")
+    want_log_prob = len(node.outputs) > 1 and bool(node.outputs[1])
+    if (weight is None and node.attr("ignore_index") is None and x.shape.rank == 2
+            and x.dtype in (tf.float32, tf.float64) and not want_log_prob):
+        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(tf.cast(target, tf.int64), x)
+        if reduction == "none":
+            return loss
+        return tf.reduce_sum(loss) if reduction == "sum" else tf.reduce_mean(loss)
+    log_prob = tf.nn.log_softmax(x, axis=1)
+    loss = NegativeLogLikelihoodLoss(node, log_prob, target, weight)
+    return (loss, log_prob) if want_log_prob else loss
+
+
+@op
 def DeformConv(node, x, w, offset, b=None, mask=None):
     """2-D deformable convolution: bilinear samples at offset kernel taps, then a grouped matmul."""
     x = plain(x)

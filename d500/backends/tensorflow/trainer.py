@@ -1,12 +1,13 @@
 """The TensorFlow Trainer: forward, GradientTape backward and the optimizer update traced into one
 tf.function over the module's tf.Variables; only the batch and the loss cross to NumPy.
 
-The backend's translation needs every shape static while tracing (a Reshape target computed
-from a Shape, as in SoftmaxCrossEntropyLoss's function body, is baked in), so the step traces
-once per distinct batch shape and keeps each trace: a last short batch traces once, not every
-epoch. The learning rate goes in as a float32 scalar tensor, so a new value never retraces.
-Convolutions run channels-last inside the graph (core.ChannelsLast); the parameters stay tf.Variables
-in ONNX's layout, so the optimizer updates them as they are, and outputs leave through `plain`.
+Each function has an input signature (the declared input shapes, symbolic dimensions None; the
+learning rate a float32 scalar tensor), so it traces once: neither a last short batch nor a new
+learning rate retraces. A graph whose translation needs a static shape while tracing (a shape
+computed from a batch size and baked in) falls back to one trace per distinct batch shape, each
+kept. Convolutions run channels-last inside the graph (core.ChannelsLast); the parameters stay
+tf.Variables in ONNX's layout, so the optimizer updates them as they are, and outputs leave
+through `plain`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,28 @@ import tensorflow as tf
 from d500.backends.base import Trainer
 from d500.backends.graph import Program
 from d500.backends.tensorflow.core import plain
-from d500.errors import UsageError
+from d500.errors import UnsupportedOperator, UsageError
+
+
+class Traced:
+    """A tf.function of (feeds, *scalars) with an input signature, traced once for any batch
+    size; if tracing needs static shapes, a tf.function traced once per batch shape instead."""
+
+    def __init__(self, fn: Callable[..., Any], feeds: dict[str, tf.TensorSpec],
+                 scalars: list[tf.TensorSpec]):
+        self.fn = fn
+        self.function = tf.function(fn, autograph=False, input_signature=[feeds, *scalars])
+        self.per_shape = False
+
+    def __call__(self, *args: Any) -> Any:
+        try:
+            return self.function(*args)
+        except UnsupportedOperator as err:
+            if self.per_shape or "must be known when the graph is traced" not in str(err):
+                raise
+            self.per_shape = True
+            self.function = tf.function(self.fn, autograph=False)
+            return self.function(*args)
 
 
 class TensorFlowTrainer(Trainer):
@@ -48,8 +70,13 @@ class TensorFlowTrainer(Trainer):
         else:
             self.state = optimizer.init(self.variables, "tensorflow")  # tf.Variables, made now
         self.traces = 0  # how many times the step function was traced
-        self.step_function = tf.function(self._step, autograph=False)
+        self.step_function = Traced(self._step, self._specs(self.train_inputs),
+                                    [tf.TensorSpec([], tf.float32, name="lr")])
         self.predictors: dict[str, tuple[Any, list[str]]] = {}
+
+    def _specs(self, names: list[str]) -> dict[str, tf.TensorSpec]:
+        return {n: tf.TensorSpec(self.input_shapes.get(n), tf.as_dtype(self.input_dtypes[n]),
+                                 name=n) for n in names}
 
     def _forward(self, steps: list, feeds: Mapping[str, tf.Tensor], outputs: list[str]
                  ) -> list[tf.Tensor]:
@@ -103,7 +130,7 @@ class TensorFlowTrainer(Trainer):
                 with tf.device(self.device):
                     return self._forward(steps, feeds, [output])[0]
 
-            found = self.predictors[output] = (tf.function(forward, autograph=False), inputs)
+            found = self.predictors[output] = (Traced(forward, self._specs(inputs), []), inputs)
         function, inputs = found
         batch = {n: tf.constant(a) for n, a in self.batch(feeds, inputs).items()}
         return self.to_numpy(output, function(batch))
