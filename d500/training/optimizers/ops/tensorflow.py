@@ -23,6 +23,10 @@ def _c(s: Any, x: Any) -> Any:
     return s
 
 
+def _is_one(s: Any) -> bool:
+    return isinstance(s, (int, float)) and s == 1.0
+
+
 def _each(s: Any, n: int) -> Sequence[Any]:
     return s if isinstance(s, (list, tuple)) else [s] * n
 
@@ -32,6 +36,14 @@ def _put(xs: list[Any], i: int, value: Any) -> None:
         xs[i].assign(value)
     else:
         xs[i] = value
+
+
+def _add_to(xs: list[Any], i: int, delta: Any) -> None:
+    """xs[i] += delta: one AssignAddVariableOp on a variable (no read, no separate add)."""
+    if isinstance(xs[i], tf.Variable):
+        xs[i].assign_add(delta)
+    else:
+        xs[i] = xs[i] + delta
 
 
 # -- creation ---------------------------------------------------------------------------------
@@ -114,7 +126,7 @@ def assign_(xs: list[Any], ys: Sequence[Any]) -> None:
 def add_(xs: list[Any], ys: Any, alpha: Any = 1.0) -> None:
     for i, y in enumerate(_each(ys, len(xs))):
         x = xs[i]
-        _put(xs, i, x + _c(alpha, x) * _c(y, x))
+        _add_to(xs, i, _c(alpha, x) * _c(y, x) if not _is_one(alpha) else _c(y, x))
 
 
 def mul_(xs: list[Any], s: Any) -> None:
@@ -125,19 +137,19 @@ def mul_(xs: list[Any], s: Any) -> None:
 def lerp_(xs: list[Any], ys: Sequence[Any], w: Any) -> None:
     for i, y in enumerate(ys):
         x = xs[i]
-        _put(xs, i, x + _c(w, x) * (y - x))
+        _add_to(xs, i, _c(w, x) * (y - x))
 
 
 def addcmul_(xs: list[Any], ys: Sequence[Any], zs: Sequence[Any], value: Any = 1.0) -> None:
     for i, (y, z) in enumerate(zip(ys, zs)):
         x = xs[i]
-        _put(xs, i, x + _c(value, x) * (y * z))
+        _add_to(xs, i, _c(value, x) * (y * z))
 
 
 def addcdiv_(xs: list[Any], ys: Sequence[Any], zs: Sequence[Any], value: Any = 1.0) -> None:
     for i, (y, z) in enumerate(zip(ys, zs)):
         x = xs[i]
-        _put(xs, i, x + _c(value, x) * (y / z))
+        _add_to(xs, i, _c(value, x) * (y / z))
 
 
 def no_grad() -> contextlib.nullcontext[None]:
