@@ -17,7 +17,9 @@ validated hyperparameters, and the State it keeps in framework tensors.
 `names`); `ops` is the framework's ops namespace (see ops/__init__.py); `lr` a scalar (a Python
 float, or a tf tensor inside a tf.function); `t` the step count starting at 1. Hyperparameters
 are attributes (`self.momentum`). Write every update with `ops` and Python operators only, and
-it runs on NumPy, torch and TensorFlow (inside tf.function) unchanged.
+it runs on NumPy, torch and TensorFlow (inside tf.function) unchanged. Branch in Python only on
+hyperparameters, never on `lr`, `t` or tensor values (inside a tf.function they are symbolic):
+use `ops.where` for those.
 """
 
 from __future__ import annotations
@@ -140,7 +142,8 @@ class Optimizer:
     def step(self, params: Mapping[str, Any], grads: Mapping[str, Any], state: State,
              lr: Any) -> None:
         """One update of `params` in place from `grads` (same names, no None) at learning rate
-        `lr` (a Python float, or a framework scalar tensor; inside a tf.function, a tf tensor)."""
+        `lr` (a Python float, or a 0-d tensor of the framework; inside a tf.function, a float32
+        tf tensor, so that one trace serves every step)."""
         ops = state.ops
         try:
             ps = [params[n] for n in state.names]
