@@ -207,9 +207,17 @@ def _progress(console: Any) -> Iterator[Callable[[str, int], _Stage]]:
 
 
 def _print_leaderboard(out: Any, ledger: Any, workloads: list[tuple[int, str]]) -> None:
-    """The boards (current rules) of the workloads this run touched, as compact terminal tables
-    (the full boards with provenance: `d500 leaderboard` and the HTML file)."""
+    """The views and boards (current rules) of the levels and workloads this run touched, as
+    compact terminal tables (the full boards with provenance and plots: `d500 leaderboard` and
+    the HTML file). A board with no counted run (a level-2 workload that only ran tuning
+    trials) is left to its level's views."""
     from d500 import leaderboard
+    from d500.leaderboard.terminal import view_renderables
 
-    for board in leaderboard.boards_for(ledger, workloads):
-        out.print(leaderboard.table(board, compact=True))
+    for part in leaderboard.parts(leaderboard.boards_for(ledger, workloads), ledger):
+        for view in part.views:
+            for renderable in view_renderables(view):
+                out.print(renderable)
+        for board in part.boards:
+            if any(entry.runs for entry in board.entries):
+                out.print(leaderboard.table(board, compact=True))
