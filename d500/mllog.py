@@ -141,6 +141,39 @@ class MLLogger:
             self._file.flush()
 
 
+class MLBuffer(MLLogger):
+    """An MLLogger that keeps its events in memory, as `parse` returns them, for a process that
+    cannot write the run's file (an MPI rank whose ledger is on another machine); `write_log`
+    puts them in the file later, each with the time it was logged."""
+
+    def __init__(self, namespace: str = ""):
+        self.path = None  # type: ignore[assignment]
+        self.namespace = namespace
+        self._lock = threading.Lock()
+        self.records: list[dict[str, Any]] = []
+
+    def close(self) -> None:
+        pass
+
+    def _log(self, event_type: str, key: str, value: Any, metadata: dict | None,
+             time_ms: float | None) -> None:
+        meta = {**_caller(), **(metadata or {})}
+        line = encode(self.namespace, time.time() * 1e3 if time_ms is None else time_ms,
+                      event_type, key, value, meta)
+        with self._lock:
+            self.records.append(json.loads(line[len(TOKEN):]))
+
+
+def write_log(path: str | Path, records: list[dict[str, Any]]) -> None:
+    """Write buffered events (MLBuffer.records) as a run's `:::MLLOG` file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for r in records:
+            f.write(encode(r["namespace"], r["time_ms"], r["event_type"], r["key"], r["value"],
+                           r["metadata"]) + "\n")
+
+
 def begin_run(log: MLLogger, *, init_ms: float, benchmark: str, org: str, platform: str,
               division: str, run_id: int, level: int | None, backend: str | None,
               seed: int | None, hyperparameters: dict[str, Any],

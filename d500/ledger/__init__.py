@@ -24,6 +24,7 @@
     ledger.get(run_id) -> dict              # the same plus evaluations, artifacts, provenance
     ledger.start_study(...) -> Study; study.trial(params, ...) -> Run (trial N of the study);
     ledger.studies(), ledger.trials(study_id)
+    ledger.import_run(record) -> int        # a run a Relay recorded elsewhere (d500.ledger.relay)
     ledger.verify(rehash=True) -> list[str]                       # problems; empty when intact
     ledger.verify_runs(rehash=False) -> ({run_id: [problems]}, [problems not tied to a run])
 
@@ -34,7 +35,8 @@ for time-to-accuracy).
 The package, one job per module: store (the file, WAL, transactions, paths), migrations (the
 numbered schema), lifecycle (runs, studies, trials: start, record, finish, reap), liveness
 (whether a row's writer still runs), integrity (sealing, the hash chain, verification and its
-digest cache), core (the Ledger object and its queries). MLLOG lines are written by d500.mllog.
+digest cache), core (the Ledger object and its queries), relay (runs recorded in a process
+without the ledger, imported by the one that has it). MLLOG lines are written by d500.mllog.
 """
 
 from __future__ import annotations

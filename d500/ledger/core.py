@@ -60,6 +60,13 @@ class Ledger(Store):
         return lifecycle.open_study(self, name, level, workload, submission, backend,
                                     objective, search_space, budget)
 
+    def import_run(self, record: dict[str, Any]) -> int:
+        """Write a finished run that a Relay recorded in another process (an MPI rank that
+        cannot reach this ledger) as a sealed row: its own times, host, provenance, MLLOG,
+        evaluations and trial link. Returns the new run id."""
+        from d500.ledger.relay import import_run
+        return import_run(self, record)
+
     def reap(self) -> list[int]:
         """Seal as `interrupted` every running row (and study) of this host whose process died;
         the ids of the runs sealed."""

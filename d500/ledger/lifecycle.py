@@ -107,7 +107,7 @@ def start_run(ledger: Ledger, level: int | None, workload: str, submission: str,
         if parent_id is not None and not db.execute("SELECT 1 FROM runs WHERE id = ?",
                                                     (parent_id,)).fetchone():
             raise D500Error(f"parent run {parent_id}: no such run in the ledger {ledger.path}")
-        env_id = _environment(db, provenance)
+        env_id = environment_id(db, provenance)
         cur = db.execute(
             "INSERT INTO runs (level, workload, submission, backend, status, seed, started,"
             " hyperparameters, figures, details, env_id, pid, host, boot_id, proc_start,"
@@ -121,16 +121,7 @@ def start_run(ledger: Ledger, level: int | None, workload: str, submission: str,
              None if model_file is None else ledger.store_path(model_file), model_sha,
              dumps(files), run_group, rank, world_size, parent_id))
         run_id = int(cur.lastrowid)  # type: ignore[arg-type]
-        study_id = study.id if isinstance(study, Study) else study
-        if study_id is not None:
-            if trial is None:
-                trial = db.execute("SELECT COALESCE(MAX(number), -1) + 1 FROM trials "
-                                   "WHERE study_id = ?", (study_id,)).fetchone()[0]
-            attempt = db.execute("SELECT COALESCE(MAX(attempt), -1) + 1 FROM trials WHERE "
-                                 "study_id = ? AND number = ?", (study_id, trial)).fetchone()[0]
-            db.execute("INSERT INTO trials (study_id, number, run_id, params, attempt) "
-                       "VALUES (?,?,?,?,?)",
-                       (study_id, trial, run_id, dumps(hyperparameters), attempt))
+        link_trial(db, study, trial, run_id, hyperparameters)
         run_dir = ledger.root / "runs" / str(run_id)
         log_path = run_dir / "mllog.txt"
         db.execute("UPDATE runs SET mllog = ? WHERE id = ?", (ledger.store_path(log_path),
@@ -202,7 +193,24 @@ def hash_files(ledger: Ledger, paths: Iterable[str | Path], what: str) -> dict[s
     return found
 
 
-def _environment(db: sqlite3.Connection, provenance: dict[str, Any]) -> int:
+def link_trial(db: sqlite3.Connection, study: Study | int | None, trial: int | None,
+               run_id: int, params: dict[str, Any]) -> None:
+    """Make a run trial `trial` of a study (the next number when None; a number already tried
+    gets its next attempt), inside the caller's write transaction; no study, no link."""
+    study_id = study.id if isinstance(study, Study) else study
+    if study_id is None:
+        return
+    if trial is None:
+        trial = db.execute("SELECT COALESCE(MAX(number), -1) + 1 FROM trials "
+                           "WHERE study_id = ?", (study_id,)).fetchone()[0]
+    attempt = db.execute("SELECT COALESCE(MAX(attempt), -1) + 1 FROM trials WHERE "
+                         "study_id = ? AND number = ?", (study_id, trial)).fetchone()[0]
+    db.execute("INSERT INTO trials (study_id, number, run_id, params, attempt) "
+               "VALUES (?,?,?,?,?)", (study_id, trial, run_id, dumps(params), attempt))
+
+
+def environment_id(db: sqlite3.Connection, provenance: dict[str, Any]) -> int:
+    """The id of a provenance record, inserted once per distinct environment."""
     text = dumps(provenance)
     digest = integrity.sha(text)
     db.execute("INSERT OR IGNORE INTO environments (digest, provenance, recorded) "

@@ -50,6 +50,17 @@ def locked(method: Callable[..., T]) -> Callable[..., T]:
     return wrapper
 
 
+def stored_path(path: str | Path, root: Path) -> str:
+    """How a ledger whose folder is `root` stores a path: relative to that folder or to the
+    project when inside them (so another checkout or home resolves it), else absolute."""
+    p = Path(path).resolve()
+    if p.is_relative_to(root):
+        return HOME_PREFIX + p.relative_to(root).as_posix()
+    if p.is_relative_to(PROJECT_ROOT):
+        return p.relative_to(PROJECT_ROOT).as_posix()
+    return str(p)
+
+
 class Store:
     """One SQLite ledger file, safe to use from several processes and threads at once."""
 
@@ -118,12 +129,7 @@ class Store:
 
     # -- paths are stored relative to the ledger's folder or the project when inside them
     def store_path(self, path: str | Path) -> str:
-        p = Path(path).resolve()
-        if p.is_relative_to(self.root):
-            return HOME_PREFIX + p.relative_to(self.root).as_posix()
-        if p.is_relative_to(PROJECT_ROOT):
-            return p.relative_to(PROJECT_ROOT).as_posix()
-        return str(p)
+        return stored_path(path, self.root)
 
     def resolve_path(self, stored: str) -> Path:
         if stored.startswith(HOME_PREFIX):

@@ -70,17 +70,9 @@ def train(workload: Workload, recipe: Recipe, backend: str, seed: int, *, ledger
     outside the rules, an unknown backend) raises before any run is recorded; anything that
     goes wrong after the run opened (a crash in the submission's optimizer, an operator the
     backend lacks, a missing dataset file) ends the run `failed` with the error."""
-    from d500 import backends
     from d500.ledger import Ledger
 
-    from d500.training.data.dataset import check_present
-
-    recipe.check(workload)
-    check_present(workload.dataset["name"], data_dir)
-    backend_cls = backends.get(backend)
-    if not getattr(backend_cls, "trainable", True):
-        raise D500Error(f"backend '{backend}' cannot train (inference only); choose one of "
-                        f"the trainable backends")
+    backend_cls = preflight(workload, recipe, backend, data_dir)
     ledger = ledger if ledger is not None else Ledger()
     hyper = recipe.hyperparameters_logged()
     details = {"target": workload.target, "target_metric": workload.target_metric}
@@ -102,6 +94,22 @@ def train(workload: Workload, recipe: Recipe, backend: str, seed: int, *, ledger
             return Result(run.id, "failed", error=text)
         run.finish(status, figures=figures, error=error or None, details=details)
         return Result(run.id, status, figures, error)
+
+
+def preflight(workload: Workload, recipe: Recipe, backend: str, data_dir: str | None) -> Any:
+    """The checks `train` makes before it records anything (a recipe inside the rules, the
+    dataset's files present, a trainable backend); returns the backend class. Deterministic,
+    so every MPI rank given the same input fails the same way before any communication."""
+    from d500 import backends
+    from d500.training.data.dataset import check_present
+
+    recipe.check(workload)
+    check_present(workload.dataset["name"], data_dir)
+    backend_cls = backends.get(backend)
+    if not getattr(backend_cls, "trainable", True):
+        raise D500Error(f"backend '{backend}' cannot train (inference only); choose one of "
+                        f"the trainable backends")
+    return backend_cls
 
 
 def _missed(workload: Workload) -> dict[str, float]:

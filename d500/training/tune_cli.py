@@ -1,6 +1,7 @@
 """`d500 tune WORKLOAD --submission DIR`: AlgoPerf-style external tuning, S studies of T
 quasi-random trials, every trial a ledger run; run the same command again to resume a killed
-tuning. Under `mpiexec -n K` the trials are shared among K ranks."""
+tuning. Under `mpiexec -n K` the trials are shared among K ranks (rank 0 records them and
+prints the summary; the others print only errors)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,16 @@ from d500.errors import UsageError
 
 
 def main(argv: list[str], prog: str = "d500 tune") -> int:
+    from d500.training import tune_parallel
     from d500.training.cli import line, parser, progress_bar, resolve
+    if tune_parallel.launched_by_mpi():
+        tune_parallel.share_cores()  # before a framework is imported
     p = parser(prog, __doc__.split("\n\n")[0])
     p.add_argument("--studies", type=int, help="studies (default: the workload's)")
     p.add_argument("--trials", type=int, help="trials per study (default: the workload's)")
     args = p.parse_args(argv)
     from d500 import backends
     from d500.training import score
-    from d500.training.tuning import tune
 
     backends.get(args.backend)
     workload, entry = resolve(args)
@@ -39,11 +42,18 @@ def main(argv: list[str], prog: str = "d500 tune") -> int:
         return bar
 
     try:
-        report = tune(workload, entry, args.backend, studies=studies, trials=trials,
-                      data_dir=args.data, on_trial=on_trial)
+        report = tune_parallel.tune(workload, entry, args.backend, studies=studies,
+                                    trials=trials, data_dir=args.data, on_trial=on_trial)
+    except BaseException as err:
+        if tune_parallel.running_world() is None:
+            raise
+        abort(prog, err, tune_parallel.running_world())
     finally:
         while bars:
             bars.pop().__exit__(None, None, None)
+    if report is None:
+        return 0  # a worker rank: rank 0 recorded its trials and prints the summary
+    ranks = report.ranks if report.world_size > 1 else {}
     from d500.ledger import Ledger
     ledger = Ledger()
     runs = [t["run"] for sid in report.studies for t in ledger.trials(sid)]
@@ -51,12 +61,15 @@ def main(argv: list[str], prog: str = "d500 tune") -> int:
     if args.json:
         print(json.dumps({"studies": report.studies, "ran": [
             {"study": t.study, "trial": t.number, "params": t.params, "run_id": r.run_id,
-             "status": r.status, "figures": r.figures} for t, r in report.ran],
+             "status": r.status, "figures": r.figures,
+             "rank": ranks.get((t.study, t.number))} for t, r in report.ran],
+            "world_size": report.world_size,
             "kept": len(report.kept), "score": best[0].score if best else None,
             "tuning_cost": best[0].tuning_cost if best else None}, indent=1, default=str))
         return 0
     for t, r in report.ran:
-        out.print(f"study {t.study + 1} trial {t.number + 1} {t.params}: "
+        where = f" (rank {ranks[t.study, t.number]})" if (t.study, t.number) in ranks else ""
+        out.print(f"study {t.study + 1} trial {t.number + 1} {t.params}{where}: "
                   + line(workload, t.seed, r), highlight=False)
     if report.kept:
         out.print(f"{len(report.kept)} trial(s) already done were kept (resumed)",
@@ -69,3 +82,23 @@ def main(argv: list[str], prog: str = "d500 tune") -> int:
                   f"study's fastest trial to the target); tuning cost {fmt(e.tuning_cost)} "
                   f"over {len(e.trials)} trials; trials: {e.counts()}", highlight=False)
     return 0
+
+
+def abort(prog: str, err: BaseException, comm: Any) -> None:
+    """End a parallel tuning on every rank after a failure on this one: its one line (a
+    traceback for a bug), then MPI_Abort, so no rank waits for this one forever."""
+    import socket
+    import sys
+    import traceback
+
+    from d500.errors import D500Error
+    where = f"{prog} (rank {comm.Get_rank()} of {comm.Get_size()} on {socket.gethostname()})"
+    if isinstance(err, D500Error):
+        code, text = err.exit_code, f"error: {err}"
+    elif isinstance(err, KeyboardInterrupt):
+        code, text = 130, "interrupted"
+    else:
+        traceback.print_exception(err)
+        code, text = 1, f"error: {type(err).__name__}: {err}"
+    print(f"{where}: {text}", file=sys.stderr, flush=True)
+    comm.Abort(code)

@@ -43,6 +43,8 @@ class TuneReport:
     ran: list[tuple[Trial, Result]] = field(default_factory=list)
     kept: list[tuple[Trial, dict[str, Any]]] = field(default_factory=list)
     studies: list[int] = field(default_factory=list)  # ledger study ids
+    world_size: int = 1  # processes that ran trials (MPI ranks)
+    ranks: dict[tuple[int, int], int] = field(default_factory=dict)  # (study, trial) -> rank
 
 
 def plan(workload: Workload, submission: Submission, studies: int, trials: int
@@ -68,18 +70,20 @@ def study_name(workload: Workload, submission: Submission, backend: str, study: 
             f"{trials} trials, tuning seed {workload.tuning_seed}, files {digest}")
 
 
-def tune(workload: Workload, submission: Submission, backend: str, *, studies: int,
-         trials: int, ledger: Any = None, data_dir: str | None = None,
-         on_trial: Callable[[Trial], Progress | None] | None = None,
-         only: Callable[[Trial], bool] | None = None) -> TuneReport:
-    """Run (or resume) the studies; `only` restricts which trials this process runs (MPI
-    ranks split them), `on_trial` gives a progress callback per trial."""
-    from d500.ledger import Ledger
+@dataclass
+class Opened:
+    """A study of this tuning as the ledger holds it: the Study, and its trials already done
+    (number -> the done run), which a resumed tuning keeps."""
 
-    ledger = ledger if ledger is not None else Ledger()
-    schedule = plan(workload, submission, studies, trials)
-    report = TuneReport()
-    for s, study_trials in enumerate(schedule):
+    study: Any
+    done: dict[int, dict[str, Any]]
+
+
+def open_studies(ledger: Any, workload: Workload, submission: Submission, backend: str,
+                 studies: int, trials: int) -> list[Opened]:
+    """Every study opened (or reopened, to resume it) in the ledger, with its done trials."""
+    out = []
+    for s in range(studies):
         name = study_name(workload, submission, backend, s, studies, trials)
         study = ledger.open_study(name, level=workload.level, workload=workload.name,
                                   submission=submission.name, backend=backend,
@@ -87,20 +91,43 @@ def tune(workload: Workload, submission: Submission, backend: str, *, studies: i
                                   search_space=submission.search_space or {
                                       "feasible_points": submission.feasible_points},
                                   budget={"studies": studies, "trials": trials})
-        report.studies.append(study.id)
-        done = {t["number"]: t for t in ledger.trials(study.id)
+        done = {t["number"]: t["run"] for t in ledger.trials(study.id)
                 if t["run"]["status"] in DONE}
+        out.append(Opened(study, done))
+    return out
+
+
+def run_trial(workload: Workload, submission: Submission, backend: str, trial: Trial,
+              study: Any, *, ledger: Any, data_dir: str | None = None,
+              progress: Progress | None = None,
+              run_kwargs: dict[str, Any] | None = None) -> Result:
+    """Train one trial as a run of its study (a Study, or a study id for a Relay)."""
+    return train(workload, submission.recipe_with(trial.params), backend, trial.seed,
+                 ledger=ledger, data_dir=data_dir, submission=submission.name,
+                 submission_files=submission.files, study=study, trial=trial.number,
+                 progress=progress, run_kwargs=run_kwargs)
+
+
+def tune(workload: Workload, submission: Submission, backend: str, *, studies: int,
+         trials: int, ledger: Any = None, data_dir: str | None = None,
+         on_trial: Callable[[Trial], Progress | None] | None = None) -> TuneReport:
+    """Run (or resume) the studies in this process; `on_trial` gives a progress callback per
+    trial. (d500.training.tune_parallel shares the trials among MPI ranks.)"""
+    from d500.ledger import Ledger
+
+    ledger = ledger if ledger is not None else Ledger()
+    schedule = plan(workload, submission, studies, trials)
+    report = TuneReport()
+    for study_trials, opened in zip(schedule, open_studies(ledger, workload, submission,
+                                                           backend, studies, trials)):
+        report.studies.append(opened.study.id)
         for trial in study_trials:
-            if trial.number in done:
-                report.kept.append((trial, done[trial.number]["run"]))
+            if trial.number in opened.done:
+                report.kept.append((trial, opened.done[trial.number]))
                 continue
-            if only is not None and not only(trial):
-                continue
-            result = train(workload, submission.recipe_with(trial.params), backend, trial.seed,
-                           ledger=ledger, data_dir=data_dir, submission=submission.name,
-                           submission_files=submission.files, study=study, trial=trial.number,
-                           progress=on_trial(trial) if on_trial else None)
+            result = run_trial(workload, submission, backend, trial, opened.study,
+                               ledger=ledger, data_dir=data_dir,
+                               progress=on_trial(trial) if on_trial else None)
             report.ran.append((trial, result))
-        if all(t.number in done or any(r[0] is t for r in report.ran) for t in study_trials):
-            study.finish("succeeded")
+        opened.study.finish("succeeded")
     return report

@@ -1,0 +1,249 @@
+"""Recording a run in a process that cannot reach the ledger (an MPI rank on another machine): a
+Relay stands in for the Ledger, its runs keep everything in a plain record, and the process
+that holds the ledger writes that record later with `Ledger.import_run(record)`.
+
+    relay = Relay()
+    with relay.start_run(level=2, workload=..., ..., study=study_id, trial=3,
+                         group="tune ...", rank=1, world_size=4, begin=False) as run:
+        run.mllog.event(...); run.begin(); run.evaluation(...); run.finish("missed", ...)
+    record = relay.take()      # a dict of str, numbers, lists and dicts (pickle or JSON it)
+    ...                        # on the ledger's process:
+    run_id = ledger.import_run(record)
+
+The record keeps what the writing process would have stored: its own start and stop times,
+host, pid and provenance, the MLLOG events with the times they were logged, every evaluation
+with its wall time, the figures, status and error, and the files it hashed (paths stored as a
+ledger in its D500_HOME would store them). The imported row is sealed like any other, so
+`d500 ledger verify` covers it; its MLLOG file and the row's `d500_run_id` get the new run id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from d500 import metrics as _metrics
+from d500 import mllog as _mllog
+from d500 import provenance as _provenance
+from d500.errors import ConfigError, D500Error
+from d500.ledger import integrity, liveness
+from d500.ledger.lifecycle import (
+    FINAL,
+    Run,
+    Study,
+    check_figures,
+    environment_id,
+    hash_files,
+    link_trial,
+    placement,
+)
+from d500.ledger.store import dumps, stored_path
+from d500.paths import home
+
+if TYPE_CHECKING:
+    from d500.ledger.core import Ledger
+
+FORMAT = 1  # the record's layout; import_run refuses others
+KEYS = ("relay", "level", "workload", "submission", "backend", "seed", "hyperparameters",
+        "workload_file", "workload_text", "workload_sha256", "model_file", "model_sha256",
+        "submission_files", "study", "trial", "group", "rank", "world_size", "parent",
+        "started", "stopped", "status", "figures", "details", "error", "evaluations",
+        "artifacts", "mllog", "provenance", "process")
+
+
+class Relay:
+    """The part of the Ledger a trainer uses (`start_run`), recording in memory: each finished
+    run's record waits in `finished` (or `take()`) for the process that holds the ledger."""
+
+    def __init__(self) -> None:
+        self.root = home().resolve()  # where this process's own ledger would live
+        self.finished: list[dict[str, Any]] = []
+
+    def store_path(self, path: str | Path) -> str:
+        return stored_path(path, self.root)
+
+    def start_run(self, level: int | None, workload: str, submission: str, backend: str | None,
+                  seed: int | None = None, hyperparameters: dict[str, Any] | None = None,
+                  workload_file: str | Path | None = None,
+                  submission_files: Sequence[str | Path] = (),
+                  model_file: str | Path | None = None,
+                  study: Study | int | None = None, trial: int | None = None,
+                  division: str = _mllog.CLOSED, *, group: str | int | None = None,
+                  rank: int | None = None, world_size: int | None = None,
+                  parent: Run | int | None = None, begin: bool = True) -> RelayRun:
+        """As Ledger.start_run, with the same checks; `study` is a study id of the ledger the
+        record will be imported into (a Study is taken by its id)."""
+        from d500 import workload as _workload
+
+        init_ms = time.time() * 1e3
+        group, rank, world_size, parent_id = placement(group, rank, world_size, parent)
+        workload_text = workload_sha = None
+        if workload_file is not None:
+            wpath = Path(workload_file)
+            try:
+                raw = wpath.read_bytes()
+                workload_text = raw.decode("utf-8")
+            except (OSError, UnicodeDecodeError) as err:
+                raise ConfigError(f"{wpath}: cannot read workload file: {err}") from None
+            workload_sha = hashlib.sha256(raw).hexdigest()
+            _workload.rules(workload_text, wpath)
+        files = hash_files(self, submission_files, "submission file")  # type: ignore[arg-type]
+        model_sha = None
+        if model_file is not None:
+            if not Path(model_file).is_file():
+                raise ConfigError(f"{model_file}: no such model file")
+            model_sha = integrity.sha256_file(model_file)
+        provenance = _provenance.collect()
+        hyperparameters = hyperparameters or {}
+        record: dict[str, Any] = {
+            "relay": FORMAT, "level": level, "workload": workload, "submission": submission,
+            "backend": backend, "seed": seed, "hyperparameters": hyperparameters,
+            "workload_file": None if workload_file is None else self.store_path(workload_file),
+            "workload_text": workload_text, "workload_sha256": workload_sha,
+            "model_file": None if model_file is None else self.store_path(model_file),
+            "model_sha256": model_sha, "submission_files": files,
+            "study": study.id if isinstance(study, Study) else study, "trial": trial,
+            "group": group, "rank": rank, "world_size": world_size, "parent": parent_id,
+            "started": time.time(), "stopped": None, "status": "running", "figures": {},
+            "details": {}, "error": None, "evaluations": [], "artifacts": [], "mllog": [],
+            "provenance": provenance, "process": liveness.process_identity()}
+        run = RelayRun(self, record, workload_file)
+        _mllog.begin_run(run.mllog, init_ms=init_ms, benchmark=workload, org=submission,
+                         platform=_provenance.summary(provenance), division=division,
+                         run_id=None, level=level, backend=backend, seed=seed,
+                         hyperparameters=hyperparameters,
+                         distributed={"run_group": group, "rank": rank,
+                                      "world_size": world_size, "parent_run": parent_id})
+        if begin:
+            run.begin()
+        return run
+
+    def take(self) -> dict[str, Any]:
+        """The oldest finished run's record, removed from the relay."""
+        if not self.finished:
+            raise D500Error("the relay holds no finished run")
+        return self.finished.pop(0)
+
+
+class RelayRun(Run):
+    """A Run recorded in memory (a Run's begin, elapsed and context-manager exit statuses);
+    `id` is None until the record is imported."""
+
+    def __init__(self, relay: Relay, record: dict[str, Any], workload_file: str | Path | None):
+        self.relay, self.id, self.dir = relay, None, None  # type: ignore[assignment]
+        self.workload_file = workload_file
+        self.mllog = _mllog.MLBuffer()
+        record["mllog"] = self.mllog.records
+        self.fields = record
+        self.started = record["started"]
+        self._t0 = time.perf_counter()
+        self.status = "running"
+        self._begun = False
+
+    def record(self, figures: dict[str, Any] | None = None,
+               details: dict[str, Any] | None = None) -> None:
+        figs = check_figures(figures, self.workload_file)
+        self._running("record figures")
+        self.fields["figures"].update(figs)
+        self.fields["details"].update(details or {})
+        for name, value in figs.items():
+            _mllog.result(self.mllog, name, value, _metrics.get(name).unit)
+
+    def evaluation(self, step: int | None = None, epoch: float | None = None,
+                   metrics: dict[str, Any] | None = None,
+                   wall_time: float | None = None) -> None:
+        values = check_figures(metrics, self.workload_file)
+        self.fields["evaluations"].append(
+            {"step": step, "epoch": epoch,
+             "wall_time": self.elapsed() if wall_time is None else wall_time,
+             "metrics": values, "recorded": time.time()})
+
+    def artifact(self, path: str | Path) -> str:
+        p = Path(path)
+        if not p.is_file():
+            raise D500Error(f"artifact {p}: no such file")
+        digest = integrity.sha256_file(p)
+        self.fields["artifacts"].append([self.relay.store_path(p), digest, p.stat().st_size])
+        return digest
+
+    def finish(self, status: str = "succeeded", figures: dict[str, Any] | None = None,
+               details: dict[str, Any] | None = None, error: str | None = None) -> None:
+        """End the run (run_stop in its buffered MLLOG) and hand its record to the relay."""
+        if self.status != "running":
+            return
+        if status not in FINAL:
+            raise D500Error(f"unknown run status '{status}' (choose from {', '.join(FINAL)})")
+        figs = check_figures(figures, self.workload_file)
+        for name, value in figs.items():
+            _mllog.result(self.mllog, name, value, _metrics.get(name).unit)
+        _mllog.end_run(self.mllog, status)
+        self.fields["figures"].update(figs)
+        self.fields["details"].update(details or {})
+        self.fields.update(status=status, error=error, stopped=time.time())
+        self.status = status
+        self.relay.finished.append(self.fields)
+
+    def _running(self, what: str) -> None:
+        if self.status != "running":
+            raise D500Error(f"the run is already {self.status}; cannot {what}")
+
+
+def import_run(ledger: Ledger, record: dict[str, Any]) -> int:
+    """Write a finished run a Relay recorded as one sealed ledger row (with its trial link,
+    evaluations, MLLOG file and artifacts); returns its run id."""
+    if not isinstance(record, dict) or record.get("relay") != FORMAT:
+        raise D500Error(f"not a relay record of format {FORMAT}")
+    missing = [k for k in KEYS if k not in record]
+    if missing:
+        raise D500Error(f"relay record lacks {', '.join(missing)}")
+    if record["status"] not in FINAL:
+        raise D500Error(f"relay record status '{record['status']}' is not a final status "
+                        f"({', '.join(FINAL)})")
+    where = record["workload_file"]
+    figures = check_figures(record["figures"], where)
+    evaluations = [(e["step"], e["epoch"], e["wall_time"],
+                    dumps(check_figures(e["metrics"], where)), e["recorded"])
+                   for e in record["evaluations"]]
+    group, rank, world_size, parent = placement(record["group"], record["rank"],
+                                                record["world_size"], record["parent"])
+    proc = record["process"]
+    with ledger._write() as db:
+        for table, ref in (("runs", parent), ("studies", record["study"])):
+            if ref is not None and not db.execute(f"SELECT 1 FROM {table} WHERE id = ?",
+                                                  (ref,)).fetchone():
+                raise D500Error(f"relay record names {table[:-1]} {ref}, which the ledger "
+                                f"{ledger.path} does not hold")
+        env_id = environment_id(db, record["provenance"])
+        cur = db.execute(
+            "INSERT INTO runs (level, workload, submission, backend, status, seed, started,"
+            " stopped, hyperparameters, figures, details, error, env_id, pid, host, boot_id,"
+            " proc_start, workload_file, workload_text, workload_sha256, model_file,"
+            " model_sha256, submission_files, run_group, rank, world_size, parent_run)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (record["level"], record["workload"], record["submission"], record["backend"],
+             record["status"], record["seed"], record["started"], record["stopped"],
+             dumps(record["hyperparameters"]), dumps(figures), dumps(record["details"]),
+             record["error"], env_id, proc["pid"], proc["host"], proc["boot_id"],
+             proc["proc_start"], record["workload_file"], record["workload_text"],
+             record["workload_sha256"], record["model_file"], record["model_sha256"],
+             dumps(record["submission_files"]), group, rank, world_size, parent))
+        run_id = int(cur.lastrowid)  # type: ignore[arg-type]
+        link_trial(db, record["study"], record["trial"], run_id, record["hyperparameters"])
+        db.executemany("INSERT INTO evaluations (run_id, step, epoch, wall_time, metrics,"
+                       " recorded) VALUES (?,?,?,?,?,?)",
+                       [(run_id, *e) for e in evaluations])
+        log_path = ledger.root / "runs" / str(run_id) / "mllog.txt"
+        _mllog.write_log(log_path, [{**r, "value": run_id} if r["key"] == "d500_run_id" else r
+                                    for r in record["mllog"]])
+        now = time.time()
+        arts = [*record["artifacts"], [ledger.store_path(log_path),
+                                       integrity.sha256_file(log_path), log_path.stat().st_size]]
+        db.executemany("INSERT INTO artifacts (run_id, path, sha256, bytes, recorded) "
+                       "VALUES (?,?,?,?,?)", [(run_id, *a, now) for a in arts])
+        db.execute("UPDATE runs SET mllog = ? WHERE id = ?", (ledger.store_path(log_path),
+                                                               run_id))
+        integrity.seal(db, run_id)
+    return run_id
