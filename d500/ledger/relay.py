@@ -211,10 +211,11 @@ def import_run(ledger: Ledger, record: dict[str, Any]) -> int:
                                                 record["world_size"], record["parent"])
     proc = record["process"]
     with ledger._write() as db:
-        for table, ref in (("runs", parent), ("studies", record["study"])):
+        for table, what, ref in (("runs", "parent run", parent),
+                                 ("studies", "study", record["study"])):
             if ref is not None and not db.execute(f"SELECT 1 FROM {table} WHERE id = ?",
                                                   (ref,)).fetchone():
-                raise D500Error(f"relay record names {table[:-1]} {ref}, which the ledger "
+                raise D500Error(f"relay record names {what} {ref}, which the ledger "
                                 f"{ledger.path} does not hold")
         env_id = environment_id(db, record["provenance"])
         cur = db.execute(

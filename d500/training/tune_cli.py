@@ -6,7 +6,7 @@ prints the summary; the others print only errors)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NoReturn
 
 from d500.cli import stdout_console
 from d500.errors import UsageError
@@ -45,12 +45,13 @@ def main(argv: list[str], prog: str = "d500 tune") -> int:
         report = tune_parallel.tune(workload, entry, args.backend, studies=studies,
                                     trials=trials, data_dir=args.data, on_trial=on_trial)
     except BaseException as err:
+        while bars:
+            bars.pop().__exit__(None, None, None)
         if tune_parallel.running_world() is None:
             raise
         abort(prog, err, tune_parallel.running_world())
-    finally:
-        while bars:
-            bars.pop().__exit__(None, None, None)
+    while bars:
+        bars.pop().__exit__(None, None, None)
     if report is None:
         return 0  # a worker rank: rank 0 recorded its trials and prints the summary
     ranks = report.ranks if report.world_size > 1 else {}
@@ -84,9 +85,10 @@ def main(argv: list[str], prog: str = "d500 tune") -> int:
     return 0
 
 
-def abort(prog: str, err: BaseException, comm: Any) -> None:
+def abort(prog: str, err: BaseException, comm: Any) -> NoReturn:
     """End a parallel tuning on every rank after a failure on this one: its one line (a
     traceback for a bug), then MPI_Abort, so no rank waits for this one forever."""
+    import os
     import socket
     import sys
     import traceback
@@ -101,4 +103,6 @@ def abort(prog: str, err: BaseException, comm: Any) -> None:
         traceback.print_exception(err)
         code, text = 1, f"error: {type(err).__name__}: {err}"
     print(f"{where}: {text}", file=sys.stderr, flush=True)
-    comm.Abort(code)
+    sys.stdout.flush()
+    comm.Abort(code)  # MPICH's may return before the launcher ends the job: leave at once
+    os._exit(code)
