@@ -8,7 +8,6 @@ import io
 import math
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -258,12 +257,9 @@ def test_cli_markdown_html_terminal_and_errors(home, tmp_path):
 
 @pytest.mark.browser
 def test_html_renders_in_headless_chromium(home, tmp_path, test_level):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+    from browser import chromium, decoded
     from selenium.webdriver.common.by import By
 
-    for exe in ("/usr/bin/chromium", "/usr/bin/chromedriver"):
-        assert Path(exe).is_file(), f"{exe} missing: run `make browser` (Debian chromium)"
     ledger = Ledger()
     wf = write_workload(tmp_path / "mnist.yaml", ["time_to_accuracy", "val_accuracy"], level=2)
     for sub, base in (("sgd", 10.0), ("adam", 7.0)):
@@ -281,14 +277,7 @@ def test_html_renders_in_headless_chromium(home, tmp_path, test_level):
     record(ledger, w7, "x", "torch", {"latency": 1e-3}, level=7)
     page = leaderboard.write_html(tmp_path / "board.html", ledger)
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
-    try:
+    with chromium(tmp_path / "profile") as driver:
         driver.get(page.as_uri())
         assert driver.title == "d500 leaderboard"
         sections = driver.find_elements(By.CSS_SELECTOR, "section.workload")
@@ -312,12 +301,7 @@ def test_html_renders_in_headless_chromium(home, tmp_path, test_level):
             "seven", "1", "1"]
         images += view.find_elements(By.TAG_NAME, "img")
         assert len(images) == 5
-        for img in images:
-            assert driver.execute_script(
-                "return arguments[0].complete && arguments[0].naturalWidth", img) > 0
-    finally:
-        driver.quit()
-    shutil.rmtree(tmp_path / "profile", ignore_errors=True)
+        assert all(decoded(driver, img) for img in images)
 
 
 def test_tuning_trials_are_counted_beside_the_ranked_runs(home, tmp_path):

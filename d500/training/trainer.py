@@ -236,14 +236,9 @@ def _figures(workload: Workload, recipe: Recipe, state: dict[str, Any], clock: _
     }
     if state["test_at_target"] is not None:
         figures["test_accuracy"] = state["test_at_target"]
+    # every figure is recorded (the workload's `metrics` choose what the board shows)
     return {k: v for k, v in figures.items()
-            if k in workload.metrics or k in MEASURED_ALWAYS
             if v is not None and not (isinstance(v, float) and math.isnan(v))}
-
-
-MEASURED_ALWAYS = ("time_to_accuracy", "val_accuracy", "test_accuracy", "final_test_accuracy",
-                   "train_loss", "epochs", "steps", "samples_per_second", "train_time",
-                   "eval_time", "data_time")
 
 
 def _why(workload: Workload, state: dict[str, Any], status: str) -> str:

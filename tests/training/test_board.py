@@ -1,0 +1,73 @@
+"""The level-2 leaderboard from real tuning and seed runs on the digits: the tuning score, its
+cost, test accuracy at target and trial counts per submission x backend, statistics over
+seeds, the trials' accuracy curves and the performance profile, in the terminal and in HTML
+rendered by headless Chromium."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from d500 import leaderboard
+from d500.ledger import Ledger
+from d500.training import submission, workloads
+from d500.training.trainer import train
+from d500.training.tuning import tune
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def ledger(tmp_path_factory) -> Ledger:
+    """One study of two trials for two entries on torch, and two seed runs of one of them."""
+    home = tmp_path_factory.mktemp("home")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("D500_HOME", str(home))
+    wl = workloads.load(ROOT / "levels" / "2-training" / "digits-mlp.yaml")
+    ledger = Ledger()
+    for name in ("sgd-momentum", "adamw"):
+        entry = submission.load(ROOT / "submissions" / name)
+        tune(wl, entry, "torch", studies=1, trials=2, ledger=ledger)
+    entry = submission.load(ROOT / "submissions" / "sgd-momentum")
+    for seed in (0, 1):
+        train(wl, entry.recipe, "torch", seed, ledger=ledger, submission=entry.name)
+    yield ledger
+    mp.undo()
+
+
+def test_the_terminal_board_shows_scores_cost_and_seeds(ledger):
+    text = leaderboard.render(ledger, level=2, fmt="terminal")
+    assert "tuning: score" in text and "tuning cost" in text
+    assert "seeds: time to accuracy over seeds" in text
+    assert "performance profile" in text and "digits-mlp: tuning curves" in text
+    for name in ("sgd-momentum", "adamw"):
+        assert name in text
+
+
+@pytest.mark.browser
+def test_the_html_board_renders_with_its_plots(ledger, tmp_path):
+    from browser import chromium, decoded
+    from selenium.webdriver.common.by import By
+
+    page = leaderboard.write_html(tmp_path / "board.html", ledger, level=2)
+    with chromium(tmp_path / "profile") as driver:
+        driver.get(page.as_uri())
+        level2 = driver.find_element(By.ID, "level-2")
+        views = level2.find_elements(By.CSS_SELECTOR, "section.view")
+        titles = [v.find_element(By.TAG_NAME, "h3").text for v in views]
+        assert titles[0].startswith("tuning: score") and titles[1].startswith("seeds:")
+        rows = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+                for tr in views[0].find_elements(By.CSS_SELECTOR, "tbody tr")]
+        assert sorted(r[1] for r in rows) == ["adamw", "sgd-momentum"]
+        for r in rows:
+            assert r[0] == "digits-mlp" and r[2] == "torch"
+            assert r[3].endswith("s") and r[4].endswith("s")  # score and cost: durations
+            assert 0.9 <= float(r[5]) <= 1.0  # test accuracy at the target
+            assert r[7].startswith("2 / 0 / 0 / 0") or "/" in r[7]
+        seeds = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+                 for tr in views[1].find_elements(By.CSS_SELECTOR, "tbody tr")]
+        assert [s[:4] for s in seeds] == [["digits-mlp", "sgd-momentum", "torch", "2"]]
+        images = level2.find_elements(By.CSS_SELECTOR, "section.view img")
+        assert len(images) == 2  # the performance profile and the accuracy curves
+        assert all(decoded(driver, img) for img in images)
