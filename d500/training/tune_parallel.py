@@ -109,7 +109,7 @@ def tune(workload: Any, submission: Any, backend: str, *, studies: int, trials: 
     from d500.training.tuning import plan
     from d500.training.tuning import tune as tune_here
 
-    silence = limit()
+    silence = limit() if launched_by_mpi() else DEFAULT_LIMIT
     plan(workload, submission, studies, trials)
     preflight(workload, submission.recipe, backend, data_dir)
     comm = world()
@@ -278,8 +278,9 @@ def _coordinate(comm: Any, workload: Any, submission: Any, backend: str, studies
         raise
     report.ran.sort(key=lambda tr: (tr[0].study, tr[0].number))
     if board.lost:
-        raise RankLost("; ".join(board.lost.values()) + f"; the trials not recorded run again when the "
-                       f"same command runs again ({len(report.ran)} recorded now)")
+        raise RankLost("; ".join(board.lost.values()) + f"; the trials not recorded run "
+                       f"again when the same command runs again ({len(report.ran)} recorded "
+                       f"now)")
     for o in opened:
         o.study.finish("succeeded")
     return report
