@@ -123,6 +123,17 @@ class Level:
         from d500.workload import find
         return find(name_or_path, self.rulebook(), self.number)
 
+    def entries(self) -> list[Path]:
+        """The example submission folders (submissions/) whose `level:` is this level."""
+        from d500.paths import examples
+        from d500.workload import read_yaml
+        found = []
+        for file in sorted(examples().glob("*/submission.yaml")):
+            _, data = read_yaml(file)
+            if isinstance(data, dict) and data.get("level") == self.number:
+                found.append(file.parent)
+        return found
+
     # -- d500 run --------------------------------------------------------------------------
     def plan(self, options: RunOptions) -> list[Item]:
         """The items of `d500 run` (only those touching `options.workloads`, when given)."""

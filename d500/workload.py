@@ -178,6 +178,26 @@ def rules(text: str, where: str | Path) -> Rules:
     return Rules(tuple(names), rank_by, how, str(data.get("description") or ""))
 
 
+def check_level(data: Mapping[str, Any], path: Path, level: int, what: str) -> None:
+    """The file's `level` field is the level reading it."""
+    if data["level"] != level:
+        raise ConfigError(f"{path}: field 'level' is {data['level']}; {what} is level {level}")
+
+
+def model_source(model: Mapping[str, Any], path: Path, sources: Sequence[str]) -> str:
+    """Which one of `sources` the `model` mapping names (exactly one; a builder d500 has)."""
+    given = [k for k in sources if model.get(k) is not None]
+    if len(given) != 1:
+        raise ConfigError(f"{path}: field 'model' needs exactly one of {', '.join(sources)} "
+                          f"(got {', '.join(given) or 'none'})")
+    if given[0] == "builder":
+        from d500 import builders
+        if model["builder"] not in builders.BUILDERS:
+            raise ConfigError(f"{path}: field 'model.builder' is {model['builder']!r}; known: "
+                              f"{', '.join(builders.BUILDERS)}")
+    return given[0]
+
+
 def find(name_or_path: str, folder: Path, level: int) -> Path:
     """A workload file by path, or by file stem or `name:` field among `folder`'s files."""
     p = Path(name_or_path)

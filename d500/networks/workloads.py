@@ -149,19 +149,9 @@ def load(path: str | Path) -> Workload:
     """Read and check a level-1 workload file; every problem is a ConfigError naming the field."""
     path = Path(path)
     data = _workload.load(path, SCHEMA)
-    if data["level"] != LEVEL:
-        raise ConfigError(f"{path}: field 'level' is {data['level']}; a network workload is "
-                          f"level {LEVEL}")
+    _workload.check_level(data, path, LEVEL, "a network workload")
     m = data["model"]
-    sources = [k for k in ("onnx_package", "file", "builder") if m.get(k) is not None]
-    if len(sources) != 1:
-        raise ConfigError(f"{path}: field 'model' needs exactly one of onnx_package, file, "
-                          f"builder (got {', '.join(sources) or 'none'})")
-    if m.get("builder") is not None:
-        from d500 import builders
-        if m["builder"] not in builders.BUILDERS:
-            raise ConfigError(f"{path}: field 'model.builder' is {m['builder']!r}; known: "
-                              f"{', '.join(builders.BUILDERS)}")
+    if _workload.model_source(m, path, ("onnx_package", "file", "builder")) == "builder":
         shape = m.get("input_shape") or [1, 28, 28]
         if len(shape) != 3 or any(d < 1 for d in shape):
             raise ConfigError(f"{path}: field 'model.input_shape' must be [C, H, W] with "

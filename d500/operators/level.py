@@ -18,17 +18,6 @@ class OperatorsLevel(Level):
         from d500.operators.workloads import load_case
         return load_case(path)
 
-    def entries(self) -> list[Path]:
-        """The example submission folders that enter level 0."""
-        from d500.paths import examples
-        from d500.workload import read_yaml
-        found = []
-        for file in sorted(examples().glob("*/submission.yaml")):
-            _, data = read_yaml(file)
-            if isinstance(data, dict) and data.get("level") == self.number:
-                found.append(file.parent)
-        return found
-
     def plan(self, options: RunOptions) -> list[Item]:
         """Each example entry on each case it enters (only the wanted cases, if any)."""
         from d500.operators.base import load

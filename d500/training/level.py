@@ -30,17 +30,6 @@ class TrainingLevel(Level):
         from d500.training import workloads
         return workloads.load(path, level=self.number)
 
-    def entries(self) -> list[Path]:
-        """The example submission folders that enter this level."""
-        from d500.paths import examples
-        from d500.workload import read_yaml
-        found = []
-        for file in sorted(examples().glob("*/submission.yaml")):
-            _, data = read_yaml(file)
-            if isinstance(data, dict) and data.get("level") == self.number:
-                found.append(file.parent)
-        return found
-
     def plan(self, options: RunOptions) -> list[Item]:
         """Each example entry on each default digits workload it enters, on torch and
         TensorFlow (or the backends asked for that can train): one small tuning study."""

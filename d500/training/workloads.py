@@ -123,19 +123,9 @@ def load(path: str | Path, level: int = 2) -> Workload:
 
 def from_data(path: Path, data: dict[str, Any], level: int) -> Workload:
     """A Workload from validated fields (level 3 validates more fields on top)."""
-    if data["level"] != level:
-        raise ConfigError(f"{path}: field 'level' is {data['level']}; this is a level-{level} "
-                          f"workload reader")
+    _workload.check_level(data, path, level, "a training workload here")
     m = data["model"]
-    sources = [k for k in ("builder", "file") if m.get(k) is not None]
-    if len(sources) != 1:
-        raise ConfigError(f"{path}: field 'model' needs exactly one of builder, file "
-                          f"(got {', '.join(sources) or 'none'})")
-    if m.get("builder") is not None:
-        from d500 import builders
-        if m["builder"] not in builders.BUILDERS:
-            raise ConfigError(f"{path}: field 'model.builder' is {m['builder']!r}; known: "
-                              f"{', '.join(builders.BUILDERS)}")
+    _workload.model_source(m, path, ("builder", "file"))
     d = data["dataset"]
     for key in ("train", "validation", "test"):
         if d[key] < 1:
