@@ -33,15 +33,19 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self
 
+from d500.distributed.launch import (  # noqa: F401  (re-exported: tune_cli, tests)
+    LAUNCHER_VARIABLES,
+    LOCAL_SIZE_VARIABLES,
+    launched_by_mpi,
+    share_cores,
+    world,
+)
 from d500.errors import D500Error
 
 if TYPE_CHECKING:  # imported when used: launched_by_mpi and share_cores run before NumPy loads
     from d500.training.trainer import Progress
     from d500.training.tuning import Trial, TuneReport
 
-LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
-                      "OMPI_COMM_WORLD_RANK")
-LOCAL_SIZE_VARIABLES = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
 READY, ASSIGN, BEAT = 1, 2, 3
 POLL = 0.01  # seconds between polls of a waiting rank
 DEFAULT_LIMIT = 120.0
@@ -52,34 +56,6 @@ class RankLost(D500Error):
     """A rank stopped answering; the job ends so that no rank waits for it forever."""
 
     exit_code = 1
-
-
-def launched_by_mpi() -> bool:
-    """Whether an MPI launcher started this process (read from its environment: MPI itself is
-    not imported, so a plain `d500 tune` never initialises it)."""
-    return any(name in os.environ for name in LAUNCHER_VARIABLES)
-
-
-def share_cores() -> None:
-    """Give each rank its share of this machine's cores (OMP_NUM_THREADS, read by torch when it
-    is imported) unless the user set it; K ranks of a full-width framework would each start a
-    thread per core. Call before a framework is imported."""
-    local = next((os.environ[v] for v in LOCAL_SIZE_VARIABLES if v in os.environ), None)
-    if local and local.isdigit() and int(local) > 1 and "OMP_NUM_THREADS" not in os.environ:
-        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // int(local)))
-
-
-def world() -> Any:
-    """MPI's COMM_WORLD when this process runs under an MPI launcher with other ranks, else
-    None (mpi4py is imported only under a launcher)."""
-    global _world
-    if not launched_by_mpi():
-        return None
-    from mpi4py import MPI
-    if MPI.COMM_WORLD.Get_size() < 2:
-        return None
-    _world = MPI.COMM_WORLD
-    return _world
 
 
 def running_world() -> Any:
@@ -112,7 +88,8 @@ def tune(workload: Any, submission: Any, backend: str, *, studies: int, trials: 
     silence = limit() if launched_by_mpi() else DEFAULT_LIMIT
     plan(workload, submission, studies, trials)
     preflight(workload, submission.recipe, backend, data_dir)
-    comm = world()
+    global _world
+    comm = _world = world()
     if comm is None:
         return tune_here(workload, submission, backend, studies=studies, trials=trials,
                          ledger=ledger, data_dir=data_dir, on_trial=on_trial)

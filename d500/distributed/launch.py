@@ -1,0 +1,35 @@
+"""How a d500 process learns that an MPI launcher started it (mpiexec, srun, ...), and its world:
+read from the launcher's environment, so a plain process never imports mpi4py or NumPy."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
+                      "OMPI_COMM_WORLD_RANK")
+LOCAL_SIZE_VARIABLES = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
+
+
+def launched_by_mpi() -> bool:
+    """Whether an MPI launcher started this process (read from its environment: MPI itself is
+    not imported, so a plain `d500` command never initialises it)."""
+    return any(name in os.environ for name in LAUNCHER_VARIABLES)
+
+
+def share_cores() -> None:
+    """Give each rank its share of this machine's cores (OMP_NUM_THREADS, read by torch when it
+    is imported) unless the user set it; K ranks of a full-width framework would each start a
+    thread per core. Call before a framework is imported."""
+    local = next((os.environ[v] for v in LOCAL_SIZE_VARIABLES if v in os.environ), None)
+    if local and local.isdigit() and int(local) > 1 and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // int(local)))
+
+
+def world() -> Any:
+    """MPI's COMM_WORLD when this process runs under an MPI launcher with other ranks, else
+    None (mpi4py is imported only under a launcher; `mpiexec -n 1` gives None too)."""
+    if not launched_by_mpi():
+        return None
+    from mpi4py import MPI
+    return MPI.COMM_WORLD if MPI.COMM_WORLD.Get_size() > 1 else None
