@@ -118,7 +118,8 @@ def compressed_allreduce(comm_allreduce: Allreduce, comm_allgather: Allgather,
                          compressor: Compressor, memory: Memory | None,
                          arrays: Mapping[str, np.ndarray], world: int, average: bool = True
                          ) -> tuple[dict[str, np.ndarray], StepBytes]:
-    """One step without keeping a reducer (the memory and compressor carry the state)."""
+    """One step without keeping a reducer: the compressor and the memory carry the state between
+    steps (memory=None: no error feedback, since a fresh residual would be dropped anyway)."""
     reducer = CompressedReducer(compressor, memory if memory is not None else Memory(),
                                 allreduce=comm_allreduce, allgather=comm_allgather, world=world,
                                 average=average)
