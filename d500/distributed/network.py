@@ -30,7 +30,7 @@ REPEATS = 5
 _PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 _BINARY = {"K": 2.0**10, "k": 2.0**10, "M": 2.0**20, "G": 2.0**30, "T": 2.0**40}
 _SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-_NUMBER = r"(\d+(?:\.\d*)?|\.\d+)(?:[eE]([-+]?\d+))?"
+_NUMBER = r"((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
 _LATENCY = re.compile(rf"{_NUMBER}\s*(s|ms|us|µs|ns)")
 _BANDWIDTH = re.compile(rf"{_NUMBER}\s*([kKMGT]?)(i?)(B|b|bit)/s")
 
@@ -78,12 +78,12 @@ def parse_network(text: str, what: str = "--network") -> Network:
         raise bad(f"latency {parts[0]!r} is not a number with a unit s, ms, us or ns")
     if bw is None:
         raise bad(f"bandwidth {parts[1]!r} is not a number with a unit such as GB/s or Gb/s")
-    alpha = _number(lat) * _SECONDS[lat.group(3)]
-    prefix, binary, unit = bw.group(3), bw.group(4), bw.group(5)
+    alpha = float(lat.group(1)) * _SECONDS[lat.group(2)]
+    prefix, binary, unit = bw.group(2), bw.group(3), bw.group(4)
     if binary and not prefix:
         raise bad(f"bandwidth unit {parts[1]!r} has 'i' without a prefix")
     scale = _BINARY[prefix] if binary else _PREFIX[prefix]
-    bandwidth = _number(bw) * scale / (1.0 if unit == "B" else 8.0)
+    bandwidth = float(bw.group(1)) * scale / (1.0 if unit == "B" else 8.0)
     if not (math.isfinite(alpha) and alpha >= 0):
         raise bad("latency must be a finite number >= 0")
     if not (math.isfinite(bandwidth) and bandwidth > 0):
@@ -178,8 +178,4 @@ def measure(comm: Any, method: str = "ping-pong", sizes: tuple[int, ...] = SIZES
     pairs = fitted[2:].reshape(-1, 2)
     return Network(float(fitted[0]), float(fitted[1]), method,
                    tuple((int(n), float(t)) for n, t in pairs))
-
-
-def _number(m: re.Match[str]) -> float:
-    return float(m.group(1)) * 10.0 ** int(m.group(2) or 0)
 

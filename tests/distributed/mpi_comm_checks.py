@@ -14,6 +14,7 @@ import numpy as np
 
 from d500.distributed.buckets import Buckets
 from d500.distributed.comm import (
+    CommError,
     Communicator,
     as_array,
     chain_counts,
@@ -190,6 +191,12 @@ def allgatherv_varying_lengths(c: Communicator) -> None:
         sent, received = gather_counts([8 * k for k in counts], c.rank)
         extra = 0 if given else 8 * (c.size - 1)  # the lengths, allgathered first
         assert (t.sent, t.received) == (sent + extra, received + extra), (given, t)
+    wrong = [*counts[1:], 1]  # every rank refuses before communicating
+    try:
+        c.allgatherv(mine, counts=wrong)
+        raise AssertionError("allgatherv took counts that do not fit")
+    except CommError as err:
+        assert "do not give rank" in str(err)
 
 
 @check
