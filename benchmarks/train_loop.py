@@ -10,6 +10,13 @@ repetitions; it prints the throughput ratio d500/native (median over repetitions
 quartiles of the per-repetition ratios). Cases: the MLP on digits (8x8, batch 32: per-step
 overhead shows) and ResNet-20 on CIFAR-sized input (3x32x32, batch 64: compute-bound).
 
+Both sides share one process, so one's pattern of allocating and freeing activations changes
+what the other pays: glibc's malloc hands freed blocks back to the OS (trim, munmap) and the next
+step page-faults them in again, 5,000-10,000 faults a step for ResNet-20, landing mostly on
+whichever side runs after the other. By default the benchmark asks malloc to keep freed memory
+(mallopt: mmap threshold 32 MiB, trim threshold 1 GiB), for both sides alike, as a long training
+run's steady state does; --release-memory leaves glibc's defaults.
+
 What d500 does on top, by the ONNX contract rather than by choice: ResNet-20's batch norm is in
 inference form, so its running mean and variance are float initializers, i.e. parameters, and
 d500 computes and applies their gradients too (the native models keep them as non-trainable
@@ -18,7 +25,7 @@ layout (OIHW) and the input NCHW, so each step transposes them to channels-last 
 
     .venv/bin/python benchmarks/train_loop.py [--framework both|torch|tensorflow]
         [--case both|mlp|resnet20] [--repetitions 15] [--number N] [--threads 1]
-        [--clock wall|cpu]
+        [--clock wall|cpu] [--release-memory]
 """
 
 from __future__ import annotations
@@ -310,7 +317,22 @@ def check(name: str, framework: str, d500_loss: float, native_loss: float, about
                          "the comparison would be meaningless")
 
 
-def calibrate(a: Callable, b: Callable, seconds: float = 0.3) -> int:
+def keep_memory() -> str:
+    """Ask glibc's malloc to keep freed memory (see the module docstring); what was done."""
+    import ctypes
+    import ctypes.util
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return "not glibc: allocator defaults"
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    if mallopt(m_mmap_threshold, 32 << 20) and mallopt(m_trim_threshold, 1 << 30):
+        return "freed memory kept (mmap threshold 32 MiB, trim threshold 1 GiB)"
+    return "mallopt refused: glibc defaults"
+
+
+def calibrate(a: Callable, b: Callable, seconds: float = 0.6) -> int:
     """Steps per timed repetition so that one side's block takes about `seconds`."""
     start = time.perf_counter()
     for _ in range(5):
@@ -329,10 +351,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case", choices=("both", *CASES), default="both")
     parser.add_argument("--repetitions", type=int, default=15)
     parser.add_argument("--number", type=int, default=0,
-                        help="steps per timed repetition (default: as many as take ~0.3 s)")
+                        help="steps per timed repetition (default: as many as take ~0.6 s)")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="wall time (default), or this process's CPU time: steadier on a "
                              "machine other jobs share, with one thread per side")
+    parser.add_argument("--release-memory", action="store_true",
+                        help="leave glibc malloc's defaults (freed memory goes back to the OS)")
     parser.add_argument("--threads", type=int, default=1,
                         help="intra-op threads for both sides (default 1: on a shared machine "
                              "other jobs make multi-threaded timings erratic; 0: the default)")
@@ -347,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
             import tensorflow as tf
             tf.config.threading.set_intra_op_parallelism_threads(args.threads)
             tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    memory = "glibc defaults" if args.release_memory else keep_memory()
+    print(f"malloc: {memory}; {args.threads or 'default'} thread(s) per side")
     results = {}
     for case in cases:
         name, shape, batch = CASES[case]

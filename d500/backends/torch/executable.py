@@ -138,6 +138,9 @@ class GraphModule(torch.nn.Module):
             if not isinstance(value, torch.Tensor):
                 self.constants[name] = value  # strings
                 continue
+            # in torch's own memory: 64-byte aligned, as oneDNN's kernels want (NumPy's is
+            # 16-byte aligned: a convolution's forward+backward on such weights runs ~4% slower)
+            value = value.clone()
             attr = f"v{i}_" + re.sub(r"\W", "_", name)[:60]
             self.attr_names[name] = attr
             if name in trainable:
