@@ -35,10 +35,9 @@ communicator of one rank needs no MPI: every collective is the identity and coun
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, Literal
 
 import numpy as np
@@ -89,6 +88,7 @@ def chunk_bounds(length: int, size: int) -> list[int]:
     return [k * q + min(k, extra) for k in range(size + 1)]
 
 
+@functools.lru_cache(maxsize=1024)
 def ring_counts(length: int, size: int, rank: int) -> tuple[int, int]:
     """Elements rank `rank` sends and receives in a ring allreduce of `length` elements."""
     if size == 1:
@@ -127,6 +127,10 @@ class Communicator:
         self.right = (self.rank + 1) % self.size
         self.traffic: dict[str, Traffic] = {}
         self._scratch = np.empty(0, dtype=np.uint8)
+        self._in_place: Any = None
+        if mpi is not None:
+            from mpi4py import MPI
+            self._in_place = MPI.IN_PLACE
 
     @classmethod
     def for_world(cls) -> Communicator:
@@ -161,15 +165,11 @@ class Communicator:
         """The counts as plain data, per collective name, for a record or a gather."""
         return {name: dataclasses.asdict(t) for name, t in self.traffic.items()}
 
-    @contextmanager
-    def _counting(self, name: str) -> Iterator[Traffic]:
-        t = self.traffic.setdefault(name, Traffic())
-        start = time.perf_counter()
-        try:
-            yield t
-        finally:
-            t.calls += 1
-            t.seconds += time.perf_counter() - start
+    def _counting(self, name: str) -> _Clock:
+        t = self.traffic.get(name)
+        if t is None:
+            t = self.traffic[name] = Traffic()
+        return _Clock(t)
 
     # ------------------------------------------------------------------ collectives
     def allreduce(self, x: Buffer, op: Op = "sum") -> Buffer:
@@ -177,9 +177,9 @@ class Communicator:
         Counted as the ring algorithm would send it (see the module docstring)."""
         a = _writable(x)
         _check_op(a, op)
-        with self._counting("allreduce") as t, _flat(a) as flat:
+        with self._counting("allreduce") as t, _Flat(a) as flat:
             if self.mpi is not None and flat.size:
-                self.mpi.Allreduce(_in_place(), flat)
+                self.mpi.Allreduce(self._in_place, flat)
                 sent, received = ring_counts(flat.size, self.size, self.rank)
                 t.sent += sent * flat.itemsize
                 t.received += received * flat.itemsize
@@ -194,7 +194,7 @@ class Communicator:
         a = _writable(x)
         _check_op(a, op)
         n, r = self.size, self.rank
-        with self._counting("ring_allreduce") as t, _flat(a) as flat:
+        with self._counting("ring_allreduce") as t, _Flat(a) as flat:
             if self.mpi is None or not flat.size:
                 return x
             b = chunk_bounds(flat.size, n)
@@ -215,7 +215,7 @@ class Communicator:
     def broadcast(self, x: Buffer, root: int = 0) -> Buffer:
         """Rank `root`'s `x` into every rank's `x` in place (MPI_Bcast); returns `x`."""
         a = _writable(x)
-        with self._counting("broadcast") as t, _flat(a) as flat:
+        with self._counting("broadcast") as t, _Flat(a) as flat:
             if self.mpi is not None and flat.size:
                 self.mpi.Bcast(flat, root=root)
                 sent, received = chain_counts(flat.nbytes, self.size, self.rank, root)
@@ -235,7 +235,7 @@ class Communicator:
             if res.shape != (self.size, *a.shape) or res.dtype != a.dtype:
                 raise CommError(f"allgather: out must be {a.dtype} of shape "
                                 f"{(self.size, *a.shape)}, got {res.dtype} {res.shape}")
-        with self._counting("allgather") as t, _flat(res) as flat:
+        with self._counting("allgather") as t, _Flat(res) as flat:
             if self.mpi is None:
                 flat[:] = a.reshape(-1)
             elif a.size:
@@ -284,7 +284,7 @@ class Communicator:
                 raise CommError(f"neighbour_exchange: outputs must be {a.dtype} of shape "
                                 f"{a.shape}, got {as_array(o).dtype} {as_array(o).shape}")
         with self._counting("neighbour_exchange") as t, \
-                _flat(as_array(outs[0])) as from_left, _flat(as_array(outs[1])) as from_right:
+                _Flat(as_array(outs[0])) as from_left, _Flat(as_array(outs[1])) as from_right:
             flat = a.reshape(-1)
             if self.mpi is None:
                 from_left[:] = flat
@@ -335,20 +335,39 @@ def _check_op(a: np.ndarray, op: str) -> None:
         raise CommError(f"an average of {a.dtype} arrays is not {a.dtype}: reduce with 'sum'")
 
 
-@contextmanager
-def _flat(a: np.ndarray) -> Iterator[np.ndarray]:
-    """A 1-D view of `a`; for a non-contiguous `a` a contiguous copy, written back after."""
-    if a.flags.c_contiguous:
-        yield a.reshape(-1)
-        return
-    flat = np.ascontiguousarray(a).reshape(-1)
-    yield flat
-    a[...] = flat.reshape(a.shape)
+class _Clock:
+    """Counts a call and its seconds into a Traffic (a class: cheaper than @contextmanager)."""
+
+    __slots__ = ("start", "traffic")
+
+    def __init__(self, traffic: Traffic):
+        self.traffic = traffic
+        self.start = 0.0
+
+    def __enter__(self) -> Traffic:
+        self.start = time.perf_counter()
+        return self.traffic
+
+    def __exit__(self, *exc: object) -> None:
+        self.traffic.calls += 1
+        self.traffic.seconds += time.perf_counter() - self.start
 
 
-def _in_place() -> Any:
-    from mpi4py import MPI
-    return MPI.IN_PLACE
+class _Flat:
+    """A 1-D view of `a`; for a non-contiguous `a` a contiguous copy, written back on exit."""
+
+    __slots__ = ("a", "flat")
+
+    def __init__(self, a: np.ndarray):
+        self.a = a
+        self.flat = a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1)
+
+    def __enter__(self) -> np.ndarray:
+        return self.flat
+
+    def __exit__(self, kind: object, *exc: object) -> None:
+        if kind is None and not self.a.flags.c_contiguous:
+            self.a[...] = self.flat.reshape(self.a.shape)
 
 
 def _waitall(requests: list[Any]) -> None:
