@@ -271,11 +271,12 @@ def MatMulInteger(node, a, b, a_zero=None, b_zero=None):
 
 @op
 def Gemm(node, a, b, c=None):
-    if node.attr("transA", 0):
-        a = tf.transpose(a)
-    if node.attr("transB", 0):
-        b = tf.transpose(b)
-    y = _matmul(a, b)
+    trans_a, trans_b = bool(node.attr("transA", 0)), bool(node.attr("transB", 0))
+    if a.dtype in (tf.float32, tf.float64) and a.shape.rank == 2 and b.shape.rank == 2:
+        # the transposes as MatMul's flags: no Transpose op forward nor in the gradient
+        y = tf.matmul(a, b, transpose_a=trans_a, transpose_b=trans_b)
+    else:
+        y = _matmul(tf.transpose(a) if trans_a else a, tf.transpose(b) if trans_b else b)
     alpha, beta = node.attr("alpha", 1.0), node.attr("beta", 1.0)
     if alpha != 1.0:
         y = y * tf.cast(alpha, y.dtype)
