@@ -187,6 +187,52 @@ class Trainer:
         """Output `output` for `feeds` without an update (only the inputs it needs are read)."""
         raise NotImplementedError
 
+    # -- the split of `step` that distributed schemes use (level 3) -------------------------
+    # `step(feeds, lr)` is unchanged and does not go through these; for plain SGD-style
+    # optimizers `apply(gradients(feeds)[1], lr)` is the same update as `step(feeds, lr)`.
+    def gradients(self, feeds: Mapping[str, np.ndarray]) -> tuple[float, dict[str, np.ndarray]]:
+        """Forward and backward on the batch `feeds`, no update: (the loss, the gradient of
+        every parameter by name as a writable float NumPy array of the parameter's shape).
+        On torch (CPU) the arrays are zero-copy views of `param.grad`, so an in-place allreduce
+        on them changes what `apply` reads; elsewhere they are this call's own arrays."""
+        raise NotImplementedError
+
+    def apply(self, grads: Mapping[str, np.ndarray], lr: float) -> None:
+        """The optimizer's update (its state advances one step) from `grads` (one array per
+        parameter, by name: e.g. `gradients`' arrays after an allreduce) at learning rate `lr`.
+        A missing or misshapen gradient is a UsageError naming it."""
+        raise NotImplementedError
+
+    def parameter_views(self) -> dict[str, np.ndarray] | None:
+        """Writable NumPy arrays sharing the parameters' memory (writing one changes the model),
+        or None when the framework keeps parameters where NumPy cannot see them (TensorFlow) or
+        replaces its arrays on every update (reference): then use `parameters()` and
+        `set_parameters()`. Views stay valid for the trainer's life."""
+        return None
+
+    def check_gradients(self, grads: Mapping[str, Any]) -> None:
+        """A UsageError naming the first parameter whose gradient is missing from `grads` or
+        has another shape than the parameter (the same rule for every backend's `apply`)."""
+        shapes = self.parameter_shapes()
+        for name, shape in shapes.items():
+            g = grads.get(name)
+            if g is None:
+                raise UsageError(f"apply: no gradient for parameter '{name}' "
+                                 f"({len(shapes)} parameters, {len(grads)} gradients given)")
+            if tuple(np.shape(g)) != shape:
+                raise UsageError(f"apply: the gradient of '{name}' has shape "
+                                 f"{tuple(np.shape(g))}, the parameter {shape}")
+
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every parameter's shape by name (from the model's initializers)."""
+        found = getattr(self, "_parameter_shapes", None)
+        if found is None:
+            dims = {t.name: tuple(int(d) for d in t.dims)
+                    for t in self.executable.model.graph.initializer}
+            found = self._parameter_shapes = {
+                n: dims[n] for n in self.executable.parameter_names}
+        return found
+
     def parameters(self) -> dict[str, np.ndarray]:
         """The current parameters by name, as NumPy copies."""
         return self.executable.parameters()

@@ -59,6 +59,21 @@ class ReferenceTrainer(Trainer):
         self.executable.set_parameters(params)
         return float(np.asarray(outputs[0]))
 
+    def gradients(self, feeds: Mapping[str, np.ndarray]) -> tuple[float, dict[str, np.ndarray]]:
+        """The loss and the reference backend's gradients (new writable arrays), no update."""
+        part, inputs = self._part(self.loss)
+        part.set_parameters(self.executable.parameters())
+        outputs, grads = part.gradients(self.batch(feeds, inputs), output=self.loss,
+                                        wrt=self.executable.parameter_names)
+        return float(np.asarray(outputs[0])), {n: np.array(g) for n, g in grads.items()}
+
+    def apply(self, grads: Mapping[str, np.ndarray], lr: float) -> None:
+        """The optimizer's NumPy update from `grads`, written back into the executable."""
+        self.check_gradients(grads)
+        params = self.executable.parameters()
+        self.optimizer.step(params, {n: np.asarray(grads[n]) for n in params}, self.state, lr)
+        self.executable.set_parameters(params)
+
     def predict(self, feeds: Mapping[str, np.ndarray], output: str = "logits") -> np.ndarray:
         part, inputs = self._part(output)
         part.set_parameters(self.executable.parameters())

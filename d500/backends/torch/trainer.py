@@ -18,6 +18,9 @@ from d500.backends.torch.executable import Plan, TorchExecutable
 # NumPy dtypes torch stores as they are: a batch of these goes in by torch.from_numpy (no copy).
 _DIRECT = {np.dtype(t) for t in (np.float32, np.float64, np.float16, np.int64, np.int32,
                                   np.int16, np.int8, np.uint8, np.bool_)}
+# torch float dtype -> NumPy's: what a gradient array given to `apply` is made into
+_NUMPY_DTYPES = {torch.float16: np.dtype(np.float16), torch.float32: np.dtype(np.float32),
+                 torch.float64: np.dtype(np.float64)}
 
 
 def pruned_plan(program: Program, keep: list[int], outputs: list[str]) -> Plan:
@@ -82,6 +85,53 @@ class TorchTrainer(Trainer):
             grads = [torch.zeros_like(p) if g is None else g for p, g in zip(self.params, grads)]
         self.optimizer.step(self.named, dict(zip(self.names, grads)), self.state, lr)
         return loss.item()
+
+    # -- the split for distributed schemes (step above does not use it) ---------------------
+    def gradients(self, feeds: Mapping[str, np.ndarray]) -> tuple[float, dict[str, np.ndarray]]:
+        """Forward and torch.autograd.grad; each gradient becomes `param.grad` (no copy) and is
+        returned as a zero-copy NumPy view of it (CPU; a copy from another device)."""
+        env = self._env(feeds, self.train_inputs)
+        with torch.enable_grad():
+            loss = self.train_plan.run(env)[0]
+            grads = torch.autograd.grad(loss, self.params, allow_unused=True)
+        views: dict[str, np.ndarray] = {}
+        for name, p, g in zip(self.names, self.params, grads):
+            g = torch.zeros_like(p) if g is None else g
+            if not g.is_contiguous():
+                g = g.contiguous()
+            p.grad = g
+            views[name] = g.numpy() if g.device.type == "cpu" else g.cpu().numpy()
+        self._grad_views = views
+        return loss.item(), views
+
+    def apply(self, grads: Mapping[str, np.ndarray], lr: float) -> None:
+        """The update from `grads`: views from `gradients` are used as the `param.grad` they
+        share memory with; other arrays are wrapped by torch.from_numpy (no copy on CPU)."""
+        self.check_gradients(grads)
+        mine = getattr(self, "_grad_views", {})
+        tensors = []
+        for name, p in zip(self.names, self.params):
+            g = grads[name]
+            if g is mine.get(name) and p.grad is not None and p.device.type == "cpu":
+                tensors.append(p.grad)
+                continue
+            t = torch.from_numpy(np.ascontiguousarray(g, dtype=_NUMPY_DTYPES[p.dtype]))
+            tensors.append(t if p.device.type == "cpu" else t.to(p.device))
+        if self.native:
+            for p, t in zip(self.params, tensors):
+                p.grad = t
+            for group in self.torch_optimizer.param_groups:
+                group["lr"] = lr
+            self.torch_optimizer.step()
+            return
+        self.optimizer.step(self.named, dict(zip(self.names, tensors)), self.state, lr)
+
+    def parameter_views(self) -> dict[str, np.ndarray] | None:
+        """Zero-copy NumPy views of the module's parameter tensors (CPU; None on another
+        device): writing into them changes the model, e.g. for model averaging."""
+        if self.device.type != "cpu":
+            return None
+        return {n: p.detach().numpy() for n, p in zip(self.names, self.params)}
 
     def predict(self, feeds: Mapping[str, np.ndarray], output: str = "logits") -> np.ndarray:
         found = self.predictors.get(output)
