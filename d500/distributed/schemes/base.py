@@ -1,0 +1,228 @@
+"""The Scheme interface of level 3: a distributed optimizer wrapping one rank's level-2 Trainer and
+a Communicator, its validated options, and the registry (`SCHEMES`, `make`).
+
+    scheme = make("sync", trainer, comm, reducer=None, bucket_bytes=25 * 2**20)
+    scheme.start()                      # every rank from rank 0's parameters
+    for feeds in my_share_of_each_global_batch:
+        loss = scheme.step(feeds, lr)   # this rank's loss
+    with scheme.evaluated():            # on every rank at the same step: the scheme's model
+        accuracy = evaluate(trainer)
+    scheme.finish()                     # on every rank after the last step (async_ps drains)
+    scheme.figures()                    # scheme-specific figures, floats
+
+Every method but `figures`/`details` is collective: every rank calls it the same number of times in
+the same order. Between `step` calls a scheme may leave messages in flight (async_ps does), so the
+caller runs its own collectives on `comm` only inside `evaluated()` or after `finish()`. Traffic
+counted on `comm` inside `evaluated()` is moved to `comm.traffic["evaluate"]`, so the other names
+hold training traffic only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from d500.distributed.buckets import DEFAULT_BUCKET_BYTES, Buckets
+from d500.distributed.comm import Communicator, Traffic
+from d500.errors import ConfigError, UsageError
+
+EVALUATE = "evaluate"  # the traffic name of everything counted inside evaluated()
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One option of a scheme: its default, its kind ('bool', 'count' = whole number >= 1,
+    'whole' = whole number >= 0) and what it does."""
+
+    default: Any
+    kind: str
+    help: str = ""
+
+
+_KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "count": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+              "a whole number >= 1"),
+    "whole": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+              "a whole number >= 0"),
+}
+
+
+class Scheme:
+    """A distributed optimizer over `comm` wrapping this rank's level-2 `trainer` (see the
+    module docstring for the calls). Subclasses set `name`, `options`, `compressible` and write
+    `step` (and `_evaluate`, `figures`, `finish` where they differ)."""
+
+    name: ClassVar[str] = ""
+    options: ClassVar[dict[str, Option]] = {}
+    compressible: ClassVar[bool] = False  # accepts a CompressedReducer
+
+    def __init__(self, trainer: Any, comm: Communicator, *, reducer: Any = None,
+                 bucket_bytes: int = DEFAULT_BUCKET_BYTES, **options: Any):
+        where = f"scheme '{self.name}'"
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            known = ", ".join(self.options) or "none"
+            raise ConfigError(f"{where}: unknown option '{unknown[0]}' (options: {known})")
+        for key, spec in self.options.items():
+            value = options.get(key, spec.default)
+            test, meaning = _KINDS[spec.kind]
+            if not test(value):
+                raise ConfigError(f"{where}: option '{key}' must be {meaning}, got {value!r}")
+            setattr(self, key, value)
+        if reducer is not None and not self.compressible:
+            able = ", ".join(n for n, c in SCHEMES.items() if c.compressible)
+            raise ConfigError(f"{where} does not compress gradients (compression works with: "
+                              f"{able}); remove the compressor or choose one of those schemes")
+        if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) \
+                or bucket_bytes < 1:
+            raise ConfigError(f"{where}: bucket_bytes must be a whole number of bytes >= 1, "
+                              f"got {bucket_bytes!r}")
+        self.trainer, self.comm, self.reducer = trainer, comm, reducer
+        self.bucket_bytes = bucket_bytes
+        self.rank, self.size = comm.rank, comm.size
+        self.steps = 0  # step() calls on this rank
+        self.params = Parameters(trainer)
+        self._param_buckets: Buckets | None = None
+
+    # ------------------------------------------------------------------ the interface
+    def start(self) -> None:
+        """Every rank's parameters become rank 0's (one fused broadcast)."""
+        self.broadcast_parameters()
+
+    def step(self, feeds: Mapping[str, np.ndarray], lr: float) -> float:
+        """One distributed step on this rank's share `feeds` of the global batch at learning
+        rate `lr`; returns this rank's loss."""
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def evaluated(self) -> Iterator[None]:
+        """Inside, this rank's model is the scheme's result (restored after where it differs);
+        the traffic it costs is counted under `comm.traffic["evaluate"]`."""
+        before = {k: dataclasses.replace(t) for k, t in self.comm.traffic.items()}
+        try:
+            with self._evaluate():
+                yield
+        finally:
+            _move_traffic(self.comm, before, EVALUATE)
+
+    def finish(self) -> None:
+        """After the last step, on every rank: complete what is in flight (default: nothing)."""
+
+    def figures(self) -> dict[str, float]:
+        """Scheme-specific figures of this rank (e.g. staleness, compression ratio)."""
+        return self.compression_figures()
+
+    def details(self) -> dict[str, Any]:
+        """Scheme-specific data that is not one number (e.g. a histogram), JSON-ready."""
+        return {}
+
+    # ------------------------------------------------------------------ for subclasses
+    @contextlib.contextmanager
+    def _evaluate(self) -> Iterator[None]:
+        """The model is already the scheme's result on every rank (sync, ps)."""
+        yield
+
+    def broadcast_parameters(self, root: int = 0) -> None:
+        """Rank `root`'s parameters into every rank's model, fused into buckets."""
+        arrays = self.params.get()
+        if self._param_buckets is None:
+            self._param_buckets = Buckets(arrays, self.bucket_bytes)
+        self._param_buckets.apply(arrays, lambda buf: self.comm.broadcast(buf, root))
+        self.params.put(arrays)
+
+    def average_parameters(self) -> None:
+        """Every rank's model becomes the average of all ranks' models (fused allreduce)."""
+        arrays = self.params.get()
+        if self._param_buckets is None:
+            self._param_buckets = Buckets(arrays, self.bucket_bytes)
+        self._param_buckets.allreduce(arrays, self.comm, op="average")
+        self.params.put(arrays)
+
+    @contextlib.contextmanager
+    def averaged_model(self) -> Iterator[None]:
+        """Inside, every rank holds the average of the ranks' models; its own after."""
+        own = self.trainer.parameters()
+        self.average_parameters()
+        try:
+            yield
+        finally:
+            self.trainer.set_parameters(own)
+
+    def compression_figures(self) -> dict[str, float]:
+        """The reducer's payload bytes per step and compression ratio (dense / sent), if any."""
+        r = self.reducer
+        if r is None or not r.steps:
+            return {}
+        return {"payload_bytes_per_step": r.sent_bytes / r.steps,
+                "compression_ratio": r.dense_bytes / r.sent_bytes if r.sent_bytes else 0.0}
+
+
+class Parameters:
+    """This rank's parameters as writable NumPy arrays: the trainer's zero-copy views where it
+    has them (torch on CPU: `get` costs nothing, `put` nothing), else copies written back by
+    `put` through `set_parameters`."""
+
+    def __init__(self, trainer: Any):
+        self.trainer = trainer
+        self.views = trainer.parameter_views()
+
+    def get(self) -> dict[str, np.ndarray]:
+        if self.views is not None:
+            return self.views
+        return {n: a if a.flags.writeable else np.array(a)
+                for n, a in self.trainer.parameters().items()}
+
+    def put(self, arrays: Mapping[str, np.ndarray]) -> None:
+        if arrays is not self.views:
+            self.trainer.set_parameters(arrays)
+
+
+def _move_traffic(comm: Communicator, before: dict[str, Traffic], into: str) -> None:
+    """Move what `comm` counted since `before` (a copy of its traffic) to `traffic[into]`."""
+    moved = comm.traffic.get(into) or Traffic()
+    for name in list(comm.traffic):
+        if name == into:
+            continue
+        now, then = comm.traffic[name], before.get(name, Traffic())
+        moved.calls += now.calls - then.calls
+        moved.sent += now.sent - then.sent
+        moved.received += now.received - then.received
+        moved.seconds += now.seconds - then.seconds
+        if name in before:
+            comm.traffic[name] = then
+        else:
+            del comm.traffic[name]
+    if moved.calls:
+        comm.traffic[into] = moved
+
+
+def make_reducer(comm: Communicator, compressor: str, params: Mapping[str, Any] | None = None,
+                 *, seed: int = 0, where: str = "compression") -> Any:
+    """A CompressedReducer over `comm`'s allreduce and allgather for the compressor named
+    `compressor` with hyperparameters `params` (`seed` the same on every rank)."""
+    from d500.distributed.compression import CompressedReducer
+    from d500.distributed.compression import make as make_compressor
+    c, memory = make_compressor(compressor, params, seed=seed, worker=comm.rank, where=where)
+    return CompressedReducer(c, memory, allreduce=comm.allreduce, allgather=comm.allgather,
+                             world=comm.size)
+
+
+def make(name: str, trainer: Any, comm: Communicator, **options: Any) -> Scheme:
+    """The scheme `name` over `trainer` and `comm` (options as Scheme.__init__ takes them)."""
+    if name not in SCHEMES:
+        raise UsageError(f"unknown scheme '{name}' (known: {', '.join(SCHEMES)})")
+    return SCHEMES[name](trainer, comm, **options)
+
+
+SCHEMES: dict[str, type[Scheme]] = {}  # filled by d500.distributed.schemes
+
+
+def register(cls: type[Scheme]) -> type[Scheme]:
+    """Add a scheme class to SCHEMES under its name."""
+    SCHEMES[cls.name] = cls
+    return cls
