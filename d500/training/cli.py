@@ -7,37 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from d500.cli import ArgumentParser, seed, stdout_console
-from d500.errors import CheckFailed, ConfigError, UsageError
-
-
-def parser(prog: str, what: str) -> ArgumentParser:
-    p = ArgumentParser(prog=prog, description=what)
-    p.add_argument("workload", help="a levels/2-training/*.yaml file or workload name")
-    p.add_argument("--submission", required=True, metavar="DIR",
-                   help="the entry: a folder with submission.yaml")
-    p.add_argument("--backend", default="torch", help="a trainable backend (default torch)")
-    p.add_argument("--data", metavar="DIR", help="where dataset files are (default $D500_DATA)")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
-    return p
-
-
-def resolve(args: Any) -> tuple[Any, Any]:
-    """The workload and submission named on the command line, checked against each other."""
-    from d500 import levels
-    from d500.training import submission as submissions
-    level = levels.get(2)
-    path = level.find(args.workload)
-    workload = levels.of_file(path).load(path)
-    entry = submissions.load(args.submission)
-    if workload.name not in entry.workloads:
-        raise ConfigError(f"{entry.path}: the entry does not enter workload '{workload.name}' "
-                          f"(field 'workloads': {', '.join(entry.workloads)})")
-    if entry.level != workload.level:
-        raise ConfigError(f"{entry.path}: a level-{entry.level} entry cannot run the "
-                          f"level-{workload.level} workload '{workload.name}'")
-    entry.recipe.check(workload)
-    return workload, entry
+from d500.cli import seed, stdout_console
+from d500.errors import CheckFailed, UsageError
+from d500.training.console import line, parser, progress_bar, resolve
 
 
 def main(argv: list[str], prog: str = "d500 train") -> int:
@@ -102,45 +74,3 @@ def choose_seeds(ledger: Any, workload: Any, entry: Any, args: Any) -> list[int]
             out.append(s)
         s += 1
     return out
-
-
-def line(workload: Any, seed_: int, result: Any) -> str:
-    """One run's result as one line."""
-    from d500 import metrics
-    f = result.figures
-    parts = [f"run {result.run_id}", f"seed {seed_}", result.status]
-    for name in ("time_to_accuracy", "epochs", "val_accuracy", "test_accuracy",
-                 "final_test_accuracy", "samples_per_second"):
-        if name in f:
-            parts.append(f"{name} {metrics.get(name).format(f[name])}")
-    if result.error:
-        parts.append(result.error)
-    return ", ".join(parts)
-
-
-class progress_bar:  # noqa: N801 - used as a context manager, like a function
-    """A rich progress bar on stderr: the step of the total, the loss, the last validation
-    accuracy; call it with the trainer's progress dicts."""
-
-    def __init__(self, title: str):
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-        from rich.progress import TimeElapsedColumn
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                 MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                                 TimeElapsedColumn(), console=Console(stderr=True),
-                                 transient=False)
-        self.task = self.progress.add_task(title, total=None, info="")
-
-    def __enter__(self) -> progress_bar:
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.progress.stop()
-
-    def __call__(self, state: dict[str, Any]) -> None:
-        val = state.get("val_accuracy")
-        info = f"loss {state['loss']:.4f}" + (f", val acc {val:.4f}" if val is not None else "")
-        self.progress.update(self.task, completed=state["step"], total=state["total"],
-                             info=info)

@@ -14,7 +14,7 @@ from d500.errors import UsageError
 
 def main(argv: list[str], prog: str = "d500 tune") -> int:
     from d500.training import tune_parallel
-    from d500.training.cli import line, parser, progress_bar, resolve
+    from d500.training.console import line, parser, progress_bar, resolve
     if tune_parallel.launched_by_mpi():
         tune_parallel.share_cores()  # before a framework is imported
     p = parser(prog, __doc__.split("\n\n")[0])
