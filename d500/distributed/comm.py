@@ -25,6 +25,8 @@ charges (`ring_counts`, `chain_counts`, `gather_counts` give them without commun
   `counts` first allgathers one int64 length per rank, counted under "allgatherv" too.
 - neighbour_exchange: actual: B to each ring neighbour and B from each (two messages each way,
   also at N = 2 where both neighbours are the same rank).
+- reduce (to one root): the broadcast's chain reversed: every rank but the root sends B, every
+  rank but the chain's far end (root+N-1) receives B.
 - barrier: no bytes, only time.
 
 `seconds` is the wall time spent inside each collective (the ring's additions and the division
@@ -219,6 +221,26 @@ class Communicator:
             if self.mpi is not None and flat.size:
                 self.mpi.Bcast(flat, root=root)
                 sent, received = chain_counts(flat.nbytes, self.size, self.rank, root)
+                t.sent += sent
+                t.received += received
+        return x
+
+    def reduce(self, x: Buffer, root: int = 0, op: Op = "sum") -> Buffer:
+        """Sum (or average) `x` over all ranks into rank `root`'s `x` in place (MPI_Reduce);
+        the other ranks' `x` are left as they were. Returns `x`. Counted as a pipelined chain
+        root+N-1 -> ... -> root+1 -> root (the broadcast's chain reversed): every rank but the
+        root sends B, every rank but the chain's far end (root+N-1) receives B."""
+        a = _writable(x)
+        _check_op(a, op)
+        with self._counting("reduce") as t, _Flat(a) as flat:
+            if self.mpi is not None and flat.size:
+                if self.rank == root:
+                    self.mpi.Reduce(self._in_place, flat, root=root)
+                    if op == "average":
+                        flat /= self.size
+                else:
+                    self.mpi.Reduce(flat, None, root=root)
+                received, sent = chain_counts(flat.nbytes, self.size, self.rank, root)
                 t.sent += sent
                 t.received += received
         return x
