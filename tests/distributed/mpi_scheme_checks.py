@@ -8,6 +8,7 @@ compares it with a single-process computation made on rank 0 (or every rank) fro
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import threading
@@ -37,12 +38,15 @@ def check(fn: Callable[[Communicator], dict]) -> Callable[[Communicator], dict]:
 
 @cache
 def digits() -> tuple[np.ndarray, np.ndarray]:
-    """sklearn's bundled 8x8 digits (no download), in a fixed shuffled order."""
-    from sklearn.datasets import load_digits
-    data = load_digits()
-    order = np.random.default_rng(0).permutation(len(data.target))
-    return (data.images[order] / 16.0).astype(np.float32)[:, None], \
-        data.target[order].astype(np.int64)
+    """sklearn's bundled 8x8 digits (no download; its CSV read directly, which skips seconds of
+    importing sklearn on every rank), in a fixed shuffled order."""
+    import importlib.util
+    from pathlib import Path
+    root = Path(importlib.util.find_spec("sklearn").submodule_search_locations[0])
+    table = np.loadtxt(root / "datasets" / "data" / "digits.csv.gz", delimiter=",")
+    order = np.random.default_rng(0).permutation(len(table))
+    x = (table[order, :-1] / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
+    return x, table[order, -1].astype(np.int64)
 
 
 def share(step: int, rank: int, size: int, batch: int = B) -> dict[str, np.ndarray]:
@@ -111,6 +115,195 @@ def sync_equals_single_process_large_batch(c: Communicator) -> dict:
     sent, received = ring_counts(b // 4, c.size, c.rank)
     assert (t.sent, t.received) == (steps * 4 * sent, steps * 4 * received), t
     return {"relative": error, "bytes_per_step": t.sent / steps}
+
+
+@check
+def ps_equals_single_process_large_batch(c: Communicator) -> dict:
+    steps = 20
+    scheme, _ = run_scheme(c, "ps", steps)
+    mine = scheme.trainer.parameters()
+    assert same_everywhere(c, mine), "ranks ended with different parameters"
+    error = relative(mine, single_process(steps, c.size))
+    assert error < 1e-5, error
+    b = sum(a.nbytes for a in mine.values())
+    reduce, bcast = c.traffic["reduce"], c.traffic["broadcast"]
+    last = c.size - 1
+    assert (reduce.sent, reduce.received) == (
+        steps * b * (c.rank != 0), steps * b * (c.rank != last)), reduce
+    # start() broadcast once more than the steps
+    assert (bcast.sent, bcast.received) == (
+        (steps + 1) * b * (c.rank != last), (steps + 1) * b * (c.rank != 0)), bcast
+    return {"relative": error, "bytes_per_step": (reduce.sent + bcast.sent) / steps}
+
+
+def simulate_dpsgd(size: int, steps: int, lian: bool) -> list[dict[str, np.ndarray]]:
+    """The same gossip in one process: `size` trainers from rank 0's initial parameters, the
+    mixing x_i <- ((x_i + x_{i-1}) + x_{i+1}) / 3 (P >= 3) or (x_0 + x_1) / 2 (P = 2) in
+    float32, after the local step (or between gradient and update: Lian et al.'s order)."""
+    ranks = [trainer() for _ in range(size)]
+    for k in range(steps):
+        grads = []
+        for r, t in enumerate(ranks):
+            if lian:
+                grads.append({n: np.array(g) for n, g in t.gradients(share(k, r, size))[1].items()})
+            else:
+                t.step(share(k, r, size), LR)
+        xs = [t.parameters() for t in ranks]
+        for r, t in enumerate(ranks):
+            if size == 2:
+                mixed = {n: (xs[0][n] + xs[1][n]) / np.float32(2) for n in xs[r]}
+            else:
+                left, right = xs[(r - 1) % size], xs[(r + 1) % size]
+                mixed = {n: (xs[r][n] + left[n] + right[n]) / np.float32(3) for n in xs[r]}
+            t.set_parameters(mixed)
+            if lian:
+                t.apply(grads[r], LR)
+    return [t.parameters() for t in ranks]
+
+
+def dpsgd_matches_simulation(c: Communicator, lian: bool) -> dict:
+    steps = 20
+    scheme, _ = run_scheme(c, "dpsgd", steps, lian=lian)
+    mine = scheme.trainer.parameters()
+    error = relative(mine, simulate_dpsgd(c.size, steps, lian)[c.rank])
+    assert error < 1e-5, error
+    b = sum(a.nbytes for a in mine.values())
+    if c.size == 2:  # (x_0 + x_1) / 2: one allreduce of the model, B each way
+        t = c.traffic["allreduce"]
+        assert (t.calls, t.sent, t.received) == (steps, steps * b, steps * b), t
+        # W = [[1/2, 1/2], [1/2, 1/2]]: consensus after each mixing (Lian's order then
+        # applies each rank's own gradient to it)
+        assert same_everywhere(c, mine) != lian
+    else:
+        t = c.traffic["neighbour_exchange"]
+        assert (t.sent, t.received) == (steps * 2 * b, steps * 2 * b), t
+        assert not same_everywhere(c, mine), "the models agree: gossip is not an allreduce"
+    with scheme.evaluated():  # the average of the models, restored after
+        inside = scheme.trainer.parameters()
+        assert same_everywhere(c, inside)
+        rows = {n: c.allgather(np.ascontiguousarray(mine[n])) for n in mine}
+        assert relative(inside, {n: rows[n].mean(0) for n in mine}) < 1e-6
+    assert relative(scheme.trainer.parameters(), mine) == 0.0
+    assert "evaluate" in c.traffic
+    return {"relative": error, "bytes_per_step": t.sent / steps}
+
+
+@check
+def dpsgd_matches_gossip_simulation(c: Communicator) -> dict:
+    return dpsgd_matches_simulation(c, lian=False)
+
+
+@check
+def dpsgd_lian_order_matches_gossip_simulation(c: Communicator) -> dict:
+    return dpsgd_matches_simulation(c, lian=True)
+
+
+@check
+def local_sgd_period_1_equals_sync_and_averages_every_period(c: Communicator) -> dict:
+    steps = 20
+    scheme, _ = run_scheme(c, "local_sgd", steps, period=1)
+    error = relative(scheme.trainer.parameters(), single_process(steps, c.size))
+    assert error < 1e-5, error
+    c.reset()
+    scheme, _ = run_scheme(c, "local_sgd", 7, period=3)  # averaged after steps 3 and 6
+    assert c.traffic["allreduce"].calls == 2, c.traffic
+    mine = scheme.trainer.parameters()
+    assert not same_everywhere(c, mine)
+    with scheme.evaluated():
+        assert same_everywhere(c, scheme.trainer.parameters())
+    assert relative(scheme.trainer.parameters(), mine) == 0.0
+    # inside evaluated(): the averaging allreduce and this check's allgather, both moved
+    assert c.traffic["allreduce"].calls == 2 and c.traffic["evaluate"].calls == 2, c.traffic
+    assert scheme.figures() == {"averagings": 2.0}
+    return {"relative": error}
+
+
+def sequential_sgd(steps: int, size: int) -> dict[str, np.ndarray]:
+    """One process, one model: each step the shares of ranks 1..N-1 then rank 0's, one update
+    each (batch B): what async_ps with max_staleness 0 must do."""
+    t = trainer()
+    for k in range(steps):
+        for r in [*range(1, size), 0]:
+            t.step(share(k, r, size), LR)
+    return t.parameters()
+
+
+@check
+def async_ps_staleness_0_is_sequential_sgd(c: Communicator) -> dict:
+    steps = 10
+    scheme, _ = run_scheme(c, "async_ps", steps, max_staleness=0)
+    mine = scheme.trainer.parameters()  # finish() gave every rank the server's model
+    assert same_everywhere(c, mine)
+    error = relative(mine, sequential_sgd(steps, c.size))
+    assert error < 1e-5, error
+    if c.rank == 0:
+        f = scheme.figures()
+        assert f["staleness_max"] == 0 and f["gradients_applied"] == steps * c.size, f
+    return {"relative": error}
+
+
+def held_out_loss(t) -> float:
+    x, y = digits()
+    logits = t.predict({"input": x[-300:]}).astype(np.float64)
+    logits -= logits.max(1, keepdims=True)
+    return float(np.mean(np.log(np.exp(logits).sum(1)) - logits[np.arange(300), y[-300:]]))
+
+
+@check
+def async_ps_bounds_staleness_and_learns(c: Communicator) -> dict:
+    report = {}
+    for bound in sorted({1, c.size}):
+        c.reset()
+        steps = 30
+        t = trainer(seed=c.rank)
+        scheme = make("async_ps", t, c, max_staleness=bound)
+        scheme.start()
+        before = held_out_loss(t)
+        for k in range(steps):
+            scheme.step(share(k, c.rank, c.size), LR)
+            if k == 14:
+                with scheme.evaluated():
+                    assert same_everywhere(c, t.parameters())
+        with scheme.evaluated():
+            after = held_out_loss(t)
+        scheme.finish()
+        assert after < 0.7 * before, (before, after)
+        n = sum(a.size for a in t.parameters().values())
+        push, pull = c.traffic["ps_push"], c.traffic["ps_pull"]
+        if c.rank == 0:
+            f, hist = scheme.figures(), scheme.details()["staleness_histogram"]
+            assert f["gradients_applied"] == steps * c.size == sum(hist), (f, hist)
+            assert 1 <= f["staleness_max"] <= bound and len(hist) - 1 == f["staleness_max"], f
+            assert push.received == (c.size - 1) * steps * (16 + 4 * n), push
+            assert push.sent == 0 and pull.received == 0
+            report[f"K={bound}"] = {"staleness_mean": f["staleness_mean"], "histogram": hist}
+        else:
+            assert push.sent == steps * (16 + 4 * n) and push.received == 0, push
+            assert pull.received <= steps * (16 + 4 * n) and pull.calls == steps, pull
+    return report
+
+
+@check
+def sync_topk_sends_the_compressors_bytes(c: Communicator) -> dict:
+    from d500.distributed.compression.sparse import count
+    steps = 10
+    t = trainer(seed=c.rank)
+    reducer = make_reducer(c, "topk", {"density": 0.01})
+    scheme = make("sync", t, c, reducer=reducer)
+    scheme.start()
+    losses = [scheme.step(share(k, c.rank, c.size), LR) for k in range(steps)]
+    assert all(np.isfinite(losses))
+    gathered = dataclasses.replace(c.traffic["allgather"])
+    assert "allreduce" not in c.traffic
+    assert same_everywhere(c, t.parameters())
+    payload = sum(8 * count(0.01, a.size) for a in t.parameters().values())
+    f = scheme.figures()
+    assert f["payload_bytes_per_step"] == payload, (f, payload)
+    assert (gathered.calls, gathered.sent, gathered.received) == (
+        steps, steps * (c.size - 1) * payload, steps * (c.size - 1) * payload), gathered
+    dense = sum(a.nbytes for a in t.parameters().values())
+    assert f["compression_ratio"] == dense / payload
+    return {"payload_bytes_per_step": payload, "ratio": f["compression_ratio"]}
 
 
 def main() -> int:

@@ -112,7 +112,8 @@ class TorchTrainer(Trainer):
         tensors = []
         for name, p in zip(self.names, self.params):
             g = grads[name]
-            if g is mine.get(name) and p.grad is not None and p.device.type == "cpu":
+            if (g is mine.get(name) and p.grad is not None and p.device.type == "cpu"
+                    and p.grad.data_ptr() == g.ctypes.data):  # still this param.grad's view
                 tensors.append(p.grad)
                 continue
             t = torch.from_numpy(np.ascontiguousarray(g, dtype=_NUMPY_DTYPES[p.dtype]))

@@ -3,7 +3,13 @@ interface, `SCHEMES` and `make` are in base.py."""
 
 from __future__ import annotations
 
-from d500.distributed.schemes import sync  # noqa: F401  (registers itself)
+from d500.distributed.schemes import (  # noqa: F401  (each registers itself)
+    async_ps,
+    dpsgd,
+    local_sgd,
+    ps,
+    sync,
+)
 from d500.distributed.schemes.base import SCHEMES, Option, Parameters, Scheme, make, make_reducer
 
 __all__ = ["SCHEMES", "Option", "Parameters", "Scheme", "make", "make_reducer"]

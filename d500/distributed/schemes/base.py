@@ -102,7 +102,9 @@ class Scheme:
     @contextlib.contextmanager
     def evaluated(self) -> Iterator[None]:
         """Inside, this rank's model is the scheme's result (restored after where it differs);
-        the traffic it costs is counted under `comm.traffic["evaluate"]`."""
+        the traffic it costs is counted under `comm.traffic["evaluate"]` (what `_settle`
+        completes of training first is not)."""
+        self._settle()
         before = {k: dataclasses.replace(t) for k, t in self.comm.traffic.items()}
         try:
             with self._evaluate():
@@ -122,6 +124,9 @@ class Scheme:
         return {}
 
     # ------------------------------------------------------------------ for subclasses
+    def _settle(self) -> None:
+        """Complete training traffic still in flight before an evaluation (default: none)."""
+
     @contextlib.contextmanager
     def _evaluate(self) -> Iterator[None]:
         """The model is already the scheme's result on every rank (sync, ps)."""
@@ -193,8 +198,9 @@ def _move_traffic(comm: Communicator, before: dict[str, Traffic], into: str) -> 
         moved.sent += now.sent - then.sent
         moved.received += now.received - then.received
         moved.seconds += now.seconds - then.seconds
-        if name in before:
-            comm.traffic[name] = then
+        if name in before:  # the same object, set back (holders of it see training only)
+            now.calls, now.sent, now.received, now.seconds = (
+                then.calls, then.sent, then.received, then.seconds)
         else:
             del comm.traffic[name]
     if moved.calls:
