@@ -328,8 +328,12 @@ class Run:
         if not p.is_file():
             raise D500Error(f"artifact {p}: no such file")
         digest = integrity.sha256_file(p)
-        self._artifacts.append((self.ledger.store_path(p), digest, p.stat().st_size))
+        self._keep_artifact(self.store_path(p), digest, p.stat().st_size)
         return digest
+
+    def store_path(self, path: str | Path) -> str:
+        """How this run's ledger stores a path (relative to $D500_HOME or the project)."""
+        return self.ledger.store_path(path)
 
     def finish(self, status: str = "succeeded", figures: dict[str, Any] | None = None,
                details: dict[str, Any] | None = None, error: str | None = None) -> None:
@@ -342,11 +346,19 @@ class Run:
         for name, value in figs.items():
             _mllog.result(self.mllog, name, value, _metrics.get(name).unit)
         _mllog.end_run(self.mllog, status)
+        self._store(status, figs, details or {}, error)
+        self.status = status
+
+    # -- where a finished run goes (a RelayRun keeps it in memory instead) ------------------
+    def _keep_artifact(self, stored: str, digest: str, size: int) -> None:
+        self._artifacts.append((stored, digest, size))
+
+    def _store(self, status: str, figures: dict[str, float], details: dict[str, Any],
+               error: str | None) -> None:
         path = self.mllog.path
         arts = [*self._artifacts, (self.ledger.store_path(path), integrity.sha256_file(path),
                                    path.stat().st_size)]
-        finish(self.ledger, self.id, status, figs, details, error, arts)
-        self.status = status
+        finish(self.ledger, self.id, status, figures, details, error, arts)
 
     def __enter__(self) -> Self:
         return self

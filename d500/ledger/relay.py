@@ -161,29 +161,18 @@ class RelayRun(Run):
              "wall_time": self.elapsed() if wall_time is None else wall_time,
              "metrics": values, "recorded": time.time()})
 
-    def artifact(self, path: str | Path) -> str:
-        p = Path(path)
-        if not p.is_file():
-            raise D500Error(f"artifact {p}: no such file")
-        digest = integrity.sha256_file(p)
-        self.fields["artifacts"].append([self.relay.store_path(p), digest, p.stat().st_size])
-        return digest
+    def store_path(self, path: str | Path) -> str:
+        return self.relay.store_path(path)
 
-    def finish(self, status: str = "succeeded", figures: dict[str, Any] | None = None,
-               details: dict[str, Any] | None = None, error: str | None = None) -> None:
-        """End the run (run_stop in its buffered MLLOG) and hand its record to the relay."""
-        if self.status != "running":
-            return
-        if status not in FINAL:
-            raise D500Error(f"unknown run status '{status}' (choose from {', '.join(FINAL)})")
-        figs = check_figures(figures, self.workload_file)
-        for name, value in figs.items():
-            _mllog.result(self.mllog, name, value, _metrics.get(name).unit)
-        _mllog.end_run(self.mllog, status)
-        self.fields["figures"].update(figs)
-        self.fields["details"].update(details or {})
+    def _keep_artifact(self, stored: str, digest: str, size: int) -> None:
+        self.fields["artifacts"].append([stored, digest, size])
+
+    def _store(self, status: str, figures: dict[str, float], details: dict[str, Any],
+               error: str | None) -> None:
+        """Hand the finished run's record to the relay (run_stop is in its buffered MLLOG)."""
+        self.fields["figures"].update(figures)
+        self.fields["details"].update(details)
         self.fields.update(status=status, error=error, stopped=time.time())
-        self.status = status
         self.relay.finished.append(self.fields)
 
     def _running(self, what: str) -> None:
