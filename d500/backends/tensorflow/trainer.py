@@ -87,6 +87,8 @@ class TensorFlowTrainer(Trainer):
         self.step_function = Traced(self._step, self._specs(self.train_inputs),
                                     [tf.TensorSpec([], tf.float32, name="lr")])
         self.predictors: dict[str, tuple[Any, list[str]]] = {}
+        self.gradient_function: Traced | None = None  # gradients() and apply(), made on first use
+        self.apply_function: Traced | None = None
 
     def _specs(self, names: list[str]) -> dict[str, tf.TensorSpec]:
         return {n: tf.TensorSpec(self.input_shapes.get(n), tf.as_dtype(self.input_dtypes[n]),
@@ -135,6 +137,49 @@ class TensorFlowTrainer(Trainer):
         if lr != self.lr[0]:  # a schedule's value: the tensor made once per distinct value
             self.lr = (lr, tf.constant(lr, tf.float32))
         return float(self.step_function(batch, self.lr[1]))
+
+    # -- the split for distributed schemes (step above does not use it) ---------------------
+    def _gradients(self, feeds: dict[str, tf.Tensor]) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        with tf.device(self.device):
+            with tf.GradientTape(watch_accessed_variables=False) as tape:
+                tape.watch(self.vars)
+                loss = self._forward(self.train_steps, feeds, [self.loss])[0]
+            grads = tape.gradient(loss, self.vars)
+            return tf.identity(loss), [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                                       for v, g in zip(self.vars, grads)]
+
+    def _apply(self, grads: dict[str, tf.Tensor], lr: tf.Tensor) -> tf.Tensor:
+        with tf.device(self.device):
+            ordered = [grads[n] for n in self.names]
+            if self.native:
+                self.keras_optimizer.learning_rate.assign(lr)
+                self.keras_optimizer.apply_gradients(zip(ordered, self.vars))
+            else:
+                self.optimizer.step(self.variables, dict(zip(self.names, ordered)), self.state,
+                                    lr)
+            return tf.constant(0)
+
+    def gradients(self, feeds: Mapping[str, np.ndarray]) -> tuple[float, dict[str, np.ndarray]]:
+        """The loss and the gradients from one traced tf.function, as new writable NumPy
+        arrays (the same forward and tape as `step`, without the update)."""
+        if self.gradient_function is None:
+            self.gradient_function = Traced(self._gradients, self._specs(self.train_inputs), [])
+        batch = {n: tf.constant(a) for n, a in self.batch(feeds, self.train_inputs).items()}
+        loss, grads = self.gradient_function(batch)
+        return float(loss), {n: np.array(g) for n, g in zip(self.names, grads)}
+
+    def apply(self, grads: Mapping[str, np.ndarray], lr: float) -> None:
+        """The optimizer update in one traced tf.function taking the gradient tensors."""
+        self.check_gradients(grads)
+        if self.apply_function is None:
+            specs = {n: tf.TensorSpec(v.shape, v.dtype) for n, v in zip(self.names, self.vars)}
+            self.apply_function = Traced(self._apply, specs,
+                                         [tf.TensorSpec([], tf.float32, name="lr")])
+        tensors = {n: tf.constant(np.asarray(grads[n], dtype=v.dtype.as_numpy_dtype))
+                   for n, v in zip(self.names, self.vars)}
+        if lr != self.lr[0]:
+            self.lr = (lr, tf.constant(lr, tf.float32))
+        self.apply_function(tensors, self.lr[1])
 
     def predict(self, feeds: Mapping[str, np.ndarray], output: str = "logits") -> np.ndarray:
         found = self.predictors.get(output)
