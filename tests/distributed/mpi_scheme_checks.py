@@ -91,12 +91,11 @@ def single_process(steps: int, size: int, optimizer: str = "sgd", **hp) -> dict:
 def run_scheme(c: Communicator, name: str, steps: int, optimizer: str = "sgd", hp=None,
                **options) -> tuple[object, list[float]]:
     """`steps` steps of scheme `name` from rank-dependent initial parameters (start() must
-    make them rank 0's)."""
+    make them rank 0's); finish() is the caller's."""
     t = trainer(optimizer=optimizer, seed=c.rank, **(hp or {}))
     scheme = make(name, t, c, **options)
     scheme.start()
     losses = [scheme.step(share(k, c.rank, c.size), LR) for k in range(steps)]
-    scheme.finish()
     return scheme, losses
 
 
@@ -104,6 +103,8 @@ def run_scheme(c: Communicator, name: str, steps: int, optimizer: str = "sgd", h
 def sync_equals_single_process_large_batch(c: Communicator) -> dict:
     steps = 20
     scheme, losses = run_scheme(c, "sync", steps)
+    scheme.finish()
+    assert "finish" not in c.traffic
     mine = scheme.trainer.parameters()
     assert same_everywhere(c, mine), "ranks ended with different parameters"
     error = relative(mine, single_process(steps, c.size))
@@ -185,6 +186,10 @@ def dpsgd_matches_simulation(c: Communicator, lian: bool) -> dict:
         assert relative(inside, {n: rows[n].mean(0) for n in mine}) < 1e-6
     assert relative(scheme.trainer.parameters(), mine) == 0.0
     assert "evaluate" in c.traffic
+    scheme.finish()  # the final model: the average, on every rank
+    final = scheme.trainer.parameters()
+    assert same_everywhere(c, final) and relative(final, inside) < 1e-6
+    assert ("finish" in c.traffic) == (c.size > 2 or lian), c.traffic
     return {"relative": error, "bytes_per_step": t.sent / steps}
 
 
@@ -210,10 +215,14 @@ def local_sgd_period_1_equals_sync_and_averages_every_period(c: Communicator) ->
     mine = scheme.trainer.parameters()
     assert not same_everywhere(c, mine)
     with scheme.evaluated():
-        assert same_everywhere(c, scheme.trainer.parameters())
+        average = scheme.trainer.parameters()
+        assert same_everywhere(c, average)
     assert relative(scheme.trainer.parameters(), mine) == 0.0
     # inside evaluated(): the averaging allreduce and this check's allgather, both moved
     assert c.traffic["allreduce"].calls == 2 and c.traffic["evaluate"].calls == 2, c.traffic
+    scheme.finish()
+    assert relative(scheme.trainer.parameters(), average) == 0.0
+    assert c.traffic["allreduce"].calls == 2 and c.traffic["finish"].calls == 1, c.traffic
     assert scheme.figures() == {"averagings": 2.0}
     return {"relative": error}
 
@@ -232,6 +241,7 @@ def sequential_sgd(steps: int, size: int) -> dict[str, np.ndarray]:
 def async_ps_staleness_0_is_sequential_sgd(c: Communicator) -> dict:
     steps = 10
     scheme, _ = run_scheme(c, "async_ps", steps, max_staleness=0)
+    scheme.finish()
     mine = scheme.trainer.parameters()  # finish() gave every rank the server's model
     assert same_everywhere(c, mine)
     error = relative(mine, sequential_sgd(steps, c.size))
@@ -304,6 +314,35 @@ def sync_topk_sends_the_compressors_bytes(c: Communicator) -> dict:
     dense = sum(a.nbytes for a in t.parameters().values())
     assert f["compression_ratio"] == dense / payload
     return {"payload_bytes_per_step": payload, "ratio": f["compression_ratio"]}
+
+
+@check
+def ps_with_compression_matches_sync(c: Communicator) -> dict:
+    steps = 8
+    results = {}
+    for scheme_name in ("sync", "ps"):
+        c.reset()
+        t = trainer(seed=c.rank)
+        scheme = make(scheme_name, t, c, reducer=make_reducer(c, "topk", {"density": 0.05}))
+        scheme.start()
+        for k in range(steps):
+            scheme.step(share(k, c.rank, c.size), LR)
+        results[scheme_name] = t.parameters()
+    assert same_everywhere(c, results["ps"])
+    error = relative(results["ps"], results["sync"])  # the same allgathered top-k payloads
+    assert error < 1e-6, error
+    c.reset()  # fp16 is summable: reduced to rank 0 (2 bytes per element, counted as reduce)
+    t = trainer(seed=c.rank)
+    scheme = make("ps", t, c, reducer=make_reducer(c, "fp16"))
+    scheme.start()
+    for k in range(steps):
+        scheme.step(share(k, c.rank, c.size), LR)
+    assert same_everywhere(c, t.parameters())
+    n = sum(a.size for a in t.parameters().values())
+    reduce = c.traffic["reduce"]
+    assert (reduce.sent, reduce.received) == (
+        steps * 2 * n * (c.rank != 0), steps * 2 * n * (c.rank != c.size - 1)), reduce
+    return {"relative": error}
 
 
 def main() -> int:

@@ -39,7 +39,7 @@ import numpy as np
 
 from d500.distributed.comm import Traffic
 from d500.distributed.schemes.base import Option, Scheme, register
-from d500.errors import ConfigError
+from d500.errors import ConfigError, UsageError
 
 PUSH, PULL = 31, 32  # message tags
 HEADER = 16  # bytes: int64 version, float64 learning rate
@@ -131,15 +131,15 @@ class AsyncPS(Scheme):
 
     def step(self, feeds: Mapping[str, np.ndarray], lr: float) -> float:
         if not self.started:
-            raise ConfigError("scheme 'async_ps': call start() before step()")
+            raise UsageError("scheme 'async_ps': call start() before step()")
         self.steps += 1
         if self.rank == 0:
             return self._server_step(feeds, lr)
         return self._worker_step(feeds, lr)
 
-    def finish(self) -> None:
-        """Drain, give every rank the server's parameters, cancel the idle receives."""
-        self._quiesce()
+    def _finish(self) -> None:
+        """Every rank gets the server's parameters; the idle receives are cancelled."""
+        self._share_model()
         if self.rank == 0:
             for w, request in self.requests.items():
                 if request is not None:
@@ -165,10 +165,6 @@ class AsyncPS(Scheme):
         """The server's model on every rank (broadcast after `_settle`)."""
         self._share_model()
         yield
-
-    def _quiesce(self) -> None:
-        self._settle()
-        self._share_model()
 
     def _share_model(self) -> None:
         self.broadcast_parameters()

@@ -13,8 +13,9 @@ a Communicator, its validated options, and the registry (`SCHEMES`, `make`).
 Every method but `figures`/`details` is collective: every rank calls it the same number of times in
 the same order. Between `step` calls a scheme may leave messages in flight (async_ps does), so the
 caller runs its own collectives on `comm` only inside `evaluated()` or after `finish()`. Traffic
-counted on `comm` inside `evaluated()` is moved to `comm.traffic["evaluate"]`, so the other names
-hold training traffic only.
+counted on `comm` inside `evaluated()` is moved to `comm.traffic["evaluate"]`, and what `finish()`
+sends to hand every rank the final model to `comm.traffic["finish"]`, so the other names hold
+training traffic only (the per-step figures).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from d500.distributed.comm import Communicator, Traffic
 from d500.errors import ConfigError, UsageError
 
 EVALUATE = "evaluate"  # the traffic name of everything counted inside evaluated()
+FINISH = "finish"  # ... and of what finish() sends to give every rank the final model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +115,16 @@ class Scheme:
             _move_traffic(self.comm, before, EVALUATE)
 
     def finish(self) -> None:
-        """After the last step, on every rank: complete what is in flight (default: nothing)."""
+        """After the last step, on every rank: complete the training traffic in flight
+        (`_settle`), then leave every rank with the scheme's final model (`_finish`: the
+        average of the models for dpsgd and local_sgd, the server's for async_ps), counted
+        under `comm.traffic["finish"]`."""
+        self._settle()
+        before = {k: dataclasses.replace(t) for k, t in self.comm.traffic.items()}
+        try:
+            self._finish()
+        finally:
+            _move_traffic(self.comm, before, FINISH)
 
     def figures(self) -> dict[str, float]:
         """Scheme-specific figures of this rank (e.g. staleness, compression ratio)."""
@@ -126,6 +137,9 @@ class Scheme:
     # ------------------------------------------------------------------ for subclasses
     def _settle(self) -> None:
         """Complete training traffic still in flight before an evaluation (default: none)."""
+
+    def _finish(self) -> None:
+        """Make every rank's model the scheme's final one (default: it already is)."""
 
     @contextlib.contextmanager
     def _evaluate(self) -> Iterator[None]:

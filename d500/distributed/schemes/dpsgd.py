@@ -73,6 +73,11 @@ class DPSGD(Scheme):
         self.buckets.unpack(arrays)
         self.params.put(arrays)
 
+    def _finish(self) -> None:
+        """The final model is the average of the ranks' models (one allreduce)."""
+        if self.size > 2 or (self.size == 2 and self.lian):  # P = 2 ATC: already equal
+            self.average_parameters()
+
     @contextmanager
     def _evaluate(self) -> Iterator[None]:
         """The average of all ranks' models (the consensus D-PSGD's models approach)."""

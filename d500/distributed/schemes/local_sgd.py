@@ -44,5 +44,10 @@ class LocalSGD(Scheme):
         with self.averaged_model():
             yield
 
+    def _finish(self) -> None:
+        """The final model is the average (sent only if the last step did not average)."""
+        if self.steps % self.period:
+            self.average_parameters()
+
     def figures(self) -> dict[str, float]:
         return {"averagings": float(self.steps // self.period)}
