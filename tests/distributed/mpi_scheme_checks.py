@@ -274,6 +274,13 @@ def async_ps_bounds_staleness_and_learns(c: Communicator) -> dict:
             if k == 14:
                 with scheme.evaluated():
                     assert same_everywhere(c, t.parameters())
+            if k % 10 == 4:  # the caller's own collectives between steps, after settle()
+                scheme.settle()
+                every = np.empty(c.size if c.rank == 0 else 0)
+                c.mpi.Gather(np.array([float(k)]), every if c.rank == 0 else None, root=0)
+                decision = np.array([float(c.rank == 0)])
+                c.mpi.Bcast(decision, root=0)
+                assert decision[0] == 1.0
         with scheme.evaluated():
             after = held_out_loss(t)
         scheme.finish()

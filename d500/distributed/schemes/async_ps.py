@@ -155,14 +155,14 @@ class AsyncPS(Scheme):
             self.sending = None
         self.started = False
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
         """rank 0 applies every rank's gradients of the steps taken so far (training traffic)."""
         if self.rank == 0:
             self._drain()
 
     @contextmanager
     def _evaluate(self) -> Iterator[None]:
-        """The server's model on every rank (broadcast after `_settle`)."""
+        """The server's model on every rank (broadcast after `settle`)."""
         self._share_model()
         yield
 

@@ -7,15 +7,16 @@ a Communicator, its validated options, and the registry (`SCHEMES`, `make`).
         loss = scheme.step(feeds, lr)   # this rank's loss
     with scheme.evaluated():            # on every rank at the same step: the scheme's model
         accuracy = evaluate(trainer)
-    scheme.finish()                     # on every rank after the last step (async_ps drains)
+    scheme.settle()                     # on every rank before a collective of the caller's own
+    scheme.finish()                     # on every rank after the last step: the final model
     scheme.figures()                    # scheme-specific figures, floats
 
 Every method but `figures`/`details` is collective: every rank calls it the same number of times in
 the same order. Between `step` calls a scheme may leave messages in flight (async_ps does), so the
-caller runs its own collectives on `comm` only inside `evaluated()` or after `finish()`. Traffic
-counted on `comm` inside `evaluated()` is moved to `comm.traffic["evaluate"]`, and what `finish()`
-sends to hand every rank the final model to `comm.traffic["finish"]`, so the other names hold
-training traffic only (the per-step figures).
+caller runs its own collectives (on `comm` or on MPI directly) only inside `evaluated()`, after
+`settle()` or after `finish()`. Traffic counted on `comm` inside `evaluated()` is moved to
+`comm.traffic["evaluate"]`, and what `finish()` sends to hand every rank the final model to
+`comm.traffic["finish"]`, so the other names hold training traffic only (the per-step figures).
 """
 
 from __future__ import annotations
@@ -104,9 +105,9 @@ class Scheme:
     @contextlib.contextmanager
     def evaluated(self) -> Iterator[None]:
         """Inside, this rank's model is the scheme's result (restored after where it differs);
-        the traffic it costs is counted under `comm.traffic["evaluate"]` (what `_settle`
+        the traffic it costs is counted under `comm.traffic["evaluate"]` (what `settle`
         completes of training first is not)."""
-        self._settle()
+        self.settle()
         before = {k: dataclasses.replace(t) for k, t in self.comm.traffic.items()}
         try:
             with self._evaluate():
@@ -116,10 +117,10 @@ class Scheme:
 
     def finish(self) -> None:
         """After the last step, on every rank: complete the training traffic in flight
-        (`_settle`), then leave every rank with the scheme's final model (`_finish`: the
+        (`settle`), then leave every rank with the scheme's final model (`_finish`: the
         average of the models for dpsgd and local_sgd, the server's for async_ps), counted
         under `comm.traffic["finish"]`."""
-        self._settle()
+        self.settle()
         before = {k: dataclasses.replace(t) for k, t in self.comm.traffic.items()}
         try:
             self._finish()
@@ -135,8 +136,11 @@ class Scheme:
         return {}
 
     # ------------------------------------------------------------------ for subclasses
-    def _settle(self) -> None:
-        """Complete training traffic still in flight before an evaluation (default: none)."""
+    def settle(self) -> None:
+        """On every rank at the same step: complete the training traffic still in flight, so
+        that a collective of the caller's own can follow (default: there is none). Call it
+        before any collective between steps outside `evaluated()` (which calls it first) and
+        `finish()` (likewise): async_ps would otherwise deadlock there."""
 
     def _finish(self) -> None:
         """Make every rank's model the scheme's final one (default: it already is)."""
