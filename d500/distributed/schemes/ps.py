@@ -56,12 +56,13 @@ class ParameterServer(Scheme):
         loss, grads = self.trainer.gradients(feeds)
         if self.reducer is not None:
             grads = self.reducer.reduce(grads, inplace=True)[0]  # the average on rank 0
-        else:
+        elif self.size > 1:
             if self.buckets is None:
                 self.buckets = Buckets(grads, self.bucket_bytes)
             self.buckets.apply(grads, lambda buf: self.comm.reduce(buf, 0, "average"))
         if self.rank == 0:
             self.trainer.apply(grads, lr)
-        self.broadcast_parameters(0)
+        if self.size > 1:
+            self.broadcast_parameters(0)
         self.steps += 1
         return loss

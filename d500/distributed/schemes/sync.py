@@ -45,8 +45,10 @@ class Sync(Scheme):
 
     def average(self, grads: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The average over ranks of every rank's `grads`, in place where possible."""
-        if self.reducer is not None:
+        if self.reducer is not None:  # compressed even at 1 rank: its loss of accuracy counts
             return self.reducer.reduce(grads, inplace=True)[0]
+        if self.size == 1:  # the average of one rank's gradients: nothing to copy or send
+            return grads
         if self.buckets is None:
             self.buckets = Buckets(grads, self.bucket_bytes)
         self.buckets.allreduce(grads, self.comm, op="average", ring=self.ring)
