@@ -13,6 +13,9 @@ from d500.training.console import line, parser, progress_bar, resolve
 
 
 def main(argv: list[str], prog: str = "d500 train") -> int:
+    from d500.distributed.launch import launched_by_mpi, share_cores
+    if launched_by_mpi():
+        share_cores()  # before a framework is imported
     p = parser(prog, __doc__.split("\n\n")[0])
     p.add_argument("--seed", type=seed, help="one run with this seed")
     p.add_argument("--seeds", type=int, metavar="N",
@@ -21,12 +24,21 @@ def main(argv: list[str], prog: str = "d500 train") -> int:
     p.add_argument("--repeat", action="store_true",
                    help="allow --seed to repeat a seed already recorded")
     args = p.parse_args(argv)
+    from d500.distributed import cli as distributed
+    if distributed.wanted(args):  # a level-3 workload, or any `d500 train` under mpiexec
+        return distributed.train(args, argv, prog)
     from d500 import backends
-    from d500.ledger import Ledger
-    from d500.training.trainer import train
 
     backends.get(args.backend)
     workload, entry = resolve(args)
+    return train_level2(args, workload, entry)
+
+
+def train_level2(args: Any, workload: Any, entry: Any) -> int:
+    """The level-2 runs of `d500 train`, one per seed, each printed as one line."""
+    from d500.ledger import Ledger
+    from d500.training.trainer import train
+
     ledger = Ledger()
     seeds = choose_seeds(ledger, workload, entry, args)
     out = stdout_console()

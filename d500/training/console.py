@@ -21,20 +21,24 @@ def parser(prog: str, what: str) -> ArgumentParser:
 
 
 def resolve(args: Any) -> tuple[Any, Any]:
-    """The workload and submission named on the command line, checked against each other."""
+    """The workload and submission named on the command line, checked against each other (a
+    workload name is looked up in the rulebook folder of the entry's level: 2, or 3 when the
+    distributed level is registered)."""
     from d500 import levels
     from d500.training import submission as submissions
-    level = levels.get(2)
+    entry = submissions.load(args.submission)
+    registered = {lv.number for lv in levels.all_levels()}
+    level = levels.get(entry.level if entry.level in registered else 2)
     path = level.find(args.workload)
     workload = levels.of_file(path).load(path)
-    entry = submissions.load(args.submission)
     if workload.name not in entry.workloads:
         raise ConfigError(f"{entry.path}: the entry does not enter workload '{workload.name}' "
                           f"(field 'workloads': {', '.join(entry.workloads)})")
     if entry.level != workload.level:
         raise ConfigError(f"{entry.path}: a level-{entry.level} entry cannot run the "
                           f"level-{workload.level} workload '{workload.name}'")
-    entry.recipe.check(workload)
+    if workload.level == 2:  # level 3 checks the global batch at the world size it runs at
+        entry.recipe.check(workload)
     return workload, entry
 
 

@@ -39,7 +39,7 @@ class Result:
 
 
 @dataclass
-class _Clock:
+class Clock:
     """Run time with the test evaluations taken out, and where the rest of it went."""
 
     start: float = field(default_factory=time.perf_counter)
@@ -84,13 +84,13 @@ def train(workload: Workload, recipe: Recipe, backend: str, seed: int, *, ledger
             figures, status, error = _train(run, workload, recipe, backend_cls, seed, data_dir,
                                             progress)
         except Diverged as err:
-            run.finish("diverged", figures=_missed(workload), error=str(err), details=details)
+            run.finish("diverged", figures=missed_figures(workload), error=str(err), details=details)
             return Result(run.id, "diverged", error=str(err))
         except KeyboardInterrupt:
             raise
         except Exception as err:  # noqa: BLE001 - the submission's or backend's failure: a run
             text = describe(err)
-            run.finish("failed", figures=_missed(workload), error=text, details=details)
+            run.finish("failed", figures=missed_figures(workload), error=text, details=details)
             return Result(run.id, "failed", error=text)
         run.finish(status, figures=figures, error=error or None, details=details)
         return Result(run.id, status, figures, error)
@@ -112,7 +112,7 @@ def preflight(workload: Workload, recipe: Recipe, backend: str, data_dir: str | 
     return backend_cls
 
 
-def _missed(workload: Workload) -> dict[str, float]:
+def missed_figures(workload: Workload) -> dict[str, float]:
     return {"time_to_accuracy": math.inf} if "time_to_accuracy" in workload.metrics else {}
 
 
@@ -130,7 +130,7 @@ def _train(run: Any, workload: Workload, recipe: Recipe, backend_cls: Any, seed:
     stepper = exe.trainer(recipe.optimizer(backend_cls.name), loss="loss", native=recipe.native)
     log = run.mllog
     run.begin()  # init_stop, run_start: the clock runs from here
-    clock = _Clock()
+    clock = Clock()
 
     # -- data, inside the clock
     t0 = time.perf_counter()
@@ -141,7 +141,7 @@ def _train(run: Any, workload: Workload, recipe: Recipe, backend_cls: Any, seed:
     steps_per_epoch = len(sampler)
     total_steps = workload.max_epochs * steps_per_epoch
     lr_at = recipe.schedule(total_steps)
-    _log_run_keys(log, workload, recipe, len(train_y), len(parts.validation.y), shape)
+    log_run_keys(log, workload, recipe, len(train_y), len(parts.validation.y), shape)
 
     state: dict[str, Any] = {"step": 0, "losses": [], "val": None, "reached": None,
                              "test_at_target": None, "test": None, "evaluated": None}
@@ -216,7 +216,7 @@ def _train(run: Any, workload: Workload, recipe: Recipe, backend_cls: Any, seed:
     return _figures(workload, recipe, state, clock), status, _why(workload, state, status)
 
 
-def _figures(workload: Workload, recipe: Recipe, state: dict[str, Any], clock: _Clock
+def _figures(workload: Workload, recipe: Recipe, state: dict[str, Any], clock: Clock
              ) -> dict[str, float]:
     reached = state["reached"]
     if reached is not None and reached[0] > workload.max_seconds:
@@ -249,14 +249,16 @@ def _why(workload: Workload, state: dict[str, Any], status: str) -> str:
             f"{workload.max_seconds:g} s)")
 
 
-def _log_run_keys(log: Any, workload: Workload, recipe: Recipe, train_samples: int,
-                  eval_samples: int, shape: tuple[int, ...]) -> None:
+def log_run_keys(log: Any, workload: Workload, recipe: Recipe, train_samples: int,
+                 eval_samples: int, shape: tuple[int, ...], micro_batch: int | None = None
+                 ) -> None:
     """The MLPerf Training 6.1 keys that describe the run (the ledger logged the submission's
-    and the seed; the optimizer's hyperparameters are logged as opt_* at start)."""
+    and the seed; the optimizer's hyperparameters are logged as opt_* at start). `micro_batch`:
+    one process's batch (level 3: a rank's share of the global batch)."""
     log.event(mllog.CACHE_CLEAR, False)  # d500 does not drop the OS page cache
     log.event(mllog.TRAIN_SAMPLES, train_samples)
     log.event(mllog.EVAL_SAMPLES, eval_samples)
-    log.event(mllog.MICRO_BATCH_SIZE, recipe.batch_size)  # no gradient accumulation
+    log.event(mllog.MICRO_BATCH_SIZE, recipe.batch_size if micro_batch is None else micro_batch)
     log.event(mllog.GRADIENT_ACCUMULATION_STEPS, 1)
     log.event(mllog.PRECISION_LINEAR, "fp32")  # every builder model computes in float32
     for key in (mllog.TENSOR_PARALLELISM, mllog.PIPELINE_PARALLELISM,

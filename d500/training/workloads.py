@@ -121,8 +121,10 @@ def load(path: str | Path, level: int = 2) -> Workload:
     return from_data(path, data, level)
 
 
-def from_data(path: Path, data: dict[str, Any], level: int) -> Workload:
-    """A Workload from validated fields (level 3 validates more fields on top)."""
+def from_data(path: Path, data: dict[str, Any], level: int,
+              measured: tuple[str, ...] = MEASURED) -> Workload:
+    """A Workload from validated fields (level 3 validates more fields on top, and names the
+    metrics it measures)."""
     _workload.check_level(data, path, level, "a training workload here")
     m = data["model"]
     _workload.model_source(m, path, ("builder", "file"))
@@ -154,7 +156,7 @@ def from_data(path: Path, data: dict[str, Any], level: int) -> Workload:
             raise ConfigError(f"{path}: field 'tuning.{key}' must be at least 1")
     if data["seeds"] < 1:
         raise ConfigError(f"{path}: field 'seeds' must be at least 1")
-    rank_by = _workload.check_metrics(data, path, MEASURED, data["level"])
+    rank_by = _workload.check_metrics(data, path, measured, data["level"])
     return Workload(
         path=path, level=data["level"], name=data["name"], description=data["description"],
         metrics=list(data["metrics"]), rank_by=rank_by, aggregate=data["aggregate"], model=m,

@@ -1,0 +1,191 @@
+"""`mpiexec -n N d500 train levels/3-distributed/WORKLOAD.yaml --submission DIR`: the level-3 side of
+`d500 train` (d500.training.cli hands over here). Every rank runs the same command; they first
+compare digests of the command line, the workload file and the submission folder; every check
+that follows fails on all ranks alike (one line each, exit 2, no rank left waiting). Rank 0 picks
+the seeds, records each run and prints its line; the other ranks print only errors.
+
+`d500 train` of a level-3 workload without an MPI launcher, at a world size the workload does not
+allow, or of an entry naming an unknown scheme is refused the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from d500.distributed.launch import launched_by_mpi
+from d500.errors import CheckFailed, D500Error, UsageError
+
+
+def wanted(args: Any) -> bool:
+    """Whether `d500 train` goes through here: under an MPI launcher (any workload: the ranks
+    must agree before anything else), or for a level-3 workload (to refuse it without MPI)."""
+    if launched_by_mpi():
+        return True
+    return declared_level(args) == 3
+
+
+def declared_level(args: Any) -> int | None:
+    """The `level:` a workload argument's file declares, or its entry's level when the workload
+    is a name (None when neither can be read: level 2 reports the problem)."""
+    from d500.workload import read_yaml
+    for candidate in (Path(args.workload), Path(args.submission) / "submission.yaml",
+                      Path(args.submission)):
+        try:
+            if candidate.is_file():
+                _, data = read_yaml(candidate)
+                if isinstance(data, dict) and isinstance(data.get("level"), int):
+                    return data["level"]
+        except D500Error:
+            return None
+    return None
+
+
+def train(args: Any, argv: list[str], prog: str) -> int:
+    """The level-3 runs of one `d500 train` command on this rank."""
+    from d500.training.console import resolve
+    if not launched_by_mpi():
+        workload, _ = resolve(args)
+        ranks = getattr(workload, "ranks", (2,))
+        raise UsageError(f"{workload.path}: '{workload.name}' is a level-3 (distributed) "
+                         f"workload: run it under MPI, e.g. mpiexec -n {ranks[-1]} d500 train "
+                         f"{args.workload} --submission {args.submission}")
+    from mpi4py import MPI
+
+    from d500.distributed import agreement
+    world = MPI.COMM_WORLD
+    agreement.agree_on_inputs(world, [
+        ("the command line", lambda: hashlib.sha256("\0".join(argv).encode()).digest()),
+        ("the workload file", lambda: agreement.digest_files(_workload_file(args))),
+        ("the submission folder", lambda: agreement.digest_files(args.submission)),
+    ])
+    workload, entry, spec = agreement.together(world, lambda: _checked(args, world.Get_size()))
+    if workload.level == 2:
+        if world.Get_size() > 1:
+            raise UsageError(f"{workload.path}: '{workload.name}' is a level-2 workload: it "
+                             f"trains in one process (drop mpiexec; `mpiexec -n K d500 tune` "
+                             f"shares tuning trials among ranks)")
+        from d500.training.cli import train_level2
+        return train_level2(args, workload, entry)
+    return _run(args, world, workload, entry, spec)
+
+
+def _workload_file(args: Any) -> Path:
+    """The workload file the argument names (a path, or a name in the entry's level folder);
+    a name that finds nothing digests as missing."""
+    p = Path(args.workload)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        return p
+    try:
+        from d500.training.console import resolve
+        return resolve(args)[0].path
+    except D500Error:
+        return p
+
+
+def _checked(args: Any, world: int) -> tuple[Any, Any, Any]:
+    """The workload, entry and distributed spec, checked for this world size (the same on every
+    rank, since they agreed on the files)."""
+    import dataclasses
+
+    from d500 import backends
+    from d500.distributed import spec as specs
+    from d500.training.console import resolve
+    from d500.training.trainer import preflight
+    backends.get(args.backend)
+    workload, entry = resolve(args)
+    if workload.level != 3:
+        return workload, entry, None
+    spec = specs.parse(entry.distributed, entry.path)
+    workload.check_world(world)
+    workload.check_batch(entry.recipe.batch_size, world, str(entry.path))
+    global_recipe = dataclasses.replace(entry.recipe,
+                                        batch_size=workload.global_batch(
+                                            entry.recipe.batch_size, world))
+    preflight(workload, global_recipe, args.backend, args.data)
+    if spec.native and args.backend != "torch":
+        raise UsageError(f"{entry.path}: the ddp baseline is torch DistributedDataParallel: "
+                         f"run it with --backend torch, not {args.backend}")
+    return workload, entry, spec
+
+
+def _run(args: Any, world: Any, workload: Any, entry: Any, spec: Any) -> int:
+    from d500.distributed import faults
+    from d500.distributed.comm import Communicator
+    from d500.distributed.trainer import Job
+    from d500.distributed.trainer import train as train_run
+    from d500.training.console import line, progress_bar
+
+    rank, size = world.Get_rank(), world.Get_size()
+    limit = faults.limit()
+    comm = Communicator(world if size > 1 else None)
+    ledger = None
+    seeds: list[int] | D500Error = []
+    if rank == 0:
+        from d500.ledger import Ledger, iso
+        try:
+            ledger = Ledger()
+            seeds = choose_seeds(ledger, workload, entry, args, size)
+        except D500Error as err:
+            seeds = err
+    seeds = world.bcast(seeds, root=0)
+    if isinstance(seeds, D500Error):
+        raise seeds
+    group = ""
+    if rank == 0:
+        group = f"mpi {iso(time.time())} {socket.gethostname()}:{os.getpid()}"
+    job = Job(comm, workload, entry, spec, args.backend, ledger=ledger, data_dir=args.data,
+              group=group, limit=limit)
+    results = []
+    for s in seeds:
+        title = (f"{workload.name} / {entry.name} / {args.backend} x{size} ranks seed {s}")
+        if rank == 0:
+            with progress_bar(title) as bar:
+                result = train_run(job, s, progress=bar)
+        else:
+            result = train_run(job, s)
+        results.append((s, result))
+        if rank == 0 and not args.json:
+            from d500.cli import stdout_console
+            stdout_console().print(line(workload, s, result) + comm_line(result.figures),
+                                   highlight=False)
+    if rank == 0 and args.json:
+        print(json.dumps([{"seed": s, "run_id": r.run_id, "status": r.status,
+                           "world_size": size, "figures": r.figures, "error": r.error}
+                          for s, r in results], indent=1, default=str))
+    bad = [(s, r) for s, r in results if r.status != "succeeded"]
+    if bad:
+        s, r = bad[0]
+        raise CheckFailed(f"{len(bad)} of {len(results)} run(s) did not reach the target; "
+                          f"seed {s}: {r.status}: {r.error}")
+    return 0
+
+
+def comm_line(f: dict[str, float]) -> str:
+    """The communication figures of a run's line (rank 0)."""
+    from d500 import metrics
+    parts = [f"{name} {metrics.get(name).format(f[name])}"
+             for name in ("bytes_per_step", "comm_share", "scaling_efficiency", "speedup")
+             if name in f]
+    return (", " + ", ".join(parts)) if parts else ""
+
+
+class _AtWorld:
+    """A ledger seen through one world size (seeds are per entry, workload, backend and N)."""
+
+    def __init__(self, ledger: Any, size: int):
+        self.ledger, self.size = ledger, size
+
+    def runs(self, **kw: Any) -> list[dict[str, Any]]:
+        return [r for r in self.ledger.runs(**kw) if (r["world_size"] or 1) == self.size]
+
+
+def choose_seeds(ledger: Any, workload: Any, entry: Any, args: Any, size: int) -> list[int]:
+    """level 2's seed rule (d500.training.cli.choose_seeds) among this world size's runs."""
+    from d500.training.cli import choose_seeds as level2_seeds
+    return level2_seeds(_AtWorld(ledger, size), workload, entry, args)

@@ -1,0 +1,153 @@
+"""The native baseline: torch DistributedDataParallel (gloo) on the same translated model, batches
+and optimizer as d500's schemes, launched the same way (rank and world size from MPI), so "d500's
+allreduce against what torch users would use" is one leaderboard comparison.
+
+    scheme = DDPScheme(trainer, comm, bucket_bytes=25 * 2**20)   # trainer: a torch Trainer
+    scheme.start()              # process group (TCP rendezvous, port from rank 0 over MPI), DDP
+    loss = scheme.step(feeds, lr)
+
+The model is the torch backend's translation of the workload's ONNX model (a torch.nn.Module),
+wrapped in DDP with `bucket_cap_mb` from the entry; DDP allreduces gradient buckets during the
+backward pass, then the entry's optimizer updates through the Trainer's `apply`, exactly as the
+d500 schemes' updates do. The rendezvous is a TCP store on rank 0: 127.0.0.1 when every rank is
+on one host, else rank 0's host name, and a free port rank 0 picked, broadcast over MPI.
+
+Bytes are counted by a DDP communication hook around torch's own allreduce hook, per bucket with
+the ring formula the Communicator uses for MPI's allreduce. DDP overlaps its allreduces with the
+backward pass, so time in communication is not separable from computation from the outside; it
+is not reported (only the step time is).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import socket
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import numpy as np
+
+from d500.distributed.comm import Communicator, Traffic, ring_counts
+from d500.errors import ConfigError, UsageError
+
+
+@dataclasses.dataclass
+class _HookState:
+    rank: int
+    world: int
+    traffic: Traffic = dataclasses.field(default_factory=Traffic)
+
+
+def _counting_hook(state: _HookState, bucket: Any) -> Any:
+    """torch's allreduce hook (average over ranks), with the bucket's bytes counted."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    buffer = bucket.buffer()
+    sent, received = ring_counts(buffer.numel(), state.world, state.rank)
+    state.traffic.calls += 1
+    state.traffic.sent += sent * buffer.element_size()
+    state.traffic.received += received * buffer.element_size()
+    return allreduce_hook(None, bucket)
+
+
+def rendezvous(comm: Communicator) -> tuple[str, int]:
+    """(address, port) of the TCP store on rank 0, agreed over MPI."""
+    hosts = comm.mpi.allgather(socket.gethostname())
+    port = 0
+    if comm.rank == 0:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+    port = comm.mpi.bcast(port, root=0)
+    address = os.environ.get("MASTER_ADDR") or (
+        "127.0.0.1" if len(set(hosts)) == 1 else hosts[0])
+    return address, int(port)
+
+
+def init_group(comm: Communicator, timeout: float) -> None:
+    """torch.distributed's gloo process group over the MPI world (once per process)."""
+    import torch.distributed as dist
+    if dist.is_initialized():
+        if dist.get_world_size() != comm.size or dist.get_rank() != comm.rank:
+            raise UsageError("torch.distributed is already initialised with another world")
+        return
+    address, port = rendezvous(comm)
+    if address == "127.0.0.1":
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo", init_method=f"tcp://{address}:{port}", rank=comm.rank,
+                            world_size=comm.size,
+                            timeout=datetime.timedelta(seconds=max(timeout, 1.0)))
+
+
+class DDPScheme:
+    """torch DDP as a level-3 scheme (the Scheme interface of d500.distributed.schemes)."""
+
+    name: ClassVar[str] = "ddp"
+
+    def __init__(self, trainer: Any, comm: Communicator, *, reducer: Any = None,
+                 bucket_bytes: int = 25 * 2**20, timeout: float = 60.0, **options: Any):
+        if options:
+            raise ConfigError(f"scheme 'ddp' has no option '{min(options)}' (it takes "
+                              f"none; the bucket size is 'bucket_mb')")
+        if reducer is not None:
+            raise ConfigError("scheme 'ddp' takes no compression")
+        module = getattr(trainer.executable, "native", None)
+        import torch
+        if not isinstance(module, torch.nn.Module) or not hasattr(trainer, "params"):
+            raise UsageError("the ddp baseline runs on the torch backend only (--backend torch)")
+        self.trainer, self.comm, self.module = trainer, comm, module
+        self.bucket_bytes, self.timeout = bucket_bytes, timeout
+        self.loss_index = trainer.executable.output_index(trainer.loss)
+        self.state = _HookState(comm.rank, comm.size)
+        self.ddp: Any = None
+        self._steps = 0
+
+    @property
+    def traffic(self) -> Traffic:
+        """Bytes DDP's allreduces moved for this rank (counted by the hook); no seconds."""
+        return self.state.traffic
+
+    def start(self) -> None:
+        """The process group and the DDP wrapper; DDP broadcasts rank 0's parameters."""
+        from torch.nn.parallel import DistributedDataParallel
+        if self.comm.mpi is not None:
+            init_group(self.comm, self.timeout)
+        else:
+            return  # one rank: the module trains as it is
+        self.ddp = DistributedDataParallel(self.module, bucket_cap_mb=self.bucket_bytes / 2**20,
+                                           broadcast_buffers=False)
+        self.ddp.register_comm_hook(self.state, _counting_hook)
+
+    def step(self, feeds: dict[str, np.ndarray], lr: float) -> float:
+        """Forward through DDP, backward (DDP's bucketed allreduce runs inside it), then the
+        entry's optimizer from the averaged param.grad."""
+        import torch
+        t = self.trainer
+        inputs = {name: torch.from_numpy(a) for name, a in
+                  t.batch(feeds, t.train_inputs).items()}
+        model = self.ddp if self.ddp is not None else self.module
+        with torch.enable_grad():
+            loss = model(**inputs)[self.loss_index]
+            loss.backward()
+        grads = {n: p.grad.numpy() for n, p in zip(t.names, t.params)}
+        t.apply(grads, lr)
+        for p in t.params:
+            p.grad = None
+        self._steps += 1
+        return float(loss.item())
+
+    @contextmanager
+    def evaluated(self) -> Any:
+        """Every rank holds the same model under DDP: nothing to do."""
+        yield
+
+    def finish(self) -> None:
+        """Every rank already holds the final model."""
+
+    def figures(self) -> dict[str, float]:
+        return {}
+
+    def details(self) -> dict[str, Any]:
+        return {"ddp_buckets_per_step": (self.state.traffic.calls / self._steps
+                                         if self._steps else 0)}

@@ -1,0 +1,233 @@
+"""Faults in a level-3 run: a watchdog thread per rank, so that a rank that dies or stops never
+leaves the others waiting in a collective forever, and the run is recorded failed naming it.
+
+    watchdog = Watchdog(comm.mpi, limit=10.0, on_lost=record_failed)   # every rank, collectively
+    with watchdog:
+        ... training; a failing rank calls watchdog.fail(text) before it leaves ...
+
+Every rank's watchdog thread sends a heartbeat to rank 0 every `beat` seconds on its own duplicate
+of the communicator (never the one the training's collectives use) and rank 0's answers every
+worker; a heartbeat is a small nonblocking message, so a main thread blocked in an Allreduce
+does not stop it. Rank 0 decides a worker is lost when:
+
+- its process is gone (a rank on rank 0's host: /proc shows it dead, found within a beat), or
+- it sent nothing for `limit` seconds (a rank elsewhere, or a stopped process), or
+- it sent FAIL with one line (an exception on that rank only: it cannot raise alone, the others
+  would wait for it in the next collective).
+
+Then rank 0 calls `on_lost(why)` (the trainer records the run `failed` with `why`, naming the
+rank), prints one line and calls MPI_Abort, which ends every rank. A worker that stops hearing
+from rank 0 (dead, or its own host gone) prints one line and aborts the job itself.
+
+What a launcher does first matters (measured with MPICH 5.0's hydra): by default mpiexec
+SIGKILLs every other rank, rank 0 included, as soon as one rank dies of a signal, before any
+watchdog can act: the run's ledger row is then left `running` by a dead writer, which every
+reader shows as `interrupted` (the ledger's liveness check) and the next writer seals so. Under
+`mpiexec -disable-auto-cleanup` (what `d500 run` uses) hydra instead sends SIGUSR1 to the
+survivors (whose default action would end them silently: the watchdog catches it) and leaves
+them running; the watchdog then ends the job and the run is recorded failed naming the rank,
+within a beat (same host) or `limit` seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Self
+
+from d500.errors import D500Error
+
+BEAT, FAIL = 21, 22  # tags on the watchdog's own communicator
+DEFAULT_LIMIT = 10.0  # seconds of silence before a rank is given up (D500_MPI_TIMEOUT)
+POLL = 0.05  # seconds between the watchdog thread's polls
+
+
+class RankLost(D500Error):
+    """A rank died, stopped answering or failed alone; the job is ended."""
+
+    exit_code = 1
+
+
+def limit() -> float:
+    """Seconds a rank may stay silent before it is given up: D500_MPI_TIMEOUT, default 10 (a
+    killed rank on the same host is found within a beat, whatever the limit)."""
+    text = os.environ.get("D500_MPI_TIMEOUT", "")
+    try:
+        value = float(text) if text else DEFAULT_LIMIT
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise D500Error(f"D500_MPI_TIMEOUT must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def identity() -> dict[str, Any]:
+    """This process as the watchdog names it: host, pid and what tells its pid from a reused one."""
+    from d500.ledger.liveness import process_identity
+    return process_identity()
+
+
+class Watchdog:
+    """Heartbeats between rank 0 and every other rank on a duplicated communicator; see the
+    module docstring. Construct it on every rank at the same point (it duplicates `mpi` and
+    gathers every rank's process identity: collectives)."""
+
+    def __init__(self, mpi: Any, limit: float = DEFAULT_LIMIT,
+                 on_lost: Callable[[str], None] | None = None, beat: float | None = None):
+        self.mpi = mpi.Dup()
+        self.rank, self.size = self.mpi.Get_rank(), self.mpi.Get_size()
+        self.limit = float(limit)
+        self.beat = beat if beat is not None else min(1.0, self.limit / 5)
+        self.on_lost = on_lost
+        self.peers: list[dict[str, Any]] = self.mpi.allgather(identity())
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="d500-watchdog", daemon=True)
+        self._sends: list[Any] = []
+        self.lost: str | None = None
+        self.notified = 0.0  # when the launcher last signalled a failure (SIGUSR1), or 0
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL:
+            signal.signal(signal.SIGUSR1, self._notified)
+            signal.siginterrupt(signal.SIGUSR1, False)  # SA_RESTART: MPI's calls carry on
+
+    def _notified(self, signum: int, frame: Any) -> None:
+        """hydra's SIGUSR1 (a rank died): survive it; the watchdog thread finds which rank."""
+        self.notified = time.monotonic()
+
+    # ------------------------------------------------------------------ use
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """End the heartbeats (every rank at the end of the run; messages in flight drained)."""
+        if self._thread.is_alive():
+            self._stop.set()
+            self._thread.join()
+        self._drain()
+
+    def describe(self, rank: int) -> str:
+        peer = self.peers[rank]
+        return f"rank {rank} (pid {peer['pid']} on {peer['host']})"
+
+    def fail(self, text: str, wait: float | None = None) -> None:
+        """On a worker whose own code failed: tell rank 0 (which records the run failed and
+        ends the job), then wait for that; abort the job itself if rank 0 does not within
+        `wait` seconds. On rank 0 the caller records the failure itself."""
+        if self.rank == 0:
+            return
+        self._sends.append(self.mpi.isend(text, dest=0, tag=FAIL))
+        deadline = time.monotonic() + (self.limit if wait is None else wait)
+        while time.monotonic() < deadline:
+            time.sleep(POLL)  # rank 0 aborts the job: this process is killed while it sleeps
+        self.abort(f"rank 0 did not end the job within {self.limit:g} s after this rank "
+                   f"failed: {text}", 1)
+
+    def abort(self, text: str, code: int = 1) -> None:
+        """One line on stderr, then MPI_Abort of the whole job (every rank ends)."""
+        where = f"d500 (rank {self.rank} of {self.size} on {socket.gethostname()})"
+        print(f"{where}: error: {text}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        self.mpi.Abort(code)
+        os._exit(code)  # MPICH's Abort may return before the launcher ends this process
+
+    # ------------------------------------------------------------------ the thread
+    def _run(self) -> None:
+        try:
+            if self.rank == 0:
+                self._watch_workers()
+            else:
+                self._watch_root()
+        except BaseException as err:  # noqa: BLE001 - a broken watchdog must not pass silently
+            self.abort(f"the watchdog failed: {type(err).__name__}: {err}")
+
+    def _send_beats(self, targets: list[int]) -> None:
+        self._sends = [s for s in self._sends if not s.Test()]
+        for r in targets:
+            self._sends.append(self.mpi.isend(None, dest=r, tag=BEAT))
+
+    def _watch_workers(self) -> None:
+        from mpi4py import MPI
+        workers = list(range(1, self.size))
+        heard = dict.fromkeys(workers, time.monotonic())
+        status = MPI.Status()
+        next_beat = 0.0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= next_beat:
+                self._send_beats(workers)
+                next_beat = now + self.beat
+                why = self._dead_here(workers)
+                if why:
+                    return self._lose(why)
+            while (message := self.mpi.improbe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG,
+                                               status=status)) is not None:
+                data = message.recv()
+                source = status.Get_source()
+                heard[source] = time.monotonic()
+                if status.Get_tag() == FAIL:
+                    return self._lose(f"{self.describe(source)} failed: {data}")
+            silent = [r for r in workers if time.monotonic() - heard[r] > self.limit]
+            if silent:
+                return self._lose(f"{self.describe(silent[0])} sent nothing for "
+                                  f"{self.limit:g} s: it died or stopped")
+            self._stop.wait(POLL)
+
+    def _watch_root(self) -> None:
+        heard = time.monotonic()
+        next_beat = 0.0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= next_beat:
+                self._send_beats([0])
+                next_beat = now + self.beat
+                if self._dead_here([0]):
+                    self.abort(f"{self.describe(0)} died; ending the job")
+            while self.mpi.iprobe(source=0, tag=BEAT):
+                self.mpi.recv(source=0, tag=BEAT)
+                heard = time.monotonic()
+            if time.monotonic() - heard > self.limit:
+                self.abort(f"{self.describe(0)} sent nothing for {self.limit:g} s; ending the "
+                           f"job")
+            self._stop.wait(POLL)
+
+    def _dead_here(self, ranks: list[int]) -> str:
+        """Why one of `ranks` on this host is known dead (its process gone), or ''."""
+        from d500.ledger.liveness import process_alive
+        for r in ranks:
+            p = self.peers[r]
+            if process_alive(p["pid"], p["host"], p["boot_id"], p["proc_start"]) is False:
+                return f"{self.describe(r)} died (its process is gone)"
+        return ""
+
+    def _lose(self, why: str) -> None:
+        self.lost = why
+        if self.on_lost is not None:
+            try:
+                self.on_lost(why)
+            except BaseException as err:  # noqa: BLE001 - the job must still end
+                print(f"d500: could not record the lost rank: {err}", file=sys.stderr)
+        self.abort(why)
+
+    def _drain(self) -> None:
+        """Wait (a little) for this rank's own heartbeats to leave."""
+        deadline = time.monotonic() + self.limit
+        while self._sends and time.monotonic() < deadline:
+            self._sends = [s for s in self._sends if not s.Test()]
+            time.sleep(0.001)
+
+    def close(self) -> None:
+        """Every rank, at the end of a run that went well: stop, then a barrier, then take the
+        heartbeats still addressed to this rank, so nothing is pending when MPI finalizes."""
+        self.stop()
+        self.mpi.Barrier()
+        while self.mpi.iprobe(tag=BEAT):
+            self.mpi.recv(tag=BEAT)

@@ -1,0 +1,122 @@
+"""A level-3 run's figures from what every rank measured (gathered to rank 0): bytes per step,
+time in communication and computation, the compression ratio, and the scaling efficiency and
+speed-up against the same entry's runs at the workload's reference world size.
+
+Per rank, `RankStats` holds its training-step figures only: the traffic of evaluations (a
+scheme's model averaging before validation) and of the start-up broadcast is kept apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from typing import Any
+
+
+@dataclasses.dataclass
+class RankStats:
+    """What one rank measured over a run's training steps (traffic: per collective name, as
+    Communicator.counters() gives it)."""
+
+    rank: int
+    host: str
+    pid: int
+    steps: int = 0
+    step_seconds: float = 0.0  # wall time inside the scheme's step (computation + communication)
+    comm_seconds: float | None = 0.0  # inside the communicator's collectives (None: not separable)
+    sent: int = 0  # bytes, training collectives
+    received: int = 0
+    traffic: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    eval_traffic: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    loss_sum: float = 0.0
+    loss_count: int = 0
+    payload_bytes: int = 0  # a compressor's payload bytes (reducer), and the dense equivalent
+    dense_bytes: int = 0
+    scheme: dict[str, float] = dataclasses.field(default_factory=dict)
+    scheme_details: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def compute_seconds(self) -> float | None:
+        return None if self.comm_seconds is None else self.step_seconds - self.comm_seconds
+
+
+def aggregate(ranks: list[RankStats]) -> dict[str, float]:
+    """The run's communication figures: means over ranks of per-rank values (every rank's own
+    figures stay in the run's details)."""
+    out: dict[str, float] = {
+        "bytes_per_step": statistics.fmean(r.sent / max(1, r.steps) for r in ranks),
+        "bytes_received_per_step": statistics.fmean(r.received / max(1, r.steps) for r in ranks),
+        "step_time": statistics.fmean(r.step_seconds / max(1, r.steps) for r in ranks),
+    }
+    if all(r.comm_seconds is not None for r in ranks):
+        comm = [r.comm_seconds or 0.0 for r in ranks]
+        total = sum(r.step_seconds for r in ranks)
+        out["comm_time"] = statistics.fmean(comm)
+        out["compute_time"] = statistics.fmean(r.compute_seconds or 0.0 for r in ranks)
+        out["comm_share"] = sum(comm) / total if total > 0 else math.nan
+    payload = sum(r.payload_bytes for r in ranks)
+    if payload > 0:
+        out["compression_ratio"] = sum(r.dense_bytes for r in ranks) / payload
+    return out
+
+
+def scaling(ledger: Any, run_id: int | None, workload: Any, submission: str, backend: str,
+            world: int, time_to_accuracy: float) -> dict[str, float]:
+    """scaling_efficiency = (ref * T_ref) / (N * T_N) and speedup = T_ref / T_N, with T_ref the
+    median time to accuracy of this entry's succeeded runs of the same workload rules at the
+    reference world size (empty when there is none, or this run missed its target)."""
+    ref = workload.reference_ranks
+    if not math.isfinite(time_to_accuracy) or time_to_accuracy <= 0:
+        return {}
+    if world == ref:
+        return {"scaling_efficiency": 1.0, "speedup": 1.0}
+    t_ref = reference_time(ledger, workload.level, workload.name, submission, backend, ref,
+                           exclude=run_id, sha=_sha(workload.path))
+    if t_ref is None:
+        return {}
+    return {"scaling_efficiency": ref * t_ref / (world * time_to_accuracy),
+            "speedup": t_ref / time_to_accuracy}
+
+
+def reference_time(ledger: Any, level: int, workload: str, submission: str, backend: str,
+                   world: int, exclude: int | None = None, sha: str | None = None
+                   ) -> float | None:
+    """Median time to accuracy of the entry's succeeded runs at `world` ranks (None: none)."""
+    times = [r["figures"]["time_to_accuracy"] for r in ledger.runs(
+                 level=level, workload=workload, submission=submission, backend=backend,
+                 status="succeeded")
+             if r["id"] != exclude and (r["world_size"] or 1) == world
+             and (sha is None or r["workload_sha256"] == sha)
+             and math.isfinite(r["figures"].get("time_to_accuracy", math.inf))]
+    return statistics.median(times) if times else None
+
+
+def _sha(path: Any) -> str | None:
+    from d500.ledger import sha256_file
+    try:
+        return sha256_file(path)
+    except OSError:
+        return None
+
+
+def details(ranks: list[RankStats]) -> list[dict[str, Any]]:
+    """Every rank's own figures, for the run's details (and `d500 scale RUN_ID`)."""
+    out = []
+    for r in ranks:
+        steps = max(1, r.steps)
+        out.append({
+            "rank": r.rank, "host": r.host, "pid": r.pid, "steps": r.steps,
+            "step_time": r.step_seconds / steps,
+            "comm_time": None if r.comm_seconds is None else r.comm_seconds,
+            "compute_time": r.compute_seconds,
+            "compute_time_per_step": (None if r.compute_seconds is None
+                                      else r.compute_seconds / steps),
+            "bytes_sent_per_step": r.sent / steps, "bytes_received_per_step": r.received / steps,
+            "collectives": {name: {k: v / steps for k, v in t.items()}  # per step
+                            for name, t in r.traffic.items()},
+            "eval_collectives": r.eval_traffic,
+            "train_loss": r.loss_sum / r.loss_count if r.loss_count else None,
+            "scheme": r.scheme,
+        })
+    return out

@@ -1,0 +1,87 @@
+"""Level-3 workload files (`levels/3-distributed/*.yaml`): a level-2 workload's fixed rules (model,
+dataset and split, batch limits, cadence, validation target, budget) run at N ranks, plus:
+
+    distributed:
+      ranks: [1, 2, 4]        # the world sizes a run may use (mpiexec -n N); others are refused
+      batch: global           # global: the entry's batch_size is the global batch, cut into N
+                              #   shares (the level-2 batch limits apply to it: same convergence
+                              #   rules at every N); per_rank: every rank takes batch_size, the
+                              #   global batch is N * batch_size (the limits apply to the global)
+      reference_ranks: 1      # scaling efficiency and speed-up are against this world size's
+                              #   runs of the same entry (T_ref * ref / (N * T_N))
+
+The global batch size is what the MLLOG and the ledger record (`batch_size`); the per-rank share
+beside it. The stop rule still reads validation accuracy only: a run that scales by giving up
+accuracy misses its target like any level-2 run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from d500 import workload as _workload
+from d500.errors import ConfigError
+from d500.training import workloads as level2
+from d500.workload import Field
+
+# What a level-3 run measures on top of level 2's.
+MEASURED = (*level2.MEASURED, "bytes_per_step", "bytes_received_per_step", "step_time",
+            "comm_time", "compute_time", "comm_share", "compression_ratio",
+            "scaling_efficiency", "speedup")
+BATCH_MODES = ("global", "per_rank")
+DISTRIBUTED = {
+    "ranks": Field(list, required=True, items=int, help="allowed world sizes"),
+    "batch": Field(str, default="global", choices=BATCH_MODES),
+    "reference_ranks": Field(int, default=1, help="the world size scaling is measured against"),
+}
+SCHEMA = {**level2.SCHEMA, "distributed": Field(DISTRIBUTED, required=True)}
+
+
+@dataclass
+class DistributedWorkload(level2.Workload):
+    """A validated level-3 workload: a level-2 Workload plus its world sizes and batch rule."""
+
+    ranks: tuple[int, ...] = ()
+    batch_mode: str = "global"
+    reference_ranks: int = 1
+
+    def global_batch(self, batch_size: int, world: int) -> int:
+        """The global batch of an entry choosing `batch_size` at `world` ranks."""
+        return batch_size if self.batch_mode == "global" else batch_size * world
+
+    def check_world(self, world: int) -> None:
+        """A ConfigError unless the workload allows `world` ranks."""
+        if world not in self.ranks:
+            allowed = ", ".join(map(str, self.ranks))
+            raise ConfigError(f"{self.path}: workload '{self.name}' runs at {allowed} rank(s) "
+                              f"(field 'distributed.ranks'), not at {world}; launch it with "
+                              f"mpiexec -n {self.ranks[0]}")
+
+    def check_batch(self, batch_size: int, world: int, where: str) -> None:
+        """The global batch is within the limits and can be shared by `world` ranks."""
+        total = self.global_batch(batch_size, world)
+        if not self.batch_min <= total <= self.batch_max:
+            raise ConfigError(f"{where}: the global batch {total} (batch_size {batch_size}, "
+                              f"{self.batch_mode} at {world} ranks) is outside the limits of "
+                              f"workload '{self.name}' ({self.batch_min} to {self.batch_max})")
+        if total < world:
+            raise ConfigError(f"{where}: the global batch {total} is smaller than the {world} "
+                              f"ranks sharing it")
+
+
+def load(path: str | Path, level: int = 3) -> DistributedWorkload:
+    """Read and check a level-3 workload; every problem is a ConfigError naming the field."""
+    path = Path(path)
+    data = _workload.load(path, SCHEMA)
+    dist = data.pop("distributed")
+    base = level2.from_data(path, data, level, MEASURED)
+    ranks = dist["ranks"]
+    if not ranks or any(n < 1 for n in ranks):
+        raise ConfigError(f"{path}: field 'distributed.ranks' must list world sizes >= 1")
+    if len(set(ranks)) != len(ranks):
+        raise ConfigError(f"{path}: field 'distributed.ranks' lists a world size twice")
+    if dist["reference_ranks"] < 1:
+        raise ConfigError(f"{path}: field 'distributed.reference_ranks' must be at least 1")
+    return DistributedWorkload(**vars(base), ranks=tuple(sorted(ranks)), batch_mode=dist["batch"],
+                               reference_ranks=dist["reference_ranks"])
