@@ -108,3 +108,81 @@ def test_checker_failure_is_one_line():
     model.graph.node[0].op_type = "NoSuchOp"
     message = load_error(model)
     assert "invalid ONNX graph" in message and "NoSuchOp" in message
+
+
+# -- shapes that cannot fit are an input error; shapes known only at run time still load -----
+
+def shaped_model(nodes, inputs, initializers=(), output_shape=("A", "B")) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes, "shapes", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+                          for n, s in inputs],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(output_shape))],
+        list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_matmul_that_cannot_fit_names_node_operator_and_shapes(tmp_path):
+    model = shaped_model([helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")],
+                         [("a", [2, 3]), ("b", [2, 3])])
+    path = tmp_path / "bad-matmul.onnx"
+    onnx.save(model, path)
+    assert load_error(path) == (f"{path}: node 'mm' (MatMul) cannot take input shapes a 2x3, "
+                                f"b 2x3: Incompatible dimensions for matrix multiplication")
+
+
+def test_unnamed_node_deep_in_the_graph_is_found_by_position():
+    nodes = [helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Sigmoid", ["r"], ["s"]),
+             helper.make_node("Add", ["s", "b"], ["y"])]
+    message = load_error(shaped_model(nodes, [("a", [2, 3]), ("b", [4, 3])]))
+    assert "node #2 (Add, no name)" in message and "s 2x3, b 4x3" in message
+
+
+def test_reshape_and_conv_misfits_onnx_inference_lets_through():
+    reshape = shaped_model([helper.make_node("Reshape", ["a", "shape"], ["y"], name="rs")],
+                           [("a", [2, 3])], [helper.make_tensor("shape", TensorProto.INT64,
+                                                                [2], [4, 4])])
+    assert "node 'rs' (Reshape) cannot reshape input a 2x3 (6 elements) to 4x4" in load_error(
+        reshape)
+    conv = shaped_model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv1")],
+                        [("x", [1, 3, 8, 8])],
+                        [helper.make_tensor("w", TensorProto.FLOAT, [4, 2, 3, 3], [0.0] * 72)],
+                        output_shape=("N", "C", "H", "W"))
+    message = load_error(conv)
+    assert "node 'conv1' (Conv)" in message and "x 1x3x8x8, w 4x2x3x3" in message
+    assert "3 channels" in message
+
+
+def test_shapes_known_only_at_run_time_still_load():
+    # a batch dimension left open, and a Reshape whose target is computed from the input
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["m"], name="mm"),
+             helper.make_node("Shape", ["a"], ["shape"]),
+             helper.make_node("Reshape", ["m", "shape"], ["y"], name="back")]
+    model = shaped_model(nodes, [("a", ["N", "K"]), ("b", ["K", "K"])])
+    loaded = load(model)
+    assert [n.op_type for n in loaded.graph.node] == ["MatMul", "Shape", "Reshape"]
+    from onnx.reference import ReferenceEvaluator
+    a = np.arange(12, dtype=np.float32).reshape(4, 3)
+    (y,) = ReferenceEvaluator(loaded).run(None, {"a": a, "b": np.eye(3, dtype=np.float32)})
+    np.testing.assert_array_equal(y, a)
+    # -1 in a Reshape target fits any batch; so does a Conv whose channels match its weights
+    flat = shaped_model([helper.make_node("Reshape", ["a", "shape"], ["y"])], [("a", [2, 3])],
+                        [helper.make_tensor("shape", TensorProto.INT64, [2], [-1, 2])])
+    assert load(flat).graph.node[0].op_type == "Reshape"
+
+
+def test_every_official_node_test_and_light_model_still_loads():
+    import warnings
+    from pathlib import Path
+
+    import onnx.backend.test
+    from onnx.backend.test.loader import load_model_tests
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tests = load_model_tests(kind="node")
+    assert len(tests) > 1800
+    for test in tests:  # test_mvn trips onnx's strict mode inside its function body
+        load(test.model)
+    light = sorted((Path(onnx.backend.test.__file__).parent / "data" / "light").glob("*.onnx"))
+    assert len(light) == 9
+    for path in light:
+        load(path)

@@ -102,12 +102,20 @@ def test_bad_models_are_one_line_and_exit_2(tmp_path, home):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                       helper.make_opsetid("com.example", 1)]),
               custom)
+    misfit = tmp_path / "misfit.onnx"  # a 2x3 by a 2x3: no backend is to blame
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")], "g",
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3])
+                               for n in ("a", "b")],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), misfit)
     cases = [
+        ([misfit], (f"{misfit}: node 'mm' (MatMul) cannot take input shapes a 2x3, b 2x3: "
+                   f"Incompatible dimensions for matrix multiplication")),
         ([truncated], "not an ONNX model or truncated"),
         ([tmp_path / "missing.onnx"], "no such file"),
         ([custom, "--backends", "reference,onnxruntime"],
-         "backend 'reference' does not support operator com.example::Frobnicate (opset 1) "
-         "used by node 'frob1'"),
+         ("backend 'reference' does not support operator com.example::Frobnicate (opset 1) "
+         "used by node 'frob1'")),
         ([good, "--backends", "nosuch"], "unknown backend 'nosuch'"),
         ([good, "--inputs", tmp_path / "missing.npz"], "no such inputs file"),
         ([good, "--dim", "M=3"], "no input dimension named 'M'"),
