@@ -186,6 +186,8 @@ def dpsgd_matches_simulation(c: Communicator, lian: bool) -> dict:
         assert relative(inside, {n: rows[n].mean(0) for n in mine}) < 1e-6
     assert relative(scheme.trainer.parameters(), mine) == 0.0
     assert "evaluate" in c.traffic
+    distance = scheme.figures()["consensus_distance"]
+    assert (distance == 0.0) == (c.size == 2 and not lian) and distance < 0.05, distance
     scheme.finish()  # the final model: the average, on every rank
     final = scheme.trainer.parameters()
     assert same_everywhere(c, final) and relative(final, inside) < 1e-6
@@ -223,7 +225,8 @@ def local_sgd_period_1_equals_sync_and_averages_every_period(c: Communicator) ->
     scheme.finish()
     assert relative(scheme.trainer.parameters(), average) == 0.0
     assert c.traffic["allreduce"].calls == 2 and c.traffic["finish"].calls == 1, c.traffic
-    assert scheme.figures() == {"averagings": 2.0}
+    f = scheme.figures()
+    assert f["averagings"] == 2.0 and 0 < f["consensus_distance"] < 0.05, f
     return {"relative": error}
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -90,6 +91,7 @@ class Scheme:
         self.rank, self.size = comm.rank, comm.size
         self.steps = 0  # step() calls on this rank
         self.params = Parameters(trainer)
+        self.consensus_distance = math.nan  # at the last averaged_model() (dpsgd, local_sgd)
         self._param_buckets: Buckets | None = None
 
     # ------------------------------------------------------------------ the interface
@@ -168,9 +170,14 @@ class Scheme:
 
     @contextlib.contextmanager
     def averaged_model(self) -> Iterator[None]:
-        """Inside, every rank holds the average of the ranks' models; its own after."""
+        """Inside, every rank holds the average of the ranks' models; its own after. Sets
+        `consensus_distance`: ||own - average|| / ||average|| of this rank's model."""
         own = self.trainer.parameters()
         self.average_parameters()
+        average = self.params.get()
+        self.consensus_distance = float(np.sqrt(
+            sum(np.sum((own[k].astype(np.float64) - average[k]) ** 2) for k in own)
+            / max(sum(np.sum(average[k].astype(np.float64) ** 2) for k in own), 1e-300)))
         try:
             yield
         finally:

@@ -78,6 +78,12 @@ class DPSGD(Scheme):
         if self.size > 2 or (self.size == 2 and self.lian):  # P = 2 ATC: already equal
             self.average_parameters()
 
+    def figures(self) -> dict[str, float]:
+        """consensus_distance: ||x_i - mean x|| / ||mean x|| at the last evaluation."""
+        if self.consensus_distance != self.consensus_distance:  # no evaluation yet
+            return {}
+        return {"consensus_distance": self.consensus_distance}
+
     @contextmanager
     def _evaluate(self) -> Iterator[None]:
         """The average of all ranks' models (the consensus D-PSGD's models approach)."""

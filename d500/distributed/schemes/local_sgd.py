@@ -50,4 +50,7 @@ class LocalSGD(Scheme):
             self.average_parameters()
 
     def figures(self) -> dict[str, float]:
-        return {"averagings": float(self.steps // self.period)}
+        out = {"averagings": float(self.steps // self.period)}
+        if self.consensus_distance == self.consensus_distance:  # set by an evaluation
+            out["consensus_distance"] = self.consensus_distance
+        return out
