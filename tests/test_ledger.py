@@ -623,3 +623,74 @@ def test_cli_verify_does_not_trust_the_digest_cache(home, tmp_path):
     bad = cli("ledger", "verify", home=home)
     assert bad.returncode == 1 and f"run 1: submission file {code} changed" in bad.stdout
     assert ledger.verify_runs() == ({1: [bad.stdout.splitlines()[0]]}, [])  # cache refreshed
+
+
+# -- each check of `ledger verify` on its own: tamper with one thing, verify names exactly it --
+
+def three_runs_with_a_model(tmp_path: Path) -> tuple[Ledger, Path]:
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"\x08\x07" + bytes(range(64)))
+    ledger = Ledger()
+    for seed in range(3):
+        with ledger.start_run(level=1, workload="net", submission="torch", backend="torch",
+                              seed=seed, model_file=model) as run:
+            run.record(figures={"latency": 1e-3 * (seed + 1)})
+    assert ledger.verify() == []
+    return ledger, model
+
+
+def tamper(home: Path, sql: str, *args) -> None:
+    db = sqlite3.connect(home / "ledger.sqlite")
+    db.execute(sql, args)
+    db.commit()
+    db.close()
+
+
+def test_verify_names_a_changed_model_file_alone(home, tmp_path):
+    ledger, model = three_runs_with_a_model(tmp_path)
+    model.write_bytes(model.read_bytes()[:-1] + b"\xff")  # one byte of the weights
+    problems = ledger.verify()
+    assert [p.split(" (sha256")[0] for p in problems] == [
+        f"run {rid}: model file {model} changed since it was recorded" for rid in (1, 2, 3)]
+    model.unlink()
+    assert ledger.verify() == [f"run {rid}: model file {model} is missing" for rid in (1, 2, 3)]
+
+
+def test_verify_names_an_edited_seal_alone(home, tmp_path):
+    ledger, _ = three_runs_with_a_model(tmp_path)
+    db = sqlite3.connect(home / "ledger.sqlite")
+    sealed = db.execute("SELECT sealed FROM runs WHERE id = 2").fetchone()[0]
+    db.close()
+    # the same field hashes, written differently: only the row hash over the seal can tell
+    reformatted = json.dumps(json.loads(sealed), sort_keys=True, indent=1)
+    assert reformatted != sealed and json.loads(reformatted) == json.loads(sealed)
+    tamper(home, "UPDATE runs SET sealed = ? WHERE id = 2", reformatted)
+    assert ledger.verify() == ["run 2: row hash does not match (its seal was edited)"]
+
+
+def test_verify_names_edited_provenance_alone(home, tmp_path):
+    ledger, _ = three_runs_with_a_model(tmp_path)
+    db = sqlite3.connect(home / "ledger.sqlite")
+    [(env_id, text)] = db.execute("SELECT id, provenance FROM environments").fetchall()
+    db.close()
+    forged = json.loads(text)
+    forged["peak_flops"] = forged["peak_flops"] / 10  # every peak_fraction 10x better
+    tamper(home, "UPDATE environments SET provenance = ? WHERE id = ?",
+           json.dumps(forged, sort_keys=True), env_id)
+    assert ledger.verify() == [f"environment {env_id}: provenance changed since it was recorded"]
+    bad = cli("ledger", "verify", home=home)
+    assert bad.returncode == 1 and f"environment {env_id}: provenance changed" in bad.stdout
+
+
+def test_verify_names_an_edited_chain_head_alone(home, tmp_path):
+    ledger, _ = three_runs_with_a_model(tmp_path)
+    db = sqlite3.connect(home / "ledger.sqlite")
+    value = db.execute("SELECT value FROM meta WHERE key = 'chain_head'").fetchone()[0]
+    seq, digest = value.split()
+    db.close()
+    assert seq == "3"
+    tamper(home, "UPDATE meta SET value = ? WHERE key = 'chain_head'", f"3 {'0' * 64}")
+    head = "chain: the last sealed row does not match the recorded chain head"
+    assert ledger.verify() == [head]
+    tamper(home, "UPDATE meta SET value = ? WHERE key = 'chain_head'", f"3 {digest}")
+    assert ledger.verify() == []
