@@ -30,6 +30,7 @@ REGISTERED: list[str] = [
     "d500.operators.level",
     "d500.networks.level",
     "d500.training.level",
+    "d500.distributed.level",
 ]
 
 

@@ -40,8 +40,10 @@ class _HookState:
     traffic: Traffic = dataclasses.field(default_factory=Traffic)
 
 
-def _counting_hook(state: _HookState, bucket: Any) -> Any:
-    """torch's allreduce hook (average over ranks), with the bucket's bytes counted."""
+def _counting_hook(state, bucket):  # unannotated: torch reads the annotations
+    """torch's allreduce hook (average over ranks), with the bucket's bytes counted (unannotated:
+    DDP refuses a hook whose `bucket` annotation is not dist.GradBucket, and this module's
+    annotations are strings)."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     buffer = bucket.buffer()
     sent, received = ring_counts(buffer.numel(), state.world, state.rank)
@@ -116,7 +118,7 @@ class DDPScheme:
         else:
             return  # one rank: the module trains as it is
         self.ddp = DistributedDataParallel(self.module, bucket_cap_mb=self.bucket_bytes / 2**20,
-                                           broadcast_buffers=False)
+                                           forward_sync_buffers=False)  # constants only
         self.ddp.register_comm_hook(self.state, _counting_hook)
 
     def step(self, feeds: dict[str, np.ndarray], lr: float) -> float:

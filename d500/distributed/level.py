@@ -38,7 +38,7 @@ class DistributedLevel(Level):
         for name in names:
             try:
                 known[name] = self.load(self.find(name))
-            except Exception:  # noqa: BLE001 - not a workload of this level: another level's
+            except Exception:  # not a workload of this level: another level's
                 if not options.workloads:
                     raise
         if options.backends is not None and RUN_BACKEND not in options.backends:

@@ -65,6 +65,7 @@ class Board:
     version_note: str = ""
     description: str = ""
     rules_problem: str = ""  # why the recorded workload text no longer gives rules (unranked)
+    world_size: int | None = None  # distributed runs (level 3): one board per world size
 
     @property
     def not_succeeded(self) -> list[dict[str, Any]]:
@@ -94,22 +95,28 @@ def boards_for(ledger: Any, workloads: Iterable[tuple[int | None, str]]) -> list
     envs = ledger.environments()
     boards: list[Board] = []
     for level, name in dict.fromkeys(workloads):
-        boards += _boards(ledger.runs(level=level, workload=name), per_run, general, envs)[:1]
+        found = _boards(ledger.runs(level=level, workload=name), per_run, general, envs)
+        boards += [b for b in found if found and b.workload_sha256 == found[0].workload_sha256]
     return boards
 
 
 def _boards(runs: list[dict[str, Any]], per_run: dict[int, list[str]], general: list[str],
             envs: dict[int, Any]) -> list[Board]:
     groups: dict[tuple, list[dict[str, Any]]] = {}
-    for r in runs:  # the same rules: the same workload file and the same model
-        groups.setdefault((r["level"], r["workload"], r["workload_sha256"], r["model_sha256"]),
-                          []).append(r)
-    versions = Counter((lvl, name) for lvl, name, _, _ in groups)
+    for r in runs:  # the same rules (workload file, model) and, run apart, the same world size
+        world = r["world_size"] if r["study"] is None else None
+        groups.setdefault((r["level"], r["workload"], r["workload_sha256"], r["model_sha256"],
+                           world), []).append(r)
+    rules = {k[:4] for k in groups}  # versions of each workload's rules
+    versions = Counter((lvl, name) for lvl, name, _, _ in rules)
+    newest = {v: max(r["started_unix"] for k, g in groups.items() if k[:4] == v for r in g)
+              for v in rules}
     boards = []
-    for (lvl, name, sha, model_sha), group in sorted(groups.items(), key=lambda kv: (
-            kv[0][0] if kv[0][0] is not None else -1, kv[0][1] or "",
-            -max(r["started_unix"] for r in kv[1]))):
+    for (lvl, name, sha, model_sha, world), group in sorted(groups.items(), key=lambda kv: (
+            kv[0][0] if kv[0][0] is not None else -1, kv[0][1] or "", -newest[kv[0][:4]],
+            kv[0][4] or 0)):
         board = _board(lvl, name, sha, group, per_run, general, envs)
+        board.world_size = world
         if versions[(lvl, name)] > 1:
             model = f", model {model_sha[:12]}" if model_sha else ""
             board.version_note = (f"rules version {sha[:12] if sha else 'unrecorded'}{model}: "

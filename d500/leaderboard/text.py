@@ -21,7 +21,9 @@ NO_RUNS = "No runs recorded yet."
 
 def title(board: Board) -> str:
     level = f"level {board.level}" if board.level is not None else "level ?"
-    return f"{level} · {board.workload}"
+    ranks = f" · {board.world_size} rank{'s' if board.world_size != 1 else ''}" \
+        if board.world_size else ""
+    return f"{level} · {board.workload}{ranks}"
 
 
 def source(ledger_path: Any, boards: list[Board]) -> str:

@@ -1,0 +1,169 @@
+"""`d500 scale RUN_ID|WORKLOAD [--network 2us,12.5GB/s]`: the alpha-beta model's predicted step
+time, communication share and scaling efficiency at 8 ... 1,024 ranks for each scheme and
+compressor (d500.distributed.scaling), as a table and a PNG plot.
+
+RUN_ID models that level-3 run; a WORKLOAD name models the newest succeeded run at 2 or more
+ranks of every (entry, scheme, compressor) recorded on it. The network is `--network
+LATENCY,BANDWIDTH` (a cluster's), or measured on this machine by a ping-pong sweep between two
+MPI ranks (under `mpiexec -n 2 d500 scale ...`, or started here from the venv's MPICH).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from d500.cli import ArgumentParser
+from d500.errors import UsageError
+
+
+def main(argv: list[str], prog: str = "d500 scale") -> int:
+    p = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    p.add_argument("target", help="a level-3 run id, or a level-3 workload name")
+    p.add_argument("--network", metavar="LATENCY,BANDWIDTH",
+                   help="e.g. 2us,12.5GB/s (default: measured on this machine)")
+    p.add_argument("--ranks", default=None, metavar="N,N,...",
+                   help="world sizes to predict (default 8,16,...,1024)")
+    p.add_argument("--weak", action="store_true",
+                   help="keep the per-rank batch (weak scaling) instead of the global batch")
+    p.add_argument("--png", metavar="FILE", help="write the plot here (default: "
+                                                 "$D500_HOME/scale-<target>.png)")
+    p.add_argument("--json", action="store_true", help="print the predictions as JSON")
+    args = p.parse_args(argv)
+    from d500.distributed import launch
+    world = launch.world()
+    if world is not None and world.Get_rank() != 0:
+        _network(args, world)  # take part in the measurement, print nothing
+        return 0
+    from d500.distributed import scaling
+    from d500.ledger import Ledger
+    sizes = _sizes(args.ranks)
+    profiles = _profiles(Ledger(), args.target)
+    net = _network(args, world)
+    rows = scaling.predict(profiles, net, sizes, weak=args.weak)
+    from d500.paths import home
+    png_path = Path(args.png) if args.png else home() / f"scale-{_slug(args.target)}.png"
+    png_path.parent.mkdir(parents=True, exist_ok=True)
+    png_path.write_bytes(scaling.plot(rows, net))
+    if args.json:
+        print(json.dumps({"network": {"alpha": net.alpha, "beta": net.beta, "spec": net.spec(),
+                                      "source": net.source},
+                          "png": str(png_path),
+                          "profiles": [_profile_json(pr) for pr in profiles],
+                          "predictions": [{"label": r.profile.label, "ranks": r.ranks,
+                                           "step_time": r.step, "comm_time": r.comm,
+                                           "comm_share": r.comm_share,
+                                           "scaling_efficiency": r.efficiency} for r in rows]},
+                         indent=1))
+        return 0
+    _print(profiles, rows, net, png_path)
+    return 0
+
+
+def _sizes(text: str | None) -> tuple[int, ...]:
+    from d500.distributed.scaling import SIZES
+    if text is None:
+        return SIZES
+    try:
+        sizes = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or any(n < 1 for n in sizes):
+        raise UsageError(f"--ranks {text!r}: expected world sizes >= 1 such as 8,64,512")
+    return sizes
+
+
+def _profiles(ledger: Any, target: str) -> list[Any]:
+    """The run `target` (an id), or the newest succeeded run at >= 2 ranks of every (entry,
+    scheme, compressor) of the level-3 workload `target`."""
+    from d500.distributed.scaling import Profile
+    if target.isdigit():
+        return [Profile.from_run(ledger.get(int(target)))]
+    newest: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in ledger.runs(level=3, workload=target, status="succeeded"):
+        if (r["world_size"] or 1) < 2 or not (r["details"] or {}).get("ranks"):
+            continue
+        h = r["hyperparameters"]
+        newest[(r["submission"], h.get("scheme", "?"), h.get("compressor", "none"))] = r
+    if not newest:
+        raise UsageError(f"no succeeded level-3 run of '{target}' at 2 or more ranks in the "
+                         f"ledger: run `mpiexec -n 2 d500 train ...` first, or give a run id")
+    return [Profile.from_run(r) for r in newest.values()]
+
+
+def _network(args: Any, world: Any) -> Any:
+    """--network, or a ping-pong sweep (the MPI ranks of this command, or a 2-rank mpiexec
+    started here)."""
+    from d500.distributed import network
+    if args.network:
+        return network.parse_network(args.network)
+    if world is not None:
+        from d500.distributed.comm import Communicator
+        return network.measure(Communicator(world))
+    return measure_here()
+
+
+def measure_here() -> Any:
+    """alpha and beta of this machine's MPI, measured by `mpiexec -n 2` of the ping-pong sweep
+    (the venv's MPICH)."""
+    from d500.distributed import network
+    from d500.distributed.launcher import mpiexec
+    launcher = mpiexec()
+    if launcher is None:
+        raise UsageError(f"no mpiexec beside {sys.executable} to measure the network: give "
+                         f"--network LATENCY,BANDWIDTH")
+    code = ("from d500.distributed import comm, network\n"
+            "c = comm.Communicator.for_world()\n"
+            "n = network.measure(c)\n"
+            "import json\n"
+            "print(json.dumps([n.alpha, n.beta])) if c.rank == 0 else None\n")
+    out = subprocess.run([str(launcher), "-n", "2", sys.executable, "-c", code],
+                         capture_output=True, text=True, timeout=300, check=False)
+    try:
+        alpha, beta = json.loads(out.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError, TypeError):
+        raise UsageError(f"measuring the network failed: {out.stderr.strip()[-300:]}") from None
+    return network.Network(float(alpha), float(beta), "ping-pong")
+
+
+def _profile_json(p: Any) -> dict[str, Any]:
+    return {"label": p.label, "run_id": p.run_id, "ranks": p.ranks, "compute_time": p.compute,
+            "step_time": p.step, "global_batch": p.global_batch, "batch_mode": p.batch_mode,
+            "collectives": [{"name": c.name, "calls": c.calls, "bytes": c.nbytes}
+                            for c in p.collectives]}
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in text)
+
+
+def _print(profiles: list[Any], rows: list[Any], net: Any, png: Path) -> None:
+    from rich.table import Table
+
+    from d500.cli import stdout_console
+    from d500.metrics import format_duration
+    out = stdout_console()
+    out.print(f"network: alpha {net.alpha * 1e6:.3g} us, bandwidth {net.bandwidth / 1e9:.3g} GB/s "
+              f"({net.source})", highlight=False)
+    for p in profiles:
+        coll = ", ".join(f"{c.name} {c.calls:g}x{c.nbytes:,.0f} B" for c in p.collectives)
+        out.print(f"{p.label} (run {p.run_id}, measured at {p.ranks} ranks): compute "
+                  f"{format_duration(p.compute)}/step, step {format_duration(p.step)}; {coll}",
+                  highlight=False)
+    sizes = list(dict.fromkeys(r.ranks for r in rows))
+    table = Table(title="predicted step time / communication share / scaling efficiency")
+    table.add_column("scheme / compressor")
+    for n in sizes:
+        table.add_column(f"{n} ranks", justify="right")
+    for p in profiles:
+        cells = []
+        for n in sizes:
+            r = next(r for r in rows if r.profile is p and r.ranks == n)
+            cells.append("—" if r.step is None else
+                         f"{format_duration(r.step)} / {r.comm_share:.2f} / {r.efficiency:.2f}")
+        table.add_row(p.label, *cells)
+    out.print(table)
+    out.print(f"plot: {png}", highlight=False)

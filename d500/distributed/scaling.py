@@ -1,0 +1,233 @@
+"""Past one machine: an alpha-beta (latency-bandwidth) model of each scheme's step, fed by what a
+run measured (compute time per step, every collective's calls and bytes per step) and by a network
+(alpha, beta: measured here by d500.distributed.network, or a user's cluster), predicting the step
+time and the scaling efficiency at 8 ... 1,024 ranks for each scheme and compressor.
+
+    profile = Profile.from_run(ledger.get(run_id))          # a level-3 run at N0 >= 2 ranks
+    net = parse_network("2us,12.5GB/s")
+    step_time(profile, 64, net)                              # seconds, or None (not possible)
+    rows = predict([profile, ...], net, SIZES)               # one Prediction per (profile, N)
+
+A profile's buffer sizes come from its measured bytes per call, read back through the formula
+its collective was counted with (comm.py): allreduce 2(N0-1)/N0 * B per rank, allgather (N0-1) * C,
+broadcast and reduce B (received by a non-root, sent to the root), neighbour exchange 2B, a
+parameter-server message B. Time of one call at N ranks (Thakur, Rabenseifner and Gropp 2005;
+Patarasuk and Yuan 2009):
+
+    allreduce (ring)                       2(N-1) alpha + 2(N-1)/N B beta
+    allgather (ring), C bytes per rank      (N-1) alpha + (N-1) C beta
+    broadcast, reduce (scatter + ring)     (log2 N + N - 1) alpha + 2(N-1)/N B beta
+    neighbour exchange (both neighbours)   2 alpha + 2 B beta
+    point-to-point message (ps push/pull)  alpha + B beta
+
+Scheme rules on top: dpsgd averages with both ring neighbours from 3 ranks on (an allreduce of
+the model at 2); async_ps steps no faster than its server, which takes one push and sends one
+pull per worker and step: max(compute + push + pull, (N-1)(push + pull)). Compute time per step
+scales with the per-rank batch (strong scaling: the global batch is fixed and cut into N shares,
+so a step at N ranks costs compute(N0) * N0 / N; weak scaling keeps the per-rank batch). The
+efficiency is throughput's: (samples per second at N) / (N * samples per second at 1 rank), i.e.
+at a fixed global batch T(1) / (N T(N)); it says nothing of convergence at other batch sizes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from d500.distributed.network import Network
+from d500.errors import UsageError
+
+SIZES = tuple(2**k for k in range(3, 11))  # 8 ... 1,024 ranks
+KINDS = {  # a collective's traffic name -> how the model times it
+    "allreduce": "allreduce", "ring_allreduce": "allreduce", "ddp_allreduce": "allreduce",
+    "allgather": "allgather", "allgatherv": "allgather", "broadcast": "tree", "reduce": "tree",
+    "neighbour_exchange": "neighbour", "ps_push": "p2p", "ps_pull": "p2p",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Collective:
+    """One collective of a step: its traffic name, calls per step, bytes per call (B; for an
+    allgather the bytes each rank contributes)."""
+
+    name: str
+    calls: float
+    nbytes: float
+
+    @property
+    def kind(self) -> str:
+        return KINDS.get(self.name, "allreduce")
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """One run's step as the model sees it (measured at `ranks` ranks)."""
+
+    label: str  # e.g. "sync / topk"
+    scheme: str
+    compressor: str
+    ranks: int
+    compute: float  # seconds of computation per step per rank (the slowest rank's)
+    step: float  # measured seconds per step (for comparison)
+    global_batch: int
+    batch_mode: str
+    collectives: tuple[Collective, ...]
+    run_id: int | None = None
+
+    @classmethod
+    def from_run(cls, run: dict[str, Any]) -> Profile:
+        """A profile from a recorded level-3 run (its details' per-rank figures)."""
+        d, rid = run.get("details") or {}, run.get("id")
+        ranks = d.get("ranks") or []
+        n0 = int(run.get("world_size") or d.get("world_size") or 1)
+        if run.get("level") != 3 or not ranks:
+            raise UsageError(f"run {rid} is not a level-3 run with per-rank figures")
+        if n0 < 2:
+            raise UsageError(f"run {rid} ran on 1 rank: it measured no communication; model a run "
+                             f"at 2 or more ranks")
+        computes = [r.get("compute_time_per_step") for r in ranks]
+        steps = [r["step_time"] for r in ranks]
+        compute = max(c for c in computes if c is not None) if any(
+            c is not None for c in computes) else min(steps)
+        names = sorted({n for r in ranks for n in r.get("collectives", {})})
+        collectives = []
+        for name in names:
+            per = [r["collectives"].get(name, {}) for r in ranks]
+            calls = max(p.get("calls", 0.0) for p in per)
+            if calls <= 0:
+                continue
+            collectives.append(Collective(name, calls, _buffer(name, per, calls, n0)))
+        h = run.get("hyperparameters") or {}
+        scheme, compressor = h.get("scheme", d.get("scheme", "?")), h.get("compressor", "none")
+        label = scheme if compressor in ("none", None) else f"{scheme} / {compressor}"
+        return cls(label, scheme, compressor or "none", n0, compute,
+                   sum(steps) / len(steps), int(d.get("global_batch") or h.get("batch_size", 1)),
+                   d.get("batch_mode", "global"), tuple(collectives), rid)
+
+
+def _buffer(name: str, per_rank: list[dict[str, float]], calls: float, n0: int) -> float:
+    """Bytes per call of a collective (B, or C for an allgather) from what the ranks counted per
+    step, read back through the formula it was counted with (see the module docstring)."""
+    sent = max(p.get("sent", 0.0) for p in per_rank) / calls
+    received = max(p.get("received", 0.0) for p in per_rank) / calls
+    kind = KINDS.get(name, "allreduce")
+    if kind == "allreduce":
+        return sent * n0 / (2 * (n0 - 1))
+    if kind == "allgather":
+        return sent / (n0 - 1)
+    if kind == "neighbour":
+        return sent / 2
+    return max(sent, received)  # tree (root or non-root: B) and point-to-point messages
+
+
+def call_time(kind: str, nbytes: float, n: int, net: Network) -> float:
+    """Seconds of one call of a collective of this kind at `n` ranks."""
+    a, b = net.alpha, net.beta
+    if n < 2:
+        return 0.0
+    if kind == "allreduce":
+        return 2 * (n - 1) * a + 2 * (n - 1) / n * nbytes * b
+    if kind == "allgather":
+        return (n - 1) * a + (n - 1) * nbytes * b
+    if kind == "tree":
+        return (math.log2(n) + n - 1) * a + 2 * (n - 1) / n * nbytes * b
+    if kind == "neighbour":
+        return 2 * a + 2 * nbytes * b
+    return a + nbytes * b  # p2p
+
+
+def compute_time(profile: Profile, n: int, weak: bool) -> float | None:
+    """Computation per step at `n` ranks (None when the global batch has fewer samples than
+    ranks)."""
+    if weak or profile.batch_mode == "per_rank":
+        return profile.compute
+    if profile.global_batch < n:
+        return None
+    return profile.compute * profile.ranks / n
+
+
+def comm_time(profile: Profile, n: int, net: Network) -> float:
+    """Communication per step at `n` ranks (async_ps: the worker's own messages)."""
+    total = 0.0
+    for c in profile.collectives:
+        kind = c.kind
+        if profile.scheme == "dpsgd" and c.name in ("allreduce", "neighbour_exchange"):
+            kind = "allreduce" if n == 2 else "neighbour"
+        total += c.calls * call_time(kind, c.nbytes, n, net)
+    return total
+
+
+def step_time(profile: Profile, n: int, net: Network, weak: bool = False) -> float | None:
+    """Predicted seconds per step at `n` ranks, or None when that is not possible."""
+    compute = compute_time(profile, n, weak)
+    if compute is None:
+        return None
+    if n < 2:
+        return compute
+    comm = comm_time(profile, n, net)
+    if profile.scheme == "async_ps":  # the server takes every worker's push and pull
+        return max(compute + comm, (n - 1) * comm)
+    return compute + comm
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """One (profile, world size) of the model's table."""
+
+    profile: Profile
+    ranks: int
+    step: float | None
+    comm: float | None
+    efficiency: float | None
+
+    @property
+    def comm_share(self) -> float | None:
+        return None if self.step is None or self.comm is None or self.step <= 0 else \
+            min(1.0, self.comm / self.step)
+
+
+def efficiency(profile: Profile, n: int, net: Network, weak: bool = False) -> float | None:
+    """Throughput at `n` ranks over `n` times the throughput of one rank."""
+    t1, tn = step_time(profile, 1, net, weak), step_time(profile, n, net, weak)
+    if t1 is None or tn is None or tn <= 0:
+        return None
+    per_rank = weak or profile.batch_mode == "per_rank"
+    samples_n = profile.global_batch / profile.ranks * n if per_rank else profile.global_batch
+    samples_1 = profile.global_batch / profile.ranks if per_rank else profile.global_batch
+    return (samples_n / tn) / (n * samples_1 / t1)
+
+
+def predict(profiles: Sequence[Profile], net: Network, sizes: Sequence[int] = SIZES,
+            weak: bool = False) -> list[Prediction]:
+    """Every profile at every world size."""
+    out = []
+    for p in profiles:
+        for n in sizes:
+            t = step_time(p, n, net, weak)
+            c = None if t is None else comm_time(p, n, net)
+            out.append(Prediction(p, n, t, c, efficiency(p, n, net, weak)))
+    return out
+
+
+def plot(predictions: Sequence[Prediction], net: Network, title: str = "") -> bytes:
+    """PNG: predicted scaling efficiency against ranks (log2 axis), one line per profile."""
+    from d500.leaderboard.plots import figure, png
+    fig = figure(7, 3.8)
+    ax = fig.add_subplot()
+    labels = list(dict.fromkeys(p.profile.label for p in predictions))
+    for i, label in enumerate(labels):
+        points = [(p.ranks, p.efficiency) for p in predictions
+                  if p.profile.label == label and p.efficiency is not None]
+        if points:
+            ax.plot(*zip(*points), marker="o", markersize=3, color=f"C{i % 10}", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("ranks")
+    ax.set_ylabel("predicted scaling efficiency")
+    ax.set_title(title or f"alpha-beta model, network {net.spec()}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return png(fig)
