@@ -38,7 +38,7 @@ from d500.distributed import figures as figs
 from d500.distributed.comm import Communicator
 from d500.distributed.spec import Spec
 from d500.distributed.workloads import DistributedWorkload
-from d500.errors import describe
+from d500.errors import D500Error, describe
 from d500.training.trainer import Clock, Progress, Result, accuracy, log_run_keys, missed_figures
 
 PRECISION_COMM = "lowest_numerical_precision_in_comm"  # MLPerf Training 6.1's key
@@ -115,10 +115,18 @@ def train(job: Job, seed: int, progress: Progress | None = None) -> Result:
     ends the job (see the module docstring); divergence and a missed target are statuses."""
     comm, wl = job.comm, job.workload
     trainer, scheme, reducer = together(comm, lambda: build(job, seed))
-    run = _open(job, seed) if comm.rank == 0 else None
-    run_id = run.id if run is not None else 0
+    run, opened = None, None
+    if comm.rank == 0:  # rank 0 opens the run; a failure there reaches every rank
+        try:
+            run = _open(job, seed)
+            opened = run.id
+        except Exception as err:  # noqa: BLE001 - re-raised below, on every rank
+            opened = err if isinstance(err, D500Error) else D500Error(describe(err))
     if comm.mpi is not None:
-        run_id = comm.mpi.bcast(run_id, root=0)
+        opened = comm.mpi.bcast(opened, root=0)
+    if isinstance(opened, BaseException):
+        raise opened
+    run_id = int(opened)
     details = {"target": wl.target, "target_metric": wl.target_metric,
                "world_size": comm.size, "global_batch": job.global_batch,
                "batch_mode": wl.batch_mode, "scheme": job.spec.scheme,
