@@ -1,7 +1,9 @@
-"""Where and with what a run ran: hardware, OS, package versions, git state, measured peak FLOP/s.
+"""Where and with what a run ran: hardware, OS, package versions, git state, thread count, measured
+peak FLOP/s; and how busy the machine was (load averages) while a run was timed.
 
 No framework is imported: versions come from importlib.metadata, the MPI library's from
-`mpichversion`/`ompi_info`. The peak is a short calibrated float32 GEMM, cached per machine.
+`mpichversion`/`ompi_info`. The peak is a short calibrated float32 GEMM, cached per machine and
+measured again when it was taken on a loaded machine or is older than PEAK_MAX_AGE.
 """
 
 from __future__ import annotations
@@ -24,7 +26,14 @@ from d500.paths import PROJECT_ROOT, cache
 PACKAGES = ("d500", "torch", "tensorflow", "tensorflow-cpu", "onnx", "onnxruntime", "numpy",
             "mpi4py", "mpich")
 _collected: dict[str, Any] | None = None
-_peak_memo: dict[str, float] = {}  # machine id -> FLOP/s measured by this process
+_peak_memo: dict[str, dict[str, Any]] = {}  # machine id -> the peak measured by this process
+
+PEAK_MAX_AGE = 7 * 24 * 3600.0  # seconds: an older cached peak is measured again
+LOADED_RETRY = 600.0  # seconds: a peak measured on a loaded machine is retried at most this often
+# A machine is "loaded" when other processes' load (the 1-minute load average less this
+# process's own CPU use) exceeds this share of the cores d500 may use: on 2 cores, half a core.
+LOADED_SHARE = 0.25
+LOADAVG = Path("/proc/loadavg")
 
 
 def collect(refresh: bool = False) -> dict[str, Any]:
@@ -45,9 +54,16 @@ def collect(refresh: bool = False) -> dict[str, Any]:
             "mpi_library": mpi_library(),
             "git": git(),
         }
+    from d500 import threads
+
     result = json.loads(json.dumps(_collected))
-    result["peak_flops"] = peak_flops()
+    peak = peak_record()
+    result["peak_flops"] = peak["flops"]
     result["peak_flops_method"] = "float32 GEMM (numpy), fastest of 7 timed products"
+    result["peak_flops_conditions"] = {"measured": peak.get("measured"),
+                                       "loaded": peak.get("loaded"),
+                                       "load_average": (peak.get("load") or {}).get("start")}
+    result["threads"] = threads.recorded()
     return result
 
 
@@ -67,6 +83,8 @@ def summary(provenance: dict[str, Any]) -> str:
                                                "onnxruntime", "numpy") if pk.get(k))
     peak = provenance.get("peak_flops")
     peak_txt = f", peak {peak / 1e9:.0f} GFLOP/s" if peak else ""
+    count = (provenance.get("threads") or {}).get("count")
+    peak_txt += f", {count} thread{'s' if count != 1 else ''}" if count else ""
     git_info = provenance.get("git") or {}
     commit = (git_info.get("commit") or "")[:10]
     dirty = "+dirty" if git_info.get("dirty") else ""
@@ -169,25 +187,157 @@ def machine_id() -> str:
 
 
 def peak_flops(refresh: bool = False) -> float:
-    """Measured float32 GEMM FLOP/s of this machine: calibrated so one product takes ~50 ms,
-    the fastest of 7 timed products after warm-up (a peak is an upper bound: a low estimate would
-    flatter every peak_fraction). Cached per machine under D500_HOME/cache."""
-    path = cache("provenance") / f"peak_flops-{machine_id()}.json"  # per machine
-    if not refresh and path.is_file():
-        try:
-            return float(json.loads(path.read_text())["flops"])
-        except (ValueError, KeyError, OSError):
-            pass
+    """Measured float32 GEMM FLOP/s of this machine (see peak_record)."""
+    return float(peak_record(refresh)["flops"])
+
+
+def peak_record(refresh: bool = False) -> dict[str, Any]:
+    """This machine's peak: {"flops", "measured" (unix time), "load" (load averages around the
+    measurement), "loaded", ...}. Calibrated so one product takes ~50 ms, the fastest of 7
+    timed products after warm-up (a peak is an upper bound: a low estimate would flatter every
+    peak_fraction). Cached per machine under D500_HOME/cache; measured again when the cached
+    one is older than PEAK_MAX_AGE, was taken on a loaded machine (at most every
+    LOADED_RETRY seconds; the higher of the two is kept while the machine stays loaded) or does
+    not say how loaded the machine was."""
+    path = cache("provenance") / f"peak_flops-{machine_id()}.json"
+    cached = None if refresh else _read_peak(path)
+    now = time.time()
+    if cached is not None and not _stale(cached, now):
+        return cached
     key = machine_id()
-    flops = _peak_memo[key] if key in _peak_memo and not refresh else _measure_gemm()
-    _peak_memo[key] = flops
+    memo = _peak_memo.get(key)  # this process measured it on an idle machine already
+    measured = memo if memo is not None and not memo["loaded"] and not refresh else (
+        _measure_peak())
+    _peak_memo[key] = measured
+    keep = measured
+    if (cached is not None and measured["loaded"] and cached["flops"] > measured["flops"]
+            and now - cached.get("measured", 0) <= PEAK_MAX_AGE):
+        # still loaded: the higher peak stays the estimate (a peak is an upper bound), and
+        # is retried after LOADED_RETRY
+        keep = {**cached, "loaded": cached.get("loaded", True), "checked": now}
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"flops": flops, "measured": time.time(), "dtype": "float32"}))
+    tmp.write_text(json.dumps(keep))
     os.replace(tmp, path)
-    return flops
+    return keep
+
+
+def _read_peak(path: Path) -> dict[str, Any] | None:
+    try:
+        record = json.loads(path.read_text())
+        record["flops"] = float(record["flops"])
+    except (ValueError, KeyError, TypeError, OSError):
+        return None
+    return record
+
+
+def _stale(record: dict[str, Any], now: float) -> bool:
+    """Whether a cached peak must be measured again."""
+    if not isinstance(record.get("measured"), (int, float)) or "loaded" not in record:
+        return True  # from before load was recorded: it may have been taken under load
+    if now - record["measured"] > PEAK_MAX_AGE:
+        return True
+    return bool(record["loaded"]) and now - record.get("checked", record["measured"]) > (
+        LOADED_RETRY)
+
+
+def _measure_peak() -> dict[str, Any]:
+    watch = LoadWatch()
+    flops = _measure_gemm()
+    load = watch.finish()
+    return {"flops": flops, "measured": time.time(), "dtype": "float32", "load": load,
+            "loaded": load["loaded"]}
+
+
+# ------------------------------------------------------------------ load
+
+def loadavg_text() -> str:
+    """The text of /proc/loadavg (tests replace this function with a fake reader)."""
+    return LOADAVG.read_text()
+
+
+def load_average() -> list[float] | None:
+    """The 1-, 5- and 15-minute load averages; None where the system does not say."""
+    try:
+        return [float(v) for v in loadavg_text().split()[:3]]
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return list(os.getloadavg())
+    except (OSError, AttributeError):
+        return None
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+_cpu_readings: list[tuple[float, float]] = []  # (monotonic time, this process's CPU seconds)
+
+
+def own_load() -> float:
+    """Cores' worth of CPU this process used over the last minute (or since it started): its own
+    share of the 1-minute load average."""
+    t = os.times()
+    wall, cpu = time.monotonic(), t.user + t.system
+    older = [r for r in _cpu_readings if wall - r[0] >= 60.0]
+    then = older[-1] if older else (wall - _process_age(), 0.0)
+    _cpu_readings[:] = [*older[-1:], *(r for r in _cpu_readings if wall - r[0] < 60.0),
+                        (wall, cpu)]
+    return max(0.0, (cpu - then[1]) / max(wall - then[0], 1e-3))
+
+
+def others_load(load: list[float] | None) -> float | None:
+    """The load other processes put on the machine: the 1-minute load average less this
+    process's own share."""
+    return None if load is None else max(0.0, load[0] - own_load())
+
+
+class LoadWatch:
+    """Load averages around a timed piece of work: made when it starts, `finish()` when it ends.
+    The work ran on a loaded machine when other processes' load (others_load) exceeded
+    LOADED_SHARE of the usable cores at its start or its end."""
+
+    def __init__(self) -> None:
+        self.start = load_average()
+        self.start_others = others_load(self.start)
+
+    def finish(self) -> dict[str, Any]:
+        """{"start", "end" (1/5/15-minute load averages), "others" (other processes' load at
+        start and end), "usable_cores", "loaded"}."""
+        end = load_average()
+        pair = [self.start_others, others_load(end)]
+        cores = usable_cores()
+        known = [v for v in pair if v is not None]
+        return {"start": self.start, "end": end,
+                "others": [None if v is None else round(v, 2) for v in pair],
+                "usable_cores": cores, "loaded": bool(known) and max(known) > LOADED_SHARE * cores}
+
+
+def _process_age() -> float:
+    """Seconds since this process started (Linux); 60 elsewhere."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(uptime - ticks / os.sysconf("SC_CLK_TCK"), 1e-3)
+    except (OSError, ValueError, IndexError):
+        return 60.0
 
 
 def _measure_gemm() -> float:
+    """The GEMM on every usable core, whatever thread count runs are timed at (--threads): the
+    peak is the machine's."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return _gemm_flops()
+    with threadpool_limits(limits=usable_cores(), user_api="blas"):
+        return _gemm_flops()
+
+
+def _gemm_flops() -> float:
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -212,7 +362,7 @@ def _measure_gemm() -> float:
 
 def _run(cmd: list[str]) -> str | None:
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+        out = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout if out.returncode == 0 else None

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from d500 import threads
 from d500.cli import ArgumentParser, seconds, stdout_console
 from d500.errors import D500Error, UsageError
 from d500.levels import Context, Item, Level, RunOptions, all_levels
@@ -45,8 +46,12 @@ def main(argv: list[str], prog: str = "d500 run") -> int:
     parser.add_argument("--budget", type=seconds,
                         help=f"seconds of timing per measurement (default {BUDGET})")
     parser.add_argument("--no-html", action="store_true", help="do not write the HTML leaderboard")
+    threads.add_option(parser)
     args = parser.parse_args(argv)
     plan = make_plan(args)
+    from d500 import backends
+    threads.configure(args.threads, threads.frameworks(plan.options.backends
+                                                       or backends.installed()))
     return execute(plan, html=not args.no_html)
 
 
@@ -191,8 +196,14 @@ class _Stage:
 
 @contextlib.contextmanager
 def _progress(console: Any) -> Iterator[Callable[[str, int], _Stage]]:
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn,
-                               TextColumn, TimeElapsedColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
     from rich.table import Column
     # A fixed share of the width for the description, so the bar does not jump as it changes.
     text = TextColumn("{task.description}",

@@ -8,7 +8,11 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
+import time
 from pathlib import Path
+
+import pytest
 
 from d500 import provenance
 
@@ -37,7 +41,7 @@ def test_no_framework_is_imported(tmp_path):
     code = ("import sys; from d500 import provenance; info = provenance.collect(); "
             "print(sorted(m for m in ('torch', 'tensorflow', 'onnxruntime', 'mpi4py') "
             "if m in sys.modules)); print(info['packages']['torch'])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
                          env={**os.environ, "D500_HOME": str(tmp_path)}, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     imported, torch_version = out.stdout.splitlines()
@@ -54,7 +58,137 @@ def test_peak_flops_is_measured_once_per_machine(tmp_path, monkeypatch):
     cached = list((tmp_path / "cache" / "provenance").glob("peak_flops-*.json"))
     assert len(cached) == 1
     assert json.loads(cached[0].read_text())["flops"] == first
-    cached[0].write_text(json.dumps({"flops": 123.0}))  # the cache, not a new measurement
-    assert provenance.peak_flops() == 123.0
+    record = json.loads(cached[0].read_text())
+    assert record["loaded"] in (True, False) and len(record["load"]["start"]) == 3
+    cached[0].write_text(json.dumps({**record, "flops": 123.0, "loaded": False}))
+    assert provenance.peak_flops() == 123.0  # the cache, not a new measurement
     measured = provenance.peak_flops(refresh=True)
     assert measured > 1e8 and json.loads(cached[0].read_text())["flops"] == measured
+
+
+# -- load averages: a fake /proc/loadavg, never the real machine's load -----------------------
+
+def fake_load(monkeypatch, *one_minute: float) -> list[float]:
+    """Make /proc/loadavg read `one_minute[0]`, then the next value at each read (the last one
+    repeats); the 5- and 15-minute figures are fixed."""
+    values = list(one_minute)
+
+    def read() -> str:
+        value = values.pop(0) if len(values) > 1 else values[0]
+        return f"{value:.2f} 0.50 0.25 1/234 5678\n"
+
+    monkeypatch.setattr(provenance, "loadavg_text", read)
+    return values
+
+
+@pytest.fixture
+def fresh_peak(tmp_path, monkeypatch):
+    """An empty cache and no peak measured by this process yet."""
+    monkeypatch.setenv("D500_HOME", str(tmp_path))
+    monkeypatch.setattr(provenance, "_peak_memo", {})
+    return lambda: json.loads(next((tmp_path / "cache" / "provenance").glob(
+        "peak_flops-*.json")).read_text())
+
+
+def test_load_watch_records_start_and_end_and_whether_others_were_busy(monkeypatch):
+    cores = provenance.usable_cores()
+    fake_load(monkeypatch, 0.0, 4.0 * cores)  # idle at the start, busy by the end
+    watch = provenance.LoadWatch()
+    load = watch.finish()
+    assert load["start"] == [0.0, 0.5, 0.25] and load["end"] == [round(4.0 * cores, 2), 0.5,
+                                                                 0.25]
+    assert load["usable_cores"] == cores and load["loaded"] is True
+    assert load["others"][0] == 0.0 and load["others"][1] > 3.0 * cores
+    fake_load(monkeypatch, 0.0)
+    assert provenance.LoadWatch().finish()["loaded"] is False
+    monkeypatch.setattr(provenance, "loadavg_text", lambda: "not a load average")
+    assert provenance.load_average() is not None  # os.getloadavg() then
+
+
+def test_this_process_own_work_is_not_counted_as_load(tmp_path):
+    # a fresh process busy on one core for ~1.5 s: the 1-minute load it causes itself (1.0 on
+    # a fake idle machine) is not other processes' load
+    code = textwrap.dedent("""
+        import json
+        import time
+        from d500 import provenance
+        provenance.loadavg_text = lambda: "1.00 0.50 0.25 1/100 1"
+        end = time.process_time() + 1.5
+        while time.process_time() < end:
+            pass
+        own = provenance.own_load()
+        load = provenance.LoadWatch().finish()
+        print(json.dumps({"own": own, **load}))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=False, cwd=ROOT,
+                         env={**os.environ, "D500_HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    found = json.loads(out.stdout)
+    assert found["own"] > 0.5, found
+    assert all(v < 0.5 for v in found["others"]) and found["loaded"] is False, found
+
+
+def test_a_peak_taken_under_load_is_measured_again(fresh_peak, monkeypatch):
+    cores = provenance.usable_cores()
+    fake_load(monkeypatch, 10.0 * cores)
+    first = provenance.peak_record()
+    cached = fresh_peak()
+    assert cached["loaded"] is True and cached["load"]["start"][0] == 10.0 * cores
+    assert provenance.peak_record()["flops"] == first["flops"]  # retried only after a while
+    # after LOADED_RETRY, on a machine still loaded: measured again, the higher peak kept
+    cached.update(flops=1e15, checked=time.time() - provenance.LOADED_RETRY - 1)
+    next(iter(provenance.cache("provenance").glob("peak_flops-*.json"))).write_text(
+        json.dumps(cached))
+    again = provenance.peak_record()
+    assert again["flops"] == 1e15 and again["checked"] > time.time() - 60
+    # ... and once the machine is idle, the new measurement replaces it
+    fake_load(monkeypatch, 0.0)
+    cached = fresh_peak()
+    cached.update(flops=1.0, checked=time.time() - provenance.LOADED_RETRY - 1)
+    next(iter(provenance.cache("provenance").glob("peak_flops-*.json"))).write_text(
+        json.dumps(cached))
+    idle = provenance.peak_record()
+    assert idle["loaded"] is False and idle["flops"] > 1e8 and fresh_peak() == idle
+    info = provenance.collect()
+    assert info["peak_flops"] == idle["flops"]
+    assert info["peak_flops_conditions"]["loaded"] is False
+
+
+def test_an_old_or_unlabelled_peak_is_measured_again(fresh_peak, monkeypatch):
+    fake_load(monkeypatch, 0.0)
+    provenance.peak_record()
+    path = next(iter(provenance.cache("provenance").glob("peak_flops-*.json")))
+    week = provenance.PEAK_MAX_AGE
+    for stale in ({"flops": 5.0, "measured": time.time() - week - 60, "loaded": False},
+                  {"flops": 5.0, "measured": time.time()}):  # from before load was recorded
+        path.write_text(json.dumps(stale))
+        assert provenance.peak_flops() > 1e8 and fresh_peak()["loaded"] is False
+    fresh = {"flops": 5.0, "measured": time.time() - week + 3600, "loaded": False}
+    path.write_text(json.dumps(fresh))
+    assert provenance.peak_flops() == 5.0  # six days old and idle: still good
+
+
+def test_the_leaderboard_marks_runs_timed_on_a_loaded_machine(tmp_path, monkeypatch):
+    from d500.leaderboard import ranking, text
+    from d500.ledger import Ledger
+    monkeypatch.setenv("D500_HOME", str(tmp_path))
+    workload = tmp_path / "net.yaml"
+    workload.write_text("name: net\nlevel: 1\nmetrics: [latency]\nrank_by: latency\n")
+    ledger = Ledger()
+    cores = provenance.usable_cores()
+    for backend, busy in (("torch", False), ("torch", True), ("onnxruntime", False)):
+        fake_load(monkeypatch, 3.0 * cores if busy else 0.0)
+        watch = provenance.LoadWatch()
+        with ledger.start_run(level=1, workload="net", submission=backend, backend=backend,
+                              workload_file=workload) as run:
+            run.record(figures={"latency": 0.01}, details={"load_average": watch.finish()})
+    [board] = ranking.build(ledger, level=1)
+    marks = {e.backend: text.load_mark(e) for e in board.entries}
+    assert marks["onnxruntime"] == ""
+    assert marks["torch"].startswith("⚠ loaded machine: 1 of 2 timed run(s)")
+    assert f"on {cores} cores" in marks["torch"]
+    torch_row = next(row for e, row in zip(board.entries, (text.row(board, e)
+                                                           for e in board.entries))
+                     if e.backend == "torch")
+    assert "⚠ loaded machine" in torch_row[-1]

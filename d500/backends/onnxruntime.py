@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 import onnx.defs
 
+from d500 import threads
 from d500.backends.base import Backend, Executable
 from d500.errors import ModelError, UnsupportedOperator, UsageError
 
@@ -89,6 +90,7 @@ class OnnxRuntimeExecutable(Executable):
         # spinning pool would steal the cores of whichever backend is timed next.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        threads.session_options(options)  # the one count every framework gets (--threads)
         providers = (["CUDAExecutionProvider"] if device.upper().startswith("CUDA") else []) + [
             "CPUExecutionProvider"]
         ir = opset = None

@@ -137,8 +137,24 @@ def problems(board: Board) -> list[str]:
 
 
 def provenance(entry: Entry) -> list[str]:
-    """One line per distinct environment the entry's runs ran in."""
-    return list(dict.fromkeys(environment(env, entry.backend) for env in entry.environments))
+    """One line per distinct environment the entry's runs ran in, and a mark when runs were
+    timed on a loaded machine (their recorded load averages, d500.provenance.LoadWatch)."""
+    lines = list(dict.fromkeys(environment(env, entry.backend) for env in entry.environments))
+    return lines + ([loaded] if (loaded := load_mark(entry)) else [])
+
+
+def load_mark(entry: Entry) -> str:
+    """"⚠ loaded machine: k of n runs ..." when runs were timed while other processes kept the
+    machine busy; empty otherwise."""
+    timed = [r["details"]["load_average"] for r in entry.runs
+             if isinstance(r.get("details", {}).get("load_average"), dict)]
+    loaded = [w for w in timed if w.get("loaded")]
+    if not loaded:
+        return ""
+    others = max((v for w in loaded for v in w.get("others") or [] if v is not None), default=0)
+    cores = loaded[0].get("usable_cores", "?")
+    return (f"⚠ loaded machine: {len(loaded)} of {len(timed)} timed run(s), other processes' "
+            f"load up to {others:.1f} on {cores} cores")
 
 
 def environment(env: dict[str, Any], backend: str | None) -> str:
@@ -156,7 +172,12 @@ def environment(env: dict[str, Any], backend: str | None) -> str:
     if gpus:
         parts.append(gpus)
     if env.get("peak_flops"):
-        parts.append(f"peak {env['peak_flops'] / 1e9:.0f} GFLOP/s")
+        loaded = (env.get("peak_flops_conditions") or {}).get("loaded")
+        parts.append(f"peak {env['peak_flops'] / 1e9:.0f} GFLOP/s"
+                     + (" (measured under load)" if loaded else ""))
+    count = (env.get("threads") or {}).get("count")
+    if count:
+        parts.append(f"{count} thread{'s' if count != 1 else ''}")
     parts += vers
     if commit:
         parts.append(f"git {commit}")

@@ -1,5 +1,6 @@
 """`d500 net bench`: per backend, load+translate time, first call, batch-1 latency, throughput at
-the workload's batch size, training-step time and agreement with the reference; a ledger run each.
+the workload's batch size, training-step time and agreement with the reference; a ledger run each,
+with the load averages at the start and end of the timing (d500.provenance.LoadWatch).
 
 Backends are timed side by side (d500.timing.measure_interleaved), so machine noise hits them
 alike. A backend that cannot run the model, or whose outputs disagree with the reference beyond
@@ -23,6 +24,7 @@ from d500.errors import ConfigError, UnsupportedOperator, describe
 from d500.networks import inputs as _inputs
 from d500.networks.compare import compare
 from d500.networks.workloads import Workload
+from d500.provenance import LoadWatch
 from d500.timing import Timing, measure_interleaved
 
 if TYPE_CHECKING:
@@ -99,6 +101,7 @@ def bench(workload: Workload, backends: Sequence[str], *, ledger: Any = None,
         reference_out = _reference_outputs(model_path, feeds1, say, workload.name)
     # The reference goes first: its first call gives the outputs the others are compared with.
     order = sorted(results, key=lambda r: r.backend != "reference")
+    watch = LoadWatch()  # how busy the machine was while the backends were timed
     try:
         for r in order:
             r.run = ledger.start_run(level=1, workload=workload.name, submission=r.backend,
@@ -117,13 +120,17 @@ def bench(workload: Workload, backends: Sequence[str], *, ledger: Any = None,
         _time_inference(alive, feeds1, feeds_b, workload, budget, say)
         if workload.train:
             _time_training(alive, classes, train_path, train_model, workload, budget, say)
+        load = watch.finish()
         for r in results:
             if r.status == "running":
                 r.status = "succeeded"
+            r.details["load_average"] = load
             r.run.finish(r.status, figures=r.figures, details=r.details,
                          error=r.error or None)
     except BaseException as err:
+        load = watch.finish()
         for r in results:
+            r.details["load_average"] = load
             if r.run is not None and r.run.status == "running":
                 status = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
                 r.run.finish(status, figures=r.figures, details=r.details,
@@ -277,7 +284,7 @@ def _tagged(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
     def call() -> Any:
         try:
             return fn()
-        except Exception as err:  # noqa: BLE001 - tagged with the backend, handled by caller
+        except Exception as err:
             raise _TimedFailure(name, err) from err
     return call
 
@@ -289,7 +296,7 @@ def _interleave(rs: list[BackendBench], make_fn, budget: float, say: Progress,
     while rs:
         counts: dict[str, int] = {}
 
-        def tick(name: str, n: int) -> None:
+        def tick(name: str, n: int, counts: dict[str, int] = counts) -> None:
             counts[name] = n
             say(f"{what}: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + " samples")
 

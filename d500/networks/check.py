@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -122,60 +122,138 @@ def run_backend(name: str, model: onnx.ModelProto, feeds: dict[str, np.ndarray]
 
 def check(model: onnx.ModelProto, feeds: dict[str, np.ndarray], backends: Sequence[str], *,
           model_name: str = "", seed: int | None = None, rtol: float | None = None,
-          progress: Callable[[str], Any] | None = None) -> CheckReport:
-    """Run `model` on `backends` (the reference is always run too, as the baseline) and compare."""
+          progress: Callable[[str], Any] | None = None,
+          recorder: Recorder | None = None) -> CheckReport:
+    """Run `model` on `backends` (the reference is always run too, as the baseline) and compare.
+    With a `recorder`, every checked backend's ledger run is open before the first backend runs
+    and sealed as soon as its verdict is known (at once when the reference is the baseline)."""
     names = list(dict.fromkeys([BASELINE, *backends]))
-    results: dict[str, BackendResult] = {}
-    for name in names:
-        if progress is not None:
-            progress(name)
-        results[name] = run_backend(name, model, feeds)
-    if progress is not None:
-        progress("")
+    requested = list(dict.fromkeys(backends))
     output_names = [o.name for o in model.graph.output]
-    baseline, kind = _baseline(results, output_names, rtol)
-    for result in results.values():
-        if result.status == "ok" and baseline is not None:
-            result.comparisons = [
-                compare(n, got, want, rtol) for n, got, want in
-                zip(output_names, result.outputs, results[baseline].outputs)]
-            if len(result.outputs) != len(output_names):
-                result.comparisons.append(Comparison(
-                    "<outputs>", np.inf, np.inf, 0.0, False,
-                    f"{len(result.outputs)} outputs instead of {len(output_names)}"))
-    report = CheckReport(model_name, baseline, kind,
-                         {k: list(v.shape) for k, v in feeds.items()}, seed,
-                         [results[n] for n in names], output_names,
-                         requested=list(dict.fromkeys(backends)))
-    report.note = _note(report)
+    inputs = {k: list(v.shape) for k, v in feeds.items()}
+    results: dict[str, BackendResult] = {}
+    if recorder is not None:
+        recorder.open([n for n in requested if n != BASELINE], inputs, seed)
+    try:
+        for name in names:
+            if progress is not None:
+                progress(name)
+            result = results[name] = run_backend(name, model, feeds)
+            reference = results[BASELINE]
+            if reference.status != "ok":
+                continue  # the verdict waits for the baseline the majority decides
+            _compare(result, reference, output_names, rtol)
+            if recorder is not None and name != BASELINE:
+                recorder.seal(result, BASELINE, "reference")
+        if progress is not None:
+            progress("")
+        baseline, kind = _baseline(results, output_names, rtol)
+        if kind != "reference":
+            for result in results.values():
+                if result.status == "ok" and baseline is not None:
+                    _compare(result, results[baseline], output_names, rtol)
+        report = CheckReport(model_name, baseline, kind, inputs, seed,
+                             [results[n] for n in names], output_names, requested=requested)
+        report.note = _note(report)
+        if recorder is not None:
+            recorder.finish(report)
+    except BaseException as err:
+        if recorder is not None:
+            recorder.abandon(err)
+        raise
     return report
+
+
+def _compare(result: BackendResult, baseline: BackendResult, output_names: list[str],
+             rtol: float | None) -> None:
+    """Compare one backend's outputs, output by output, with the baseline's."""
+    if result.status != "ok":
+        return
+    result.comparisons = [compare(n, got, want, rtol) for n, got, want in
+                          zip(output_names, result.outputs, baseline.outputs)]
+    if len(result.outputs) != len(output_names):
+        result.comparisons.append(Comparison(
+            "<outputs>", np.inf, np.inf, 0.0, False,
+            f"{len(result.outputs)} outputs instead of {len(output_names)}"))
+
+
+class Recorder:
+    """The ledger runs of one check, one level-1 run per checked backend (workload
+    `check:<model file stem>` unless named): all opened before the first backend runs, so a
+    process killed mid-way leaves the backends already judged sealed and the others
+    interrupted; a backend that disagrees or fails is a failed run. The baseline is not a
+    checked backend unless it was asked for and the reference could not run the model."""
+
+    def __init__(self, model_path: Path, ledger: Any = None, workload: str | None = None):
+        from d500.ledger import Ledger
+        self.ledger = ledger if ledger is not None else Ledger()
+        self.model_path = model_path
+        self.workload = workload or f"check:{model_path.stem}"
+        self.runs: dict[str, Any] = {}
+        self.sealed: dict[str, int] = {}  # backend -> run id, in the order sealed
+        self.inputs: dict[str, list[int]] = {}
+        self.seed: int | None = None
+
+    def open(self, backends: Sequence[str], inputs: dict[str, list[int]],
+             seed: int | None) -> None:
+        self.inputs, self.seed = inputs, seed
+        for name in backends:
+            self._start(name, BASELINE)
+
+    def _start(self, backend: str, baseline: str | None) -> Any:
+        run = self.ledger.start_run(level=1, workload=self.workload, submission=backend,
+                                    backend=backend, seed=self.seed,
+                                    hyperparameters={"baseline": baseline},
+                                    model_file=self.model_path)
+        self.runs[backend] = run
+        return run
+
+    def seal(self, r: BackendResult, baseline: str | None, kind: str) -> None:
+        """Seal one backend's run with its verdict against the baseline."""
+        run = self.runs.get(r.backend) or self._start(r.backend, baseline)
+        figures = {}
+        if r.max_rel is not None and r.max_rel != float("inf"):
+            figures["agreement"] = r.max_rel
+        details = {"baseline": baseline, "baseline_kind": kind, "inputs": self.inputs,
+                   "verdict": r.verdict, "comparisons": [c.as_dict() for c in r.comparisons]}
+        status = "succeeded" if r.agrees else "failed"
+        error = None if r.agrees else (r.error or _disagreement(r))
+        run.finish(status, figures=figures, details=details, error=error)
+        self.sealed.setdefault(r.backend, run.id)
+
+    def finish(self, report: CheckReport) -> None:
+        """Seal what the final report decides: every checked backend not sealed yet; the
+        backend the majority chose as baseline agrees with the others by definition."""
+        for r in report.checked:
+            if r.backend in self.sealed:
+                continue
+            if r.backend == report.baseline:
+                run = self.runs.get(r.backend)
+                if run is not None:  # it was asked for: it is the majority's answer
+                    run.finish("succeeded", details={
+                        "baseline": report.baseline, "baseline_kind": report.baseline_kind,
+                        "inputs": self.inputs, "verdict": f"baseline ({report.baseline_kind})"})
+                    self.sealed[r.backend] = run.id
+                continue
+            self.seal(r, report.baseline, report.baseline_kind)
+
+    def abandon(self, err: BaseException) -> None:
+        """The check stopped with an exception: the runs not sealed end interrupted (Ctrl-C)
+        or failed, with the error."""
+        status = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
+        for name, run in self.runs.items():
+            if name not in self.sealed:
+                run.finish(status, error=describe(err))
 
 
 def record(report: CheckReport, model_path: Path, ledger: Any = None,
            workload: str | None = None) -> list[int]:
-    """One level-1 ledger run per backend (workload `check:<model file stem>` unless named):
-    its agreement with the baseline; a backend that disagrees or fails is a failed run."""
-    from d500.ledger import Ledger
-    ledger = ledger if ledger is not None else Ledger()
-    ids = []
-    for r in report.checked:
-        if r.backend == report.baseline:
-            continue
-        run = ledger.start_run(level=1, workload=workload or f"check:{model_path.stem}",
-                               submission=r.backend, backend=r.backend, seed=report.seed,
-                               hyperparameters={"baseline": report.baseline},
-                               model_file=model_path)
-        figures = {}
-        if r.max_rel is not None and r.max_rel != float("inf"):
-            figures["agreement"] = r.max_rel
-        details = {"baseline": report.baseline, "baseline_kind": report.baseline_kind,
-                   "inputs": report.input_shapes, "verdict": r.verdict,
-                   "comparisons": [c.as_dict() for c in r.comparisons]}
-        status = "succeeded" if r.agrees else "failed"
-        error = None if r.agrees else (r.error or _disagreement(r))
-        run.finish(status, figures=figures, details=details, error=error)
-        ids.append(run.id)
-    return ids
+    """Record a finished check afterwards (`check(..., recorder=Recorder(...))` records as it
+    goes): one level-1 ledger run per checked backend; the run ids."""
+    recorder = Recorder(model_path, ledger, workload)
+    recorder.inputs, recorder.seed = report.input_shapes, report.seed
+    recorder.finish(report)
+    return list(recorder.sealed.values())
 
 
 def _disagreement(r: BackendResult) -> str:

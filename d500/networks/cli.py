@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
+from d500 import threads
 from d500.cli import ArgumentParser, seconds, seed, stdout_console
 from d500.errors import UsageError
 
@@ -51,6 +53,7 @@ def main(argv: list[str], prog: str = "d500 net") -> int:
     p_bench.add_argument("--budget", type=seconds,
                          help="seconds of timing per measurement and backend (default: the "
                               "workload's)")
+    threads.add_option(p_bench)
     p_bench.add_argument("--json", action="store_true", help="print the results as JSON")
     sub.add_parser("list", help="list the level-1 workloads")
     args = parser.parse_args(argv)
@@ -66,7 +69,7 @@ def main(argv: list[str], prog: str = "d500 net") -> int:
 def _check(args: Any) -> int:
     from d500.model import load
     from d500.networks import inputs
-    from d500.networks.check import check, record
+    from d500.networks.check import Recorder, check
 
     if args.rtol is not None and not args.rtol > 0:
         raise UsageError("--rtol must be positive")
@@ -86,10 +89,12 @@ def _check(args: Any) -> int:
         recorded = cached_model(model, f"{path.stem}-random{args.seed}")  # what ran
     feeds = (inputs.load_npz(args.inputs, model) if args.inputs
              else inputs.make(model, args.seed, dims=inputs.parse_dims(args.dim)))
+    recorder = None if args.no_record else Recorder(recorded, workload=f"check:{path.stem}")
     with _status(not args.json) as status:
         report = check(model, feeds, names, model_name=str(path),
                        seed=None if args.inputs else args.seed, rtol=args.rtol,
-                       progress=lambda b: status(f"running {path.name} on {b}" if b else ""))
+                       progress=lambda b: status(f"running {path.name} on {b}" if b else ""),
+                       recorder=recorder)
     from d500.networks.weights import constant_weights
     constant = 0 if args.random_weights else constant_weights(model)
     if constant:
@@ -97,8 +102,6 @@ def _check(args: Any) -> int:
             f"{constant} weight tensor(s) are one constant filled in the graph "
             f"(ConstantOfShape), so the outputs hardly depend on the arithmetic; "
             f"--random-weights makes this check meaningful")]))
-    if not args.no_record:
-        record(report, recorded, workload=f"check:{path.stem}")
     if args.json:
         print(json.dumps(report.as_dict(), indent=1))
     else:
@@ -158,6 +161,7 @@ def _bench(args: Any) -> int:
 
     workload = workloads.load(workloads.find(args.workload))
     names = backend_list(args.backends)
+    threads.configure(args.threads, threads.frameworks(names))
     with _status(not args.json) as status:
         result = bench(workload, names, budget=args.budget, progress=status)
     if args.json:
@@ -199,7 +203,7 @@ def print_bench(result, console=None) -> None:
             value = r.figures.get(m.name)
             ratio = m.ratio_to_best(value, best[m.name]) if r.status == "succeeded" else None
             extra = (f" ×{ratio:.3g}" if ratio is not None and ratio != 1.0
-                     and m.name != "agreement" and ratio == ratio else "")
+                     and m.name != "agreement" and not math.isnan(ratio) else "")
             ci = r.details.get(CI_DETAIL.get(m.name, ""), {}).get("ci95_rel")
             spread = f" ±{ci:.0%}" if value is not None and ci is not None and ci < 10 else ""
             cells.append(m.format(value, unit=False) + spread + extra)
@@ -244,6 +248,6 @@ class _status:
         if self._status is not None:
             self._status.update(text)
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._status is not None:
             self._status.__exit__(*exc)

@@ -72,7 +72,7 @@ def resolve_shapes(input_specs: list[InputSpec], *, batch: int | None = None,
     unknown = set(dims) - {d for s in input_specs for d in s.shape if isinstance(d, str)}
     if unknown:
         named = sorted({d for s in input_specs for d in s.shape if isinstance(d, str)})
-        raise UsageError(f"no input dimension named {sorted(unknown)[0]!r} "
+        raise UsageError(f"no input dimension named {min(unknown)!r} "
                          f"(the model's named dimensions: {', '.join(named) or 'none'})")
     sizes: dict[str, int] = dict(dims)
     shapes = {}

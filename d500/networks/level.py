@@ -55,13 +55,13 @@ class NetworksLevel(Level):
 
 def _check(wl: Any, names: list[str], context: Context) -> Outcome:
     from d500.networks import inputs
-    from d500.networks.check import check, record
+    from d500.networks.check import Recorder, check
 
     model, path = wl.onnx_model(loss=wl.train)
     feeds = inputs.make(model, wl.seed)
     report = check(model, feeds, names, model_name=wl.name, seed=wl.seed,
-                   progress=lambda b: context.note(f"{wl.name} on {b}" if b else ""))
-    record(report, path, context.ledger, workload=f"check:{wl.name}")
+                   progress=lambda b: context.note(f"{wl.name} on {b}" if b else ""),
+                   recorder=Recorder(path, context.ledger, workload=f"check:{wl.name}"))
     outcome = Outcome(summary=f"net check {wl.name}: " + ", ".join(
         f"{r.backend} {r.verdict}" for r in report.results if r.backend != report.baseline)
         + f" (baseline {report.baseline})")

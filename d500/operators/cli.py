@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from d500 import threads
 from d500.cli import ArgumentParser, seconds, seed
 from d500.errors import CheckFailed, UsageError
 
@@ -46,6 +47,7 @@ def parser(prog: str) -> ArgumentParser:
                                 "(default: every installed one)")
             s.add_argument("--budget", type=seconds, default=None,
                            help="seconds of timing per implementation (default: the case's)")
+            threads.add_option(s)
     return p
 
 
@@ -181,6 +183,8 @@ def _bench(loaded: Any, cases: list, args: Any) -> int:
     names = default_backends() if args.backends is None else _backends.select(args.backends)
     for b in names:
         _backends.get(b)  # not installed: a usage error now, not mid-run
+    own = [loaded.cls.framework] if loaded.cls.framework in ("numpy", "torch", "tensorflow") else []
+    threads.configure(args.threads, threads.frameworks(names, own))
     peak = peak_flops()
     results = []
     for result in bench_cases(loaded, cases, names, _options(args), args.budget, peak=peak):

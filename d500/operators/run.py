@@ -50,7 +50,7 @@ def bench_cases(loaded: Any, cases: Sequence[Any], backends: Sequence[str], opti
     missing. An operator that fails validation is recorded as failed and never ranked."""
     from d500.ledger import Ledger
     from d500.operators.bench import BUILTIN, bench
-    from d500.provenance import peak_flops
+    from d500.provenance import LoadWatch, peak_flops
 
     ledger = ledger if ledger is not None else Ledger()
     peak = peak_flops() if peak is None else peak
@@ -63,11 +63,14 @@ def bench_cases(loaded: Any, cases: Sequence[Any], backends: Sequence[str], opti
                 workload_file=case.path,
                 submission_files=loaded.files if submission == loaded.submission else []))
                 for submission, backend in entries]
+            watch = LoadWatch()  # how busy the machine was while this case was timed
             result = bench(loaded.cls, case, list(backends), loaded.submission, options,
                            budget, peak)
+            load = watch.finish()
             for row, run in zip(result.rows, runs, strict=True):
                 details = {"timing": row.timing, "flops_per_call": result.flops,
-                           "peak_flops": peak, "validation": row.validation}
+                           "peak_flops": peak, "validation": row.validation,
+                           "load_average": load}
                 if row.status == "ok":
                     run.record(figures=row.figures, details=details)
                 else:

@@ -137,3 +137,71 @@ def test_cli_table_and_inputs_file(tmp_path, home):
     assert "onnxruntime" in result.stdout and "agrees" in result.stdout
     assert "input 3x1x8x8, from --inputs" in result.stdout
     assert "all backends agree" in result.stdout
+
+
+# -- net check records as it goes --------------------------------------------------------------
+
+def test_each_backend_is_sealed_as_soon_as_it_is_judged(tmp_path, home):
+    from d500 import builders
+    from d500.ledger import Ledger
+    from d500.networks.check import Recorder
+    path = save_builder(tmp_path, "mlp", (1, 8, 8))
+    model = builders.build("mlp", (1, 8, 8))
+    ledger = Ledger()
+    seen: dict[str, dict[str, str]] = {}
+
+    def progress(backend: str) -> None:  # called before each backend runs
+        seen[backend] = {r["backend"]: r["status"] for r in ledger.runs(level=1)}
+
+    report = check(model, inputs.make(model, seed=0), ["onnxruntime", "torch"], seed=0,
+                   progress=progress, recorder=Recorder(path, ledger))
+    assert report.exit_code == 0
+    assert seen["reference"] == {"onnxruntime": "running", "torch": "running"}
+    assert seen["torch"] == {"onnxruntime": "succeeded", "torch": "running"}
+    runs = ledger.runs(level=1)
+    assert [(r["backend"], r["status"], r["workload"]) for r in runs] == [
+        ("onnxruntime", "succeeded", "check:mlp"), ("torch", "succeeded", "check:mlp")]
+    assert all(r["details"]["verdict"] == "agrees" and r["figures"]["agreement"] < 1e-4
+               for r in runs)
+    assert ledger.verify() == []
+
+
+@pytest.mark.slow
+def test_a_killed_net_check_keeps_the_finished_backends(tmp_path, home):
+    import os
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    from d500.ledger import Ledger
+
+    from .conftest import ROOT
+    path = save_builder(tmp_path, "resnet20", (3, 32, 32))
+    env = {**os.environ, "D500_HOME": str(home), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    proc = subprocess.Popen([sys.executable, "-m", "d500.cli", "net", "check", str(path),
+                             "--backends", "onnxruntime,torch,tensorflow"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    db_path, finished, deadline = home / "ledger.sqlite", 0, time.monotonic() + 300
+    try:
+        while finished < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+            try:
+                with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=30) as db:
+                    finished = db.execute("SELECT COUNT(*) FROM runs WHERE status != 'running'"
+                                          ).fetchone()[0]
+            except sqlite3.OperationalError:  # not created yet
+                continue
+        assert proc.poll() is None, "net check ended before two backends were recorded"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    ledger = Ledger()
+    runs = {r["backend"]: r for r in ledger.runs(level=1)}
+    assert set(runs) == {"onnxruntime", "torch", "tensorflow"}
+    assert runs["onnxruntime"]["status"] == runs["torch"]["status"] == "succeeded"
+    assert runs["onnxruntime"]["details"]["verdict"] == "agrees"
+    assert runs["tensorflow"]["status"] == "interrupted"
+    assert ledger.verify() == []

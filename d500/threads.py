@@ -1,0 +1,157 @@
+"""One intra-op thread count for every framework d500 times (torch, TensorFlow's intra- and inter-op
+pools, onnxruntime's sessions, NumPy's BLAS), set once per process: comparisons are fair only then.
+
+    from d500 import threads
+    threads.configure(4, threads.frameworks(["torch", "tensorflow"]))  # before anything runs
+    threads.recorded()  # {"count": 4, "set_by": "--threads"}: part of every run's provenance
+    threads.actual()    # what each loaded framework reports now
+
+The default is the number of cores this process may use (`os.sched_getaffinity`). TensorFlow
+fixes its pools when its runtime starts, so configure() sets them before TensorFlow runs
+anything; if it already ran with another count, the count cannot change in this process and
+configure() raises a UsageError saying so. Frameworks not loaded yet also get the count through
+the environment (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, MKL_NUM_THREADS, TF_NUM_INTRAOP_THREADS,
+TF_NUM_INTEROP_THREADS), which child processes inherit too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+from d500.errors import UsageError
+
+ENVIRONMENT = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+               "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+DEFAULT_WHY = "default: the cores this process may use"
+_setting: dict[str, Any] | None = None
+_blas_limits: Any = None  # threadpoolctl's limiter, kept for the life of the process
+
+
+def default() -> int:
+    """The count used without --threads: the cores this process may use."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def parse(text: str) -> int:
+    """argparse type of `--threads N`: an integer >= 1."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of threads >= 1, got {text!r}")
+    return int(text)
+
+
+def add_option(parser: argparse.ArgumentParser) -> None:
+    """`--threads N`, as `op bench`, `net bench` and `run` take it."""
+    parser.add_argument("--threads", type=parse, metavar="N",
+                        help="intra-op threads for every framework: torch, TensorFlow (intra- "
+                             "and inter-op), onnxruntime, NumPy's BLAS (default: the cores "
+                             f"this process may use, here {default()})")
+
+
+def frameworks(backends: Iterable[str], extra: Iterable[str] = ()) -> list[str]:
+    """The framework modules behind backend names (d500.backends.framework), plus `extra`."""
+    from d500.backends import framework
+    found = [fw[0] for fw in map(framework, backends) if fw is not None]
+    return list(dict.fromkeys([*found, *extra]))
+
+
+def configure(count: int | None = None, modules: Iterable[str] = ()) -> int:
+    """Give every framework `count` threads (None: `default()`): the environment for frameworks
+    not loaded yet, and at once NumPy's BLAS, each of `modules` (framework modules: torch,
+    tensorflow, onnxruntime, numpy; imported now) and every framework already loaded."""
+    global _setting
+    n = default() if count is None else count
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise UsageError(f"thread count must be an integer >= 1, got {n!r}")
+    for name in ENVIRONMENT:
+        os.environ[name] = str(n)
+    _setting = {"count": n, "set_by": "--threads" if count is not None else DEFAULT_WHY}
+    loaded = [m for m in ("torch", "tensorflow") if m in sys.modules]
+    for module in dict.fromkeys([*modules, *loaded, "numpy"]):  # BLAS last: the frameworks
+        apply(module, n)  # may have brought BLAS libraries of their own (scipy's OpenBLAS)
+    return n
+
+
+def apply(module: str, n: int) -> None:
+    """Set one framework's thread count now (importing it)."""
+    if module == "numpy":
+        _blas(n)
+    elif module == "torch":
+        import torch
+        torch.set_num_threads(n)
+    elif module == "tensorflow":
+        _tensorflow(n)
+    elif module == "onnxruntime":
+        pass  # per session: session_options() reads the count when a session is made
+
+
+def _blas(n: int) -> None:
+    """NumPy's BLAS pool (OpenBLAS, MKL, ...) through threadpoolctl, which works after NumPy
+    loaded it; without threadpoolctl only OPENBLAS_NUM_THREADS, read when NumPy loads."""
+    global _blas_limits
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    importlib.import_module("numpy")
+    _blas_limits = threadpool_limits(limits=n, user_api="blas")
+
+
+def _tensorflow(n: int) -> None:
+    import tensorflow as tf
+    threading = tf.config.threading
+    for what, get, set_ in (
+            ("intra-op", threading.get_intra_op_parallelism_threads,
+             threading.set_intra_op_parallelism_threads),
+            ("inter-op", threading.get_inter_op_parallelism_threads,
+             threading.set_inter_op_parallelism_threads)):
+        if get() == n:
+            continue
+        try:
+            set_(n)
+        except RuntimeError:
+            now = get() or "its default"
+            raise UsageError(
+                f"TensorFlow already runs with {now} {what} threads in this process and cannot "
+                f"change to {n}: the thread count must be set before TensorFlow runs anything "
+                f"(give --threads to a new d500 process)") from None
+
+
+def session_options(options: Any) -> Any:
+    """An onnxruntime SessionOptions with the configured count (unchanged when none is)."""
+    if _setting is not None:
+        options.intra_op_num_threads = _setting["count"]
+        options.inter_op_num_threads = _setting["count"]
+    return options
+
+
+def recorded() -> dict[str, Any] | None:
+    """The count this process set and how it was chosen, for provenance; None when it set none
+    (each framework then uses its own default)."""
+    return None if _setting is None else dict(_setting)
+
+
+def actual() -> dict[str, Any]:
+    """What each loaded framework reports now: torch's and TensorFlow's pools, NumPy's BLAS
+    libraries, the count onnxruntime sessions get."""
+    found: dict[str, Any] = {}
+    try:
+        from threadpoolctl import threadpool_info
+        found["blas"] = sorted({pool["num_threads"] for pool in threadpool_info()
+                                if pool["user_api"] == "blas"})
+    except ImportError:
+        pass
+    if "torch" in sys.modules:
+        found["torch"] = sys.modules["torch"].get_num_threads()
+    if "tensorflow" in sys.modules:
+        threading = sys.modules["tensorflow"].config.threading
+        found["tensorflow"] = {"intra": threading.get_intra_op_parallelism_threads(),
+                               "inter": threading.get_inter_op_parallelism_threads()}
+    found["onnxruntime"] = None if _setting is None else _setting["count"]
+    return found
