@@ -35,6 +35,8 @@ class RankStats:
     dense_bytes: int = 0
     scheme: dict[str, float] = dataclasses.field(default_factory=dict)
     scheme_details: dict[str, Any] = dataclasses.field(default_factory=dict)
+    step_median: float | None = None  # seconds: the median step, and the median of step minus
+    compute_median: float | None = None  # its collectives' seconds (robust to descheduling)
 
     @property
     def compute_seconds(self) -> float | None:
@@ -107,7 +109,8 @@ def details(ranks: list[RankStats]) -> list[dict[str, Any]]:
         steps = max(1, r.steps)
         out.append({
             "rank": r.rank, "host": r.host, "pid": r.pid, "steps": r.steps,
-            "step_time": r.step_seconds / steps,
+            "step_time": r.step_seconds / steps, "step_time_median": r.step_median,
+            "compute_time_median": r.compute_median,
             "comm_time": None if r.comm_seconds is None else r.comm_seconds,
             "compute_time": r.compute_seconds,
             "compute_time_per_step": (None if r.compute_seconds is None

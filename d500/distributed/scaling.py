@@ -69,8 +69,8 @@ class Profile:
     scheme: str
     compressor: str
     ranks: int
-    compute: float  # seconds of computation per step per rank (the slowest rank's)
-    step: float  # measured seconds per step (for comparison)
+    compute: float  # seconds of computation per step per rank (median; the slowest rank's)
+    step: float  # measured seconds per step (median, mean over ranks; for comparison)
     global_batch: int
     batch_mode: str
     collectives: tuple[Collective, ...]
@@ -87,8 +87,10 @@ class Profile:
         if n0 < 2:
             raise UsageError(f"run {rid} ran on 1 rank: it measured no communication; model a run "
                              f"at 2 or more ranks")
-        computes = [r.get("compute_time_per_step") for r in ranks]
-        steps = [r["step_time"] for r in ranks]
+        medians = [r.get("compute_time_median") for r in ranks]
+        computes = medians if all(c is not None for c in medians) else [
+            r.get("compute_time_per_step") for r in ranks]
+        steps = [r.get("step_time_median") or r["step_time"] for r in ranks]
         compute = max(c for c in computes if c is not None) if any(
             c is not None for c in computes) else min(steps)
         names = sorted({n for r in ranks for n in r.get("collectives", {})})

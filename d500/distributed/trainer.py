@@ -137,6 +137,8 @@ def train(job: Job, seed: int, progress: Progress | None = None) -> Result:
         control = comm.mpi.Dup()
         watchdog = Watchdog(comm.mpi, job.limit,
                             on_lost=lambda why: _lost(run, wl, details, why))
+    from d500.provenance import LoadWatch
+    watch = LoadWatch()  # how busy the machine was (the other ranks of this job aside)
     try:
         with watchdog if watchdog is not None else contextlib.nullcontext():
             outcome = _Training(job, seed, trainer, scheme, reducer, run, progress,
@@ -160,6 +162,7 @@ def train(job: Job, seed: int, progress: Progress | None = None) -> Result:
         figures.update(figs.scaling(job.ledger, run.id, wl, job.entry.name, job.backend,
                                     comm.size, figures.get("time_to_accuracy", math.inf)))
         details.update(ranks=figs.details(ranks), oversubscribed=_oversubscribed(ranks),
+                       load_average=_load(watch, ranks),
                        scheme_figures=ranks[0].scheme if ranks else {},
                        scheme_details=ranks[0].scheme_details if ranks else {})
         run.finish(status, figures=figures, error=error or None, details=details)
@@ -192,6 +195,19 @@ def _oversubscribed(ranks: list[figs.RankStats]) -> bool:
     return per_host.get(socket.gethostname(), 0) > (os.cpu_count() or 1)
 
 
+def _load(watch: Any, ranks: list[figs.RankStats]) -> dict[str, Any]:
+    """LoadWatch's record with this job's other ranks on this host taken out of the others'
+    load (each keeps a core busy, computing or polling)."""
+    from d500.provenance import LOADED_SHARE
+    out = watch.finish()
+    here = sum(1 for r in ranks if r.host == socket.gethostname()) - 1
+    others = [None if v is None else round(max(0.0, v - here), 2) for v in out["others"]]
+    known = [v for v in others if v is not None]
+    out.update(others=others, job_ranks_here=here + 1,
+               loaded=bool(known) and max(known) > LOADED_SHARE * out["usable_cores"])
+    return out
+
+
 class _Training:
     """The body of one run on one rank (the state the loop and the evaluations share)."""
 
@@ -206,6 +222,7 @@ class _Training:
         self.own_traffic = own if own is not None and not callable(own) else None
         if self.own_traffic is not None:
             self.stats.comm_seconds = None
+        self.durations: list[tuple[float, float]] = []  # per step: wall, in collectives
         self.state: dict[str, Any] = {"step": 0, "losses": [], "val": None, "test": None,
                                       "reached": None, "test_at_target": None,
                                       "evaluated": None, "bad": None, "train_loss": math.nan}
@@ -274,10 +291,13 @@ class _Training:
         return status, self._why(status), self._figures(status, ranks), ranks
 
     def _step(self, feeds: dict[str, np.ndarray], lr: float, epoch: int, total: int) -> None:
-        st = self.stats
+        st, comm = self.stats, self.comm
+        c = comm.seconds
         t = time.perf_counter()
         loss = self.scheme.step(feeds, lr)
-        st.step_seconds += time.perf_counter() - t
+        dt = time.perf_counter() - t
+        st.step_seconds += dt
+        self.durations.append((dt, comm.seconds - c))
         st.steps += 1
         self.state["step"] += 1
         if math.isfinite(loss):
@@ -377,6 +397,10 @@ class _Training:
             st.sent = int(sum(t["sent"] for t in st.traffic.values()))
             st.received = int(sum(t["received"] for t in st.traffic.values()))
             st.comm_seconds = float(sum(t["seconds"] for t in st.traffic.values()))
+        if self.durations:
+            steps = np.array(self.durations)
+            st.step_median = float(np.median(steps[:, 0]))
+            st.compute_median = float(np.median(steps[:, 0] - steps[:, 1]))
         if self.reducer is not None:
             st.payload_bytes, st.dense_bytes = self.reducer.sent_bytes, self.reducer.dense_bytes
         st.scheme = {k: float(v) for k, v in self.scheme.figures().items()}
