@@ -1,8 +1,9 @@
-"""Run any CustomOperator on NumPy arrays: forward, gradients, and its native call for timing.
+"""Run any CustomOperator on NumPy arrays: forward, gradients, and its native forward and backward
+calls for timing.
 
 torch/tensorflow operators with their own `backward` are wrapped as a torch.autograd.Function /
 tf.custom_gradient (`as_torch_function`, `as_tf_function`), so the framework calls the backward
-exactly as it would inside a model.
+exactly as it would inside a model. bfloat16 arrays (ml_dtypes) become torch.bfloat16 tensors.
 """
 
 from __future__ import annotations
@@ -47,6 +48,17 @@ class Runner:
         grads = as_tuple(self.op.backward(tuple(grad_outputs), inputs, outputs))
         return [np.asarray(o) for o in outputs], _pad(grads, len(arrays))
 
+    def backward_call(self, arrays: Sequence[np.ndarray],
+                      grad_outputs: Sequence[np.ndarray | None]) -> Callable[[], Any] | None:
+        """The operator's backward alone (forward done once beforehand), for timing; None when
+        it has none."""
+        if not self.own_backward:
+            return None
+        inputs = tuple(self.to_native(arrays))
+        outputs = as_tuple(self.op.forward(*inputs))
+        grads = tuple(grad_outputs)
+        return lambda: self.op.backward(grads, inputs, outputs)
+
     def _numpy(self, value: Any) -> Any:
         return value
 
@@ -62,8 +74,8 @@ class TorchRunner(Runner):
         return True  # its own backward, or torch autograd of forward
 
     def to_native(self, arrays):
-        import torch
-        return [torch.from_numpy(np.array(a, copy=True)) for a in arrays]
+        from d500.backends.torch.dtypes import from_numpy
+        return [from_numpy(np.array(a, copy=True)) for a in arrays]
 
     def call(self, native):
         import torch
@@ -71,18 +83,29 @@ class TorchRunner(Runner):
             return self.op.forward(*native)
 
     def _numpy(self, value):
-        return value.detach().cpu().numpy()
+        from d500.backends.torch.dtypes import to_numpy
+        return to_numpy(value)
 
-    def gradients(self, arrays, grad_outputs):
+    def _graph(self, arrays, grad_outputs):
+        """Inputs (float ones requiring grad), outputs recorded by autograd, and the pairs of
+        differentiable outputs and their output gradients."""
         import torch
+
+        from d500.backends.torch.dtypes import from_numpy
         inputs = self.to_native(arrays)
         for t in inputs:
             if t.is_floating_point():
                 t.requires_grad_(True)
         fn = as_torch_function(self.op) if self.own_backward else self.op.forward
-        outputs = as_tuple(fn(*inputs))
-        pairs = [(o, torch.from_numpy(np.asarray(g, dtype=o.detach().numpy().dtype)))
+        with torch.enable_grad():
+            outputs = as_tuple(fn(*inputs))
+        pairs = [(o, from_numpy(np.asarray(g)).to(o.dtype))
                  for o, g in zip(outputs, grad_outputs) if g is not None and o.requires_grad]
+        return inputs, outputs, pairs
+
+    def gradients(self, arrays, grad_outputs):
+        import torch
+        inputs, outputs, pairs = self._graph(arrays, grad_outputs)
         wrt = [t for t in inputs if t.requires_grad]
         grads = (torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs],
                                      allow_unused=True) if pairs and wrt else [None] * len(wrt))
@@ -90,6 +113,15 @@ class TorchRunner(Runner):
         out = [next(it) if t.requires_grad else None for t in inputs]
         return ([self._numpy(o) for o in outputs],
                 [None if g is None else self._numpy(g) for g in out])
+
+    def backward_call(self, arrays, grad_outputs):
+        import torch
+        inputs, _, pairs = self._graph(arrays, grad_outputs)
+        wrt = [t for t in inputs if t.requires_grad]
+        if not pairs or not wrt:
+            return None
+        outs, grads = [o for o, _ in pairs], [g for _, g in pairs]
+        return lambda: torch.autograd.grad(outs, wrt, grads, retain_graph=True, allow_unused=True)
 
 
 def as_torch_function(op: CustomOperator) -> Callable[..., Any]:
@@ -130,17 +162,31 @@ class TensorFlowRunner(Runner):
     def _numpy(self, value):
         return value.numpy()
 
-    def gradients(self, arrays, grad_outputs):
+    def _tape(self, arrays, grad_outputs, persistent=False):
         import tensorflow as tf
         inputs = self.to_native(arrays)
         fn = as_tf_function(self.op) if self.own_backward else self.op.forward
-        with tf.GradientTape() as tape:
+        tape = tf.GradientTape(persistent=persistent)
+        with tape:
             for t in inputs:
                 if t.dtype.is_floating:
                     tape.watch(t)
             outputs = as_tuple(fn(*inputs))
         pairs = [(o, tf.constant(np.asarray(g, dtype=o.dtype.as_numpy_dtype)))
                  for o, g in zip(outputs, grad_outputs) if g is not None and o.dtype.is_floating]
+        return tape, inputs, outputs, pairs
+
+    def backward_call(self, arrays, grad_outputs):
+        tape, inputs, _, pairs = self._tape(arrays, grad_outputs, persistent=True)
+        wrt = [t for t in inputs if t.dtype.is_floating]
+        if not pairs or not wrt:
+            return None
+        outs, grads = [o for o, _ in pairs], [g for _, g in pairs]
+        return lambda: tape.gradient(outs, wrt, output_gradients=grads)
+
+    def gradients(self, arrays, grad_outputs):
+        import tensorflow as tf
+        tape, inputs, outputs, pairs = self._tape(arrays, grad_outputs)
         wrt = [t for t in inputs if t.dtype.is_floating]
         grads = (tape.gradient([o for o, _ in pairs], wrt,
                                output_gradients=[g for _, g in pairs])

@@ -1,5 +1,6 @@
-"""The judge: a one-node ONNX model of an operator, its inferred outputs, and its reference forward
-(onnx.reference.ReferenceEvaluator)."""
+"""The judge: a one-node ONNX model of an operator, its inferred outputs, its reference forward
+(onnx.reference.ReferenceEvaluator with the reference backend's op fixes) and the reference
+backend's own gradient."""
 
 from __future__ import annotations
 
@@ -119,6 +120,26 @@ def infer_outputs(op_type: str, attributes: Mapping[str, Any], inputs: Sequence[
     return result
 
 
+def _judge_ops() -> list[Any]:
+    """The op fixes the judge runs with: the reference backend's (ops ReferenceEvaluator lacks
+    or gets wrong) and an Erf computed in the input's precision (onnx's rounds to float32,
+    which would make finite differences in float64 meaningless)."""
+    from math import erf
+
+    from onnx.reference.ops._op import OpRunUnaryNum
+
+    from d500.backends.reference.ops import OPS
+
+    class Erf(OpRunUnaryNum):
+        op_domain = ""
+
+        def _run(self, x):  # type: ignore[override]
+            x = np.asarray(x)
+            return (np.vectorize(erf, otypes=[np.float64])(x).astype(x.dtype),)
+
+    return [*(v for k, v in OPS.items() if k != "Erf"), Erf]
+
+
 class Reference:
     """The reference forward of one operator case, prepared once for given input dtypes/shapes."""
 
@@ -129,7 +150,7 @@ class Reference:
         self.names = [i.name for i in self.model.graph.input]
         self.where = describe(op_type, attributes, [a.shape for a in inputs])
         try:
-            self.evaluator = ReferenceEvaluator(self.model)
+            self.evaluator = ReferenceEvaluator(self.model, new_ops=_judge_ops())
         except Exception as err:  # noqa: BLE001 - the reference refusing the case is bad input
             raise UsageError(f"{self.where}: the reference cannot build this case: {err}") from None
 
@@ -142,3 +163,22 @@ class Reference:
                 raise UsageError(f"{self.where}: the reference fails on this case: "
                                  f"{first}") from None
         return [np.asarray(o) for o in out]
+
+
+def reference_gradients(op_type: str, attributes: Mapping[str, Any],
+                        inputs: Sequence[np.ndarray], grad_outputs: Sequence[np.ndarray | None],
+                        opset: int | None = None) -> list[np.ndarray | None]:
+    """The reference backend's own gradient (its NumPy VJP) of one node with respect to each
+    float input, for the given output gradients (None where an output gets none); raises a
+    D500Error (UnsupportedOperator) when the reference has no backward for the operator."""
+    from d500 import backends
+    from d500.operators.dtypes import is_float
+    model = typed_node_model(op_type, attributes, inputs, len(grad_outputs), opset)
+    exe = backends.get("reference").prepare(model)
+    names = input_names(op_type, len(inputs), opset)
+    outs = output_names(op_type, len(grad_outputs), opset)
+    seeds = {outs[k]: g for k, g in enumerate(grad_outputs) if g is not None}
+    wrt = [n for n, x in zip(names, inputs) if is_float(np.asarray(x).dtype)]
+    with np.errstate(all="ignore"):
+        _, grads = exe.gradients(list(inputs), grad_outputs=seeds, wrt=wrt)
+    return [grads.get(n) for n in names]

@@ -10,13 +10,14 @@ from typing import Any
 import numpy as np
 
 from d500.errors import ConfigError, UsageError
+from d500.operators.dtypes import DTYPES, numpy_dtype
 from d500.operators.level import LEVEL
 from d500.workload import COMMON, Field, check_metrics, load
 
 LEVEL_DIR = LEVEL.rulebook()
-DTYPES = ("float32", "float64", "float16", "int32", "int64")
 # What `d500 op validate|bench` measures; a case lists a subset of these.
-MEASURED = ("latency", "gflops", "peak_fraction", "forward_error", "gradient_error")
+MEASURED = ("latency", "backward_latency", "gflops", "peak_fraction", "forward_error",
+            "gradient_error")
 
 SCHEMA = {
     **COMMON,
@@ -63,7 +64,7 @@ class Case:
 
     @property
     def np_dtype(self) -> np.dtype:
-        return np.dtype(self.dtype)
+        return numpy_dtype(self.dtype)
 
 
 def load_case(path: str | Path) -> Case:

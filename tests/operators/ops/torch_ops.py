@@ -113,4 +113,63 @@ class Add(TorchOp):
         return a + b
 
 
+class Tanh(TorchOp):
+    op_type = "Tanh"
+
+    def forward(self, x):
+        return torch.tanh(x)
+
+
+class Softplus(TorchOp):
+    op_type = "Softplus"
+
+    def forward(self, x):
+        return F.softplus(x)
+
+
+class Erf(TorchOp):
+    op_type = "Erf"
+
+    def forward(self, x):
+        return torch.erf(x)
+
+
+class Exp(TorchOp):
+    op_type = "Exp"
+
+    def forward(self, x):
+        return torch.exp(x)
+
+
+class Log(TorchOp):
+    op_type = "Log"
+
+    def forward(self, x):
+        return torch.log(x)
+
+
+class Pow(TorchOp):
+    op_type = "Pow"
+
+    def forward(self, a, b):
+        return torch.pow(a, b)
+
+
+class Clip(TorchOp):
+    op_type = "Clip"
+
+    def forward(self, x, lo=None, hi=None):
+        if lo is not None:
+            x = torch.maximum(x, lo)
+        return x if hi is None else torch.minimum(x, hi)
+
+
+class HardSigmoid(TorchOp):
+    op_type = "HardSigmoid"
+
+    def forward(self, x):
+        a = self.attributes
+        return torch.clamp(a.get("alpha", 0.2) * x + a.get("beta", 0.5), 0.0, 1.0)
+
+
 BY_OP = {cls.op_type: cls for cls in TorchOp.__subclasses__()}
