@@ -329,10 +329,7 @@ def _process_age() -> float:
 def _measure_gemm() -> float:
     """The GEMM on every usable core, whatever thread count runs are timed at (--threads): the
     peak is the machine's."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return _gemm_flops()
+    from threadpoolctl import threadpool_limits
     with threadpool_limits(limits=usable_cores(), user_api="blas"):
         return _gemm_flops()
 

@@ -9,9 +9,9 @@ pools, onnxruntime's sessions, NumPy's BLAS), set once per process: comparisons 
 The default is the number of cores this process may use (`os.sched_getaffinity`). TensorFlow
 fixes its pools when its runtime starts, so configure() sets them before TensorFlow runs
 anything; if it already ran with another count, the count cannot change in this process and
-configure() raises a UsageError saying so. Frameworks not loaded yet also get the count through
-the environment (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, MKL_NUM_THREADS, TF_NUM_INTRAOP_THREADS,
-TF_NUM_INTEROP_THREADS), which child processes inherit too.
+configure() raises a UsageError saying so. The count is set through each framework's API, not
+the environment: child processes (MPI ranks sharing the cores, d500.distributed.launch) keep
+choosing their own.
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ from typing import Any
 
 from d500.errors import UsageError
 
-ENVIRONMENT = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-               "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
 DEFAULT_WHY = "default: the cores this process may use"
 _setting: dict[str, Any] | None = None
 _blas_limits: Any = None  # threadpoolctl's limiter, kept for the life of the process
@@ -62,15 +60,13 @@ def frameworks(backends: Iterable[str], extra: Iterable[str] = ()) -> list[str]:
 
 
 def configure(count: int | None = None, modules: Iterable[str] = ()) -> int:
-    """Give every framework `count` threads (None: `default()`): the environment for frameworks
-    not loaded yet, and at once NumPy's BLAS, each of `modules` (framework modules: torch,
-    tensorflow, onnxruntime, numpy; imported now) and every framework already loaded."""
+    """Give every framework `count` threads (None: `default()`) at once: each of `modules`
+    (framework modules: torch, tensorflow, onnxruntime, numpy; imported now), every framework
+    already loaded, and NumPy's BLAS."""
     global _setting
     n = default() if count is None else count
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise UsageError(f"thread count must be an integer >= 1, got {n!r}")
-    for name in ENVIRONMENT:
-        os.environ[name] = str(n)
     _setting = {"count": n, "set_by": "--threads" if count is not None else DEFAULT_WHY}
     loaded = [m for m in ("torch", "tensorflow") if m in sys.modules]
     for module in dict.fromkeys([*modules, *loaded, "numpy"]):  # BLAS last: the frameworks
@@ -92,13 +88,10 @@ def apply(module: str, n: int) -> None:
 
 
 def _blas(n: int) -> None:
-    """NumPy's BLAS pool (OpenBLAS, MKL, ...) through threadpoolctl, which works after NumPy
-    loaded it; without threadpoolctl only OPENBLAS_NUM_THREADS, read when NumPy loads."""
+    """Every BLAS library loaded (NumPy's OpenBLAS, and those frameworks brought) through
+    threadpoolctl, which changes them after they loaded."""
     global _blas_limits
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return
+    from threadpoolctl import threadpool_limits
     importlib.import_module("numpy")
     _blas_limits = threadpool_limits(limits=n, user_api="blas")
 
@@ -140,13 +133,9 @@ def recorded() -> dict[str, Any] | None:
 def actual() -> dict[str, Any]:
     """What each loaded framework reports now: torch's and TensorFlow's pools, NumPy's BLAS
     libraries, the count onnxruntime sessions get."""
-    found: dict[str, Any] = {}
-    try:
-        from threadpoolctl import threadpool_info
-        found["blas"] = sorted({pool["num_threads"] for pool in threadpool_info()
-                                if pool["user_api"] == "blas"})
-    except ImportError:
-        pass
+    from threadpoolctl import threadpool_info
+    found: dict[str, Any] = {"blas": sorted({pool["num_threads"] for pool in threadpool_info()
+                                             if pool["user_api"] == "blas"})}
     if "torch" in sys.modules:
         found["torch"] = sys.modules["torch"].get_num_threads()
     if "tensorflow" in sys.modules:

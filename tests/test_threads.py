@@ -49,7 +49,7 @@ def test_the_count_reaches_every_framework(count, tmp_path):
             "onnxruntime": [options.intra_op_num_threads, options.inter_op_num_threads],
             "blas": sorted({{p["num_threads"] for p in threadpool_info()
                             if p["user_api"] == "blas"}}),
-            "env": os.environ["OMP_NUM_THREADS"], "recorded": threads.recorded(),
+            "env": os.environ.get("OMP_NUM_THREADS"), "recorded": threads.recorded(),
             "actual": threads.actual()}}))
         tf.constant([1.0]) + 1  # TensorFlow starts with the count set
         assert tf.config.threading.get_intra_op_parallelism_threads() == {count}
@@ -58,7 +58,7 @@ def test_the_count_reaches_every_framework(count, tmp_path):
     found = json.loads(out.stdout.splitlines()[-1])
     assert found["torch"] == count and found["tf"] == [count, count]
     assert found["onnxruntime"] == [count, count] and found["blas"] == [count]
-    assert found["env"] == str(count)
+    assert found["env"] is None  # child processes (MPI ranks) still share the cores their way
     assert found["recorded"] == {"count": count, "set_by": "--threads"}
     assert found["actual"]["torch"] == count and found["actual"]["blas"] == [count]
 
