@@ -181,8 +181,9 @@ class Recorder:
     """The ledger runs of one check, one level-1 run per checked backend (workload
     `check:<model file stem>` unless named): all opened before the first backend runs, so a
     process killed mid-way leaves the backends already judged sealed and the others
-    interrupted; a backend that disagrees or fails is a failed run. The baseline is not a
-    checked backend unless it was asked for and the reference could not run the model."""
+    interrupted; a backend that disagrees or fails is a failed run. The reference as baseline
+    has no run of its own; where it could not run the model, it is a failed run if it was asked
+    for, and the backend the majority agrees with is a succeeded run (verdict "baseline")."""
 
     def __init__(self, model_path: Path, ledger: Any = None, workload: str | None = None):
         from d500.ledger import Ledger

@@ -205,3 +205,30 @@ def test_a_killed_net_check_keeps_the_finished_backends(tmp_path, home):
     assert runs["onnxruntime"]["details"]["verdict"] == "agrees"
     assert runs["tensorflow"]["status"] == "interrupted"
     assert ledger.verify() == []
+
+
+def test_without_the_reference_runs_are_sealed_once_the_majority_decides(extra_backends,
+                                                                         monkeypatch, tmp_path):
+    from d500 import builders
+    from d500.ledger import Ledger
+    from d500.networks.check import Recorder
+    monkeypatch.setitem(backends.BUILTIN, "reference", f"{extra_backends.__name__}:NoReference")
+    path = save_builder(tmp_path, "mlp", (1, 8, 8))
+    model = builders.build("mlp", (1, 8, 8))
+    ledger = Ledger()
+    seen: dict[str, dict[str, str]] = {}
+    report = check(model, inputs.make(model, seed=0),
+                   ["reference", "perturbed", "onnxruntime", "torch"], seed=0,
+                   progress=lambda b: seen.setdefault(b, {
+                       r["backend"]: r["status"] for r in ledger.runs(level=1)}),
+                   recorder=Recorder(path, ledger))
+    assert report.baseline_kind == "majority" and report.exit_code == 2
+    assert set(seen["torch"].values()) == {"running"}  # no verdict before the majority
+    runs = {r["backend"]: r for r in ledger.runs(level=1)}
+    assert runs["reference"]["status"] == "failed"
+    assert "does not support" in runs["reference"]["error"]
+    assert runs["perturbed"]["status"] == "failed"
+    assert runs[report.baseline]["details"]["verdict"] == "baseline (majority)"
+    other = ({"onnxruntime", "torch"} - {report.baseline}).pop()
+    assert runs[other]["status"] == "succeeded" and runs[other]["details"]["verdict"] == "agrees"
+    assert ledger.verify() == []
