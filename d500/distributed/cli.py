@@ -97,16 +97,17 @@ def _checked(args: Any, world: int) -> tuple[Any, Any, Any]:
     from d500.distributed import spec as specs
     from d500.training.console import resolve
     from d500.training.trainer import preflight
-    backends.get(args.backend)
     workload, entry = resolve(args)
     if workload.level != 3:
+        backends.get(args.backend)
         return workload, entry, None
-    spec = specs.parse(entry.distributed, entry.path)
+    spec = specs.parse(entry.distributed, entry.path)  # the cheap checks before any framework
     workload.check_world(world)
     workload.check_batch(entry.recipe.batch_size, world, str(entry.path))
     global_recipe = dataclasses.replace(entry.recipe,
                                         batch_size=workload.global_batch(
                                             entry.recipe.batch_size, world))
+    backends.get(args.backend)
     preflight(workload, global_recipe, args.backend, args.data)
     if spec.native and args.backend != "torch":
         raise UsageError(f"{entry.path}: the ddp baseline is torch DistributedDataParallel: "

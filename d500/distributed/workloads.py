@@ -55,8 +55,7 @@ class DistributedWorkload(level2.Workload):
         if world not in self.ranks:
             allowed = ", ".join(map(str, self.ranks))
             raise ConfigError(f"{self.path}: workload '{self.name}' runs at {allowed} rank(s) "
-                              f"(field 'distributed.ranks'), not at {world}; launch it with "
-                              f"mpiexec -n {self.ranks[0]}")
+                              f"(field 'distributed.ranks'), not at {world}")
 
     def check_batch(self, batch_size: int, world: int, where: str) -> None:
         """The global batch is within the limits and can be shared by `world` ranks."""

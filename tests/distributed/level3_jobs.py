@@ -1,0 +1,88 @@
+"""Helpers of the level-3 tests: real `mpiexec -n N d500 train` jobs in a fresh $D500_HOME, copies
+of the rulebook's workloads and entries with some fields changed, the process of one rank."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from d500.distributed import launch
+from d500.distributed.launcher import mpiexec, train_argv
+
+ROOT = Path(__file__).resolve().parents[2]
+LEVEL3 = ROOT / "levels" / "3-distributed"
+ENTRIES = ROOT / "submissions"
+MPIEXEC = mpiexec()
+
+
+def environment(home: Path, **extra: str) -> dict[str, str]:
+    """This environment without any launcher's variables, with D500_HOME and `extra`."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in launch.LAUNCHER_VARIABLES and not k.startswith(("PMI_", "MPI_", "HYDRA"))}
+    env.update(D500_HOME=str(home), **extra)
+    return env
+
+
+def workload(tmp: Path, name: str, **changes: Any) -> Path:
+    """A copy of levels/3-distributed/NAME.yaml with top-level fields changed (nested mappings
+    merged one level deep), in `tmp`."""
+    data = yaml.safe_load((LEVEL3 / f"{name}.yaml").read_text())
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def entry(tmp: Path, name: str, folder: str | None = None, files: dict[str, str] | None = None,
+          **changes: Any) -> Path:
+    """A copy of submissions/NAME with fields changed (and extra files), in tmp/FOLDER."""
+    data = yaml.safe_load((ENTRIES / name / "submission.yaml").read_text())
+    data.update(changes)
+    out = tmp / (folder or name)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "submission.yaml").write_text(yaml.safe_dump(data))
+    for file, text in (files or {}).items():
+        (out / file).write_text(text)
+    return out
+
+
+def train(home: Path, ranks: int, workload_path: Path | str, submission: Path | str, *extra: str,
+          launcher_options: tuple[str, ...] = (), timeout: float = 240,
+          env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`mpiexec -n RANKS d500 train WORKLOAD --submission DIR --json` to its end."""
+    argv = train_argv(workload_path, submission, ranks, extra=extra,
+                      launcher_options=launcher_options)
+    return subprocess.run(argv, env=env or environment(home), cwd=home.parent,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def plain_d500(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`d500 ARGS` in a plain process (no launcher)."""
+    return subprocess.run([sys.executable, "-m", "d500.cli", *args], env=environment(home),
+                          cwd=home.parent, capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
+def rank_process(home: Path, rank: int) -> int | None:
+    """The pid of the d500 process of `rank` in a job whose D500_HOME is `home`."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            env = (proc / "environ").read_bytes().split(b"\0")
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if (f"D500_HOME={home}".encode() in env and f"PMI_RANK={rank}".encode() in env
+                and b"d500.cli" in cmdline):
+            return int(proc.name)
+    return None
