@@ -28,26 +28,26 @@ def environment(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def workload(tmp: Path, name: str, **changes: Any) -> Path:
-    """A copy of levels/3-distributed/NAME.yaml with top-level fields changed (nested mappings
+def workload(tmp: Path, source: str, **changes: Any) -> Path:
+    """A copy of levels/3-distributed/SOURCE.yaml with top-level fields changed (nested mappings
     merged one level deep), in `tmp`."""
-    data = yaml.safe_load((LEVEL3 / f"{name}.yaml").read_text())
+    data = yaml.safe_load((LEVEL3 / f"{source}.yaml").read_text())
     for key, value in changes.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):
             data[key] = {**data[key], **value}
         else:
             data[key] = value
-    path = tmp / f"{name}.yaml"
+    path = tmp / f"{source}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
 
 
-def entry(tmp: Path, name: str, folder: str | None = None, files: dict[str, str] | None = None,
-          **changes: Any) -> Path:
-    """A copy of submissions/NAME with fields changed (and extra files), in tmp/FOLDER."""
-    data = yaml.safe_load((ENTRIES / name / "submission.yaml").read_text())
+def entry(tmp: Path, source: str, folder: str | None = None,
+          files: dict[str, str] | None = None, **changes: Any) -> Path:
+    """A copy of submissions/SOURCE with fields changed (and extra files), in tmp/FOLDER."""
+    data = yaml.safe_load((ENTRIES / source / "submission.yaml").read_text())
     data.update(changes)
-    out = tmp / (folder or name)
+    out = tmp / (folder or source)
     out.mkdir(parents=True, exist_ok=True)
     (out / "submission.yaml").write_text(yaml.safe_dump(data))
     for file, text in (files or {}).items():

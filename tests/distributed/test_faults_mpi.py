@@ -1,0 +1,153 @@
+"""Faults of a real `mpiexec -n 2 d500 train` run: a rank killed (SIGKILL), stopped (SIGSTOP) or
+failing alone never leaves the other waiting: every rank exits within 30 s, and the run is
+recorded failed naming the rank when rank 0 lives to record it, else shown interrupted (never
+`running`).
+
+What MPICH 5.0's mpiexec does (measured here, see d500.distributed.faults): by default it SIGKILLs
+every rank, rank 0 included, the moment one dies of a signal, so the run is left to the ledger's
+liveness check (interrupted); under -disable-auto-cleanup rank 0 usually survives and records the
+run failed, naming the rank; a stopped or failing rank is found by d500's watchdog alone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from d500.distributed.launcher import train_argv
+from d500.ledger import Ledger
+from tests.distributed import level3_jobs as jobs
+
+pytestmark = [pytest.mark.mpi, pytest.mark.slow,
+              pytest.mark.skipif(jobs.MPIEXEC is None, reason="no mpiexec beside Python")]
+
+LIMIT = 30.0  # seconds every rank has to exit after the fault
+RANK1_FAILS = '''
+import os
+from d500.training.optimizers import Optimizer
+
+
+class FailsOnRank1(Optimizer):
+    """Plain SGD, except that rank 1's fails at its 30th update (a bug showing on one rank)."""
+    name = "fails-on-rank-1"
+
+    def update(self, ops, params, grads, state, lr, t):
+        if os.environ.get("PMI_RANK") == "1" and int(t) >= 30:
+            raise RuntimeError("submission bug on rank 1 only")
+        ops.add_(params, grads, -lr)
+'''
+
+
+@pytest.fixture
+def long_run(tmp_path):
+    """A digits-mlp copy with a budget of 2,000 epochs and an entry too slow to ever reach the
+    target: the job trains until something stops it."""
+    wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 2000, "max_seconds": 900})
+    entry = jobs.entry(tmp_path, "sync", folder="slow", name="sync-slow",
+                       hyperparameters={"lr": 1e-6, "momentum": 0.0})
+    return wl, entry
+
+
+def start(home, wl, entry, *launcher_options, **env):
+    argv = train_argv(wl, entry, 2, launcher_options=launcher_options)
+    return subprocess.Popen(argv, env=jobs.environment(home, **env), cwd=home.parent,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def when_training(home, proc, seconds: float = 2.0) -> int:
+    """Wait until the run is recorded and has trained `seconds` more; rank 1's pid."""
+    deadline = time.time() + 180
+    while not ((home / "ledger.sqlite").exists() and Ledger(home / "ledger.sqlite").runs()):
+        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    time.sleep(seconds)
+    pid = jobs.rank_process(home, 1)
+    assert pid is not None and proc.poll() is None, "the job ended before the fault"
+    return pid
+
+
+def finish(proc, since: float) -> tuple[str, float]:
+    """The job's stderr and the seconds it took to end after the fault (killed after LIMIT)."""
+    try:
+        _, err = proc.communicate(timeout=LIMIT + 30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return err, time.perf_counter() - since
+
+
+def the_run(home) -> dict:
+    runs = Ledger(home / "ledger.sqlite").runs(level=3)
+    assert len(runs) == 1
+    return runs[0]
+
+
+def test_a_killed_rank_ends_the_job_and_the_run_is_not_left_running(tmp_path, long_run):
+    home = tmp_path / "home"
+    proc = start(home, *long_run)
+    os.kill(when_training(home, proc), signal.SIGKILL)
+    err, took = finish(proc, time.perf_counter())
+    assert took < LIMIT, err
+    assert proc.returncode != 0
+    run = the_run(home)
+    # mpiexec's default cleanup SIGKILLs rank 0 too: the ledger's liveness check shows it
+    assert run["status"] == "interrupted" and run["world_size"] == 2, run
+    assert Ledger(home / "ledger.sqlite").verify() == []
+    print(f"the job ended {took:.1f} s after rank 1 was killed; the run shows {run['status']}")
+
+
+def test_a_killed_rank_is_named_when_rank_0_survives_to_record_it(tmp_path, long_run):
+    home = tmp_path / "home"
+    proc = start(home, *long_run, "-disable-auto-cleanup")
+    pid = when_training(home, proc)
+    os.kill(pid, signal.SIGKILL)
+    err, took = finish(proc, time.perf_counter())
+    assert took < LIMIT, err
+    run = the_run(home)
+    assert run["status"] in ("failed", "interrupted"), run
+    if run["status"] == "failed":  # hydra sometimes kills rank 0 first all the same
+        assert f"rank 1 (pid {pid} on " in run["error"] and "died" in run["error"], run
+        assert f"rank 1 (pid {pid} on " in err and "Traceback" not in err
+    print(f"the job ended {took:.1f} s after rank 1 was killed; the run shows {run['status']}")
+
+
+def test_a_stopped_rank_is_given_up_named_and_the_job_ends(tmp_path, long_run):
+    home = tmp_path / "home"
+    proc = start(home, *long_run, D500_MPI_TIMEOUT="5")
+    pid = when_training(home, proc)
+    os.kill(pid, signal.SIGSTOP)  # alive but silent: only d500's watchdog can tell
+    try:
+        err, took = finish(proc, time.perf_counter())
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert took < LIMIT, err
+    assert proc.returncode == 1, err
+    run = the_run(home)
+    assert run["status"] == "failed", run
+    assert f"rank 1 (pid {pid} on " in run["error"] and "sent nothing for 5 s" in run["error"]
+    assert "Traceback" not in err and Ledger(home / "ledger.sqlite").verify() == []
+    print(f"the job ended {took:.1f} s after rank 1 stopped (silence limit 5 s)")
+
+
+def test_a_rank_failing_alone_fails_the_run_naming_it(tmp_path):
+    home = tmp_path / "home"
+    wl = jobs.workload(tmp_path, "digits-mlp")
+    entry = jobs.entry(tmp_path, "sync", folder="fails", name="fails-on-rank-1",
+                       optimizer="fails.py:FailsOnRank1", hyperparameters={"lr": 0.05},
+                       files={"fails.py": RANK1_FAILS})
+    t0 = time.perf_counter()
+    proc = start(home, wl, entry)
+    err, took = finish(proc, t0)
+    assert proc.returncode == 1, err
+    run = the_run(home)
+    assert run["status"] == "failed", run
+    assert "rank 1 (pid " in run["error"] and "submission bug on rank 1 only" in run["error"]
+    assert "Traceback" not in run["error"]
+    assert err.count("error: rank 1 (pid ") == 1, err  # rank 0's one line before the abort
