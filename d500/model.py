@@ -167,6 +167,13 @@ def _opset(model: onnx.ModelProto, domain: str) -> int:
     return next((o.version for o in model.opset_import if o.domain == domain), 0)
 
 
+# What onnx's shape inference says when shapes do not fit (a dimension, rank, axis or broadcast).
+# Its other complaints (e.g. that BatchNormalization in training mode "should" have 3 outputs) are
+# left to the backends, which may well run the model, as they were before strict inference.
+SHAPE_WORDS = re.compile(r"dimension|shape|rank|broadcast|axis|axes|size|incompatible|mismatch"
+                         r"|match|length|out of range", re.IGNORECASE)
+
+
 def _misfit_node(model: onnx.ModelProto) -> str | None:
     """The first top-level node whose own shape inference rejects its input shapes, as a
     message naming the node, the operator, the shapes and onnx's reason; None if none does."""
@@ -185,6 +192,8 @@ def _misfit_node(model: onnx.ModelProto) -> str | None:
                 list(model.opset_import), model.ir_version)
         except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as err:
             reason = re.sub(r"\[\w+\]\s*", "", _one_line(err)).strip()
+            if not SHAPE_WORDS.search(reason):
+                continue  # a convention of onnx's inference (output arity, ...), not a misfit
             return (f"{_label(node, index)} cannot take input shapes "
                     f"{_inputs_text(node, types)}: {reason}")
     return None

@@ -9,7 +9,8 @@ pools, onnxruntime's sessions, NumPy's BLAS), set once per process: comparisons 
 The default is the number of cores this process may use (`os.sched_getaffinity`). TensorFlow
 fixes its pools when its runtime starts, so configure() sets them before TensorFlow runs
 anything; if it already ran with another count, the count cannot change in this process and
-configure() raises a UsageError saying so. The count is set through each framework's API, not
+configure() raises a UsageError saying so (TensorFlow's own default, one thread per usable core,
+counts as the default count). The count is set through each framework's API, not
 the environment: child processes (MPI ranks sharing the cores, d500.distributed.launch) keep
 choosing their own.
 """
@@ -104,8 +105,8 @@ def _tensorflow(n: int) -> None:
              threading.set_intra_op_parallelism_threads),
             ("inter-op", threading.get_inter_op_parallelism_threads,
              threading.set_inter_op_parallelism_threads)):
-        if get() == n:
-            continue
+        if get() == n or (get() == 0 and n == default()):
+            continue  # 0: TensorFlow's own choice, one thread per usable core, as d500's default
         try:
             set_(n)
         except RuntimeError:

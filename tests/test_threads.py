@@ -86,6 +86,7 @@ def test_tensorflow_already_running_cannot_change_its_count(tmp_path):
         tf.constant([1.0]) + 1  # TensorFlow's runtime starts with its own pools
         from d500 import threads
         from d500.errors import UsageError
+        threads.configure(None, ["tensorflow"])  # its own default is the default count
         try:
             threads.configure(3, ["tensorflow"])
         except UsageError as err:
