@@ -1,4 +1,5 @@
-"""d500.model.load: valid models load (external data too); each broken one is a one-line error."""
+"""d500.model.load: valid models load (external data too); each broken one is a one-line error,
+shapes that cannot fit included; shapes known only at run time still load."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Provenance: hardware, versions without importing frameworks, git state, cached peak FLOP/s."""
+"""Provenance: hardware, versions without importing frameworks, git state, the cached peak FLOP/s
+(measured again when taken under load or old), load averages around timed runs (a fake reader)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """`d500 net check`: every backend agrees on the d500 builders and the onnx package's networks; a
-wrong backend, a missing operator and a bad model are each reported as such."""
+wrong backend, a missing operator and a bad model are each reported as such; each backend's run is
+recorded as soon as it is judged, so a killed check keeps the finished ones."""
 
 from __future__ import annotations
 
