@@ -41,8 +41,9 @@ def main(argv: list[str], prog: str = "d500 scale") -> int:
     from d500.distributed import scaling
     from d500.ledger import Ledger
     sizes = _sizes(args.ranks)
+    given = _network(args, None) if args.network else None  # a bad --network before anything
     profiles = _profiles(Ledger(), args.target)
-    net = _network(args, world)
+    net = given or _network(args, world)
     rows = scaling.predict(profiles, net, sizes, weak=args.weak)
     from d500.paths import home
     png_path = Path(args.png) if args.png else home() / f"scale-{_slug(args.target)}.png"

@@ -146,6 +146,7 @@ def test_a_rank_failing_alone_fails_the_run_naming_it(tmp_path):
     proc = start(home, wl, entry)
     err, took = finish(proc, t0)
     assert proc.returncode == 1, err
+    assert took < 120, err  # the whole job, start-up included, not a hang
     run = the_run(home)
     assert run["status"] == "failed", run
     assert "rank 1 (pid " in run["error"] and "submission bug on rank 1 only" in run["error"]

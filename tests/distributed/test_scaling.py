@@ -1,0 +1,159 @@
+"""The alpha-beta scaling model: its per-collective times against the written-out formulas, buffer
+sizes read back from the communicator's own byte counts, the scheme rules (D-PSGD's neighbours
+from 3 ranks, the asynchronous server's bottleneck), strong and weak efficiency, `d500 scale`'s
+refusals; and (MPI) its 2-rank prediction against the step time measured on this machine."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from d500.distributed import scaling
+from d500.distributed.comm import chain_counts, gather_counts, ring_counts
+from d500.distributed.network import Network
+from d500.errors import UsageError
+from tests.distributed import level3_jobs as jobs
+
+NET = Network(alpha=2e-6, beta=1 / 12.5e9)
+
+
+def run_record(scheme: str, n0: int, per_rank: list[dict], compute: float = 1e-3,
+               step: float = 2e-3, batch: int = 64, mode: str = "global",
+               compressor: str = "none") -> dict:
+    """A level-3 ledger run as Ledger.get returns it (the fields the model reads)."""
+    ranks = [{"rank": r, "step_time": step, "step_time_median": step,
+              "compute_time_per_step": compute, "compute_time_median": compute,
+              "collectives": c} for r, c in enumerate(per_rank)]
+    return {"id": 7, "level": 3, "world_size": n0,
+            "hyperparameters": {"scheme": scheme, "compressor": compressor, "batch_size": batch},
+            "details": {"ranks": ranks, "global_batch": batch, "batch_mode": mode}}
+
+
+def test_call_times_are_the_written_out_formulas():
+    a, b, n, size = NET.alpha, NET.beta, 64, 4e6
+    assert scaling.call_time("allreduce", size, n, NET) == pytest.approx(
+        2 * 63 * a + 2 * 63 / 64 * size * b)
+    assert scaling.call_time("allgather", size, n, NET) == pytest.approx(63 * a + 63 * size * b)
+    assert scaling.call_time("tree", size, n, NET) == pytest.approx(
+        (6 + 63) * a + 2 * 63 / 64 * size * b)
+    assert scaling.call_time("neighbour", size, n, NET) == pytest.approx(2 * a + 2 * size * b)
+    assert scaling.call_time("p2p", size, n, NET) == pytest.approx(a + size * b)
+    assert scaling.call_time("allreduce", size, 1, NET) == 0.0
+
+
+@pytest.mark.parametrize("n0", [2, 3, 4])
+def test_buffer_sizes_come_back_from_the_communicators_counts(n0):
+    """Counts made with comm.py's own formulas (a 68,904-byte model) give the buffer back."""
+    elements, nbytes = 17226, 17226 * 4
+    per_rank = []
+    for r in range(n0):
+        sent, received = ring_counts(elements, n0, r)
+        gs, gr = gather_counts([1400] * n0, r)
+        bs, br = chain_counts(nbytes, n0, r, 0)
+        per_rank.append({"allreduce": {"calls": 2, "sent": 2 * 4 * sent,
+                                       "received": 2 * 4 * received, "seconds": 0.0},
+                         "allgather": {"calls": 1, "sent": gs, "received": gr, "seconds": 0.0},
+                         "broadcast": {"calls": 1, "sent": bs, "received": br, "seconds": 0.0}})
+    profile = scaling.Profile.from_run(run_record("sync", n0, per_rank))
+    got = {c.name: c for c in profile.collectives}
+    assert got["allreduce"].calls == 2
+    assert got["allreduce"].nbytes == pytest.approx(nbytes, rel=2e-4)  # ring chunks: +-2 elements
+    assert got["allgather"].nbytes == 1400 and got["broadcast"].nbytes == nbytes
+
+
+def test_scheme_rules_and_efficiency():
+    model = 4e6
+    sync = scaling.Profile("sync", "sync", "none", 2, 1e-3, 2e-3, 64, "global",
+                           (scaling.Collective("allreduce", 1, model),))
+    # strong scaling: compute shrinks with the per-rank batch, communication does not
+    t8 = scaling.step_time(sync, 8, NET)
+    assert t8 == pytest.approx(1e-3 * 2 / 8 + scaling.call_time("allreduce", model, 8, NET))
+    assert scaling.efficiency(sync, 8, NET) == pytest.approx(
+        scaling.step_time(sync, 1, NET) / (8 * t8))
+    assert scaling.step_time(sync, 128, NET) is None  # 64 samples cannot feed 128 ranks
+    weak = scaling.efficiency(sync, 128, NET, weak=True)
+    assert weak == pytest.approx(1e-3 / (1e-3 + scaling.call_time("allreduce", model, 128, NET)))
+    free = scaling.Profile("x", "sync", "none", 2, 1e-3, 1e-3, 64, "per_rank", ())
+    assert scaling.efficiency(free, 1024, NET) == pytest.approx(1.0)
+    # D-PSGD: an allreduce of the model at 2 ranks, both ring neighbours from 3 on
+    dpsgd = scaling.Profile("dpsgd", "dpsgd", "none", 2, 1e-3, 2e-3, 64, "per_rank",
+                            (scaling.Collective("allreduce", 1, model),))
+    assert scaling.comm_time(dpsgd, 2, NET) == scaling.call_time("allreduce", model, 2, NET)
+    assert scaling.comm_time(dpsgd, 512, NET) == scaling.call_time("neighbour", model, 512, NET)
+    # the asynchronous server takes every worker's push and pull
+    aps = scaling.Profile("async_ps", "async_ps", "none", 2, 1e-3, 2e-3, 64, "per_rank",
+                          (scaling.Collective("ps_push", 1, model),
+                           scaling.Collective("ps_pull", 1, model)))
+    one = 2 * scaling.call_time("p2p", model, 64, NET)
+    assert scaling.step_time(aps, 64, NET) == pytest.approx(max(1e-3 + one, 63 * one))
+
+
+def test_an_allgathered_compressor_stops_paying_at_scale():
+    """A 100 MB model: top-k at 1% sends 2 MB (values + indices) per rank, allgathered, against
+    the dense ring allreduce's ~2 x 100 MB: (N-1) x 2 MB wins at 8 ranks and loses at 1,024, the
+    answer to "is it worth compressing on my cluster?" the model exists to give."""
+    dense = scaling.Profile("sync", "sync", "none", 2, 0.1, 0, 64, "per_rank",
+                            (scaling.Collective("allreduce", 1, 100e6),))
+    topk = scaling.Profile("sync / topk", "sync", "topk", 2, 0.1, 0, 64, "per_rank",
+                           (scaling.Collective("allgather", 1, 2e6),))
+    assert scaling.step_time(topk, 8, NET) < scaling.step_time(dense, 8, NET)
+    assert scaling.step_time(topk, 1024, NET) > scaling.step_time(dense, 1024, NET)
+    rows = scaling.predict([dense, topk], NET)
+    assert [r.ranks for r in rows] == list(scaling.SIZES) * 2
+    png = scaling.plot(rows, NET)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_one_rank_run_or_another_level_cannot_be_modelled():
+    with pytest.raises(UsageError, match="ran on 1 rank"):
+        scaling.Profile.from_run(run_record("sync", 1, [{}]))
+    with pytest.raises(UsageError, match="not a level-3 run"):
+        scaling.Profile.from_run({**run_record("sync", 2, [{}, {}]), "level": 2})
+
+
+def test_scale_cli_refusals(tmp_path):
+    home = tmp_path / "home"
+    result = jobs.plain_d500(home, "scale", "digits-mlp", "--network", "2us,12.5GB/s")
+    assert result.returncode == 2 and "no succeeded level-3 run of 'digits-mlp'" in result.stderr
+    bad = jobs.plain_d500(home, "scale", "3", "--network", "fast")
+    assert bad.returncode == 2 and "--network 'fast'" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.skipif(jobs.MPIEXEC is None, reason="no mpiexec beside Python")
+def test_the_2_rank_prediction_holds_against_the_measured_step_time(tmp_path):
+    """sync on digits-lenet at 2 ranks, then `d500 scale RUN --ranks 2` with alpha and beta
+    measured here (a ping-pong between two ranks): predicted and measured median step within
+    25%. On a machine other processes keep busy the ranks share cores with them and wait for
+    each other, which no network model describes: then (the run's recorded load says so) the
+    comparison is reported, not asserted."""
+    home = tmp_path / "home"
+    run = jobs.train(home, 2, jobs.LEVEL3 / "digits-lenet.yaml", jobs.ENTRIES / "sync",
+                     "--seed", "0")
+    assert run.returncode == 0, run.stderr[-2000:]
+    run_id = json.loads(run.stdout)[0]["run_id"]
+    png = tmp_path / "scale.png"
+    out = jobs.plain_d500(home, "scale", str(run_id), "--ranks", "2,8,64,1024", "--json",
+                          "--png", str(png), timeout=300)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["network"]["source"] == "ping-pong" and png.read_bytes()[:4] == b"\x89PNG"
+    measured = report["profiles"][0]["step_time"]
+    predicted = next(p["step_time"] for p in report["predictions"] if p["ranks"] == 2)
+    assert all(p["ranks"] == 1024 or p["scaling_efficiency"] is not None
+               for p in report["predictions"] if p["ranks"] <= 32)
+    error = predicted / measured - 1
+    print(f"2 ranks: predicted {predicted * 1e3:.3f} ms, measured {measured * 1e3:.3f} ms "
+          f"({error:+.1%}); network {report['network']['spec']}")
+    if abs(error) > 0.25:
+        from d500.ledger import Ledger
+        load = Ledger(home / "ledger.sqlite").get(run_id)["details"]["load_average"]
+        if load["loaded"]:
+            pytest.skip(f"machine loaded by other processes (load {load['others']} on "
+                        f"{load['usable_cores']} cores): predicted {predicted * 1e3:.3f} ms, "
+                        f"measured {measured * 1e3:.3f} ms")
+    assert math.isfinite(error) and abs(error) <= 0.25
