@@ -1,0 +1,96 @@
+"""d500's synchronous scheme against torch DistributedDataParallel (gloo): one training step at 2
+ranks on the same model, batch and optimizer, interleaved. Target: d500 <= 1.05 x DDP's step time.
+
+Every rank builds the model twice from the same seed (the torch backend's translation of the ONNX
+model: the same module DDP wraps in the `ddp-baseline` entry), one trained by d500's `sync` scheme
+(gradients by autograd, one fused MPI Allreduce per 25 MB bucket, the d500 momentum update), the
+other by d500.distributed.ddp (DDP's bucketed gloo allreduce overlapped with backward, then the
+same update). Repetitions alternate which side goes first; a repetition's time is the slowest
+rank's. It prints per-step times and the throughput ratio d500/DDP (median over repetitions, with
+the quartiles); >= 0.952 meets the target.
+
+    .venv/bin/python benchmarks/step_vs_ddp.py [--model lenet5|mlp|resnet20] [--batch 64]
+    .venv/bin/mpiexec -n 2 .venv/bin/python benchmarks/step_vs_ddp.py
+
+Inputs are random (seeded) batches of the model's input shape, the same every step; nothing is
+evaluated. On a shared machine both sides suffer the same load, which interleaving keeps fair.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from d500.distributed.launch import launched_by_mpi, share_cores
+
+SHAPES = {"mlp": (1, 8, 8), "lenet5": (1, 8, 8), "resnet20": (3, 32, 32)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="lenet5", choices=sorted(SHAPES))
+    parser.add_argument("--batch", type=int, default=64, help="samples per rank and step")
+    parser.add_argument("--repetitions", type=int, default=15)
+    parser.add_argument("--number", type=int, default=10, help="steps per timed repetition")
+    parser.add_argument("--ranks", type=int, default=2, help="ranks when it starts mpiexec")
+    args = parser.parse_args(argv)
+    if not launched_by_mpi():
+        mpiexec = Path(sys.executable).with_name("mpiexec")
+        os.execv(mpiexec, [str(mpiexec), "-n", str(args.ranks), sys.executable,
+                           os.path.abspath(__file__), *(argv or sys.argv[1:])])
+    share_cores()  # before torch is imported: one intra-op thread per rank on 2 cores
+    import numpy as np
+    from ratio import interleave, report
+
+    from d500 import backends, builders
+    from d500.distributed import schemes
+    from d500.distributed.comm import Communicator
+    from d500.distributed.ddp import DDPScheme
+    from d500.training.optimizers import make
+
+    comm = Communicator.for_world()
+    if comm.size < 2:
+        print("run under mpiexec -n 2 (or more)", file=sys.stderr)
+        return 2
+    shape = SHAPES[args.model]
+    model = builders.build(args.model, input_shape=shape, classes=10, seed=0, loss=True)
+    torch_backend = backends.get("torch")
+
+    def trainer():
+        optimizer = make("momentum", lr=0.01, momentum=0.9)
+        return torch_backend.prepare(model).trainer(optimizer, loss="loss")
+
+    rng = np.random.default_rng(comm.rank)
+    feeds = {"input": rng.standard_normal((args.batch, *shape)).astype(np.float32),
+             "labels": rng.integers(0, 10, args.batch).astype(np.int64)}
+    sync = schemes.make("sync", trainer(), comm)
+    ddp = DDPScheme(trainer(), comm)
+    sync.start()
+    ddp.start()
+    for _ in range(5):  # warm up both (allocations, MPI and gloo connections)
+        sync.step(feeds, 0.01)
+        ddp.step(feeds, 0.01)
+    comm.mpi.Barrier()
+    d500, native = interleave(lambda: sync.step(feeds, 0.01), lambda: ddp.step(feeds, 0.01),
+                              args.repetitions, args.number)
+    d500 = comm.allgather(np.array(d500)).max(axis=0).tolist()
+    native = comm.allgather(np.array(native)).max(axis=0).tolist()
+    if comm.rank == 0:
+        import statistics
+
+        import torch
+        print(f"{args.model} {shape}, batch {args.batch} per rank, {comm.size} ranks, "
+              f"torch {torch.__version__}, {torch.get_num_threads()} thread(s) per rank; "
+              f"{args.repetitions} repetitions x {args.number} steps")
+        print(f"step time: d500 sync {statistics.median(d500) * 1e3:.3f} ms, DDP "
+              f"{statistics.median(native) * 1e3:.3f} ms")
+        ratio = report(f"{args.model} sync step vs DDP", d500, native,
+                       args.batch * comm.size)
+        print(f"d500 step time = {1 / ratio:.3f} x DDP's (target <= 1.05)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
