@@ -145,7 +145,14 @@ class DDPScheme:
         yield
 
     def finish(self) -> None:
-        """Every rank already holds the final model."""
+        """Every rank already holds the final model; the process group is closed on every rank
+        together (left open, the first rank to exit breaks the others' gloo connections)."""
+        if self.ddp is None:
+            return
+        import torch.distributed as dist
+        self.ddp = None
+        dist.barrier()
+        dist.destroy_process_group()
 
     def figures(self) -> dict[str, float]:
         return {}

@@ -26,7 +26,9 @@ reader shows as `interrupted` (the ledger's liveness check) and the next writer 
 `mpiexec -disable-auto-cleanup` (what `d500 run` uses) hydra instead sends SIGUSR1 to the
 survivors (whose default action would end them silently: the watchdog catches it) and leaves
 them running; the watchdog then ends the job and the run is recorded failed naming the rank,
-within a beat (same host) or `limit` seconds.
+within a beat (same host) or `limit` seconds. hydra sends that SIGUSR1 when any rank exits, the
+last ones of a job that went well included: `ignore_launcher_notices()` (the level-3 command, at
+its start) makes it harmless outside runs, even during the interpreter's shutdown.
 """
 
 from __future__ import annotations
@@ -66,6 +68,14 @@ def limit() -> float:
     return value
 
 
+def ignore_launcher_notices() -> None:
+    """Ignore hydra's SIGUSR1 (a rank exited) in this process from now on, except while a
+    Watchdog runs; an ignored signal stays ignored through Python's shutdown, when a handler
+    would be reset to the default action (which ends the process)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
+
 def identity() -> dict[str, Any]:
     """This process as the watchdog names it: host, pid and what tells its pid from a reused one."""
     from d500.ledger.liveness import process_identity
@@ -90,9 +100,9 @@ class Watchdog:
         self._sends: list[Any] = []
         self.lost: str | None = None
         self.notified = 0.0  # when the launcher last signalled a failure (SIGUSR1), or 0
-        if threading.current_thread() is threading.main_thread() and \
-                signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL:
-            signal.signal(signal.SIGUSR1, self._notified)
+        self._previous: Any = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGUSR1, self._notified)
             signal.siginterrupt(signal.SIGUSR1, False)  # SA_RESTART: MPI's calls carry on
 
     def _notified(self, signum: int, frame: Any) -> None:
@@ -108,11 +118,15 @@ class Watchdog:
         self.stop()
 
     def stop(self) -> None:
-        """End the heartbeats (every rank at the end of the run; messages in flight drained)."""
+        """End the heartbeats (every rank at the end of the run; messages in flight drained) and
+        give SIGUSR1 back its previous handling."""
         if self._thread.is_alive():
             self._stop.set()
             self._thread.join()
         self._drain()
+        if self._previous is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGUSR1, self._previous)
+            self._previous = None
 
     def describe(self, rank: int) -> str:
         peer = self.peers[rank]
