@@ -143,8 +143,10 @@ def as_torch_function(op: CustomOperator) -> Callable[..., Any]:
         def backward(ctx, *grads):
             saved = ctx.saved_tensors
             inputs, outputs = saved[:ctx.n_inputs], saved[ctx.n_inputs:]
-            result = _pad(as_tuple(op.backward(grads, inputs, outputs)), ctx.n_inputs)
-            return tuple(None if g is None else torch.as_tensor(g) for g in result)
+            from d500.backends.torch.dtypes import from_numpy
+            result = _pad_any(as_tuple(op.backward(grads, inputs, outputs)), ctx.n_inputs)
+            return tuple(None if g is None else g if isinstance(g, torch.Tensor)
+                         else from_numpy(np.asarray(g)) for g in result)
 
     OperatorFunction.__name__ = f"{type(op).__name__}Function"
     return OperatorFunction.apply
@@ -207,7 +209,7 @@ def as_tf_function(op: CustomOperator) -> Callable[..., Any]:
         outs = as_tuple(outputs)
 
         def grad(*upstream):
-            result = _pad_tf(as_tuple(op.backward(upstream, inputs, outs)), len(inputs))
+            result = _pad_any(as_tuple(op.backward(upstream, inputs, outs)), len(inputs))
             return result
 
         return outputs, grad
@@ -215,7 +217,7 @@ def as_tf_function(op: CustomOperator) -> Callable[..., Any]:
     return operator_function
 
 
-def _pad_tf(grads: Sequence[Any], n: int) -> list[Any]:
+def _pad_any(grads: Sequence[Any], n: int) -> list[Any]:
     grads = list(grads)[:n]
     return grads + [None] * (n - len(grads))
 

@@ -1,9 +1,12 @@
-"""Benchmark an operator beside each backend's own implementation of the same ONNX operator.
+"""Benchmark an operator beside each backend's own implementation of the same ONNX operator:
+the forward and the backward timed as separate figures (`latency`, `backward_latency`).
 
 Every implementation is first checked against the reference (the operator fully, a backend on
 its forward); one that fails is reported failed and never timed or ranked. The others are timed
-side by side (d500.timing.measure_interleaved): warm-up, then samples until the 95% CI of the
-median is within 5% or the time budget ends.
+side by side (d500.timing.measure_interleaved), each forward and each backward a separate
+callable: warm-up, then samples until the 95% CI of the median is within 5% or the time budget
+ends. A backward is timed alone, from the forward's saved state (`backward`): the operator's own
+backward (or torch autograd / a tf.GradientTape over its forward), each backend's own gradient.
 """
 
 from __future__ import annotations
@@ -11,15 +14,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from d500 import tolerances
-from d500.errors import D500Error
+from d500.errors import D500Error, describe
 from d500.operators import flops
 from d500.operators.adapters import runner
+from d500.operators.backward import FORWARD_AND_BACKWARD, BackwardCall, builtin_backward
 from d500.operators.base import CustomOperator
+from d500.operators.dtypes import is_float, saturate
 from d500.operators.reference import infer_outputs, typed_node_model
 from d500.operators.validate import Options, Report, compare, prepare, validate
 from d500.operators.workloads import Case
@@ -29,13 +35,15 @@ BUILTIN = "builtin"  # the submission name of a backend's own implementation
 
 @dataclass
 class Row:
-    """One implementation of one case: its check, its timing and its figures."""
+    """One implementation of one case: its check, its timings and its figures."""
 
     submission: str
     backend: str
     status: str                      # "ok" | "failed"
     figures: dict[str, float] = field(default_factory=dict)
-    timing: dict[str, Any] | None = None
+    timing: dict[str, Any] | None = None           # the forward
+    backward_timing: dict[str, Any] | None = None  # the backward alone
+    backward_note: str = ""          # why there is no backward figure, or how it was taken
     error: str = ""
     validation: dict[str, Any] | None = None
     run_id: int | None = None
@@ -44,16 +52,23 @@ class Row:
         label = f"{self.submission} [{self.backend}]"
         if self.status != "ok" or not self.timing:
             return f"  {label:<34} FAILED: {self.error}"
-        t = self.timing
         gf = self.figures.get("gflops")
         pk = self.figures.get("peak_fraction")
         extra = (f"  {gf:8.3g} GFLOP/s" if gf is not None else "") + (
             f"  {pk:6.3g}% of peak" if pk is not None else "")
-        ci = t["ci95"]
-        conv = "" if t["target_met"] else "  (budget ended before the CI reached 5%)"
-        return (f"  {label:<34} median {_ms(t['median'])}  IQR {_ms(t['iqr'])}"
-                f"  95% CI [{_ms(ci[0])}, {_ms(ci[1])}]  n={t['repetitions']}x{t['number']}"
-                f"{extra}{conv}")
+        lines = [f"  {label:<34} forward  {_stats(self.timing)}{extra}"]
+        if self.backward_timing:
+            lines.append(f"  {'':<34} backward {_stats(self.backward_timing)}")
+        elif self.backward_note:
+            lines.append(f"  {'':<34} backward: {self.backward_note}")
+        return "\n".join(lines)
+
+
+def _stats(t: dict[str, Any]) -> str:
+    ci = t["ci95"]
+    conv = "" if t["target_met"] else "  (budget ended before the CI reached 5%)"
+    return (f"median {_ms(t['median'])}  IQR {_ms(t['iqr'])}"
+            f"  95% CI [{_ms(ci[0])}, {_ms(ci[1])}]  n={t['repetitions']}x{t['number']}{conv}")
 
 
 def _ms(seconds: float) -> str:
@@ -81,20 +96,32 @@ class CaseResult:
                 "flops": self.flops, "rows": [asdict(r) for r in self.rows]}
 
 
+def output_gradients(case: Case, inputs: list[np.ndarray], seed: int
+                     ) -> list[np.ndarray | None]:
+    """Seeded output gradients for the timed backward (None for non-float outputs)."""
+    rng = np.random.default_rng([seed, 0xBAC])
+    outs = infer_outputs(case.op_type, case.attributes, inputs, 1, case.opset)
+    return [np.array(rng.standard_normal(shape), dtype=dtype, order="C")
+            if is_float(dtype) else None for dtype, shape in outs]
+
+
 def bench(op_class: type[CustomOperator], case: Case, backends: list[str],
           submission: str, options: Options | None = None, budget: float | None = None,
           peak: float | None = None) -> CaseResult:
-    """Validate, then time the operator and every backend's implementation on one case."""
+    """Validate, then time the operator and every backend's implementation on one case, the
+    forward and the backward separately."""
     options = options or Options()
-    prepared = prepare(case, options.seed)
+    prepared = prepare(case, options.seed, options.scales)
     inputs = [a.copy() for a in prepared.inputs]
-    expected = prepared.expected[0]
+    expected = saturate(prepared.expected, case.np_dtype)[0]
     report = validate(op_class, case, options, submission, prepared)
     outs = infer_outputs(case.op_type, case.attributes, inputs, 1, case.opset)
     n_flops = flops.count(case.op_type, case.attributes, [a.shape for a in inputs],
                           [shape for _, shape in outs])
+    grads = output_gradients(case, inputs, options.seed)
     rows: list[Row] = []
-    calls: dict[int, Callable[[], Any]] = {}
+    forward: dict[int, Callable[[], Any]] = {}
+    backward: dict[int, BackwardCall] = {}
     mine = Row(submission, op_class.framework, "ok" if report.passed else "failed",
                dict(report.figures()), error="" if report.passed else report.summary(),
                validation=report.to_dict())
@@ -102,30 +129,82 @@ def bench(op_class: type[CustomOperator], case: Case, backends: list[str],
     if report.passed:
         run = runner(op_class(**case.attributes))
         native = run.to_native(inputs)
-        calls[0] = lambda: run.call(native)
+        forward[0] = lambda: run.call(native)
+        _add_backward(backward, mine, 0, partial(_operator_backward, run, inputs, grads))
     rtol, atol = tolerances.operator_forward(case.np_dtype)
     for name in backends:
-        row, call = _backend(name, case, inputs, expected, rtol, atol)
+        row, call, exe = _backend(name, case, inputs, expected, rtol, atol)
         rows.append(row)
         if call is not None:
-            calls[len(rows) - 1] = call
-    if calls:
-        from d500.timing import measure_interleaved
-        timings = measure_interleaved({str(i): fn for i, fn in calls.items()},
-                                      budget=budget if budget is not None else case.time_budget)
-        for key, timing in timings.items():
-            row = rows[int(key)]
-            row.timing = timing.summary()
-            row.figures["latency"] = timing.median
-            if n_flops:
-                row.figures["gflops"] = n_flops / timing.median / 1e9
-                if peak:
-                    row.figures["peak_fraction"] = 100.0 * n_flops / timing.median / peak
+            k = len(rows) - 1
+            forward[k] = call
+            _add_backward(backward, row, k,
+                          partial(builtin_backward, name, exe, case, inputs, grads))
+    if forward:
+        _time(rows, forward, backward, budget if budget is not None else case.time_budget,
+              n_flops, peak)
     return CaseResult(case, report, rows, n_flops)
 
 
+def _operator_backward(run: Any, inputs: list[np.ndarray], grads: list[np.ndarray | None]
+                       ) -> BackwardCall | None:
+    if not run.has_gradients or all(g is None for g in grads):
+        return None
+    call = run.backward_call(inputs, grads)
+    return None if call is None else BackwardCall(call, method="the operator's backward")
+
+
+def _add_backward(backward: dict[int, BackwardCall], row: Row, k: int,
+                  make: Callable[[], BackwardCall | None]) -> None:
+    """Prepare row k's backward call (and run it once: a backward that raises is noted, not
+    timed; the forward's figures stand)."""
+    try:
+        call = make()
+        if call is None:
+            row.backward_note = "none (no backward, or no float input/output)"
+            return
+        call.call()
+    except Exception as err:  # noqa: BLE001 - a backend or operator failing its backward
+        row.backward_note = f"not timed: the backward raised {describe(err)}"
+        return
+    backward[k] = call
+
+
+def _time(rows: list[Row], forward: dict[int, Callable[[], Any]],
+          backward: dict[int, BackwardCall], budget: float, n_flops: float | None,
+          peak: float | None) -> None:
+    """Time every forward and backward interleaved (the budget is per implementation, shared
+    by its forward and backward) and fill in the rows' timings and figures."""
+    from d500.timing import measure_interleaved
+    calls = {f"f{k}": fn for k, fn in forward.items()}
+    calls.update({f"b{k}": b.call for k, b in backward.items()})
+    per_call = budget * len(forward) / len(calls)
+    timings = measure_interleaved(calls, budget=per_call)
+    for k in forward:
+        row, timing = rows[k], timings[f"f{k}"]
+        row.timing = timing.summary()
+        row.figures["latency"] = timing.median
+        if n_flops:
+            row.figures["gflops"] = n_flops / timing.median / 1e9
+            if peak:
+                row.figures["peak_fraction"] = 100.0 * n_flops / timing.median / peak
+    for k, b in backward.items():
+        row, timing = rows[k], timings[f"b{k}"]
+        summary = {**timing.summary(), "includes": b.includes, "method": b.method}
+        median = timing.median
+        if b.includes == FORWARD_AND_BACKWARD:
+            median = timing.median - timings[f"f{k}"].median
+            summary["backward_median"] = median
+        row.backward_note = b.method
+        if median <= 0:
+            row.backward_note += ": no measurable difference to the forward"
+            continue
+        row.backward_timing = summary
+        row.figures["backward_latency"] = median
+
+
 def _backend(name: str, case: Case, inputs: list[np.ndarray], expected: np.ndarray,
-             rtol: float, atol: float) -> tuple[Row, Callable[[], Any] | None]:
+             rtol: float, atol: float) -> tuple[Row, Callable[[], Any] | None, Any]:
     from d500 import backends
     row = Row(BUILTIN, name, "failed")
     try:
@@ -134,18 +213,18 @@ def _backend(name: str, case: Case, inputs: list[np.ndarray], expected: np.ndarr
         got = exe.run(inputs)[0]
     except D500Error as err:
         row.error = _first_line(str(err))
-        return row, None
+        return row, None, None
     except Exception as err:  # noqa: BLE001 - a backend crashing on a case is a failed entry
         row.error = _first_line(f"{type(err).__name__}: {err}")
-        return row, None
+        return row, None, None
     check = compare("output", "Y", got, expected, rtol, atol)
     row.figures["forward_error"] = check.max_rel if math.isfinite(check.max_rel) else 1e300
     if not check.passed:
         row.error = (f"forward disagrees with the reference (max rel error {check.max_rel:.2e}, "
                      f"{check.mismatches} mismatches)")
-        return row, None
+        return row, None, None
     row.status = "ok"
-    return row, lambda: exe.run(inputs)
+    return row, (lambda: exe.run(inputs)), exe
 
 
 def _first_line(text: str, limit: int = 300) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 from d500 import threads
 from d500.cli import ArgumentParser, seconds, seed
 from d500.errors import CheckFailed, UsageError
+from d500.operators.dtypes import DTYPES
 
 USAGE_EPILOG = """cases: --case FILE (repeatable), or --input-shape (one per input, in ONNX
 order) with --attr, or by default every case of the operator's op_type in levels/0-operators/
@@ -33,7 +34,7 @@ def parser(prog: str) -> ArgumentParser:
                        help="an input's shape (repeat per input, in ONNX input order)")
         s.add_argument("--attr", action="append", default=[], metavar="NAME=VALUE",
                        help="a node attribute: an int, a float, a comma list or a string")
-        s.add_argument("--dtype", choices=("float32", "float64", "float16", "int32", "int64"),
+        s.add_argument("--dtype", choices=DTYPES,
                        help="element type (default: the case's, or float32)")
         s.add_argument("--seed", type=seed, default=0, help="seed of the random inputs")
         s.add_argument("--case", action="append", default=[], metavar="FILE.yaml",
@@ -149,7 +150,7 @@ def check_cases(cases: list) -> None:
 
     from d500.operators.reference import infer_outputs
     for c in cases:
-        infer_outputs(c.op_type, c.attributes, [np.zeros(s, c.dtype) for s in c.shapes], 1,
+        infer_outputs(c.op_type, c.attributes, [np.zeros(s, c.np_dtype) for s in c.shapes], 1,
                       c.opset)
 
 

@@ -4,11 +4,15 @@ by `gradcheck` against finite differences of the reference forward in float64.
 The backward runs in float64 when the operator accepts it (a backward's correctness is then seen
 to 1e-6), else in the case's dtype. At x1 every input is checked alone; once x1 passes, each
 further scale and the edge values get one joint directional check over all inputs, and a joint
-check that fails is followed by per-input checks that name and locate the wrong gradient. On the
-edge values only elements where the reference backend's own gradient (its NumPy VJP) is finite
-(and below the square root of the backward dtype's largest value) move; output elements where
-the reference overflows the case's dtype get no output gradient, and input elements that reach
-such an output do not move.
+check that fails is followed by per-input checks that name and locate the wrong gradient.
+
+Where the reference output is not finite in the backward's dtype, or beyond the square root of
+its largest value (a backward may overflow on the way, as Pow's b * x^(b-1) does in x^(b-1)),
+that output gets no output gradient, and the input elements that reach it do not move: the
+reference backend's own gradient (its NumPy VJP), seeded with NaN there, marks them (NaN * 0 is
+NaN). On the edge values only elements where that reference gradient is finite (and below the
+same limit) move, and the output gradient is divided by max(1, |y|) so that huge outputs do not
+make the loss's rounding hide the steps' derivatives.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from d500.operators.adapters import Runner
 from d500.operators.checks import Check
 from d500.operators.dtypes import finfo, is_float, saturate
 from d500.operators.inputs import InputSet, kink_inputs
+
+Grads = list[np.ndarray | None]
 
 
 def check_gradients(run: Runner, case: Any, sets: list[InputSet], edge: InputSet | None,
@@ -53,7 +59,17 @@ def check_gradients(run: Runner, case: Any, sets: list[InputSet], edge: InputSet
     tol = tolerances.operator_gradient(gdtype)
     # the reference runs at the operator's input precision: x64 holds the dtype-rounded values
     gref = [None if g is None else g.astype(gdtype).astype(np.float64) for g in g64]
-    loss = gradcheck.Loss(reference, gref)
+    try:
+        g_base, steps = _restrict(case, base, gref, gdtype)
+    except Exception:  # noqa: BLE001 - no reference gradient to restrict by: check it all
+        g_base, steps = gref, None
+    if steps is not None:
+        try:
+            grads = _backward(run, base.inputs, g_base, gdtype)
+        except Exception as err:  # noqa: BLE001
+            report.error = f"backward raised {describe(err)}"
+            return
+    loss = gradcheck.Loss(reference, g_base)
     x64 = [a.astype(np.float64) for a in base.inputs]
     noise = loss.noise(base.expected)
     for i, (x, g) in enumerate(zip(x64, grads)):
@@ -65,7 +81,7 @@ def check_gradients(run: Runner, case: Any, sets: list[InputSet], edge: InputSet
             report.checks.append(check)
             continue
         g = np.asarray(g, dtype=np.float64)
-        a = _steps(case, x64, i, base)
+        a = _steps(case, x64, i, base) if steps is None else steps[i]
         tie = gradcheck.ties(x) if i == 0 else None
         method = gradcheck.choose_method(x.size, t_ref, options.elementwise_budget,
                                          options.elementwise_max)
@@ -78,14 +94,14 @@ def check_gradients(run: Runner, case: Any, sets: list[InputSet], edge: InputSet
     if any(not c.passed for c in report.checks if c.kind == "gradient"):
         return  # wrong already: the further sets would say the same, slower
     for extra in sets[1:]:
-        _joint(run, case, extra, gref, loss, gdtype, tol, in_names, f"gradient {extra.label}",
-               report, options, rng)
+        _joint(run, case, extra, gref, reference, gdtype, tol, in_names,
+               f"gradient {extra.label}", report, options, rng)
     if edge is not None and options.edge_gradients:
-        _edge(run, case, edge, gref, reference, gdtype, tol, in_names, report, options, rng)
+        _joint(run, case, edge, gref, reference, gdtype, tol, in_names, "edge gradient",
+               report, options, rng, edge=True)
 
 
-def _backward(run: Runner, inputs: list[np.ndarray], g64: list[np.ndarray | None],
-              dtype: np.dtype) -> list[Any]:
+def _backward(run: Runner, inputs: list[np.ndarray], g64: Grads, dtype: np.dtype) -> list[Any]:
     xs = [a.astype(dtype) if is_float(a.dtype) else a for a in inputs]
     gs = [None if g is None else g.astype(dtype) for g in g64]
     _, got = run.gradients(xs, gs)
@@ -103,6 +119,53 @@ def _steps(case: Any, x64: list[np.ndarray], i: int, inputs: InputSet,
     return a
 
 
+def _restrict(case: Any, inputs: InputSet, gref: Grads, gdtype: np.dtype, edge: bool = False
+              ) -> tuple[Grads, list[np.ndarray | None] | None]:
+    """The output gradients the operator gets on this set, and the steps restricted to where
+    the reference gradient is defined (None: no restriction, the default steps)."""
+    from d500.operators.reference import reference_gradients
+    limit = math.sqrt(float(finfo(gdtype).max))
+    held = saturate(list(inputs.expected or []), gdtype)
+    g_op, g_nan, bad = [], [], False
+    for g, o in zip(gref, held):
+        if g is None:
+            g_op.append(None)
+            g_nan.append(None)
+            continue
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(o) & (np.abs(o) <= limit)
+        bad = bad or not ok.all()
+        if edge:
+            g = g / np.maximum(1.0, np.abs(np.where(ok, o, 1.0)))
+            g = g.astype(gdtype).astype(np.float64)  # what the operator receives
+        g_op.append(np.where(ok, g, 0.0))
+        g_nan.append(np.where(ok, g, np.nan))
+    if not bad and not edge:
+        return gref, None
+    x64 = [a.astype(np.float64) for a in inputs.inputs]
+    ref_grads = reference_gradients(case.op_type, case.attributes, x64, g_nan, case.opset)
+    # in half precision also the derivative itself (seeded with max|g| everywhere) must stay
+    # below the limit: a small g_j would hide an intermediate that overflows
+    wide = None
+    if float(finfo(gdtype).max) < 1e300:
+        seeds = [None if g is None else np.where(np.isnan(g), np.nan, np.nanmax(np.abs(g)))
+                 for g in g_nan]
+        wide = reference_gradients(case.op_type, case.attributes, x64, seeds, case.opset)
+    steps: list[np.ndarray | None] = []
+    for i, x in enumerate(x64):
+        r = ref_grads[i] if i < len(ref_grads) else None
+        if not is_float(inputs.inputs[i].dtype) or r is None:
+            steps.append(None)
+            continue
+        with np.errstate(invalid="ignore"):
+            defined = np.abs(np.asarray(r, dtype=np.float64)) <= limit  # False for NaN, inf
+            if wide is not None and wide[i] is not None:
+                defined &= np.abs(np.asarray(wide[i], dtype=np.float64)) <= limit
+        steps.append(np.where(defined, _steps(case, x64, i, inputs, absolute=edge and i == 0),
+                              0.0))
+    return g_op, steps
+
+
 def _shape_check(kind: str, name: str, g: Any, x: np.ndarray) -> Check | None:
     if g is None:
         return Check(kind, name, "-", True, note="not provided")
@@ -112,19 +175,32 @@ def _shape_check(kind: str, name: str, g: Any, x: np.ndarray) -> Check | None:
     return None
 
 
-def _joint(run: Runner, case: Any, inputs: InputSet, gref: list[np.ndarray | None],
-           loss: gradcheck.Loss, gdtype: np.dtype, tol: float, in_names: list[str], kind: str,
-           report: Any, options: Any, rng: np.random.Generator,
-           steps: list[np.ndarray | None] | None = None) -> None:
+def _joint(run: Runner, case: Any, inputs: InputSet, gref: Grads, reference: Any,
+           gdtype: np.dtype, tol: float, in_names: list[str], kind: str, report: Any,
+           options: Any, rng: np.random.Generator, edge: bool = False) -> None:
     """One joint directional check on an input set; per-input checks when it fails."""
     try:
-        got = _backward(run, inputs.inputs, gref, gdtype)
+        g_op, steps = _restrict(case, inputs, gref, gdtype, edge)
+    except D500Error as err:
+        if edge:
+            report.checks.append(Check(kind, "all", "-", True, note=f"not checked: {err}"))
+            return
+        g_op, steps = gref, None
+    except Exception as err:  # noqa: BLE001 - the reference's VJP failing is not the operator's
+        if edge:
+            report.checks.append(Check(kind, "all", "-", True,
+                                       note=f"not checked: the reference backward raised "
+                                            f"{describe(err)}"))
+            return
+        g_op, steps = gref, None
+    try:
+        got = _backward(run, inputs.inputs, g_op, gdtype)
     except Exception as err:  # noqa: BLE001
         report.checks.append(Check(kind, "all", "-", False,
                                    note=f"backward raised {describe(err)}"))
         return
     x64 = [a.astype(np.float64) for a in inputs.inputs]
-    grads: list[np.ndarray | None] = []
+    grads: Grads = []
     for i, (x, g) in enumerate(zip(x64, got)):
         if not is_float(inputs.inputs[i].dtype) or g is None:
             grads.append(None)
@@ -137,6 +213,7 @@ def _joint(run: Runner, case: Any, inputs: InputSet, gref: list[np.ndarray | Non
     if steps is None:
         steps = [None if g is None else _steps(case, x64, i, inputs)
                  for i, g in enumerate(grads)]
+    loss = gradcheck.Loss(reference, g_op)
     tie0 = gradcheck.ties(x64[0]) if x64 else None
     noise = loss.noise(inputs.expected)
     check = gradcheck.joint(loss, x64, grads, tol, steps, tie0, noise, options.directions, rng,
@@ -149,57 +226,3 @@ def _joint(run: Runner, case: Any, inputs: InputSet, gref: list[np.ndarray | Non
                                  options.localise_budget, rng, kind)
            for i, g in enumerate(grads) if g is not None and steps[i] is not None]
     report.checks.extend(per if any(not c.passed for c in per) else [check])
-
-
-def _edge(run: Runner, case: Any, edge: InputSet, gref: list[np.ndarray | None], reference: Any,
-          gdtype: np.dtype, tol: float, in_names: list[str], report: Any, options: Any,
-          rng: np.random.Generator) -> None:
-    """The joint check on the edge values, where the reference gradient is finite."""
-    from d500.operators.reference import reference_gradients
-    kind = "edge gradient"
-    expected = edge.expected or []
-    # No output gradient where the reference output is not finite in the case's dtype, or so
-    # large that a backward in gdtype may overflow on its way (beyond the square root of its
-    # largest value); the reference's VJP gets NaN there instead, which marks every input
-    # element that reaches such an output (NaN * 0 is NaN): those do not move.
-    # The output gradient is also divided by max(1, |y|): huge outputs would otherwise make
-    # the loss so large that its rounding hides the small steps' derivatives.
-    held = saturate(list(expected), case.np_dtype)
-    limit = math.sqrt(float(finfo(gdtype).max))
-    g_edge, g_nan = [], []
-    for g, o in zip(gref, held):
-        if g is None:
-            g_edge.append(None)
-            g_nan.append(None)
-            continue
-        with np.errstate(invalid="ignore"):
-            finite = np.isfinite(o) & (np.abs(o) <= limit)
-        scaled = g / np.maximum(1.0, np.abs(np.where(finite, o, 1.0)))
-        scaled = scaled.astype(gdtype).astype(np.float64)  # what the operator receives
-        g_edge.append(np.where(finite, scaled, 0.0))
-        g_nan.append(np.where(finite, scaled, np.nan))
-    x64 = [a.astype(np.float64) for a in edge.inputs]
-    try:
-        ref_grads = reference_gradients(case.op_type, case.attributes, x64, g_nan, case.opset)
-    except D500Error as err:
-        report.checks.append(Check(kind, "all", "-", True, note=f"not checked: {err}"))
-        return
-    except Exception as err:  # noqa: BLE001 - the reference's VJP failing is not the operator's
-        report.checks.append(Check(kind, "all", "-", True,
-                                   note=f"not checked: the reference backward raised "
-                                        f"{describe(err)}"))
-        return
-    steps: list[np.ndarray | None] = []
-    # and elements whose reference gradient is beyond that limit (Pow's b * x^(b-1) may
-    # overflow in x^(b-1) first)
-    for i, x in enumerate(x64):
-        r = ref_grads[i] if i < len(ref_grads) else None
-        if not is_float(edge.inputs[i].dtype) or r is None:
-            steps.append(None)
-            continue
-        a = _steps(case, x64, i, edge, absolute=i == 0)
-        with np.errstate(invalid="ignore"):
-            held_grad = np.abs(np.asarray(r, dtype=np.float64)) <= limit
-        steps.append(np.where(held_grad, a, 0.0))
-    _joint(run, case, edge, g_edge, gradcheck.Loss(reference, g_edge), gdtype, tol, in_names, kind,
-           report, options, rng, steps)

@@ -161,10 +161,10 @@ def make_inputs(case: Any, rng: np.random.Generator, dtype: Any = None, scale: f
             a = rng.uniform(declared[0], declared[1], size=shape)
         else:
             a = rng.standard_normal(shape)
-        arrays.append(np.ascontiguousarray(a, dtype=dtype))
+        arrays.append(np.array(a, dtype=dtype, order="C"))
     if arrays and is_float(dtype):
         x0 = _away(arrays[0].astype(np.float64), span, [*kinks(case, arrays), *poles(case)])
-        arrays[0] = np.ascontiguousarray(x0, dtype=dtype)
+        arrays[0] = np.array(x0, dtype=dtype, order="C")
     return arrays
 
 
@@ -184,7 +184,7 @@ def scaled_sets(case: Any, base: list[np.ndarray], seed: int,
         rng = np.random.default_rng([seed, k + 1])
         x0 = _grid(base[0].shape, span, rng)
         bent = kinks(case, base)
-        x0 = np.ascontiguousarray(_away(x0, span, [*bent, *poles(case)]), dtype=base[0].dtype)
+        x0 = np.array(_away(x0, span, [*bent, *poles(case)]), dtype=base[0].dtype, order="C")
         sets.append(InputSet(f"x{scale:g}", [x0, *base[1:]], bent, poles(case)))
     return sets
 
@@ -216,4 +216,4 @@ def edge_inputs(case: Any, inputs: list[np.ndarray], rng: np.random.Generator
     picked = values[kind] * np.where(varied & (values[kind] != 0.0), vary, 1.0)
     edged = x.astype(np.float64).reshape(-1)
     edged[where] = picked
-    return [np.ascontiguousarray(edged.reshape(x.shape), dtype=x.dtype), *inputs[1:]]
+    return [np.array(edged.reshape(x.shape), dtype=x.dtype, order="C"), *inputs[1:]]

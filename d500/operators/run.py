@@ -44,8 +44,9 @@ def validate_cases(loaded: Any, cases: Sequence[Any], options: Options, ledger: 
 def bench_cases(loaded: Any, cases: Sequence[Any], backends: Sequence[str], options: Options,
                 budget: float | None = None, ledger: Any = None, peak: float | None = None
                 ) -> Iterator[Any]:
-    """Validate, then time the operator beside each backend's own implementation, case by case;
-    yields each case's result once its runs are sealed (row.run_id set). Every entry's run is
+    """Validate, then time the operator beside each backend's own implementation, case by case,
+    forward and backward (figures `latency` and `backward_latency` of the same run); yields each
+    case's result once its runs are sealed (row.run_id set). Every entry's run is
     open while they are timed, so a process killed mid-way leaves them interrupted, not
     missing. An operator that fails validation is recorded as failed and never ranked."""
     from d500.ledger import Ledger
@@ -68,7 +69,8 @@ def bench_cases(loaded: Any, cases: Sequence[Any], backends: Sequence[str], opti
                            budget, peak)
             load = watch.finish()
             for row, run in zip(result.rows, runs, strict=True):
-                details = {"timing": row.timing, "flops_per_call": result.flops,
+                details = {"timing": row.timing, "backward_timing": row.backward_timing,
+                           "backward": row.backward_note, "flops_per_call": result.flops,
                            "peak_flops": peak, "validation": row.validation,
                            "load_average": load}
                 if row.status == "ok":

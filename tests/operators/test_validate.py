@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from d500.operators.base import load
+from d500.operators.gradcheck import choose_method
 from d500.operators.validate import Options, compare, validate
 from d500.operators.workloads import Case
 
@@ -34,11 +35,26 @@ def test_numpy_conv_full_validation_of_the_big_case_is_fast():
 
 
 def test_small_inputs_get_the_elementwise_jacobian():
-    report = validate(CONV, SMALL_CONV)
+    # the cost of one reference call is given, not measured: the choice does not depend on the
+    # machine's load (2 x 6 elements x 1 ms fits the 0.5 s budget)
+    report = validate(CONV, SMALL_CONV, Options(reference_seconds=1e-3))
     assert report.passed, report.text()
     methods = {c.name: c.method for c in report.checks if c.kind == "gradient"}
     assert methods["dB"] == "elementwise"  # 6 elements
+    assert methods["dW"] == "elementwise"  # 216 elements: 0.43 s of finite differences
     assert methods["dX"].startswith("directional")  # 648 elements: too many for the Jacobian
+    slow = validate(CONV, SMALL_CONV, Options(reference_seconds=0.1))
+    methods = {c.name: c.method for c in slow.checks if c.kind == "gradient"}
+    assert methods == {"dX": "directional x3", "dW": "directional x3", "dB": "directional x3"}
+
+
+@pytest.mark.parametrize("size, seconds, method", [
+    (6, 1e-3, "elementwise"), (256, 5e-4, "elementwise"), (257, 1e-6, "directional"),
+    (250, 1e-3, "elementwise"), (251, 1e-3, "directional"), (10, 0.025, "elementwise"),
+    (10, 0.026, "directional")])
+def test_the_method_choice_is_a_pure_function_of_size_and_cost(size, seconds, method):
+    # budget 0.5 s, at most 256 elements: 2 reference calls per element must fit the budget
+    assert choose_method(size, seconds, 0.5, 256) == method
 
 
 def test_wrong_gradient_in_3_percent_of_elements_is_caught_and_located():
