@@ -38,7 +38,7 @@ def save_builder(tmp_path: Path, name: str, shape=(1, 28, 28), loss: bool = Fals
 
 def d500(*args: str, home: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "D500_HOME": str(home), "TF_CPP_MIN_LOG_LEVEL": "3"}
-    return subprocess.run([sys.executable, "-m", "d500.cli", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "d500.cli", *map(str, args)], check=False,
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
 
 
