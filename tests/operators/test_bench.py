@@ -1,4 +1,5 @@
-"""Benchmarks: FLOP formulas, timing statistics, failing implementations never timed; frameworks."""
+"""Benchmarks: FLOP formulas, timing statistics of the forward and of the backward alone, failing
+implementations never timed; frameworks."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ import math
 import numpy as np
 import pytest
 
-from d500.operators import flops
+from d500.operators import CustomOperator, flops
 from d500.operators.base import load
 from d500.operators.bench import bench
 from d500.operators.validate import Options, validate
 from d500.operators.workloads import Case
 
-from .conftest import SUBMISSIONS, op
+from .conftest import SUBMISSIONS, case, op
 
 
 def test_conv_flops_match_a_direct_count():
@@ -45,6 +46,58 @@ def test_bench_times_the_operator_and_the_backends_with_statistics():
     assert "GFLOP/s" in result.text() and "% of peak" in result.text()
 
 
+def test_bench_times_the_backward_alone_as_a_separate_figure():
+    conv = load(str(SUBMISSIONS / "numpy-im2col-conv")).cls
+    c = Case("bench-conv-bwd", "Conv", [(2, 4, 12, 12), (8, 4, 3, 3), (8,)],
+             {"pads": [1, 1, 1, 1]}, time_budget=0.3)
+    result = bench(conv, c, ["reference", "torch", "onnxruntime"], "numpy-im2col-conv")
+    rows = {r.backend: r for r in result.rows}
+    assert [r.status for r in result.rows] == ["ok"] * 4
+    for name in ("numpy", "reference", "torch"):
+        row = rows[name]
+        t = row.backward_timing
+        assert t is not None and t["repetitions"] >= 3 and t["includes"] == "backward"
+        assert t["q1"] <= t["median"] <= t["q3"]
+        assert row.figures["backward_latency"] == t["median"] > 0
+        assert row.figures["latency"] == row.timing["median"] > 0
+    assert rows["numpy"].backward_note == "the operator's backward"
+    assert "autograd.grad" in rows["torch"].backward_note
+    assert "VJP" in rows["reference"].backward_note
+    # onnxruntime is inference only: a forward figure, no backward
+    assert "backward_latency" not in rows["onnxruntime"].figures
+    assert rows["onnxruntime"].backward_timing is None
+    text = result.text()
+    assert text.count("backward median") == 3 and text.count("forward  median") == 4
+
+
+def test_an_operator_without_backward_gets_no_backward_figure():
+    class ForwardOnlyRelu(CustomOperator):
+        op_type = "Relu"
+
+        def forward(self, x):
+            return np.maximum(x, 0)
+
+    result = bench(ForwardOnlyRelu, Case("relu-fwd", "Relu", [(64, 64)], time_budget=0.1),
+                   [], "forward-only")
+    (row,) = result.rows
+    assert row.status == "ok" and row.figures["latency"] > 0
+    assert "backward_latency" not in row.figures and row.backward_note.startswith("none")
+
+
+def test_a_reference_backward_through_a_function_expansion_is_timed_net_of_the_forward():
+    # LayerNormalization has no VJP of its own in the reference: it is differentiated through
+    # its ONNX function, timed as forward+backward, and the forward's median subtracted
+    layernorm = op("torch_ops.py", "LayerNormalization")
+    c = case("layernorm-last")
+    c.time_budget = 0.3
+    result = bench(layernorm, c, ["reference"], "torch-layernorm")
+    ref = result.rows[1]
+    t = ref.backward_timing
+    assert t["includes"] == "forward+backward"
+    assert ref.figures["backward_latency"] == t["backward_median"]
+    assert math.isclose(t["backward_median"], t["median"] - ref.timing["median"])
+
+
 def test_failing_operator_is_not_timed():
     c = Case("bench-bad", "Conv", [(1, 2, 6, 6), (3, 2, 3, 3)], time_budget=0.1)
     result = bench(op("broken_conv.py", "OffByRelativeConv"), c, [], "bad")
@@ -64,3 +117,9 @@ def test_tensorflow_operators_custom_gradient_and_autograd():
     assert [c.name for c in bad.checks if not c.passed] == ["dX"]
     located = [i * 50 + j for i, j in bad.checks[-1].first]  # every 25th element is wrong
     assert located[0] == 0 and all(k % 25 == 0 for k in located)
+    # the backward timed alone: the custom gradient on a persistent tape, and the backend's own
+    result = bench(op("tf_ops.py", "TfSigmoid"), Case("sig-bench", "Sigmoid", [(64, 256)],
+                                                      time_budget=0.3), ["tensorflow"], "tf")
+    for row in result.rows:
+        assert row.status == "ok" and row.figures["backward_latency"] > 0, row
+    assert "GradientTape" in result.rows[1].backward_note
