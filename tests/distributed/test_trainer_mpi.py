@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -90,11 +91,39 @@ def test_bytes_per_rank_are_the_algorithms_counts(runs):
     assert four["details"]["oversubscribed"] is (jobs.os.cpu_count() < 4)
 
 
-def test_the_mllog_of_a_distributed_run(runs):
+def _mlperf_problems(path, tmp_path) -> list[str]:
+    """MLPerf Training 6.1.0's own checker on a log, with its common rules less the one key that
+    cannot apply (attention precision: no attention layers) and the closed division's benchmark
+    list (a d500 workload is none of MLPerf's); lowest_numerical_precision_in_comm is kept."""
+    import mlperf_logging.compliance_checker as cc
+    import yaml
+    from mlperf_logging.compliance_checker import mlp_compliance, mlp_parser
+    rules = yaml.safe_load((Path(cc.__file__).parent / "training_6.1.0" / "common.yaml")
+                           .read_text())
+    kept = []
+    for rule in rules:
+        key = rule.get("KEY") or {}
+        if key.get("NAME") == "lowest_numerical_precision_in_attn":
+            continue
+        if key.get("NAME") == "submission_division":
+            key["POST"] = " s['compile_time_mins'] = 240 if v['value'] == 'open' else 30 "
+        kept.append(rule)
+    file = tmp_path / "rules.yaml"
+    file.write_text(yaml.safe_dump(kept))
+    lines, errors = mlp_parser.parse_file(str(path), ruleset="6.1.0")
+    assert errors == []
+    checker = mlp_compliance.make_checker("training", "6.1.0", quiet=True, werror=True)
+    checker.configured_checks(lines, str(file))
+    return [*checker.not_overwritable, *checker.overwritable.values()]
+
+
+def test_the_mllog_of_a_distributed_run(runs, tmp_path):
     home, out = runs
     ledger = Ledger(home / "ledger.sqlite")
     run = ledger.get(_one(out["sync4"])["run_id"])
-    log = {r["key"]: r for r in mllog.parse(ledger.resolve_path(run["mllog"]))}
+    path = ledger.resolve_path(run["mllog"])
+    assert _mlperf_problems(path, tmp_path) == []
+    log = {r["key"]: r for r in mllog.parse(path)}
     assert log["global_batch_size"]["value"] == 32  # the entry's batch_size: the global batch
     assert log["micro_batch_size"]["value"] == 8  # one rank's share
     assert log["lowest_numerical_precision_in_comm"]["value"] == "fp32"
@@ -138,3 +167,23 @@ def test_the_level3_leaderboard_shows_every_figure_per_world_size(runs, tmp_path
     assert html.returncode == 0, html.stderr
     body = page.read_text()
     assert "time to accuracy against ranks" in body and "data:image/png;base64," in body
+
+
+@pytest.mark.parametrize("change, status, message", [
+    ({"hyperparameters": {"lr": 1e6}, "schedule": {"name": "constant"}}, "diverged",
+     "the training loss is nan at step "),
+    ({"hyperparameters": {"lr": 1e-6}}, "missed", "did not reach the target 0.97 within"),
+])
+def test_diverged_and_missed_runs_score_infinity_on_every_rank(tmp_path, change, status,
+                                                               message):
+    home = tmp_path / "home"
+    wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 3})
+    folder = jobs.entry(tmp_path, "sync", name=f"sync-{status}", **change)
+    result = jobs.train(home, 2, wl, folder)
+    assert result.returncode == 1, result.stderr[-2000:]
+    printed = json.loads(result.stdout)
+    assert printed[0]["status"] == status and message in printed[0]["error"]
+    # every rank ends with the same status: each prints the same one-line error
+    assert result.stderr.count(f"did not reach the target; seed 0: {status}") == 2
+    run = Ledger(home / "ledger.sqlite").get(printed[0]["run_id"])
+    assert run["status"] == status and run["figures"]["time_to_accuracy"] == math.inf
