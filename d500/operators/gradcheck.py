@@ -193,7 +193,7 @@ def directional(loss: Loss, xs: list[np.ndarray], i: int, g: np.ndarray, name: s
     diffs = [abs(p - q) if math.isfinite(abs(p - q)) else math.inf for p, q in zip(an, fd)]
     method = f"directional x{len(fd)}"
     check = Check(kind, name, method, max(errors) <= tol, max(diffs), max(errors), 0, n,
-                  note=_weak(rms, noise / tol))
+                  note=_weak(rms, noise, tol))
     if check.passed:
         return check
 
@@ -264,9 +264,12 @@ def joint(loss: Loss, xs: list[np.ndarray], grads: Sequence[np.ndarray | None], 
         return Check(kind, "all", f"joint x{len(fd)}", True, checked=checked,
                      note="not checked: the reference loss is not finite near these inputs")
     return Check(kind, "all", f"joint x{len(fd)}", max(errors) <= tol, max(diffs), max(errors),
-                 0, checked, note=_weak(rms, noise / c / tol))
+                 0, checked, note=_weak(rms, noise / c, tol))
 
 
-def _weak(rms: float, floor: float) -> str:
-    """A note when the loss's rounding allowance outweighs the derivative (a weak check)."""
-    return ("weak: the loss's rounding outweighs these derivatives" if floor > rms else "")
+def _weak(rms: float, noise: float, tol: float) -> str:
+    """A note when the loss's rounding allowance makes the check blind to relative errors ten
+    times the tolerance or more."""
+    reach = tol + noise / rms if rms > 0 else math.inf
+    return "" if reach < 10 * tol else (
+        f"weak: rounding hides relative errors below {reach:.0e}")

@@ -150,7 +150,13 @@ def _representable(outputs: list[np.ndarray], dtype: np.dtype) -> bool:
 
 def prepare(case: Case, seed: int = 0, scales: tuple[float, ...] = SCALES) -> Prepared:
     """Inputs and reference outputs of a case; a UsageError when the reference rejects it (bad
-    shapes or attributes), before any operator is judged."""
+    shapes or attributes), before any operator is judged. (One BLAS thread, as in validate.)"""
+    from threadpoolctl import threadpool_limits
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _prepare(case, seed, scales)
+
+
+def _prepare(case: Case, seed: int, scales: tuple[float, ...]) -> Prepared:
     from d500.operators.reference import infer_outputs
     rng = np.random.default_rng(seed)
     inputs = make_inputs(case, rng)
@@ -175,8 +181,18 @@ def prepare(case: Case, seed: int = 0, scales: tuple[float, ...] = SCALES) -> Pr
 def validate(op_class: type[CustomOperator], case: Case, options: Options | None = None,
              operator_name: str | None = None, prepared: Prepared | None = None) -> Report:
     """Check one operator on one case against the reference; never raises for a wrong operator
-    (the Report says what is wrong), raises UsageError for a case the reference rejects."""
-    options = options or Options()
+    (the Report says what is wrong), raises UsageError for a case the reference rejects.
+
+    NumPy's BLAS runs one thread meanwhile (restored after): nothing here is timed, and several
+    BLAS threads fighting over busy cores made the big Conv case's validation 2.4x slower on a
+    loaded 2-core machine (4.7 s against 2.0 s)."""
+    from threadpoolctl import threadpool_limits
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _validate(op_class, case, options or Options(), operator_name, prepared)
+
+
+def _validate(op_class: type[CustomOperator], case: Case, options: Options,
+              operator_name: str | None, prepared: Prepared | None) -> Report:
     start = time.perf_counter()
     report = Report(case.name, case.op_type, operator_name or op_class.__name__,
                     op_class.framework, case.dtype, [list(s) for s in case.shapes],

@@ -73,8 +73,10 @@ class Im2colConv(CustomOperator):
         g, m, n, c = self.group, w.shape[0], x.shape[0], x.shape[1]
         (kh, kw), _, pads, _ = self._geometry(x, w)
         dy_g = dy.transpose(1, 0, 2, 3).reshape(g, m // g, n * oh * ow)
-        dw = np.matmul(dy_g, cols.transpose(0, 2, 1)).reshape(w.shape)
-        dcols = np.matmul(w.reshape(g, m // g, -1).transpose(0, 2, 1), dy_g)
+        # one 2-D product per group: BLAS takes the transposed operands as they are
+        wg = w.reshape(g, m // g, -1)
+        dw = np.stack([dy_g[k] @ cols[k].T for k in range(g)]).reshape(w.shape)
+        dcols = np.stack([wg[k].T @ dy_g[k] for k in range(g)])
         dcols = dcols.reshape(g, c // g, kh, kw, n, oh, ow)
         hp, wp = x.shape[2] + pads[0] + pads[2], x.shape[3] + pads[1] + pads[3]
         dxp = np.zeros((n, c, hp, wp), dtype=x.dtype)
