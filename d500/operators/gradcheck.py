@@ -1,12 +1,13 @@
 """Gradients judged by central finite differences of the reference forward in float64.
 
 The reference loss is L(x) = sum_k <output_k(x), g_k> for random output gradients g. A check
-perturbs an input by u (per element at most `CLIP` times its step a_j) and compares <backward(g), u>
-with (L(x + u) - L(x - u)) / 2. Input 0's steps keep every perturbation below an eighth of the
-distance to its nearest distinct value and to each breakpoint (kink, domain end), so no step
-crosses a tie (MaxPool) or a kink (Relu); elements of input 0 with equal values (low-precision
-dtypes round the grid into ties) move together, which is a valid direction whichever of them an
-operator routes the gradient to.
+perturbs an input by u (per element at most `CLIP` times its step a_j) and compares <backward(g),
+u> with (L(x + u) - L(x - u)) / 2; it passes when the difference is at most tol times the
+derivatives' RMS plus a generous bound on L's rounding (`Loss.noise`). Input 0's steps keep every
+perturbation below an eighth of the distance to its nearest distinct value and to each kink, and
+shrink with the distance to a pole or domain end, so no step crosses a tie (MaxPool) or a kink
+(Relu); elements of input 0 with equal values (low-precision dtypes round the grid into ties)
+move together, which is a valid direction whichever of them an operator routes the gradient to.
 
 - `elementwise`: the Jacobian-vector product element by element (small inputs);
 - `directional`: a few random directions, and on failure bisection to locate wrong elements;
