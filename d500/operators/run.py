@@ -14,7 +14,7 @@ def hyperparameters(case: Any, mode: str, options: Options) -> dict[str, Any]:
     """What a level-0 run records as its settings."""
     return {"mode": mode, "op_type": case.op_type, "shapes": [list(s) for s in case.shapes],
             "attributes": case.attributes, "dtype": case.dtype,
-            "directions": options.directions}
+            "directions": options.directions, "scales": list(options.scales)}
 
 
 def validate_cases(loaded: Any, cases: Sequence[Any], options: Options, ledger: Any = None
