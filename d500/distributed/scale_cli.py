@@ -34,16 +34,17 @@ def main(argv: list[str], prog: str = "d500 scale") -> int:
     p.add_argument("--json", action="store_true", help="print the predictions as JSON")
     args = p.parse_args(argv)
     from d500.distributed import launch
+    sizes = _sizes(args.ranks)
     world = launch.world()
+    given = _network(args, None) if args.network else None  # a bad --network before anything
+    if world is not None and given is None:
+        given = _network(args, world)  # every rank takes part in the measurement first
     if world is not None and world.Get_rank() != 0:
-        _network(args, world)  # take part in the measurement, print nothing
-        return 0
+        return 0  # rank 0 prints
     from d500.distributed import scaling
     from d500.ledger import Ledger
-    sizes = _sizes(args.ranks)
-    given = _network(args, None) if args.network else None  # a bad --network before anything
     profiles = _profiles(Ledger(), args.target)
-    net = given or _network(args, world)
+    net = given or _network(args, None)
     rows = scaling.predict(profiles, net, sizes, weak=args.weak)
     from d500.paths import home
     png_path = Path(args.png) if args.png else home() / f"scale-{_slug(args.target)}.png"
