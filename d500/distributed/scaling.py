@@ -181,7 +181,7 @@ class Prediction:
     profile: Profile
     ranks: int
     step: float | None
-    comm: float | None
+    comm: float | None  # the step's time not computing (async_ps: waiting on its server too)
     efficiency: float | None
 
     @property
@@ -208,8 +208,10 @@ def predict(profiles: Sequence[Profile], net: Network, sizes: Sequence[int] = SI
     for p in profiles:
         for n in sizes:
             t = step_time(p, n, net, weak)
-            c = None if t is None else comm_time(p, n, net)
-            out.append(Prediction(p, n, t, c, efficiency(p, n, net, weak)))
+            compute = compute_time(p, n, weak)
+            c = None if t is None or compute is None else t - compute  # waiting on the server
+            out.append(Prediction(p, n, t, c, efficiency(p, n, net, weak)))  # included
+
     return out
 
 
