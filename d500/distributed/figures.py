@@ -35,6 +35,7 @@ class RankStats:
     dense_bytes: int = 0
     scheme: dict[str, float] = dataclasses.field(default_factory=dict)
     scheme_details: dict[str, Any] = dataclasses.field(default_factory=dict)
+    cpu_seconds: float = 0.0  # this rank's process CPU time over the run (every thread)
     step_median: float | None = None  # seconds: the median step, and the median of step minus
     compute_median: float | None = None  # its collectives' seconds (robust to descheduling)
 
@@ -110,6 +111,7 @@ def details(ranks: list[RankStats]) -> list[dict[str, Any]]:
         out.append({
             "rank": r.rank, "host": r.host, "pid": r.pid, "steps": r.steps,
             "step_time": r.step_seconds / steps, "step_time_median": r.step_median,
+            "cpu_seconds": r.cpu_seconds,
             "compute_time_median": r.compute_median,
             "comm_time": None if r.comm_seconds is None else r.comm_seconds,
             "compute_time": r.compute_seconds,

@@ -37,10 +37,11 @@ class RankLoop:
     (status, error, figures, every rank's stats): the last three on rank 0 only."""
 
     def __init__(self, job: Any, seed: int, trainer: Any, scheme: Any, reducer: Any, run: Any,
-                 progress: Progress | None, control: Any):
+                 progress: Progress | None, control: Any, mark: Any):
         self.job, self.seed, self.trainer, self.scheme = job, seed, trainer, scheme
         self.reducer, self.run_, self.progress = reducer, run, progress
         self.control = control  # an mpi4py communicator of its own (None: one rank)
+        self.mark = mark  # contention.Mark of the run's start on this rank
         self.comm, self.wl = job.comm, job.workload
         self.stats = figs.RankStats(self.comm.rank, socket.gethostname(), os.getpid())
         own = getattr(scheme, "traffic", None)  # ddp: counted by its hook, no seconds
@@ -222,6 +223,7 @@ class RankLoop:
             st.sent = int(sum(t["sent"] for t in st.traffic.values()))
             st.received = int(sum(t["received"] for t in st.traffic.values()))
             st.comm_seconds = float(sum(t["seconds"] for t in st.traffic.values()))
+        st.cpu_seconds = self.mark.own_cpu()
         if self.durations:
             steps = np.array(self.durations)
             st.step_median = float(np.median(steps[:, 0]))

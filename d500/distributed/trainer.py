@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -120,12 +119,14 @@ def train(job: Job, seed: int, progress: Progress | None = None) -> Result:
         control = comm.mpi.Dup()
         watchdog = Watchdog(comm.mpi, job.limit,
                             on_lost=lambda why: _lost(run, wl, details, why))
+    from d500.distributed.contention import Mark
     from d500.provenance import LoadWatch
     watch = LoadWatch()  # how busy the machine was (the other ranks of this job aside)
+    mark = Mark.now()  # ... and, exactly, how much CPU other processes took during the run
     try:
         with watchdog if watchdog is not None else contextlib.nullcontext():
             outcome = RankLoop(job, seed, trainer, scheme, reducer, run, progress,
-                               control).run()
+                               control, mark).run()
     except Exception as err:  # the run fails on this rank: end the job
         text = describe(err)
         if watchdog is None:
@@ -144,8 +145,11 @@ def train(job: Job, seed: int, progress: Progress | None = None) -> Result:
     if run is not None:
         figures.update(figs.scaling(job.ledger, run.id, wl, job.entry.name, job.backend,
                                     comm.size, figures.get("time_to_accuracy", math.inf)))
+        here = socket.gethostname()
         details.update(ranks=figs.details(ranks), oversubscribed=_oversubscribed(ranks),
                        load_average=_load(watch, ranks),
+                       contention=mark.others(sum(r.cpu_seconds for r in ranks
+                                                  if r.host == here)),
                        scheme_figures=ranks[0].scheme if ranks else {},
                        scheme_details=ranks[0].scheme_details if ranks else {})
         run.finish(status, figures=figures, error=error or None, details=details)
@@ -175,7 +179,8 @@ def _oversubscribed(ranks: list[figs.RankStats]) -> bool:
     per_host: dict[str, int] = {}
     for r in ranks:
         per_host[r.host] = per_host.get(r.host, 0) + 1
-    return per_host.get(socket.gethostname(), 0) > (os.cpu_count() or 1)
+    from d500.provenance import usable_cores
+    return per_host.get(socket.gethostname(), 0) > usable_cores()
 
 
 def _load(watch: Any, ranks: list[figs.RankStats]) -> dict[str, Any]:
