@@ -30,6 +30,7 @@ class Row:
     compressor: str = "none"
     runs: list[dict[str, Any]] = field(default_factory=list)
     oversubscribed: bool = False
+    contended: bool = False  # other processes took a share of the machine during a run
 
     def median(self, name: str, missing: float | None = None) -> float | None:
         """Median of a figure over the counted runs (a miss counts as `missing` if given)."""
@@ -60,6 +61,7 @@ def rows(level: int, boards: Sequence[Any], ledger: Any) -> list[Row]:
         h = r["hyperparameters"] or {}
         row.scheme, row.compressor = h.get("scheme", row.scheme), h.get("compressor", "none")
         row.oversubscribed |= bool((r["details"] or {}).get("oversubscribed"))
+        row.contended |= bool(((r["details"] or {}).get("contention") or {}).get("loaded"))
         row.runs.append(r)
     return sorted(found.values(), key=lambda x: (x.workload, x.ranks, _key(x.time),
                                                  x.submission, x.backend))
@@ -105,6 +107,7 @@ def _fmt(name: str, value: float | None) -> str:
 def table_view(every: list[Row], refs: dict[str, int]) -> View:
     out = []
     notes = []
+    marks = {"*": False, "†": False}
     for row in every:
         eff, speed = efficiency(row, every, refs.get(row.workload, 1))
         ddp = next((x for x in every if (x.workload, x.ranks, x.backend) ==
@@ -115,16 +118,22 @@ def table_view(every: list[Row], refs: dict[str, int]) -> View:
             ratio = f"{row.time / ddp.time:.2f}" if both else "∞" if math.isinf(row.time) \
                 else "—"
         counts = f"{sum(r['status'] == 'succeeded' for r in row.runs)}/{len(row.runs)}"
-        ranks = f"{row.ranks}" + (" *" if row.oversubscribed else "")
+        ranks = f"{row.ranks}" + (" *" if row.oversubscribed else "") + \
+            (" †" if row.contended else "")
+        marks["*"] |= row.oversubscribed
+        marks["†"] |= row.contended
         out.append([row.workload, ranks, row.submission, row.scheme, row.compressor,
                     row.backend, _fmt("time_to_accuracy", row.time),
                     _fmt("test_accuracy", row.median("test_accuracy")),
                     _fmt("bytes_per_step", row.median("bytes_per_step")),
                     _fmt("comm_share", row.median("comm_share")),
                     _fmt("scaling_efficiency", eff), _fmt("speedup", speed), ratio, counts])
-        if row.oversubscribed and not notes:
-            notes.append("* more ranks than the machine has cores (oversubscribed): times at this "
-                         "world size measure contention as much as scaling")
+    if marks["*"]:
+        notes.append("* more ranks than the machine has cores (oversubscribed): times at this "
+                     "world size measure contention as much as scaling")
+    if marks["†"]:
+        notes.append("† other processes took more than a tenth of the machine's CPU during a run "
+                     "of this row (its details: contention): its times are not comparable")
     notes.append("time to accuracy and the other figures: median over the entry's runs at that "
                  "world size (a missed target counts as ∞); scaling efficiency = ref·T_ref / "
                  "(N·T_N) against the same entry at the workload's reference world size; vs DDP = "
