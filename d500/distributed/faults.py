@@ -245,3 +245,4 @@ class Watchdog:
         self.mpi.Barrier()
         while self.mpi.iprobe(tag=BEAT):
             self.mpi.recv(tag=BEAT)
+        self.mpi.Free()
