@@ -58,14 +58,8 @@ class RankLost(D500Error):
 def limit() -> float:
     """Seconds a rank may stay silent before it is given up: D500_MPI_TIMEOUT, default 10 (a
     killed rank on the same host is found within a beat, whatever the limit)."""
-    text = os.environ.get("D500_MPI_TIMEOUT", "")
-    try:
-        value = float(text) if text else DEFAULT_LIMIT
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise D500Error(f"D500_MPI_TIMEOUT must be a positive number of seconds, got {text!r}")
-    return value
+    from d500.distributed.launch import silence_limit
+    return silence_limit(DEFAULT_LIMIT)
 
 
 def ignore_launcher_notices() -> None:

@@ -33,3 +33,17 @@ def world() -> Any:
         return None
     from mpi4py import MPI
     return MPI.COMM_WORLD if MPI.COMM_WORLD.Get_size() > 1 else None
+
+
+def silence_limit(default: float) -> float:
+    """Seconds an MPI rank may stay silent before it is given up: $D500_MPI_TIMEOUT, else
+    `default` (each caller has its own); a value that is not a positive number is a D500Error."""
+    from d500.errors import D500Error
+    text = os.environ.get("D500_MPI_TIMEOUT", "")
+    try:
+        value = float(text) if text else default
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise D500Error(f"D500_MPI_TIMEOUT must be a positive number of seconds, got {text!r}")
+    return value

@@ -65,14 +65,8 @@ def running_world() -> Any:
 
 def limit() -> float:
     """Seconds a rank may stay silent before it is given up (D500_MPI_TIMEOUT)."""
-    text = os.environ.get("D500_MPI_TIMEOUT", "")
-    try:
-        value = float(text) if text else DEFAULT_LIMIT
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise D500Error(f"D500_MPI_TIMEOUT must be a positive number of seconds, got {text!r}")
-    return value
+    from d500.distributed.launch import silence_limit
+    return silence_limit(DEFAULT_LIMIT)
 
 
 def tune(workload: Any, submission: Any, backend: str, *, studies: int, trials: int,
