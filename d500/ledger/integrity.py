@@ -17,6 +17,7 @@ import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 GENESIS = "0" * 64
 SEALED = ("level", "workload", "submission", "backend", "status", "seed", "started", "stopped",
@@ -48,22 +49,44 @@ def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def field_hashes(db: sqlite3.Connection, run_id: int) -> dict[str, str]:
-    """The sha256 of every sealed field of a run as the database holds it now."""
+def seal_fields(row: dict[str, Any], evaluations: list[Any], artifacts: list[Any],
+                trial: list[Any] | None) -> dict[str, str]:
+    """The sha256 of every sealed field of a run, from its values as the ledger stores them.
+
+    `row` maps each column of SEALED and SEALED_IF_SET to its stored value (TEXT stays text,
+    NULL is None; a missing key counts as NULL), `evaluations` holds [step, epoch, wall_time,
+    metrics, recorded] per evaluation and `artifacts` [path, sha256, bytes] per artifact, both
+    in insertion order, and `trial` is [study_id, number, params] or None. Pure: the database
+    path (field_hashes) and a package reader (d500.competition.package) both call it.
+    """
+    fields = {name: sha(json.dumps(row.get(name))) for name in (*SEALED, *SEALED_IF_SET)
+              if name in SEALED or row.get(name) is not None}
+    fields["evaluations"] = sha(json.dumps([list(e) for e in evaluations]))
+    fields["artifacts"] = sha(json.dumps([list(a) for a in artifacts]))
+    fields["trial"] = sha(json.dumps(None if trial is None else list(trial)))
+    return fields
+
+
+def sealed_record(db: sqlite3.Connection, run_id: int
+                  ) -> tuple[dict[str, Any], list[list[Any]], list[list[Any]], list[Any] | None]:
+    """(row, evaluations, artifacts, trial) of a run as the database holds them now: exactly
+    the arguments of seal_fields."""
     names = (*SEALED, *SEALED_IF_SET)
-    row = db.execute(f"SELECT {', '.join(names)} FROM runs WHERE id = ?", (run_id,)).fetchone()
-    fields = {name: sha(json.dumps(row[i])) for i, name in enumerate(names)
-              if name in SEALED or row[i] is not None}
+    found = db.execute(f"SELECT {', '.join(names)} FROM runs WHERE id = ?", (run_id,)).fetchone()
+    row = {name: found[i] for i, name in enumerate(names)}
     evals = db.execute("SELECT step, epoch, wall_time, metrics, recorded FROM evaluations "
                        "WHERE run_id = ? ORDER BY id", (run_id,)).fetchall()
     arts = db.execute("SELECT path, sha256, bytes FROM artifacts WHERE run_id = ? ORDER BY id",
                       (run_id,)).fetchall()
     trial = db.execute("SELECT study_id, number, params FROM trials WHERE run_id = ?",
                        (run_id,)).fetchone()
-    fields["evaluations"] = sha(json.dumps([list(e) for e in evals]))
-    fields["artifacts"] = sha(json.dumps([list(a) for a in arts]))
-    fields["trial"] = sha(json.dumps(None if trial is None else list(trial)))
-    return fields
+    return (row, [list(e) for e in evals], [list(a) for a in arts],
+            None if trial is None else list(trial))
+
+
+def field_hashes(db: sqlite3.Connection, run_id: int) -> dict[str, str]:
+    """The sha256 of every sealed field of a run as the database holds it now."""
+    return seal_fields(*sealed_record(db, run_id))
 
 
 def row_hash(prev_hash: str, run_id: int, sealed: str) -> str:
