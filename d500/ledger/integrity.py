@@ -29,8 +29,10 @@ SEALED = ("level", "workload", "submission", "backend", "status", "seed", "start
 # the union of the recorded and the recomputed field names, keeps both kinds of row checkable:
 # a value written into an old row (or a new row sealed without one) appears as a field the seal
 # lacks, and a value removed from a row sealed with it as a field the row lacks; both are
-# reported as changed. A single-process run (all NULL) seals exactly as before.
-SEALED_IF_SET = ("run_group", "rank", "world_size", "parent_run")
+# reported as changed. A single-process run (all NULL) seals exactly as before. The package
+# link of a run imported from a package (schema 5: package_id, origin) is sealed the same way,
+# so removing it (or its forced mark, which `origin` holds) is a change verify reports.
+SEALED_IF_SET = ("run_group", "rank", "world_size", "parent_run", "package_id", "origin")
 # A cached digest is reused only for a file last changed this long before it was hashed: a write
 # within the file system's timestamp granularity after hashing would leave size, mtime and ctime
 # as cached (git's "racy clean" problem), so such entries are re-hashed until they are older.

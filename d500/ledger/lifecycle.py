@@ -209,9 +209,10 @@ def link_trial(db: sqlite3.Connection, study: Study | int | None, trial: int | N
                "VALUES (?,?,?,?,?)", (study_id, trial, run_id, dumps(params), attempt))
 
 
-def environment_id(db: sqlite3.Connection, provenance: dict[str, Any]) -> int:
-    """The id of a provenance record, inserted once per distinct environment."""
-    text = dumps(provenance)
+def environment_id(db: sqlite3.Connection, provenance: dict[str, Any] | str) -> int:
+    """The id of a provenance record, inserted once per distinct environment (given as text:
+    stored exactly so, as a package carries another ledger's)."""
+    text = provenance if isinstance(provenance, str) else dumps(provenance)
     digest = integrity.sha(text)
     db.execute("INSERT OR IGNORE INTO environments (digest, provenance, recorded) "
                "VALUES (?,?,?)", (digest, text, time.time()))

@@ -88,11 +88,36 @@ ALTER TABLE trials_v4 RENAME TO trials;
 CREATE INDEX studies_by_name ON studies (name);
 """
 
+# 5: runs imported from a competitor's package (d500 ledger import, d500.ledger.imports): the
+# package itself (its manifest, chain skeleton, signer, whether it was forced in past `d500
+# check` and the problems it had), and per imported run its origin: the origin ledger's run id,
+# chain position, seal and row hash, and the exported record they were computed from. An
+# imported run is an ordinary sealed row of this ledger whose package_id and `origin` (the
+# hashes that tie it to its package) are sealed with it; a study recreated from a package
+# points to it too.
+V5 = """
+CREATE TABLE packages (
+    id INTEGER PRIMARY KEY, sha256 TEXT UNIQUE NOT NULL, entry TEXT NOT NULL,
+    manifest TEXT NOT NULL, signer TEXT, imported REAL NOT NULL,
+    forced INTEGER NOT NULL DEFAULT 0, problems TEXT NOT NULL DEFAULT '[]',
+    chain TEXT NOT NULL DEFAULT '[]');
+CREATE TABLE origins (
+    run_id INTEGER PRIMARY KEY REFERENCES runs(id),
+    package_id INTEGER NOT NULL REFERENCES packages(id), origin_id INTEGER NOT NULL,
+    chain_seq INTEGER NOT NULL, prev_hash TEXT NOT NULL, sealed TEXT NOT NULL,
+    row_hash TEXT NOT NULL, record TEXT NOT NULL, UNIQUE (package_id, origin_id));
+ALTER TABLE runs ADD COLUMN package_id INTEGER REFERENCES packages(id);
+ALTER TABLE runs ADD COLUMN origin TEXT;
+ALTER TABLE studies ADD COLUMN package_id INTEGER REFERENCES packages(id);
+CREATE INDEX runs_by_package ON runs (package_id);
+"""
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "the first ledger: runs, studies, trials, evaluations, artifacts, environments", V1),
     (2, "runs: run_group, rank, world_size, parent_run (levels 2 and 3)", V2),
     (3, "file_digests: cached file hashes for verify_runs", V3),
     (4, "trials: attempts of a trial number (resumed tuning)", V4),
+    (5, "packages and origins: runs imported from competitors' packages", V5),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

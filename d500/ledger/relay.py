@@ -44,6 +44,8 @@ from d500.ledger.store import dumps, stored_path
 from d500.paths import home
 
 if TYPE_CHECKING:
+    import sqlite3
+
     from d500.ledger.core import Ledger
 
 FORMAT = 1  # the record's layout; import_run refuses others
@@ -206,34 +208,52 @@ def import_run(ledger: Ledger, record: dict[str, Any]) -> int:
                                                   (ref,)).fetchone():
                 raise D500Error(f"relay record names {what} {ref}, which the ledger "
                                 f"{ledger.path} does not hold")
-        env_id = environment_id(db, record["provenance"])
-        cur = db.execute(
-            "INSERT INTO runs (level, workload, submission, backend, status, seed, started,"
-            " stopped, hyperparameters, figures, details, error, env_id, pid, host, boot_id,"
-            " proc_start, workload_file, workload_text, workload_sha256, model_file,"
-            " model_sha256, submission_files, run_group, rank, world_size, parent_run)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (record["level"], record["workload"], record["submission"], record["backend"],
-             record["status"], record["seed"], record["started"], record["stopped"],
-             dumps(record["hyperparameters"]), dumps(figures), dumps(record["details"]),
-             record["error"], env_id, proc["pid"], proc["host"], proc["boot_id"],
-             proc["proc_start"], record["workload_file"], record["workload_text"],
-             record["workload_sha256"], record["model_file"], record["model_sha256"],
-             dumps(record["submission_files"]), group, rank, world_size, parent))
-        run_id = int(cur.lastrowid)  # type: ignore[arg-type]
+        run_id = insert_row(db, {
+            "level": record["level"], "workload": record["workload"],
+            "submission": record["submission"], "backend": record["backend"],
+            "status": record["status"], "seed": record["seed"], "started": record["started"],
+            "stopped": record["stopped"], "hyperparameters": dumps(record["hyperparameters"]),
+            "figures": dumps(figures), "details": dumps(record["details"]),
+            "error": record["error"], "env_id": environment_id(db, record["provenance"]),
+            "pid": proc["pid"], "host": proc["host"], "boot_id": proc["boot_id"],
+            "proc_start": proc["proc_start"], "workload_file": record["workload_file"],
+            "workload_text": record["workload_text"],
+            "workload_sha256": record["workload_sha256"], "model_file": record["model_file"],
+            "model_sha256": record["model_sha256"],
+            "submission_files": dumps(record["submission_files"]), "run_group": group,
+            "rank": rank, "world_size": world_size, "parent_run": parent}, evaluations)
         link_trial(db, record["study"], record["trial"], run_id, record["hyperparameters"])
-        db.executemany("INSERT INTO evaluations (run_id, step, epoch, wall_time, metrics,"
-                       " recorded) VALUES (?,?,?,?,?,?)",
-                       [(run_id, *e) for e in evaluations])
         log_path = ledger.root / "runs" / str(run_id) / "mllog.txt"
         _mllog.write_log(log_path, [{**r, "value": run_id} if r["key"] == "d500_run_id" else r
                                     for r in record["mllog"]])
-        now = time.time()
-        arts = [*record["artifacts"], [ledger.store_path(log_path),
-                                       integrity.sha256_file(log_path), log_path.stat().st_size]]
-        db.executemany("INSERT INTO artifacts (run_id, path, sha256, bytes, recorded) "
-                       "VALUES (?,?,?,?,?)", [(run_id, *a, now) for a in arts])
-        db.execute("UPDATE runs SET mllog = ? WHERE id = ?", (ledger.store_path(log_path),
-                                                               run_id))
-        integrity.seal(db, run_id)
+        seal_with_log(ledger, db, run_id, record["artifacts"], log_path)
     return run_id
+
+
+def insert_row(db: sqlite3.Connection, columns: dict[str, Any],
+               evaluations: Sequence[Sequence[Any]]) -> int:
+    """Insert a finished run recorded elsewhere ({runs column: value as stored}) and its
+    evaluations ((step, epoch, wall_time, metrics text, recorded) each), inside the caller's
+    write transaction; returns the new run id. Shared by relay records and package imports
+    (d500.ledger.imports)."""
+    names = list(columns)
+    cur = db.execute(f"INSERT INTO runs ({', '.join(names)}) VALUES "
+                     f"({', '.join('?' * len(names))})", [columns[n] for n in names])
+    run_id = int(cur.lastrowid)  # type: ignore[arg-type]
+    db.executemany("INSERT INTO evaluations (run_id, step, epoch, wall_time, metrics,"
+                   " recorded) VALUES (?,?,?,?,?,?)", [(run_id, *e) for e in evaluations])
+    return run_id
+
+
+def seal_with_log(ledger: Ledger, db: sqlite3.Connection, run_id: int,
+                  artifacts: Sequence[Sequence[Any]], log_path: Path) -> None:
+    """Store a row's artifacts ([path, sha256, bytes] each) and its MLLOG file, already written
+    at `log_path`, as the last one; point the row at that log and seal it (in the caller's
+    write transaction)."""
+    now = time.time()
+    arts = [*artifacts, [ledger.store_path(log_path), integrity.sha256_file(log_path),
+                         log_path.stat().st_size]]
+    db.executemany("INSERT INTO artifacts (run_id, path, sha256, bytes, recorded) "
+                   "VALUES (?,?,?,?,?)", [(run_id, *a, now) for a in arts])
+    db.execute("UPDATE runs SET mllog = ? WHERE id = ?", (ledger.store_path(log_path), run_id))
+    integrity.seal(db, run_id)
