@@ -1,0 +1,24 @@
+"""The competition: an entry's runs packed into one signed file, checked, reproduced and imported by
+an organiser, and one leaderboard from many machines.
+
+A submission package (format 1) is a deterministic gzip'd tar under one folder `d500-package/`:
+a manifest with the sha256 of every member, an optional ed25519 signature over the manifest, every
+ledger run of the entry exactly as the origin ledger sealed it (so its seal and row hash can be
+recomputed without that database), the ledger's chain skeleton, the studies, the environments'
+provenance, each run's MLLOG file, the submission's files and the workload files the runs recorded.
+
+The package, one job per module:
+    package      the reader everyone uses: Package.open(path) -> members, runs, integrity checks
+    export       the builder: build(submission_dir, out, ledger, sign_key=None) -> Path
+    signing      ed25519 keys, signing and verifying the manifest (the `cryptography` library)
+    check        the package checker (completeness, rules, integrity, logs, convergence)
+    convergence  reference convergence: epochs-to-target tested against the workload's samples
+    reproduce    re-running chosen runs of a package on this machine and comparing them
+
+Its commands (each module's `main(argv, prog)`, registered in d500.cli.CORE):
+    d500 package SUBMISSION_DIR --out FILE [--ledger PATH] [--sign KEYFILE]   (package_cli)
+    d500 keygen KEYFILE          an ed25519 private key (PEM, mode 0600) and KEYFILE.pub
+    d500 check PACKAGE [--rules DIR] [--trust PUBKEY ...] [--json]             (check_cli)
+    d500 reproduce PACKAGE [--runs K] [--seed S] [--ledger PATH]               (reproduce_cli)
+    d500 ledger import PACKAGE [--force] [--rules DIR]      (d500.ledger_cli, d500.ledger.imports)
+"""
