@@ -1,0 +1,212 @@
+"""Measuring a workload's reference convergence: N runs of one entry's default recipe with distinct
+seeds through the real trainer (level 3: `mpiexec -n R d500 train` per seed), recorded in the
+ledger like any other run, and the `reference_convergence` block written from their epochs.
+
+    m = measure(workload, entry, "torch", runs=20, first_seed=1000, ledger=Ledger())
+    text = block(m, command)          # the YAML block (with a comment), checked by parsing it
+    write_block(workload.path, text)  # replaces the file's block, or appends one
+
+The seeds are first_seed .. first_seed + N - 1 (default 1000 on), apart from the low seeds an
+entry's own `d500 train --seeds` runs take, so a reference does not reuse an entry's runs and the
+same command measures the same runs again (training is deterministic for a seed on one backend).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from d500.competition import convergence
+from d500.errors import CheckFailed, D500Error
+
+FIRST_SEED = 1000
+DEFAULT_ENTRY = {2: "sgd-momentum", 3: "sync"}  # the rulebook's references, by level
+
+
+@dataclass
+class Measurement:
+    """The reference runs of one workload × entry × backend (× world size)."""
+
+    workload: Any  # d500.training.workloads.Workload (or DistributedWorkload)
+    entry: Any  # d500.training.submission.Submission
+    backend: str
+    ranks: int | None  # level 3: the world size; None for level 2
+    seeds: list[int] = field(default_factory=list)
+    results: list[Any] = field(default_factory=list)  # d500.training.trainer.Result per seed
+    seconds: float = 0.0  # wall time of the whole measurement
+
+    @property
+    def metric(self) -> str:
+        return "epochs"
+
+    @property
+    def samples(self) -> list[float]:
+        """The succeeded runs' epochs to target, in seed order."""
+        return [r.figures[self.metric] for r in self.results
+                if r.status == "succeeded" and math.isfinite(r.figures.get(self.metric, math.inf))]
+
+    @property
+    def batch_size(self) -> int:
+        recipe = self.entry.recipe
+        if self.ranks is None:
+            return recipe.batch_size
+        return self.workload.global_batch(recipe.batch_size, self.ranks)
+
+
+def default_ranks(workload: Any) -> int:
+    """The world size a level-3 reference runs at: 2 when the workload allows it, else its
+    smallest (a 2-core machine runs two ranks without oversubscribing)."""
+    return 2 if 2 in workload.ranks else min(workload.ranks)
+
+
+def measure(workload: Any, entry: Any, backend: str, runs: int, *, first_seed: int = FIRST_SEED,
+            ranks: int | None = None, ledger: Any = None, data_dir: str | None = None,
+            on_run: Callable[[int, Any], None] = lambda seed, result: None,
+            progress: Callable[[str], Any] | None = None) -> Measurement:
+    """Run the entry's default recipe `runs` times (seeds first_seed, first_seed + 1, ...), each
+    a ledger run; `on_run(seed, result)` after each. Level 3 launches `mpiexec -n ranks` per
+    seed (rank 0 records into the same $D500_HOME ledger). `progress(title)`: a context
+    manager taking the trainer's progress dicts (level 2 only)."""
+    import time
+    if runs < convergence.MIN_SAMPLES:
+        raise D500Error(f"a reference needs at least {convergence.MIN_SAMPLES} runs, "
+                        f"got {runs}")
+    level3 = workload.level == 3
+    if level3:
+        ranks = ranks or default_ranks(workload)
+        workload.check_world(ranks)
+        workload.check_batch(entry.recipe.batch_size, ranks, str(entry.path))
+    elif ranks is not None:
+        raise D500Error(f"{workload.path}: '{workload.name}' is a level-2 workload: it trains "
+                        f"in one process (--ranks is for level 3)")
+    m = Measurement(workload, entry, backend, ranks if level3 else None)
+    start = time.perf_counter()
+    for seed in range(first_seed, first_seed + runs):
+        if level3:
+            result = _launch(m, seed, data_dir)
+        else:
+            result = _train(m, seed, ledger, data_dir, progress)
+        m.seeds.append(seed)
+        m.results.append(result)
+        on_run(seed, result)
+    m.seconds = time.perf_counter() - start
+    return m
+
+
+def _train(m: Measurement, seed: int, ledger: Any, data_dir: str | None,
+           progress: Callable[[str], Any] | None) -> Any:
+    from contextlib import nullcontext
+
+    from d500.training.trainer import train
+    title = f"{m.workload.name} / {m.entry.name} / {m.backend} seed {seed}"
+    with (progress(title) if progress else nullcontext()) as bar:
+        return train(m.workload, m.entry.recipe, m.backend, seed, ledger=ledger,
+                     data_dir=data_dir, submission=m.entry.name,
+                     submission_files=m.entry.files, progress=bar)
+
+
+def _launch(m: Measurement, seed: int, data_dir: str | None) -> Any:
+    from d500.distributed.launcher import launch_train
+    from d500.training.trainer import Result
+    extra = ["--seed", str(seed), "--repeat", *(["--data", data_dir] if data_dir else [])]
+    timeout = m.workload.max_seconds * 2 + 300  # the budget, the launch and the imports
+    report = launch_train(m.workload.path, m.entry.path.parent, m.ranks, backend=m.backend,
+                          extra=extra, timeout=timeout)
+    if not report.runs:
+        raise D500Error(f"mpiexec -n {m.ranks} d500 train {m.workload.name} seed {seed}: "
+                        f"{report.problem}")
+    run = report.runs[0]
+    return Result(run["run_id"], run["status"], dict(run.get("figures") or {}),
+                  run.get("error") or "")
+
+
+def command(m: Measurement, first_seed: int = FIRST_SEED) -> str:
+    """The d500 command that measures `m` again."""
+    where = m.workload.name if m.workload.level == 2 else _relative(m.workload.path)
+    parts = ["d500 reference", where, "--entry", m.entry.name, "--backend", m.backend]
+    if m.ranks is not None:
+        parts += ["--ranks", str(m.ranks)]
+    parts += ["--runs", str(len(m.seeds)), "--first-seed", str(first_seed)]
+    return " ".join(parts)
+
+
+def block(m: Measurement) -> str:
+    """The `reference_convergence` YAML block (after a comment saying how it was measured),
+    checked by parsing it back; fewer succeeded runs than a reference needs is CheckFailed."""
+    import yaml
+    samples = m.samples
+    missed = [(s, r) for s, r in zip(m.seeds, m.results) if r.status != "succeeded"]
+    if len(samples) < convergence.MIN_SAMPLES:
+        seed, r = missed[0]
+        raise CheckFailed(f"only {len(samples)} of {len(m.seeds)} reference runs reached the "
+                          f"target (a reference needs {convergence.MIN_SAMPLES}); seed {seed}: "
+                          f"{r.status}: {r.error}")
+    wl = m.workload
+    ordered = sorted(samples)
+    median = ordered[len(ordered) // 2] if len(ordered) % 2 else \
+        (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2
+    at = f" at {m.ranks} ranks" if m.ranks is not None else ""
+    lines = [
+        (f"# Reference convergence (MLPerf's RCPs): epochs to the {wl.target:g} target of "
+         f"{len(samples)} runs of"),
+        (f"# {m.entry.name}'s default recipe (batch {m.batch_size}) on {m.backend}{at}, seeds "
+         f"{m.seeds[0]}-{m.seeds[-1]}: median {_number(median)}, range "
+         f"{_number(ordered[0])}-{_number(ordered[-1])}."),
+        "# d500 check flags results whose epochs lie below them (d500.competition.convergence).",
+    ]
+    if missed:
+        lines.append(f"# {len(missed)} run(s) missed the target and are not among the samples: "
+                     f"seeds {', '.join(str(s) for s, _ in missed)}.")
+    lines += [
+        f"{convergence.KEY}:",
+        f"  metric: {m.metric}",
+        f"  entry: {m.entry.name}",
+        f"  backend: {m.backend}",
+        f"  batch_size: {m.batch_size}",
+        *([f"  ranks: {m.ranks}"] if m.ranks is not None else []),
+        f"  command: {json.dumps(command(m, m.seeds[0]))}",
+        f"  samples: [{', '.join(_number(v) for v in samples)}]",
+    ]
+    text = "\n".join(lines) + "\n"
+    convergence.parse_reference(yaml.safe_load(text)[convergence.KEY], wl.path)
+    return text
+
+
+def write_block(path: Path, text: str) -> None:
+    """Put the block in a workload file: an existing block (and the comment lines right above it
+    that begin with this module's first comment line) is replaced, else it is appended."""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    key = f"{convergence.KEY}:"
+    at = next((i for i, line in enumerate(lines) if line.startswith(key)), None)
+    if at is None:
+        body = "".join(lines)
+        path.write_text(body + ("" if body.endswith("\n") or not body else "\n") + text,
+                        encoding="utf-8")
+        return
+    end = at + 1
+    while end < len(lines) and (lines[end][:1] in (" ", "\t") or not lines[end].strip()):
+        end += 1
+    top = at
+    while top > 0 and lines[top - 1].startswith("#"):
+        top -= 1
+    if not lines[top].startswith("# Reference convergence"):
+        top = at
+    path.write_text("".join(lines[:top]) + text + "".join(lines[end:]), encoding="utf-8")
+
+
+def _relative(path: Path) -> str:
+    """A workload path as the command shows it: relative to the rulebook's parent when it is a
+    rulebook file (levels/3-distributed/x.yaml), else as given."""
+    from d500.paths import rulebook
+    resolved = Path(path).resolve()
+    if resolved.is_relative_to(rulebook()):
+        return str(Path("levels") / resolved.relative_to(rulebook()))
+    return str(path)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.4g}"
