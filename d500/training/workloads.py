@@ -62,6 +62,7 @@ SCHEMA = {
                      "seed": Field(int, default=0)},
                     default={"studies": 3, "trials": 5, "seed": 0}),
     "seeds": Field(int, default=3),
+    "reference_convergence": Field(dict, help="d500.competition.convergence: reference runs"),
 }
 
 
@@ -157,6 +158,9 @@ def from_data(path: Path, data: dict[str, Any], level: int,
     if data["seeds"] < 1:
         raise ConfigError(f"{path}: field 'seeds' must be at least 1")
     rank_by = _workload.check_metrics(data, path, measured, data["level"])
+    if data["reference_convergence"] is not None:
+        from d500.competition.convergence import parse_reference
+        parse_reference(data["reference_convergence"], path)
     return Workload(
         path=path, level=data["level"], name=data["name"], description=data["description"],
         metrics=list(data["metrics"]), rank_by=rank_by, aggregate=data["aggregate"], model=m,
