@@ -1,0 +1,476 @@
+"""The package checker (MLPerf's package_checker for d500): an opened package checked for
+completeness, the rules, integrity, its logs and plausible convergence; one line per problem.
+
+    from d500.competition.check import check, check_package
+    problems = check_package(pkg, rules_dir=None, trusted=[])   # [] when the package passes
+    report = check(pkg, rules_dir, trusted)   # .problems, .checked, .not_checked, .runs, ...
+
+- completeness: per level-2/3 workload x backend the entry entered (and world size, at level 3),
+  as many distinct seeds among its seed runs as the workload's `seeds:` requires, as many
+  complete studies as its `tuning: {studies, trials}` requires, and in every study each trial
+  number 0..trials-1 present and finished (a hidden trial is a gap); levels 0/1 require none;
+- rules: every workload file in the package byte for byte (sha256) the rulebook's (levels/, or
+  `rules_dir` laid out like it), and each run's recorded workload text the packaged file's;
+- integrity: the member hashes, each run's seal and row hash along the package's chain, the
+  runs belonging to the entry the manifest names, the signature when there is one, and its
+  signer among `trusted` when that is given;
+- logs: each MLLOG the one its run sealed (its artifact's sha256) and accepted by MLPerf's
+  compliance checker (d500.competition.compliance);
+- convergence: each result's succeeded seed runs against the workload's reference
+  (d500.competition.convergence), and every succeeded run's test accuracy against its
+  validation accuracy.
+
+What could not be checked (no reference for a workload, mlperf_logging missing) is reported
+apart, so a pass says exactly what it covered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from d500.errors import D500Error
+
+TRAINING_LEVELS = (2, 3)
+UNCOUNTED = ("interrupted", "running")  # d500.training.score.NOT_COUNTED: not a seed result
+DONE = ("succeeded", "missed", "diverged", "failed", "timeout")  # d500.training.tuning.DONE
+
+
+@dataclass
+class Report:
+    """What `check` found: problems (one line each; none: passed), what it checked and what it
+    could not, and the package's counts."""
+
+    problems: list[str] = field(default_factory=list)
+    checked: list[str] = field(default_factory=list)
+    not_checked: list[str] = field(default_factory=list)
+    runs: int = 0
+    studies: int = 0
+    seeds: int = 0  # seed runs (runs outside any study) at levels 2 and 3
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+
+@dataclass
+class Context:
+    """One check's inputs: the package, its runs and studies, the rulebook folder."""
+
+    pkg: Any
+    runs: list[Any]
+    studies: list[dict[str, Any]]
+    rules_dir: Path
+    trusted: tuple[str, ...]
+
+    def rulebook_text(self, rel: str) -> bytes | None:
+        path = self.rules_dir / rel
+        return path.read_bytes() if path.is_file() else None
+
+    def rules_text(self, rel: str) -> bytes | None:
+        """A workload's rules (`rel` under levels/): the rulebook's file (what the organiser
+        holds), else the package's copy (the rules check says it is not the rulebook's)."""
+        text = self.rulebook_text(rel)
+        return text if text is not None else self.pkg.workload_files().get(rel)
+
+
+def check_package(pkg: Any, rules_dir: Path | None = None, trusted: Sequence[str] = ()
+                  ) -> list[str]:
+    """The problems of an opened package (d500.competition.package.Package), one line each."""
+    return check(pkg, rules_dir, trusted).problems
+
+
+def check(pkg: Any, rules_dir: Path | None = None, trusted: Sequence[str] = ()) -> Report:
+    """Every check on an opened package; `rules_dir` defaults to d500's rulebook (levels/),
+    `trusted` holds the hex ed25519 public keys whose signature is accepted (empty: any)."""
+    from d500.paths import rulebook
+    rules_dir = Path(rules_dir) if rules_dir is not None else rulebook()
+    trusted = tuple(k.lower() for k in trusted)
+    try:
+        runs = pkg.runs()
+        studies = list(pkg.studies())
+    except D500Error as err:  # a run record or studies.json that cannot be read
+        report = Report()
+        report.problems += [f"integrity: {p}" for p in pkg.member_problems()]
+        report.problems.append(f"integrity: {err}")
+        report.not_checked.append("rules, completeness, logs, convergence: the runs could "
+                                  "not be read")
+        return report
+    ctx = Context(pkg, sorted(runs, key=lambda r: r.origin_id), studies, rules_dir, trusted)
+    report = Report(runs=len(runs), studies=len(studies),
+                    seeds=sum(1 for r in runs if is_seed_run(r)))
+    for step in (check_integrity, check_rules, check_completeness, check_logs,
+                 check_convergence):
+        step(ctx, report)
+    return report
+
+
+# -- what a run is ----------------------------------------------------------------------------
+
+def workload_member(level: int, workload: str) -> str:
+    """A workload file's path under files/workloads/ (and under the rulebook folder)."""
+    return f"{level_folder(level)}/{workload}.yaml"
+
+
+def run_workload(run: Any) -> str:
+    """The path under files/workloads/ of the workload file a run ran under."""
+    from d500.competition.layout import WORKLOAD_FILES
+    member = run.workload_member or ""
+    if member.startswith(WORKLOAD_FILES):
+        return member[len(WORKLOAD_FILES):]
+    return workload_member(run.level, run.workload)
+
+
+def level_folder(level: int) -> str:
+    from d500 import levels
+    try:
+        return levels.get(level).folder
+    except D500Error:
+        return str(level)
+
+
+def world(run: Any) -> int:
+    return int(run.world_size or 1)
+
+
+def is_rank_row(run: Any) -> bool:
+    """A level-3 rank's own row beside its group's run (not a result of its own)."""
+    return run.row.get("parent_run") is not None or (run.rank or 0) > 0
+
+
+def is_seed_run(run: Any) -> bool:
+    return (run.level in TRAINING_LEVELS and run.trial is None and not is_rank_row(run)
+            and run.status not in UNCOUNTED)
+
+
+def result_name(level: int, workload: str, backend: str, ranks: int | None = None) -> str:
+    at = f" x{ranks} ranks" if level == 3 and ranks is not None else ""
+    return f"{workload} (level {level}) / {backend}{at}"
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# -- integrity --------------------------------------------------------------------------------
+
+def check_integrity(ctx: Context, report: Report) -> None:
+    """Member hashes, seals and chain, the runs' entry, the signature and its signer."""
+    pkg = ctx.pkg
+    report.problems += [f"integrity: {p}" for p in pkg.member_problems()]
+    report.problems += [f"integrity: {p}" for p in pkg.chain_problems()]
+    entry = pkg.manifest.get("entry")
+    for run in ctx.runs:
+        if run.submission != entry:
+            report.problems.append(f"integrity: run {run.origin_id} is a run of "
+                                   f"'{run.submission}', not of the entry '{entry}'")
+    listed = list(pkg.manifest.get("runs") or [])
+    packed = [r.origin_id for r in ctx.runs]
+    if sorted(listed) != packed:
+        report.problems.append(f"integrity: the manifest lists runs {_ids(listed)} but the "
+                               f"package holds {_ids(packed)}")
+    report.checked.append(f"integrity: {len(pkg.manifest.get('members') or {})} member hashes, "
+                          f"{len(ctx.runs)} seals along a chain of {len(pkg.chain())} rows")
+    check_signature(ctx, report)
+
+
+def check_signature(ctx: Context, report: Report) -> None:
+    sig = ctx.pkg.signature()
+    if sig is None:
+        if ctx.trusted:
+            report.problems.append("integrity: the package is not signed, but --trust names "
+                                   "the keys to accept")
+        else:
+            report.not_checked.append("signature: the package is not signed")
+        return
+    key = sig.public_key.lower()
+    if not sig.valid:
+        report.problems.append(f"integrity: signature.json (key {key[:16]}…): "
+                               f"{sig.problem or 'does not verify'}")
+    elif ctx.trusted and key not in ctx.trusted:
+        report.problems.append(f"integrity: signed by {key[:16]}…, which is not one of the "
+                               f"{len(ctx.trusted)} trusted key(s)")
+    elif ctx.trusted:
+        report.checked.append(f"signature: valid, by trusted key {key[:16]}…")
+    else:
+        report.checked.append(f"signature: valid, by {key[:16]}… (no --trust: signer not "
+                              f"checked)")
+
+
+def _ids(ids: Iterable[int]) -> str:
+    ids = list(ids)
+    return ", ".join(map(str, ids)) if len(ids) <= 8 else f"{len(ids)} runs"
+
+
+# -- rules ------------------------------------------------------------------------------------
+
+def check_rules(ctx: Context, report: Report) -> None:
+    """Packaged workload files against the rulebook; runs' recorded texts against them."""
+    files = ctx.pkg.workload_files()
+    for rel, data in sorted(files.items()):
+        ours = ctx.rulebook_text(rel)
+        if ours is None:
+            report.problems.append(f"rules: workload file {rel} is not in the rulebook "
+                                   f"{ctx.rules_dir}")
+        elif _sha(ours) != _sha(data):
+            report.problems.append(f"rules: workload file {rel} differs from the rulebook's "
+                                   f"(sha256 {_sha(data)[:12]}… in the package, "
+                                   f"{_sha(ours)[:12]}… in {ctx.rules_dir})")
+    differ: dict[str, list[int]] = {}
+    for run in ctx.runs:
+        text = run.row.get("workload_text")
+        if text is None:
+            continue
+        rel = run_workload(run)
+        if files.get(rel) != text.encode("utf-8"):
+            differ.setdefault(rel, []).append(run.origin_id)
+    for rel, ids in sorted(differ.items()):
+        held = "differs from" if rel in files else "is missing:"
+        report.problems.append(f"rules: the workload text recorded by run(s) {_ids(ids)} "
+                               f"{held} the packaged {rel}")
+    report.checked.append(f"rules: {len(files)} workload file(s) against {ctx.rules_dir}")
+
+
+# -- completeness -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Requirement:
+    """What a training workload asks of each entry: seeds, and studies of so many trials."""
+
+    seeds: int
+    studies: int
+    trials: int
+
+
+def requirement(text: bytes, where: str) -> Requirement:
+    """A workload file's `seeds:` and `tuning:` (d500.training.workloads' defaults when absent);
+    a value that is not a positive integer is a ConfigError naming the file and field."""
+    import yaml
+
+    from d500.errors import ConfigError
+    from d500.training.workloads import SCHEMA
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{where}: invalid YAML: {str(err).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping of fields at top level")
+    tuning = {**SCHEMA["tuning"].default, **(data.get("tuning") or {})}
+    values = {"seeds": data.get("seeds", SCHEMA["seeds"].default),
+              "tuning.studies": tuning["studies"], "tuning.trials": tuning["trials"]}
+    for name, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{where}: field '{name}' must be an integer >= 1, got {value!r}")
+    return Requirement(values["seeds"], values["tuning.studies"], values["tuning.trials"])
+
+
+def check_completeness(ctx: Context, report: Report) -> None:
+    """Seeds and studies each training result needs, distinct seeds, gapless studies."""
+    results: dict[tuple[int, str, str], list[Any]] = {}
+    for run in ctx.runs:
+        if run.level in TRAINING_LEVELS and not is_rank_row(run):
+            results.setdefault((run.level, run.workload, run.backend), []).append(run)
+    studies = studies_by_result(ctx, report)
+    for (level, workload, backend), runs in sorted(results.items()):
+        rel = run_workload(runs[0])
+        text = ctx.rules_text(rel)
+        if text is None:
+            report.problems.append(f"completeness: {result_name(level, workload, backend)}: "
+                                   f"no workload file {rel} to read its requirements from")
+            continue
+        try:
+            need = requirement(text, rel)
+        except D500Error as err:
+            report.problems.append(f"completeness: {err}")
+            continue
+        by_world: dict[int, list[Any]] = {}
+        for run in runs:
+            if is_seed_run(run):
+                by_world.setdefault(world(run), []).append(run)
+        for ranks, seed_runs in sorted(by_world.items()) or [(1, [])]:
+            name = result_name(level, workload, backend, ranks)
+            report.problems += [f"completeness: {name}: {p}" for p in seed_problems(seed_runs,
+                                                                                    need)]
+        found = studies.pop((level, workload, backend), {})
+        name = result_name(level, workload, backend)
+        report.problems += [f"completeness: {name}: {p}" for p in study_problems(found, need)]
+    for (level, workload, backend), found in sorted(studies.items()):
+        name = result_name(level, workload, backend)
+        report.problems.append(f"completeness: {name}: {len(found)} study(ies) without a "
+                               f"packed trial run")
+    report.checked.append(f"completeness: {len(results)} training result(s) (workload x "
+                          f"backend) against their workloads' seeds and tuning")
+
+
+def seed_problems(runs: list[Any], need: Requirement) -> list[str]:
+    """Duplicate seeds among a result's seed runs, and too few distinct ones."""
+    used: dict[Any, list[int]] = {}
+    for run in runs:
+        used.setdefault(run.seed, []).append(run.origin_id)
+    out = []
+    for seed, ids in sorted(used.items(), key=lambda kv: str(kv[0])):
+        if seed is None:
+            out.append(f"run(s) {_ids(ids)} record no seed")
+        elif len(ids) > 1:
+            out.append(f"seed {seed} is used by runs {_ids(ids)} (seeds must be distinct)")
+    distinct = len([s for s in used if s is not None])
+    if distinct < need.seeds:
+        out.append(f"{distinct} distinct seed(s) among its seed runs; the workload requires "
+                   f"{need.seeds}")
+    return out
+
+
+@dataclass
+class StudyRuns:
+    """One study of a result: its record (None when the package does not list it) and its
+    trial runs by trial number (every attempt)."""
+
+    id: int
+    record: dict[str, Any] | None
+    trials: dict[int, list[Any]] = field(default_factory=dict)
+
+    def budget_trials(self) -> int | None:
+        budget = _json((self.record or {}).get("budget")) or {}
+        value = budget.get("trials") if isinstance(budget, dict) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def studies_by_result(ctx: Context, report: Report
+                      ) -> dict[tuple[int, str, str], dict[int, StudyRuns]]:
+    """Every study of the package and its trial runs, keyed by (level, workload, backend)."""
+    listed = {s["id"]: s for s in ctx.studies}
+    found: dict[int, StudyRuns] = {sid: StudyRuns(sid, s) for sid, s in listed.items()}
+    keys: dict[int, tuple[int, str, str]] = {
+        sid: (s.get("level"), s.get("workload"), s.get("backend")) for sid, s in listed.items()}
+    for run in ctx.runs:
+        if run.trial is None:
+            continue
+        sid, number = run.trial[0], run.trial[1]
+        if sid not in found:
+            report.problems.append(f"completeness: run {run.origin_id} is trial {number} of "
+                                   f"study {sid}, which the package does not list")
+            found[sid] = StudyRuns(sid, None)
+            keys[sid] = (run.level, run.workload, run.backend)
+        found[sid].trials.setdefault(number, []).append(run)
+    out: dict[tuple[int, str, str], dict[int, StudyRuns]] = {}
+    for sid, study in found.items():
+        if keys[sid][0] in TRAINING_LEVELS:
+            out.setdefault(keys[sid], {})[sid] = study
+    return out
+
+
+def study_problems(studies: dict[int, StudyRuns], need: Requirement) -> list[str]:
+    """Gaps in every study, and fewer complete studies than the workload's tuning requires."""
+    out, complete = [], 0
+    for sid, study in sorted(studies.items()):
+        size = study.budget_trials()
+        if size is None:
+            size = max(study.trials, default=-1) + 1
+            out.append(f"study {sid} records no trial budget (taken as {size})")
+        missing = [n for n in range(size) if n not in study.trials]
+        unfinished = [n for n in range(size) if n in study.trials and not any(
+            r.status in DONE for r in study.trials[n])]
+        extra = sorted(n for n in study.trials if not 0 <= n < size)
+        if missing:
+            out.append(f"study {sid}: trial(s) {_ids(missing)} of 0..{size - 1} missing (a "
+                       f"hidden trial is a gap)")
+        if unfinished:
+            out.append(f"study {sid}: trial(s) {_ids(unfinished)} never finished (only "
+                       f"interrupted or running attempts)")
+        if extra:
+            out.append(f"study {sid}: trial(s) {_ids(extra)} outside its {size} trials")
+        if size >= need.trials and not any(
+                n not in study.trials or n in unfinished for n in range(need.trials)):
+            complete += 1
+    if complete < need.studies:
+        out.append(f"{complete} complete study(ies) of {need.trials} trials; the workload's "
+                   f"tuning requires {need.studies}")
+    return out
+
+
+# -- logs -------------------------------------------------------------------------------------
+
+def check_logs(ctx: Context, report: Report) -> None:
+    """Each MLLOG accepted by MLPerf's compliance checker (whether it is the file its run sealed
+    is Package.chain_problems', under integrity)."""
+    from d500.competition import compliance
+    if not compliance.available():
+        report.not_checked.append("logs: MLPerf's compliance checker (mlperf_logging is not "
+                                  "installed: pip install mlperf-logging)")
+        return
+    checked = 0
+    with tempfile.TemporaryDirectory(prefix="d500-check-") as tmp:
+        for run in ctx.runs:
+            if run.mllog_text is None:
+                continue  # a missing log is an integrity problem (chain_problems)
+            path = Path(tmp) / f"{run.origin_id}.mllog.txt"
+            path.write_bytes(ctx.pkg.member(run.mllog_member))
+            report.problems += [f"logs: run {run.origin_id} ({run.mllog_member}): {p}"
+                                for p in compliance.problems(path, run.level or 0, run.status)]
+            checked += 1
+    report.checked.append(f"logs: {checked} MLLOG(s) by MLPerf Training {compliance.RULESET}'s "
+                          f"compliance checker")
+
+
+# -- convergence ------------------------------------------------------------------------------
+
+def check_convergence(ctx: Context, report: Report) -> None:
+    """Each result's succeeded seed runs against its workload's reference; every succeeded
+    training run's test accuracy against its validation accuracy."""
+    from d500.competition import convergence
+    results: dict[tuple[int, str, str, int], list[Any]] = {}
+    trained = [r for r in ctx.runs if r.level in TRAINING_LEVELS and not is_rank_row(r)]
+    for run in trained:
+        if is_seed_run(run):
+            results.setdefault((run.level, run.workload, run.backend, world(run)), []).append(run)
+    rules: dict[tuple[int, str], Any] = {}
+    files = {(r.level, r.workload): run_workload(r) for r in trained}
+    for (level, workload), rel in sorted(files.items()):
+        try:
+            rules[level, workload] = convergence.read(ctx.rules_text(rel) or b"", rel)
+        except D500Error as err:
+            report.problems.append(f"convergence: {err}")
+    tested, unchecked = 0, set()
+    for (level, workload, backend, ranks), runs in sorted(results.items()):
+        if (level, workload) not in rules:
+            continue
+        ref = rules[level, workload].reference
+        if ref is None:
+            unchecked.add(f"{workload} (level {level})")
+            continue
+        done = [r for r in runs if r.status == "succeeded"]
+        batches = {r.hyperparameters.get("batch_size") for r in done}
+        verdict = convergence.check_epochs(
+            ref, [r.figures.get(ref.metric) for r in done],
+            batch_size=batches.pop() if len(batches) == 1 else None)
+        tested += verdict.status != convergence.NOT_CHECKED
+        if verdict.flagged:
+            report.problems.append(f"convergence: {result_name(level, workload, backend, ranks)}"
+                                   f": {verdict.reason}")
+    gaps = 0
+    for run in trained:
+        if run.status != "succeeded" or (run.level, run.workload) not in rules:
+            continue
+        rule = rules[run.level, run.workload]
+        verdict = convergence.check_gap(run.figures, rule.validation, rule.test)
+        gaps += verdict.status != convergence.NOT_CHECKED
+        if verdict.flagged:
+            report.problems.append(f"convergence: run {run.origin_id} ({run.workload} / "
+                                   f"{run.backend}, seed {run.seed}): {verdict.reason}")
+    report.checked.append(f"convergence: {tested} result(s) against reference convergence, "
+                          f"{gaps} run(s) test vs validation accuracy")
+    report.not_checked += [f"convergence: no reference for {name}" for name in sorted(unchecked)]

@@ -1,0 +1,75 @@
+"""`d500 check PACKAGE [--rules DIR] [--trust PUBKEY ...] [--json]`: the package checker. Exit 0
+with a short summary (what was checked and what was not), 1 with one line per problem, 2 when
+the file is not a d500 package."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from d500.cli import ArgumentParser
+from d500.errors import UsageError
+
+HEX_KEY = re.compile(r"^[0-9a-fA-F]{64}$")
+
+
+def main(argv: list[str], prog: str = "d500 check") -> int:
+    p = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0].split(": ", 1)[1])
+    p.add_argument("package", help="a package file (d500 package ... --out FILE)")
+    p.add_argument("--rules", metavar="DIR",
+                   help="the rulebook to check workload files against, laid out like levels/ "
+                        "(default: d500's own)")
+    p.add_argument("--trust", nargs="+", metavar="PUBKEY", default=[],
+                   help="accept only a signature by one of these ed25519 public keys (a .pub "
+                        "file from d500 keygen, or 64 hex digits); an unsigned package fails")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = p.parse_args(argv)
+    from d500.competition.check import check
+    from d500.competition.package import Package
+
+    rules = None
+    if args.rules is not None:
+        rules = Path(args.rules)
+        if not rules.is_dir():
+            raise UsageError(f"--rules {rules}: no such folder (a rulebook laid out like "
+                             f"levels/: 2-training/*.yaml, ...)")
+    trusted = [trusted_key(value) for value in args.trust]
+    pkg = Package.open(args.package)
+    report = check(pkg, rules, trusted)
+    if args.json:
+        print(json.dumps(as_json(pkg, report), indent=1))
+    elif report.problems:
+        for line in report.problems:
+            print(f"{pkg.path}: {line}")
+    else:
+        print(summary(pkg, report))
+    return 0 if report.passed else 1
+
+
+def trusted_key(value: str) -> str:
+    """A --trust value as hex: 64 hex digits as given, else the key in that file."""
+    from d500.competition import signing
+    if HEX_KEY.match(value) and not Path(value).exists():
+        return value.lower()
+    return signing.public_key(value)
+
+
+def summary(pkg: Any, report: Any) -> str:
+    """The pass summary: what the package holds, what was checked, what was not."""
+    m = pkg.manifest
+    levels = ", ".join(map(str, m.get("levels") or []))
+    lines = [f"{pkg.path}: passed: entry '{m.get('entry')}' (level {levels}), {report.runs} "
+             f"run(s), {report.studies} study(ies), {report.seeds} seed run(s); sha256 "
+             f"{pkg.sha256[:16]}…"]
+    lines += [f"  checked  {line}" for line in report.checked]
+    lines += [f"  not checked  {line}" for line in report.not_checked]
+    return "\n".join(lines)
+
+
+def as_json(pkg: Any, report: Any) -> dict[str, Any]:
+    return {"package": str(pkg.path), "sha256": pkg.sha256, "entry": pkg.manifest.get("entry"),
+            "passed": report.passed, "problems": report.problems, "checked": report.checked,
+            "not_checked": report.not_checked, "runs": report.runs, "studies": report.studies,
+            "seed_runs": report.seeds}
