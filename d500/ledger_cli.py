@@ -1,4 +1,5 @@
-"""`d500 ledger list|show|export|verify`: read the recorded runs and check their integrity."""
+"""`d500 ledger list|show|export|verify|import`: read the recorded runs, check their integrity,
+merge a competitor's package (d500.ledger.imports)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import csv
 import io
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from d500.cli import ArgumentParser, stdout_console
@@ -43,13 +45,24 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
     p_export.add_argument("--level", type=int, choices=(0, 1, 2, 3))
     p_export.add_argument("--workload")
     sub.add_parser("verify", help="recompute every hash; exit 1 naming what changed")
+    p_import = sub.add_parser("import", help="merge a competitor's package (d500 package) "
+                              "into the ledger: checked as `d500 check` does, refused (exit 1) "
+                              "when it fails; the same package twice is a no-op")
+    p_import.add_argument("package", metavar="PACKAGE", help="the package file")
+    p_import.add_argument("--force", action="store_true", help="import a package that fails "
+                          "the check anyway; its runs are marked forced with its problems")
+    p_import.add_argument("--rules", metavar="DIR", help="the rulebook its workload files must "
+                          "match (default: the levels/ d500 ships)")
     args = parser.parse_args(argv)
 
     from d500.ledger import Ledger
     from d500.provenance import summary
 
-    ledger = Ledger.open_for_reading(args.ledger)
+    ledger = (Ledger(args.ledger) if args.command == "import"
+              else Ledger.open_for_reading(args.ledger))
     try:
+        if args.command == "import":
+            return _import(ledger, args.package, args.force, args.rules)
         if args.command == "list":
             runs = ledger.runs(level=args.level, workload=args.workload, status=args.status,
                                submission=args.submission, backend=args.backend)
@@ -89,6 +102,40 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
             return _verify(ledger)
     finally:
         ledger.close()
+    return 0
+
+
+def _import(ledger: Any, package: str, force: bool, rules: str | None) -> int:
+    from d500.ledger import iso
+    from d500.ledger.imports import import_package
+
+    if rules is not None and not Path(rules).is_dir():
+        raise UsageError(f"--rules {rules}: no such folder")
+    done = import_package(ledger, package, force=force, rules_dir=rules)
+    name = f"package {done.sha256[:12]} (entry {done.entry})"
+    ids = sorted(done.runs.values())
+    span = (f"run {ids[0]}" if len(ids) == 1 else f"runs {ids[0]}..{ids[-1]}") if ids else \
+        "no runs"
+    if done.status == "refused":
+        for problem in done.problems:
+            print(problem)
+        print(f"refused {name}: {len(done.problems)} problem(s); nothing imported into "
+              f"{ledger.path} (--force imports it marked as forced)", file=sys.stderr)
+        return 1
+    if done.status == "already":
+        print(f"{name} was already imported into {ledger.path} on {iso(done.imported)} as "
+              f"package {done.package_id} ({span}"
+              f"{', forced' if done.forced else ''}): nothing to do")
+        return 0
+    for origin_id, run_id in done.runs.items():
+        print(f"  origin run {origin_id} -> run {run_id}")
+    print(f"imported {name} into {ledger.path} as package {done.package_id}: {len(ids)} "
+          f"run(s) ({span}), {len(done.studies)} stud{'y' if len(done.studies) == 1 else 'ies'}"
+          f", files under {done.folder}")
+    if done.forced:
+        print(f"FORCED past {len(done.problems)} problem(s); its runs are marked forced:")
+        for problem in done.problems:
+            print(f"  {problem}")
     return 0
 
 
@@ -146,6 +193,9 @@ def _print_list(runs: list[dict[str, Any]], ledger: Any) -> None:
     for r in runs:
         style = STATUS_STYLE.get(r["status"], "")
         trial = f" (study {r['study']} trial {r['trial']})" if r["study"] is not None else ""
+        if r["package"] is not None:
+            trial += (f" (package {r['package']['sha256'][:12]}"
+                      f"{', FORCED' if r['package']['forced'] else ''})")
         table.add_row(str(r["id"]), "" if r["level"] is None else str(r["level"]),
                       r["workload"] or "", (r["submission"] or "") + trial, r["backend"] or "",
                       f"[{style}]{r['status']}[/]", "" if r["seed"] is None else str(r["seed"]),
@@ -177,7 +227,11 @@ def _print_run(run: dict[str, Any]) -> None:
                if run["workload_file"] else None),
               ("model file", f"{run['model_file']}  sha256 {run['model_sha256']}"
                if run["model_file"] else None),
-              ("mllog", run["mllog"])]
+              ("mllog", run["mllog"]),
+              ("package", None if run["package"] is None else
+               f"{run['package']['entry']} sha256 {run['package']['sha256']}"
+               f"{' (FORCED past its check)' if run['package']['forced'] else ''}; origin run "
+               f"{run['origin']['run'] if run['origin'] else '?'}")]
     for name, value in fields:
         if value not in (None, "", "{}"):
             console.print(f"  [bold]{name}:[/] {value}", highlight=False)

@@ -25,6 +25,10 @@
     ledger.start_study(...) -> Study; study.trial(params, ...) -> Run (trial N of the study);
     ledger.studies(), ledger.trials(study_id)
     ledger.import_run(record) -> int        # a run a Relay recorded elsewhere (d500.ledger.relay)
+    ledger.import_package(path, force=False, rules_dir=None) -> Imported   # a competitor's
+        # package (d500.ledger.imports); run dicts of its runs carry "package": {"id",
+        # "entry", "sha256", "forced"} (None for this ledger's own), get() adds "origin"
+    ledger.packages() -> list[dict]         # the packages imported
     ledger.verify(rehash=True) -> list[str]                       # problems; empty when intact
     ledger.verify_runs(rehash=False) -> ({run_id: [problems]}, [problems not tied to a run])
 
@@ -36,7 +40,9 @@ The package, one job per module: store (the file, WAL, transactions, paths), mig
 numbered schema), lifecycle (runs, studies, trials: start, record, finish, reap), liveness
 (whether a row's writer still runs), integrity (sealing, the hash chain, verification and its
 digest cache), core (the Ledger object and its queries), relay (runs recorded in a process
-without the ledger, imported by the one that has it). MLLOG lines are written by d500.mllog.
+without the ledger, imported by the one that has it), imports (competitors' packages merged in)
+and origins (verifying imported runs against the chain they came from). MLLOG lines are
+written by d500.mllog.
 """
 
 from __future__ import annotations

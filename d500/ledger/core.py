@@ -10,13 +10,14 @@ from typing import Any
 
 from d500 import mllog as _mllog
 from d500.errors import UsageError
-from d500.ledger import integrity, lifecycle
+from d500.ledger import integrity, lifecycle, origins
 from d500.ledger.lifecycle import STATUSES, Run, Study, iso
 from d500.ledger.liveness import process_alive
 from d500.ledger.store import Store, loads, locked
 
-RUN_SELECT = ("SELECT r.*, t.study_id AS study, t.number AS trial FROM runs r "
-              "LEFT JOIN trials t ON t.run_id = r.id")
+RUN_SELECT = ("SELECT r.*, t.study_id AS study, t.number AS trial, p.entry AS package_entry, "
+              "p.sha256 AS package_sha256, p.forced AS package_forced FROM runs r "
+              "LEFT JOIN trials t ON t.run_id = r.id LEFT JOIN packages p ON p.id = r.package_id")
 
 
 class Ledger(Store):
@@ -67,6 +68,14 @@ class Ledger(Store):
         from d500.ledger.relay import import_run
         return import_run(self, record)
 
+    def import_package(self, package: str | Path | Any, *, force: bool = False,
+                       rules_dir: str | Path | None = None) -> Any:
+        """Merge a competitor's package (a path or an open d500.competition.package.Package):
+        checked, refused when it fails unless `force`, a no-op the second time. Returns a
+        d500.ledger.imports.Imported."""
+        from d500.ledger.imports import import_package
+        return import_package(self, package, force=force, rules_dir=rules_dir)
+
     def reap(self) -> list[int]:
         """Seal as `interrupted` every running row (and study) of this host whose process died;
         the ids of the runs sealed."""
@@ -106,7 +115,23 @@ class Ledger(Store):
         run["evaluations"] = self.evaluations(rid)
         run["artifacts"] = self.artifacts(rid)
         run["provenance"] = self.environment(run["environment"])
+        origin = self._db.execute("SELECT package_id, origin_id, chain_seq, row_hash FROM "
+                                  "origins WHERE run_id = ?", (rid,)).fetchone()
+        run["origin"] = None if origin is None else {
+            "package": origin[0], "run": origin[1], "chain_seq": origin[2],
+            "row_hash": origin[3]}
         return run
+
+    @locked
+    def packages(self) -> list[dict[str, Any]]:
+        """The packages imported (d500 ledger import), oldest first, with their run counts."""
+        return [{"id": r["id"], "sha256": r["sha256"], "entry": r["entry"],
+                 "signer": r["signer"], "imported": iso(r["imported"]),
+                 "forced": bool(r["forced"]), "problems": loads(r["problems"]),
+                 "runs": r["runs"]}
+                for r in self._db.execute(
+                    "SELECT p.*, (SELECT COUNT(*) FROM origins o WHERE o.package_id = p.id) "
+                    "AS runs FROM packages p ORDER BY p.id")]
 
     @locked
     def runs_by_id(self, ids: Sequence[int]) -> list[dict[str, Any]]:
@@ -190,6 +215,9 @@ class Ledger(Store):
             "model_sha256": r["model_sha256"],
             "submission_files": loads(r["submission_files"]) or {}, "mllog": r["mllog"],
             "sealed": r["row_hash"] is not None,
+            "package": None if r["package_id"] is None else {
+                "id": r["package_id"], "entry": r["package_entry"],
+                "sha256": r["package_sha256"], "forced": bool(r["package_forced"])},
         }
 
     # ------------------------------------------------------------ integrity
@@ -211,6 +239,7 @@ class Ledger(Store):
         with self._snapshot() as db:
             digests = integrity.FileDigests(db, rehash)
             found = integrity.verify_snapshot(db, self.resolve_path, digests)
+            origins.verify(db, *found)
         if digests.pending:
             try:
                 with self._write() as db:
