@@ -397,8 +397,8 @@ def study_problems(studies: dict[int, StudyRuns], need: Requirement) -> list[str
                 n not in study.trials or n in unfinished for n in range(need.trials)):
             complete += 1
     if complete < need.studies:
-        out.append(f"{complete} complete study(ies) of {need.trials} trials; the workload's "
-                   f"tuning requires {need.studies}")
+        out.append(f"{complete} of its {len(studies)} study(ies) hold the workload's "
+                   f"{need.trials} trials, finished; its tuning requires {need.studies}")
     return out
 
 

@@ -60,9 +60,10 @@ def summary(pkg: Any, report: Any) -> str:
     """The pass summary: what the package holds, what was checked, what was not."""
     m = pkg.manifest
     levels = ", ".join(map(str, m.get("levels") or []))
-    lines = [f"{pkg.path}: passed: entry '{m.get('entry')}' (level {levels}), {report.runs} "
-             f"run(s), {report.studies} study(ies), {report.seeds} seed run(s); sha256 "
-             f"{pkg.sha256[:16]}…"]
+    head = (f"{pkg.path}: passed: entry '{m.get('entry')}' (level {levels}), {report.runs} "
+            f"run(s), {report.studies} study(ies), {report.seeds} seed run(s); sha256 "
+            f"{pkg.sha256[:16]}…")
+    lines = [head]
     lines += [f"  checked  {line}" for line in report.checked]
     lines += [f"  not checked  {line}" for line in report.not_checked]
     return "\n".join(lines)

@@ -11,9 +11,12 @@ What is left out of MLPerf Training 6.1.0's common rules, and why:
 - lowest_numerical_precision_in_attn: the networks have no attention layers;
 - lowest_numerical_precision_in_comm at level 2: a level-2 run is one process and communicates
   nothing (level 3 logs it, and is held to it);
-- at levels 0 and 1 (a benchmark, not a training run) only the submission description and the
-  init/run intervals apply; a run that ended failed, interrupted or timeout may have stopped
-  anywhere, so only the submission description and init_start are required of its log.
+- at levels 0 and 1 (a benchmark, not a training run), and for a run that diverged (it stops at
+  the step whose loss was not finite, maybe before its first evaluation or epoch end), only the
+  submission description and the init and run intervals apply; a run that ended failed,
+  interrupted or timeout may have stopped anywhere, even before run_start, so only the
+  submission description and init_start are required of its log. Succeeded and missed runs
+  (a missed run always ends with an evaluation) are held to every rule.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 RULESET = "6.1.0"
-TRAINED = ("succeeded", "missed", "diverged")  # runs whose log holds a whole training run
+TRAINED = ("succeeded", "missed")  # runs whose log holds a whole training run
+STARTED = (*TRAINED, "diverged")  # runs whose log holds run_start and run_stop
 DESCRIPTION = ("submission_org", "submission_platform", "submission_division", "init_start")
 INTERVALS = (*DESCRIPTION, "init_stop", "run_start", "run_stop")
 DIVISION_POST = " s['compile_time_mins'] = 240 if v['value'] == 'open' else 30 "
@@ -49,9 +53,9 @@ def rules(level: int, status: str = "succeeded") -> list[dict[str, Any]]:
     if level != 3:
         dropped.add("lowest_numerical_precision_in_comm")
     kept_keys: tuple[str, ...] | None = None  # None: every key
-    if status not in TRAINED:
+    if status not in STARTED:
         kept_keys = DESCRIPTION
-    elif level not in (2, 3):
+    elif status not in TRAINED or level not in (2, 3):
         kept_keys = INTERVALS
     kept = []
     for rule in yaml.safe_load(common.read_text(encoding="utf-8")):
@@ -69,7 +73,7 @@ def rules(level: int, status: str = "succeeded") -> list[dict[str, Any]]:
 def rules_file(level: int, status: str = "succeeded") -> Path:
     """`rules(level, status)` written once per process to a file the checker reads."""
     import yaml
-    kind = "trained" if status in TRAINED else "stopped"
+    kind = {"succeeded": "trained", "diverged": "started"}.get(status, "stopped")
     folder = Path(tempfile.mkdtemp(prefix="d500-mlperf-rules-"))
     path = folder / f"d500_training_{RULESET}_level{level}_{kind}.yaml"
     path.write_text(yaml.safe_dump(rules(level, status)), encoding="utf-8")
@@ -91,8 +95,10 @@ def problems(path: str | Path, level: int = 2, status: str = "succeeded") -> lis
 
 
 def _kind(status: str) -> str:
-    """The status rules_file is cached under: one file for trained runs, one for the rest."""
-    return "succeeded" if status in TRAINED else "failed"
+    """The status rules_file is cached under: one per set of rules."""
+    if status in TRAINED:
+        return "succeeded"
+    return "diverged" if status in STARTED else "failed"
 
 
 def one_line(message: str) -> str:
