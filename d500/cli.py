@@ -58,6 +58,8 @@ CORE: dict[str, tuple[str, str]] = {
     "backends": ("d500.backends.cli", "list the installed backends"),
     "ledger": ("d500.ledger_cli", "list, show, export and verify recorded runs"),
     "leaderboard": ("d500.leaderboard", "rank recorded runs by the metric definitions"),
+    "package": ("d500.competition.package_cli", "pack an entry's runs into one file to submit"),
+    "keygen": ("d500.competition.keygen_cli", "make an ed25519 key to sign packages with"),
     "check": ("d500.competition.check_cli", "check a package: complete, by the rules, intact"),
     "reference": ("d500.competition.reference_cli", "measure a workload's reference convergence"),
 }
