@@ -2,7 +2,8 @@
 
 The installed onnx builds its node tests in memory. The 12 tests whose outputs are random
 (Bernoulli, training-mode Dropout) are left out: no fixed expected output exists for them.
-Outputs are compared exactly as `onnx.backend.test.BackendTest` compares them.
+Outputs are compared exactly as `onnx.backend.test.BackendTest` compares them. Each invocation
+is one level-1 ledger run (d500.conformance_runs): the leaderboard's conformance counts.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 import unittest
 import warnings
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from d500.cli import ArgumentParser
@@ -92,15 +94,21 @@ def run_test(backend, test, device: str = "CPU") -> Outcome:
     return Outcome(test.name, op, "pass")
 
 
-def run_suite(backend_name: str, ops: list[str] | None = None, progress: bool = True,
-              device: str = "CPU") -> list[Outcome]:
-    """Every selected node test against one backend."""
-    from d500 import backends
-    backend = backends.get(backend_name)
+def select(ops: Sequence[str] | None = None) -> list:
+    """The node tests of the operators `ops` (any case), or every one (None or empty)."""
     tests = node_tests()
     if ops:
         wanted = {o.lower() for o in ops}
         tests = [t for t in tests if _op_of(t).lower() in wanted]
+    return tests
+
+
+def run_suite(backend_name: str, ops: list[str] | None = None, progress: bool = True,
+              device: str = "CPU", tests: list | None = None) -> list[Outcome]:
+    """Every selected node test (`tests`, or those of `ops`) against one backend."""
+    from d500 import backends
+    backend = backends.get(backend_name)
+    tests = select(ops) if tests is None else tests
     outcomes = []
     if progress and sys.stderr.isatty():
         from rich.progress import Progress
@@ -152,9 +160,11 @@ def main(argv: list[str], prog: str) -> int:
         import onnx
         raise UsageError(f"unknown operator(s) {', '.join(unknown)}: not ONNX operators known "
                          f"to onnx {onnx.__version__}")
-    outcomes = run_suite(args.backend, args.op, progress=not args.json)
-    if args.op and not outcomes:
+    tests = select(args.op)
+    if args.op and not tests:
         raise UsageError(f"no node test exercises operator(s) {', '.join(args.op)}")
+    from d500.conformance_runs import record
+    outcomes, run_id = record(args.backend, args.op, tests=tests, progress=not args.json)
     totals = Counter(o.status for o in outcomes)
     per_op: dict[str, Counter] = defaultdict(Counter)
     for o in outcomes:
@@ -162,6 +172,7 @@ def main(argv: list[str], prog: str) -> int:
     if args.json:
         print(json.dumps({"backend": args.backend, "totals": dict(totals),
                           "tests": [asdict(o) for o in outcomes]}, indent=1))
+        _say_recorded(run_id, args.op)
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -181,4 +192,11 @@ def main(argv: list[str], prog: str) -> int:
     print(f"total: {len(outcomes)} tests, {totals['pass']} pass, {totals['fail']} fail, "
           f"{totals['unsupported']} unsupported (12 random-output tests left out: "
           f"Bernoulli, training-mode Dropout)")
+    _say_recorded(run_id, args.op)
     return 0
+
+
+def _say_recorded(run_id: int, ops: list[str] | None) -> None:
+    """Where the results went, on stderr (stdout keeps the table or the JSON alone)."""
+    partial = " (partial: an --op run never counts as the backend's conformance)" if ops else ""
+    print(f"recorded as ledger run {run_id}{partial}", file=sys.stderr)

@@ -11,6 +11,13 @@ import pytest
 from d500.conformance import _op_of, node_tests
 
 
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    """Every invocation records a ledger run: into a fresh D500_HOME per test."""
+    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
 def d500(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "d500.cli", *args], capture_output=True,
                           text=True, timeout=600, check=False)
@@ -47,6 +54,9 @@ def test_json_for_some_operators(tests_by_op):
     assert sorted(t["test"] for t in report["tests"]) == expected
     assert report["totals"] == {"pass": len(expected)}
     assert {t["op"] for t in report["tests"]} == {"Relu", "Softmax"}
+    assert set(report) == {"backend", "totals", "tests"}  # the JSON stays what it was
+    assert out.stderr.strip() == ("recorded as ledger run 1 (partial: an --op run never counts "
+                                  "as the backend's conformance)")
 
 
 def test_table_and_totals_line_count_failures_and_unsupported(tests_by_op, capsys):

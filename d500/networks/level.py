@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 from d500.errors import ConfigError
-from d500.levels import Command, Context, Item, Level, Outcome, RunOptions
+from d500.levels import Command, Context, Item, Level, Outcome, RunOptions, View
 
 DEFAULT = ("light-squeezenet", "light-resnet50", "resnet20-cifar")  # `d500 run`
 QUICK = ("mlp-mnist",)  # `d500 run --quick`
@@ -51,6 +52,11 @@ class NetworksLevel(Level):
         if kind == "check":
             return _check(wl, names, context)
         return _bench(wl, names, context)
+
+    def views(self, boards: Sequence[Any], ledger: Any) -> list[View]:
+        """The organiser's summary over the networks: one row per backend."""
+        from d500.leaderboard import summary
+        return summary.views(boards, ledger, by_submission=False)
 
 
 def _check(wl: Any, names: list[str], context: Context) -> Outcome:

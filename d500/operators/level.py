@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from d500.levels import Command, Context, Item, Level, Outcome, RunOptions
+from d500.levels import Command, Context, Item, Level, Outcome, RunOptions, View
 
 
 class OperatorsLevel(Level):
@@ -54,6 +55,12 @@ class OperatorsLevel(Level):
             outcome.summary = f"{folder.name} on {result.case.name}: " + ", ".join(
                 f"{r.backend} {r.status}" for r in result.rows)
         return outcome
+
+    def views(self, boards: Sequence[Any], ledger: Any) -> list[View]:
+        """The organiser's summary over the cases: one row per submission x backend."""
+        from d500.leaderboard import summary
+        from d500.operators.bench import BUILTIN
+        return summary.views(boards, ledger, by_submission=True, builtin=BUILTIN)
 
 
 LEVEL = OperatorsLevel()

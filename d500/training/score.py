@@ -1,14 +1,12 @@
 """Level-2 scoring from ledger rows alone (pure functions): AlgoPerf's study score, the
-tuning-inclusive cost, statistics over seeds and the performance profile over workloads.
+tuning-inclusive cost and statistics over seeds.
 
 - a study scores its fastest trial's time to the target (infinity when no trial met it);
 - an entry (workload, submission, backend) scores the median over its studies;
 - its tuning cost is the wall time of every trial of every study, failed and missed included;
 - over seeds: median, MLPerf's olympic mean and a bootstrap 95% confidence interval of the
   median, never the best run;
-- the performance profile rho(tau) is the share of workloads on which an entry is within tau
-  times the best entry; its integral over [1, TAU_MAX], divided by TAU_MAX - 1, is one score in
-  [0, 1] (AlgoPerf's benchmark score).
+- the performance profile over workloads is d500.profile's (shared with levels 0 and 1).
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ import numpy as np
 
 from d500.metrics import aggregate
 
-TAU_MAX = 4.0
 NOT_COUNTED = ("interrupted", "running")
 
 
@@ -120,30 +117,3 @@ def over_seeds(values: Sequence[float], resamples: int = 2000, seed: int = 0) ->
         ci = (float(np.percentile(medians, 2.5, method="lower")),
               float(np.percentile(medians, 97.5, method="higher")))
     return SeedStats(len(vals), aggregate(vals, "median"), aggregate(vals, "olympic_mean"), ci)
-
-
-def performance_profile(scores: dict[str, dict[str, float]], taus: Sequence[float]
-                        ) -> dict[str, list[float]]:
-    """rho(tau) per entry: `scores[entry][workload]` (lower is better, inf = missed); a
-    workload an entry did not enter counts as missed. Workloads no entry met are left out."""
-    workloads = sorted({w for s in scores.values() for w in s})
-    best = {w: min((s.get(w, math.inf) for s in scores.values()), default=math.inf)
-            for w in workloads}
-    counted = [w for w in workloads if math.isfinite(best[w]) and best[w] > 0]
-    out = {}
-    for name, s in scores.items():
-        ratios = [s.get(w, math.inf) / best[w] for w in counted]
-        out[name] = [sum(r <= tau for r in ratios) / len(counted) if counted else 0.0
-                     for tau in taus]
-    return out
-
-
-def profile_score(rho: Sequence[float], taus: Sequence[float]) -> float:
-    """The normalised integral of a step profile over [1, TAU_MAX] (trapezoids on `taus`)."""
-    area = sum((taus[i + 1] - taus[i]) * (rho[i] + rho[i + 1]) / 2
-               for i in range(len(taus) - 1))
-    return area / (taus[-1] - taus[0])
-
-
-def taus(points: int = 301) -> list[float]:
-    return [1.0 + (TAU_MAX - 1.0) * i / (points - 1) for i in range(points)]

@@ -8,7 +8,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from d500 import metrics
+from d500 import metrics, profile
 from d500.levels import View
 from d500.training import score
 
@@ -81,24 +81,22 @@ def profile_view(entries: list[score.Entry]) -> View | None:
             scores.setdefault(f"{e.submission} / {e.backend}", {})[e.workload] = value
     if not scores:
         return None
-    taus = score.taus()
-    rho = score.performance_profile(scores, taus)
+    p = profile.from_scores(scores)
     from d500.leaderboard.plots import figure, png
     fig = figure(7, 3.2)
     ax = fig.add_subplot()
-    for i, (name, values) in enumerate(sorted(rho.items())):
-        ax.step(taus, values, where="post", label=name, color=f"C{i % 10}")
+    for i, name in enumerate(sorted(p.rho)):
+        ax.step(p.taus, p.rho[name], where="post", label=name, color=f"C{i % 10}")
     ax.set_xlabel("τ (times the best entry's time to the target)")
     ax.set_ylabel("share of workloads ρ(τ)")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    rows = sorted(([name, f"{score.profile_score(values, taus):.3f}",
-                    str(len(scores[name]))] for name, values in rho.items()),
+    rows = sorted(([name, f"{p.score(name):.3f}", str(len(scores[name]))] for name in p.rho),
                   key=lambda row: -float(row[1]))
     return View(f"performance profile over {len({w for s in scores.values() for w in s})} "
-                f"workload(s): ρ(τ) and its integral up to τ = {score.TAU_MAX:g} (1 = fastest "
+                f"workload(s): ρ(τ) and its integral up to τ = {profile.TAU_MAX:g} (1 = fastest "
                 "everywhere)", ["submission / backend", "profile score", "workloads"], rows,
                 plots=[("performance profile ρ(τ)", png(fig))])
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from d500 import profile
 from d500.errors import ConfigError
 from d500.training import score, submission, tuning, workloads
 
@@ -152,11 +153,11 @@ def test_seed_statistics_never_report_the_best_run():
 def test_the_performance_profile_counts_workloads_within_tau_of_the_best():
     scores = {"a": {"w1": 1.0, "w2": 6.0}, "b": {"w1": 2.0, "w2": 2.0},
               "c": {"w1": math.inf}}
-    taus = score.taus()
-    rho = score.performance_profile(scores, taus)
+    taus = profile.taus()
+    rho = profile.performance_profile(scores, taus)
     at = {t: i for i, t in enumerate(taus)}
     assert rho["a"][0] == 0.5 and rho["b"][0] == 0.5  # each is best on one workload
     assert rho["a"][at[2.0]] == 0.5 and rho["b"][at[2.0]] == 1.0
     assert rho["a"][-1] == 1.0 and rho["c"][-1] == 0.0  # c missed w1, did not enter w2
-    assert score.profile_score(rho["b"], taus) > score.profile_score(rho["a"], taus) > 0
-    assert score.profile_score([1.0] * len(taus), taus) == pytest.approx(1.0)
+    assert profile.profile_score(rho["b"], taus) > profile.profile_score(rho["a"], taus) > 0
+    assert profile.profile_score([1.0] * len(taus), taus) == pytest.approx(1.0)

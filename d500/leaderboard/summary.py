@@ -1,0 +1,187 @@
+"""The organiser's summary at the top of levels 0 and 1: per backend (level 1) or submission x
+backend (level 0), AlgoPerf's performance profile over the level's ranked workloads
+(d500.profile), the geometric mean of "times the best" and each backend's ONNX conformance count
+from its latest complete recorded `d500 conformance` run (d500.conformance_runs).
+
+    s = summarise(boards, by_submission=False, conformance=conformance_runs.latest_all(ledger))
+    s.rows[0].score, s.rows[0].geomean, s.profile.rho[s.rows[0].key]   # numbers only
+    views(boards, ledger, by_submission=True, builtin="builtin")  # [View] or []
+
+A workload counts when its board ranks (its rules name rank_by) and some entry has a ranked
+figure; only the newest rules version of each workload counts. An entry's "times the best" on a
+workload is its board's ratio (Board/Entry in ranking.py: the aggregate of the ranking metric
+against the best entry's, in the metric's own direction, so >= 1). At level 1 a backend with
+several entries on one board takes the best of them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from d500 import profile
+from d500.leaderboard.ranking import Board
+from d500.levels import View
+from d500.metrics import Metric
+
+TITLE = "Organiser's summary"
+NOT_RECORDED = "not recorded"
+
+
+@dataclass
+class Row:
+    """One row: an entry (level 0: submission / backend; level 1: backend) and its figures."""
+
+    key: str
+    submission: str | None
+    backend: str
+    score: float  # the profile's normalised integral up to TAU_MAX
+    best_on: int  # workloads on which it is the best
+    ran: int  # workloads on which it has a ranked figure
+    geomean: float | None  # of times the best, over the `ran` workloads
+    conformance: Any = None  # d500.conformance_runs.Count, or None
+    backend_row: bool = True  # False: a custom operator (level 0), conformance does not apply
+
+
+@dataclass
+class Summary:
+    workloads: list[str]  # the N workloads counted
+    rank_by: dict[str, Metric]  # workload -> the metric it is ranked by
+    profile: profile.Profile
+    rows: list[Row]  # best profile score first
+    older_versions: int = 0  # boards left out: older rules versions of a counted workload
+
+
+def summarise(boards: Sequence[Board], by_submission: bool,
+              conformance: Mapping[str, Any] | None = None, builtin: str | None = None
+              ) -> Summary | None:
+    """The summary's numbers over these boards (None when no board ranks anything). Level 0
+    (`by_submission`): one row per submission x backend, conformance only on rows of the
+    `builtin` submission (a backend's own implementation); level 1: one row per backend."""
+    conformance = conformance or {}
+    ratios: dict[str, dict[str, float | None]] = {}
+    names: dict[str, tuple[str | None, str]] = {}
+    rank_by: dict[str, Metric] = {}
+    seen: set[str] = set()
+    older = 0
+    for board in boards:  # newest rules version of each workload first (ranking.py's order)
+        if board.workload in seen:
+            older += board.rank_by is not None
+            continue
+        if board.rank_by is None or all(e.ratio is None for e in board.entries):
+            continue
+        seen.add(board.workload)
+        rank_by[board.workload] = board.rank_by
+        for e in board.entries:
+            key = f"{e.submission} / {e.backend}" if by_submission else e.backend
+            names.setdefault(key, (e.submission if by_submission else None, e.backend))
+            per = ratios.setdefault(key, {})
+            if e.ratio is not None:
+                have = per.get(board.workload)
+                per[board.workload] = e.ratio if have is None else min(have, e.ratio)
+    if not rank_by:
+        return None
+    workloads = list(rank_by)
+    p = profile.build(ratios, workloads)
+    rows = []
+    for key, (submission, backend) in names.items():
+        own = not by_submission or submission == builtin
+        rows.append(Row(key, submission, backend, p.score(key), p.best_on(key), p.ran(key),
+                        p.geomean(key), conformance.get(backend) if own else None, own))
+    rows.sort(key=lambda r: (-r.score, math.inf if r.geomean is None else r.geomean, r.key))
+    return Summary(workloads, rank_by, p, rows, older)
+
+
+def views(boards: Sequence[Board], ledger: Any, by_submission: bool,
+          builtin: str | None = None) -> list[View]:
+    """The summary as a View (a list of one, or none when no board ranks anything); see
+    summarise for `by_submission` and `builtin`."""
+    from d500 import conformance_runs
+    counts = conformance_runs.latest_all(ledger)
+    s = summarise(boards, by_submission, counts, builtin)
+    return [] if s is None else [view(s, counts, by_submission)]
+
+
+def view(s: Summary, counts: Mapping[str, Any], by_submission: bool) -> View:
+    n = len(s.workloads)
+    headers = ["submission", "backend"] if by_submission else ["backend"]
+    headers += ["profile score", "best on", "geomean × best", "workloads run", "ONNX conformance"]
+    rows = []
+    for r in s.rows:
+        cells = [r.submission or "", r.backend] if by_submission else [r.backend]
+        rows.append([*cells, f"{r.score:.3f}", f"{r.best_on} / {n}", _times(r.geomean),
+                     f"{r.ran} / {n}", _conformance(r)])
+    title = (f"{TITLE}: AlgoPerf performance profile over {n} workload{'s' * (n != 1)}, "
+             "geometric mean of × best, ONNX conformance")
+    caption = f"performance profile ρ(τ) over {n} workload{'s' * (n != 1)}"
+    return View(title, headers, rows, [(caption, _plot(s))], _notes(s, counts))
+
+
+def _times(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return "∞" if math.isinf(value) else f"{value:.2f}×"
+
+
+def _conformance(r: Row) -> str:
+    if not r.backend_row:
+        return "—"
+    c = r.conformance
+    return NOT_RECORDED if c is None else f"{c.passed} / {c.total} ({c.date})"
+
+
+def _notes(s: Summary, counts: Mapping[str, Any]) -> list[str]:
+    n = len(s.workloads)
+    ranked = Counter((m.name, m.direction) for m in s.rank_by.values())
+    how = ", ".join(f"{name} ({direction} is better) on {k}"
+                    for (name, direction), k in sorted(ranked.items()))
+    rho = (f"ρ(τ): the share of the {n} workload{'s' * (n != 1)} on which the entry's ranked "
+           f"figure is within τ × the best entry's, each in its own direction (ranked by "
+           f"{how}). A workload the entry did not run, or ran without a ranked figure, counts "
+           f"as never within τ (AlgoPerf). Profile score: ρ's integral over [1, "
+           f"{profile.TAU_MAX:g}] divided by {profile.TAU_MAX - 1:g} (1 = the best on every "
+           "workload); rows are sorted by it.")
+    geomean = ("geomean × best: the geometric mean of × best over the workloads the entry ran "
+               "only (their count is 'workloads run'): a missing workload does not raise it, so "
+               "read it beside that count.")
+    notes = [rho, geomean]
+    shown = {r.backend for r in s.rows if r.backend_row}
+    used = [counts[b] for b in sorted(shown) if b in counts]
+    versions = sorted({f"onnx {c.onnx_version}, opset {c.opset}" for c in used})
+    conf = ("ONNX conformance: node tests passed of those run in the backend's latest complete "
+            "`d500 conformance` run, with its date")
+    if used:
+        conf += (f" ({'; '.join(versions)}; ledger run"
+                 f"{'s' * (len(used) != 1)} {', '.join(str(c.run_id) for c in used)})")
+    conf += f"; partial (--op) runs never count; '{NOT_RECORDED}': no complete run recorded."
+    if any(not r.backend_row for r in s.rows):
+        conf += " A custom operator's row shows '—': conformance is a backend's."
+    notes.append(conf)
+    others = [counts[b] for b in sorted(counts) if b not in shown]
+    if others:
+        notes.append("conformance recorded for backends without a row here: " + ", ".join(
+            f"{c.backend} {c.passed} / {c.total} ({c.date})" for c in others))
+    if s.older_versions:
+        notes.append(f"{s.older_versions} board{'s' * (s.older_versions != 1)} of older rules "
+                     "versions left out: each workload counts with its newest rules")
+    return notes
+
+
+def _plot(s: Summary) -> bytes:
+    from d500.leaderboard.plots import figure, png
+    fig = figure(8, 3.4)
+    ax = fig.add_subplot()
+    for i, r in enumerate(s.rows):
+        ax.step(s.profile.taus, s.profile.rho[r.key], where="post", label=r.key,
+                color=f"C{i % 10}", ls=("-", "--", ":", "-.")[i // 10 % 4], lw=1.4)
+    ax.set_xlabel("τ (times the best entry's ranked figure)")
+    ax.set_ylabel("share of workloads ρ(τ)")
+    ax.set_xlim(1.0, profile.TAU_MAX)
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    fig.tight_layout()
+    return png(fig)
