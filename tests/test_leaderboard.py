@@ -186,8 +186,14 @@ def test_reads_only_the_ledger_and_shows_verify(home, tmp_path):
     assert any("workload file" in p and "missing" in p for p in theirs.problems)
     md = leaderboard.markdown([board])
     assert "✗ 2 problem(s)" in md and "Integrity problems" in md
-    prov = text.provenance(mine)[0]
-    assert provenance.collect()["cpu"]["model"] in prov and "numpy" in prov
+    legend = leaderboard.Legend.of([board])
+    assert legend.labels(mine) == legend.labels(theirs) == ["E1"]  # one environment, once
+    [(label, prov)] = text.legend_rows(legend)
+    here = provenance.collect()
+    assert label == "E1" and here["cpu"]["model"] in prov and "numpy " in prov
+    assert f"Python {here['python']}" in prov and here["os"] in prov
+    assert "## Environments" in md and md.count(here["cpu"]["model"]) == 1
+    assert md.count("| E1 |") == 3  # two rows and the legend's
 
 
 def test_changed_rules_are_ranked_apart(home, tmp_path):
@@ -359,7 +365,8 @@ def test_level_views_reach_markdown_terminal_and_html(home, tmp_path, test_level
     assert section.index("<h3>entries per workload</h3>") < section.index(
         "<h2>level 7 · seven</h2>")
     assert "<table class='view'><thead><tr><th>workload</th><th>entries</th><th>runs</th>" \
-           "</tr></thead><tbody><tr><td>seven</td><td>2</td><td>3</td></tr>" in section
+           "</tr></thead><tbody><tr><td data-label='workload'>seven</td>" \
+           "<td data-label='entries'>2</td><td data-label='runs'>3</td></tr>" in section
     assert "<p class='note'>a note from level 7</p>" in section
     [view_png] = re.findall(r"<img alt='entries per workload, as bars' "
                             r"src='data:image/png;base64,([^']+)'>", section)
@@ -430,7 +437,7 @@ def test_compact_table_and_boards_for_as_d500_run_prints_them(home, tmp_path):
     assert text.rule_line(net).split(";")[0] in compact.replace("\n", " ")
     full = leaderboard.table(net)
     assert [c.header.plain for c in full.columns][-4:] == ["runs", "tuning trials", "verify",
-                                                            "provenance"]
+                                                            "env"]
     assert "(n=2)" in shown(full) and "submission" in shown(full)
     assert "submission" in shown(leaderboard.table(conv, compact=True))  # im2col on numpy
 

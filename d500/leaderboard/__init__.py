@@ -4,21 +4,26 @@ Rules come from the workload file's text stored with each run (metrics, rank_by,
 median with its spread over seeds and repetitions, or MLPerf's olympic mean, never the best run.
 A run that missed its target counts as infinite time; failed, diverged, timed-out and interrupted
 runs are counted and listed, never hidden. Boards are grouped by level, each level's views above
-them. Output: Markdown, rich terminal tables, or one self-contained HTML file with PNG plots.
+them. Rows of different hardware are separate entries; times and rates (machine-dependent) are
+ranked per machine unless across_machines, accuracies and steps to target across machines. Each
+distinct environment's provenance is printed once, in a legend (E1, E2, ...) the rows refer to.
+Output: Markdown, rich terminal tables, or one self-contained HTML file with PNG plots.
 
-    boards = leaderboard.build(ledger, level=1)              # ranking.py: numbers only
+    boards = leaderboard.build(ledger, level=1, across_machines=False)  # ranking: numbers only
     leaderboard.boards_for(ledger, [(1, "mlp-mnist")])       # newest rules of each workload
     console.print(leaderboard.table(board, compact=True))    # terminal.py
     leaderboard.markdown(boards, ledger) / html_page(boards, ledger)
     leaderboard.render(ledger, fmt="md" | "html" | "terminal"); leaderboard.write_html()
 
-Modules: ranking (boards), text (the words every renderer shares), parts (boards by level with
-the levels' views), plots, markdown, html, terminal, output (render/write_html), cli.
+Modules: ranking (boards), environments (hardware identity, machine-dependent metrics, the
+legend), text (the words every renderer shares), parts (boards by level with the levels' views),
+plots, markdown, html, terminal, output (render/write_html), cli.
 """
 
 from __future__ import annotations
 
 from d500.leaderboard.cli import main
+from d500.leaderboard.environments import Legend, machine, machine_dependent
 from d500.leaderboard.html import html_page
 from d500.leaderboard.markdown import markdown
 from d500.leaderboard.output import FORMATS, render, write_html
@@ -26,5 +31,6 @@ from d500.leaderboard.parts import Part, parts
 from d500.leaderboard.ranking import Board, Entry, boards_for, build
 from d500.leaderboard.terminal import plain, renderables, table
 
-__all__ = ["FORMATS", "Board", "Entry", "Part", "boards_for", "build", "html_page", "main",
-           "markdown", "parts", "plain", "render", "renderables", "table", "write_html"]
+__all__ = ["FORMATS", "Board", "Entry", "Legend", "Part", "boards_for", "build", "html_page",
+           "machine", "machine_dependent", "main", "markdown", "parts", "plain", "render",
+           "renderables", "table", "write_html"]

@@ -22,20 +22,26 @@ def main(argv: list[str], prog: str = "d500 leaderboard") -> int:
                         "$D500_HOME/leaderboard.html)")
     parser.add_argument("--ledger", metavar="FILE", help="a ledger file other than "
                         "$D500_HOME/ledger.sqlite")
+    parser.add_argument("--across-machines", action="store_true",
+                        help="rank times and rates measured on different hardware against each "
+                        "other (by default each machine's rows are ranked apart; accuracies and "
+                        "steps/epochs to target are always ranked across machines)")
     args = parser.parse_args(argv)
+    across = args.across_machines
     from d500.ledger import Ledger
 
     ledger = Ledger.open_for_reading(args.ledger)
     try:
         if args.format == "html":
-            print(f"wrote {write_html(args.out, ledger, args.level, args.workload)}")
+            print(f"wrote {write_html(args.out, ledger, args.level, args.workload, across)}")
         elif args.format == "terminal" and not args.out:
-            boards = build(ledger, args.level, args.workload)
+            boards = build(ledger, args.level, args.workload, across)
             console = stdout_console()
             for item in terminal.renderables(boards, ledger, text.source(ledger.path, boards)):
                 console.print(item)
         else:
-            rendered = render(ledger, args.level, args.workload, fmt=args.format)
+            rendered = render(ledger, args.level, args.workload, fmt=args.format,
+                              across_machines=across)
             if args.out:
                 print(f"wrote {write_output(args.out, rendered)}")
             else:

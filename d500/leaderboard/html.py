@@ -1,28 +1,46 @@
 """The leaderboard as one self-contained HTML page: inline CSS, every plot an embedded PNG (data
-URI), per level its views, then per workload the ranked table, plots, runs not counted, problems.
+URI), per level its views, then per workload the ranked table (a section per machine when times
+are ranked per machine), plots, runs not counted, problems; last the legend of environments that
+the rows' env cells link to. Readable at 1280 px without horizontal scrolling: tables take the
+page's width and wrap their cells, images shrink to fit, and below 800 px rows stack.
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from d500.leaderboard import plots, text
+from d500.leaderboard.environments import Legend
 from d500.leaderboard.parts import parts
 from d500.leaderboard.ranking import Board
 from d500.levels import View
 
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em;color:#222}
+*{box-sizing:border-box}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;padding:0 1.5em;
+max-width:1500px;color:#222;overflow-wrap:break-word}
 h1{font-size:1.6em}h2{font-size:1.25em;margin-top:2em;border-bottom:1px solid #ccc}
 h2.level{font-size:1.45em;background:#f4f6fa;padding:.3em .4em;border-bottom:2px solid #9ab}
-table{border-collapse:collapse;margin:.6em 0;font-size:.9em}
-th,td{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}
-th{background:#f2f2f2}td.num{text-align:right;white-space:nowrap}
+table{border-collapse:collapse;margin:.6em 0;font-size:.88em;width:100%;max-width:100%}
+th,td{border:1px solid #ccc;padding:.3em .45em;text-align:left;vertical-align:top;
+overflow-wrap:anywhere;hyphens:auto}
+th{background:#f2f2f2;font-weight:600}td.num{text-align:right}
 tr.first td{background:#eef8ee}.bad{color:#b00}.ok{color:#070}.note{color:#555;font-size:.9em}
-img{max-width:100%;border:1px solid #ddd;margin:.4em 0}
+tr.machine th{background:#e8eef6;text-align:left;font-weight:600}
+td.env a{color:#1a4f8b}
+.legend td:first-child,.legend th:first-child{white-space:nowrap;width:3em;font-weight:600}
+figure{margin:.6em 0;max-width:100%}
+img{max-width:100%;height:auto;border:1px solid #ddd;margin:.4em 0}
+@media (max-width:800px){
+table.board thead,table.view thead{display:none}
+table.board tr,table.view tr{display:block;border:1px solid #ccc;margin:.4em 0}
+table.board td,table.view td{display:block;border:0;text-align:left}
+table.board td::before,table.view td::before{content:attr(data-label) ": ";font-weight:600}
+tr.machine th{display:block}}
 """
 
 esc = html.escape
@@ -38,6 +56,7 @@ def html_page(boards: Sequence[Board], ledger: Any = None, source: str = "") -> 
         out.append(f"<p class='note'>{esc(source)}</p>")
     if not boards:
         out.append(f"<p>{esc(text.NO_RUNS)}</p>")
+    legend = Legend.of(boards)
     index = 0
     for part in parts(boards, ledger):
         anchor = "none" if part.level is None else part.level
@@ -46,11 +65,23 @@ def html_page(boards: Sequence[Board], ledger: Any = None, source: str = "") -> 
         for view in part.views:
             out += _view(view)
         for board in part.boards:
-            out += _board(board, ledger, f"w{index}")
+            out += _board(board, ledger, f"w{index}", legend)
             index += 1
         out.append("</section>")
+    if legend:
+        out += _legend(boards, legend)
     out.append("</body></html>")
     return "\n".join(out)
+
+
+def _legend(boards: Sequence[Board], legend: Legend) -> list[str]:
+    out = [f"<section class='legend' id='environments'><h2>{esc(text.LEGEND_TITLE)}</h2>"]
+    out += [f"<p class='note'>{esc(note)}</p>" for note in text.legend_notes(list(boards), legend)]
+    out.append("<table class='legend'><thead><tr><th>env</th><th>provenance</th></tr></thead>"
+               "<tbody>")
+    out += [f"<tr id='env-{esc(label)}'><td>{esc(label)}</td><td>{esc(prov)}</td></tr>"
+            for label, prov in text.legend_rows(legend)]
+    return out + ["</tbody></table></section>"]
 
 
 def _view(view: View) -> list[str]:
@@ -62,28 +93,37 @@ def _view(view: View) -> list[str]:
     return out + ["</section>"]
 
 
-def _board(board: Board, ledger: Any, anchor: str) -> list[str]:
+def _board(board: Board, ledger: Any, anchor: str, legend: Legend | None = None) -> list[str]:
+    legend = legend if legend is not None else Legend.of([board])
     out = [f"<section class='workload' id='{anchor}'><h2>{esc(text.title(board))}</h2>"]
     if board.description:
         out.append(f"<p>{esc(board.description)}</p>")
     if board.version_note:
         out.append(f"<p class='note'>{esc(board.version_note)}</p>")
     out.append(f"<p class='note'>{esc(text.rule_line(board))}</p>")
+    out += [f"<p class='note machines'>{esc(note)}</p>" for note in text.machine_notes(board)]
     heads = text.headers(board)
     out.append("<table class='board'><thead><tr>" + "".join(
-        f"<th>{esc(h)}</th>" for h in heads) + "</tr></thead><tbody>")
-    for e in board.entries:
-        tds = []
-        for h, c in zip(heads, text.row(board, e)):
-            klass, tip = ("num" if text.numeric(h) else ""), ""
-            if h == "verify":
-                klass = "ok" if e.verified else "bad"
-                tip = f" title='{esc(' / '.join(e.problems))}'" if e.problems else ""
-            tds.append(f"<td class='{klass}'{tip}>{esc(c)}</td>")
-        first = " class='first'" if e.rank == 1 else ""
-        out.append(f"<tr{first}>" + "".join(tds) + "</tr>")
-    out.append("</tbody></table>")
-    out += [_figure(caption, data) for caption, data in plots.board_plots(board, ledger)]
+        f"<th>{esc(h)}</th>" for h in heads) + "</tr></thead>")
+    for heading, entries in text.sections(board, legend):
+        out.append("<tbody>")
+        if heading:
+            out.append(f"<tr class='machine'><th colspan='{len(heads)}'>{esc(heading)}</th></tr>")
+        for e in entries:
+            tds = []
+            for h, c in zip(heads, text.row(board, e, legend=legend)):
+                klass, tip, content = ("num" if text.numeric(h) else ""), "", esc(c)
+                if h == "verify":
+                    klass = "ok" if e.verified else "bad"
+                    tip = f" title='{esc(' / '.join(e.problems))}'" if e.problems else ""
+                elif h == "env":
+                    klass, content = "env", _env_links(content)
+                tds.append(f"<td class='{klass}' data-label='{esc(h)}'{tip}>{content}</td>")
+            first = " class='first'" if e.rank == 1 else ""
+            out.append(f"<tr{first}>" + "".join(tds) + "</tr>")
+        out.append("</tbody>")
+    out.append("</table>")
+    out += [_figure(caption, data) for caption, data in plots.board_plots(board, ledger, legend)]
     excluded = text.excluded_rows(board)
     if excluded:
         out.append(f"<h3>Runs not counted as success ({len(excluded)})</h3>")
@@ -98,9 +138,17 @@ def _board(board: Board, ledger: Any, anchor: str) -> list[str]:
 
 def _table(klass: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>"
+    labels = [esc(h) for h in headers] + [""] * max(0, max(map(len, rows), default=0)
+                                                     - len(headers))
+    body = "".join("<tr>" + "".join(f"<td data-label='{label}'>{esc(str(c))}</td>"
+                                    for label, c in zip(labels, row)) + "</tr>"
                    for row in rows)
     return f"<table class='{klass}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _env_links(cell: str) -> str:
+    """The escaped env cell with each legend label a link to its legend row."""
+    return re.sub(r"\bE(\d+)\b", r"<a href='#env-E\1'>E\1</a>", cell)
 
 
 def _figure(caption: str, data: bytes) -> str:

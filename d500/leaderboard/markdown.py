@@ -1,5 +1,7 @@
 """The leaderboard as Markdown: per level its views (tables, notes, PNG plots inlined as data
-URIs), then per workload the ranked table, the runs not counted and any integrity problems."""
+URIs), then per workload the ranked table (one per machine when times are ranked per machine),
+the runs not counted and any integrity problems; last the legend of environments (E1, E2, ...)
+that the rows' env column refers to."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from d500.leaderboard import text
+from d500.leaderboard.environments import Legend
 from d500.leaderboard.parts import parts
 from d500.leaderboard.ranking import Board
 from d500.levels import View
@@ -21,13 +24,23 @@ def markdown(boards: Sequence[Board], ledger: Any = None, source: str = "") -> s
         out += [f"_{source}_", ""]
     if not boards:
         out.append(text.NO_RUNS)
+    legend = Legend.of(boards)
     for part in parts(boards, ledger):
         out += [f"## {part.title}", ""]
         for view in part.views:
             out += _view(view)
         for board in part.boards:
-            out += _board(board)
+            out += _board(board, legend)
+    if legend:
+        out += _legend(boards, legend)
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _legend(boards: Sequence[Board], legend: Legend) -> list[str]:
+    out = [f"## {text.LEGEND_TITLE}", ""]
+    for note in text.legend_notes(list(boards), legend):
+        out += [f"_{_md(note)}_", ""]
+    return out + _table(["env", "provenance"], text.legend_rows(legend)) + [""]
 
 
 def _view(view: View) -> list[str]:
@@ -43,12 +56,18 @@ def _view(view: View) -> list[str]:
     return out
 
 
-def _board(board: Board) -> list[str]:
+def _board(board: Board, legend: Legend | None = None) -> list[str]:
+    legend = legend if legend is not None else Legend.of([board])
     out = [f"### {text.title(board)}", ""]
     if board.version_note:
         out += [f"_{board.version_note}_", ""]
     out += [f"_{_md(text.rule_line(board))}_", ""]
-    out += _table(text.headers(board), [text.row(board, e) for e in board.entries])
+    for note in text.machine_notes(board):
+        out += [f"_{_md(note)}_", ""]
+    for i, (heading, entries) in enumerate(text.sections(board, legend)):
+        if heading:
+            out += ([""] if i else []) + [f"**{_md(heading)}**", ""]
+        out += _table(text.headers(board), [text.row(board, e, legend=legend) for e in entries])
     excluded = text.excluded_rows(board)
     if excluded:
         out += ["", f"Runs not counted as success ({len(excluded)}):", ""]

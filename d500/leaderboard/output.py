@@ -17,15 +17,16 @@ FORMATS = ("md", "html", "terminal")
 
 
 def render(ledger: Any = None, level: int | None = None, workload: str | None = None,
-           fmt: str = "md") -> str:
+           fmt: str = "md", across_machines: bool = False) -> str:
     """The leaderboard (optionally one level / workload) as Markdown ("md"), one
-    self-contained HTML page ("html") or the terminal tables as plain text ("terminal")."""
+    self-contained HTML page ("html") or the terminal tables as plain text ("terminal").
+    `across_machines` ranks times and rates of different hardware against each other."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown leaderboard format '{fmt}' (choose from {', '.join(FORMATS)})")
     from d500.ledger import Ledger
 
     ledger = ledger if ledger is not None else Ledger()
-    boards = build(ledger, level, workload)
+    boards = build(ledger, level, workload, across_machines)
     source = text.source(ledger.path, boards)
     if fmt == "md":
         return markdown(boards, ledger, source)
@@ -35,7 +36,8 @@ def render(ledger: Any = None, level: int | None = None, workload: str | None = 
 
 
 def write_html(path: str | Path | None = None, ledger: Any = None, level: int | None = None,
-               workload: str | None = None) -> Path:
+               workload: str | None = None, across_machines: bool = False) -> Path:
     """Write the HTML leaderboard (default $D500_HOME/leaderboard.html); returns its path."""
     out = Path(path) if path is not None else home() / "leaderboard.html"
-    return write_output(out, render(ledger, level, workload, fmt="html"))
+    return write_output(out, render(ledger, level, workload, fmt="html",
+                                    across_machines=across_machines))

@@ -1,6 +1,6 @@
 """The leaderboard's PNG plots, drawn with matplotlib's Agg canvas (no display, no pyplot state):
-per board a strip plot of the ranking metric and the evaluation curves; `figure`/`png` for the
-plots levels add to their views.
+per board a strip plot of the ranking metric (one panel per machine when the board ranks per
+machine) and the evaluation curves; `figure`/`png` for the plots levels add to their views.
 
     fig = figure(7, 3)            # a Figure on its own Agg canvas
     fig.add_subplot().plot(...)
@@ -14,7 +14,8 @@ import math
 import struct
 from typing import Any
 
-from d500.leaderboard.ranking import Board
+from d500.leaderboard.environments import Legend, hardware_text
+from d500.leaderboard.ranking import Board, Entry
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -44,30 +45,63 @@ def png_size(data: bytes) -> tuple[int, int]:
     return width, height
 
 
-def board_plots(board: Board, ledger: Any = None) -> list[tuple[str, bytes]]:
+def board_plots(board: Board, ledger: Any = None, legend: Legend | None = None
+                ) -> list[tuple[str, bytes]]:
     """(caption, PNG) of the board's strip plot and, when its runs recorded evaluations (read
-    from `ledger`), their curves over wall time."""
+    from `ledger`), their curves over wall time. Entries of a board holding several machines
+    are named with their environments' labels in `legend`."""
     plots = []
-    strip = strip_plot(board)
+    strip = strip_plot(board, legend)
     if strip is not None:
         plots.append(strip)
-    curves = curves_plot(board, ledger) if ledger is not None else None
+    curves = curves_plot(board, ledger, legend) if ledger is not None else None
     if curves is not None:
         plots.append(curves)
     return plots
 
 
-def strip_plot(board: Board) -> tuple[str, bytes] | None:
+def entry_name(board: Board, entry: Entry, legend: Legend | None = None) -> str:
+    """"submission / backend", with its environment labels when the board spans machines."""
+    name = f"{entry.submission} / {entry.backend}"
+    if len(board.machines) < 2:
+        return name
+    legend = legend if legend is not None else Legend.of([board])
+    return f"{name} ({', '.join(legend.labels(entry)) or '?'})"
+
+
+def strip_plot(board: Board, legend: Legend | None = None) -> tuple[str, bytes] | None:
     """The ranking metric per entry: every counted run a dot (infinite values at the right edge
-    in red), the aggregate a bar."""
+    in red), the aggregate a bar; one panel per machine, each with its own axis, when the board
+    ranks per machine (its times are not to be compared across hardware, even by eye)."""
     metric = board.rank_by or (board.metrics[0] if board.metrics else None)
     entries = [e for e in board.entries if e.values.get(metric.name)] if metric else []
     if metric is None or not entries:
         return None
-    fig = figure(7, 0.5 + 0.45 * len(entries))
-    ax = fig.add_subplot()
+    panels: dict[str, list[Entry]] = {}
+    for e in entries:
+        panels.setdefault(e.machine if board.per_machine else "", []).append(e)
+    titled = len(panels) > 1
+    fig = figure(7, sum(0.5 + 0.45 * len(group) + (0.5 if titled else 0)
+                        for group in panels.values()))
+    axes = fig.subplots(len(panels), 1, squeeze=False,
+                        height_ratios=[len(g) + 1 for g in panels.values()])[:, 0]
+    for ax, group in zip(axes, panels.values(), strict=True):
+        _strip(ax, board, group, metric, legend)
+        if titled:
+            ax.set_title(hardware_text(group[0].environments[0] if group[0].environments
+                                       else None), fontsize=8, loc="left")
+    fig.tight_layout()
+    caption = (f"{metric.name} of every counted run (dots; red = ∞, e.g. target missed) and "
+               f"the aggregate (bar)" + ("; one panel per machine" if titled else ""))
+    return caption, png(fig)
+
+
+def _strip(ax: Any, board: Board, entries: list[Entry], metric: Any,
+           legend: Legend | None) -> None:
     finite = [v for e in entries for v in e.values[metric.name] if math.isfinite(v)]
     top = max(finite) * 1.15 if finite and max(finite) > 0 else 1.0
+    from matplotlib.ticker import MaxNLocator
+
     for y, e in enumerate(entries):
         vals = e.values[metric.name]
         xs = [v if math.isfinite(v) else top for v in vals]
@@ -80,17 +114,15 @@ def strip_plot(board: Board) -> tuple[str, bytes] | None:
         if agg is not None:
             ax.plot([agg if math.isfinite(agg) else top] * 2, [y - 0.3, y + 0.3],
                     color="black", lw=2)
-    ax.set_yticks(range(len(entries)), [f"{e.submission} / {e.backend}" for e in entries])
-    ax.invert_yaxis()
+    ax.set_yticks(range(len(entries)), [entry_name(board, e, legend) for e in entries])
+    ax.set_ylim(len(entries) - 0.5, -0.5)  # the first entry on top
     ax.set_xlabel(f"{metric.name} ({metric.unit})" if metric.unit else metric.name)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=6))
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    caption = (f"{metric.name} of every counted run (dots; red = ∞, e.g. target missed) and "
-               f"the aggregate (bar)")
-    return caption, png(fig)
 
 
-def curves_plot(board: Board, ledger: Any) -> tuple[str, bytes] | None:
+def curves_plot(board: Board, ledger: Any, legend: Legend | None = None
+                ) -> tuple[str, bytes] | None:
     """The first evaluation metric over wall time, one line per run, one colour per entry."""
     curves = [(e, ledger.evaluations(r["id"])) for e in board.entries for r in e.runs]
     curves = [c for c in curves if c[1]]
@@ -105,7 +137,7 @@ def curves_plot(board: Board, ledger: Any) -> tuple[str, bytes] | None:
                if name in ev["metrics"] and ev["wall_time"] is not None]
         if not pts:
             continue
-        key = f"{e.submission} / {e.backend}"
+        key = entry_name(board, e, legend)
         first = key not in colors
         color = colors.setdefault(key, f"C{len(colors) % 10}")
         ax.plot(*zip(*pts), color=color, alpha=0.8, marker=".", label=key if first else None)

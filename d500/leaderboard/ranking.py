@@ -1,7 +1,11 @@
 """Ledger rows -> ranked boards of numbers: grouping, aggregation (d500.metrics), ranks, ratios.
 
 One board per (level, workload, workload file sha256, model sha256): runs under different rules or
-models are never aggregated together. Nothing here formats text; the renderers do.
+models are never aggregated together. Within a board an entry is one submission x backend on one
+machine (hardware identity, d500.leaderboard.environments) from one source (this ledger or one
+imported package): runs of different hardware are never aggregated together. A machine-dependent
+ranking metric (a time or a rate) ranks entries only against entries of the same machine, unless
+`across_machines`. Nothing here formats text; the renderers do.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 from d500 import metrics as _metrics
 from d500 import workload as _workload
 from d500.errors import ConfigError, D500Error
+from d500.leaderboard.environments import machine, machine_dependent
 from d500.metrics import Metric
 
 NOT_COUNTED = ("interrupted", "running")  # no outcome yet (or never): listed, never aggregated
@@ -22,10 +27,14 @@ NOT_COUNTED = ("interrupted", "running")  # no outcome yet (or never): listed, n
 
 @dataclass
 class Entry:
-    """One (submission, backend) of a workload: its runs and their aggregates."""
+    """One (submission, backend) of a workload on one machine, from this ledger or from one
+    imported package: its runs and their aggregates. `rank` and `ratio` are within the entry's
+    ranking group (its machine when the board ranks per machine, else the whole board)."""
 
     submission: str
     backend: str
+    machine: str = ""  # hardware key of its runs' environment ("" when none was recorded)
+    package: dict[str, Any] | None = None  # {"id", "entry", "sha256", "forced"} when imported
     runs: list[dict[str, Any]] = field(default_factory=list)
     trials: list[dict[str, Any]] = field(default_factory=list)
     values: dict[str, list[float]] = field(default_factory=dict)
@@ -66,6 +75,19 @@ class Board:
     description: str = ""
     rules_problem: str = ""  # why the recorded workload text no longer gives rules (unranked)
     world_size: int | None = None  # distributed runs (level 3): one board per world size
+    across_machines: bool = False  # the organiser asked to rank times across machines
+
+    @property
+    def machines(self) -> list[str]:
+        """The hardware keys of the board's entries, in the order the entries show them."""
+        return list(dict.fromkeys(e.machine for e in self.entries))
+
+    @property
+    def per_machine(self) -> bool:
+        """Whether entries are ranked within their machine only: a time or a rate measured on
+        more than one machine, and the organiser did not ask to rank across machines."""
+        return (self.rank_by is not None and machine_dependent(self.rank_by)
+                and len(self.machines) > 1 and not self.across_machines)
 
     @property
     def not_succeeded(self) -> list[dict[str, Any]]:
@@ -76,32 +98,35 @@ class Board:
         return sum(len(e.runs) + len(e.trials) for e in self.entries)
 
 
-def build(ledger: Any = None, level: int | None = None, workload: str | None = None
-          ) -> list[Board]:
+def build(ledger: Any = None, level: int | None = None, workload: str | None = None,
+          across_machines: bool = False) -> list[Board]:
     """Group, aggregate and rank every run of the ledger (optionally one level / workload):
-    boards ordered by level, workload, then newest rules version first."""
+    boards ordered by level, workload, then newest rules version first. Times and rates
+    measured on different hardware are ranked apart unless `across_machines`."""
     from d500.ledger import Ledger
 
     ledger = ledger if ledger is not None else Ledger()
     per_run, general = ledger.verify_runs()
     return _boards(ledger.runs(level=level, workload=workload), per_run, general,
-                   ledger.environments())
+                   ledger.environments(), across_machines)
 
 
-def boards_for(ledger: Any, workloads: Iterable[tuple[int | None, str]]) -> list[Board]:
+def boards_for(ledger: Any, workloads: Iterable[tuple[int | None, str]],
+               across_machines: bool = False) -> list[Board]:
     """The board of the newest rules version of each (level, workload name), in the order given
     (repeats dropped; a workload without runs gives no board). Verifies the ledger once."""
     per_run, general = ledger.verify_runs()
     envs = ledger.environments()
     boards: list[Board] = []
     for level, name in dict.fromkeys(workloads):
-        found = _boards(ledger.runs(level=level, workload=name), per_run, general, envs)
+        found = _boards(ledger.runs(level=level, workload=name), per_run, general, envs,
+                        across_machines)
         boards += [b for b in found if found and b.workload_sha256 == found[0].workload_sha256]
     return boards
 
 
 def _boards(runs: list[dict[str, Any]], per_run: dict[int, list[str]], general: list[str],
-            envs: dict[int, Any]) -> list[Board]:
+            envs: dict[int, Any], across_machines: bool = False) -> list[Board]:
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in runs:  # the same rules (workload file, model) and, run apart, the same world size
         world = r["world_size"] if r["study"] is None else None
@@ -115,7 +140,7 @@ def _boards(runs: list[dict[str, Any]], per_run: dict[int, list[str]], general: 
     for (lvl, name, sha, model_sha, world), group in sorted(groups.items(), key=lambda kv: (
             kv[0][0] if kv[0][0] is not None else -1, kv[0][1] or "", -newest[kv[0][:4]],
             kv[0][4] or 0)):
-        board = _board(lvl, name, sha, group, per_run, general, envs)
+        board = _board(lvl, name, sha, group, per_run, general, envs, across_machines)
         board.world_size = world
         if versions[(lvl, name)] > 1:
             model = f", model {model_sha[:12]}" if model_sha else ""
@@ -166,14 +191,17 @@ def _defined(names: list[str]) -> list[Metric]:
 
 
 def _board(level: int | None, name: str, sha: str | None, group: list[dict[str, Any]],
-           per_run: dict[int, list[str]], general: list[str], envs: dict[int, Any]) -> Board:
+           per_run: dict[int, list[str]], general: list[str], envs: dict[int, Any],
+           across_machines: bool = False) -> Board:
     rules = _rules(group)
     known = _defined(rules.names)
     rank_by = next((m for m in known if m.name == rules.rank_by), None)
-    entries: dict[tuple[str, str], Entry] = {}
+    entries: dict[tuple[str, str, str, Any], Entry] = {}
     for r in group:
-        key = (r["submission"] or "", r["backend"] or "")
-        entry = entries.setdefault(key, Entry(*key))
+        package = r.get("package")  # imported from a competition package (absent: own run)
+        key = (r["submission"] or "", r["backend"] or "", machine(envs.get(r["environment"])),
+               package.get("id", package.get("sha256")) if package else None)
+        entry = entries.setdefault(key, Entry(*key[:3], package=package))
         (entry.trials if r["study"] is not None else entry.runs).append(r)
         entry.problems += per_run.get(r["id"], [])
         env = envs.get(r["environment"])
@@ -189,19 +217,40 @@ def _board(level: int | None, name: str, sha: str | None, group: list[dict[str, 
         if rank_by is not None and rank_by.missing is not None:
             entry.missed = sum(1 for r in entry.runs if r["status"] == "succeeded" and (
                 r["figures"].get(rank_by.name) in (None, rank_by.missing)))
-    ordered = sorted(entries.values(), key=lambda e: (
-        rank_by.sort_key(e.aggregate.get(rank_by.name)) if rank_by else 0, e.submission,
-        e.backend))
-    if rank_by is not None:
-        best = rank_by.best(e.aggregate.get(rank_by.name) for e in ordered
-                            if e.aggregate.get(rank_by.name) is not None
-                            and math.isfinite(e.aggregate[rank_by.name]))
-        for i, e in enumerate(ordered, 1):
-            value = e.aggregate.get(rank_by.name)
-            e.rank = i if value is not None else None
-            e.ratio = rank_by.ratio_to_best(value, best)
-    return Board(level, name, sha, known, rank_by, rules.how or "per-metric default", ordered,
-                 description=rules.description, rules_problem=rules.problem)
+    board = Board(level, name, sha, known, rank_by, rules.how or "per-metric default", [],
+                  description=rules.description, rules_problem=rules.problem,
+                  across_machines=across_machines)
+    board.entries = _ranked(list(entries.values()), rank_by, across_machines)
+    return board
+
+
+def _ranked(entries: list[Entry], rank_by: Metric | None, across_machines: bool) -> list[Entry]:
+    """Entries ranked and ordered: by machine first (machines in the order of their first run)
+    when a machine-dependent metric ranks entries of several machines, else all together."""
+    first_run = {}
+    for e in entries:
+        start = min((r["started_unix"] or 0 for r in e.runs + e.trials), default=0)
+        first_run[e.machine] = min(first_run.get(e.machine, start), start)
+    by_machine = (rank_by is not None and machine_dependent(rank_by) and not across_machines
+                  and len(first_run) > 1)
+    groups: dict[str, list[Entry]] = {}
+    for e in entries:
+        groups.setdefault(e.machine if by_machine else "", []).append(e)
+    ordered: list[Entry] = []
+    for key in sorted(groups, key=lambda k: (first_run.get(k, 0), k)):
+        ranked = sorted(groups[key], key=lambda e: (
+            rank_by.sort_key(e.aggregate.get(rank_by.name)) if rank_by else 0, e.submission,
+            e.backend, first_run[e.machine], e.machine))
+        if rank_by is not None:
+            best = rank_by.best(e.aggregate.get(rank_by.name) for e in ranked
+                                if e.aggregate.get(rank_by.name) is not None
+                                and math.isfinite(e.aggregate[rank_by.name]))
+            for i, e in enumerate(ranked, 1):
+                value = e.aggregate.get(rank_by.name)
+                e.rank = i if value is not None else None
+                e.ratio = rank_by.ratio_to_best(value, best)
+        ordered += ranked
+    return ordered
 
 
 def _values(runs: list[dict[str, Any]], metric: Metric) -> list[float]:

@@ -1,6 +1,8 @@
 """The leaderboard as rich tables for a terminal: `table(board)` for one board (compact for the
-summary `d500 run` prints), `renderables(...)` for the whole leaderboard, `plain(...)` as text.
-A view's plots cannot show in a terminal: each is listed by caption and size."""
+summary `d500 run` prints), `renderables(...)` for the whole leaderboard with the legend of
+environments last, `plain(...)` as text. A board ranked per machine separates each machine's rows
+by a line and names the machines in its caption. A view's plots cannot show in a terminal: each
+is listed by caption and size."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from d500.leaderboard import plots, text
+from d500.leaderboard.environments import Legend
 from d500.leaderboard.parts import parts
 from d500.leaderboard.ranking import Board
 from d500.levels import View
@@ -18,20 +21,29 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 
-def table(board: Board, compact: bool = False) -> Table:
-    """One board as a rich Table (title: level and workload; caption: the ranking rule).
-    `compact` drops the tuning-trials and provenance columns, the submission column when every
-    submission is its backend, and the "(n=…)" that repeats the runs column."""
+def table(board: Board, compact: bool = False, legend: Legend | None = None) -> Table:
+    """One board as a rich Table (title: level and workload; caption: the ranking rule and, for
+    rows of several machines, how they compare). `compact` drops the tuning-trials column, the
+    env column unless rows come from several machines, the submission column when every
+    submission is its backend, and the "(n=…)" that repeats the runs column. Env cells name
+    `legend`'s labels (by default a legend of this board alone)."""
     from rich.table import Table
     from rich.text import Text
 
+    legend = legend if legend is not None else Legend.of([board])
     headers = text.headers(board, compact)
-    out = Table(title=Text(text.title(board)), caption=Text(text.rule_line(board)),
+    sections = text.sections(board, legend)
+    caption = [text.rule_line(board), *text.machine_notes(board)]
+    caption += [f"section {i} of {len(sections)}: {heading}"
+                for i, (heading, _) in enumerate(sections, 1) if heading]
+    out = Table(title=Text(text.title(board)), caption=Text("\n".join(caption)),
                 title_justify="left", caption_justify="left")
     for h in headers:
         out.add_column(Text(h), justify="right" if text.numeric(h) else "left")
-    for e in board.entries:  # Text, never markup: "[90.0 – 500.0]" is a spread, not a style
-        out.add_row(*[Text(c) for c in text.row(board, e, compact)])
+    for _, entries in sections:  # Text, never markup: "[90.0 – 500.0]" is a spread, not a style
+        for i, e in enumerate(entries, 1):
+            out.add_row(*[Text(c) for c in text.row(board, e, compact, legend)],
+                        end_section=i == len(entries))
     return out
 
 
@@ -73,23 +85,41 @@ def renderables(boards: Sequence[Board], ledger: Any = None, source: str = ""
         out.append(Text(source, style="dim"))
     if not boards:
         out.append(Text(text.NO_RUNS))
+    legend = Legend.of(boards)
     for part in parts(boards, ledger):
         out.append(Rule(Text(part.title)))
         for view in part.views:
             out += view_renderables(view)
         for board in part.boards:
-            out += _board(board)
+            out += _board(board, legend)
+    if legend:
+        out += legend_renderables(boards, legend)
     return out
 
 
-def _board(board: Board) -> list[RenderableType]:
+def legend_renderables(boards: Sequence[Board], legend: Legend) -> list[RenderableType]:
+    """The legend of environments: a rule, its notes and a table of label and provenance."""
+    from rich.rule import Rule
+    from rich.table import Table
+    from rich.text import Text
+
+    tab = Table(caption=Text("\n".join(text.legend_notes(list(boards), legend))),
+                caption_justify="left")
+    tab.add_column(Text("env"), no_wrap=True)
+    tab.add_column(Text("provenance"), overflow="fold")
+    for label, prov in text.legend_rows(legend):
+        tab.add_row(Text(label), Text(prov))
+    return [Rule(Text(text.LEGEND_TITLE)), tab]
+
+
+def _board(board: Board, legend: Legend) -> list[RenderableType]:
     from rich.table import Table
     from rich.text import Text
 
     out: list[RenderableType] = []
     if board.version_note:
         out.append(Text(board.version_note, style="dim"))
-    out.append(table(board))
+    out.append(table(board, legend=legend))
     excluded = text.excluded_rows(board)
     if excluded:
         tab = Table(title=Text(f"{text.title(board)}: runs not counted as success "

@@ -1,5 +1,6 @@
 """The leaderboard's words, shared by every renderer: titles, the ranking rule, column headers,
-the cells of a board's rows, the runs not counted and each entry's provenance line."""
+the cells of a board's rows (each row's environments by their legend labels), the sections of a
+board ranked per machine, the notes on what compares across machines, the runs not counted."""
 
 from __future__ import annotations
 
@@ -7,16 +8,18 @@ import math
 import time
 from typing import Any
 
-from d500 import backends
 from d500 import metrics as _metrics
+from d500.leaderboard.environments import Legend, hardware_text, machine_columns
 from d500.leaderboard.ranking import Board, Entry
 from d500.metrics import Metric
 
 STATUS_ORDER = ("succeeded", "missed", "failed", "diverged", "timeout", "interrupted", "running")
 EXCLUDED_HEADERS = ["run", "submission", "backend", "status", "seed", "kind", "error"]
-TEXT_COLUMNS = ("submission", "backend", "runs", "verify", "provenance")  # the rest: numbers
-COMPACT_DROPS = ("tuning trials", "provenance")  # what a compact table leaves to the full board
+TEXT_COLUMNS = ("submission", "backend", "runs", "verify", "env")  # the rest: numbers
+COMPACT_DROPS = ("tuning trials", "env")  # what a compact table leaves to the full board
 NO_RUNS = "No runs recorded yet."
+LEGEND_TITLE = "Environments"
+ACROSS_FLAG = "d500 leaderboard --across-machines"
 
 
 def title(board: Board) -> str:
@@ -61,25 +64,29 @@ def numeric(header: str) -> bool:
 
 
 def headers(board: Board, compact: bool = False) -> list[str]:
-    """A board's column headers; `compact` (terminal summaries) drops the tuning-trials and
-    provenance columns, and the submission column when every submission is its backend."""
+    """A board's column headers; `compact` (terminal summaries) drops the tuning-trials column,
+    the env column unless the board holds rows of several machines, and the submission column
+    when every submission is its backend."""
     cols = ["rank", "submission", "backend"] + [m.label for m in columns(board)]
     if board.rank_by is not None:
         cols.insert(4, "× best")
-    cols += ["runs", "tuning trials", "verify", "provenance"]
+    cols += ["runs", "tuning trials", "verify", "env"]
     return [cols[i] for i in _kept(board, cols, compact)]
 
 
-def row(board: Board, entry: Entry, compact: bool = False) -> list[str]:
+def row(board: Board, entry: Entry, compact: bool = False, legend: Legend | None = None
+        ) -> list[str]:
     """An entry's cells under `headers(board, compact)`; compact cells omit the "(n=…)" that
-    repeats the runs column."""
-    cells = ["—" if entry.rank is None else str(entry.rank), entry.submission, entry.backend]
+    repeats the runs column. The env cell names the entry's environments by their labels in
+    `legend` (the leaderboard's; by default one of this board alone)."""
+    legend = legend if legend is not None else Legend.of([board])
+    cells = ["—" if entry.rank is None else str(entry.rank), submission(entry), entry.backend]
     cells += [cell(entry, m, count=not compact) for m in columns(board)]
     if board.rank_by is not None:
         cells.insert(4, ratio(entry))
     trials = (f"{len(entry.trials)} ({_metrics.format_duration(entry.tuning_seconds)})"
               if entry.trials else "0")
-    cells += [counts(entry), trials, verify(entry), " | ".join(provenance(entry)) or "—"]
+    cells += [counts(entry), trials, verify(entry), env_cell(entry, legend)]
     full = headers(board)
     return [cells[i] for i in _kept(board, full, compact)] if compact else cells
 
@@ -87,10 +94,112 @@ def row(board: Board, entry: Entry, compact: bool = False) -> list[str]:
 def _kept(board: Board, cols: list[str], compact: bool) -> list[int]:
     if not compact:
         return list(range(len(cols)))
-    drop = set(COMPACT_DROPS)
-    if all(e.submission == e.backend for e in board.entries):
+    drop = set(COMPACT_DROPS) - ({"env"} if len(board.machines) > 1 else set())
+    if all(e.submission == e.backend and not e.package for e in board.entries):
         drop.add("submission")
     return [i for i, h in enumerate(cols) if h not in drop]
+
+
+def submission(entry: Entry) -> str:
+    """The submission's name; for runs imported from a package, the package's entry and digest,
+    and a mark when the package was imported with --force despite failing `d500 check`."""
+    pkg = entry.package
+    if not pkg:
+        return entry.submission
+    sha = (pkg.get("sha256") or "")[:8]
+    forced = " ⚠ forced (failed d500 check)" if pkg.get("forced") else ""
+    return f"{entry.submission} · package {pkg.get('entry') or '?'} {sha}".rstrip() + forced
+
+
+def env_cell(entry: Entry, legend: Legend) -> str:
+    """The entry's environments by legend label, and the loaded-machine mark when its runs were
+    timed on a busy machine."""
+    labels = ", ".join(legend.labels(entry)) or "—"
+    loaded = load_mark(entry)
+    return f"{labels} · {loaded}" if loaded else labels
+
+
+def sections(board: Board, legend: Legend | None = None) -> list[tuple[str, list[Entry]]]:
+    """The board's rows in sections: one per machine, headed by its hardware and environment
+    labels, when the board ranks per machine; otherwise one section without a heading."""
+    if not board.per_machine:
+        return [("", list(board.entries))]
+    legend = legend if legend is not None else Legend.of([board])
+    grouped: dict[str, list[Entry]] = {}
+    for e in board.entries:
+        grouped.setdefault(e.machine, []).append(e)
+    out = []
+    for group in grouped.values():
+        envs = [env for e in group for env in e.environments]
+        labels = ", ".join(dict.fromkeys(lbl for e in group for lbl in legend.labels(e)))
+        out.append((f"on {hardware_text(envs[0] if envs else None)}"
+                    + (f" ({labels})" if labels else "") + ": ranked among these rows", group))
+    return out
+
+
+def machine_notes(board: Board) -> list[str]:
+    """What the board's rows measured on several machines mean: how it is ranked and which of
+    its columns compare across machines (nothing when all rows share one machine)."""
+    count = len(board.machines)
+    if count < 2:
+        return []
+    dependent, comparable = machine_columns([board])
+    out = []
+    name = board.rank_by.name if board.rank_by else ""
+    if board.per_machine:
+        out.append(f"rows measured on {count} different machines: {name} is a time or a rate, "
+                   f"so each machine's rows are ranked apart, never against another hardware's "
+                   f"({ACROSS_FLAG} ranks them together)")
+    elif board.rank_by is not None and name in dependent:
+        out.append(f"rows measured on {count} different machines, ranked together by {name} "
+                   f"because the organiser asked ({ACROSS_FLAG}): these times come from "
+                   f"different hardware")
+    elif board.rank_by is not None:
+        out.append(f"rows measured on {count} different machines, ranked together by {name}, "
+                   f"which is comparable on any machine")
+    out.append(_which(dependent, comparable))
+    return out
+
+
+def _which(dependent: list[str], comparable: list[str]) -> str:
+    parts = []
+    if dependent:
+        parts.append(f"machine-dependent (times and rates: compare rows of the same hardware "
+                     f"only): {', '.join(dependent)}")
+    if comparable:
+        parts.append(f"comparable across machines: {', '.join(comparable)}")
+    return "; ".join(parts)
+
+
+def legend_notes(boards: list[Board], legend: Legend) -> list[str]:
+    """The legend's notes: what the env column refers to, which hardware each label ran on
+    when there are several, and which columns of the leaderboard are machine-dependent."""
+    out = [("each row's env column names the environments its runs ran in; runs on the same "
+            "hardware (CPU model, logical cores, memory, GPUs, architecture) share a machine")]
+    machines = legend.machines
+    if len(machines) > 1:
+        hardware = {i.machine: i.hardware for i in reversed(legend.items)}
+        out.append(f"{len(machines)} machines: " + "; ".join(
+            f"{', '.join(legend.of_machine(m))} on {hardware[m]}" for m in machines))
+        if any(b.across_machines for b in boards):
+            out.append("times and rates from different machines are ranked against each other "
+                       f"here, as the organiser asked ({ACROSS_FLAG.split()[-1]}): they come "
+                       "from different hardware; accuracies, errors and steps or epochs to the "
+                       "target are comparable across machines")
+        else:
+            out.append("times and rates from different machines are never ranked against each "
+                       f"other unless the organiser passes {ACROSS_FLAG.split()[-1]}; "
+                       "accuracies, errors and steps or epochs to the target are ranked across "
+                       "machines")
+    which = _which(*machine_columns(boards))
+    if which:
+        out.append(which)
+    return out
+
+
+def legend_rows(legend: Legend) -> list[list[str]]:
+    """[label, provenance] per environment."""
+    return [[item.label, item.text] for item in legend.items]
 
 
 def cell(entry: Entry, metric: Metric, count: bool = True) -> str:
@@ -136,13 +245,6 @@ def problems(board: Board) -> list[str]:
     return sorted({p for e in board.entries for p in e.problems})
 
 
-def provenance(entry: Entry) -> list[str]:
-    """One line per distinct environment the entry's runs ran in, and a mark when runs were
-    timed on a loaded machine (their recorded load averages, d500.provenance.LoadWatch)."""
-    lines = list(dict.fromkeys(environment(env, entry.backend) for env in entry.environments))
-    return lines + ([loaded] if (loaded := load_mark(entry)) else [])
-
-
 def load_mark(entry: Entry) -> str:
     """"⚠ loaded machine: k of n runs ..." when runs were timed while other processes kept the
     machine busy; empty otherwise."""
@@ -155,30 +257,3 @@ def load_mark(entry: Entry) -> str:
     cores = loaded[0].get("usable_cores", "?")
     return (f"⚠ loaded machine: {len(loaded)} of {len(timed)} timed run(s), other processes' "
             f"load up to {others:.1f} on {cores} cores")
-
-
-def environment(env: dict[str, Any], backend: str | None) -> str:
-    """Machine, peak, the backend's framework version and onnx/numpy, git commit: one line."""
-    cpu = env.get("cpu", {})
-    gib = (env.get("memory_bytes") or 0) / 2**30
-    pk = env.get("packages", {})
-    framework = backends.framework(backend or "")
-    wanted = [framework[1] if framework else "", "onnx", "numpy"]
-    vers = [f"{k} {pk[k]}" for k in dict.fromkeys(wanted) if k and pk.get(k)]
-    gpus = ", ".join(g.get("name", "?") for g in env.get("gpus") or [])
-    git = env.get("git") or {}
-    commit = (git.get("commit") or "")[:8] + ("+dirty" if git.get("dirty") else "")
-    parts = [f"{cpu.get('model', '?')} ×{cpu.get('logical_cores', '?')}", f"{gib:.0f} GiB"]
-    if gpus:
-        parts.append(gpus)
-    if env.get("peak_flops"):
-        loaded = (env.get("peak_flops_conditions") or {}).get("loaded")
-        parts.append(f"peak {env['peak_flops'] / 1e9:.0f} GFLOP/s"
-                     + (" (measured under load)" if loaded else ""))
-    count = (env.get("threads") or {}).get("count")
-    if count:
-        parts.append(f"{count} thread{'s' if count != 1 else ''}")
-    parts += vers
-    if commit:
-        parts.append(f"git {commit}")
-    return " · ".join(parts)
