@@ -36,7 +36,7 @@ import os
 import sqlite3
 import tarfile
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from d500.competition.layout import (
@@ -193,7 +193,7 @@ def _snapshot(db: sqlite3.Connection, book: Any, folder: Path, name: str,
             members[texts[r["workload_sha256"]]] = r["workload_text"].encode()
     files = submission_files(folder)
     members.update({SUBMISSION_FILES + rel: data for rel, data in files.items()})
-    for line in _changed_files(rows, book, folder, files):
+    for line in _changed_files(rows, files):
         warn(line)
     members[STUDIES] = _json(_studies(db, [r["id"] for r in rows.values()]))
     chain = [list(c) for c in db.execute("SELECT chain_seq, id, prev_hash, row_hash FROM runs "
@@ -298,18 +298,23 @@ def submission_files(folder: Path) -> dict[str, bytes]:
     return out
 
 
-def _changed_files(rows: dict[int, sqlite3.Row], book: Any, folder: Path,
-                   files: dict[str, bytes]) -> list[str]:
-    """One line per submission file that some runs recorded with other content than packed."""
-    root = folder.resolve()
+def _changed_files(rows: dict[int, sqlite3.Row], files: dict[str, bytes]) -> list[str]:
+    """One line per submission file that some runs recorded with other content than packed.
+    A run's files are matched by their path relative to the folder of the submission.yaml it
+    recorded, so an entry folder moved or copied since still matches."""
     packed = {rel: sha256(data) for rel, data in files.items()}
     changed: dict[str, list[int]] = {}
     for rid, r in rows.items():
-        for stored, digest in json.loads(r["submission_files"] or "{}").items():
-            path = book.resolve_path(stored).resolve()
-            if not path.is_relative_to(root):
+        recorded = json.loads(r["submission_files"] or "{}")
+        roots = [PurePosixPath(p).parent for p in recorded
+                 if PurePosixPath(p).name == "submission.yaml"]
+        if len(roots) != 1:
+            continue  # not a folder entry d500 recorded (no single submission.yaml)
+        for stored, digest in recorded.items():
+            path = PurePosixPath(stored)
+            if not path.is_relative_to(roots[0]):
                 continue
-            rel = path.relative_to(root).as_posix()
+            rel = path.relative_to(roots[0]).as_posix()
             if packed.get(rel) != digest:
                 changed.setdefault(rel, []).append(rid)
     return [f"{rel}: run(s) {', '.join(map(str, ids))} ran with "

@@ -1,0 +1,185 @@
+"""Shared fixtures of the competition tests: one real digits entry, trained once per session with
+the real `d500 train` and `d500 tune` commands into its own ledger, and packaged with `d500 package`.
+
+    rules_dir       a rules folder laid out like levels/: 2-training/digits-mlp.yaml is the
+                    rulebook's file with `seeds: 2`, `tuning: {studies: 2, trials: 2, seed: 0}` and
+                    `budget: {max_epochs: 8, max_seconds: 60}` (pass it as `--rules`)
+    entry_dir       the entry `digits-packager` (submission.yaml + guarded.py, a momentum SGD
+                    whose `fail_at` hyperparameter raises at that step); its feasible points make
+                    each study's trial 0 diverge (lr 1e6) and trial 1 fail (fail_at 3)
+    digits_home     the D500_HOME the entry was trained in (runs/<id>/mllog.txt live there)
+    digits_ledger   digits_home/ledger.sqlite: runs 1-2 the seeds 0 and 1 (succeeded, 6 epochs
+                    each on torch when measured), runs 3-6 the trials (diverged, failed, diverged,
+                    failed) of studies 1 and 2
+    digits_package  the package of entry_dir built from digits_ledger (unsigned)
+    signing_key     an ed25519 key made by `d500 keygen` (its public key: signing_key.pub)
+    signed_package  the same package signed with signing_key
+    ledger_copy     (per test) a copy of digits_home to change: returns its ledger file
+    run_d500        run_d500(home, *args, cwd=None) -> CompletedProcess of `d500 ARGS`
+    repack          tests/competition/packages.py: repack(src, dst, edit, rehash=True)
+
+The session fixtures are shared: never change them in place (copy with ledger_copy, repack).
+Measured on the 2-core machine while others worked: about 25 s for training and tuning (mostly two
+torch start-ups), under 1 s for packaging.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from d500.paths import rulebook
+
+from .packages import repack as _repack
+
+ROOT = Path(__file__).resolve().parents[2]
+ENTRY = "digits-packager"
+WORKLOAD_CHANGES = {  # field -> the line that replaces it in the rulebook's digits-mlp.yaml
+    "seeds": "seeds: 2",
+    "tuning": "tuning: {studies: 2, trials: 2, seed: 0}",
+    "budget": "budget: {max_epochs: 8, max_seconds: 60}",
+}
+SUBMISSION = """\
+name: digits-packager
+level: 2
+description: Momentum SGD on the digits, the entry the competition tests pack.
+authors: [d500 tests]
+workloads: [digits-mlp]
+optimizer: guarded.py:Guarded
+batch_size: 32
+hyperparameters: {lr: 0.05, momentum: 0.9}
+schedule: {name: cosine, warmup: 0.05}
+feasible_points:
+  - {lr: 1.0e+6}
+  - {fail_at: 3}
+"""
+OPTIMIZER = '''\
+"""Momentum SGD with a bug that shows only when asked (`fail_at`): a tuning trial that fails."""
+
+from d500.training.optimizers import Hyper
+from d500.training.optimizers.sgd import Momentum
+
+
+class Guarded(Momentum):
+    name = "guarded"
+    hyperparameters = {**Momentum.hyperparameters,
+                       "fail_at": Hyper(0.0, "nonnegative", "raise at this step (0: never)")}
+
+    def update(self, ops, params, grads, state, lr, t):
+        if self.fail_at and int(t) >= self.fail_at:
+            raise RuntimeError(f"submission bug at step {int(t)}")
+        super().update(ops, params, grads, state, lr, t)
+'''
+
+
+def d500(home: Path | None, *args: str, cwd: Path | None = None,
+         timeout: float = 600) -> subprocess.CompletedProcess:
+    """`d500 ARGS` in a fresh process with D500_HOME=home (None: as set)."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    if home is not None:
+        env["D500_HOME"] = str(home)
+    env.pop("D500_DATA", None)
+    return subprocess.run([sys.executable, "-m", "d500.cli", *args], check=False,
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT,
+                          env=env)
+
+
+def _ok(result: subprocess.CompletedProcess, what: str) -> subprocess.CompletedProcess:
+    assert result.returncode in (0, 1), f"{what}: exit {result.returncode}\n{result.stderr}"
+    return result
+
+
+@pytest.fixture(scope="session")
+def run_d500() -> Callable[..., subprocess.CompletedProcess]:
+    return d500
+
+
+@pytest.fixture(scope="session")
+def repack() -> Callable[..., Path]:
+    return _repack
+
+
+@pytest.fixture(scope="session")
+def competition_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("competition")
+
+
+@pytest.fixture(scope="session")
+def rules_dir(competition_dir: Path) -> Path:
+    text = (rulebook() / "2-training" / "digits-mlp.yaml").read_text()
+    for field, line in WORKLOAD_CHANGES.items():
+        text, n = re.subn(rf"(?m)^{field}:.*$", line, text)
+        assert n == 1, f"the rulebook's digits-mlp.yaml has no one-line '{field}:' any more"
+    folder = competition_dir / "rules"
+    (folder / "2-training").mkdir(parents=True)
+    (folder / "2-training" / "digits-mlp.yaml").write_text(text)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def entry_dir(competition_dir: Path) -> Path:
+    folder = competition_dir / "entry"
+    folder.mkdir()
+    (folder / "submission.yaml").write_text(SUBMISSION)
+    (folder / "guarded.py").write_text(OPTIMIZER)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def digits_home(competition_dir: Path, rules_dir: Path, entry_dir: Path) -> Path:
+    home = competition_dir / "home"
+    workload = str(rules_dir / "2-training" / "digits-mlp.yaml")
+    t0 = time.perf_counter()
+    train = _ok(d500(home, "train", workload, "--submission", str(entry_dir), "--seeds", "2",
+                     "--json"), "d500 train")
+    tune = _ok(d500(home, "tune", workload, "--submission", str(entry_dir), "--json"),
+               "d500 tune")
+    took = time.perf_counter() - t0
+    print(f"\n[competition fixture] digits entry trained and tuned in {took:.1f} s")
+    assert '"status"' in train.stdout and '"ran"' in tune.stdout
+    return home
+
+
+@pytest.fixture(scope="session")
+def digits_ledger(digits_home: Path) -> Path:
+    return digits_home / "ledger.sqlite"
+
+
+@pytest.fixture(scope="session")
+def digits_package(digits_home: Path, entry_dir: Path, competition_dir: Path) -> Path:
+    out = competition_dir / "digits-packager.tar.gz"
+    result = d500(digits_home, "package", str(entry_dir), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+@pytest.fixture(scope="session")
+def signing_key(competition_dir: Path) -> Path:
+    key = competition_dir / "keys" / "entrant.key"
+    result = d500(None, "keygen", str(key))
+    assert result.returncode == 0, result.stderr
+    return key
+
+
+@pytest.fixture(scope="session")
+def signed_package(digits_home: Path, entry_dir: Path, competition_dir: Path,
+                   signing_key: Path) -> Path:
+    from d500.competition.export import build
+    return build(entry_dir, competition_dir / "digits-packager-signed.tar.gz",
+                 digits_home / "ledger.sqlite", sign_key=signing_key)
+
+
+@pytest.fixture
+def ledger_copy(digits_home: Path, tmp_path: Path) -> Path:
+    """A copy of the trained D500_HOME (ledger, MLLOGs) this test may change; its ledger file."""
+    home = tmp_path / "home"
+    shutil.copytree(digits_home, home, ignore=shutil.ignore_patterns("cache"))
+    return home / "ledger.sqlite"
