@@ -314,3 +314,31 @@ def test_the_cli_packs_signs_and_summarises(digits_home, entry_dir, tmp_path, ru
     assert Package.open(out).signature().valid
     again = run_d500(None, "keygen", str(signing_key))
     assert again.returncode == 2 and "already exists" in again.stderr
+
+
+def test_level3_group_rows_are_packed_with_the_entry(ledger_copy, entry_dir, tmp_path):
+    with Ledger(ledger_copy) as book:
+        with book.start_run(level=3, workload="digits-mlp-dist", submission=ENTRY,
+                            backend="torch", seed=0, group="g1", rank=0, world_size=2) as lead:
+            lead.record()
+        with book.start_run(level=3, workload="digits-mlp-dist", submission="rank-helper",
+                            backend="torch", seed=0, group="g1", rank=1, world_size=2) as rank:
+            rank.record()
+        with book.start_run(level=3, workload="digits-mlp-dist", submission="rank-helper",
+                            backend="torch", seed=0, group="g2", rank=1, world_size=2) as other:
+            other.record()
+    pkg = Package.open(build(entry_dir, tmp_path / "p.tar.gz", ledger_copy))
+    runs = {r.origin_id: r for r in pkg.runs()}
+    assert set(runs) == {1, 2, 3, 4, 5, 6, lead.id, rank.id}
+    assert (runs[rank.id].group, runs[rank.id].rank, runs[rank.id].world_size) == ("g1", 1, 2)
+    assert pkg.manifest["levels"] == [2, 3] and pkg.chain_problems() == []
+
+
+def test_runs_imported_from_a_package_are_not_packed_again(digits_package, entry_dir, tmp_path,
+                                                          rules_dir):
+    organiser = tmp_path / "organiser" / "ledger.sqlite"
+    with Ledger(organiser) as book:
+        book.import_package(digits_package, force=True, rules_dir=rules_dir)
+        assert len(book.runs(submission=ENTRY)) == 6
+    with pytest.raises(D500Error, match=f"no runs of entry '{ENTRY}'"):
+        build(entry_dir, tmp_path / "again.tar.gz", organiser)
