@@ -8,17 +8,21 @@ recomputed without that database), the ledger's chain skeleton, the studies, the
 provenance, each run's MLLOG file, the submission's files and the workload files the runs recorded.
 
 The package, one job per module:
+    layout       the format: member names, which names are safe, one exported run as read
     package      the reader everyone uses: Package.open(path) -> members, runs, integrity checks
     export       the builder: build(submission_dir, out, ledger, sign_key=None) -> Path
     signing      ed25519 keys, signing and verifying the manifest (the `cryptography` library)
     check        the package checker (completeness, rules, integrity, logs, convergence)
+    compliance   MLPerf's compliance checker (mlperf_logging) run on one d500 MLLOG
     convergence  reference convergence: epochs-to-target tested against the workload's samples
+    reference    measuring a workload's reference convergence (the organiser's runs)
     reproduce    re-running chosen runs of a package on this machine and comparing them
 
-Its commands (each module's `main(argv, prog)`, registered in d500.cli.CORE):
+Its commands (each a module with `main(argv, prog)`, registered in d500.cli.CORE):
     d500 package SUBMISSION_DIR --out FILE [--ledger PATH] [--sign KEYFILE]   (package_cli)
-    d500 keygen KEYFILE          an ed25519 private key (PEM, mode 0600) and KEYFILE.pub
+    d500 keygen KEYFILE          an ed25519 private key (PEM, mode 0600) and KEYFILE.pub (keygen_cli)
     d500 check PACKAGE [--rules DIR] [--trust PUBKEY ...] [--json]             (check_cli)
+    d500 reference WORKLOAD [--entry NAME] [--runs N]                          (reference_cli)
     d500 reproduce PACKAGE [--runs K] [--seed S] [--ledger PATH]               (reproduce_cli)
     d500 ledger import PACKAGE [--force] [--rules DIR]      (d500.ledger_cli, d500.ledger.imports)
 """
