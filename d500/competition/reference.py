@@ -126,7 +126,9 @@ def _launch(m: Measurement, seed: int, data_dir: str | None) -> Any:
 
 def command(m: Measurement, first_seed: int = FIRST_SEED) -> str:
     """The d500 command that measures `m` again."""
-    where = m.workload.name if m.workload.level == 2 else _relative(m.workload.path)
+    where = _relative(m.workload.path)
+    if m.workload.level == 2 and where.startswith("levels/"):
+        where = m.workload.name  # found by name in the entry's level
     parts = ["d500 reference", where, "--entry", m.entry.name, "--backend", m.backend]
     if m.ranks is not None:
         parts += ["--ranks", str(m.ranks)]
@@ -177,8 +179,8 @@ def block(m: Measurement) -> str:
 
 
 def write_block(path: Path, text: str) -> None:
-    """Put the block in a workload file: an existing block (and the comment lines right above it
-    that begin with this module's first comment line) is replaced, else it is appended."""
+    """Put the block in a workload file: an existing block (with the comment right above it, from
+    its line "# Reference convergence ...") is replaced, else the block is appended."""
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     key = f"{convergence.KEY}:"
     at = next((i for i, line in enumerate(lines) if line.startswith(key)), None)
@@ -190,11 +192,12 @@ def write_block(path: Path, text: str) -> None:
     end = at + 1
     while end < len(lines) and (lines[end][:1] in (" ", "\t") or not lines[end].strip()):
         end += 1
-    top = at
-    while top > 0 and lines[top - 1].startswith("#"):
-        top -= 1
-    if not lines[top].startswith("# Reference convergence"):
-        top = at
+    top, i = at, at
+    while i > 0 and lines[i - 1].startswith("#"):  # its comment: from the line that opens it
+        i -= 1
+        if lines[i].startswith("# Reference convergence"):
+            top = i
+            break
     path.write_text("".join(lines[:top]) + text + "".join(lines[end:]), encoding="utf-8")
 
 
