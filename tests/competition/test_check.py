@@ -1,0 +1,297 @@
+"""d500 check on the real digits package of the shared fixtures: the clean package passes under its
+rules folder; a tampered figure, log line and workload file, a removed trial, a repeated seed and
+a wrong or missing signer are each caught with a line naming them; a file that is not a package
+is exit 2."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from d500.competition import compliance, signing
+from d500.competition.check import check, check_package
+from d500.competition.package import Package
+
+from .conftest import ENTRY
+from .packages import edit_json, members, repack
+
+TOP = "d500-package"
+WORKLOAD = f"{TOP}/files/workloads/2-training/digits-mlp.yaml"
+
+
+def _problems(path: Path, rules_dir: Path, trusted: list[str] = ()) -> list[str]:
+    return check_package(Package.open(path), rules_dir, trusted)
+
+
+def _seed_runs(path: Path) -> list[int]:
+    return [r.origin_id for r in Package.open(path).runs() if r.trial is None]
+
+
+def _trials(path: Path) -> dict[tuple[int, int], int]:
+    """(study, trial number) -> run id."""
+    return {(r.trial[0], r.trial[1]): r.origin_id for r in Package.open(path).runs()
+            if r.trial is not None}
+
+
+def _drop_run(run_id: int):
+    """An edit that removes a run's record and MLLOG and its id from the manifest's runs."""
+    def edit(found: dict[str, bytes]) -> None:
+        del found[f"{TOP}/runs/{run_id}.json"]
+        del found[f"{TOP}/runs/{run_id}.mllog.txt"]
+        manifest = json.loads(found[f"{TOP}/manifest.json"])
+        manifest["runs"].remove(run_id)
+        found[f"{TOP}/manifest.json"] = json.dumps(manifest).encode()
+    return edit
+
+
+def test_the_clean_package_passes_under_its_rules(digits_package, rules_dir, run_d500):
+    report = check(Package.open(digits_package), rules_dir)
+    assert report.problems == []
+    assert (report.runs, report.studies, report.seeds) == (6, 2, 2)
+    assert "signature: the package is not signed" in report.not_checked
+    checked = " | ".join(report.checked)
+    for what in ("integrity:", "rules:", "completeness:", "logs: 6 MLLOG(s)",
+                 ("convergence: 1 result(s) against reference convergence, 2 run(s) test vs "
+                  "validation accuracy")):
+        assert what in checked
+    result = run_d500(None, "check", str(digits_package), "--rules", str(rules_dir))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"passed: entry '{ENTRY}' (level 2), 6 run(s), 2 study(ies), 2 seed run(s)" \
+        in result.stdout
+    assert "not checked  signature: the package is not signed" in result.stdout
+    assert result.stderr == ""
+
+
+def test_d500s_own_rulebook_is_not_the_packages(digits_package, rules_dir, run_d500):
+    """The fixture's rules ask 2 seeds and 2 studies of 2 trials; d500's own digits-mlp.yaml is
+    another file (3 seeds, 3 studies of 5 trials): the workload file and the counts fail."""
+    result = run_d500(None, "check", str(digits_package))
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert all(line.startswith(f"{digits_package}: ") for line in lines)
+    text = "\n".join(lines)
+    assert "rules: workload file 2-training/digits-mlp.yaml differs from the rulebook's" in text
+    assert "2 distinct seed(s) among its seed runs; the workload requires 3" in text
+    assert "its tuning requires 3" in text
+
+
+def test_json_report(digits_package, rules_dir, run_d500):
+    result = run_d500(None, "check", str(digits_package), "--rules", str(rules_dir), "--json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["passed"] is True and out["problems"] == [] and out["entry"] == ENTRY
+    assert (out["runs"], out["studies"], out["seed_runs"]) == (6, 2, 2)
+    assert out["sha256"] == Package.open(digits_package).sha256
+
+
+def test_a_tampered_figure_is_caught(digits_package, rules_dir, tmp_path):
+    run = _seed_runs(digits_package)[0]
+
+    def faster(record: dict) -> None:
+        figures = json.loads(record["row"]["figures"])
+        figures["time_to_accuracy"] /= 2
+        record["row"]["figures"] = json.dumps(figures)
+
+    bad = repack(digits_package, tmp_path / "figure.tar.gz",
+                 edit_json(f"{TOP}/runs/{run}.json", faster))
+    problems = _problems(bad, rules_dir)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"integrity: run {run}: figures differ")
+
+
+def test_a_tampered_log_line_is_caught(digits_package, rules_dir, tmp_path):
+    run = _seed_runs(digits_package)[0]
+    name = f"{TOP}/runs/{run}.mllog.txt"
+
+    def better(found: dict[str, bytes]) -> None:
+        lines = found[name].decode().splitlines(keepends=True)
+        i = next(i for i, line in enumerate(lines) if '"key": "eval_accuracy"' in line)
+        lines[i] = re.sub(r'"value": [0-9.]+', '"value": 0.999', lines[i])
+        found[name] = "".join(lines).encode()
+
+    problems = _problems(repack(digits_package, tmp_path / "log.tar.gz", better), rules_dir)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"integrity: run {run}: {name} differs from the MLLOG")
+
+
+def test_a_log_missing_a_required_key_fails_mlperfs_checker(digits_package, rules_dir,
+                                                             tmp_path):
+    run = _seed_runs(digits_package)[0]
+    name = f"{TOP}/runs/{run}.mllog.txt"
+
+    def cut(found: dict[str, bytes]) -> None:
+        found[name] = b"".join(line for line in found[name].splitlines(keepends=True)
+                               if b'"micro_batch_size"' not in line)
+
+    problems = _problems(repack(digits_package, tmp_path / "cut.tar.gz", cut), rules_dir)
+    assert f"logs: run {run} ({name}): Required EXACTLY_ONE occurrence of 'micro_batch_size' " \
+           f"but found 0" in problems
+    assert any(p.startswith(f"integrity: run {run}: {name} differs") for p in problems)
+
+
+def test_a_tampered_workload_file_is_caught(digits_package, rules_dir, tmp_path):
+    def easier(found: dict[str, bytes]) -> None:
+        found[WORKLOAD] = re.sub(rb"(?m)^target: .*$", b"target: {metric: val_accuracy, "
+                                 b"value: 0.5}", found[WORKLOAD])
+
+    problems = _problems(repack(digits_package, tmp_path / "rules.tar.gz", easier), rules_dir)
+    assert any(p.startswith("rules: workload file 2-training/digits-mlp.yaml differs from the "
+                            "rulebook's") for p in problems), problems
+    assert "rules: the workload text recorded by run(s) 1, 2, 3, 4, 5, 6 differs from the " \
+           "packaged 2-training/digits-mlp.yaml" in problems
+
+
+def test_a_removed_trial_is_a_gap(digits_package, rules_dir, tmp_path):
+    trials = _trials(digits_package)
+    study = min(s for s, _ in trials)
+    hidden = trials[study, 1]
+    bad = repack(digits_package, tmp_path / "gap.tar.gz", _drop_run(hidden))
+    assert Package.open(bad).member_problems() == []  # the manifest agrees: only a gap shows
+    problems = _problems(bad, rules_dir)
+    where = "completeness: digits-mlp (level 2) / torch: "
+    assert f"{where}study {study}: trial(s) 1 of 0..1 missing (a hidden trial is a gap)" \
+        in problems
+    assert f"{where}1 of its 2 study(ies) hold the workload's 2 trials, finished; its tuning " \
+           f"requires 2" in problems
+    assert len(problems) == 2, problems
+
+
+def test_a_removed_seed_run_is_too_few_seeds(digits_package, rules_dir, tmp_path):
+    bad = repack(digits_package, tmp_path / "seed.tar.gz",
+                 _drop_run(_seed_runs(digits_package)[-1]))
+    assert _problems(bad, rules_dir) == [(
+        "completeness: digits-mlp (level 2) / torch: 1 distinct seed(s) among its seed runs; "
+        "the workload requires 2")]
+
+
+def test_a_repeated_seed_is_caught(ledger_copy, rules_dir, entry_dir, run_d500, tmp_path):
+    home = ledger_copy.parent
+    workload = str(rules_dir / "2-training" / "digits-mlp.yaml")
+    again = run_d500(home, "train", workload, "--submission", str(entry_dir), "--seed", "0",
+                     "--repeat", "--json")
+    assert again.returncode in (0, 1), again.stderr
+    run = json.loads(again.stdout)[0]["run_id"]
+    out = tmp_path / "repeat.tar.gz"
+    assert run_d500(home, "package", str(entry_dir), "--out", str(out)).returncode == 0
+    first = min(r.origin_id for r in Package.open(out).runs() if r.seed == 0)
+    result = run_d500(None, "check", str(out), "--rules", str(rules_dir))
+    assert result.returncode == 1
+    assert (f"{out}: completeness: digits-mlp (level 2) / torch: seed 0 is used by runs "
+            f"{first}, {run} (seeds must be distinct)") in result.stdout.splitlines()
+
+
+def test_signatures_and_trusted_signers(digits_package, signed_package, signing_key, rules_dir,
+                                        run_d500, tmp_path):
+    pub = signing.pub_path(signing_key)
+    ok = run_d500(None, "check", str(signed_package), "--rules", str(rules_dir),
+                  "--trust", str(pub))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    key = signing.public_key(pub)
+    assert f"checked  signature: valid, by trusted key {key[:16]}" in ok.stdout
+    # by hex, as well as by file; and without --trust the signer is named but not required
+    assert _problems(signed_package, rules_dir, [key]) == []
+    assert any("signer not checked" in c for c in check(Package.open(signed_package),
+                                                        rules_dir).checked)
+    other = tmp_path / "other.key"
+    signing.generate(other)
+    wrong = run_d500(None, "check", str(signed_package), "--rules", str(rules_dir),
+                     "--trust", str(signing.pub_path(other)))
+    assert wrong.returncode == 1
+    assert wrong.stdout.splitlines() == [(
+        f"{signed_package}: integrity: signed by {key[:16]}…, which is not one of the 1 "
+        f"trusted key(s)")]
+    unsigned = run_d500(None, "check", str(digits_package), "--rules", str(rules_dir),
+                        "--trust", str(pub))
+    assert unsigned.returncode == 1
+    assert unsigned.stdout.splitlines() == [(
+        f"{digits_package}: integrity: the package is not signed, but --trust names the keys "
+        f"to accept")]
+
+
+def test_a_package_changed_after_signing_fails_its_signature(signed_package, signing_key,
+                                                             rules_dir, tmp_path):
+    """The manifest re-hashed after an edit: the members agree with it, the signature not."""
+    def note(found: dict[str, bytes]) -> None:
+        found[f"{TOP}/files/submission/NOTES.txt"] = b"added after signing\n"
+
+    bad = repack(signed_package, tmp_path / "resigned.tar.gz", note)
+    problems = _problems(bad, rules_dir, [signing.public_key(signing.pub_path(signing_key))])
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("integrity: signature.json (key ")
+    assert "does not match the manifest" in problems[0]
+
+
+def test_not_a_package_and_bad_arguments_are_exit_2(tmp_path, run_d500, digits_package):
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"not a tar at all")
+    for args, words in [
+            ((str(junk),), "not a d500 package"),
+            ((str(tmp_path / "missing.tar.gz"),), "no such package file"),
+            ((str(digits_package), "--rules", str(tmp_path / "nowhere")), "no such folder"),
+            ((str(digits_package), "--trust", str(junk)), "not an ed25519 public key")]:
+        result = run_d500(None, "check", *args)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert result.stdout == "" and len(result.stderr.splitlines()) == 1
+        assert result.stderr.startswith("d500 check: error: ") and words in result.stderr
+
+
+def test_compliance_holds_each_status_to_what_its_log_can_hold(digits_package, tmp_path):
+    """Succeeded runs pass every 6.1.0 rule kept; the fixture's diverged (lr 1e6) and failed
+    (a submission bug at step 3) trials are held to less, and pass too."""
+    pkg = Package.open(digits_package)
+    statuses = {r.status for r in pkg.runs()}
+    assert {"succeeded", "diverged", "failed"} <= statuses
+    found = members(digits_package)
+    names = {k["KEY"]["NAME"] for k in compliance.rules(2) if "KEY" in k}
+    assert "micro_batch_size" in names and "lowest_numerical_precision_in_attn" not in names
+    assert "lowest_numerical_precision_in_comm" not in names
+    assert "lowest_numerical_precision_in_comm" in {
+        k["KEY"]["NAME"] for k in compliance.rules(3) if "KEY" in k}
+    for run in pkg.runs():
+        path = tmp_path / f"{run.origin_id}.mllog.txt"
+        path.write_bytes(found[run.mllog_member])
+        assert compliance.problems(path, 2, run.status) == [], run.status
+        if run.status == "diverged":  # too short for the full rules
+            assert compliance.problems(path, 2, "succeeded") != []
+
+
+def test_a_result_faster_than_the_organisers_reference_is_flagged(digits_package, rules_dir,
+                                                                   tmp_path):
+    """The organiser's rulebook holds a reference measured after the entry ran (its file now
+    differs from the package's): the entry's 2 seeds against 20 reference runs of 12-21 epochs
+    are implausibly fast at p < 0.05."""
+    import yaml
+    text = (rules_dir / "2-training" / "digits-mlp.yaml").read_text()
+    data = yaml.safe_load(text)
+    data["reference_convergence"] = {
+        "metric": "epochs", "entry": "slow-sgd", "backend": "torch", "batch_size": 32,
+        "command": "d500 reference digits-mlp --entry slow-sgd --runs 20",
+        "samples": [12 + i % 10 for i in range(20)]}
+    organiser = tmp_path / "rules"
+    (organiser / "2-training").mkdir(parents=True)
+    (organiser / "2-training" / "digits-mlp.yaml").write_text(yaml.safe_dump(data))
+    problems = _problems(digits_package, organiser)
+    flagged = [p for p in problems if p.startswith("convergence: digits-mlp (level 2) / torch: "
+                                                   "epochs to target: ")]
+    assert len(flagged) == 1 and "implausibly fast" in flagged[0], problems
+    assert "against the reference's 16.5 over 20 (slow-sgd on torch, batch 32)" in flagged[0]
+    assert any(p.startswith("rules: workload file 2-training/digits-mlp.yaml differs")
+               for p in problems)
+
+
+def test_a_test_accuracy_far_below_validation_is_flagged(digits_package, rules_dir, tmp_path):
+    run = _seed_runs(digits_package)[0]
+
+    def overfit(record: dict) -> None:
+        figures = json.loads(record["row"]["figures"])
+        figures["final_test_accuracy"] = figures["test_accuracy"] = 0.8
+        record["row"]["figures"] = json.dumps(figures)
+
+    bad = repack(digits_package, tmp_path / "gap.tar.gz",
+                 edit_json(f"{TOP}/runs/{run}.json", overfit))
+    problems = _problems(bad, rules_dir)
+    assert any(p.startswith(f"integrity: run {run}: figures differ") for p in problems)
+    gap = [p for p in problems if p.startswith(f"convergence: run {run} (digits-mlp / torch, "
+                                               f"seed ")]
+    assert len(gap) == 1 and "test accuracy far below validation" in gap[0], problems
