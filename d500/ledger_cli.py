@@ -118,7 +118,7 @@ def _import(ledger: Any, package: str, force: bool, rules: str | None) -> int:
         "no runs"
     if done.status == "refused":
         for problem in done.problems:
-            print(problem)
+            print(f"{package}: {problem}")  # as `d500 check` prints them
         print(f"refused {name}: {len(done.problems)} problem(s); nothing imported into "
               f"{ledger.path} (--force imports it marked as forced)", file=sys.stderr)
         return 1

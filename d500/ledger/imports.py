@@ -92,11 +92,9 @@ def package_folder(ledger: Ledger, sha256: str) -> Path:
 
 def check_problems(pkg: Package, rules_dir: str | Path | None = None) -> list[str]:
     """What `d500 check` finds wrong with the package (empty: it passes)."""
-    try:
-        from d500.competition.check import check_package
-    except ImportError:  # TODO(check owner): d500.competition.check not there yet
-        return pkg.member_problems() + pkg.chain_problems()
-    return list(check_package(pkg, rules_dir=rules_dir))
+    from d500.competition.check import check_package
+
+    return list(check_package(pkg, rules_dir=None if rules_dir is None else Path(rules_dir)))
 
 
 def import_package(ledger: Ledger, package: str | Path | Package, *, force: bool = False,

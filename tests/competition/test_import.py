@@ -1,0 +1,326 @@
+"""`d500 ledger import`: real packages of real digits entries merged into an organiser's ledger,
+verified (imported rows in this chain, their origin seals recomputed), tampered with, imported
+twice, refused when `d500 check` fails and forced, and ranked by `d500 leaderboard`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from d500.competition.layout import run_member
+from d500.competition.package import Package
+from d500.ledger import Ledger
+
+from .conftest import OPTIMIZER, SUBMISSION
+from .packages import edit_json, repack
+
+RIVAL = "digits-rival"
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def query(ledger: Path, sql: str, *args: object) -> list[tuple]:
+    db = sqlite3.connect(ledger)
+    try:
+        return db.execute(sql, args).fetchall()
+    finally:
+        db.close()
+
+
+def execute(ledger: Path, sql: str, *args: object) -> None:
+    db = sqlite3.connect(ledger)
+    try:
+        db.execute(sql, args)
+        db.commit()
+    finally:
+        db.close()
+
+
+def import_cli(run_d500, home: Path, package: Path, *extra: str):
+    return run_d500(home, "ledger", "--ledger", str(home / "ledger.sqlite"), "import",
+                    str(package), *extra)
+
+
+@pytest.fixture(scope="module")
+def organiser(tmp_path_factory, run_d500, digits_package, rules_dir) -> Path:
+    """A fresh D500_HOME into which the digits package was imported once (copy before edits)."""
+    home = tmp_path_factory.mktemp("organiser") / "home"
+    done = import_cli(run_d500, home, digits_package, "--rules", str(rules_dir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return home
+
+
+def copy_of(home: Path, tmp_path: Path) -> Path:
+    """A copy of an organiser's home this test may change; its ledger file."""
+    shutil.copytree(home, tmp_path / "home")
+    return tmp_path / "home" / "ledger.sqlite"
+
+
+def test_a_package_imported_into_a_fresh_ledger_is_whole_and_verifies(
+        organiser, digits_package, run_d500):
+    pkg = Package.open(digits_package)
+    sha12 = pkg.sha256[:12]
+    ledger = Ledger(organiser / "ledger.sqlite")
+    runs = ledger.runs()
+    exported = {r.origin_id: r for r in pkg.runs()}
+    assert len(runs) == len(exported) == 6
+    assert [r["package"] for r in runs] == [
+        {"id": 1, "entry": "digits-packager", "sha256": pkg.sha256, "forced": False}] * 6
+    origins = [ledger.get(r["id"])["origin"]["run"] for r in runs]
+    assert origins == sorted(exported)  # imported in origin order, one row each
+    studies = {s["id"]: s for s in ledger.studies()}
+    assert sorted(s["name"] for s in studies.values()) == sorted(
+        f"{s['name']} (package {sha12})" for s in pkg.studies())
+    assert all(s["package_id"] == 1 for s in studies.values())
+    folder = organiser / "packages" / sha12
+    for run, origin_id in zip(runs, origins, strict=True):
+        source = exported[origin_id]
+        full = ledger.get(run["id"])
+        # the values the origin sealed, unchanged
+        assert (run["status"], run["seed"], run["figures"], run["hyperparameters"],
+                run["started_unix"], run["stopped_unix"], run["error"]) == (
+            source.status, source.seed, source.figures, source.hyperparameters,
+            source.started, source.stopped, source.error)
+        assert [[e["step"], e["epoch"], e["wall_time"]] for e in full["evaluations"]] == [
+            e[:3] for e in source.evaluations]
+        assert [e["metrics"] for e in full["evaluations"]] == [
+            json.loads(e[3]) for e in source.evaluations]
+        assert full["provenance"] == source.environment
+        # trial number and attempt kept, in the study recreated from the package
+        if source.trial is None:
+            assert run["study"] is None
+        else:
+            assert run["trial"] == source.number
+            assert studies[run["study"]]["name"].endswith(f"(package {sha12})")
+            assert query(organiser / "ledger.sqlite", "SELECT attempt FROM trials WHERE "
+                         "run_id = ?", run["id"]) == [(source.attempt,)]
+        # the MLLOG byte for byte (its d500_run_id stays the origin's), files under packages/
+        log = organiser / "runs" / str(run["id"]) / "mllog.txt"
+        assert log.read_bytes() == pkg.member(source.mllog_member)
+        assert f'"key": "d500_run_id", "value": {origin_id},' in log.read_text()
+        assert ledger.resolve_path(run["workload_file"]).is_relative_to(folder)
+        assert sha256(ledger.resolve_path(run["workload_file"])) == run["workload_sha256"]
+        assert sorted(run["submission_files"].values()) == sorted(
+            source.submission_file_hashes.values())
+        for stored, digest in run["submission_files"].items():
+            assert ledger.resolve_path(stored).is_relative_to(folder / "files" / "submission")
+            assert sha256(ledger.resolve_path(stored)) == digest
+    assert [p["runs"] for p in ledger.packages()] == [6]
+    assert ledger.verify() == []
+    ledger.close()
+    verified = run_d500(organiser, "ledger", "--ledger", str(organiser / "ledger.sqlite"),
+                        "verify")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "intact (6 sealed runs" in verified.stdout
+    listed = run_d500(organiser, "ledger", "--ledger", str(organiser / "ledger.sqlite"), "list",
+                      "--json")
+    assert [r["package"]["sha256"] for r in json.loads(listed.stdout)] == [pkg.sha256] * 6
+
+
+def test_the_same_package_twice_is_a_no_op(organiser, digits_package, rules_dir, run_d500,
+                                           tmp_path):
+    ledger = copy_of(organiser, tmp_path)
+    tables = ("runs", "evaluations", "artifacts", "trials", "studies", "environments",
+              "packages", "origins")
+    before = {t: query(ledger, f"SELECT * FROM {t}") for t in tables}
+    head = query(ledger, "SELECT value FROM meta WHERE key = 'chain_head'")
+    again = import_cli(run_d500, ledger.parent, digits_package, "--rules", str(rules_dir))
+    assert again.returncode == 0, again.stderr
+    sha12 = sha256(digits_package)[:12]
+    assert f"package {sha12} (entry digits-packager) was already imported" in again.stdout
+    assert "as package 1 (runs 1..6): nothing to do" in again.stdout
+    assert {t: query(ledger, f"SELECT * FROM {t}") for t in tables} == before
+    assert query(ledger, "SELECT value FROM meta WHERE key = 'chain_head'") == head
+    assert sorted(p.name for p in (ledger.parent / "runs").iterdir()) == [
+        str(i) for i in range(1, 7)]
+
+
+def test_a_tampered_imported_figure_is_named_by_verify(organiser, run_d500, tmp_path):
+    ledger = copy_of(organiser, tmp_path)
+    run_id, origin_id, figures = query(
+        ledger, "SELECT r.id, o.origin_id, r.figures FROM runs r JOIN origins o ON "
+        "o.run_id = r.id WHERE r.status = 'succeeded' ORDER BY r.id LIMIT 1")[0]
+    better = {**json.loads(figures), "epochs": 1.0}
+    execute(ledger, "UPDATE runs SET figures = ? WHERE id = ?",
+            json.dumps(better, sort_keys=True), run_id)
+    found = run_d500(ledger.parent, "ledger", "--ledger", str(ledger), "verify")
+    assert found.returncode == 1
+    sha12 = query(ledger, "SELECT sha256 FROM packages")[0][0][:12]
+    assert found.stdout.splitlines() == [
+        f"run {run_id}: figures changed in the database since the run was recorded",
+        f"run {run_id} (origin run {origin_id} of package {sha12}): figures differ from the "
+        "origin record"], found.stdout
+
+
+def test_a_tampered_origin_record_is_named_by_verify(organiser, tmp_path):
+    ledger = copy_of(organiser, tmp_path)
+    run_id, origin_id, text = query(
+        ledger, "SELECT o.run_id, o.origin_id, o.record FROM origins o JOIN runs r ON "
+        "r.id = o.run_id WHERE r.status = 'succeeded' ORDER BY o.run_id LIMIT 1")[0]
+    record = json.loads(text)
+    figures = json.loads(record["row"]["figures"])
+    record["row"]["figures"] = json.dumps({**figures, "epochs": 1.0}, sort_keys=True)
+    execute(ledger, "UPDATE origins SET record = ? WHERE run_id = ?",
+            json.dumps(record, indent=1, sort_keys=True) + "\n", run_id)
+    with Ledger(ledger) as book:
+        problems = book.verify()
+    sha12 = query(ledger, "SELECT sha256 FROM packages")[0][0][:12]
+    what = f"run {run_id} (origin run {origin_id} of package {sha12})"
+    assert problems == [
+        f"{what}: its stored origin record changed since import",
+        f"{what}: its origin record is not the one the package manifest lists",
+        f"{what}: figures of its origin record do not match the origin's seal",
+        f"{what}: figures differ from the origin record"], problems
+    # its seal rewritten to match as well: the origin row hash and the chain still say no
+    from d500.ledger import integrity
+    seal = integrity.seal_fields(record["row"], record["evaluations"], record["artifacts"],
+                                 record["trial"])
+    record["sealed"] = json.dumps(seal, sort_keys=True)
+    execute(ledger, "UPDATE origins SET record = ?, sealed = ? WHERE run_id = ?",
+            json.dumps(record), record["sealed"], run_id)
+    with Ledger(ledger) as book:
+        problems = book.verify()
+    assert f"{what}: its origin row hash does not match its origin seal" in problems
+    assert f"{what}: its origin row hash is not at position {record['chain_seq']} of the " \
+           "package's chain" not in problems  # the hash itself was left: it is in the chain
+    assert not any("figures of its origin record" in p for p in problems)
+
+
+def test_a_package_failing_check_is_refused_then_forced_and_marked(
+        digits_package, run_d500, tmp_path):
+    """Checked against d500's own rulebook (not the rules the entry ran under), the digits
+    package fails `d500 check` on its workload file: refused, nothing imported; --force
+    imports it, marked forced with those problems, and the mark is sealed."""
+    home = tmp_path / "home"
+    ledger = home / "ledger.sqlite"
+    check = run_d500(home, "check", str(digits_package))
+    assert check.returncode == 1 and check.stdout.strip(), check.stdout + check.stderr
+    problems = check.stdout.strip().splitlines()
+    refused = import_cli(run_d500, home, digits_package)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert refused.stdout.splitlines() == problems
+    assert f"refused package {sha256(digits_package)[:12]} (entry digits-packager): " \
+           f"{len(problems)} problem(s); nothing imported" in refused.stderr
+    assert query(ledger, "SELECT COUNT(*) FROM runs")[0][0] == 0
+    assert query(ledger, "SELECT COUNT(*) FROM packages")[0][0] == 0
+    assert not (home / "packages").exists() and not (home / "runs").exists()
+
+    forced = import_cli(run_d500, home, digits_package, "--force")
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    assert f"FORCED past {len(problems)} problem(s)" in forced.stdout
+    with Ledger(ledger) as book:
+        runs = book.runs()
+        assert len(runs) == 6 and all(r["package"]["forced"] for r in runs)
+        assert [f"{digits_package}: {p}" for p in book.packages()[0]["problems"]] == problems
+        assert book.verify() == []
+    listed = run_d500(home, "ledger", "--ledger", str(ledger), "list", "--json")
+    assert [r["package"]["forced"] for r in json.loads(listed.stdout)] == [True] * 6
+    # taking the mark off in the database is caught: each run sealed it
+    execute(ledger, "UPDATE packages SET forced = 0")
+    found = run_d500(home, "ledger", "--ledger", str(ledger), "verify")
+    assert found.returncode == 1
+    sha12 = sha256(digits_package)[:12]
+    assert found.stdout.splitlines() == [
+        f"package {sha12}: its forced mark changed since import (its runs were sealed "
+        "forced)"], found.stdout
+
+
+def test_a_tampered_package_forced_in_stays_flagged(digits_package, rules_dir, run_d500,
+                                                    tmp_path):
+    """A figure changed in the package (its manifest re-hashed, as an attacker would): check
+    refuses it; forced in, the organiser's chain is intact but verify names the origin run
+    whose seal no longer matches, on every verification."""
+    pkg = Package.open(digits_package)
+    victim = next(r for r in pkg.runs() if r.status == "succeeded")
+
+    def faster(record: dict) -> None:
+        record["row"]["figures"] = json.dumps({**victim.figures, "epochs": 1.0},
+                                              sort_keys=True)
+
+    tampered = repack(digits_package, tmp_path / "tampered.tar.gz",
+                      edit_json(run_member(victim.origin_id), faster))
+    home = tmp_path / "home"
+    refused = import_cli(run_d500, home, tampered, "--rules", str(rules_dir))
+    assert refused.returncode == 1
+    assert f"run {victim.origin_id}: figures differ from what its seal recorded" \
+           in refused.stdout, refused.stdout
+    forced = import_cli(run_d500, home, tampered, "--rules", str(rules_dir), "--force")
+    assert forced.returncode == 0, forced.stderr
+    with Ledger(home / "ledger.sqlite") as book:
+        run_id = next(r["id"] for r in book.runs()
+                      if book.get(r["id"])["origin"]["run"] == victim.origin_id)
+        assert book.get(run_id)["figures"]["epochs"] == 1.0
+        assert book.verify() == [
+            f"run {run_id} (origin run {victim.origin_id} of package "
+            f"{sha256(tampered)[:12]}): figures of its origin record do not match the "
+            "origin's seal"]
+
+
+# ------------------------------------------------------------ two entrants, one organiser
+
+@pytest.fixture(scope="module")
+def rival_package(tmp_path_factory, run_d500, rules_dir) -> Path:
+    """A second entry trained in its own D500_HOME (its own ledger) and packaged."""
+    base = tmp_path_factory.mktemp("rival")
+    entry = base / "entry"
+    entry.mkdir()
+    (entry / "submission.yaml").write_text(
+        SUBMISSION.replace("name: digits-packager", f"name: {RIVAL}"))
+    (entry / "guarded.py").write_text(OPTIMIZER)
+    home = base / "home"
+    workload = str(rules_dir / "2-training" / "digits-mlp.yaml")
+    for args in (("train", workload, "--submission", str(entry), "--seeds", "2"),
+                 ("tune", workload, "--submission", str(entry)),
+                 ("package", str(entry), "--out", str(base / f"{RIVAL}.tar.gz"))):
+        done = run_d500(home, *args)
+        assert done.returncode in (0, 1), done.stderr
+    assert (base / f"{RIVAL}.tar.gz").is_file()
+    return base / f"{RIVAL}.tar.gz"
+
+
+def test_two_packages_from_two_ledgers_into_a_third_verify_and_rank(
+        digits_package, rival_package, rules_dir, run_d500, tmp_path):
+    home = tmp_path / "organiser"
+    ledger = home / "ledger.sqlite"
+    workload = str(rules_dir / "2-training" / "digits-mlp.yaml")
+    own = run_d500(home, "train", workload, "--submission", "submissions/sgd-momentum",
+                   "--seeds", "1")
+    assert own.returncode in (0, 1), own.stderr
+    for package in (digits_package, rival_package):
+        done = import_cli(run_d500, home, package, "--rules", str(rules_dir))
+        assert done.returncode == 0, done.stdout + done.stderr
+    with Ledger(ledger) as book:
+        runs = book.runs()
+        by_entry: dict[object, list[int]] = {}
+        for r in runs:
+            key = None if r["package"] is None else (r["package"]["id"], r["package"]["entry"])
+            by_entry.setdefault(key, []).append(r["id"])
+        assert sorted(by_entry, key=str) == sorted(
+            [None, (1, "digits-packager"), (2, RIVAL)], key=str)
+        assert by_entry[None] == [1]  # the organiser's own run, then the two packages
+        assert len(by_entry[(1, "digits-packager")]) == len(by_entry[(2, RIVAL)]) == 6
+        assert [p["entry"] for p in book.packages()] == ["digits-packager", RIVAL]
+        # every imported row is a link of this ledger's chain after the organiser's own
+        seqs = [s for (s,) in query(ledger, "SELECT chain_seq FROM runs ORDER BY id")]
+        assert seqs == list(range(1, len(runs) + 1))
+        assert book.verify() == []
+        names = [s["name"] for s in book.studies()]
+        assert len(names) == len(set(names)) == 4  # 2 studies per entry, each named apart
+    verified = run_d500(home, "ledger", "--ledger", str(ledger), "verify")
+    assert verified.returncode == 0 and "intact (13 sealed runs" in verified.stdout, \
+        verified.stdout + verified.stderr
+    board = run_d500(home, "leaderboard", "--ledger", str(ledger), "--level", "2")
+    assert board.returncode == 0, board.stderr
+    text = board.stdout
+    for sha, entry in ((sha256(digits_package), "digits-packager"),
+                       (sha256(rival_package), RIVAL)):
+        assert f"{entry} · package {entry} {sha[:8]}" in text, text
+    assert "sgd-momentum" in text and "E1" in text
+    assert "forced" not in text
