@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -111,18 +112,24 @@ class Item:
 @dataclass
 class Legend:
     """Each distinct environment of a leaderboard once, labelled E1, E2, ... in the order the
-    boards first show it (environments that read the same are one)."""
+    ledger first recorded them (environments that read the same are one), so a label does not
+    move when the ranking does."""
 
     items: list[Item] = field(default_factory=list)
     _by_text: dict[str, Item] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, boards: Iterable[Board]) -> Legend:
-        legend = cls()
+        found: list[tuple[float, int, dict[str, Any]]] = []
         for board in boards:
             for entry in board.entries:
-                for env in entry.environments:
-                    legend.add(env)
+                ids = entry.environment_ids
+                for i, env in enumerate(entry.environments):
+                    order = ids[i] if len(ids) == len(entry.environments) else math.inf
+                    found.append((order, len(found), env))
+        legend = cls()
+        for _, _, env in sorted(found, key=lambda f: f[:2]):
+            legend.add(env)
         return legend
 
     def add(self, env: dict[str, Any] | None) -> Item:

@@ -45,6 +45,7 @@ class Entry:
     missed: int = 0  # succeeded runs without the ranking metric's figure (target missed)
     problems: list[str] = field(default_factory=list)
     environments: list[dict[str, Any]] = field(default_factory=list)  # distinct, run order
+    environment_ids: list[int] = field(default_factory=list)  # their ledger ids, same order
 
     @property
     def counts(self) -> Counter:
@@ -207,6 +208,7 @@ def _board(level: int | None, name: str, sha: str | None, group: list[dict[str, 
         env = envs.get(r["environment"])
         if env and env not in entry.environments:
             entry.environments.append(env)
+            entry.environment_ids.append(r["environment"])
     for entry in entries.values():
         entry.problems += general
         for metric in known:
