@@ -11,11 +11,11 @@ completeness, the rules, integrity, its logs and plausible convergence; one line
   number 0..trials-1 present and finished (a hidden trial is a gap); levels 0/1 require none;
 - rules: every workload file in the package byte for byte (sha256) the rulebook's (levels/, or
   `rules_dir` laid out like it), and each run's recorded workload text the packaged file's;
-- integrity: the member hashes, each run's seal and row hash along the package's chain, the
-  runs belonging to the entry the manifest names, the signature when there is one, and its
-  signer among `trusted` when that is given;
-- logs: each MLLOG the one its run sealed (its artifact's sha256) and accepted by MLPerf's
-  compliance checker (d500.competition.compliance);
+- integrity: the member hashes, each run's seal and row hash along the package's chain, its
+  MLLOG and workload file the ones it sealed (Package.member_problems and chain_problems), the
+  runs belonging to the entry the manifest names (or ranks of its level-3 runs), the signature
+  when there is one, and its signer among `trusted` when that is given;
+- logs: each MLLOG accepted by MLPerf's compliance checker (d500.competition.compliance);
 - convergence: each result's succeeded seed runs against the workload's reference
   (d500.competition.convergence), and every succeeded run's test accuracy against its
   validation accuracy.
@@ -27,18 +27,25 @@ apart, so a pass says exactly what it covered.
 from __future__ import annotations
 
 import hashlib
-import json
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from d500.competition.completeness import (
+    TRAINING_LEVELS,
+    group_studies,
+    ids,
+    is_rank_row,
+    is_seed_run,
+    requirement,
+    result_name,
+    seed_problems,
+    study_problems,
+    world,
+)
 from d500.errors import D500Error
-
-TRAINING_LEVELS = (2, 3)
-UNCOUNTED = ("interrupted", "running")  # d500.training.score.NOT_COUNTED: not a seed result
-DONE = ("succeeded", "missed", "diverged", "failed", "timeout")  # d500.training.tuning.DONE
 
 
 @dataclass
@@ -134,34 +141,6 @@ def level_folder(level: int) -> str:
         return str(level)
 
 
-def world(run: Any) -> int:
-    return int(run.world_size or 1)
-
-
-def is_rank_row(run: Any) -> bool:
-    """A level-3 rank's own row beside its group's run (not a result of its own)."""
-    return run.row.get("parent_run") is not None or (run.rank or 0) > 0
-
-
-def is_seed_run(run: Any) -> bool:
-    return (run.level in TRAINING_LEVELS and run.trial is None and not is_rank_row(run)
-            and run.status not in UNCOUNTED)
-
-
-def result_name(level: int, workload: str, backend: str, ranks: int | None = None) -> str:
-    at = f" x{ranks} ranks" if level == 3 and ranks is not None else ""
-    return f"{workload} (level {level}) / {backend}{at}"
-
-
-def _json(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -174,17 +153,18 @@ def check_integrity(ctx: Context, report: Report) -> None:
     report.problems += [f"integrity: {p}" for p in pkg.member_problems()]
     report.problems += [f"integrity: {p}" for p in pkg.chain_problems()]
     entry = pkg.manifest.get("entry")
+    groups = {r.group for r in ctx.runs if r.submission == entry and r.level == 3 and r.group}
     for run in ctx.runs:
-        if run.submission != entry:
+        if run.submission != entry and not (run.group in groups and is_rank_row(run)):
             report.problems.append(f"integrity: run {run.origin_id} is a run of "
-                                   f"'{run.submission}', not of the entry '{entry}'")
-    listed = list(pkg.manifest.get("runs") or [])
-    packed = [r.origin_id for r in ctx.runs]
-    if sorted(listed) != packed:
-        report.problems.append(f"integrity: the manifest lists runs {_ids(listed)} but the "
-                               f"package holds {_ids(packed)}")
+                                   f"'{run.submission}', not of the entry '{entry}' (nor a rank "
+                                   f"of one of its level-3 runs)")
+    try:
+        chain = f"along a chain of {len(pkg.chain())} rows"
+    except D500Error:
+        chain = "(chain.json unreadable)"
     report.checked.append(f"integrity: {len(pkg.manifest.get('members') or {})} member hashes, "
-                          f"{len(ctx.runs)} seals along a chain of {len(pkg.chain())} rows")
+                          f"{len(ctx.runs)} seals {chain}")
     check_signature(ctx, report)
 
 
@@ -211,11 +191,6 @@ def check_signature(ctx: Context, report: Report) -> None:
                               f"checked)")
 
 
-def _ids(ids: Iterable[int]) -> str:
-    ids = list(ids)
-    return ", ".join(map(str, ids)) if len(ids) <= 8 else f"{len(ids)} runs"
-
-
 # -- rules ------------------------------------------------------------------------------------
 
 def check_rules(ctx: Context, report: Report) -> None:
@@ -238,45 +213,17 @@ def check_rules(ctx: Context, report: Report) -> None:
         rel = run_workload(run)
         if files.get(rel) != text.encode("utf-8"):
             differ.setdefault(rel, []).append(run.origin_id)
-    for rel, ids in sorted(differ.items()):
-        held = "differs from" if rel in files else "is missing:"
-        report.problems.append(f"rules: the workload text recorded by run(s) {_ids(ids)} "
-                               f"{held} the packaged {rel}")
+    for rel, runs in sorted(differ.items()):
+        if rel in files:
+            report.problems.append(f"rules: the workload text recorded by run(s) {ids(runs)} "
+                                   f"differs from the packaged {rel}")
+        else:
+            report.problems.append(f"rules: run(s) {ids(runs)} ran under {rel}, which the "
+                                   f"package does not hold")
     report.checked.append(f"rules: {len(files)} workload file(s) against {ctx.rules_dir}")
 
 
 # -- completeness -----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Requirement:
-    """What a training workload asks of each entry: seeds, and studies of so many trials."""
-
-    seeds: int
-    studies: int
-    trials: int
-
-
-def requirement(text: bytes, where: str) -> Requirement:
-    """A workload file's `seeds:` and `tuning:` (d500.training.workloads' defaults when absent);
-    a value that is not a positive integer is a ConfigError naming the file and field."""
-    import yaml
-
-    from d500.errors import ConfigError
-    from d500.training.workloads import SCHEMA
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{where}: invalid YAML: {str(err).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping of fields at top level")
-    tuning = {**SCHEMA["tuning"].default, **(data.get("tuning") or {})}
-    values = {"seeds": data.get("seeds", SCHEMA["seeds"].default),
-              "tuning.studies": tuning["studies"], "tuning.trials": tuning["trials"]}
-    for name, value in values.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"{where}: field '{name}' must be an integer >= 1, got {value!r}")
-    return Requirement(values["seeds"], values["tuning.studies"], values["tuning.trials"])
-
 
 def check_completeness(ctx: Context, report: Report) -> None:
     """Seeds and studies each training result needs, distinct seeds, gapless studies."""
@@ -284,18 +231,19 @@ def check_completeness(ctx: Context, report: Report) -> None:
     for run in ctx.runs:
         if run.level in TRAINING_LEVELS and not is_rank_row(run):
             results.setdefault((run.level, run.workload, run.backend), []).append(run)
-    studies = studies_by_result(ctx, report)
+    studies, unlisted = group_studies(ctx.runs, ctx.studies)
+    report.problems += [f"completeness: {p}" for p in unlisted]
     for (level, workload, backend), runs in sorted(results.items()):
         rel = run_workload(runs[0])
         text = ctx.rules_text(rel)
-        if text is None:
-            report.problems.append(f"completeness: {result_name(level, workload, backend)}: "
-                                   f"no workload file {rel} to read its requirements from")
-            continue
         try:
-            need = requirement(text, rel)
+            need = requirement(text, rel) if text is not None else None
         except D500Error as err:
             report.problems.append(f"completeness: {err}")
+            continue
+        if need is None:
+            report.problems.append(f"completeness: {result_name(level, workload, backend)}: "
+                                   f"no workload file {rel} to read its requirements from")
             continue
         by_world: dict[int, list[Any]] = {}
         for run in runs:
@@ -303,103 +251,16 @@ def check_completeness(ctx: Context, report: Report) -> None:
                 by_world.setdefault(world(run), []).append(run)
         for ranks, seed_runs in sorted(by_world.items()) or [(1, [])]:
             name = result_name(level, workload, backend, ranks)
-            report.problems += [f"completeness: {name}: {p}" for p in seed_problems(seed_runs,
-                                                                                    need)]
-        found = studies.pop((level, workload, backend), {})
+            report.problems += [f"completeness: {name}: {p}"
+                                for p in seed_problems(seed_runs, need)]
         name = result_name(level, workload, backend)
+        found = studies.pop((level, workload, backend), {})
         report.problems += [f"completeness: {name}: {p}" for p in study_problems(found, need)]
     for (level, workload, backend), found in sorted(studies.items()):
-        name = result_name(level, workload, backend)
-        report.problems.append(f"completeness: {name}: {len(found)} study(ies) without a "
-                               f"packed trial run")
+        report.problems.append(f"completeness: {result_name(level, workload, backend)}: "
+                               f"{len(found)} study(ies) without a packed trial run")
     report.checked.append(f"completeness: {len(results)} training result(s) (workload x "
                           f"backend) against their workloads' seeds and tuning")
-
-
-def seed_problems(runs: list[Any], need: Requirement) -> list[str]:
-    """Duplicate seeds among a result's seed runs, and too few distinct ones."""
-    used: dict[Any, list[int]] = {}
-    for run in runs:
-        used.setdefault(run.seed, []).append(run.origin_id)
-    out = []
-    for seed, ids in sorted(used.items(), key=lambda kv: str(kv[0])):
-        if seed is None:
-            out.append(f"run(s) {_ids(ids)} record no seed")
-        elif len(ids) > 1:
-            out.append(f"seed {seed} is used by runs {_ids(ids)} (seeds must be distinct)")
-    distinct = len([s for s in used if s is not None])
-    if distinct < need.seeds:
-        out.append(f"{distinct} distinct seed(s) among its seed runs; the workload requires "
-                   f"{need.seeds}")
-    return out
-
-
-@dataclass
-class StudyRuns:
-    """One study of a result: its record (None when the package does not list it) and its
-    trial runs by trial number (every attempt)."""
-
-    id: int
-    record: dict[str, Any] | None
-    trials: dict[int, list[Any]] = field(default_factory=dict)
-
-    def budget_trials(self) -> int | None:
-        budget = _json((self.record or {}).get("budget")) or {}
-        value = budget.get("trials") if isinstance(budget, dict) else None
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def studies_by_result(ctx: Context, report: Report
-                      ) -> dict[tuple[int, str, str], dict[int, StudyRuns]]:
-    """Every study of the package and its trial runs, keyed by (level, workload, backend)."""
-    listed = {s["id"]: s for s in ctx.studies}
-    found: dict[int, StudyRuns] = {sid: StudyRuns(sid, s) for sid, s in listed.items()}
-    keys: dict[int, tuple[int, str, str]] = {
-        sid: (s.get("level"), s.get("workload"), s.get("backend")) for sid, s in listed.items()}
-    for run in ctx.runs:
-        if run.trial is None:
-            continue
-        sid, number = run.trial[0], run.trial[1]
-        if sid not in found:
-            report.problems.append(f"completeness: run {run.origin_id} is trial {number} of "
-                                   f"study {sid}, which the package does not list")
-            found[sid] = StudyRuns(sid, None)
-            keys[sid] = (run.level, run.workload, run.backend)
-        found[sid].trials.setdefault(number, []).append(run)
-    out: dict[tuple[int, str, str], dict[int, StudyRuns]] = {}
-    for sid, study in found.items():
-        if keys[sid][0] in TRAINING_LEVELS:
-            out.setdefault(keys[sid], {})[sid] = study
-    return out
-
-
-def study_problems(studies: dict[int, StudyRuns], need: Requirement) -> list[str]:
-    """Gaps in every study, and fewer complete studies than the workload's tuning requires."""
-    out, complete = [], 0
-    for sid, study in sorted(studies.items()):
-        size = study.budget_trials()
-        if size is None:
-            size = max(study.trials, default=-1) + 1
-            out.append(f"study {sid} records no trial budget (taken as {size})")
-        missing = [n for n in range(size) if n not in study.trials]
-        unfinished = [n for n in range(size) if n in study.trials and not any(
-            r.status in DONE for r in study.trials[n])]
-        extra = sorted(n for n in study.trials if not 0 <= n < size)
-        if missing:
-            out.append(f"study {sid}: trial(s) {_ids(missing)} of 0..{size - 1} missing (a "
-                       f"hidden trial is a gap)")
-        if unfinished:
-            out.append(f"study {sid}: trial(s) {_ids(unfinished)} never finished (only "
-                       f"interrupted or running attempts)")
-        if extra:
-            out.append(f"study {sid}: trial(s) {_ids(extra)} outside its {size} trials")
-        if size >= need.trials and not any(
-                n not in study.trials or n in unfinished for n in range(need.trials)):
-            complete += 1
-    if complete < need.studies:
-        out.append(f"{complete} of its {len(studies)} study(ies) hold the workload's "
-                   f"{need.trials} trials, finished; its tuning requires {need.studies}")
-    return out
 
 
 # -- logs -------------------------------------------------------------------------------------

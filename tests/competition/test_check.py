@@ -295,3 +295,40 @@ def test_a_test_accuracy_far_below_validation_is_flagged(digits_package, rules_d
     gap = [p for p in problems if p.startswith(f"convergence: run {run} (digits-mlp / torch, "
                                                f"seed ")]
     assert len(gap) == 1 and "test accuracy far below validation" in gap[0], problems
+
+
+def test_level3_results_count_seeds_per_world_size_and_ranks_are_not_results(
+        ledger_copy, rules_dir, entry_dir, tmp_path):
+    """Level-3 runs (recorded directly, ended failed: no training needed) at 2 and 4 ranks,
+    one with a rank row of another submission in its group: seeds count per world size, the
+    rank row is neither a result nor a stranger, and the workload's studies are required."""
+    import shutil
+
+    from d500.competition.export import build
+    from d500.ledger import Ledger
+    from d500.paths import rulebook
+    rules = tmp_path / "rules"
+    shutil.copytree(rules_dir, rules)
+    (rules / "3-distributed").mkdir()
+    workload = rules / "3-distributed" / "digits-mlp.yaml"
+    shutil.copy(rulebook() / "3-distributed" / "digits-mlp.yaml", workload)
+    common = {"level": 3, "workload": "digits-mlp", "backend": "torch",
+              "workload_file": workload}
+    with Ledger(ledger_copy) as book:
+        for seed, ranks, group in [(0, 2, "g1"), (1, 2, "g2"), (0, 4, "g3")]:
+            with book.start_run(submission=ENTRY, seed=seed, group=group, rank=0,
+                                world_size=ranks, **common) as run:
+                run.finish("failed", error="a level-3 run cut short")
+        with book.start_run(submission="rank-helper", seed=0, group="g1", rank=1,
+                            world_size=2, **common) as helper:
+            helper.finish("failed", error="its rank 0 failed")
+    pkg = Package.open(build(entry_dir, tmp_path / "l3.tar.gz", ledger_copy))
+    assert helper.id in {r.origin_id for r in pkg.runs()}
+    report = check(pkg, rules)
+    where = "completeness: digits-mlp (level 3) / torch"
+    assert report.problems == [
+        f"{where} x2 ranks: 2 distinct seed(s) among its seed runs; the workload requires 3",
+        f"{where} x4 ranks: 1 distinct seed(s) among its seed runs; the workload requires 3",
+        (f"{where}: 0 of its 0 study(ies) hold the workload's 1 trials, finished; its tuning "
+         f"requires 1")]
+    assert report.seeds == 5  # the level-2 seeds 0 and 1, and three level-3 runs
