@@ -188,3 +188,26 @@ def test_the_summary_heads_its_level_in_markdown_terminal_and_html(ledger):
     with Image.open(io.BytesIO(base64.b64decode(uri, validate=True))) as img:
         img.load()
         assert img.format == "PNG" and img.size[0] <= 1000  # the step plot, not wider than 10 in
+
+
+def test_each_workload_counts_with_its_newest_rules(tmp_path, monkeypatch):
+    from d500.networks import workloads
+    from d500.networks.bench import bench
+
+    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
+    path = tmp_path / "tiny-v.yaml"
+    path.write_text(NETWORK.format(name="tiny-v", rank_by="latency"))
+    ledger = Ledger()
+    assert bench(workloads.load(path), ["reference", "onnxruntime"], ledger=ledger,
+                 budget=0.05).exit_code == 0
+    path.write_text(NETWORK.format(name="tiny-v", rank_by="throughput"))  # new rules
+    assert bench(workloads.load(path), ["onnxruntime"], ledger=ledger,
+                 budget=0.05).exit_code == 0
+    boards, view = summary_view(ledger, 1)
+    assert len(boards) == 2
+    s = summary.summarise(boards, by_submission=False)
+    assert s.workloads == ["tiny-v"] and s.rank_by["tiny-v"].name == "throughput"
+    [row] = s.rows  # the reference ran the older rules only
+    assert (row.key, row.ran, row.score) == ("onnxruntime", 1, pytest.approx(1.0))
+    assert s.older_versions == 1
+    assert any("1 board of older rules versions left out" in n for n in view.notes)

@@ -66,14 +66,14 @@ def summarise(boards: Sequence[Board], by_submission: bool,
     names: dict[str, tuple[str | None, str]] = {}
     rank_by: dict[str, Metric] = {}
     seen: set[str] = set()
-    older = 0
+    older: list[str] = []
     for board in boards:  # newest rules version of each workload first (ranking.py's order)
         if board.workload in seen:
-            older += board.rank_by is not None
-            continue
-        if board.rank_by is None or all(e.ratio is None for e in board.entries):
+            older.append(board.workload)
             continue
         seen.add(board.workload)
+        if board.rank_by is None or all(e.ratio is None for e in board.entries):
+            continue
         rank_by[board.workload] = board.rank_by
         for e in board.entries:
             key = f"{e.submission} / {e.backend}" if by_submission else e.backend
@@ -92,7 +92,7 @@ def summarise(boards: Sequence[Board], by_submission: bool,
         rows.append(Row(key, submission, backend, p.score(key), p.best_on(key), p.ran(key),
                         p.geomean(key), conformance.get(backend) if own else None, own))
     rows.sort(key=lambda r: (-r.score, math.inf if r.geomean is None else r.geomean, r.key))
-    return Summary(workloads, rank_by, p, rows, older)
+    return Summary(workloads, rank_by, p, rows, sum(w in rank_by for w in older))
 
 
 def views(boards: Sequence[Board], ledger: Any, by_submission: bool,
