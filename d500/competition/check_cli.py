@@ -13,17 +13,21 @@ from d500.cli import ArgumentParser
 from d500.errors import UsageError
 
 HEX_KEY = re.compile(r"^[0-9a-fA-F]{64}$")
+DESCRIPTION = ("Check a submission package: completeness, the rules, integrity, logs and "
+               "convergence. Exit 0 with a short summary (what was checked and what was not), 1 "
+               "with one line per problem, 2 when the file is not a d500 package.")
 
 
 def main(argv: list[str], prog: str = "d500 check") -> int:
-    p = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0].split(": ", 1)[1])
+    p = ArgumentParser(prog=prog, description=DESCRIPTION)
     p.add_argument("package", help="a package file (d500 package ... --out FILE)")
     p.add_argument("--rules", metavar="DIR",
                    help="the rulebook to check workload files against, laid out like levels/ "
                         "(default: d500's own)")
-    p.add_argument("--trust", nargs="+", metavar="PUBKEY", default=[],
-                   help="accept only a signature by one of these ed25519 public keys (a .pub "
-                        "file from d500 keygen, or 64 hex digits); an unsigned package fails")
+    p.add_argument("--trust", action="append", metavar="PUBKEY", default=[],
+                   help="accept only a signature by this ed25519 public key (a .pub file from "
+                        "d500 keygen, or 64 hex digits; repeat for more keys); an unsigned "
+                        "package then fails")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     args = p.parse_args(argv)
     from d500.competition.check import check
