@@ -58,11 +58,10 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
     from d500.ledger import Ledger
     from d500.provenance import summary
 
-    ledger = (Ledger(args.ledger) if args.command == "import"
-              else Ledger.open_for_reading(args.ledger))
+    if args.command == "import":
+        return _import(args.ledger, args.package, args.force, args.rules)
+    ledger = Ledger.open_for_reading(args.ledger)
     try:
-        if args.command == "import":
-            return _import(ledger, args.package, args.force, args.rules)
         if args.command == "list":
             runs = ledger.runs(level=args.level, workload=args.workload, status=args.status,
                                submission=args.submission, backend=args.backend)
@@ -105,13 +104,25 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
     return 0
 
 
-def _import(ledger: Any, package: str, force: bool, rules: str | None) -> int:
-    from d500.ledger import iso
+def _import(path: str | None, package: str, force: bool, rules: str | None) -> int:
+    """`d500 ledger import`: the package is read (and --rules found) before the ledger, which
+    this may create, is opened."""
+    from d500.competition.package import Package
+    from d500.ledger import Ledger
     from d500.ledger.imports import import_package
 
     if rules is not None and not Path(rules).is_dir():
         raise UsageError(f"--rules {rules}: no such folder")
-    done = import_package(ledger, package, force=force, rules_dir=rules)
+    pkg = Package.open(package)
+    with Ledger(path) as ledger:
+        done = import_package(ledger, pkg, force=force, rules_dir=rules)
+    return _report(done, package, ledger.path)
+
+
+def _report(done: Any, package: str, path: Any) -> int:
+    """Print what an import did (d500.ledger.imports.Imported); the exit status."""
+    from d500.ledger import iso
+
     name = f"package {done.sha256[:12]} (entry {done.entry})"
     ids = sorted(done.runs.values())
     span = (f"run {ids[0]}" if len(ids) == 1 else f"runs {ids[0]}..{ids[-1]}") if ids else \
@@ -120,16 +131,16 @@ def _import(ledger: Any, package: str, force: bool, rules: str | None) -> int:
         for problem in done.problems:
             print(f"{package}: {problem}")  # as `d500 check` prints them
         print(f"refused {name}: {len(done.problems)} problem(s); nothing imported into "
-              f"{ledger.path} (--force imports it marked as forced)", file=sys.stderr)
+              f"{path} (--force imports it marked as forced)", file=sys.stderr)
         return 1
     if done.status == "already":
-        print(f"{name} was already imported into {ledger.path} on {iso(done.imported)} as "
+        print(f"{name} was already imported into {path} on {iso(done.imported)} as "
               f"package {done.package_id} ({span}"
               f"{', forced' if done.forced else ''}): nothing to do")
         return 0
     for origin_id, run_id in done.runs.items():
         print(f"  origin run {origin_id} -> run {run_id}")
-    print(f"imported {name} into {ledger.path} as package {done.package_id}: {len(ids)} "
+    print(f"imported {name} into {path} as package {done.package_id}: {len(ids)} "
           f"run(s) ({span}), {len(done.studies)} stud{'y' if len(done.studies) == 1 else 'ies'}"
           f", files under {done.folder}")
     if done.forced:

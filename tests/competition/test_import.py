@@ -155,8 +155,8 @@ def test_a_tampered_imported_figure_is_named_by_verify(organiser, run_d500, tmp_
     sha12 = query(ledger, "SELECT sha256 FROM packages")[0][0][:12]
     assert found.stdout.splitlines() == [
         f"run {run_id}: figures changed in the database since the run was recorded",
-        f"run {run_id} (origin run {origin_id} of package {sha12}): figures differ from the "
-        "origin record"], found.stdout
+        (f"run {run_id} (origin run {origin_id} of package {sha12}): figures differ from the "
+        "origin record")], found.stdout
 
 
 def test_a_tampered_origin_record_is_named_by_verify(organiser, tmp_path):
@@ -228,8 +228,8 @@ def test_a_package_failing_check_is_refused_then_forced_and_marked(
     assert found.returncode == 1
     sha12 = sha256(digits_package)[:12]
     assert found.stdout.splitlines() == [
-        f"package {sha12}: its forced mark changed since import (its runs were sealed "
-        "forced)"], found.stdout
+        (f"package {sha12}: its forced mark changed since import (its runs were sealed "
+        "forced)")], found.stdout
 
 
 def test_a_tampered_package_forced_in_stays_flagged(digits_package, rules_dir, run_d500,
@@ -258,9 +258,9 @@ def test_a_tampered_package_forced_in_stays_flagged(digits_package, rules_dir, r
                       if book.get(r["id"])["origin"]["run"] == victim.origin_id)
         assert book.get(run_id)["figures"]["epochs"] == 1.0
         assert book.verify() == [
-            f"run {run_id} (origin run {victim.origin_id} of package "
+            (f"run {run_id} (origin run {victim.origin_id} of package "
             f"{sha256(tampered)[:12]}): figures of its origin record do not match the "
-            "origin's seal"]
+            "origin's seal")]
 
 
 # ------------------------------------------------------------ two entrants, one organiser
@@ -324,3 +324,15 @@ def test_two_packages_from_two_ledgers_into_a_third_verify_and_rank(
         assert f"{entry} · package {entry} {sha[:8]}" in text, text
     assert "sgd-momentum" in text and "E1" in text
     assert "forced" not in text
+
+
+def test_what_is_not_a_package_is_one_line_exit_2(run_d500, tmp_path):
+    home = tmp_path / "home"
+    notes = tmp_path / "notes.tar.gz"
+    notes.write_text("not a package\n")
+    for path, says in ((notes, "not a d500 package"), (tmp_path / "gone.tar.gz",
+                                                        "no such package file")):
+        done = import_cli(run_d500, home, path)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert says in done.stderr and done.stderr.count("\n") == 1, done.stderr
+        assert "Traceback" not in done.stderr and done.stdout == ""
