@@ -34,6 +34,9 @@ def main(argv: list[str], prog: str = "d500 reference") -> int:
     p.add_argument("--ranks", type=int, metavar="R",
                    help="level 3: the world size (default 2 when the workload allows it)")
     p.add_argument("--data", metavar="DIR", help="where dataset files are (default $D500_DATA)")
+    p.add_argument("--keep-time-budget", action="store_true",
+                   help="keep the workload's budget.max_seconds (default: lifted, since epochs "
+                        "to target do not depend on the machine)")
     p.add_argument("--write", action="store_true",
                    help="also put the block into the workload file (replacing its block)")
     args = p.parse_args(argv)
@@ -50,6 +53,7 @@ def main(argv: list[str], prog: str = "d500 reference") -> int:
     measured = reference.measure(
         workload, entry, args.backend, args.runs, first_seed=args.first_seed, ranks=args.ranks,
         ledger=Ledger(), data_dir=args.data, progress=progress_bar,
+        keep_time_budget=args.keep_time_budget,
         on_run=lambda s, result: print(line(workload, s, result), file=sys.stderr, flush=True))
     text = reference.block(measured)
     print(f"{len(measured.seeds)} runs in {measured.seconds:.0f} s", file=sys.stderr)
