@@ -9,21 +9,21 @@ validation accuracy. Pure: no ledger, no files, no framework; scipy only inside 
 **Convergence speed.** MLPerf's rcp_checker takes the olympic mean of the submission's runs and
 fails it when it lies below the smallest mean that a pooled-variance t-test against the RCP runs
 would still accept at 0.05 (one-sided). d500 keeps the question (is the result's mean epochs to
-target implausibly low for runs drawn like the reference runs?) and the level, but answers it
-with a one-sided permutation test of the mean: epochs to target are small integers with heavy
-ties (a typical reference: 20 runs at 5 to 8 epochs), so the t-test's normal model is poor, and a
-result whose three runs all took the same number of epochs has no variance to put in Welch's
-test. Under the null hypothesis the result's runs and the reference runs are exchangeable
-(draws of one distribution); the p-value is the share of the ways of choosing the result's n
-values out of the pooled n + m whose mean is at most the observed one (exact by enumeration up
-to RESAMPLES ways, else RESAMPLES random ones from a fixed seed, so the verdict is reproducible).
-For one run this is its empirical lower tail, (1 + #reference runs <= it) / (m + 1): a single run
-can only be flagged when it beats every one of at least 19 reference runs, hence MIN_SAMPLES
-is 10 but the rulebook records 20. Only the result's succeeded runs count (a missed run has no
-epochs to target; it is slow, never implausibly fast). A result at a smaller batch than the
-reference's is tested against it all the same (smaller batches take more steps per epoch, so it
-may legitimately need fewer epochs): when flagged, the line says a reference at its batch size
-is missing, as MLPerf's checker does ("Missing RCP, please submit RCP with BS = ...").
+target implausibly low for runs drawn like the reference runs?) and the level, but answers it with
+a one-sided permutation test of the mean: epochs to target are small integers with heavy ties
+(digits-mlp's reference: 20 runs at 4 to 10 epochs, six of them at 6), so the t-test's normal model
+is poor, and a result whose three runs all took the same number of epochs has no variance to put in
+Welch's test. Under the null hypothesis the result's runs and the reference runs are exchangeable
+(draws of one distribution); the p-value is the share of the ways of choosing the result's n values
+out of the pooled n + m whose mean is at most the observed one (exact by enumeration up to
+RESAMPLES ways, else RESAMPLES random ones from a fixed seed, so the verdict is reproducible). For
+one run this is its empirical lower tail, (1 + #reference runs <= it) / (m + 1): a single run can
+only be flagged when it beats every one of at least 19 reference runs, hence MIN_SAMPLES is 10 but
+the rulebook records 20. Only the result's succeeded runs count (a missed run has no epochs to
+target; it is slow, never implausibly fast). A result at a smaller batch than the reference's is
+tested against it all the same (smaller batches take more steps per epoch, so it may legitimately
+need fewer epochs): when flagged, the line says a reference at its batch size is missing, as
+MLPerf's checker does ("Missing RCP, please submit RCP with BS = ...").
 
 **Test far below validation.** A run's validation and test accuracies (the figures
 `val_accuracy` and `final_test_accuracy`, both from its last evaluation; for a succeeded run
@@ -33,10 +33,10 @@ two together, how many fall in the test part is hypergeometric under the null hy
 nothing was fitted to the validation samples, so a one-sided Fisher exact test is exact here
 (no normal approximation near accuracy 1). "Far below" is p < GAP_ALPHA = 0.001: at the digits
 splits (300 + 300) that is a test accuracy of 0.907 or less against validation 0.97 (a gap of
-6.3 points), 0.923 or less against 0.98 (the verdict names the threshold). The strict level leaves room for the stopping
-rule's own optimism (a run stops at the first evaluation whose validation accuracy crosses the
-target, so that accuracy is biased upwards) and keeps false alarms rare over the dozens of runs
-a package holds (0.1% each).
+6.3 points), 0.923 or less against 0.98 (the verdict names the threshold). The strict level
+leaves room for the stopping rule's own optimism (a run stops at the first evaluation whose
+validation accuracy crosses the target, so that accuracy is biased upwards) and keeps false
+alarms rare over the dozens of runs a package holds (0.1% each).
 """
 
 from __future__ import annotations
