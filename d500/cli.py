@@ -62,6 +62,7 @@ CORE: dict[str, tuple[str, str]] = {
     "keygen": ("d500.competition.keygen_cli", "make an ed25519 key to sign packages with"),
     "check": ("d500.competition.check_cli", "check a package: complete, by the rules, intact"),
     "reference": ("d500.competition.reference_cli", "measure a workload's reference convergence"),
+    "reproduce": ("d500.competition.reproduce_cli", "re-run chosen runs of a package, compare"),
 }
 
 

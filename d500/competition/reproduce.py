@@ -1,0 +1,425 @@
+"""Re-running K randomly chosen runs of a submission package on this machine and comparing what
+must not depend on the machine (d500.competition.reproduce_compare): status, steps and epochs to
+the target, accuracies and the evaluation series; never a time.
+
+    from d500.competition.reproduce import reproduce
+    result = reproduce(pkg, runs=2, seed=None, ledger=None, rules_dir=None, data_dir=None,
+                       note=print)
+    result.agrees; result.seed (the draw's, to repeat it); result.runs -> [RunReport]
+
+The draw: among the package's level-2 and level-3 runs that can be re-run (an interrupted or
+timed-out run stopped for reasons of its machine; a level-3 rank row other than 0 is part of
+its rank-0 run; levels 0 and 1 are not re-run by this command: their figures are times and agreements that
+`d500 op validate` / `d500 net check` measure on the organiser's own cases), K runs are sampled
+by random.Random(seed); without a seed one is drawn from the system's randomness (an entrant
+cannot predict which runs are re-run) and reported, so the same choice can be made again.
+
+Each chosen run is re-run with its recorded seed, backend and world size, and the recipe
+rebuilt from the packaged submission files and its recorded hyperparameters (refused unless
+rebuilding gives exactly the recorded hyperparameters), under the packaged workload file, which
+must be byte for byte the rulebook's (`rules_dir`, default levels/) or nothing is run. The run
+goes through the real trainers in a process of its own (d500.competition.reproduce_job; a
+level-3 run under `mpiexec -n N`), with the thread count the origin's frameworks had (recorded,
+or their default on the origin's CPU: torch one per physical core, TensorFlow one per usable
+core, level-3 ranks the cores shared among them), since another count reassociates float sums.
+Each reproduction is an ordinary sealed run of the given ledger (no parent: nothing local), its
+details naming the package's sha256 and the origin run (`details.reproduction`). The packaged
+submission files are written under <ledger folder>/reproduce/<sha12>/submission/, where the
+ledger's file hashes can verify them later.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from d500.competition.reproduce_compare import Check, Series, compare
+from d500.errors import ConfigError, D500Error, UsageError
+
+LEVELS = (2, 3)
+NOT_DRAWN = {  # status -> why such a run is not re-run
+    "interrupted": "interrupted (stopped by a person or a dead process)",
+    "timeout": "timed out (a limit of its machine)",
+    "running": "never finished",
+}
+
+# Level-3 schemes whose result depends on message timing, so that even a re-run on the origin's
+# machine differs (measured: async_ps at 2 ranks, digits-mlp seed 0, re-run here: the same
+# epochs, test accuracy 4 samples of 300 apart, evaluations apart from the first one on).
+# TODO(level-3 owner): a `timing_dependent` attribute on the Scheme classes would say it once.
+TIMING_DEPENDENT = {"async_ps": "applies each worker's gradient when it arrives"}
+
+
+@dataclass
+class RunReport:
+    """One re-run run: what it was, its local reproduction, the checks and their verdicts."""
+
+    origin_id: int
+    level: int | None
+    workload: str | None
+    backend: str | None
+    seed: int | None
+    world_size: int | None = None
+    trial: str | None = None  # "study S trial T" of the origin
+    run_id: int | None = None  # the reproduction's run in the local ledger
+    checks: list[Check] = field(default_factory=list)
+    problem: str = ""  # why it could not be re-run or compared
+    environment: list[str] = field(default_factory=list)  # how this machine differs
+    threads: str = ""
+    timing: str = ""  # why the run depends on timing (an asynchronous scheme), or ""
+
+    @property
+    def agrees(self) -> bool:
+        return not self.problem and bool(self.checks) and all(c.agrees for c in self.checks)
+
+    def disagreements(self) -> list[str]:
+        """One line per disagreeing figure (or the problem), naming the origin run."""
+        if self.problem:
+            return [f"run {self.origin_id}: {self.problem}"]
+        return [f"run {self.origin_id}: {c.line()}" for c in self.checks if not c.agrees]
+
+
+@dataclass
+class Reproduction:
+    """What `reproduce` did: the draw (seed, from how many runs, which were left out and why)
+    and every chosen run's report."""
+
+    package: Path
+    sha256: str
+    entry: str
+    seed: int
+    seed_given: bool
+    ledger: Path
+    drawn_from: list[int] = field(default_factory=list)
+    left_out: dict[str, list[int]] = field(default_factory=dict)  # reason -> origin ids
+    runs: list[RunReport] = field(default_factory=list)
+
+    @property
+    def agrees(self) -> bool:
+        return bool(self.runs) and all(r.agrees for r in self.runs)
+
+
+@dataclass
+class Prepared:
+    """A chosen run made ready to re-run."""
+
+    run: Any  # ExportedRun
+    workload: Any
+    workload_file: Path
+    submission_dir: Path
+    params: dict[str, Any]
+    threads: int | None
+    threads_from: str
+
+
+# -- the draw ---------------------------------------------------------------------------------
+
+def drawable(runs: list[Any]) -> tuple[list[Any], dict[str, list[int]]]:
+    """The runs this command can re-run, and the others by the reason they are left out."""
+    found, left = [], {}
+    for run in runs:
+        why = None
+        if run.level not in LEVELS:
+            why = (f"level {run.level}: not re-run by this command (its figures are times and "
+                   "agreements; d500 op validate / d500 net check measure them here)")
+        elif run.status in NOT_DRAWN:
+            why = NOT_DRAWN[run.status]
+        elif run.level == 3 and run.rank not in (None, 0):
+            why = "rank rows of a level-3 run (re-run with its rank 0)"
+        if why is None:
+            found.append(run)
+        else:
+            left.setdefault(why, []).append(run.origin_id)
+    return found, left
+
+
+def choose(runs: list[Any], k: int, seed: int) -> list[Any]:
+    """K of the runs, sampled by random.Random(seed) from them in origin-id order; returned in
+    origin-id order. The same runs and seed give the same choice on every machine."""
+    ordered = sorted(runs, key=lambda r: r.origin_id)
+    if k < 1:
+        raise UsageError(f"--runs must be at least 1, got {k}")
+    if k > len(ordered):
+        raise UsageError(f"--runs {k}: the package has {len(ordered)} run(s) this command can "
+                         f"re-run")
+    picked = random.Random(seed).sample(range(len(ordered)), k)
+    return [ordered[i] for i in sorted(picked)]
+
+
+def new_seed() -> int:
+    """A draw seed nobody can predict (the system's randomness), reported to repeat it."""
+    return random.SystemRandom().randrange(2**31)
+
+
+# -- preparing a run --------------------------------------------------------------------------
+
+class Unreproducible(D500Error):
+    """A chosen run that cannot be re-run faithfully from the package (its report says why)."""
+
+    exit_code = 1
+
+
+def rulebook_file(pkg: Any, run: Any, rules_dir: Path) -> Path:
+    """The rulebook's workload file a run ran under, after checking that the packaged file, the
+    text the run recorded and the rulebook's are the same bytes; a ConfigError otherwise."""
+    from d500.competition.check import run_workload, workload_member
+    from d500.competition.layout import sha256
+    rel = run_workload(run)
+    packaged = pkg.workload_files().get(rel)
+    where = f"run {run.origin_id}"
+    if packaged is None:
+        raise ConfigError(f"{pkg.path}: {where}: its workload file {rel} is not in the package")
+    text = run.row.get("workload_text")
+    if text is not None and text.encode("utf-8") != packaged:
+        raise ConfigError(f"{pkg.path}: {where}: the packaged {rel} is not the workload text the "
+                          "run recorded")
+    ours = rules_dir / workload_member(run.level, run.workload)
+    if not ours.is_file():
+        raise ConfigError(f"{pkg.path}: {where}: its workload '{run.workload}' is not in the "
+                          f"rulebook {rules_dir} (no {ours}); reproduction runs only the rules")
+    if ours.read_bytes() != packaged:
+        raise ConfigError(f"{pkg.path}: {where}: the packaged workload file {rel} differs from "
+                          f"the rulebook's {ours} (sha256 {sha256(packaged)[:12]}… vs "
+                          f"{sha256(ours.read_bytes())[:12]}…); reproduction runs only the rules")
+    return ours
+
+
+def write_submission(pkg: Any, folder: Path) -> Path:
+    """The packaged submission files under `folder` (kept: the local ledger hashes them)."""
+    root = folder.resolve()
+    for rel, data in pkg.submission_files().items():
+        target = folder / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.resolve().is_relative_to(root):
+            raise D500Error(f"{pkg.path}: submission file {rel} would be written outside "
+                            f"{folder}")
+        if not target.is_file() or target.read_bytes() != data:
+            target.write_bytes(data)
+    return folder
+
+
+def rebuild(entry: Any, workload: Any, run: Any) -> dict[str, Any]:
+    """The `recipe_with` parameters that give exactly the run's recorded hyperparameters (at
+    level 3 with the world size's global batch and the entry's scheme); Unreproducible if none
+    do (the submission changed after the run, or the run was not made from it)."""
+    from d500.ledger.store import dumps
+    hyper = run.hyperparameters
+    names = set(entry.recipe.make_optimizer().hp)
+    params: dict[str, Any] = {k: v for k, v in hyper.items() if k in names}
+    if "schedule" in hyper:
+        params["schedule.name"] = hyper["schedule"]
+    params.update({f"schedule.{k[len('schedule_'):]}": v for k, v in hyper.items()
+                   if k.startswith("schedule_")})
+    world = run.world_size
+    batch = hyper.get("batch_size")
+    if run.level == 3 and world and getattr(workload, "batch_mode", "global") == "per_rank":
+        batch = batch // world if isinstance(batch, int) else batch
+    if batch is not None:
+        params["batch_size"] = batch
+    try:
+        recipe = entry.recipe_with(params)
+        logged = recipe.hyperparameters_logged()
+        if run.level == 3 and world:
+            from d500.distributed import spec as specs
+            total = workload.global_batch(recipe.batch_size, world)
+            logged = {**logged, "batch_size": total,
+                      "per_rank_batch_size": math.ceil(total / world),
+                      **specs.parse(entry.distributed, entry.path).logged()}
+    except D500Error as err:
+        raise Unreproducible(f"its recorded hyperparameters do not fit the packaged submission "
+                             f"({err})") from None
+    if json.loads(dumps(logged)) != json.loads(dumps(hyper)):
+        differ = sorted(k for k in set(logged) | set(hyper) if logged.get(k) != hyper.get(k))
+        raise Unreproducible(f"the packaged submission does not give its recorded "
+                             f"hyperparameters (differing: {', '.join(differ)}): the entry "
+                             "changed after the run")
+    return params
+
+
+def origin_threads(env: dict[str, Any] | None, backend: str, world: int | None
+                   ) -> tuple[int | None, str]:
+    """The intra-op thread count the origin run's framework had, and how it is known."""
+    env = env or {}
+    recorded = (env.get("threads") or {}).get("count")
+    if recorded:
+        return int(recorded), "recorded by the origin"
+    cpu = env.get("cpu") or {}
+    usable = cpu.get("usable_cores") or cpu.get("logical_cores")
+    if world and world > 1 and cpu.get("logical_cores"):
+        return (max(1, int(cpu["logical_cores"]) // world),
+                f"the origin's {cpu['logical_cores']} cores shared by {world} ranks")
+    if backend == "torch" and cpu.get("physical_cores"):
+        return int(cpu["physical_cores"]), "torch's default on the origin (its physical cores)"
+    if usable:
+        return int(usable), "the framework's default on the origin (its usable cores)"
+    return None, "unknown (the origin recorded no CPU): this machine's default"
+
+
+def environment_changes(env: dict[str, Any] | None, backend: str) -> list[str]:
+    """How this machine differs from the origin's in what reassociates float arithmetic."""
+    from d500 import backends, provenance
+    env = env or {}
+    theirs, ours = env.get("cpu") or {}, provenance.cpu()
+    out = []
+    for key, what in (("model", "CPU"), ("logical_cores", "cores")):
+        if theirs.get(key) != ours.get(key):
+            out.append(f"{what} {theirs.get(key)} -> {ours.get(key)}")
+    fw = backends.framework(backend)
+    names = [fw[1]] if fw else []
+    here = provenance.versions()
+    for name in [*names, "numpy"]:
+        there = (env.get("packages") or {}).get(name)
+        if name in here and there != here.get(name):
+            out.append(f"{name} {there} -> {here.get(name)}")
+    return out
+
+
+def prepare(pkg: Any, run: Any, rules_dir: Path, folder: Path) -> Prepared:
+    """A chosen run ready to re-run: the rulebook's workload (ConfigError unless the package's
+    is the same), the packaged entry, the rebuilt recipe (Unreproducible if it cannot be)."""
+    from d500 import levels
+    from d500.competition.layout import sha256
+    from d500.training import submission
+
+    path = rulebook_file(pkg, run, rules_dir)
+    workload = levels.of_file(path).load(path)
+    entry = submission.load(folder)
+    if entry.name != run.submission:
+        raise Unreproducible(f"it is a run of '{run.submission}', the packaged submission is "
+                             f"'{entry.name}'")
+    have = {sha256(data) for data in pkg.submission_files().values()}
+    missing = sorted(p for p, h in run.submission_file_hashes.items() if h not in have)
+    if missing:
+        raise Unreproducible(f"it ran with submission file(s) not in the package "
+                             f"({', '.join(Path(p).name for p in missing)}): the entry changed "
+                             "after the run")
+    params = rebuild(entry, workload, run)
+    threads, why = origin_threads(run.environment, run.backend, run.world_size)
+    return Prepared(run, workload, path, folder, params, threads, why)
+
+
+# -- running ----------------------------------------------------------------------------------
+
+def execute(prepared: Prepared, ledger: Path, details: dict[str, Any], data_dir: str | None,
+            jobs: Path) -> dict[str, Any]:
+    """Re-run one prepared run in its own process (under mpiexec at level 3); its result
+    ({run_id, status, figures, error, threads}). A D500Error (exit 2) when this machine cannot
+    run it at all (no dataset, no backend, no mpiexec); a failed process is `failed`."""
+    run = prepared.run
+    job = jobs / f"run-{run.origin_id}.json"
+    out = jobs / f"run-{run.origin_id}.result.json"
+    out.unlink(missing_ok=True)
+    level3 = run.level == 3 and run.world_size is not None
+    job.write_text(json.dumps({
+        "level": 3 if level3 else 2, "ledger": str(ledger), "backend": run.backend,
+        "workload": str(prepared.workload_file), "submission": str(prepared.submission_dir),
+        "seed": run.seed, "params": prepared.params, "details": details, "data": data_dir,
+        "threads": None if level3 else prepared.threads, "out": str(out),
+        "group": f"reproduction of run {run.origin_id} ({details['reproduction']['package']})",
+    }, indent=1, default=str))
+    argv = [sys.executable, "-m", "d500.competition.reproduce_job", str(job)]
+    env = dict(os.environ)
+    if level3:
+        from d500.distributed.launcher import mpiexec
+        launcher = mpiexec()
+        if launcher is None:
+            raise UsageError(f"run {run.origin_id} is a level-3 run: it needs mpiexec beside "
+                             f"{sys.executable} (pip install mpich mpi4py)")
+        argv = [str(launcher), "-disable-auto-cleanup", "-n", str(run.world_size), *argv]
+        if prepared.threads is not None:
+            env["OMP_NUM_THREADS"] = str(prepared.threads)
+    timeout = 3 * prepared.workload.max_seconds + 300
+    try:
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        return {"run_id": None, "status": "failed",
+                "error": f"the reproduction did not finish within {timeout:g} s"}
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    if out.is_file():
+        return json.loads(out.read_text())
+    why = errors[0].split("error:", 1)[1].strip() if errors else (
+        f"exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:] or ''}")
+    if proc.returncode == 2:
+        raise D500Error(f"run {run.origin_id}: {why}")
+    return {"run_id": None, "status": "failed", "error": why}
+
+
+def report_of(prepared: Prepared, result: dict[str, Any], ledger: Any) -> RunReport:
+    """The checks of one re-run run against its origin."""
+    run, wl = prepared.run, prepared.workload
+    rep = RunReport(run.origin_id, run.level, run.workload, run.backend, run.seed,
+                    run.world_size, None if run.trial is None else
+                    f"study {run.study} trial {run.number}", result.get("run_id"))
+    rep.threads = (f"{prepared.threads} ({prepared.threads_from})" if prepared.threads
+                   else prepared.threads_from)
+    rep.environment = environment_changes(run.environment, run.backend)
+    scheme = run.hyperparameters.get("scheme") if run.level == 3 else None
+    if scheme in TIMING_DEPENDENT:
+        rep.timing = (f"scheme {scheme} {TIMING_DEPENDENT[scheme]}: its result depends on "
+                      "message timing, so even a re-run on the origin's machine differs")
+    if rep.run_id is None:
+        rep.problem = f"the reproduction did not run: {result.get('error')}"
+        return rep
+    sizes = {"validation": wl.dataset["validation"], "test": wl.dataset["test"]}
+    series = (Series.of(run.evaluations), Series.of(ledger.evaluations(rep.run_id)))
+    rep.checks = compare(run.figures, result.get("figures") or {},
+                         (run.status, result["status"]), series, sizes, wl.target,
+                         (run.error, result.get("error") or None))
+    return rep
+
+
+def reproduce(pkg: Any, runs: int = 2, seed: int | None = None, ledger: str | Path | None = None,
+              rules_dir: str | Path | None = None, data_dir: str | None = None,
+              note: Any = lambda text: None) -> Reproduction:
+    """Draw `runs` runs of the package by `seed` (None: an unpredictable one, reported),
+    refuse the draw unless every chosen run's workload file is the rulebook's, re-run each and
+    compare it; `note` gets a line as each run starts and ends."""
+    from d500.ledger import Ledger
+    from d500.paths import rulebook
+
+    rules = Path(rules_dir) if rules_dir is not None else rulebook()
+    if not rules.is_dir():
+        raise UsageError(f"--rules {rules}: no such folder")
+    book = Ledger(ledger)
+    result = Reproduction(pkg.path, pkg.sha256, pkg.manifest["entry"],
+                          new_seed() if seed is None else seed, seed is not None, book.path)
+    candidates, result.left_out = drawable(pkg.runs())
+    result.drawn_from = [r.origin_id for r in candidates]
+    chosen = choose(candidates, runs, result.seed)
+    folder = book.root / "reproduce" / pkg.sha256[:12]
+    submission_dir = write_submission(pkg, folder / "submission")
+    jobs = folder / "jobs"
+    jobs.mkdir(parents=True, exist_ok=True)
+    ready: list[Prepared | RunReport] = []
+    for run in chosen:  # every refusal before anything runs
+        try:
+            ready.append(prepare(pkg, run, rules, submission_dir))
+        except Unreproducible as err:
+            ready.append(RunReport(run.origin_id, run.level, run.workload, run.backend,
+                                   run.seed, run.world_size, problem=f"not reproducible: {err}"))
+    for i, item in enumerate(ready, 1):
+        if isinstance(item, RunReport):
+            result.runs.append(item)
+            continue
+        run = item.run
+        note(f"[{i}/{len(ready)}] run {run.origin_id}: {run.workload} / {run.backend} / seed "
+             f"{run.seed}" + (f" x{run.world_size} ranks" if run.world_size else "")
+             + (f", study {run.study} trial {run.number}" if run.trial else "")
+             + f": re-running (recorded: {run.status})")
+        details = {"reproduction": {
+            "package": pkg.sha256, "entry": result.entry, "origin_run": run.origin_id,
+            "origin_row_hash": run.row_hash, "draw_seed": result.seed}}
+        found = execute(item, book.path, details, data_dir, jobs)
+        report = report_of(item, found, book)
+        result.runs.append(report)
+        note(f"[{i}/{len(ready)}] run {run.origin_id}: reproduced as run {report.run_id}: "
+             + ("agrees" if report.agrees else "DISAGREES"))
+    return result

@@ -1,0 +1,123 @@
+"""`d500 reproduce PACKAGE [--runs K] [--seed S] [--ledger PATH] [--rules DIR]`: re-run K randomly
+chosen runs of a submission package on this machine and compare what must not depend on it.
+Exit 0 when every chosen run agrees, 1 when one disagrees (each named with the figure), 2 for
+bad input (not a package, K larger than its runs, a workload file that is not the rulebook's)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from d500.cli import ArgumentParser, seed, stdout_console
+from d500.competition.reproduce_compare import show
+
+HEADERS = ("run", "workload", "backend", "seed", "trial", "ranks", "reproduced as", "status",
+           "epochs", "steps", "val acc", "test acc", "evaluations", "verdict")
+
+
+def main(argv: list[str], prog: str = "d500 reproduce") -> int:
+    p = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0].split(": ", 1)[1])
+    p.add_argument("package", help="a package file (d500 package ... --out FILE)")
+    p.add_argument("--runs", type=int, default=2, metavar="K",
+                   help="how many runs to re-run, drawn at random (default 2)")
+    p.add_argument("--seed", type=seed, metavar="S",
+                   help="the seed of the draw (default: an unpredictable one, printed, so the "
+                        "same draw can be repeated)")
+    p.add_argument("--ledger", metavar="PATH",
+                   help="the ledger to record the reproductions in (default: $D500_HOME's)")
+    p.add_argument("--rules", metavar="DIR",
+                   help="the rulebook the workload files must match, laid out like levels/ "
+                        "(default: d500's own)")
+    p.add_argument("--data", metavar="DIR", help="where dataset files are (default $D500_DATA)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = p.parse_args(argv)
+    from d500.competition.package import Package
+    from d500.competition.reproduce import reproduce
+
+    pkg = Package.open(args.package)
+    result = reproduce(pkg, runs=args.runs, seed=args.seed, ledger=args.ledger,
+                       rules_dir=args.rules, data_dir=args.data,
+                       note=lambda text: print(text, file=sys.stderr, flush=True))
+    if args.json:
+        print(json.dumps(as_json(result), indent=1, default=str))
+    else:
+        render(result)
+    return 0 if result.agrees else 1
+
+
+def _pair(check: Any) -> str:
+    """`a` when both values are the same, else `a -> b`."""
+    if check is None:
+        return "-"
+    if check.recorded == check.reproduced:
+        return show(check.recorded)
+    return f"{show(check.recorded)} -> {show(check.reproduced)}"
+
+
+def row(report: Any) -> list[str]:
+    """One run's table row: recorded -> reproduced where they differ."""
+    by = {c.name: c for c in report.checks}
+    acc = by.get("test_accuracy") or by.get("final_test_accuracy")
+    series = by.get("evaluations")
+    verdict = "agrees" if report.agrees else ("not run" if report.problem else "DISAGREES")
+    return [str(report.origin_id), str(report.workload), str(report.backend), str(report.seed),
+            report.trial or "-", str(report.world_size or "-"),
+            "-" if report.run_id is None else str(report.run_id), _pair(by.get("status")),
+            _pair(by.get("epochs")), _pair(by.get("steps")), _pair(by.get("val_accuracy")),
+            _pair(acc), series.note if series is not None else "-", verdict]
+
+
+def render(result: Any) -> None:
+    """The draw, the table, then one line per disagreement and the environment notes."""
+    from rich.table import Table
+    console = stdout_console()
+
+    def out(text: str) -> None:
+        console.print(text, highlight=False, soft_wrap=True)
+
+    how = "given" if result.seed_given else "drawn"
+    out(f"{result.package}: entry '{result.entry}', sha256 {result.sha256[:16]}…; "
+        f"{len(result.runs)} of {len(result.drawn_from)} re-runnable run(s) chosen with seed "
+        f"{result.seed} ({how}; `--seed {result.seed}` repeats the choice); recorded in "
+        f"{result.ledger}")
+    for why, ids in result.left_out.items():
+        out(f"  left out: run(s) {', '.join(map(str, ids))}: {why}")
+    table = Table(title_justify="left")
+    for name in HEADERS:
+        table.add_column(name, overflow="fold")
+    for report in result.runs:
+        table.add_row(*row(report))
+    console.print(table)
+    for report in result.runs:
+        for line in report.disagreements():
+            out(f"disagrees: {line}")
+        notes = [f"threads {report.threads}"] if report.threads else []
+        if report.timing:
+            notes.append(report.timing)
+        if report.environment:
+            notes.append("this machine differs from the origin's: "
+                         + ", ".join(report.environment))
+        notes += [f"{c.name}: {c.note}" for c in report.checks
+                  if c.note and c.name != "evaluations"]
+        out(f"  run {report.origin_id}: " + "; ".join(notes))
+    bad = [r for r in result.runs if not r.agrees]
+    out(f"{len(result.runs) - len(bad)} of {len(result.runs)} run(s) agree with the package "
+        "(status, steps and epochs to the target, accuracies and evaluations; times are not "
+        "compared)")
+
+
+def as_json(result: Any) -> dict[str, Any]:
+    return {"package": str(result.package), "sha256": result.sha256, "entry": result.entry,
+            "seed": result.seed, "seed_given": result.seed_given, "ledger": str(result.ledger),
+            "drawn_from": result.drawn_from, "left_out": result.left_out,
+            "agrees": result.agrees,
+            "runs": [{"origin_run": r.origin_id, "level": r.level, "workload": r.workload,
+                      "backend": r.backend, "seed": r.seed, "trial": r.trial,
+                      "world_size": r.world_size, "run_id": r.run_id, "agrees": r.agrees,
+                      "problem": r.problem, "threads": r.threads, "timing": r.timing,
+                      "environment": r.environment,
+                      "checks": [{"name": c.name, "recorded": c.recorded,
+                                  "reproduced": c.reproduced, "tolerance": c.tolerance,
+                                  "agrees": c.agrees, "note": c.note} for c in r.checks]}
+                     for r in result.runs]}

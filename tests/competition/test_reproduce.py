@@ -1,0 +1,247 @@
+"""d500 reproduce on the real digits package of the shared fixtures: two drawn runs re-run through
+the real trainer agree with the package and are recorded as sealed reproductions; a figure
+altered with every hash re-made (so `d500 check` passes) is caught by reproduction alone, naming
+the run and the figure; a submission changed after its runs is not reproducible; too many runs
+and a workload that is not the rulebook's are refused (exit 2) before anything runs. The
+comparison rules themselves are tested on hand-made evaluation series."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from d500.competition import reproduce as rp
+from d500.competition.check import check_package
+from d500.competition.layout import CHAIN, MANIFEST, SUBMISSION_FILES
+from d500.competition.package import Package
+from d500.competition.reproduce_compare import Series, compare
+from d500.ledger import Ledger, integrity
+from d500.ledger.store import dumps
+
+from .packages import repack
+
+
+def _draw_seed(path: Path, k: int, wanted: set[int], avoid: set[int] = frozenset()) -> int:
+    """The first draw seed whose choice of k runs holds every `wanted` run and no `avoid` one."""
+    candidates, _ = rp.drawable(Package.open(path).runs())
+    for seed in range(10_000):
+        ids = {r.origin_id for r in rp.choose(candidates, k, seed)}
+        if wanted <= ids and not ids & avoid:
+            return seed
+    raise AssertionError(f"no seed draws {wanted}")
+
+
+def _reseal(origin_id: int, change) -> callable:
+    """An edit changing one run's figures and re-making, as a forger would, its seal, its row
+    hash, every later link of the chain and the manifest's chain head."""
+    def edit(found: dict[str, bytes]) -> None:
+        records = {}
+        for name, data in found.items():
+            if re.fullmatch(r"d500-package/runs/\d+\.json", name):
+                rec = json.loads(data)
+                records[rec["chain_seq"]] = (name, rec)
+        _, rec = next(v for v in records.values() if v[1]["origin_id"] == origin_id)
+        figures = json.loads(rec["row"]["figures"])
+        change(figures)
+        rec["row"]["figures"] = dumps(figures)
+        rec["sealed"] = json.dumps(integrity.seal_fields(rec["row"], rec["evaluations"],
+                                                         rec["artifacts"], rec["trial"]),
+                                   sort_keys=True)
+        chain = json.loads(found[CHAIN])
+        prev = rec["prev_hash"]
+        for link in chain[rec["chain_seq"] - 1:]:
+            name, later = records[link[0]]  # every later row is this entry's: all packed
+            later["prev_hash"] = prev
+            later["row_hash"] = integrity.row_hash(prev, later["origin_id"], later["sealed"])
+            link[2], link[3] = prev, later["row_hash"]
+            prev = later["row_hash"]
+            found[name] = (json.dumps(later, indent=1, sort_keys=True) + "\n").encode()
+        found[CHAIN] = json.dumps(chain).encode()
+        manifest = json.loads(found[MANIFEST])
+        manifest["ledger"]["chain_head"] = [chain[-1][0], prev]
+        found[MANIFEST] = json.dumps(manifest).encode()
+    return edit
+
+
+def _seed_runs(path: Path) -> list[int]:
+    return [r.origin_id for r in Package.open(path).runs() if r.trial is None]
+
+
+def test_two_drawn_runs_reproduce_and_agree(digits_package, rules_dir, tmp_path, run_d500):
+    seed_runs = _seed_runs(digits_package)
+    seed = _draw_seed(digits_package, 2, {seed_runs[0]})  # a succeeded run, and one more
+    ledger = tmp_path / "organiser" / "ledger.sqlite"
+    result = run_d500(None, "reproduce", str(digits_package), "--runs", "2", "--seed",
+                      str(seed), "--rules", str(rules_dir), "--ledger", str(ledger))
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert f"2 of 6 re-runnable run(s) chosen with seed {seed} (given" in out
+    assert "2 of 2 run(s) agree with the package" in out
+    assert "DISAGREES" not in out and "disagrees:" not in out
+    pkg = Package.open(digits_package)
+    origin = {r.origin_id: r for r in pkg.runs()}
+    book = Ledger(ledger)
+    runs = book.runs()
+    assert len(runs) == 2
+    for run in runs:  # sealed, no local parent, marked with the package and the origin run
+        mark = run["details"]["reproduction"]
+        assert mark["package"] == pkg.sha256 and run["parent"] is None
+        o = origin[mark["origin_run"]]
+        assert (run["seed"], run["backend"], run["workload"], run["submission"]) == (
+            o.seed, o.backend, o.workload, o.submission)
+        assert run["status"] == o.status
+        if o.status == "succeeded":  # the same machine: the same figures to the last bit
+            for name in ("epochs", "steps", "val_accuracy", "test_accuracy"):
+                assert run["figures"][name] == o.figures[name], name
+            evals = [json.loads(e[3]) for e in o.evaluations]
+            assert [e["metrics"] for e in book.evaluations(run["id"])] == evals
+    assert {r["details"]["reproduction"]["origin_run"] for r in runs} >= {seed_runs[0]}
+    assert book.verify() == []  # the reproductions' files (kept under the ledger) verify
+    # the same draw again: the same runs
+    again = rp.choose(rp.drawable(pkg.runs())[0], 2, seed)
+    assert {r.origin_id for r in again} == {r["details"]["reproduction"]["origin_run"]
+                                            for r in runs}
+
+
+def test_an_altered_figure_is_caught_only_by_reproduction(digits_package, rules_dir, tmp_path,
+                                                          run_d500):
+    target = _seed_runs(digits_package)[0]
+    claimed = {}
+
+    def better(figures: dict) -> None:
+        for name in ("test_accuracy", "final_test_accuracy"):
+            figures[name] = claimed[name] = min(1.0, figures[name] + 6 / 300)
+
+    altered = repack(digits_package, tmp_path / "altered.tar.gz", _reseal(target, better))
+    pkg = Package.open(altered)
+    assert pkg.member_problems() == [] and pkg.chain_problems() == []
+    assert check_package(pkg, rules_dir) == []  # the checker cannot tell
+    seed = _draw_seed(altered, 1, {target})
+    result = run_d500(None, "reproduce", str(altered), "--runs", "1", "--seed", str(seed),
+                      "--rules", str(rules_dir), "--ledger", str(tmp_path / "l.sqlite"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("disagrees:")]
+    assert any(line.startswith(f"disagrees: run {target}: test_accuracy: recorded "
+                               f"{claimed['test_accuracy']:.4f}") for line in lines), lines
+    assert any(f"run {target}: final_test_accuracy" in line for line in lines), lines
+    assert not any("epochs" in line or "status" in line for line in lines), lines
+    assert "0 of 1 run(s) agree" in result.stdout
+
+
+def test_a_submission_changed_after_its_runs_is_not_reproducible(digits_package, rules_dir,
+                                                                 tmp_path):
+    def edit(found: dict[str, bytes]) -> None:
+        name = SUBMISSION_FILES + "submission.yaml"
+        found[name] = found[name].replace(b"lr: 0.05", b"lr: 0.06")
+
+    changed = repack(digits_package, tmp_path / "changed.tar.gz", edit)
+    result = rp.reproduce(Package.open(changed), runs=2, seed=0, rules_dir=rules_dir,
+                          ledger=tmp_path / "l.sqlite")
+    assert not result.agrees and len(result.runs) == 2
+    for report in result.runs:
+        assert report.run_id is None and report.problem.startswith("not reproducible: it ran "
+                                                                   "with submission file(s) "
+                                                                   "not in the package")
+        assert "submission.yaml" in report.disagreements()[0]
+    assert Ledger(tmp_path / "l.sqlite").runs() == []  # nothing ran
+
+
+def test_more_runs_than_the_package_has_is_exit_2(digits_package, rules_dir, run_d500, tmp_path):
+    result = run_d500(None, "reproduce", str(digits_package), "--runs", "7", "--rules",
+                      str(rules_dir), "--ledger", str(tmp_path / "l.sqlite"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("d500 reproduce: error: --runs 7: the package has 6 "
+                                     "run(s) this command can re-run")
+    assert result.stdout == ""
+
+
+def test_a_workload_that_is_not_the_rulebooks_is_refused(digits_package, run_d500, tmp_path):
+    # the fixture's digits-mlp.yaml (seeds 2, 8 epochs) is not d500's own levels/ file
+    result = run_d500(tmp_path / "home", "reproduce", str(digits_package), "--runs", "1",
+                      "--seed", "3")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "differs from the rulebook's" in result.stderr
+    assert "reproduction runs only the rules" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert not (tmp_path / "home" / "ledger.sqlite").exists() or \
+        Ledger(tmp_path / "home" / "ledger.sqlite").runs() == []
+
+
+def test_not_a_package_is_exit_2(tmp_path, run_d500):
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"not a package")
+    result = run_d500(tmp_path, "reproduce", str(junk))
+    assert result.returncode == 2 and "not a d500 package" in result.stderr
+
+
+# -- the comparison rules on hand-made series -------------------------------------------------
+
+SIZES = {"validation": 300, "test": 300}
+
+
+def _series(vals: list[int], tests: list[int], steps: int = 37) -> Series:
+    return Series([(steps * (i + 1), float(i + 1), v / 300, t / 300)
+                   for i, (v, t) in enumerate(zip(vals, tests))])
+
+
+def _figures(series: Series, target: float = 0.97) -> dict:
+    met = next((p for p in series.points if p[2] >= target), None)
+    last = series.points[-1]
+    if met is None:
+        return {"epochs": float("inf"), "steps": float("inf"), "val_accuracy": last[2],
+                "final_test_accuracy": last[3]}
+    return {"epochs": met[1], "steps": float(met[0]), "val_accuracy": met[2],
+            "test_accuracy": met[3], "final_test_accuracy": met[3]}
+
+
+def _verdicts(a: Series, b: Series, status=("succeeded", "succeeded")) -> dict[str, bool]:
+    return {c.name: c.agrees for c in compare(_figures(a), _figures(b), status, (a, b), SIZES,
+                                              0.97)}
+
+
+def test_identical_series_agree_and_say_so():
+    a = _series([250, 280, 291], [248, 281, 286])
+    checks = compare(_figures(a), _figures(a), ("succeeded", "succeeded"), (a, a), SIZES, 0.97)
+    assert all(c.agrees for c in checks)
+    assert next(c for c in checks if c.name == "evaluations").note == \
+        "identical at all 3 common evaluations"
+
+
+def test_two_samples_apart_agree_three_do_not():
+    a = _series([250, 280, 291], [248, 281, 286])
+    assert all(_verdicts(a, _series([250, 280, 291], [248, 281, 288])).values())
+    v = _verdicts(a, _series([250, 280, 291], [248, 281, 289]))
+    assert not v["test_accuracy"] and not v["evaluations"] and v["epochs"] and v["steps"]
+
+
+def test_a_crossing_one_evaluation_later_agrees_only_when_it_was_borderline():
+    a = _series([250, 280, 291], [248, 281, 286])
+    late = _series([250, 280, 290, 293], [248, 281, 286, 287])  # 290/300: one sample short
+    v = _verdicts(a, late)
+    assert v["epochs"] and v["steps"] and v["test_accuracy"], v
+    far = _series([250, 280, 285, 293], [248, 281, 286, 287])  # 6 samples short: not noise
+    v = _verdicts(a, far)
+    assert not v["epochs"] and not v["steps"] and not v["evaluations"]
+
+
+def test_a_different_status_disagrees():
+    a = _series([250, 280, 291], [248, 281, 286])
+    v = _verdicts(a, a, ("succeeded", "missed"))
+    assert not v["status"] and v["epochs"]
+
+
+def test_the_draw_is_seeded_and_bounded():
+    class Run:
+        def __init__(self, i: int):
+            self.origin_id = i
+    runs = [Run(i) for i in (5, 1, 9, 3)]
+    first = [r.origin_id for r in rp.choose(runs, 2, 7)]
+    assert first == [r.origin_id for r in rp.choose(list(reversed(runs)), 2, 7)]
+    assert first == sorted(first) and len(set(first)) == 2
+    assert {tuple(r.origin_id for r in rp.choose(runs, 2, s)) for s in range(50)} != {
+        tuple(first)}  # other seeds, other choices
+    with pytest.raises(rp.UsageError, match="--runs 5: the package has 4 run"):
+        rp.choose(runs, 5, 0)
