@@ -25,6 +25,7 @@ from d500.training.score import NOT_COUNTED  # statuses that are not a seed resu
 from d500.training.tuning import DONE  # a trial's final statuses (not run again on resume)
 
 TRAINING_LEVELS = (2, 3)
+TUNED_LEVEL = 2  # the level `d500 tune` tunes; level 3 requires seeds only
 
 
 def world(run: Any) -> int:
