@@ -56,7 +56,7 @@ CORE: dict[str, tuple[str, str]] = {
     "run": ("d500.runner", "the main job: a quick suite over every level, then the leaderboard"),
     "conformance": ("d500.conformance", "run the ONNX backend node test suite against a backend"),
     "backends": ("d500.backends.cli", "list the installed backends"),
-    "ledger": ("d500.ledger_cli", "list, show, export and verify recorded runs"),
+    "ledger": ("d500.ledger_cli", "list, show, export and verify recorded runs; import packages"),
     "leaderboard": ("d500.leaderboard", "rank recorded runs by the metric definitions"),
     "package": ("d500.competition.package_cli", "pack an entry's runs into one file to submit"),
     "keygen": ("d500.competition.keygen_cli", "make an ed25519 key to sign packages with"),
