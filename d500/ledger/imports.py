@@ -50,7 +50,6 @@ if TYPE_CHECKING:
     from d500.ledger.core import Ledger
 
 
-
 @dataclass
 class Imported:
     """What `import_package` did."""
@@ -62,8 +61,7 @@ class Imported:
     forced: bool = False
     package_id: int | None = None
     runs: dict[int, int] = field(default_factory=dict)  # origin run id -> run id here
-    studies: dict[int, int] = field(default_factory=dict)  # origin study id -> id here (a new
-    # import only)
+    studies: dict[int, int] = field(default_factory=dict)  # origin study id -> id here (new)
     folder: Path | None = None
     imported: float | None = None  # unix time of the import (the first one, if `already`)
 
