@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from d500 import leaderboard, provenance
+from d500 import leaderboard, metrics, provenance
 from d500.ledger import Ledger
 from d500.ledger.relay import Relay
 from tests.distributed import level3_jobs as jobs
@@ -254,11 +254,19 @@ def test_two_machines_in_html_a_section_each_and_readable_at_1280_px(tmp_path, m
     home = tmp_path / "home"
     monkeypatch.setenv("D500_HOME", str(home))
     ledger = two_machines(home, tmp_path)
+    names = [n for n in metrics.names() if metrics.get(n).missing is None][:22]
+    wide = tmp_path / "wide.yaml"  # 22 metrics, 30 columns: cells may break anywhere to fit
+    wide.write_text(f"name: wide\nlevel: 0\nmetrics: [{', '.join(names)}]\nrank_by: latency\n")
+    ledger.start_run(level=0, workload="wide", submission="many-figures-submission",
+                     backend="numpy", workload_file=wide).finish(
+        "succeeded", figures={n: 123456.789 for n in names})
     page = leaderboard.write_html(tmp_path / "board.html", ledger, level=0)
     ledger.close()
     with chromium(tmp_path / "profile") as driver:
         driver.get(page.as_uri())
         assert page_width_problems(driver) == []
+        [wide_board] = driver.find_elements(By.CSS_SELECTOR, "table.board.wide")
+        assert len(wide_board.find_elements(By.CSS_SELECTOR, "thead th")) == 30
         board = driver.find_element(By.CSS_SELECTOR, "section.workload table.board")
         bodies = board.find_elements(By.TAG_NAME, "tbody")
         assert len(bodies) == 2

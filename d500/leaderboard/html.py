@@ -27,11 +27,13 @@ h1{font-size:1.6em}h2{font-size:1.25em;margin-top:2em;border-bottom:1px solid #c
 h2.level{font-size:1.45em;background:#f4f6fa;padding:.3em .4em;border-bottom:2px solid #9ab}
 table{border-collapse:collapse;margin:.6em 0;font-size:.88em;width:100%;max-width:100%}
 th,td{border:1px solid #ccc;padding:.3em .45em;text-align:left;vertical-align:top;
-overflow-wrap:anywhere;hyphens:auto}
+overflow-wrap:break-word}
+td.env,.legend td,table.wide th,table.wide td{overflow-wrap:anywhere}
+table.board,table.view{font-size:.82em}table.board td,table.board th{padding:.25em .35em}
 th{background:#f2f2f2;font-weight:600}td.num{text-align:right}
 tr.first td{background:#eef8ee}.bad{color:#b00}.ok{color:#070}.note{color:#555;font-size:.9em}
 tr.machine th{background:#e8eef6;text-align:left;font-weight:600}
-td.env a{color:#1a4f8b}
+td.env{width:13em}td.env a{color:#1a4f8b}
 .legend td:first-child,.legend th:first-child{white-space:nowrap;width:3em;font-weight:600}
 figure{margin:.6em 0;max-width:100%}
 img{max-width:100%;height:auto;border:1px solid #ddd;margin:.4em 0}
@@ -44,6 +46,7 @@ tr.machine th{display:block}}
 """
 
 esc = html.escape
+WIDE = 16  # columns: past this a table's words may break anywhere (about 70 px a column)
 
 
 def html_page(boards: Sequence[Board], ledger: Any = None, source: str = "") -> str:
@@ -103,8 +106,8 @@ def _board(board: Board, ledger: Any, anchor: str, legend: Legend | None = None)
     out.append(f"<p class='note'>{esc(text.rule_line(board))}</p>")
     out += [f"<p class='note machines'>{esc(note)}</p>" for note in text.machine_notes(board)]
     heads = text.headers(board)
-    out.append("<table class='board'><thead><tr>" + "".join(
-        f"<th>{esc(h)}</th>" for h in heads) + "</tr></thead>")
+    out.append(f"<table class='{_klass('board', heads)}'><thead><tr>" + "".join(
+        f"<th>{_breakable(h)}</th>" for h in heads) + "</tr></thead>")
     for heading, entries in text.sections(board, legend):
         out.append("<tbody>")
         if heading:
@@ -137,13 +140,25 @@ def _board(board: Board, ledger: Any, anchor: str, legend: Legend | None = None)
 
 
 def _table(klass: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    head = "".join(f"<th>{_breakable(h)}</th>" for h in headers)
     labels = [esc(h) for h in headers] + [""] * max(0, max(map(len, rows), default=0)
                                                      - len(headers))
     body = "".join("<tr>" + "".join(f"<td data-label='{label}'>{esc(str(c))}</td>"
                                     for label, c in zip(labels, row)) + "</tr>"
                    for row in rows)
-    return f"<table class='{klass}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return (f"<table class='{_klass(klass, headers)}'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{body}</tbody></table>")
+
+
+def _klass(klass: str, headers: Sequence[str]) -> str:
+    """The table's class, plus "wide" past WIDE columns: its cells may then break anywhere, so
+    the table still fits the page (narrower tables break at spaces, "_" and "/" only)."""
+    return f"{klass} wide" if len(headers) > WIDE else klass
+
+
+def _breakable(header: str) -> str:
+    """An escaped header that may wrap after "_" and "/" ("time_to_accuracy (samples/s)")."""
+    return re.sub(r"([_/])", r"\1<wbr>", esc(header))
 
 
 def _env_links(cell: str) -> str:
