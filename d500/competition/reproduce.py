@@ -79,6 +79,16 @@ class RunReport:
     def agrees(self) -> bool:
         return not self.problem and bool(self.checks) and all(c.agrees for c in self.checks)
 
+    @property
+    def verdict(self) -> str:
+        """agrees | disagrees | inconclusive (only a time budget's cut differs) | not run."""
+        if self.problem:
+            return "not run"
+        if self.agrees:
+            return "agrees"
+        judged = [c for c in self.checks if not c.agrees and not c.inconclusive]
+        return "disagrees" if judged else "inconclusive"
+
     def disagreements(self) -> list[str]:
         """One line per disagreeing figure (or the problem), naming the origin run."""
         if self.problem:
@@ -421,5 +431,5 @@ def reproduce(pkg: Any, runs: int = 2, seed: int | None = None, ledger: str | Pa
         report = report_of(item, found, book)
         result.runs.append(report)
         note(f"[{i}/{len(ready)}] run {run.origin_id}: reproduced as run {report.run_id}: "
-             + ("agrees" if report.agrees else "DISAGREES"))
+             + report.verdict)
     return result

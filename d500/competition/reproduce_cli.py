@@ -60,7 +60,7 @@ def row(report: Any) -> list[str]:
     by = {c.name: c for c in report.checks}
     acc = by.get("test_accuracy") or by.get("final_test_accuracy")
     series = by.get("evaluations")
-    verdict = "agrees" if report.agrees else ("not run" if report.problem else "DISAGREES")
+    verdict = report.verdict if report.verdict == "agrees" else report.verdict.upper()
     return [str(report.origin_id), str(report.workload), str(report.backend), str(report.seed),
             report.trial or "-", str(report.world_size or "-"),
             "-" if report.run_id is None else str(report.run_id), _pair(by.get("status")),
@@ -91,7 +91,7 @@ def render(result: Any) -> None:
     console.print(table)
     for report in result.runs:
         for line in report.disagreements():
-            out(f"disagrees: {line}")
+            out(f"{'disagrees' if report.verdict != 'inconclusive' else 'inconclusive'}: {line}")
         notes = [f"threads {report.threads}"] if report.threads else []
         if report.timing:
             notes.append(report.timing)
@@ -115,9 +115,11 @@ def as_json(result: Any) -> dict[str, Any]:
             "runs": [{"origin_run": r.origin_id, "level": r.level, "workload": r.workload,
                       "backend": r.backend, "seed": r.seed, "trial": r.trial,
                       "world_size": r.world_size, "run_id": r.run_id, "agrees": r.agrees,
+                      "verdict": r.verdict,
                       "problem": r.problem, "threads": r.threads, "timing": r.timing,
                       "environment": r.environment,
                       "checks": [{"name": c.name, "recorded": c.recorded,
                                   "reproduced": c.reproduced, "tolerance": c.tolerance,
-                                  "agrees": c.agrees, "note": c.note} for c in r.checks]}
+                                  "agrees": c.agrees, "inconclusive": c.inconclusive,
+                                  "note": c.note} for c in r.checks]}
                      for r in result.runs]}

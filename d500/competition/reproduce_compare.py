@@ -54,6 +54,7 @@ class Check:
     tolerance: str
     agrees: bool
     note: str = ""
+    inconclusive: bool = False  # not judged: a time budget cut one run short (see compare)
 
     def line(self) -> str:
         """`name: recorded R, reproduced P (tolerance T)`, for a disagreement's report line."""
@@ -143,7 +144,30 @@ def compare(recorded: dict[str, Any], reproduced: dict[str, Any], status: tuple[
         checks.append(Check(name, a, b, f"±{ACCURACY_SAMPLES} of {sizes[split]} {split} "
                             f"samples ({tol:.4f})", _close(a, b, tol), note))
     checks.append(_series_check(rec_series, rep_series, sizes))
+    budget = _time_budget(recorded, reproduced, status, series, checks[-1])
+    if budget:
+        checks[0].note = budget
+        for check in checks[:-1]:
+            check.inconclusive = not check.agrees
     return checks
+
+
+def _time_budget(recorded: dict[str, Any], reproduced: dict[str, Any], status: tuple[str, str],
+                 series: tuple[Series, Series], evaluations: Check) -> str:
+    """Why one run succeeded and the other missed when a time budget explains it: the one that
+    missed stopped before the step where the other met the target (so not at the epoch budget:
+    at max_seconds, on a slower or busier machine) and the evaluations agree up to there."""
+    if set(status) != {"succeeded", "missed"} or not evaluations.agrees:
+        return ""
+    won = 0 if status[0] == "succeeded" else 1
+    steps = (recorded, reproduced)[won].get("steps")
+    lost = series[1 - won].points
+    if steps is None or math.isinf(steps) or not lost or lost[-1][0] >= steps:
+        return ""
+    who = ("the reproduction", "the recorded run")[won]
+    return (f"{who} spent its time budget (max_seconds) at step {lost[-1][0]}, before the "
+            f"target step {int(steps)} of the other, with the evaluations in agreement: a "
+            "difference of machine speed, not of the result (inconclusive)")
 
 
 def _errors(errors: tuple[str | None, str | None]) -> str:

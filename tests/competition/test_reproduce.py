@@ -8,6 +8,7 @@ comparison rules themselves are tested on hand-made evaluation series."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -18,10 +19,14 @@ from d500.competition.check import check_package
 from d500.competition.layout import CHAIN, MANIFEST, SUBMISSION_FILES
 from d500.competition.package import Package
 from d500.competition.reproduce_compare import Series, compare
+from d500.distributed.launcher import launch_train, mpiexec
 from d500.ledger import Ledger, integrity
 from d500.ledger.store import dumps
+from d500.paths import examples, rulebook
 
 from .packages import repack
+
+RULEBOOK, EXAMPLES = rulebook(), examples()
 
 
 def _draw_seed(path: Path, k: int, wanted: set[int], avoid: set[int] = frozenset()) -> int:
@@ -177,6 +182,37 @@ def test_not_a_package_is_exit_2(tmp_path, run_d500):
     assert result.returncode == 2 and "not a d500 package" in result.stderr
 
 
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.skipif(mpiexec() is None, reason="no mpiexec beside Python")
+def test_a_level3_run_is_reproduced_at_its_world_size(tmp_path, run_d500):
+    """A real 2-rank sync run under d500's own rulebook, packaged and re-run under mpiexec -n 2:
+    the same figures to the last bit on this machine, recorded as one rank-0 run of 2."""
+    home = tmp_path / "entrant"
+    report = launch_train(RULEBOOK / "3-distributed" / "digits-mlp.yaml",
+                          EXAMPLES / "sync", 2, extra=["--seed", "0"],
+                          env={**os.environ, "D500_HOME": str(home)}, timeout=600)
+    assert report.runs and report.runs[0]["status"] == "succeeded", report.summary
+    package = tmp_path / "sync.tar.gz"
+    made = run_d500(home, "package", str(EXAMPLES / "sync"), "--out", str(package))
+    assert made.returncode == 0, made.stderr
+    ledger = tmp_path / "organiser" / "ledger.sqlite"
+    result = run_d500(None, "reproduce", str(package), "--runs", "1", "--ledger", str(ledger),
+                      "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = json.loads(result.stdout)
+    assert found["agrees"] and not found["seed_given"] and found["drawn_from"] == [1]
+    (run,) = found["runs"]
+    assert (run["world_size"], run["verdict"]) == (2, "agrees")
+    assert run["threads"].startswith("1 (the origin's ")
+    (local,) = Ledger(ledger).runs()
+    assert (local["level"], local["world_size"], local["rank"]) == (3, 2, 0)
+    origin = Package.open(package).runs()[0]
+    for name in ("epochs", "steps", "val_accuracy", "test_accuracy", "bytes_per_step"):
+        assert local["figures"][name] == origin.figures[name], name
+    assert local["details"]["reproduction"]["origin_run"] == 1
+    assert local["details"]["scheme"] == "sync"
+
 # -- the comparison rules on hand-made series -------------------------------------------------
 
 SIZES = {"validation": 300, "test": 300}
@@ -245,3 +281,20 @@ def test_the_draw_is_seeded_and_bounded():
         tuple(first)}  # other seeds, other choices
     with pytest.raises(rp.UsageError, match="--runs 5: the package has 4 run"):
         rp.choose(runs, 5, 0)
+
+
+def test_a_time_budget_cut_is_inconclusive_not_a_disagreement():
+    a = _series([250, 280, 285, 288, 289, 291], [248, 281, 284, 285, 286, 286])
+    cut = _series([250, 280, 285, 288], [248, 281, 284, 285])  # a slower machine: 4 epochs
+    checks = compare(_figures(a), _figures(cut), ("succeeded", "missed"), (a, cut), SIZES, 0.97)
+    by = {c.name: c for c in checks}
+    assert not by["status"].agrees and by["status"].inconclusive
+    assert "spent its time budget (max_seconds) at step 148" in by["status"].note
+    assert by["evaluations"].agrees and not by["epochs"].agrees and by["epochs"].inconclusive
+    report = rp.RunReport(1, 2, "digits-mlp", "torch", 0, checks=checks)
+    assert report.verdict == "inconclusive" and not report.agrees
+    other = _series([250, 280, 275, 288], [248, 281, 284, 285])  # and a different trajectory
+    checks = compare(_figures(a), _figures(other), ("succeeded", "missed"), (a, other), SIZES,
+                     0.97)
+    assert not any(c.inconclusive for c in checks)
+    assert rp.RunReport(1, 2, "digits-mlp", "torch", 0, checks=checks).verdict == "disagrees"
