@@ -109,7 +109,7 @@ def import_package(ledger: Ledger, package: str | Path | Package, *, force: bool
     if (already := _already(ledger, pkg.sha256, entry)) is not None:
         return already
     found_problems = list(check_problems(pkg, rules_dir) if problems is None else problems)
-    planned, own = _plan(pkg)
+    planned, studies, own = _plan(pkg)
     found_problems += own
     if found_problems and not force:
         return Imported("refused", pkg.sha256, entry, found_problems)
@@ -118,8 +118,8 @@ def import_package(ledger: Ledger, package: str | Path | Package, *, force: bool
     written: list[Path] = []
     try:
         pkg.extract(folder)
-        done = _write(ledger, pkg, entry, planned, found_problems, bool(found_problems),
-                      folder, written)
+        done = _write(ledger, pkg, entry, planned, studies, found_problems,
+                      bool(found_problems), folder, written)
     except _ImportedMeanwhile:
         return _already(ledger, pkg.sha256, entry)  # type: ignore[return-value]
     except BaseException:
@@ -156,13 +156,18 @@ def _member(pkg: Package, name: str) -> bytes | None:
         return None
 
 
-def _plan(pkg: Package) -> tuple[list[_Planned], list[str]]:
-    """Every packed run read and matched to the packed files, and what stops that."""
+def _plan(pkg: Package) -> tuple[list[_Planned], list[dict[str, Any]], list[str]]:
+    """Every packed run read and matched to the packed files, the studies, and the problems
+    that stop or limit their import."""
     problems: list[str] = []
-    submission = {rel: _sha(data)
-                  for rel, data in pkg.submission_files().items()}
-    workloads = {_sha(data): rel
-                 for rel, data in pkg.workload_files().items()}
+    submission = {rel: _sha(data) for rel, data in pkg.submission_files().items()}
+    workloads = {_sha(data): rel for rel, data in pkg.workload_files().items()}
+    try:
+        studies = pkg.studies()
+        study_ids = {int(st["id"]) for st in studies}
+    except (D500Error, KeyError, TypeError, ValueError) as err:
+        problems.append(f"studies.json: {err}; runs imported without their trial links")
+        studies, study_ids = [], set()
     planned = []
     for origin_id in sorted(int(i) for i in pkg.manifest.get("runs", [])):
         where = f"run {origin_id}"
@@ -174,12 +179,22 @@ def _plan(pkg: Package) -> tuple[list[_Planned], list[str]]:
             problems.append(f"{where}: runs/{origin_id}.json is missing or not JSON; "
                             "not imported")
             continue
-        row = record.get("row") or {}
-        if not record.get("sealed") or not record.get("row_hash") or row.get("status") \
-                not in FINAL:
-            problems.append(f"{where}: status '{row.get('status')}' and not sealed in its "
-                            "ledger (still running when packed); not imported")
+        row = record.get("row") if isinstance(record, dict) else None
+        if not isinstance(row, dict) or row.get("status") not in FINAL:
+            status = row.get("status") if isinstance(row, dict) else None
+            problems.append(f"{where}: status '{status}' is not a final status (still running "
+                            "when packed?); not imported")
             continue
+        if not (isinstance(record.get("chain_seq"), int) and all(
+                isinstance(record.get(k), str) for k in ("prev_hash", "sealed", "row_hash"))):
+            problems.append(f"{where}: no chain position, seal or row hash in its record; "
+                            "not imported")
+            continue
+        trial = record.get("trial")
+        if trial is not None and (not isinstance(trial, list) or len(trial) != 3
+                                  or not isinstance(trial[0], int) or trial[0] not in study_ids):
+            problems.append(f"{where}: a trial of study {trial and trial[0]}, which "
+                            "studies.json does not hold; imported without its trial link")
         for name in json.loads(row.get("figures") or "{}"):
             try:
                 _metrics.get(name)
@@ -210,7 +225,7 @@ def _plan(pkg: Package) -> tuple[list[_Planned], list[str]]:
         planned.append(_Planned(origin_id, text, record, env_text,
                                 None if workload is None else f"files/workloads/{workload}", files,
                                 log))
-    return planned, problems
+    return planned, studies, problems
 
 
 def _match(stored: str, sha: str, packed: dict[str, str]) -> str | None:
@@ -222,7 +237,8 @@ def _match(stored: str, sha: str, packed: dict[str, str]) -> str | None:
 
 
 def _write(ledger: Ledger, pkg: Package, entry: str, planned: list[_Planned],
-           problems: list[str], forced: bool, folder: Path, written: list[Path]) -> Imported:
+           studies: list[dict[str, Any]], problems: list[str], forced: bool, folder: Path,
+           written: list[Path]) -> Imported:
     """One write transaction: the packages row, the studies, every run sealed with its origin."""
     sha12 = pkg.sha256[:12]
     manifest_text = pkg.member(MANIFEST).decode()
@@ -241,8 +257,8 @@ def _write(ledger: Ledger, pkg: Package, entry: str, planned: list[_Planned],
                          (pkg.sha256, entry, manifest_text, signer, now, int(forced),
                           problems_text, chain_text))
         package_id = done.package_id = int(cur.lastrowid)  # type: ignore[arg-type]
-        for s in pkg.studies():
-            done.studies[int(s["id"])] = _study(db, s, package_id, sha12)
+        for study in studies:
+            done.studies[int(study["id"])] = _study(db, study, package_id, sha12)
         link = {"package": pkg.sha256, "manifest": integrity.sha(manifest_text),
                 "forced": forced, "problems": integrity.sha(problems_text)}
         for p in planned:
@@ -265,9 +281,9 @@ def _write(ledger: Ledger, pkg: Package, entry: str, planned: list[_Planned],
             run_id = insert_row(db, columns, evaluations)
             done.runs[p.origin_id] = run_id
             trial = record.get("trial")
-            if trial is not None and int(trial[0]) in done.studies:
+            if isinstance(trial, list) and len(trial) == 3 and trial[0] in done.studies:
                 db.execute("INSERT INTO trials (study_id, number, run_id, params, attempt) "
-                           "VALUES (?,?,?,?,?)", (done.studies[int(trial[0])], trial[1],
+                           "VALUES (?,?,?,?,?)", (done.studies[trial[0]], trial[1],
                                                   run_id, trial[2], record.get("attempt") or 0))
             run_dir = ledger.root / "runs" / str(run_id)
             written.append(run_dir)

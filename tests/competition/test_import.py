@@ -336,3 +336,14 @@ def test_what_is_not_a_package_is_one_line_exit_2(run_d500, tmp_path):
         assert done.returncode == 2, done.stdout + done.stderr
         assert says in done.stderr and done.stderr.count("\n") == 1, done.stderr
         assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_a_signed_package_records_its_signer(signed_package, rules_dir, tmp_path):
+    signature = Package.open(signed_package).signature()
+    assert signature is not None and signature.valid
+    with Ledger(tmp_path / "home" / "ledger.sqlite") as book:
+        done = book.import_package(signed_package, rules_dir=rules_dir)
+        assert (done.status, done.forced, len(done.runs)) == ("imported", False, 6)
+        assert [(p["signer"], p["forced"], p["problems"]) for p in book.packages()] == [
+            (signature.public_key, False, [])]
+        assert book.verify() == []
