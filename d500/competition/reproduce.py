@@ -7,21 +7,20 @@ the target, accuracies and the evaluation series; never a time.
                        note=print)
     result.agrees; result.seed (the draw's, to repeat it); result.runs -> [RunReport]
 
-The draw: among the package's level-2 and level-3 runs that can be re-run (an interrupted or
-timed-out run stopped for reasons of its machine; a level-3 rank row other than 0 is part of
-its rank-0 run; levels 0 and 1 are not re-run by this command: their figures are times and agreements that
-`d500 op validate` / `d500 net check` measure on the organiser's own cases), K runs are sampled
-by random.Random(seed); without a seed one is drawn from the system's randomness (an entrant
-cannot predict which runs are re-run) and reported, so the same choice can be made again.
+The draw: among the package's runs that can be re-run (an interrupted or timed-out run stopped
+for reasons of its machine; a level-3 rank row other than 0 is part of its rank-0 run; level-1
+runs are backends measured on the organiser's own `d500 net check` and are not re-run here), K
+runs are sampled by random.Random(seed); without a seed one is drawn from the system's
+randomness (an entrant cannot predict which runs are re-run) and reported, so the same choice
+can be made again.
 
-Each chosen run is re-run with its recorded seed, backend and world size, and the recipe
-rebuilt from the packaged submission files and its recorded hyperparameters (refused unless
-rebuilding gives exactly the recorded hyperparameters), under the packaged workload file, which
-must be byte for byte the rulebook's (`rules_dir`, default levels/) or nothing is run. The run
-goes through the real trainers in a process of its own (d500.competition.reproduce_job; a
-level-3 run under `mpiexec -n N`), with the thread count the origin's frameworks had (recorded,
-or their default on the origin's CPU: torch one per physical core, TensorFlow one per usable
-core, level-3 ranks the cores shared among them), since another count reassociates float sums.
+Each chosen level-2/3 run is re-run with its recorded seed, backend and world size, and the
+recipe rebuilt from the packaged submission files and its recorded hyperparameters, under the
+packaged workload file, which must be byte for byte the rulebook's (`rules_dir`, default
+levels/) or nothing is run (d500.competition.reproduce_prepare). The run goes through the real
+trainers in a process of its own (d500.competition.reproduce_job; a level-3 run under
+`mpiexec -n N`), with the thread count the origin's frameworks had, since another count
+reassociates float sums. A level-0 run is validated again (d500.competition.reproduce_level0).
 Each reproduction is an ordinary sealed run of the given ledger (no parent: nothing local), its
 details naming the package's sha256 and the origin run (`details.reproduction`). The packaged
 submission files are written under <ledger folder>/reproduce/<sha12>/submission/, where the
@@ -31,7 +30,6 @@ ledger's file hashes can verify them later.
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import subprocess
@@ -41,9 +39,16 @@ from pathlib import Path
 from typing import Any
 
 from d500.competition.reproduce_compare import Check, Series, compare
-from d500.errors import ConfigError, D500Error, UsageError
+from d500.competition.reproduce_prepare import (
+    Prepared,
+    Unreproducible,
+    environment_changes,
+    prepare,
+    write_submission,
+)
+from d500.errors import D500Error, UsageError
 
-LEVELS = (2, 3)
+LEVELS = (0, 2, 3)
 NOT_DRAWN = {  # status -> why such a run is not re-run
     "interrupted": "interrupted (stopped by a person or a dead process)",
     "timeout": "timed out (a limit of its machine)",
@@ -116,19 +121,6 @@ class Reproduction:
         return bool(self.runs) and all(r.agrees for r in self.runs)
 
 
-@dataclass
-class Prepared:
-    """A chosen run made ready to re-run."""
-
-    run: Any  # ExportedRun
-    workload: Any
-    workload_file: Path
-    submission_dir: Path
-    params: dict[str, Any]
-    threads: int | None
-    threads_from: str
-
-
 # -- the draw ---------------------------------------------------------------------------------
 
 def drawable(runs: list[Any]) -> tuple[list[Any], dict[str, list[int]]]:
@@ -137,8 +129,8 @@ def drawable(runs: list[Any]) -> tuple[list[Any], dict[str, list[int]]]:
     for run in runs:
         why = None
         if run.level not in LEVELS:
-            why = (f"level {run.level}: not re-run by this command (its figures are times and "
-                   "agreements; d500 op validate / d500 net check measure them here)")
+            why = (f"level {run.level}: not reproducible by this command (a backend's times and "
+                   "agreement; `d500 net check` measures them on this machine)")
         elif run.status in NOT_DRAWN:
             why = NOT_DRAWN[run.status]
         elif run.level == 3 and run.rank not in (None, 0):
@@ -168,153 +160,6 @@ def new_seed() -> int:
     return random.SystemRandom().randrange(2**31)
 
 
-# -- preparing a run --------------------------------------------------------------------------
-
-class Unreproducible(D500Error):
-    """A chosen run that cannot be re-run faithfully from the package (its report says why)."""
-
-    exit_code = 1
-
-
-def rulebook_file(pkg: Any, run: Any, rules_dir: Path) -> Path:
-    """The rulebook's workload file a run ran under, after checking that the packaged file, the
-    text the run recorded and the rulebook's are the same bytes; a ConfigError otherwise."""
-    from d500.competition.check import run_workload, workload_member
-    from d500.competition.layout import sha256
-    rel = run_workload(run)
-    packaged = pkg.workload_files().get(rel)
-    where = f"run {run.origin_id}"
-    if packaged is None:
-        raise ConfigError(f"{pkg.path}: {where}: its workload file {rel} is not in the package")
-    text = run.row.get("workload_text")
-    if text is not None and text.encode("utf-8") != packaged:
-        raise ConfigError(f"{pkg.path}: {where}: the packaged {rel} is not the workload text the "
-                          "run recorded")
-    ours = rules_dir / workload_member(run.level, run.workload)
-    if not ours.is_file():
-        raise ConfigError(f"{pkg.path}: {where}: its workload '{run.workload}' is not in the "
-                          f"rulebook {rules_dir} (no {ours}); reproduction runs only the rules")
-    if ours.read_bytes() != packaged:
-        raise ConfigError(f"{pkg.path}: {where}: the packaged workload file {rel} differs from "
-                          f"the rulebook's {ours} (sha256 {sha256(packaged)[:12]}… vs "
-                          f"{sha256(ours.read_bytes())[:12]}…); reproduction runs only the rules")
-    return ours
-
-
-def write_submission(pkg: Any, folder: Path) -> Path:
-    """The packaged submission files under `folder` (kept: the local ledger hashes them)."""
-    root = folder.resolve()
-    for rel, data in pkg.submission_files().items():
-        target = folder / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if not target.resolve().is_relative_to(root):
-            raise D500Error(f"{pkg.path}: submission file {rel} would be written outside "
-                            f"{folder}")
-        if not target.is_file() or target.read_bytes() != data:
-            target.write_bytes(data)
-    return folder
-
-
-def rebuild(entry: Any, workload: Any, run: Any) -> dict[str, Any]:
-    """The `recipe_with` parameters that give exactly the run's recorded hyperparameters (at
-    level 3 with the world size's global batch and the entry's scheme); Unreproducible if none
-    do (the submission changed after the run, or the run was not made from it)."""
-    from d500.ledger.store import dumps
-    hyper = run.hyperparameters
-    names = set(entry.recipe.make_optimizer().hp)
-    params: dict[str, Any] = {k: v for k, v in hyper.items() if k in names}
-    if "schedule" in hyper:
-        params["schedule.name"] = hyper["schedule"]
-    params.update({f"schedule.{k[len('schedule_'):]}": v for k, v in hyper.items()
-                   if k.startswith("schedule_")})
-    world = run.world_size
-    batch = hyper.get("batch_size")
-    if run.level == 3 and world and getattr(workload, "batch_mode", "global") == "per_rank":
-        batch = batch // world if isinstance(batch, int) else batch
-    if batch is not None:
-        params["batch_size"] = batch
-    try:
-        recipe = entry.recipe_with(params)
-        logged = recipe.hyperparameters_logged()
-        if run.level == 3 and world:
-            from d500.distributed import spec as specs
-            total = workload.global_batch(recipe.batch_size, world)
-            logged = {**logged, "batch_size": total,
-                      "per_rank_batch_size": math.ceil(total / world),
-                      **specs.parse(entry.distributed, entry.path).logged()}
-    except D500Error as err:
-        raise Unreproducible(f"its recorded hyperparameters do not fit the packaged submission "
-                             f"({err})") from None
-    if json.loads(dumps(logged)) != json.loads(dumps(hyper)):
-        differ = sorted(k for k in set(logged) | set(hyper) if logged.get(k) != hyper.get(k))
-        raise Unreproducible(f"the packaged submission does not give its recorded "
-                             f"hyperparameters (differing: {', '.join(differ)}): the entry "
-                             "changed after the run")
-    return params
-
-
-def origin_threads(env: dict[str, Any] | None, backend: str, world: int | None
-                   ) -> tuple[int | None, str]:
-    """The intra-op thread count the origin run's framework had, and how it is known."""
-    env = env or {}
-    recorded = (env.get("threads") or {}).get("count")
-    if recorded:
-        return int(recorded), "recorded by the origin"
-    cpu = env.get("cpu") or {}
-    usable = cpu.get("usable_cores") or cpu.get("logical_cores")
-    if world and world > 1 and cpu.get("logical_cores"):
-        return (max(1, int(cpu["logical_cores"]) // world),
-                f"the origin's {cpu['logical_cores']} cores shared by {world} ranks")
-    if backend == "torch" and cpu.get("physical_cores"):
-        return int(cpu["physical_cores"]), "torch's default on the origin (its physical cores)"
-    if usable:
-        return int(usable), "the framework's default on the origin (its usable cores)"
-    return None, "unknown (the origin recorded no CPU): this machine's default"
-
-
-def environment_changes(env: dict[str, Any] | None, backend: str) -> list[str]:
-    """How this machine differs from the origin's in what reassociates float arithmetic."""
-    from d500 import backends, provenance
-    env = env or {}
-    theirs, ours = env.get("cpu") or {}, provenance.cpu()
-    out = []
-    for key, what in (("model", "CPU"), ("logical_cores", "cores")):
-        if theirs.get(key) != ours.get(key):
-            out.append(f"{what} {theirs.get(key)} -> {ours.get(key)}")
-    fw = backends.framework(backend)
-    names = [fw[1]] if fw else []
-    here = provenance.versions()
-    for name in [*names, "numpy"]:
-        there = (env.get("packages") or {}).get(name)
-        if name in here and there != here.get(name):
-            out.append(f"{name} {there} -> {here.get(name)}")
-    return out
-
-
-def prepare(pkg: Any, run: Any, rules_dir: Path, folder: Path) -> Prepared:
-    """A chosen run ready to re-run: the rulebook's workload (ConfigError unless the package's
-    is the same), the packaged entry, the rebuilt recipe (Unreproducible if it cannot be)."""
-    from d500 import levels
-    from d500.competition.layout import sha256
-    from d500.training import submission
-
-    path = rulebook_file(pkg, run, rules_dir)
-    workload = levels.of_file(path).load(path)
-    entry = submission.load(folder)
-    if entry.name != run.submission:
-        raise Unreproducible(f"it is a run of '{run.submission}', the packaged submission is "
-                             f"'{entry.name}'")
-    have = {sha256(data) for data in pkg.submission_files().values()}
-    missing = sorted(p for p, h in run.submission_file_hashes.items() if h not in have)
-    if missing:
-        raise Unreproducible(f"it ran with submission file(s) not in the package "
-                             f"({', '.join(Path(p).name for p in missing)}): the entry changed "
-                             "after the run")
-    params = rebuild(entry, workload, run)
-    threads, why = origin_threads(run.environment, run.backend, run.world_size)
-    return Prepared(run, workload, path, folder, params, threads, why)
-
-
 # -- running ----------------------------------------------------------------------------------
 
 def execute(prepared: Prepared, ledger: Path, details: dict[str, Any], data_dir: str | None,
@@ -327,9 +172,11 @@ def execute(prepared: Prepared, ledger: Path, details: dict[str, Any], data_dir:
     out = jobs / f"run-{run.origin_id}.result.json"
     out.unlink(missing_ok=True)
     level3 = run.level == 3 and run.world_size is not None
+    level = 3 if level3 else 0 if run.level == 0 else 2
     job.write_text(json.dumps({
-        "level": 3 if level3 else 2, "ledger": str(ledger), "backend": run.backend,
-        "workload": str(prepared.workload_file), "submission": str(prepared.submission_dir),
+        "level": level, "ledger": str(ledger), "backend": run.backend, "case": run.workload,
+        "workload": None if prepared.workload_file is None else str(prepared.workload_file),
+        "submission": str(prepared.submission_dir),
         "seed": run.seed, "params": prepared.params, "details": details, "data": data_dir,
         "threads": None if level3 else prepared.threads, "out": str(out),
         "group": f"reproduction of run {run.origin_id} ({details['reproduction']['package']})",
@@ -345,7 +192,7 @@ def execute(prepared: Prepared, ledger: Path, details: dict[str, Any], data_dir:
         argv = [str(launcher), "-disable-auto-cleanup", "-n", str(run.world_size), *argv]
         if prepared.threads is not None:
             env["OMP_NUM_THREADS"] = str(prepared.threads)
-    timeout = 3 * prepared.workload.max_seconds + 300
+    timeout = prepared.timeout
     try:
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout,
                               check=False)
@@ -377,6 +224,10 @@ def report_of(prepared: Prepared, result: dict[str, Any], ledger: Any) -> RunRep
                       "message timing, so even a re-run on the origin's machine differs")
     if rep.run_id is None:
         rep.problem = f"the reproduction did not run: {result.get('error')}"
+        return rep
+    if run.level == 0:
+        from d500.competition import reproduce_level0
+        rep.checks = reproduce_level0.checks(run, result)
         return rep
     sizes = {"validation": wl.dataset["validation"], "test": wl.dataset["test"]}
     series = (Series.of(run.evaluations), Series.of(ledger.evaluations(rep.run_id)))

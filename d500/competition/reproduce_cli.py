@@ -63,7 +63,8 @@ def row(report: Any) -> list[str]:
     verdict = report.verdict if report.verdict == "agrees" else report.verdict.upper()
     return [str(report.origin_id), str(report.workload), str(report.backend), str(report.seed),
             report.trial or "-", str(report.world_size or "-"),
-            "-" if report.run_id is None else str(report.run_id), _pair(by.get("status")),
+            "-" if report.run_id is None else str(report.run_id),
+            _pair(by.get("status") or by.get("validation")),
             _pair(by.get("epochs")), _pair(by.get("steps")), _pair(by.get("val_accuracy")),
             _pair(acc), series.note if series is not None else "-", verdict]
 
@@ -103,8 +104,8 @@ def render(result: Any) -> None:
         out(f"  run {report.origin_id}: " + "; ".join(notes))
     bad = [r for r in result.runs if not r.agrees]
     out(f"{len(result.runs) - len(bad)} of {len(result.runs)} run(s) agree with the package "
-        "(status, steps and epochs to the target, accuracies and evaluations; times are not "
-        "compared)")
+        "(what must not depend on the machine: status, steps and epochs to the target, "
+        "accuracies, evaluations, a validation's verdict; times are not compared)")
 
 
 def as_json(result: Any) -> dict[str, Any]:

@@ -1,13 +1,15 @@
 """One reproduction run in its own process: `python -m d500.competition.reproduce_job JOB.json`
-(a level-2 run), or the same under `mpiexec -n N` (a level-3 run, every rank). The run goes
-through the real trainers (d500.training.trainer.train; d500.distributed.trainer.train) with
+(a level-2 run, or a level-0 validation), or the same under `mpiexec -n N` (a level-3 run,
+every rank). The run goes through the real trainers (d500.training.trainer.train;
+d500.distributed.trainer.train; level 0: d500.operators.run.validate_cases) with
 the origin's seed, recipe, backend and thread count, into the ledger the job names, each new
 run stamped with the job's `details` from its start. Rank 0 (or the one process) writes
 {"run_id", "status", "figures", "error", "threads"} to the job's `out` file.
 
 The job file (written by d500.competition.reproduce):
-    {"level": 2, "ledger": PATH, "workload": PATH, "submission": DIR, "backend": "torch",
-     "seed": 0, "params": {recipe_with parameters}, "threads": 2 | null,
+    {"level": 2, "ledger": PATH, "workload": PATH | null, "submission": DIR, "backend": "torch",
+     "case": NAME, "seed": 0, "params": {recipe_with parameters, or level 0's recorded
+     settings}, "threads": 2 | null,
      "details": {...}, "data": DIR | null, "group": "...", "out": PATH}
 
 A separate process per run gives each its own thread count (TensorFlow cannot change its pools
@@ -120,7 +122,11 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         job = json.loads(Path(argv[0]).read_text())
-        if job["level"] == 3:
+        if job["level"] == 0:
+            from d500.competition import reproduce_level0
+            from d500.ledger import Ledger
+            found = reproduce_level0.run(job, Stamped(Ledger(job["ledger"]), job["details"]))
+        elif job["level"] == 3:
             if not launched_by_mpi():
                 raise D500Error("a level-3 reproduction runs under mpiexec")
             share_cores()  # before a framework is imported (the job's OMP_NUM_THREADS wins)

@@ -2,8 +2,9 @@
 the real trainer agree with the package and are recorded as sealed reproductions; a figure
 altered with every hash re-made (so `d500 check` passes) is caught by reproduction alone, naming
 the run and the figure; a submission changed after its runs is not reproducible; too many runs
-and a workload that is not the rulebook's are refused (exit 2) before anything runs. The
-comparison rules themselves are tested on hand-made evaluation series."""
+and a workload that is not the rulebook's are refused (exit 2) before anything runs. A real
+level-3 run is reproduced under mpiexec at its world size and real level-0 validations are
+validated again. The comparison rules themselves are tested on hand-made evaluation series."""
 
 from __future__ import annotations
 
@@ -212,6 +213,34 @@ def test_a_level3_run_is_reproduced_at_its_world_size(tmp_path, run_d500):
         assert local["figures"][name] == origin.figures[name], name
     assert local["details"]["reproduction"]["origin_run"] == 1
     assert local["details"]["scheme"] == "sync"
+
+def test_level0_validations_are_validated_again(tmp_path, run_d500):
+    """A real operator entry's `d500 op validate` runs (a rulebook case, and a case given by
+    shapes) packaged and validated again here: the same verdicts, errors shown beside them."""
+    home, entry = tmp_path / "entrant", EXAMPLES / "numpy-im2col-conv"
+    for args in (["--case", str(RULEBOOK / "0-operators" / "conv-3x3-pad1.yaml")],
+                 ["--input-shape", "1,2,5,5", "--input-shape", "3,2,3,3", "--seed", "4"]):
+        done = run_d500(home, "op", "validate", str(entry), *args)
+        assert done.returncode == 0, done.stdout + done.stderr
+    package = tmp_path / "conv.tar.gz"
+    made = run_d500(home, "package", str(entry), "--out", str(package))
+    assert made.returncode == 0, made.stderr
+    ledger = tmp_path / "organiser" / "ledger.sqlite"
+    result = run_d500(None, "reproduce", str(package), "--runs", "2", "--seed", "1",
+                      "--ledger", str(ledger), "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = json.loads(result.stdout)
+    assert [r["verdict"] for r in found["runs"]] == ["agrees", "agrees"]
+    for r in found["runs"]:
+        (check,) = r["checks"]
+        assert (check["name"], check["recorded"], check["reproduced"]) == (
+            "validation", "passed", "passed")
+        assert "forward_error" in check["note"]
+    local = Ledger(ledger).runs()
+    assert [(r["level"], r["status"], r["seed"]) for r in local] == [(0, "succeeded", 0),
+                                                                      (0, "succeeded", 4)]
+    assert all(r["details"]["reproduction"]["package"] == found["sha256"] for r in local)
+    assert local[1]["workload"] == "Conv(1x2x5x5, 3x2x3x3) float32"
 
 # -- the comparison rules on hand-made series -------------------------------------------------
 
