@@ -38,11 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from d500.competition.reproduce_compare import Check, Series, compare
+from d500.competition.reproduce_compare import COMMUNICATION, Check, Series, compare
 from d500.competition.reproduce_prepare import (
     Prepared,
     Unreproducible,
     environment_changes,
+    preflight,
     prepare,
     write_submission,
 )
@@ -185,10 +186,7 @@ def execute(prepared: Prepared, ledger: Path, details: dict[str, Any], data_dir:
     env = dict(os.environ)
     if level3:
         from d500.distributed.launcher import mpiexec
-        launcher = mpiexec()
-        if launcher is None:
-            raise UsageError(f"run {run.origin_id} is a level-3 run: it needs mpiexec beside "
-                             f"{sys.executable} (pip install mpich mpi4py)")
+        launcher = mpiexec()  # present: preflight checked it
         argv = [str(launcher), "-disable-auto-cleanup", "-n", str(run.world_size), *argv]
         if prepared.threads is not None:
             env["OMP_NUM_THREADS"] = str(prepared.threads)
@@ -202,8 +200,9 @@ def execute(prepared: Prepared, ledger: Path, details: dict[str, Any], data_dir:
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     if out.is_file():
         return json.loads(out.read_text())
+    last = proc.stderr.strip().splitlines()[-1:]
     why = errors[0].split("error:", 1)[1].strip() if errors else (
-        f"exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:] or ''}")
+        f"exited {proc.returncode}" + (f": {last[0]}" if last else ""))
     if proc.returncode == 2:
         raise D500Error(f"run {run.origin_id}: {why}")
     return {"run_id": None, "status": "failed", "error": why}
@@ -233,7 +232,8 @@ def report_of(prepared: Prepared, result: dict[str, Any], ledger: Any) -> RunRep
     series = (Series.of(run.evaluations), Series.of(ledger.evaluations(rep.run_id)))
     rep.checks = compare(run.figures, result.get("figures") or {},
                          (run.status, result["status"]), series, sizes, wl.target,
-                         (run.error, result.get("error") or None))
+                         (run.error, result.get("error") or None),
+                         COMMUNICATION if run.level == 3 else ())
     return rep
 
 
@@ -263,6 +263,7 @@ def reproduce(pkg: Any, runs: int = 2, seed: int | None = None, ledger: str | Pa
     for run in chosen:  # every refusal before anything runs
         try:
             ready.append(prepare(pkg, run, rules, submission_dir))
+            preflight(ready[-1], data_dir)
         except Unreproducible as err:
             ready.append(RunReport(run.origin_id, run.level, run.workload, run.backend,
                                    run.seed, run.world_size, problem=f"not reproducible: {err}"))

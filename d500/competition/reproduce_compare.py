@@ -1,5 +1,6 @@
 """What a reproduction must agree on with the run it re-ran, and within what: the status, the
-steps and epochs to the target, the accuracies and the evaluation series; never a time.
+steps and epochs to the target, the accuracies, the evaluation series and, at level 3, the bytes
+each step sends and receives; never a time.
 
 Why these tolerances (measured on this repository's digits workloads, torch and TensorFlow CPU):
 
@@ -42,6 +43,10 @@ ACCURACY_SAMPLES = 2
 ACCURACIES = {"val_accuracy": "validation", "test_accuracy": "test",
               "final_test_accuracy": "test"}
 TO_TARGET = ("epochs", "steps")
+# Level 3: counted from the scheme's own messages (d500.distributed.comm), never the network, so
+# set by the scheme, the model and the world size alone: equal on every machine (to rounding of
+# the per-step mean), except under a timing-dependent scheme.
+COMMUNICATION = ("bytes_per_step", "bytes_received_per_step", "compression_ratio")
 
 
 @dataclass
@@ -113,11 +118,13 @@ def _close(a: float | None, b: float | None, tol: float) -> bool:
 
 def compare(recorded: dict[str, Any], reproduced: dict[str, Any], status: tuple[str, str],
             series: tuple[Series, Series], sizes: dict[str, int], target: float,
-            errors: tuple[str | None, str | None] = (None, None)) -> list[Check]:
+            errors: tuple[str | None, str | None] = (None, None),
+            exact: tuple[str, ...] = ()) -> list[Check]:
     """Every check of one run: `recorded`/`reproduced` its figures, `status` (recorded,
     reproduced), `series` the evaluations of each, `sizes` the split sizes ("validation",
     "test"), `target` the validation target, `errors` the runs' error lines (shown beside the
-    status when they differ; a message may name this machine's paths, so it is not judged)."""
+    status when they differ; a message may name this machine's paths, so it is not judged),
+    `exact` figures that must be equal (to 1e-9 relative) when both runs have them."""
     rec_series, rep_series = series
     checks = [Check("status", status[0], status[1], "equal", status[0] == status[1],
                     _errors(errors))]
@@ -143,6 +150,13 @@ def compare(recorded: dict[str, Any], reproduced: dict[str, Any], status: tuple[
             note = f"the reproduction's evaluation at the recorded step {at[0]}"
         checks.append(Check(name, a, b, f"±{ACCURACY_SAMPLES} of {sizes[split]} {split} "
                             f"samples ({tol:.4f})", _close(a, b, tol), note))
+    for name in exact:
+        a, b = recorded.get(name), reproduced.get(name)
+        if a is None or b is None:
+            continue
+        checks.append(Check(name, a, b, "equal (1e-9 relative)",
+                            a == b or (math.isfinite(a) and math.isfinite(b)
+                                       and abs(a - b) <= 1e-9 * max(abs(a), abs(b)))))
     checks.append(_series_check(rec_series, rep_series, sizes))
     budget = _time_budget(recorded, reproduced, status, series, checks[-1])
     if budget:

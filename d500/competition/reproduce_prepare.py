@@ -5,6 +5,7 @@ rebuilt from its recorded hyperparameters, and the thread count its frameworks h
     prepared = prepare(pkg, run, rules_dir, submission_dir)   # Prepared, or
     # ConfigError (exit 2): the workload is not the rulebook's -- nothing may run;
     # Unreproducible: this run cannot be re-run faithfully from the package (reported, exit 1)
+    preflight(prepared, data_dir)   # UsageError/DatasetError (exit 2): this machine cannot run it
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from d500.errors import ConfigError, D500Error
+from d500.errors import ConfigError, D500Error, UsageError
 
 # How long a level-0 validation may take before it is given up (seconds).
 LEVEL0_TIMEOUT = 900.0
@@ -194,3 +195,25 @@ def prepare(pkg: Any, run: Any, rules_dir: Path, folder: Path) -> Prepared:
     threads, why = origin_threads(run.environment, run.backend, run.world_size)
     timeout = 3 * workload.max_seconds + 300 + (60 * world if world else 0)
     return Prepared(run, workload, path, folder, params, threads, why, timeout)
+
+
+def preflight(prepared: Prepared, data_dir: str | None) -> None:
+    """What this machine needs to re-run it, checked before any run starts (no framework is
+    imported): the backend installed, the dataset's files present, mpiexec for level 3."""
+    import sys
+
+    from d500 import backends
+    run = prepared.run
+    if run.level == 0:
+        return
+    if run.backend not in backends.installed():
+        raise UsageError(f"run {run.origin_id} ran on backend '{run.backend}', which is not "
+                         f"installed here (installed: {', '.join(backends.installed())})")
+    from d500.training.data.dataset import check_present
+    check_present(prepared.workload.dataset["name"], data_dir)
+    if run.level == 3 and run.world_size:
+        from d500.distributed.launcher import mpiexec
+        if mpiexec() is None:
+            raise UsageError(f"run {run.origin_id} is a level-3 run at {run.world_size} ranks: "
+                             f"it needs mpiexec beside {sys.executable} (pip install mpich "
+                             "mpi4py)")

@@ -205,6 +205,8 @@ def test_a_level3_run_is_reproduced_at_its_world_size(tmp_path, run_d500):
     assert found["agrees"] and not found["seed_given"] and found["drawn_from"] == [1]
     (run,) = found["runs"]
     assert (run["world_size"], run["verdict"]) == (2, "agrees")
+    assert {"status", "epochs", "steps", "test_accuracy", "evaluations", "bytes_per_step",
+            "bytes_received_per_step"} <= {c["name"] for c in run["checks"]}
     assert run["threads"].startswith("1 (the origin's ")
     (local,) = Ledger(ledger).runs()
     assert (local["level"], local["world_size"], local["rank"]) == (3, 2, 0)
