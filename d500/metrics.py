@@ -2,8 +2,10 @@
 
 A metric file sets NAME (= its file name), UNIT, DIRECTION ("lower"/"higher" is better),
 AGGREGATE ("median" or "olympic_mean", over repetitions and seeds), MISSING (what a run that
-did not record it counts as: None or float("inf")), FORMAT (a format spec or "duration") and
-MEASURED (how it is measured). The leaderboard ranks and formats only through these.
+did not record it counts as: None or float("inf")), FORMAT (a format spec or "duration"),
+MEASURED (how it is measured) and MACHINE_DEPENDENT (whether its value depends on the hardware
+that measured it: times, rates and ratios of times such as a speed-up; by default true exactly
+when UNIT is "s" or a unit per second). The leaderboard ranks and formats only through these.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Metric:
     measured: str
     description: str
     path: Path
+    machine_dependent: bool = False  # only comparable between runs on the same hardware
 
     @property
     def lower_is_better(self) -> bool:
@@ -132,12 +135,18 @@ def check(metric_names: Sequence[str], where: str | Path | None = None) -> list[
     return [get(n, where) for n in metric_names]
 
 
+def timed_unit(unit: str) -> bool:
+    """Whether a unit is a time ("s") or a rate (a unit per second, e.g. samples/s, GFLOP/s):
+    the default of MACHINE_DEPENDENT."""
+    return unit == "s" or unit.endswith("/s")
+
+
 def _load(path: Path) -> Metric:
     spec = importlib.util.spec_from_file_location(f"d500_metric_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     try:
         spec.loader.exec_module(module)  # type: ignore[union-attr]
-    except Exception as err:  # a broken metric file is a configuration error naming it
+    except Exception as err:  # noqa: BLE001 - a broken metric file is a ConfigError naming it
         raise ConfigError(f"{path}: cannot load metric definition: {err}") from None
 
     def need(attr: str, types: type | tuple, choices: tuple | None = None):
@@ -162,11 +171,17 @@ def _load(path: Path) -> Metric:
         except (ValueError, TypeError):
             raise ConfigError(f"{path}: FORMAT = {fmt!r} is not a format spec or 'duration'"
                               ) from None
+    unit = need("UNIT", str)
+    dependent = getattr(module, "MACHINE_DEPENDENT", timed_unit(unit))
+    if not isinstance(dependent, bool):
+        raise ConfigError(f"{path}: MACHINE_DEPENDENT = {dependent!r} is not valid (True or "
+                          "False)")
     return Metric(
-        name=name, unit=need("UNIT", str), direction=need("DIRECTION", str, ("lower", "higher")),
+        name=name, unit=unit, direction=need("DIRECTION", str, ("lower", "higher")),
         aggregate=getattr(module, "AGGREGATE", "median"),
         missing=None if missing is None else float(missing), format_spec=fmt,
-        measured=need("MEASURED", str), description=(module.__doc__ or "").strip(), path=path)
+        measured=need("MEASURED", str), description=(module.__doc__ or "").strip(), path=path,
+        machine_dependent=dependent)
 
 
 def aggregate(values: Sequence[float], how: str) -> float | None:
