@@ -2,7 +2,13 @@
 (entry, backend) with its scheme and compressor, time to accuracy (median over its runs, a miss
 counting as infinity), test accuracy, bytes per step, communication share, scaling efficiency
 against its own runs at the reference world size, and the ratio of its time to the DDP baseline's;
-then time to accuracy against ranks per entry (a plot per workload)."""
+then time to accuracy against ranks per entry (a plot per workload).
+
+When the boards hold runs of several machines (and the organiser did not pass --across-machines),
+the time-based figures (time to accuracy, communication share, scaling efficiency, speed-up, vs
+DDP) are computed per machine, each machine's table and plots headed by its hardware, reference
+and baseline runs taken from the same machine; test accuracy and bytes per step, comparable on
+any machine, are pooled in one table."""
 
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from d500 import metrics
+from d500.leaderboard.environments import apart, hardware_text, machine
 from d500.levels import View
 
 NATIVE = "ddp"
@@ -20,12 +27,14 @@ NATIVE = "ddp"
 
 @dataclass
 class Row:
-    """One (workload, world size, submission, backend): its runs and their medians."""
+    """One (workload, world size, submission, backend), on one machine when machines are kept
+    apart: its runs and their medians."""
 
     workload: str
     ranks: int
     submission: str
     backend: str
+    machine: str = ""  # hardware key when machines are kept apart, else ""
     scheme: str = "?"
     compressor: str = "none"
     runs: list[dict[str, Any]] = field(default_factory=list)
@@ -48,15 +57,19 @@ class Row:
         return self.median("time_to_accuracy", math.inf)
 
 
-def rows(level: int, boards: Sequence[Any], ledger: Any) -> list[Row]:
-    """The rows of the boards' workloads (their rules versions), counted runs only."""
+def rows(level: int, boards: Sequence[Any], ledger: Any, per_machine: bool = False
+         ) -> list[Row]:
+    """The rows of the boards' workloads (their rules versions), counted runs only; with
+    `per_machine`, one row per machine the runs of an entry ran on."""
     wanted = {(b.workload, b.workload_sha256) for b in boards}
-    found: dict[tuple[str, int, str, str], Row] = {}
+    envs = ledger.environments() if per_machine else {}
+    found: dict[tuple[str, int, str, str, str], Row] = {}
     for r in ledger.runs(level=level):
         if (r["workload"], r["workload_sha256"]) not in wanted or r["study"] is not None \
                 or r["status"] in ("running", "interrupted"):
             continue
-        key = (r["workload"], r["world_size"] or 1, r["submission"] or "", r["backend"] or "")
+        key = (r["workload"], r["world_size"] or 1, r["submission"] or "", r["backend"] or "",
+               machine(envs.get(r["environment"])) if per_machine else "")
         row = found.setdefault(key, Row(*key))
         h = r["hyperparameters"] or {}
         row.scheme, row.compressor = h.get("scheme", row.scheme), h.get("compressor", "none")
@@ -73,9 +86,10 @@ def _key(value: float | None) -> float:
 
 def efficiency(row: Row, every: list[Row], reference: int = 1) -> tuple[float | None, ...]:
     """(scaling efficiency, speed-up) of a row against the same entry's rows at the reference
-    world size, from the medians (None without a reference or a finite time)."""
-    ref = next((x for x in every if (x.workload, x.submission, x.backend, x.ranks) ==
-                (row.workload, row.submission, row.backend, reference)), None)
+    world size on the same machine, from the medians (None without a reference or a finite
+    time)."""
+    ref = next((x for x in every if (x.workload, x.submission, x.backend, x.ranks, x.machine) ==
+                (row.workload, row.submission, row.backend, reference, row.machine)), None)
     t, t_ref = row.time, ref.time if ref is not None else None
     if t is None or t_ref is None or not (math.isfinite(t) and math.isfinite(t_ref)) or t <= 0:
         return None, None
@@ -83,11 +97,24 @@ def efficiency(row: Row, every: list[Row], reference: int = 1) -> tuple[float | 
 
 
 def views(level: int, boards: Sequence[Any], ledger: Any) -> list[View]:
-    every = rows(level, boards, ledger)
+    machines = apart(boards)
+    every = rows(level, boards, ledger, per_machine=bool(machines))
     if not every:
         return []
     refs = {b.workload: _reference(b, ledger) for b in boards}
-    return [v for v in (table_view(every, refs), plot_view(every)) if v is not None]
+    if not machines:
+        return [v for v in (table_view(every, refs), plot_view(every)) if v is not None]
+    envs = ledger.environments()
+    found = dict.fromkeys([*machines, *(row.machine for row in every)])
+    out: list[View | None] = []
+    for key in found:
+        mine = [row for row in every if row.machine == key]
+        if not mine:
+            continue
+        on = machines.get(key) or hardware_text(envs.get(mine[0].runs[0]["environment"]))
+        out += [table_view(mine, refs, on), plot_view(mine, on)]
+    out.append(pooled_view(rows(level, boards, ledger)))
+    return [v for v in out if v is not None]
 
 
 def _reference(board: Any, ledger: Any) -> int:
@@ -104,14 +131,17 @@ def _fmt(name: str, value: float | None) -> str:
     return metrics.get(name).format(value)
 
 
-def table_view(every: list[Row], refs: dict[str, int]) -> View:
+def table_view(every: list[Row], refs: dict[str, int], on: str | None = None) -> View:
+    """Every row's figures; `on` (the hardware of the one machine the rows ran on, when
+    machines are kept apart) keeps the time-based figures only (pooled_view has the rest)."""
     out = []
     notes = []
     marks = {"*": False, "†": False}
     for row in every:
         eff, speed = efficiency(row, every, refs.get(row.workload, 1))
-        ddp = next((x for x in every if (x.workload, x.ranks, x.backend) ==
-                    (row.workload, row.ranks, row.backend) and x.scheme == NATIVE), None)
+        ddp = next((x for x in every if (x.workload, x.ranks, x.backend, x.machine) ==
+                    (row.workload, row.ranks, row.backend, row.machine) and x.scheme == NATIVE),
+                   None)
         ratio = "—"
         if ddp is not None and row.time is not None and ddp.time is not None:
             both = math.isfinite(row.time) and math.isfinite(ddp.time) and ddp.time > 0
@@ -122,10 +152,10 @@ def table_view(every: list[Row], refs: dict[str, int]) -> View:
             (" †" if row.contended else "")
         marks["*"] |= row.oversubscribed
         marks["†"] |= row.contended
+        pooled = [] if on else [_fmt("test_accuracy", row.median("test_accuracy")),
+                                _fmt("bytes_per_step", row.median("bytes_per_step"))]
         out.append([row.workload, ranks, row.submission, row.scheme, row.compressor,
-                    row.backend, _fmt("time_to_accuracy", row.time),
-                    _fmt("test_accuracy", row.median("test_accuracy")),
-                    _fmt("bytes_per_step", row.median("bytes_per_step")),
+                    row.backend, _fmt("time_to_accuracy", row.time), *pooled,
                     _fmt("comm_share", row.median("comm_share")),
                     _fmt("scaling_efficiency", eff), _fmt("speedup", speed), ratio, counts])
     if marks["*"]:
@@ -139,14 +169,40 @@ def table_view(every: list[Row], refs: dict[str, int]) -> View:
                  "(N·T_N) against the same entry at the workload's reference world size; vs DDP = "
                  "T_N / T_N of the ddp baseline at the same world size and backend; comm share "
                  "is not measured for DDP (it overlaps communication with the backward pass)")
-    return View("distributed: every entry per workload and world size",
+    if on:
+        notes.append("rows of this machine only: the reference and DDP runs are this machine's "
+                     "too; times measured on different hardware are never compared "
+                     "(d500 leaderboard --across-machines pools every machine's runs)")
+    return View(f"distributed{_on(on)}: every entry per workload and world size",
                 ["workload", "ranks", "submission", "scheme", "compressor", "backend",
-                 "time to accuracy", "test acc", "bytes/step", "comm share", "scaling eff",
-                 "speed-up", "vs DDP", "ok/runs"], out, notes=notes)
+                 "time to accuracy", *([] if on else ["test acc", "bytes/step"]), "comm share",
+                 "scaling eff", "speed-up", "vs DDP", "ok/runs"], out, notes=notes)
 
 
-def plot_view(every: list[Row]) -> View | None:
-    """Time to accuracy against ranks, one line per (entry, backend), a plot per workload."""
+def pooled_view(every: list[Row]) -> View:
+    """What compares across machines, pooled over every machine's runs of an entry: test
+    accuracy, bytes per step and epochs to the target."""
+    out = [[row.workload, str(row.ranks), row.submission, row.scheme, row.compressor,
+            row.backend, _fmt("test_accuracy", row.median("test_accuracy")),
+            _fmt("bytes_per_step", row.median("bytes_per_step")),
+            _fmt("epochs", row.median("epochs", math.inf)),
+            f"{sum(r['status'] == 'succeeded' for r in row.runs)}/{len(row.runs)}"]
+           for row in every]
+    return View("distributed over every machine: test accuracy, bytes per step and epochs to "
+                "the target (comparable on any machine: pooled)",
+                ["workload", "ranks", "submission", "scheme", "compressor", "backend",
+                 "test acc", "bytes/step", "epochs", "ok/runs"], out,
+                notes=[("medians over every machine's runs of the entry at that world size "
+                        "(a missed target counts as ∞ epochs)")])
+
+
+def _on(on: str | None) -> str:
+    return f" on {on}" if on else ""
+
+
+def plot_view(every: list[Row], on: str | None = None) -> View | None:
+    """Time to accuracy against ranks, one line per (entry, backend), a plot per workload (the
+    rows of one machine, `on` its hardware, when machines are kept apart)."""
     from d500.leaderboard.plots import figure, png
     plots = []
     for workload in sorted({r.workload for r in every}):
@@ -169,8 +225,8 @@ def plot_view(every: list[Row]) -> View | None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()
-        plots.append((f"{workload}: time to accuracy against ranks", png(fig)))
+        plots.append((f"{workload}: time to accuracy against ranks{_on(on)}", png(fig)))
     if not plots:
         return None
-    return View("distributed: time to accuracy against ranks (median per entry; missed runs "
-                "left out of the lines)", plots=plots)
+    return View(f"distributed{_on(on)}: time to accuracy against ranks (median per entry; missed "
+                "runs left out of the lines)", plots=plots)

@@ -3,7 +3,8 @@ against each other, which metrics depend on the machine, and the legend (E1, E2,
 prints each distinct environment's provenance once for the rows to refer to.
 
     machine(env)            # hardware identity: CPU model, logical cores, memory, GPUs, arch
-    machine_dependent(m)    # a time or a rate: only comparable on the same hardware
+    machine_dependent(m)    # its definition says so: only comparable on the same hardware
+    apart(boards)           # {machine: hardware} the levels' views keep apart, or {}
     legend = Legend.of(boards); legend.labels(entry) -> ["E1"]; legend.items -> [Item]
 """
 
@@ -25,10 +26,11 @@ UNKNOWN = "unknown machine (no provenance recorded)"
 
 
 def machine_dependent(metric: Metric) -> bool:
-    """Whether a metric's values depend on the hardware that measured them: a time (unit "s")
-    or a rate (a unit per second, e.g. samples/s, GFLOP/s). Accuracies, errors and steps or
+    """Whether a metric's values depend on the hardware that measured them, as its definition
+    says (MACHINE_DEPENDENT in metrics/: times, rates and ratios of times such as speedup,
+    scaling_efficiency, comm_share, peak_fraction). Accuracies, errors, byte counts and steps or
     epochs to the target are comparable on any machine."""
-    return metric.unit == "s" or metric.unit.endswith("/s")
+    return metric.machine_dependent
 
 
 def hardware(env: dict[str, Any] | None) -> dict[str, Any]:
@@ -155,6 +157,21 @@ class Legend:
 
     def __bool__(self) -> bool:
         return bool(self.items)
+
+
+def apart(boards: Sequence[Board]) -> dict[str, str]:
+    """The machines whose time figures the levels' views must keep apart, each with its hardware
+    in words (in the legend's order): every machine of the boards' entries when they span
+    several and the organiser did not ask to rank across machines; {} otherwise (one machine, or
+    --across-machines: the views pool every run, as the boards rank them together)."""
+    keys = dict.fromkeys(e.machine for b in boards for e in b.entries)
+    if len(keys) < 2 or any(b.across_machines for b in boards):
+        return {}
+    words = {}
+    for item in Legend.of(boards).items:
+        words.setdefault(item.machine, item.hardware)
+    ordered = [k for k in words if k in keys] + [k for k in keys if k not in words]
+    return {k: words.get(k, UNKNOWN) for k in ordered}
 
 
 def machine_columns(boards: Sequence[Board]) -> tuple[list[str], list[str]]:

@@ -11,7 +11,15 @@ A workload counts when its board ranks (its rules name rank_by) and some entry h
 figure; only the newest rules version of each workload counts. An entry's "times the best" on a
 workload is its board's ratio (Board/Entry in ranking.py: the aggregate of the ranking metric
 against the best entry's, in the metric's own direction, so >= 1). At level 1 a backend with
-several entries on one board takes the best of them.
+several entries on one board (of one machine) takes the best of them.
+
+When the boards hold entries of several machines, some workload is ranked by a machine-dependent
+metric and the organiser did not pass --across-machines, there is one summary per machine, headed
+by its hardware: each counts that machine's entries only, with their ratios as the boards rank
+them (within the machine for a time or a rate; across machines for a metric comparable anywhere),
+so a backend's rows of different machines are never merged. Otherwise one summary, as before.
+
+    for key, words in per_machine(boards).items(): summarise(boards, False, machine=key)
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from d500 import profile
+from d500.leaderboard.environments import apart, machine_dependent
 from d500.leaderboard.ranking import Board
 from d500.levels import View
 from d500.metrics import Metric
@@ -53,14 +62,30 @@ class Summary:
     profile: profile.Profile
     rows: list[Row]  # best profile score first
     older_versions: int = 0  # boards left out: older rules versions of a counted workload
+    on: str = ""  # the hardware in words of the one machine summarised ("" when not apart)
+
+
+def per_machine(boards: Sequence[Board]) -> dict[str, str]:
+    """{machine key: hardware in words} when the summary is one per machine (the boards hold
+    entries of several machines, one of the newest rules versions is ranked by a
+    machine-dependent metric, and the organiser did not pass --across-machines); else {}."""
+    newest: dict[str, Board] = {}
+    for board in boards:
+        newest.setdefault(board.workload, board)
+    if not any(b.rank_by is not None and machine_dependent(b.rank_by)
+               for b in newest.values()):
+        return {}
+    return apart(boards)
 
 
 def summarise(boards: Sequence[Board], by_submission: bool,
-              conformance: Mapping[str, Any] | None = None, builtin: str | None = None
-              ) -> Summary | None:
+              conformance: Mapping[str, Any] | None = None, builtin: str | None = None,
+              machine: str | None = None, on: str = "") -> Summary | None:
     """The summary's numbers over these boards (None when no board ranks anything). Level 0
     (`by_submission`): one row per submission x backend, conformance only on rows of the
-    `builtin` submission (a backend's own implementation); level 1: one row per backend."""
+    `builtin` submission (a backend's own implementation); level 1: one row per backend.
+    `machine` (a hardware key, see per_machine) counts that machine's entries only; `on` is
+    its hardware in words, for the view."""
     conformance = conformance or {}
     ratios: dict[str, dict[str, float | None]] = {}
     names: dict[str, tuple[str | None, str]] = {}
@@ -72,10 +97,11 @@ def summarise(boards: Sequence[Board], by_submission: bool,
             older.append(board.workload)
             continue
         seen.add(board.workload)
-        if board.rank_by is None or all(e.ratio is None for e in board.entries):
+        entries = [e for e in board.entries if machine is None or e.machine == machine]
+        if board.rank_by is None or all(e.ratio is None for e in entries):
             continue
         rank_by[board.workload] = board.rank_by
-        for e in board.entries:
+        for e in entries:
             key = f"{e.submission} / {e.backend}" if by_submission else e.backend
             names.setdefault(key, (e.submission if by_submission else None, e.backend))
             per = ratios.setdefault(key, {})
@@ -92,7 +118,7 @@ def summarise(boards: Sequence[Board], by_submission: bool,
         rows.append(Row(key, submission, backend, p.score(key), p.best_on(key), p.ran(key),
                         p.geomean(key), conformance.get(backend) if own else None, own))
     rows.sort(key=lambda r: (-r.score, math.inf if r.geomean is None else r.geomean, r.key))
-    return Summary(workloads, rank_by, p, rows, sum(w in rank_by for w in older))
+    return Summary(workloads, rank_by, p, rows, sum(w in rank_by for w in older), on)
 
 
 def views(boards: Sequence[Board], ledger: Any, by_submission: bool,
@@ -101,8 +127,13 @@ def views(boards: Sequence[Board], ledger: Any, by_submission: bool,
     summarise for `by_submission` and `builtin`."""
     from d500 import conformance_runs
     counts = conformance_runs.latest_all(ledger)
-    s = summarise(boards, by_submission, counts, builtin)
-    return [] if s is None else [view(s, counts, by_submission)]
+    machines = per_machine(boards)
+    if not machines:
+        s = summarise(boards, by_submission, counts, builtin)
+        return [] if s is None else [view(s, counts, by_submission)]
+    found = (summarise(boards, by_submission, counts, builtin, key, words)
+             for key, words in machines.items())
+    return [view(s, counts, by_submission) for s in found if s is not None]
 
 
 def view(s: Summary, counts: Mapping[str, Any], by_submission: bool) -> View:
@@ -114,7 +145,8 @@ def view(s: Summary, counts: Mapping[str, Any], by_submission: bool) -> View:
         cells = [r.submission or "", r.backend] if by_submission else [r.backend]
         rows.append([*cells, f"{r.score:.3f}", f"{r.best_on} / {n}", _times(r.geomean),
                      f"{r.ran} / {n}", _conformance(r)])
-    title = (f"{TITLE}: AlgoPerf performance profile over {n} workload{'s' * (n != 1)}, "
+    on = f" on {s.on}" if s.on else ""
+    title = (f"{TITLE}{on}: AlgoPerf performance profile over {n} workload{'s' * (n != 1)}, "
              "geometric mean of × best, ONNX conformance")
     caption = f"performance profile ρ(τ) over {n} workload{'s' * (n != 1)}"
     return View(title, headers, rows, [(caption, _plot(s))], _notes(s, counts))
@@ -148,6 +180,11 @@ def _notes(s: Summary, counts: Mapping[str, Any]) -> list[str]:
                "only (their count is 'workloads run'): a missing workload does not raise it, so "
                "read it beside that count.")
     notes = [rho, geomean]
+    if s.on:
+        notes.append("rows of this machine only: a workload ranked by a time or a rate counts "
+                     "each row's × best against this machine's best; one ranked by a figure "
+                     "comparable on any machine, against the best of every machine "
+                     "(d500 leaderboard --across-machines gives one summary of every machine)")
     shown = {r.backend for r in s.rows if r.backend_row}
     used = [counts[b] for b in sorted(shown) if b in counts]
     versions = sorted({f"onnx {c.onnx_version}, opset {c.opset}" for c in used})

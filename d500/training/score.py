@@ -6,14 +6,16 @@ tuning-inclusive cost and statistics over seeds.
 - its tuning cost is the wall time of every trial of every study, failed and missed included;
 - over seeds: median, MLPerf's olympic mean and a bootstrap 95% confidence interval of the
   median, never the best run;
-- the performance profile over workloads is d500.profile's (shared with levels 0 and 1).
+- the performance profile over workloads is d500.profile's (shared with levels 0 and 1);
+- times are compared on one machine only: `by_machine` splits runs by their hardware
+  (d500.leaderboard.environments.machine), and the views score each part apart.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,11 +26,18 @@ from d500.metrics import aggregate
 NOT_COUNTED = ("interrupted", "running")
 
 
-def time_to_target(run: dict[str, Any]) -> float:
-    """A run's time to the target: infinity unless it succeeded."""
+def to_target(run: dict[str, Any], name: str) -> float:
+    """A run's figure `name` measured to the target (time_to_accuracy, epochs, steps): infinity
+    unless it succeeded and recorded it."""
     if run["status"] != "succeeded":
         return math.inf
-    return float(run["figures"].get("time_to_accuracy", math.inf))
+    value = run["figures"].get(name)
+    return math.inf if value is None else float(value)
+
+
+def time_to_target(run: dict[str, Any]) -> float:
+    """A run's time to the target: infinity unless it succeeded."""
+    return to_target(run, "time_to_accuracy")
 
 
 def wall_time(run: dict[str, Any]) -> float:
@@ -93,6 +102,18 @@ def entries(runs: Iterable[dict[str, Any]]) -> list[Entry]:
         elif r["status"] not in NOT_COUNTED:
             entry.seeds.append(r)
     return sorted(found.values(), key=lambda e: (e.workload, e.submission, e.backend))
+
+
+def by_machine(runs: Iterable[dict[str, Any]], environments: Mapping[int, Any],
+               order: Iterable[str] = ()) -> dict[str, list[dict[str, Any]]]:
+    """Runs grouped by the hardware key of the environment each recorded (`environments`: the
+    ledger's, id -> provenance); machines in `order` first, then as the runs show them."""
+    from d500.leaderboard.environments import machine
+
+    groups: dict[str, list[dict[str, Any]]] = {key: [] for key in order}
+    for r in runs:
+        groups.setdefault(machine(environments.get(r["environment"])), []).append(r)
+    return {key: group for key, group in groups.items() if group}
 
 
 @dataclass

@@ -1,6 +1,10 @@
 """Level 2's sections of the leaderboard: the tuning score and cost of every entry, statistics
 over seeds, validation accuracy against wall time for every trial, and the performance profile
-over the level's workloads (the same submission on torch and TensorFlow side by side)."""
+over the level's workloads (the same submission on torch and TensorFlow side by side).
+
+When the boards hold runs of several machines (and the organiser did not pass --across-machines),
+every time-based section is computed and shown per machine, headed by its hardware, and one
+section pools what any machine may be compared on: test accuracy and epochs to the target."""
 
 from __future__ import annotations
 
@@ -9,8 +13,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from d500 import metrics, profile
+from d500.leaderboard.environments import apart, hardware_text
 from d500.levels import View
 from d500.training import score
+
+APART = ("rows of this machine only: times measured on different hardware are never compared "
+         "(d500 leaderboard --across-machines pools every machine's runs)")
+
+POOLED = ("medians over every machine's runs of the entry; a seed run that missed the target "
+          "counts as ∞ epochs; which trial of a study is the fastest is decided by time, on the "
+          "machine that ran the study")
 
 
 def views(level: int, boards: Sequence[Any], ledger: Any) -> list[View]:
@@ -19,60 +31,110 @@ def views(level: int, boards: Sequence[Any], ledger: Any) -> list[View]:
     runs = [r for r in ledger.runs(level=level) if (r["workload"], r["workload_sha256"]) in wanted]
     if not runs:
         return []
-    entries = score.entries(runs)
-    out = [tuning_view(entries), seeds_view(entries)]
-    profile = profile_view(entries)
-    if profile is not None:
-        out.append(profile)
-    out += [v for v in (curves_view(workload, [e for e in entries if e.workload == workload],
-                                    ledger) for workload in sorted({e.workload for e in entries}))
-            if v is not None]
-    return [v for v in out if v.rows or v.plots]
+    machines = apart(boards)
+    if not machines:
+        entries = score.entries(runs)
+        out = [tuning_view(entries), seeds_view(entries), profile_view(entries)]
+        out += [curves_view(w, [[e for e in entries if e.workload == w]], ledger)
+                for w in sorted({e.workload for e in entries})]
+        return [v for v in out if v is not None and (v.rows or v.plots)]
+    envs = ledger.environments()
+    groups = score.by_machine(runs, envs, machines)
+    words = {key: machines.get(key) or hardware_text(envs.get(group[0]["environment"]))
+             for key, group in groups.items()}
+    out = []
+    per_machine = {key: score.entries(group) for key, group in groups.items()}
+    for key, entries in per_machine.items():
+        out += [tuning_view(entries, words[key]), seeds_view(entries, words[key]),
+                profile_view(entries, words[key])]
+    pooled = score.entries(runs)
+    out.append(accuracy_view(pooled))
+    out += [curves_view(w, [[e for e in entries if e.workload == w]
+                            for entries in per_machine.values()], ledger, list(words.values()))
+            for w in sorted({e.workload for e in pooled})]
+    return [v for v in out if v is not None and (v.rows or v.plots)]
 
 
 def _fmt(name: str, value: float | None) -> str:
     return metrics.get(name).format(value)
 
 
-def tuning_view(entries: list[score.Entry]) -> View:
+def _on(on: str | None) -> str:
+    return f" on {on}" if on else ""
+
+
+def tuning_view(entries: list[score.Entry], on: str | None = None) -> View:
+    """Every tuned entry's score, tuning cost and trial counts; `on` (the hardware of one
+    machine, when runs of several are kept apart) leaves test accuracy to accuracy_view."""
     rows = []
     for e in sorted((e for e in entries if e.studies),
                     key=lambda e: (e.workload, e.score if e.score is not None else math.inf)):
         c = e.counts()
         counts = " / ".join(str(c.get(s, 0)) for s in ("succeeded", "missed", "diverged",
                                                          "failed", "interrupted"))
+        test = [] if on else [_fmt("test_accuracy", e.test_accuracy())]
         rows.append([e.workload, e.submission, e.backend, _fmt("time_to_accuracy", e.score),
-                     _fmt("time_to_accuracy", e.tuning_cost),
-                     _fmt("test_accuracy", e.test_accuracy()), str(len(e.studies)), counts])
-    return View("tuning: score (median over studies of the fastest trial to the target), the "
-                "tuning-inclusive cost (wall time of every trial) and test accuracy at target",
-                ["workload", "submission", "backend", "score", "tuning cost", "test acc",
-                 "studies", "trials ok / missed / diverged / failed / interrupted"], rows)
+                     _fmt("time_to_accuracy", e.tuning_cost), *test, str(len(e.studies)),
+                     counts])
+    what = ("the tuning-inclusive cost (wall time of every trial)" if on else
+            "the tuning-inclusive cost (wall time of every trial) and test accuracy at target")
+    return View(f"tuning{_on(on)}: score (median over studies of the fastest trial to the "
+                f"target), {what}",
+                ["workload", "submission", "backend", "score", "tuning cost",
+                 *([] if on else ["test acc"]), "studies",
+                 "trials ok / missed / diverged / failed / interrupted"], rows,
+                notes=[APART] if on else [])
 
 
-def seeds_view(entries: list[score.Entry]) -> View:
+def seeds_view(entries: list[score.Entry], on: str | None = None) -> View:
+    """Time to accuracy over each entry's seed runs (and, unless `on` one machine, their median
+    test accuracy)."""
     rows = []
     for e in entries:
         if not e.seeds:
             continue
         tta = score.over_seeds([score.time_to_target(r) for r in e.seeds])
-        test = score.over_seeds([r["figures"].get("test_accuracy", math.nan) for r in e.seeds])
         ci = tta.ci95
+        test = [] if on else [_fmt("test_accuracy", _median_test(e.seeds))]
         rows.append([e.workload, e.submission, e.backend, str(tta.n),
                      _fmt("time_to_accuracy", tta.median),
                      _fmt("time_to_accuracy", tta.olympic_mean),
                      "—" if ci is None else f"{_fmt('time_to_accuracy', ci[0])} – "
-                                            f"{_fmt('time_to_accuracy', ci[1])}",
-                     _fmt("test_accuracy", test.median)])
-    return View("seeds: time to accuracy over seeds (median, MLPerf olympic mean, bootstrap 95% "
-                "interval of the median; a miss counts as ∞) and median test accuracy",
+                                            f"{_fmt('time_to_accuracy', ci[1])}", *test])
+    tail = "" if on else " and median test accuracy"
+    return View(f"seeds{_on(on)}: time to accuracy over seeds (median, MLPerf olympic mean, "
+                f"bootstrap 95% interval of the median; a miss counts as ∞){tail}",
                 ["workload", "submission", "backend", "seeds", "median", "olympic mean",
-                 "95% interval", "test acc"], rows)
+                 "95% interval", *([] if on else ["test acc"])], rows,
+                notes=[APART] if on else [])
 
 
-def profile_view(entries: list[score.Entry]) -> View | None:
+def _median_test(runs: list[dict[str, Any]]) -> float | None:
+    return score.over_seeds([r["figures"].get("test_accuracy", math.nan) for r in runs]).median
+
+
+def accuracy_view(entries: list[score.Entry]) -> View:
+    """What compares across machines, pooled over every machine's runs: test accuracy over the
+    seeds and at the target of each study's fastest trial, and epochs to the target."""
+    rows = []
+    for e in entries:
+        if not e.seeds and not e.studies:
+            continue
+        epochs = score.over_seeds([score.to_target(r, "epochs") for r in e.seeds])
+        rows.append([e.workload, e.submission, e.backend, str(len(e.seeds)),
+                     _fmt("test_accuracy", _median_test(e.seeds)), _fmt("epochs", epochs.median),
+                     str(len(e.studies)), _fmt("test_accuracy", e.test_accuracy())])
+    return View("accuracy over every machine: test accuracy and epochs to the target over seeds, "
+                "test accuracy at target of each study's fastest trial (comparable on any "
+                "machine: pooled)",
+                ["workload", "submission", "backend", "seeds", "test acc", "epochs to target",
+                 "studies", "test acc at target"], rows,
+                notes=[POOLED])
+
+
+def profile_view(entries: list[score.Entry], on: str | None = None) -> View | None:
     """AlgoPerf's performance profile over workloads, from each entry's tuning score (or, with
-    no study, its median time over seeds)."""
+    no study, its median time over seeds); `on`: the hardware of the one machine they ran on."""
     scores: dict[str, dict[str, float]] = {}
     for e in entries:
         value = e.score if e.studies else score.over_seeds(
@@ -96,13 +158,31 @@ def profile_view(entries: list[score.Entry]) -> View | None:
     rows = sorted(([name, f"{p.score(name):.3f}", str(len(scores[name]))] for name in p.rho),
                   key=lambda row: -float(row[1]))
     return View(f"performance profile over {len({w for s in scores.values() for w in s})} "
-                f"workload(s): ρ(τ) and its integral up to τ = {profile.TAU_MAX:g} (1 = fastest "
-                "everywhere)", ["submission / backend", "profile score", "workloads"], rows,
-                plots=[("performance profile ρ(τ)", png(fig))])
+                f"workload(s){_on(on)}: ρ(τ) and its integral up to τ = {profile.TAU_MAX:g} "
+                "(1 = fastest everywhere)", ["submission / backend", "profile score",
+                                             "workloads"], rows,
+                plots=[("performance profile ρ(τ)", png(fig))],
+                notes=[APART] if on else [])
 
 
-def curves_view(workload: str, entries: list[score.Entry], ledger: Any) -> View | None:
-    """Validation accuracy against wall time for every trial and seed run of a workload."""
+def curves_view(workload: str, groups: list[list[score.Entry]], ledger: Any,
+                machines: list[str] | None = None) -> View | None:
+    """Validation accuracy against wall time for every trial and seed run of a workload: one
+    plot per group of entries (per machine, named in `machines`, when they are kept apart)."""
+    plots = []
+    for i, entries in enumerate(groups):
+        on = _on(machines[i]) if machines else ""
+        data = _curves(entries, ledger)
+        if data is not None:
+            plots.append((f"{workload}: tuning curves{on}", data))
+    if not plots:
+        return None
+    apart_note = "; one plot per machine (wall times of different hardware)" if machines else ""
+    return View(f"{workload}: validation accuracy against wall time, every trial and seed run "
+                f"(dotted: missed, diverged or failed){apart_note}", plots=plots)
+
+
+def _curves(entries: list[score.Entry], ledger: Any) -> bytes | None:
     from d500.leaderboard.plots import figure, png
     fig = figure(7, 3.5)
     ax = fig.add_subplot()
@@ -131,9 +211,7 @@ def curves_view(workload: str, entries: list[score.Entry], ledger: Any) -> View 
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    return View(f"{workload}: validation accuracy against wall time, every trial and seed run "
-                "(dotted: missed, diverged or failed)", plots=[(f"{workload}: tuning curves",
-                                                                png(fig))])
+    return png(fig)
 
 
 def _target(entries: list[score.Entry]) -> float | None:
