@@ -199,7 +199,7 @@ def _board(level: int | None, name: str, sha: str | None, group: list[dict[str, 
     rank_by = next((m for m in known if m.name == rules.rank_by), None)
     entries: dict[tuple[str, str, str, Any], Entry] = {}
     for r in group:
-        package = r.get("package")  # imported from a competition package (absent: own run)
+        package = r.get("package") or _reproduction(r)  # from a competition package
         key = (r["submission"] or "", r["backend"] or "", machine(envs.get(r["environment"])),
                package.get("id", package.get("sha256")) if package else None)
         entry = entries.setdefault(key, Entry(*key[:3], package=package))
@@ -224,6 +224,15 @@ def _board(level: int | None, name: str, sha: str | None, group: list[dict[str, 
                   across_machines=across_machines)
     board.entries = _ranked(list(entries.values()), rank_by, across_machines)
     return board
+
+
+def _reproduction(run: dict[str, Any]) -> dict[str, Any] | None:
+    """A `d500 reproduce` run as the package it reproduces: ranked apart from the entry's own
+    runs on this machine (it re-checks a result; it is not one of the organiser's runs)."""
+    rep = (run.get("details") or {}).get("reproduction")
+    if not isinstance(rep, dict):
+        return None
+    return {"sha256": rep.get("package"), "entry": rep.get("entry"), "reproduction": True}
 
 
 def _ranked(entries: list[Entry], rank_by: Metric | None, across_machines: bool) -> list[Entry]:

@@ -102,11 +102,14 @@ def _kept(board: Board, cols: list[str], compact: bool) -> list[int]:
 
 def submission(entry: Entry) -> str:
     """The submission's name; for runs imported from a package, the package's entry and digest,
-    and a mark when the package was imported with --force despite failing `d500 check`."""
+    and a mark when the package was imported with --force despite failing `d500 check`; for
+    `d500 reproduce` runs, the package they reproduce."""
     pkg = entry.package
     if not pkg:
         return entry.submission
     sha = (pkg.get("sha256") or "")[:8]
+    if pkg.get("reproduction"):
+        return f"{entry.submission} · reproduction of package {sha}".rstrip()
     forced = " ⚠ forced (failed d500 check)" if pkg.get("forced") else ""
     return f"{entry.submission} · package {pkg.get('entry') or '?'} {sha}".rstrip() + forced
 
