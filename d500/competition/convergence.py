@@ -36,7 +36,8 @@ splits (300 + 300) that is a test accuracy of 0.907 or less against validation 0
 6.3 points), 0.923 or less against 0.98 (the verdict names the threshold). The strict level
 leaves room for the stopping rule's own optimism (a run stops at the first evaluation whose
 validation accuracy crosses the target, so that accuracy is biased upwards) and keeps false
-alarms rare over the dozens of runs a package holds (0.1% each).
+alarms rare over the dozens of runs a package holds (0.1% each). Measured on the 71 succeeded
+digits reference runs: gaps of at most 2.3 points, the smallest p-value 0.11.
 """
 
 from __future__ import annotations
