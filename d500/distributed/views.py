@@ -20,6 +20,7 @@ from typing import Any
 
 from d500 import metrics
 from d500.leaderboard.environments import apart, hardware_text, machine
+from d500.leaderboard.ranking import origin, submission_label
 from d500.levels import View
 
 NATIVE = "ddp"
@@ -68,7 +69,8 @@ def rows(level: int, boards: Sequence[Any], ledger: Any, per_machine: bool = Fal
         if (r["workload"], r["workload_sha256"]) not in wanted or r["study"] is not None \
                 or r["status"] in ("running", "interrupted"):
             continue
-        key = (r["workload"], r["world_size"] or 1, r["submission"] or "", r["backend"] or "",
+        key = (r["workload"], r["world_size"] or 1,
+               submission_label(r["submission"] or "", origin(r)), r["backend"] or "",
                machine(envs.get(r["environment"])) if per_machine else "")
         row = found.setdefault(key, Row(*key))
         h = r["hyperparameters"] or {}

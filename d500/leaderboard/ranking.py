@@ -199,7 +199,7 @@ def _board(level: int | None, name: str, sha: str | None, group: list[dict[str, 
     rank_by = next((m for m in known if m.name == rules.rank_by), None)
     entries: dict[tuple[str, str, str, Any], Entry] = {}
     for r in group:
-        package = r.get("package") or _reproduction(r)  # from a competition package
+        package = origin(r)  # from a competition package, or reproducing one
         key = (r["submission"] or "", r["backend"] or "", machine(envs.get(r["environment"])),
                package.get("id", package.get("sha256")) if package else None)
         entry = entries.setdefault(key, Entry(*key[:3], package=package))
@@ -226,13 +226,29 @@ def _board(level: int | None, name: str, sha: str | None, group: list[dict[str, 
     return board
 
 
-def _reproduction(run: dict[str, Any]) -> dict[str, Any] | None:
-    """A `d500 reproduce` run as the package it reproduces: ranked apart from the entry's own
-    runs on this machine (it re-checks a result; it is not one of the organiser's runs)."""
+def origin(run: dict[str, Any]) -> dict[str, Any] | None:
+    """Where a run comes from when it is not the ledger's own: the package it was imported from,
+    or (a `d500 reproduce` run) the package it reproduces; such runs are ranked apart from the
+    entry's own runs (a reproduction re-checks a result; it is not one of the organiser's)."""
+    if run.get("package"):
+        return run["package"]
     rep = (run.get("details") or {}).get("reproduction")
     if not isinstance(rep, dict):
         return None
     return {"sha256": rep.get("package"), "entry": rep.get("entry"), "reproduction": True}
+
+
+def submission_label(submission: str, source: dict[str, Any] | None) -> str:
+    """A submission's name as boards and views show it: for runs imported from a package, the
+    package's entry and digest, and a mark when it was imported with --force despite failing
+    `d500 check`; for `d500 reproduce` runs, the package they reproduce."""
+    if not source:
+        return submission
+    sha = (source.get("sha256") or "")[:8]
+    if source.get("reproduction"):
+        return f"{submission} · reproduction of package {sha}".rstrip()
+    forced = " ⚠ forced (failed d500 check)" if source.get("forced") else ""
+    return f"{submission} · package {source.get('entry') or '?'} {sha}".rstrip() + forced
 
 
 def _ranked(entries: list[Entry], rank_by: Metric | None, across_machines: bool) -> list[Entry]:

@@ -32,7 +32,7 @@ from typing import Any
 
 from d500 import profile
 from d500.leaderboard.environments import apart, machine_dependent
-from d500.leaderboard.ranking import Board
+from d500.leaderboard.ranking import Board, submission_label
 from d500.levels import View
 from d500.metrics import Metric
 
@@ -102,8 +102,9 @@ def summarise(boards: Sequence[Board], by_submission: bool,
             continue
         rank_by[board.workload] = board.rank_by
         for e in entries:
-            key = f"{e.submission} / {e.backend}" if by_submission else e.backend
-            names.setdefault(key, (e.submission if by_submission else None, e.backend))
+            name = submission_label(e.submission, e.package)  # a package's rows apart
+            key = f"{name} / {e.backend}" if by_submission or e.package else e.backend
+            names.setdefault(key, (name if by_submission or e.package else None, e.backend))
             per = ratios.setdefault(key, {})
             if e.ratio is not None:
                 have = per.get(board.workload)

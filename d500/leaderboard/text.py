@@ -10,7 +10,7 @@ from typing import Any
 
 from d500 import metrics as _metrics
 from d500.leaderboard.environments import Legend, hardware_text, machine_columns
-from d500.leaderboard.ranking import Board, Entry
+from d500.leaderboard.ranking import Board, Entry, submission_label
 from d500.metrics import Metric
 
 STATUS_ORDER = ("succeeded", "missed", "failed", "diverged", "timeout", "interrupted", "running")
@@ -101,17 +101,8 @@ def _kept(board: Board, cols: list[str], compact: bool) -> list[int]:
 
 
 def submission(entry: Entry) -> str:
-    """The submission's name; for runs imported from a package, the package's entry and digest,
-    and a mark when the package was imported with --force despite failing `d500 check`; for
-    `d500 reproduce` runs, the package they reproduce."""
-    pkg = entry.package
-    if not pkg:
-        return entry.submission
-    sha = (pkg.get("sha256") or "")[:8]
-    if pkg.get("reproduction"):
-        return f"{entry.submission} · reproduction of package {sha}".rstrip()
-    forced = " ⚠ forced (failed d500 check)" if pkg.get("forced") else ""
-    return f"{entry.submission} · package {pkg.get('entry') or '?'} {sha}".rstrip() + forced
+    """The entry's submission as shown (ranking.submission_label: package or reproduction)."""
+    return submission_label(entry.submission, entry.package)
 
 
 def env_cell(entry: Entry, legend: Legend) -> str:

@@ -92,9 +92,12 @@ class Entry:
 
 def entries(runs: Iterable[dict[str, Any]]) -> list[Entry]:
     """Group level-2/3 runs into entries: tuning trials by study, the other runs as seeds."""
+    from d500.leaderboard.ranking import origin, submission_label
+
     found: dict[tuple[str, str, str], Entry] = {}
-    for r in runs:
-        key = (r["workload"] or "", r["submission"] or "", r["backend"] or "")
+    for r in runs:  # a package's runs and reproductions apart from the ledger's own
+        key = (r["workload"] or "", submission_label(r["submission"] or "", origin(r)),
+               r["backend"] or "")
         entry = found.setdefault(key, Entry(*key))
         study = r.get("study")
         if study is not None:
