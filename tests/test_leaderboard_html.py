@@ -209,8 +209,8 @@ def test_times_from_two_machines_are_ranked_apart_unless_across_machines(tmp_pat
     text = md.stdout
     board = text.split("### level 0 · gemm")[1].split("## level 2")[0]
     assert "each machine's rows are ranked apart" in board and "--across-machines" in board
-    assert "machine-dependent (times and rates: compare rows of the same hardware only): " \
-           "latency; comparable across machines: forward_error" in board
+    assert "machine-dependent (times, rates and ratios of times: compare rows of the same " \
+           "hardware only): latency; comparable across machines: forward_error" in board
     first, second = board.split(f"**on {OTHER_CPU} ×16 logical cores")
     assert f"**on {here} ×" in first and "(E1): ranked among these rows**" in first
     assert "| 1 | fast | numpy | 1 ms (n=1) | 1.00× |" in first
@@ -218,8 +218,9 @@ def test_times_from_two_machines_are_ranked_apart_unless_across_machines(tmp_pat
     assert "| 1 | other | numpy | 500 µs (n=1) | 1.00× |" in second and "| E2 |" in second
     accuracy = text.split("### level 2 · acc")[1].split("## Environments")[0]
     assert "ranked together by test_accuracy, which is comparable on any machine" in accuracy
-    assert "machine-dependent (times and rates: compare rows of the same hardware only): " \
-           "time_to_accuracy; comparable across machines: test_accuracy, epochs" in accuracy
+    assert "machine-dependent (times, rates and ratios of times: compare rows of the same " \
+           "hardware only): time_to_accuracy; comparable across machines: test_accuracy, " \
+           "epochs" in accuracy
     assert re.search(r"\| 1 \| there \| torch \| 0\.9500 .*\| E2 \|\n\| 2 \| here \| torch \| "
                      r"0\.9000 .*\| E1 \|", accuracy)
     legend = text.split("## Environments")[1]

@@ -225,7 +225,8 @@ def test_level3_scaling_and_baseline_per_machine(home, tmp_path):
     efficiency, speed-up and vs-DDP of each machine come from its own runs."""
     path = write(tmp_path / "dist.yaml", LEVEL3)
     ledger = Ledger(home / "ledger.sqlite")
-    for scheme, ranks, tta, acc, share in (("sync", 1, 10.0, 0.95, 0.0), ("sync", 2, 6.0, 0.95, 0.3),
+    for scheme, ranks, tta, acc, share in (("sync", 1, 10.0, 0.95, 0.0),
+                                           ("sync", 2, 6.0, 0.95, 0.3),
                                            ("ddp", 2, 5.0, 0.94, 0.2)):
         dist(ledger, path, scheme, ranks, tta, acc, share)
     relay = Relay()
@@ -417,3 +418,31 @@ def test_boards_rank_by_the_flag_not_the_unit(home, tmp_path, monkeypatch):
         ("c", 1, 1.0), ("a", 2, 2.0)]
     assert summary.per_machine([simulated]) == {}
     assert math.isclose(summary.summarise([simulated], True).rows[1].geomean, 2.0)
+
+
+def test_level3_reference_time_is_taken_on_the_runs_own_machine(home, tmp_path):
+    """The stored speedup/scaling_efficiency of a level-3 run divide by a reference time from
+    runs of the same hardware only: another machine's faster 1-rank runs are no reference."""
+    from d500.distributed.figures import reference_time
+    from d500.leaderboard.environments import machine
+
+    path = write(tmp_path / "w3.yaml", LEVEL2.replace("level: 2", "level: 3").format(name="w3"))
+    ledger, relay = Ledger(), Relay()
+
+    def one_rank(book, tta):
+        run = book.start_run(level=3, workload="w3", submission="S", backend="torch",
+                             workload_file=path, world_size=1)
+        run.finish("succeeded", figures={"time_to_accuracy": tta})
+
+    one_rank(ledger, 10.0)
+    one_rank(ledger, 12.0)
+    one_rank(relay, 1.0)
+    import_other(ledger, relay)
+    envs = ledger.environments()
+    here = machine(envs[ledger.runs()[0]["environment"]])
+    there = machine(envs[ledger.runs()[-1]["environment"]])
+    assert here != there
+    args = (ledger, 3, "w3", "S", "torch", 1)
+    assert reference_time(*args) == 10.0  # every machine pooled: the median of 1, 10, 12
+    assert reference_time(*args, machine_key=here) == 11.0
+    assert reference_time(*args, machine_key=there) == 1.0

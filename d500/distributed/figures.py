@@ -74,8 +74,12 @@ def scaling(ledger: Any, run_id: int | None, workload: Any, submission: str, bac
         return {}
     if world == ref:
         return {"scaling_efficiency": 1.0, "speedup": 1.0}
+    here = None
+    if run_id is not None:
+        from d500.leaderboard.environments import machine
+        here = machine(ledger.get(run_id)["provenance"])
     t_ref = reference_time(ledger, workload.level, workload.name, submission, backend, ref,
-                           exclude=run_id, sha=_sha(workload.path))
+                           exclude=run_id, sha=_sha(workload.path), machine_key=here)
     if t_ref is None:
         return {}
     return {"scaling_efficiency": ref * t_ref / (world * time_to_accuracy),
@@ -83,14 +87,21 @@ def scaling(ledger: Any, run_id: int | None, workload: Any, submission: str, bac
 
 
 def reference_time(ledger: Any, level: int, workload: str, submission: str, backend: str,
-                   world: int, exclude: int | None = None, sha: str | None = None
-                   ) -> float | None:
-    """Median time to accuracy of the entry's succeeded runs at `world` ranks (None: none)."""
+                   world: int, exclude: int | None = None, sha: str | None = None,
+                   machine_key: str | None = None) -> float | None:
+    """Median time to accuracy of the entry's own succeeded runs at `world` ranks (None: none);
+    with `machine_key`, only runs on that hardware (a time from another machine is no
+    reference), never runs imported from a package or reproducing one."""
+    from d500.leaderboard.environments import machine
+    from d500.leaderboard.ranking import origin
+
+    envs = ledger.environments() if machine_key is not None else {}
     times = [r["figures"]["time_to_accuracy"] for r in ledger.runs(
                  level=level, workload=workload, submission=submission, backend=backend,
                  status="succeeded")
              if r["id"] != exclude and (r["world_size"] or 1) == world
-             and (sha is None or r["workload_sha256"] == sha)
+             and (sha is None or r["workload_sha256"] == sha) and origin(r) is None
+             and (machine_key is None or machine(envs.get(r["environment"])) == machine_key)
              and math.isfinite(r["figures"].get("time_to_accuracy", math.inf))]
     return statistics.median(times) if times else None
 

@@ -4,7 +4,7 @@ Rules come from the workload file's text stored with each run (metrics, rank_by,
 median with its spread over seeds and repetitions, or MLPerf's olympic mean, never the best run.
 A run that missed its target counts as infinite time; failed, diverged, timed-out and interrupted
 runs are counted and listed, never hidden. Boards are grouped by level, each level's views above
-them. Rows of different hardware are separate entries; times and rates (machine-dependent) are
+them. Rows of different hardware are separate entries; machine-dependent figures (times, rates) are
 ranked per machine unless across_machines, accuracies and steps to target across machines. Each
 distinct environment's provenance is printed once, in a legend (E1, E2, ...) the rows refer to.
 Output: Markdown, rich terminal tables, or one self-contained HTML file with PNG plots.

@@ -23,9 +23,10 @@ def main(argv: list[str], prog: str = "d500 leaderboard") -> int:
     parser.add_argument("--ledger", metavar="FILE", help="a ledger file other than "
                         "$D500_HOME/ledger.sqlite")
     parser.add_argument("--across-machines", action="store_true",
-                        help="rank times and rates measured on different hardware against each "
-                        "other (by default each machine's rows are ranked apart; accuracies and "
-                        "steps/epochs to target are always ranked across machines)")
+                        help="rank machine-dependent figures (times, rates) of different "
+                        "hardware against each other (by default each machine's rows are "
+                        "ranked apart; accuracies and steps/epochs to target are always ranked "
+                        "across machines)")
     args = parser.parse_args(argv)
     across = args.across_machines
     from d500.ledger import Ledger

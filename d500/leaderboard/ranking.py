@@ -3,8 +3,8 @@
 One board per (level, workload, workload file sha256, model sha256): runs under different rules or
 models are never aggregated together. Within a board an entry is one submission x backend on one
 machine (hardware identity, d500.leaderboard.environments) from one source (this ledger or one
-imported package): runs of different hardware are never aggregated together. A machine-dependent
-ranking metric (a time or a rate) ranks entries only against entries of the same machine, unless
+imported package): runs of different hardware are never aggregated together. A ranking metric
+that depends on the hardware ranks entries only against entries of the same machine, unless
 `across_machines`. Nothing here formats text; the renderers do.
 """
 
@@ -85,8 +85,8 @@ class Board:
 
     @property
     def per_machine(self) -> bool:
-        """Whether entries are ranked within their machine only: a time or a rate measured on
-        more than one machine, and the organiser did not ask to rank across machines."""
+        """Whether entries are ranked within their machine only: a machine-dependent figure
+        measured on more than one machine, and the organiser did not ask to rank across them."""
         return (self.rank_by is not None and machine_dependent(self.rank_by)
                 and len(self.machines) > 1 and not self.across_machines)
 

@@ -16,8 +16,9 @@ several entries on one board (of one machine) takes the best of them.
 When the boards hold entries of several machines, some workload is ranked by a machine-dependent
 metric and the organiser did not pass --across-machines, there is one summary per machine, headed
 by its hardware: each counts that machine's entries only, with their ratios as the boards rank
-them (within the machine for a time or a rate; across machines for a metric comparable anywhere),
-so a backend's rows of different machines are never merged. Otherwise one summary, as before.
+them (within the machine for a machine-dependent figure; across machines for a metric
+comparable anywhere), so a backend's rows of different machines are never merged. Otherwise one
+summary, as before.
 
     for key, words in per_machine(boards).items(): summarise(boards, False, machine=key)
 """
@@ -182,9 +183,9 @@ def _notes(s: Summary, counts: Mapping[str, Any]) -> list[str]:
                "read it beside that count.")
     notes = [rho, geomean]
     if s.on:
-        notes.append("rows of this machine only: a workload ranked by a time or a rate counts "
-                     "each row's × best against this machine's best; one ranked by a figure "
-                     "comparable on any machine, against the best of every machine "
+        notes.append("rows of this machine only: a workload ranked by a machine-dependent "
+                     "figure counts each row's × best against this machine's best; one ranked "
+                     "by a figure comparable on any machine, against the best of every machine "
                      "(d500 leaderboard --across-machines gives one summary of every machine)")
     shown = {r.backend for r in s.rows if r.backend_row}
     used = [counts[b] for b in sorted(shown) if b in counts]

@@ -141,7 +141,7 @@ def machine_notes(board: Board) -> list[str]:
     out = []
     name = board.rank_by.name if board.rank_by else ""
     if board.per_machine:
-        out.append(f"rows measured on {count} different machines: {name} is a time or a rate, "
+        out.append(f"rows measured on {count} different machines: {name} depends on the hardware, "
                    f"so each machine's rows are ranked apart, never against another hardware's "
                    f"({ACROSS_FLAG} ranks them together)")
     elif board.rank_by is not None and name in dependent:
@@ -158,8 +158,8 @@ def machine_notes(board: Board) -> list[str]:
 def _which(dependent: list[str], comparable: list[str]) -> str:
     parts = []
     if dependent:
-        parts.append(f"machine-dependent (times and rates: compare rows of the same hardware "
-                     f"only): {', '.join(dependent)}")
+        parts.append(f"machine-dependent (times, rates and ratios of times: compare rows of the "
+                     f"same hardware only): {', '.join(dependent)}")
     if comparable:
         parts.append(f"comparable across machines: {', '.join(comparable)}")
     return "; ".join(parts)
@@ -176,13 +176,13 @@ def legend_notes(boards: list[Board], legend: Legend) -> list[str]:
         out.append(f"{len(machines)} machines: " + "; ".join(
             f"{', '.join(legend.of_machine(m))} on {hardware[m]}" for m in machines))
         if any(b.across_machines for b in boards):
-            out.append("times and rates from different machines are ranked against each other "
-                       f"here, as the organiser asked ({ACROSS_FLAG.split()[-1]}): they come "
-                       "from different hardware; accuracies, errors and steps or epochs to the "
-                       "target are comparable across machines")
+            out.append("machine-dependent figures from different machines are ranked against "
+                       f"each other here, as the organiser asked ({ACROSS_FLAG.split()[-1]}): "
+                       "they come from different hardware; accuracies, errors and steps or "
+                       "epochs to the target are comparable across machines")
         else:
-            out.append("times and rates from different machines are never ranked against each "
-                       f"other unless the organiser passes {ACROSS_FLAG.split()[-1]}; "
+            out.append("machine-dependent figures from different machines are never ranked "
+                       f"against each other unless the organiser passes {ACROSS_FLAG.split()[-1]}; "
                        "accuracies, errors and steps or epochs to the target are ranked across "
                        "machines")
     which = _which(*machine_columns(boards))
