@@ -154,16 +154,23 @@ class Rules:
     description: str
 
 
-def rules(text: str, where: str | Path) -> Rules:
-    """The COMMON scoring fields of a workload file's text, checked against metrics/; a problem
-    is a ConfigError naming `where` and the field."""
-    from d500 import metrics
+def mapping(text: str | bytes, where: str | Path) -> Mapping[str, Any]:
+    """A workload file's text read as its top-level mapping of fields; invalid YAML or another
+    shape is a ConfigError naming `where`."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"{where}: invalid YAML: {str(err).splitlines()[0]}") from None
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping of fields at top level")
+    return data
+
+
+def rules(text: str, where: str | Path) -> Rules:
+    """The COMMON scoring fields of a workload file's text, checked against metrics/; a problem
+    is a ConfigError naming `where` and the field."""
+    from d500 import metrics
+    data = mapping(text, where)
     names = data.get("metrics") or []
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise ConfigError(f"{where}: field 'metrics' must be a list of metric names")

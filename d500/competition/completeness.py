@@ -78,16 +78,10 @@ class Requirement:
 def requirement(text: bytes, where: str) -> Requirement:
     """A workload file's `seeds:` and `tuning:` (d500.training.workloads' defaults when absent);
     a value that is not a positive integer is a ConfigError naming the file and field."""
-    import yaml
-
     from d500.errors import ConfigError
     from d500.training.workloads import SCHEMA
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{where}: invalid YAML: {str(err).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping of fields at top level")
+    from d500.workload import mapping
+    data = mapping(text, where)
     tuning = {**SCHEMA["tuning"].default, **(data.get("tuning") or {})}
     values = {"seeds": data.get("seeds", SCHEMA["seeds"].default),
               "tuning.studies": tuning["studies"], "tuning.trials": tuning["trials"]}

@@ -139,13 +139,8 @@ def parse_reference(block: Any, where: str | Path) -> Reference:
 def read(text: str | bytes, where: str | Path) -> Rules:
     """The convergence rules of a workload file's text (e.g. a package's member): a malformed
     block or file is a ConfigError naming `where`."""
-    import yaml
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{where}: invalid YAML: {str(err).splitlines()[0]}") from None
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}: expected a mapping of fields at top level")
+    from d500.workload import mapping
+    data = mapping(text, where)
     block = data.get(KEY)
     reference = None if block is None else parse_reference(block, where)
     split = data.get("dataset")
