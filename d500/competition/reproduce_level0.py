@@ -1,6 +1,6 @@
 """Level 0 in `d500 reproduce`: a packaged operator run (`d500 op validate`, or the validation
-inside `d500 op bench`) validated again here with its recorded case, seed, directions and input scales,
-and its verdict compared. A level-0 run's times are this machine's own and are not compared;
+inside `d500 op bench`) validated again here with its recorded case, seed, directions and input
+scales, and its verdict compared. A level-0 run's times are this machine's own and are not compared;
 its forward and gradient errors are rounding of the machine (BLAS blocking, vector width), so
 they are shown beside the verdict, not judged: the verdict (within the case's tolerance or not)
 is what must not depend on the machine.
