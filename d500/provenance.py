@@ -304,16 +304,22 @@ class LoadWatch:
         self.start = load_average()
         self.start_others = others_load(self.start)
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self, job_load: float = 0.0) -> dict[str, Any]:
         """{"start", "end" (1/5/15-minute load averages), "others" (other processes' load at
-        start and end), "usable_cores", "loaded"}."""
+        start and end), "usable_cores", "loaded"}. `job_load`: the load this job's other
+        processes on this host put on it (MPI ranks sharing the work), taken out of the others'
+        and recorded as "job_load"."""
         end = load_average()
-        pair = [self.start_others, others_load(end)]
+        pair = [None if v is None else max(0.0, v - job_load)
+                for v in (self.start_others, others_load(end))]
         cores = usable_cores()
         known = [v for v in pair if v is not None]
-        return {"start": self.start, "end": end,
-                "others": [None if v is None else round(v, 2) for v in pair],
-                "usable_cores": cores, "loaded": bool(known) and max(known) > LOADED_SHARE * cores}
+        out = {"start": self.start, "end": end,
+               "others": [None if v is None else round(v, 2) for v in pair],
+               "usable_cores": cores, "loaded": bool(known) and max(known) > LOADED_SHARE * cores}
+        if job_load:
+            out["job_load"] = round(job_load, 2)
+        return out
 
 
 def _process_age() -> float:

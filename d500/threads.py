@@ -6,7 +6,9 @@ pools, onnxruntime's sessions, NumPy's BLAS), set once per process: comparisons 
     threads.recorded()  # {"count": 4, "set_by": "--threads"}: part of every run's provenance
     threads.actual()    # what each loaded framework reports now
 
-The default is the number of cores this process may use (`os.sched_getaffinity`). TensorFlow
+The default is the number of cores this process may use (`os.sched_getaffinity`); a caller may
+give another default with its reason (`d500 train`/`d500 tune` under MPI: each rank's share of
+its host's cores, d500.distributed.launch.core_share). TensorFlow
 fixes its pools when its runtime starts, so configure() sets them before TensorFlow runs
 anything; if it already ran with another count, the count cannot change in this process and
 configure() raises a UsageError saying so (TensorFlow's own default, one thread per usable core,
@@ -45,12 +47,14 @@ def parse(text: str) -> int:
     return int(text)
 
 
-def add_option(parser: argparse.ArgumentParser) -> None:
-    """`--threads N`, as `op bench`, `net bench` and `run` take it."""
+def add_option(parser: argparse.ArgumentParser, mpi: bool = False) -> None:
+    """`--threads N`, as `op bench`, `net bench`, `run`, `train` and `tune` take it (`mpi`: the
+    command may run as MPI ranks, which share a host's cores by default)."""
+    shared = "; under mpiexec, each rank's share of its host's cores" if mpi else ""
     parser.add_argument("--threads", type=parse, metavar="N",
                         help="intra-op threads for every framework: torch, TensorFlow (intra- "
                              "and inter-op), onnxruntime, NumPy's BLAS (default: the cores "
-                             f"this process may use, here {default()})")
+                             f"this process may use, here {default()}{shared})")
 
 
 def frameworks(backends: Iterable[str], extra: Iterable[str] = ()) -> list[str]:
@@ -60,15 +64,20 @@ def frameworks(backends: Iterable[str], extra: Iterable[str] = ()) -> list[str]:
     return list(dict.fromkeys([*found, *extra]))
 
 
-def configure(count: int | None = None, modules: Iterable[str] = ()) -> int:
-    """Give every framework `count` threads (None: `default()`) at once: each of `modules`
-    (framework modules: torch, tensorflow, onnxruntime, numpy; imported now), every framework
-    already loaded, and NumPy's BLAS."""
+def configure(count: int | None = None, modules: Iterable[str] = (), *,
+              fallback: tuple[int, str] | None = None) -> int:
+    """Give every framework `count` threads at once: each of `modules` (framework modules:
+    torch, tensorflow, onnxruntime, numpy; imported now), every framework already loaded, and
+    NumPy's BLAS. Without `count`: `fallback` (a count and why it was chosen) when given, else
+    `default()`."""
     global _setting
-    n = default() if count is None else count
+    if count is not None:
+        n, why = count, "--threads"
+    else:
+        n, why = fallback if fallback is not None else (default(), DEFAULT_WHY)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise UsageError(f"thread count must be an integer >= 1, got {n!r}")
-    _setting = {"count": n, "set_by": "--threads" if count is not None else DEFAULT_WHY}
+    _setting = {"count": n, "set_by": why}
     loaded = [m for m in ("torch", "tensorflow") if m in sys.modules]
     for module in dict.fromkeys([*modules, *loaded, "numpy"]):  # BLAS last: the frameworks
         apply(module, n)  # may have brought BLAS libraries of their own (scipy's OpenBLAS)

@@ -139,21 +139,28 @@ def rebuild(entry: Any, workload: Any, run: Any) -> dict[str, Any]:
 
 def origin_threads(env: dict[str, Any] | None, backend: str, world: int | None
                    ) -> tuple[int | None, str]:
-    """The intra-op thread count the origin run's framework had, and how it is known."""
+    """The intra-op thread count the origin run's framework had, and how it is known: the count
+    the run recorded (every level since each took --threads; a level-3 run's is one rank's),
+    else, for a run recorded before that, inferred from the origin's CPU."""
     env = env or {}
-    recorded = (env.get("threads") or {}).get("count")
-    if recorded:
-        return int(recorded), "recorded by the origin"
+    recorded = env.get("threads")
+    if isinstance(recorded, dict) and isinstance(recorded.get("count"), int) and (
+            recorded["count"] >= 1):
+        how = recorded.get("set_by") or "how it was chosen not recorded"
+        return recorded["count"], f"recorded by the origin; {how}"
     cpu = env.get("cpu") or {}
     usable = cpu.get("usable_cores") or cpu.get("logical_cores")
+    inferred = "inferred, as the origin recorded no thread count: "
     if world and world > 1 and cpu.get("logical_cores"):
         return (max(1, int(cpu["logical_cores"]) // world),
-                f"the origin's {cpu['logical_cores']} cores shared by {world} ranks")
+                f"{inferred}the origin's {cpu['logical_cores']} cores shared by {world} ranks")
     if backend == "torch" and cpu.get("physical_cores"):
-        return int(cpu["physical_cores"]), "torch's default on the origin: its physical cores"
+        return (int(cpu["physical_cores"]),
+                f"{inferred}torch's default on the origin, its physical cores")
     if usable:
-        return int(usable), "the framework's default on the origin: its usable cores"
-    return None, "unknown (the origin recorded no CPU): this machine's default"
+        return int(usable), f"{inferred}the framework's default on the origin, its usable cores"
+    return None, ("unknown (the origin recorded neither a thread count nor its CPU): this "
+                  "machine's default")
 
 
 def environment_changes(env: dict[str, Any] | None, backend: str | None) -> list[str]:

@@ -17,13 +17,38 @@ def launched_by_mpi() -> bool:
     return any(name in os.environ for name in LAUNCHER_VARIABLES)
 
 
+_shared: str | None = None  # the OMP_NUM_THREADS share_cores() set (so not the user's)
+
+
+def local_ranks() -> int:
+    """How many ranks of this job run on this host, as the launcher says (1 when it does not)."""
+    local = next((os.environ[v] for v in LOCAL_SIZE_VARIABLES if v in os.environ), "")
+    return int(local) if local.isdigit() and int(local) > 0 else 1
+
+
+def core_share() -> tuple[int, str] | None:
+    """Each rank's thread count when several ranks share this host, and why: OMP_NUM_THREADS
+    when the user set it, else the host's cores divided among its ranks; None with one rank
+    here (the framework's, or d500's, default then)."""
+    user = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if user and user != _shared and user.isdigit() and int(user) >= 1:
+        return int(user), "OMP_NUM_THREADS, as the user set it for the MPI ranks"
+    local = local_ranks()
+    if local < 2:
+        return None
+    cores = os.cpu_count() or 1
+    return (max(1, cores // local),
+            f"default under MPI: this host's {cores} cores shared by its {local} ranks")
+
+
 def share_cores() -> None:
     """Give each rank its share of this machine's cores (OMP_NUM_THREADS, read by torch when it
     is imported) unless the user set it; K ranks of a full-width framework would each start a
     thread per core. Call before a framework is imported."""
-    local = next((os.environ[v] for v in LOCAL_SIZE_VARIABLES if v in os.environ), None)
-    if local and local.isdigit() and int(local) > 1 and "OMP_NUM_THREADS" not in os.environ:
-        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // int(local)))
+    global _shared
+    share = core_share()
+    if share is not None and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = _shared = str(share[0])
 
 
 def world() -> Any:

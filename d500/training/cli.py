@@ -9,7 +9,7 @@ from typing import Any
 
 from d500.cli import seed, stdout_console
 from d500.errors import CheckFailed, UsageError
-from d500.training.console import line, parser, progress_bar, resolve
+from d500.training.console import configure_threads, line, parser, progress_bar, resolve
 
 
 def main(argv: list[str], prog: str = "d500 train") -> int:
@@ -24,6 +24,7 @@ def main(argv: list[str], prog: str = "d500 train") -> int:
     p.add_argument("--repeat", action="store_true",
                    help="allow --seed to repeat a seed already recorded")
     args = p.parse_args(argv)
+    configure_threads(args)  # before the framework starts (every rank: its share of the cores)
     from d500.distributed import cli as distributed
     if distributed.wanted(args):  # a level-3 workload, or any `d500 train` under mpiexec
         return distributed.train(args, argv, prog)

@@ -1,10 +1,12 @@
-"""The terminal side shared by `d500 train` and `d500 tune`: their common arguments, the
-workload and entry they name (checked against each other), a progress bar and a result line."""
+"""The terminal side shared by `d500 train` and `d500 tune`: their common arguments, the thread
+count they train with, the workload and entry they name (checked against each other), a progress
+bar and a result line."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from d500 import threads
 from d500.cli import ArgumentParser
 from d500.errors import ConfigError
 
@@ -17,7 +19,18 @@ def parser(prog: str, what: str) -> ArgumentParser:
     p.add_argument("--backend", default="torch", help="a trainable backend (default torch)")
     p.add_argument("--data", metavar="DIR", help="where dataset files are (default $D500_DATA)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    threads.add_option(p, mpi=True)
     return p
+
+
+def configure_threads(args: Any) -> int:
+    """Set the one thread count of every framework this command trains with (d500.threads),
+    before the framework starts: --threads, else under an MPI launcher each rank's share of its
+    host's cores as level 3 gives it (d500.distributed.launch.core_share), else d500's default.
+    The count goes into every run's provenance."""
+    from d500.distributed.launch import core_share, launched_by_mpi
+    share = core_share() if launched_by_mpi() else None
+    return threads.configure(args.threads, threads.frameworks([args.backend]), fallback=share)
 
 
 def resolve(args: Any) -> tuple[Any, Any]:

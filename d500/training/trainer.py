@@ -6,7 +6,8 @@ The clock (MLPerf's run_start) starts after the model is translated and the opti
 before the first data is touched: dataset loading, batching and validation are inside
 time_to_accuracy. Test accuracy is measured at every evaluation with the clock paused (no
 decision reads it; its time is reported apart). A NaN or infinite loss ends the run `diverged`,
-a spent budget `missed`; both score infinity and stay in the ledger.
+a spent budget `missed`; both score infinity and stay in the ledger. The load averages at the
+run's start and end are recorded with it (details "load_average"), as levels 0 and 1 record them.
 """
 
 from __future__ import annotations
@@ -71,11 +72,19 @@ def train(workload: Workload, recipe: Recipe, backend: str, seed: int, *, ledger
     goes wrong after the run opened (a crash in the submission's optimizer, an operator the
     backend lacks, a missing dataset file) ends the run `failed` with the error."""
     from d500.ledger import Ledger
+    from d500.provenance import LoadWatch
 
     backend_cls = preflight(workload, recipe, backend, data_dir)
     ledger = ledger if ledger is not None else Ledger()
     hyper = recipe.hyperparameters_logged()
-    details = {"target": workload.target, "target_metric": workload.target_metric}
+    details: dict[str, Any] = {"target": workload.target,
+                               "target_metric": workload.target_metric}
+    watch = LoadWatch()  # how busy the machine was while this run trained
+    world = (run_kwargs or {}).get("world_size")
+
+    def ended() -> dict[str, Any]:
+        return {**details, "load_average": load_record(watch, world)}
+
     with ledger.start_run(level=workload.level, workload=workload.name, submission=submission,
                           backend=backend, seed=seed, hyperparameters=hyper,
                           workload_file=workload.path, submission_files=list(submission_files),
@@ -84,15 +93,16 @@ def train(workload: Workload, recipe: Recipe, backend: str, seed: int, *, ledger
             figures, status, error = _train(run, workload, recipe, backend_cls, seed, data_dir,
                                             progress)
         except Diverged as err:
-            run.finish("diverged", figures=missed_figures(workload), error=str(err), details=details)
+            run.finish("diverged", figures=missed_figures(workload), error=str(err),
+                       details=ended())
             return Result(run.id, "diverged", error=str(err))
         except KeyboardInterrupt:
             raise
         except Exception as err:  # noqa: BLE001 - the submission's or backend's failure: a run
             text = describe(err)
-            run.finish("failed", figures=missed_figures(workload), error=text, details=details)
+            run.finish("failed", figures=missed_figures(workload), error=text, details=ended())
             return Result(run.id, "failed", error=text)
-        run.finish(status, figures=figures, error=error or None, details=details)
+        run.finish(status, figures=figures, error=error or None, details=ended())
         return Result(run.id, status, figures, error)
 
 
@@ -110,6 +120,19 @@ def preflight(workload: Workload, recipe: Recipe, backend: str, data_dir: str | 
         raise D500Error(f"backend '{backend}' cannot train (inference only); choose one of "
                         f"the trainable backends")
     return backend_cls
+
+
+def load_record(watch: Any, world_size: int | None = None) -> dict[str, Any]:
+    """The run's LoadWatch record. In a parallel tuning (`world_size` > 1) this job's other
+    ranks on this host train beside it, each on up to the configured thread count: their load
+    is not other processes' (d500.provenance.LoadWatch.finish's job_load)."""
+    job = 0.0
+    if world_size is not None and world_size > 1:
+        from d500 import threads
+        from d500.distributed.launch import local_ranks
+        count = (threads.recorded() or {}).get("count") or 1
+        job = float((min(local_ranks(), world_size) - 1) * count)
+    return watch.finish(job)
 
 
 def missed_figures(workload: Workload) -> dict[str, float]:

@@ -14,7 +14,7 @@ from d500.errors import UsageError
 
 def main(argv: list[str], prog: str = "d500 tune") -> int:
     from d500.training import tune_parallel
-    from d500.training.console import line, parser, progress_bar, resolve
+    from d500.training.console import configure_threads, line, parser, progress_bar, resolve
     if tune_parallel.launched_by_mpi():
         tune_parallel.share_cores()  # before a framework is imported
     p = parser(prog, __doc__.split("\n\n")[0])
@@ -24,6 +24,7 @@ def main(argv: list[str], prog: str = "d500 tune") -> int:
     from d500 import backends
     from d500.training import score
 
+    configure_threads(args)  # before the framework starts (every rank: its share of the cores)
     backends.get(args.backend)
     workload, entry = resolve(args)
     studies = workload.studies if args.studies is None else args.studies
