@@ -37,7 +37,8 @@ Figures are keyed by metric names defined in metrics/; an unknown name is a D500
 for time-to-accuracy).
 
 The package, one job per module: store (the file, WAL, transactions, paths), migrations (the
-numbered schema), lifecycle (runs, studies, trials: start, record, finish, reap), liveness
+numbered schema), start (a run's fields checked and read once, and start_run, for the Ledger
+and the Relay alike), lifecycle (runs, studies, trials: insert, record, finish, reap), liveness
 (whether a row's writer still runs), integrity (sealing, the hash chain, verification and its
 digest cache), core (the Ledger object and its queries), relay (runs recorded in a process
 without the ledger, imported by the one that has it), imports (competitors' packages merged in)

@@ -1,5 +1,5 @@
 """The Ledger object callers hold: reading runs, studies and environments here; writing delegated
-to lifecycle, liveness checks to liveness, sealing and verification to integrity."""
+to start and lifecycle, liveness checks to liveness, sealing and verification to integrity."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from d500 import mllog as _mllog
 from d500.errors import UsageError
 from d500.ledger import integrity, lifecycle, origins
 from d500.ledger.lifecycle import STATUSES, Run, Study, iso
 from d500.ledger.liveness import process_alive
+from d500.ledger.start import RunFields, RunStarter
 from d500.ledger.store import Store, loads, locked
 
 RUN_SELECT = ("SELECT r.*, t.study_id AS study, t.number AS trial, p.entry AS package_entry, "
@@ -20,30 +20,13 @@ RUN_SELECT = ("SELECT r.*, t.study_id AS study, t.number AS trial, p.entry AS pa
               "LEFT JOIN trials t ON t.run_id = r.id LEFT JOIN packages p ON p.id = r.package_id")
 
 
-class Ledger(Store):
+class Ledger(Store, RunStarter[Run]):
     """One SQLite file of runs; safe to use from several processes at once."""
 
-    # ------------------------------------------------------------ writing
-    def start_run(self, level: int | None, workload: str, submission: str, backend: str | None,
-                  seed: int | None = None, hyperparameters: dict[str, Any] | None = None,
-                  workload_file: str | Path | None = None,
-                  submission_files: Sequence[str | Path] = (),
-                  model_file: str | Path | None = None,
-                  study: Study | int | None = None, trial: int | None = None,
-                  division: str = _mllog.CLOSED, *, group: str | int | None = None,
-                  rank: int | None = None, world_size: int | None = None,
-                  parent: Run | int | None = None, begin: bool = True) -> Run:
-        """Insert a `running` row (after sealing dead runs of this host) and open its MLLOG.
-
-        `group` ties runs together (the ranks of one distributed run, a series over seeds),
-        `rank` of `world_size` places a run among the processes of a group (None: one
-        process), `parent` names the run this one derives from (a Run or a run id). With
-        begin=False the MLLOG stays in its init interval until `run.begin()` (a trainer
-        building its model first), as MLPerf's init_start/init_stop/run_start order it."""
-        return lifecycle.start_run(self, level, workload, submission, backend, seed,
-                                   hyperparameters, workload_file, submission_files,
-                                   model_file, study, trial, division, group, rank,
-                                   world_size, parent, begin)
+    # ------------------------------------------------------------ writing (start_run: RunStarter)
+    def _open_run(self, fields: RunFields, study: Study | int | None,
+                  trial: int | None) -> Run:
+        return lifecycle.insert_run(self, fields, study, trial)
 
     def start_study(self, name: str, level: int | None, workload: str, submission: str,
                     backend: str | None, objective: str,

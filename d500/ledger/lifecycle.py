@@ -4,19 +4,17 @@ artifacts while it runs, finish and seal it; seal as interrupted the runs whose 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import socket
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from d500 import metrics as _metrics
 from d500 import mllog as _mllog
-from d500 import provenance as _provenance
-from d500.errors import ConfigError, D500Error, Diverged
+from d500.errors import D500Error, Diverged
 from d500.ledger import integrity, liveness
 from d500.ledger.store import dumps
 
@@ -24,6 +22,7 @@ if TYPE_CHECKING:
     import sqlite3
 
     from d500.ledger.core import Ledger
+    from d500.ledger.start import RunFields
 
 STATUSES = ("running", "succeeded", "failed", "diverged", "missed", "timeout", "interrupted")
 FINAL = STATUSES[1:]
@@ -72,70 +71,37 @@ def placement(group: str | int | None, rank: int | None, world_size: int | None,
     return None if group is None else str(group), rank, world_size, parent_id
 
 
-def start_run(ledger: Ledger, level: int | None, workload: str, submission: str,
-              backend: str | None, seed: int | None, hyperparameters: dict[str, Any] | None,
-              workload_file: str | Path | None, submission_files: Sequence[str | Path],
-              model_file: str | Path | None, study: Study | int | None, trial: int | None,
-              division: str, group: str | int | None, rank: int | None,
-              world_size: int | None, parent: Run | int | None, begin: bool) -> Run:
-    """Insert a `running` row (after sealing dead runs of this host) and open its MLLOG."""
-    from d500 import workload as _workload
-
-    init_ms = time.time() * 1e3
-    run_group, rank, world_size, parent_id = placement(group, rank, world_size, parent)
-    workload_text = workload_sha = None
-    if workload_file is not None:
-        wpath = Path(workload_file)
-        try:
-            raw = wpath.read_bytes()
-            workload_text = raw.decode("utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            raise ConfigError(f"{wpath}: cannot read workload file: {err}") from None
-        workload_sha = hashlib.sha256(raw).hexdigest()  # of the bytes, as verify hashes
-        _workload.rules(workload_text, wpath)  # its metrics (and rank_by) are defined
-    files = hash_files(ledger, submission_files, "submission file")
-    model_sha = None
-    if model_file is not None:
-        if not Path(model_file).is_file():
-            raise ConfigError(f"{model_file}: no such model file")
-        model_sha = integrity.sha256_file(model_file)
-    provenance = _provenance.collect()
+def insert_run(ledger: Ledger, fields: RunFields, study: Study | int | None,
+               trial: int | None) -> Run:
+    """Insert a prepared run's `running` row (after sealing dead runs of this host), linked to
+    its study trial; the Run returned has not begun its MLLOG."""
     ident = liveness.process_identity()
     ledger.reap()
-    hyperparameters = hyperparameters or {}
     with ledger._write() as db:
-        if parent_id is not None and not db.execute("SELECT 1 FROM runs WHERE id = ?",
-                                                    (parent_id,)).fetchone():
-            raise D500Error(f"parent run {parent_id}: no such run in the ledger {ledger.path}")
-        env_id = environment_id(db, provenance)
+        if fields.parent is not None and not db.execute("SELECT 1 FROM runs WHERE id = ?",
+                                                        (fields.parent,)).fetchone():
+            raise D500Error(f"parent run {fields.parent}: no such run in the ledger "
+                            f"{ledger.path}")
+        env_id = environment_id(db, fields.provenance)
         cur = db.execute(
             "INSERT INTO runs (level, workload, submission, backend, status, seed, started,"
             " hyperparameters, figures, details, env_id, pid, host, boot_id, proc_start,"
             " workload_file, workload_text, workload_sha256, model_file, model_sha256,"
             " submission_files, run_group, rank, world_size, parent_run)"
             " VALUES (?,?,?,?, 'running', ?,?,?, '{}', '{}', ?,?,?,?,?, ?,?,?,?,?,?, ?,?,?,?)",
-            (level, workload, submission, backend, seed, time.time(), dumps(hyperparameters),
-             env_id, ident["pid"], ident["host"], ident["boot_id"], ident["proc_start"],
-             None if workload_file is None else ledger.store_path(workload_file),
-             workload_text, workload_sha,
-             None if model_file is None else ledger.store_path(model_file), model_sha,
-             dumps(files), run_group, rank, world_size, parent_id))
+            (fields.level, fields.workload, fields.submission, fields.backend, fields.seed,
+             time.time(), dumps(fields.hyperparameters), env_id, ident["pid"], ident["host"],
+             ident["boot_id"], ident["proc_start"], fields.workload_file, fields.workload_text,
+             fields.workload_sha256, fields.model_file, fields.model_sha256,
+             dumps(fields.submission_files), fields.group, fields.rank, fields.world_size,
+             fields.parent))
         run_id = int(cur.lastrowid)  # type: ignore[arg-type]
-        link_trial(db, study, trial, run_id, hyperparameters)
+        link_trial(db, study, trial, run_id, fields.hyperparameters)
         run_dir = ledger.root / "runs" / str(run_id)
         log_path = run_dir / "mllog.txt"
         db.execute("UPDATE runs SET mllog = ? WHERE id = ?", (ledger.store_path(log_path),
                                                                run_id))
-    run = Run(ledger, run_id, run_dir, log_path, workload_file)
-    _mllog.begin_run(run.mllog, init_ms=init_ms, benchmark=workload, org=submission,
-                     platform=_provenance.summary(provenance), division=division,
-                     run_id=run_id, level=level, backend=backend, seed=seed,
-                     hyperparameters=hyperparameters,
-                     distributed={"run_group": run_group, "rank": rank,
-                                  "world_size": world_size, "parent_run": parent_id})
-    if begin:
-        run.begin()
-    return run
+    return Run(ledger, run_id, run_dir, log_path, fields.workload_path)
 
 
 def start_study(ledger: Ledger, name: str, level: int | None, workload: str, submission: str,
@@ -174,23 +140,6 @@ def open_study(ledger: Ledger, name: str, level: int | None, workload: str, subm
             return Study(ledger, int(row[0]), level, workload, submission, backend)
     return start_study(ledger, name, level, workload, submission, backend, objective,
                        search_space, budget)
-
-
-def hash_files(ledger: Ledger, paths: Iterable[str | Path], what: str) -> dict[str, str]:
-    """{stored path: sha256} of files and of every file under folders (no bytecode)."""
-    found: dict[str, str] = {}
-    for p in paths:
-        p = Path(p)
-        if p.is_dir():
-            members = sorted(f for f in p.rglob("*") if f.is_file()
-                             and "__pycache__" not in f.parts and f.suffix != ".pyc")
-        elif p.is_file():
-            members = [p]
-        else:
-            raise ConfigError(f"{p}: no such {what}")
-        for f in members:
-            found[ledger.store_path(f)] = integrity.sha256_file(f)
-    return found
 
 
 def link_trial(db: sqlite3.Connection, study: Study | int | None, trial: int | None,

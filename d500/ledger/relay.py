@@ -19,7 +19,6 @@ ledger in its D500_HOME would store them). The imported row is sealed like any o
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,8 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from d500 import metrics as _metrics
 from d500 import mllog as _mllog
-from d500 import provenance as _provenance
-from d500.errors import ConfigError, D500Error
+from d500.errors import D500Error
 from d500.ledger import integrity, liveness
 from d500.ledger.lifecycle import (
     FINAL,
@@ -36,10 +34,10 @@ from d500.ledger.lifecycle import (
     Study,
     check_figures,
     environment_id,
-    hash_files,
     link_trial,
     placement,
 )
+from d500.ledger.start import RunFields, RunStarter
 from d500.ledger.store import dumps, stored_path
 from d500.paths import home
 
@@ -56,9 +54,10 @@ KEYS = ("relay", "level", "workload", "submission", "backend", "seed", "hyperpar
         "artifacts", "mllog", "provenance", "process")
 
 
-class Relay:
-    """The part of the Ledger a trainer uses (`start_run`), recording in memory: each finished
-    run's record waits in `finished` (or `take()`) for the process that holds the ledger."""
+class Relay(RunStarter["RelayRun"]):
+    """The part of the Ledger a trainer uses (`start_run`, with the Ledger's checks), recording
+    in memory: each finished run's record waits in `finished` (or `take()`) for the process
+    that holds the ledger."""
 
     def __init__(self) -> None:
         self.root = home().resolve()  # where this process's own ledger would live
@@ -67,61 +66,24 @@ class Relay:
     def store_path(self, path: str | Path) -> str:
         return stored_path(path, self.root)
 
-    def start_run(self, level: int | None, workload: str, submission: str, backend: str | None,
-                  seed: int | None = None, hyperparameters: dict[str, Any] | None = None,
-                  workload_file: str | Path | None = None,
-                  submission_files: Sequence[str | Path] = (),
-                  model_file: str | Path | None = None,
-                  study: Study | int | None = None, trial: int | None = None,
-                  division: str = _mllog.CLOSED, *, group: str | int | None = None,
-                  rank: int | None = None, world_size: int | None = None,
-                  parent: Run | int | None = None, begin: bool = True) -> RelayRun:
-        """As Ledger.start_run, with the same checks; `study` is a study id of the ledger the
-        record will be imported into (a Study is taken by its id)."""
-        from d500 import workload as _workload
-
-        init_ms = time.time() * 1e3
-        group, rank, world_size, parent_id = placement(group, rank, world_size, parent)
-        workload_text = workload_sha = None
-        if workload_file is not None:
-            wpath = Path(workload_file)
-            try:
-                raw = wpath.read_bytes()
-                workload_text = raw.decode("utf-8")
-            except (OSError, UnicodeDecodeError) as err:
-                raise ConfigError(f"{wpath}: cannot read workload file: {err}") from None
-            workload_sha = hashlib.sha256(raw).hexdigest()
-            _workload.rules(workload_text, wpath)
-        files = hash_files(self, submission_files, "submission file")  # type: ignore[arg-type]
-        model_sha = None
-        if model_file is not None:
-            if not Path(model_file).is_file():
-                raise ConfigError(f"{model_file}: no such model file")
-            model_sha = integrity.sha256_file(model_file)
-        provenance = _provenance.collect()
-        hyperparameters = hyperparameters or {}
+    def _open_run(self, fields: RunFields, study: Study | int | None,
+                  trial: int | None) -> RelayRun:
+        """The run's record (`study` is a study id of the ledger it will be imported into; a
+        Study is taken by its id), kept by a RelayRun."""
         record: dict[str, Any] = {
-            "relay": FORMAT, "level": level, "workload": workload, "submission": submission,
-            "backend": backend, "seed": seed, "hyperparameters": hyperparameters,
-            "workload_file": None if workload_file is None else self.store_path(workload_file),
-            "workload_text": workload_text, "workload_sha256": workload_sha,
-            "model_file": None if model_file is None else self.store_path(model_file),
-            "model_sha256": model_sha, "submission_files": files,
+            "relay": FORMAT, "level": fields.level, "workload": fields.workload,
+            "submission": fields.submission, "backend": fields.backend, "seed": fields.seed,
+            "hyperparameters": fields.hyperparameters, "workload_file": fields.workload_file,
+            "workload_text": fields.workload_text, "workload_sha256": fields.workload_sha256,
+            "model_file": fields.model_file, "model_sha256": fields.model_sha256,
+            "submission_files": fields.submission_files,
             "study": study.id if isinstance(study, Study) else study, "trial": trial,
-            "group": group, "rank": rank, "world_size": world_size, "parent": parent_id,
-            "started": time.time(), "stopped": None, "status": "running", "figures": {},
-            "details": {}, "error": None, "evaluations": [], "artifacts": [], "mllog": [],
-            "provenance": provenance, "process": liveness.process_identity()}
-        run = RelayRun(self, record, workload_file)
-        _mllog.begin_run(run.mllog, init_ms=init_ms, benchmark=workload, org=submission,
-                         platform=_provenance.summary(provenance), division=division,
-                         run_id=None, level=level, backend=backend, seed=seed,
-                         hyperparameters=hyperparameters,
-                         distributed={"run_group": group, "rank": rank,
-                                      "world_size": world_size, "parent_run": parent_id})
-        if begin:
-            run.begin()
-        return run
+            "group": fields.group, "rank": fields.rank, "world_size": fields.world_size,
+            "parent": fields.parent, "started": time.time(), "stopped": None,
+            "status": "running", "figures": {}, "details": {}, "error": None,
+            "evaluations": [], "artifacts": [], "mllog": [], "provenance": fields.provenance,
+            "process": liveness.process_identity()}
+        return RelayRun(self, record, fields.workload_path)
 
     def take(self) -> dict[str, Any]:
         """The oldest finished run's record, removed from the relay."""
