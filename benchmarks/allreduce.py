@@ -20,15 +20,13 @@ transport busy-polls): interleaving keeps both sides under the same load, not th
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from pathlib import Path
 
 import numpy as np
+from _mpi import parse_under_mpiexec
 from ratio import interleave, report
 
 from d500.distributed.comm import Communicator
-from d500.distributed.launch import launched_by_mpi
 
 
 def slowest(comm: Communicator, times: list[float]) -> list[float]:
@@ -42,12 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="4,16,64", help="buffer sizes in MB, comma-separated")
     parser.add_argument("--repetitions", type=int, default=15)
     parser.add_argument("--number", type=int, default=5, help="calls per timed repetition")
-    parser.add_argument("--ranks", type=int, default=2, help="ranks when it starts mpiexec")
-    args = parser.parse_args(argv)
-    if not launched_by_mpi():
-        mpiexec = Path(sys.executable).with_name("mpiexec")
-        os.execv(mpiexec, [str(mpiexec), "-n", str(args.ranks), sys.executable,
-                           os.path.abspath(__file__), *(argv or sys.argv[1:])])
+    args = parse_under_mpiexec(parser, argv, __file__)
     from mpi4py import MPI
 
     comm = Communicator.for_world()

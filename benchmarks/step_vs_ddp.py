@@ -19,11 +19,11 @@ evaluated. On a shared machine both sides suffer the same load, which interleavi
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from pathlib import Path
 
-from d500.distributed.launch import launched_by_mpi, share_cores
+from _mpi import parse_under_mpiexec
+
+from d500.distributed.launch import share_cores
 
 SHAPES = {"mlp": (1, 8, 8), "lenet5": (1, 8, 8), "resnet20": (3, 32, 32)}
 
@@ -34,12 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=64, help="samples per rank and step")
     parser.add_argument("--repetitions", type=int, default=15)
     parser.add_argument("--number", type=int, default=10, help="steps per timed repetition")
-    parser.add_argument("--ranks", type=int, default=2, help="ranks when it starts mpiexec")
-    args = parser.parse_args(argv)
-    if not launched_by_mpi():
-        mpiexec = Path(sys.executable).with_name("mpiexec")
-        os.execv(mpiexec, [str(mpiexec), "-n", str(args.ranks), sys.executable,
-                           os.path.abspath(__file__), *(argv or sys.argv[1:])])
+    args = parse_under_mpiexec(parser, argv, __file__)
     share_cores()  # before torch is imported: one intra-op thread per rank on 2 cores
     import numpy as np
     from ratio import interleave, report
