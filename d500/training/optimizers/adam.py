@@ -14,6 +14,22 @@ from typing import Any, ClassVar
 from d500.training.optimizers.base import Hyper, Optimizer
 
 
+def moments(ops: ModuleType, state: dict[str, Any], grads: list[Any], beta1: float,
+            beta2: float, eps: float, t: Any) -> tuple[list[Any], Any]:
+    """Adam's moment step, shared with LAMB: m and v (state["m"], state["v"]) updated in place;
+    returns (sqrt(v) / sqrt(1 - beta2^t) + eps, the bias correction 1 - beta1^t)."""
+    m, v = state["m"], state["v"]
+    ops.lerp_(m, grads, 1.0 - beta1)
+    ops.mul_(v, beta2)
+    ops.addcmul_(v, grads, grads, 1.0 - beta2)
+    bc1 = ops.bias_correction(beta1, t)
+    bc2 = ops.bias_correction(beta2, t)
+    denom = ops.sqrt(v)
+    ops.mul_(denom, 1.0 / bc2 ** 0.5)
+    ops.add_(denom, eps)
+    return denom, bc1
+
+
 class Adam(Optimizer):
     """Adam with bias correction; weight decay as an L2 penalty on the gradient."""
 
@@ -37,16 +53,8 @@ class Adam(Optimizer):
                 ops.mul_(params, 1.0 - lr * self.weight_decay)
             else:
                 grads = ops.add(grads, params, self.weight_decay)
-        m, v = state["m"], state["v"]
-        ops.lerp_(m, grads, 1.0 - self.beta1)
-        ops.mul_(v, self.beta2)
-        ops.addcmul_(v, grads, grads, 1.0 - self.beta2)
-        bc1 = ops.bias_correction(self.beta1, t)
-        bc2 = ops.bias_correction(self.beta2, t)
-        denom = ops.sqrt(v)
-        ops.mul_(denom, 1.0 / bc2 ** 0.5)
-        ops.add_(denom, self.eps)
-        ops.addcdiv_(params, m, denom, -lr / bc1)
+        denom, bc1 = moments(ops, state, grads, self.beta1, self.beta2, self.eps, t)
+        ops.addcdiv_(params, state["m"], denom, -lr / bc1)
 
 
 class AdamW(Adam):

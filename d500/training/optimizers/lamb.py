@@ -15,6 +15,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, ClassVar
 
+from d500.training.optimizers.adam import moments
 from d500.training.optimizers.base import Hyper, Optimizer
 from d500.training.optimizers.lars import adapted
 
@@ -40,16 +41,8 @@ class LAMB(Optimizer):
 
     def update(self, ops: ModuleType, params: list[Any], grads: list[Any],
                state: dict[str, Any], lr: Any, t: Any) -> None:
-        m, v = state["m"], state["v"]
-        ops.lerp_(m, grads, 1.0 - self.beta1)
-        ops.mul_(v, self.beta2)
-        ops.addcmul_(v, grads, grads, 1.0 - self.beta2)
-        bc1 = ops.bias_correction(self.beta1, t)
-        bc2 = ops.bias_correction(self.beta2, t)
-        u = ops.sqrt(v)
-        ops.mul_(u, 1.0 / bc2 ** 0.5)
-        ops.add_(u, self.eps)
-        u = ops.div(m, u)
+        denom, bc1 = moments(ops, state, grads, self.beta1, self.beta2, self.eps, t)
+        u = ops.div(state["m"], denom)
         ops.mul_(u, 1.0 / bc1)
         if self.weight_decay:
             ops.add_(u, ops.mul(params, state["decay"]))
