@@ -57,7 +57,9 @@ class Executable(onnx.backend.base.BackendRep):
         raise NotImplementedError
 
     def parameters(self) -> dict[str, np.ndarray]:
-        """The trainable parameters (float initializers) by name, as NumPy arrays."""
+        """The parameters (float initializers) by name, as NumPy arrays. The executable is the
+        model as written (inference form): BatchNormalization's running statistics are among
+        them here; a Trainer keeps them apart as buffers (see `Trainer`)."""
         raise NotImplementedError
 
     def set_parameters(self, values: Mapping[str, np.ndarray]) -> None:
@@ -155,6 +157,18 @@ class Trainer:
 
     `native=True` uses the framework-native twin of `optimizer` (torch.optim, Keras; the same
     name and hyperparameters) with the learning rate set per step. Backends subclass it.
+
+    Batch normalisation trains the ONNX way, the same on every backend (training_graph.py):
+    `step` and `gradients` run the model's training form, in which every BatchNormalization
+    whose running mean and variance are initializers has training_mode=1: it normalises with
+    the batch's mean and population variance, and its running statistics become
+    running * momentum + batch * (1 - momentum) (ONNX opset >= 14). Those statistics are
+    `buffer_names`, not `parameter_names`: no gradient, never seen by the optimizer, overwritten
+    by every training forward (`step`, `gradients`; not `apply`). `predict` runs the model as
+    written (inference form) with the running statistics as they are. The framework holds them
+    as its own non-trainable state (torch buffers, tf.Variables with trainable=False, the
+    reference's arrays); `buffers()`/`set_buffers()` read and write them. Models without such a
+    node (MLP, LeNet-5) train exactly as before.
     """
 
     def __init__(self, executable: Executable, optimizer: Any, loss: str = "loss",
@@ -164,7 +178,14 @@ class Trainer:
             raise UsageError(f"a trainer takes a d500 Optimizer (d500.training.optimizers."
                              f"make(name, **hp)), not {type(optimizer).__name__}")
         executable.output_index(loss)
-        if not executable.parameter_names:
+        from d500.backends.training_graph import training_graph
+        self.training = training_graph(executable.model)  # the model's training form
+        buffers = self.training.updates
+        # running statistics: state updated by training forwards; the rest is trained
+        self.buffer_names: list[str] = list(buffers)
+        self.parameter_names: list[str] = [n for n in executable.parameter_names
+                                           if n not in buffers]
+        if not self.parameter_names:
             raise UsageError(f"model '{executable.model.graph.name}' has no float parameters "
                              f"to train")
         self.executable, self.optimizer, self.loss, self.native = (
@@ -191,8 +212,9 @@ class Trainer:
     # `step(feeds, lr)` is unchanged and does not go through these; for plain SGD-style
     # optimizers `apply(gradients(feeds)[1], lr)` is the same update as `step(feeds, lr)`.
     def gradients(self, feeds: Mapping[str, np.ndarray]) -> tuple[float, dict[str, np.ndarray]]:
-        """Forward and backward on the batch `feeds`, no update: (the loss, the gradient of
-        every parameter by name as a writable float NumPy array of the parameter's shape).
+        """Forward and backward on the batch `feeds`, no parameter update: (the loss, the
+        gradient of every parameter by name as a writable float NumPy array of the parameter's
+        shape). It is a training forward: running statistics are updated, as in `step`.
         On torch (CPU) the arrays are zero-copy views of `param.grad`, so an in-place allreduce
         on them changes what `apply` reads; elsewhere they are this call's own arrays."""
         raise NotImplementedError
@@ -200,7 +222,8 @@ class Trainer:
     def apply(self, grads: Mapping[str, np.ndarray], lr: float) -> None:
         """The optimizer's update (its state advances one step) from `grads` (one array per
         parameter, by name: e.g. `gradients`' arrays after an allreduce) at learning rate `lr`.
-        A missing or misshapen gradient is a UsageError naming it."""
+        A missing or misshapen gradient is a UsageError naming it. Running statistics are not
+        touched (the forward in `gradients` updated them)."""
         raise NotImplementedError
 
     def parameter_views(self) -> dict[str, np.ndarray] | None:
@@ -229,17 +252,46 @@ class Trainer:
         if found is None:
             dims = {t.name: tuple(int(d) for d in t.dims)
                     for t in self.executable.model.graph.initializer}
-            found = self._parameter_shapes = {
-                n: dims[n] for n in self.executable.parameter_names}
+            found = self._parameter_shapes = {n: dims[n] for n in self.parameter_names}
         return found
 
     def parameters(self) -> dict[str, np.ndarray]:
-        """The current parameters by name, as NumPy copies."""
-        return self.executable.parameters()
+        """The current parameters by name, as NumPy copies (running statistics: `buffers`)."""
+        values = self.executable.parameters()
+        if not self.buffer_names:
+            return values
+        return {n: values[n] for n in self.parameter_names}
 
     def set_parameters(self, values: Mapping[str, np.ndarray]) -> None:
         """Overwrite some or all parameters by name (the optimizer state is kept)."""
+        self._refuse(values, self.buffer_names, "a running statistic (a buffer): set it with "
+                                                "set_buffers")
         self.executable.set_parameters(values)
+
+    def buffers(self) -> dict[str, np.ndarray]:
+        """The running statistics (BatchNormalization's mean and variance) by name, as NumPy
+        copies; empty for a model without them."""
+        if not self.buffer_names:
+            return {}
+        values = self.executable.parameters()
+        return {n: values[n] for n in self.buffer_names}
+
+    def set_buffers(self, values: Mapping[str, np.ndarray]) -> None:
+        """Overwrite some or all running statistics by name (e.g. rank 0's, or an average)."""
+        self._refuse(values, self.parameter_names, "a parameter, not a running statistic: "
+                                                   "set it with set_parameters")
+        unknown = sorted(set(values) - set(self.buffer_names))
+        if unknown:
+            raise UsageError(f"'{unknown[0]}' is not a running statistic of this model "
+                             f"(running statistics: {', '.join(self.buffer_names) or 'none'})")
+        self.executable.set_parameters(values)
+
+    @staticmethod
+    def _refuse(values: Mapping[str, Any], names: Sequence[str], what: str) -> None:
+        if names:
+            wrong = [n for n in values if n in set(names)]
+            if wrong:
+                raise UsageError(f"'{wrong[0]}' is {what}")
 
     # -- shared by the backends' trainers ---------------------------------------------------
     def batch(self, feeds: Mapping[str, Any], needed: Sequence[str]) -> dict[str, np.ndarray]:
@@ -293,18 +345,18 @@ def needed_nodes(nodes: Sequence[tuple[Sequence[str], Sequence[str], Any]],
         if any(o in need for o in outs if o):
             keep.append(i)
             need.update(n for n in ins if n)
-            need.update(_outer_reads(proto))
+            need.update(outer_reads(proto))
     return keep[::-1], need
 
 
-def _outer_reads(proto: onnx.NodeProto) -> set[str]:
+def outer_reads(proto: onnx.NodeProto) -> set[str]:
     """Names the subgraphs of a node read from the scope around it."""
     names: set[str] = set()
     for a in proto.attribute:
         for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
             defined = {i.name for i in g.input} | {t.name for t in g.initializer}
             for inner in g.node:
-                names.update(n for n in [*inner.input, *_outer_reads(inner)]
+                names.update(n for n in [*inner.input, *outer_reads(inner)]
                              if n and n not in defined)
                 defined.update(inner.output)
             names.update(o.name for o in g.output if o.name not in defined)

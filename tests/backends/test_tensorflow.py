@@ -121,7 +121,9 @@ def test_parameters_native_module_and_errors(cnn):
     assert isinstance(module, tf.Module)
     assert {v.shape.as_list() == list(weights[k].shape) for k, v in module.params.items()} == {
         True}
-    assert len(module.trainable_variables) == len(weights)
+    # BatchNormalization's running statistics are non-trainable variables, as in Keras
+    assert len(module.trainable_variables) == len(weights) - 2
+    assert not module.params["mean"].trainable and not module.params["var"].trainable
     with tf.GradientTape() as tape:  # framework-native training works on the module
         loss = tf.reduce_sum(module([x])[0][:, 0])
     grads = tape.gradient(loss, module.trainable_variables)

@@ -112,7 +112,11 @@ def test_parameters_round_trip_and_native_module():
     x = np.zeros((2, 2, 8, 8))
     assert (rep.run({"x": x})[0].argmax(axis=1) == 0).all()
     assert isinstance(rep.native, torch.nn.Module)
-    assert len(list(rep.native.parameters())) == len(weights)
+    # BatchNormalization's running statistics are buffers, as in torch's own batch norm
+    names = {v: k for k, v in rep.native.attr_names.items()}
+    assert sorted(names[n] for n, _ in rep.native.named_parameters()) == sorted(
+        set(weights) - {"mean", "var"})
+    assert {"mean", "var"} <= {names.get(n) for n, _ in rep.native.named_buffers()}
     with pytest.raises(UsageError, match="'nosuch' is not a parameter"):
         rep.set_parameters({"nosuch": np.zeros(1)})
     with pytest.raises(UsageError, match=r"parameter 'fc_b' has shape \(3,\)"):

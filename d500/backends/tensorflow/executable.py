@@ -21,6 +21,7 @@ from d500.backends.base import Backend, Executable, Trainer, to_numpy
 from d500.backends.graph import Program
 from d500.backends.tensorflow.core import SHAPE_INPUTS, plain, tensor
 from d500.backends.tensorflow.ops import OPS
+from d500.backends.training_graph import running_statistics
 from d500.errors import UnsupportedOperator, UsageError
 
 # After a trace fails for want of a static value, integer inputs up to _BAKE_LIMIT elements and
@@ -31,9 +32,13 @@ _BAKE_LIMIT, _BAKE_SMALL = 4096, 16
 class OnnxModule(tf.Module):
     """The native object: the model's trainable parameters as tf.Variables; call it on inputs."""
 
-    def __init__(self, executable: TensorFlowExecutable, params: Mapping[str, np.ndarray]):
+    def __init__(self, executable: TensorFlowExecutable, params: Mapping[str, np.ndarray],
+                 frozen: set[str] = frozenset()):
         super().__init__(name=re.sub(r"\W", "_", executable.model.graph.name or "onnx") or "onnx")
-        self.params = {k: tf.Variable(v, name=re.sub(r"[^\w.-]", "_", k) or "p", trainable=True)
+        # running statistics (`frozen`) are non-trainable variables, as Keras' BatchNormalization
+        # keeps them: a training step assigns them, no optimizer sees them
+        self.params = {k: tf.Variable(v, name=re.sub(r"[^\w.-]", "_", k) or "p",
+                                      trainable=k not in frozen)
                        for k, v in params.items()}
         self._executable = executable
 
@@ -50,21 +55,27 @@ class OnnxModule(tf.Module):
         return exe._function(feeds, baked)
 
 
+def translate(model: onnx.ModelProto) -> Program:
+    """The model's graph as a Program on the TensorFlow op table."""
+    opsets = {("" if o.domain in ("", "ai.onnx") else o.domain): o.version
+              for o in model.opset_import}
+    functions = {(f.domain, f.name): f for f in model.functions}
+    return Program(model.graph, opsets, OPS, "tensorflow", functions=functions)
+
+
 class TensorFlowExecutable(Executable):
     backend_name = "tensorflow"
 
     def __init__(self, model: onnx.ModelProto, device: str = "CPU"):
         super().__init__(model, device)
         self._device = "/GPU:0" if device.upper().startswith("CUDA") else "/CPU:0"
-        opsets = {("" if o.domain in ("", "ai.onnx") else o.domain): o.version
-                  for o in model.opset_import}
-        functions = {(f.domain, f.name): f for f in model.functions}
-        self.program = Program(model.graph, opsets, OPS, "tensorflow", functions=functions)
+        self.program = translate(model)
         wanted = set(self.parameter_names)
         arrays = {t.name: to_numpy(t) for t in model.graph.initializer}
         self._constants = {k: v for k, v in arrays.items() if k not in wanted}
         with tf.device(self._device):
-            self._module = OnnxModule(self, {k: arrays[k] for k in self.parameter_names})
+            self._module = OnnxModule(self, {k: arrays[k] for k in self.parameter_names},
+                                      set(running_statistics(model)))
         self._bake = _shape_inputs(self.program) & set(self.input_names)
         self._output_types = {o.name: o.type for o in model.graph.output}
         self._input_dtypes = {

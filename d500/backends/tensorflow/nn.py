@@ -466,17 +466,22 @@ def BatchNormalization(node, x, scale, bias, mean, var):
         inv = scale * tf.math.rsqrt(var + tf.cast(eps, var.dtype))
         shift = bias - mean * inv
         return ChannelsLast(x.t * tf.cast(inv, x.t.dtype) + tf.cast(shift, x.t.dtype))
+    if training:  # the batch's mean and population variance; the running outputs carry no
+        # gradient (as in the reference's VJP)
+        momentum = node.attr("momentum", 0.9)
+        if isinstance(x, ChannelsLast):  # N...C: per-channel vectors broadcast as they are
+            r = x.t.shape.rank
+            bm, bv = tf.nn.moments(x.t, list(range(r - 1)))
+            y = ChannelsLast(tf.nn.batch_normalization(x.t, bm, bv, bias, scale, eps))
+        else:
+            r = x.shape.rank
+            bm, bv = tf.nn.moments(x, [0, *range(2, r)])
+            y = tf.nn.batch_normalization(x, _per_channel(bm, r), _per_channel(bv, r),
+                                          _per_channel(bias, r), _per_channel(scale, r), eps)
+        bm, bv = tf.stop_gradient(bm), tf.stop_gradient(bv)
+        return y, mean * momentum + bm * (1 - momentum), var * momentum + bv * (1 - momentum)
     x = plain(x)
     r = x.shape.rank
-    if training:
-        axes = [0, *range(2, r)]
-        bm, bv = tf.nn.moments(x, axes)
-        momentum = node.attr("momentum", 0.9)
-        y = tf.nn.batch_normalization(x, _per_channel(bm, r), _per_channel(bv, r),
-                                      _per_channel(bias, r), _per_channel(scale, r), eps)
-        run_mean = mean * momentum + bm * (1 - momentum)
-        run_var = var * momentum + bv * (1 - momentum)
-        return y, run_mean, run_var
     inv = scale * tf.math.rsqrt(var + tf.cast(eps, var.dtype))
     shift = bias - mean * inv
     return x * tf.cast(_per_channel(inv, r), x.dtype) + tf.cast(_per_channel(shift, r), x.dtype)

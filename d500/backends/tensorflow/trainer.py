@@ -6,7 +6,9 @@ function traces once for the first batch shape (static shapes: the fastest graph
 for all other batch sizes (input signature, batch dimension None): a last short batch traces
 once, not every epoch (`Traced`). Convolutions run channels-last inside the graph
 (core.ChannelsLast); the parameters stay tf.Variables in ONNX's layout, so the optimizer updates
-them as they are, and outputs leave through `plain`.
+them as they are, and outputs leave through `plain`. `step` and `gradients` run the model's
+training form and assign BatchNormalization's updated running statistics to their (non-trainable)
+variables inside the same function; `predict` runs the model as written.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import tensorflow as tf
 from d500.backends.base import Trainer
 from d500.backends.graph import Program
 from d500.backends.tensorflow.core import plain
+from d500.backends.tensorflow.executable import translate
 from d500.errors import UnsupportedOperator, UsageError
 
 
@@ -69,19 +72,28 @@ class TensorFlowTrainer(Trainer):
         self.program, self.constants, self.device = program, dict(constants), device
         self.to_numpy = to_numpy  # (output name, tensor) -> NumPy, as Executable.run converts
         self.variables = executable.native.params  # name -> tf.Variable (the module's own)
-        self.names = list(executable.parameter_names)
+        self.names = list(self.parameter_names)
         self.vars = [self.variables[n] for n in self.names]
+        self.trained = dict(zip(self.names, self.vars))  # what the optimizer updates
         self.nodes = [(n.inputs, n.outputs, n.proto) for n, _ in program.steps]
-        keep, self.train_inputs = self.needed_inputs(self.nodes, [loss])
+        self.train_program = (translate(self.training.model) if self.training.updates
+                              else program)
+        train = self.train_program
+        keep, self.train_inputs = self.needed_inputs(
+            [(n.inputs, n.outputs, n.proto) for n, _ in train.steps], [loss])
         shaped = sorted(set(self.train_inputs) & baked)
         if shaped:
             raise UsageError(f"input '{shaped[0]}' decides a shape in the graph: the "
                              f"TensorFlow trainer needs every input as a tensor of data")
-        self.train_steps = [program.steps[i] for i in keep]
+        self.train_steps = [train.steps[i] for i in keep]
+        made = {o for node, _ in self.train_steps for o in node.outputs}
+        updates = [s for s, out in self.training.updates.items() if out in made]
+        self.train_outputs = [loss, *(self.training.updates[s] for s in updates)]
+        self.updated = [self.variables[s] for s in updates]  # assigned the outputs after loss
         if self.native:
             self.keras_optimizer = self.native_twin("tensorflow", self.vars)
         else:
-            self.state = optimizer.init(self.variables, "tensorflow")  # tf.Variables, made now
+            self.state = optimizer.init(self.trained, "tensorflow")  # tf.Variables, made now
         self.traces = 0  # how many times the step function was traced
         self.lr: tuple[float, Any] = (float("nan"), None)
         self.step_function = Traced(self._step, self._specs(self.train_inputs),
@@ -94,15 +106,14 @@ class TensorFlowTrainer(Trainer):
         return {n: tf.TensorSpec(self.input_shapes.get(n), tf.as_dtype(self.input_dtypes[n]),
                                  name=n) for n in names}
 
-    def _forward(self, steps: list, feeds: Mapping[str, tf.Tensor], outputs: list[str]
-                 ) -> list[tf.Tensor]:
-        """The program's `steps` traced on `feeds` (inside a tf.function); `outputs` in ONNX's
-        layout."""
+    def _forward(self, program: Program, steps: list, feeds: Mapping[str, tf.Tensor],
+                 outputs: list[str]) -> list[tf.Tensor]:
+        """The `steps` of `program` traced on `feeds` (inside a tf.function); `outputs` in
+        ONNX's layout."""
         read = {n for node, _ in steps for n in node.inputs}
         env: dict[str, Any] = {k: tf.constant(v) for k, v in self.constants.items() if k in read}
         env.update(self.variables)
         env.update(feeds)
-        program = self.program
         saved, program.scope = program.scope, env  # subgraphs look outer names up here
         try:
             for node, fn in steps:
@@ -116,20 +127,31 @@ class TensorFlowTrainer(Trainer):
         finally:
             program.scope = saved
 
+    def _train_forward(self, feeds: dict[str, tf.Tensor]) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        """The loss of the training form and the updated running statistics (not assigned)."""
+        loss, *stats = self._forward(self.train_program, self.train_steps, feeds,
+                                     self.train_outputs)
+        return loss, stats
+
+    def _update(self, stats: list[tf.Tensor]) -> None:
+        for var, value in zip(self.updated, stats):
+            var.assign(tf.cast(value, var.dtype))
+
     def _step(self, feeds: dict[str, tf.Tensor], lr: tf.Tensor) -> tf.Tensor:
         self.traces += 1
         with tf.device(self.device):
             with tf.GradientTape(watch_accessed_variables=False) as tape:
                 tape.watch(self.vars)
-                loss = self._forward(self.train_steps, feeds, [self.loss])[0]
+                loss, stats = self._train_forward(feeds)
             grads = tape.gradient(loss, self.vars)
+            self._update(stats)
             grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
                      for v, g in zip(self.vars, grads)]
             if self.native:
                 self.keras_optimizer.learning_rate.assign(lr)
                 self.keras_optimizer.apply_gradients(zip(grads, self.vars))
             else:
-                self.optimizer.step(self.variables, dict(zip(self.names, grads)), self.state, lr)
+                self.optimizer.step(self.trained, dict(zip(self.names, grads)), self.state, lr)
             return tf.identity(loss)
 
     def step(self, feeds: Mapping[str, np.ndarray], lr: float) -> float:
@@ -143,8 +165,9 @@ class TensorFlowTrainer(Trainer):
         with tf.device(self.device):
             with tf.GradientTape(watch_accessed_variables=False) as tape:
                 tape.watch(self.vars)
-                loss = self._forward(self.train_steps, feeds, [self.loss])[0]
+                loss, stats = self._train_forward(feeds)
             grads = tape.gradient(loss, self.vars)
+            self._update(stats)
             return tf.identity(loss), [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
                                        for v, g in zip(self.vars, grads)]
 
@@ -155,7 +178,7 @@ class TensorFlowTrainer(Trainer):
                 self.keras_optimizer.learning_rate.assign(lr)
                 self.keras_optimizer.apply_gradients(zip(ordered, self.vars))
             else:
-                self.optimizer.step(self.variables, dict(zip(self.names, ordered)), self.state,
+                self.optimizer.step(self.trained, dict(zip(self.names, ordered)), self.state,
                                     lr)
             return tf.constant(0)
 
@@ -189,7 +212,7 @@ class TensorFlowTrainer(Trainer):
 
             def forward(feeds: dict[str, tf.Tensor]) -> tf.Tensor:
                 with tf.device(self.device):
-                    return self._forward(steps, feeds, [output])[0]
+                    return self._forward(self.program, steps, feeds, [output])[0]
 
             found = self.predictors[output] = (Traced(forward, self._specs(inputs), []), inputs)
         function, inputs = found

@@ -28,6 +28,7 @@ from d500.backends.torch import (
 )
 from d500.backends.torch.dtypes import from_numpy
 from d500.backends.torch.dtypes import to_numpy as tensor_to_numpy
+from d500.backends.training_graph import running_statistics
 from d500.errors import D500Error, UsageError
 
 # The op table: ONNX op type (prefixed by "domain::" outside the default domain) -> function.
@@ -123,7 +124,8 @@ def _elem_type(type_proto: onnx.TypeProto) -> int:
 
 
 class GraphModule(torch.nn.Module):
-    """The ONNX graph as a module: float initializers are parameters, the rest buffers."""
+    """The ONNX graph as a module: float initializers are parameters, the rest buffers (among
+    them BatchNormalization's running statistics, as torch's own batch norm keeps them)."""
 
     def __init__(self, program: Program, initializers: Mapping[str, np.ndarray],
                  trainable: set[str], input_names: Sequence[str], device: torch.device):
@@ -166,22 +168,30 @@ class GraphModule(torch.nn.Module):
         return self.plan.run(feeds)
 
 
+def translate(model: onnx.ModelProto, device: torch.device) -> Program:
+    """The model's graph as a Program on the torch op table, its nodes placed on `device`."""
+    opsets = {imp.domain or "": imp.version for imp in model.opset_import}
+    functions = {(f.domain, f.name): f for f in model.functions}
+    program = Program(model.graph, opsets, OPS, "torch", functions=functions)
+    for node in _nodes(program):
+        node.device = device  # type: ignore[attr-defined]
+        if node.op_type == "Constant" and node.domain == "":
+            OPS["Constant"](node)  # cache now, outside inference mode
+    return program
+
+
 class TorchExecutable(Executable):
     backend_name = "torch"
 
     def __init__(self, model: onnx.ModelProto, device: str = "CPU"):
         super().__init__(model, device)
         self.torch_device = torch.device("cuda" if device.upper().startswith("CUDA") else "cpu")
-        opsets = {imp.domain or "": imp.version for imp in model.opset_import}
-        functions = {(f.domain, f.name): f for f in model.functions}
-        program = Program(model.graph, opsets, OPS, "torch", functions=functions)
+        program = translate(model, self.torch_device)
         initializers = {t.name: to_numpy(t) for t in model.graph.initializer}
-        self._module = GraphModule(program, initializers, set(self.parameter_names),
-                                   self.input_names, self.torch_device)
-        for node in _nodes(program):
-            node.device = self.torch_device  # type: ignore[attr-defined]
-            if node.op_type == "Constant" and node.domain == "":
-                OPS["Constant"](node)  # cache now, outside inference mode
+        self.buffer_names = running_statistics(model)
+        trainable = set(self.parameter_names) - set(self.buffer_names)
+        self._module = GraphModule(program, initializers, trainable, self.input_names,
+                                   self.torch_device)
         types = dict(program.types)
         self.output_types = [_elem_type(types[n]) if n in types else 0 for n in self.output_names]
         self.input_shapes = {
@@ -242,6 +252,8 @@ class TorchExecutable(Executable):
         seeds = {self.output_index(name): g for name, g in (grad_outputs or {}).items()}
         index = None if seeds else self.output_index(output or self.output_names[0])
         feeds = self._feeds(bound, set(wanted) - set(self.parameter_names))
+        for name in set(wanted) & set(self.buffer_names):  # a running statistic, differentiated
+            feeds[name] = self._module.values[name].detach().requires_grad_(True)
         with torch.enable_grad():
             outs = self._module(**feeds)
             if seeds:

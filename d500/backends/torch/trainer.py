@@ -1,5 +1,7 @@
 """The torch Trainer: the translated graph's loss, autograd, and a d500 optimizer (or its torch.optim
-twin) updating the module's parameters in place; only the batch and the loss cross to NumPy."""
+twin) updating the module's parameters in place; only the batch and the loss cross to NumPy.
+The loss comes from the model's training form (`TrainStep`, the module DDP wraps too), which
+overwrites BatchNormalization's running statistics, buffers of the module, in place."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import torch
 from d500.backends.base import Trainer
 from d500.backends.graph import Program
 from d500.backends.torch.dtypes import from_numpy, to_numpy
-from d500.backends.torch.executable import Plan, TorchExecutable
+from d500.backends.torch.executable import GraphModule, Plan, TorchExecutable, translate
 
 # NumPy dtypes torch stores as they are: a batch of these goes in by torch.from_numpy (no copy).
 _DIRECT = {np.dtype(t) for t in (np.float32, np.float64, np.float16, np.int64, np.int32,
@@ -34,6 +36,34 @@ def pruned_plan(program: Program, keep: list[int], outputs: list[str]) -> Plan:
     return plan
 
 
+class TrainStep(torch.nn.Module):
+    """A training forward as a module over the graph module's own tensors (what DDP wraps): the
+    loss of `plan` (the training form, pruned to the loss), after which the running statistics
+    `updates` (buffers of `graph`, in the order of the plan's outputs after the loss) are
+    overwritten with their updated values."""
+
+    def __init__(self, graph: GraphModule, plan: Plan, updates: list[str]):
+        super().__init__()
+        self.graph = graph
+        self.plan = plan
+        self.updates = updates
+
+    def forward(self, **inputs: torch.Tensor) -> torch.Tensor:
+        env = dict(self.graph.values)
+        env.update(inputs)
+        return self.run(env)
+
+    def run(self, env: dict[str, Any]) -> torch.Tensor:
+        """The loss on `env` (the module's values and the batch, by name)."""
+        outs = self.plan.run(env)
+        if self.updates:
+            values = self.graph.values
+            with torch.no_grad():
+                for name, new in zip(self.updates, outs[1:]):
+                    values[name].copy_(new)
+        return outs[0]
+
+
 class TorchTrainer(Trainer):
     """Forward of the loss, torch.autograd.grad of it, and the optimizer step under no_grad on
     the very parameter tensors of the executable's module (updated in place, never replaced)."""
@@ -44,13 +74,20 @@ class TorchTrainer(Trainer):
         module = executable.native
         self.device = executable.torch_device
         self.values = module.values  # name -> parameter/buffer/constant of the module
-        self.names = list(executable.parameter_names)
+        self.names = list(self.parameter_names)
         self.params = [self.values[n] for n in self.names]
         self.named = dict(zip(self.names, self.params))
-        self.program = module.program
+        self.program = module.program  # the model as written: predictions
         self.nodes = [(n.inputs, n.outputs, n.proto) for n, _ in self.program.steps]
-        keep, self.train_inputs = self.needed_inputs(self.nodes, [loss])
-        self.train_plan = pruned_plan(self.program, keep, [loss])
+        train = (translate(self.training.model, self.device) if self.training.updates
+                 else self.program)
+        keep, self.train_inputs = self.needed_inputs(
+            [(n.inputs, n.outputs, n.proto) for n, _ in train.steps], [loss])
+        made = {o for i in keep for o in train.steps[i][0].outputs}
+        updates = [s for s, out in self.training.updates.items() if out in made]
+        self.train_plan = pruned_plan(train, keep,
+                                      [loss, *(self.training.updates[s] for s in updates)])
+        self.train_module = TrainStep(module, self.train_plan, updates)
         self.predictors: dict[str, tuple[Plan, list[str], int]] = {}
         if self.native:
             self.torch_optimizer = self.native_twin("torch", self.params)
@@ -71,7 +108,7 @@ class TorchTrainer(Trainer):
     def step(self, feeds: Mapping[str, np.ndarray], lr: float) -> float:
         env = self._env(feeds, self.train_inputs)
         with torch.enable_grad():
-            loss = self.train_plan.run(env)[0]
+            loss = self.train_module.run(env)
             if self.native:
                 optimizer = self.torch_optimizer
                 optimizer.zero_grad(set_to_none=True)
@@ -92,7 +129,7 @@ class TorchTrainer(Trainer):
         returned as a zero-copy NumPy view of it (CPU; a copy from another device)."""
         env = self._env(feeds, self.train_inputs)
         with torch.enable_grad():
-            loss = self.train_plan.run(env)[0]
+            loss = self.train_module.run(env)
             grads = torch.autograd.grad(loss, self.params, allow_unused=True)
         views: dict[str, np.ndarray] = {}
         for name, p, g in zip(self.names, self.params, grads):
