@@ -16,6 +16,10 @@ Bytes are counted by a DDP communication hook around torch's own allreduce hook,
 the ring formula the Communicator uses for MPI's allreduce. DDP overlaps its allreduces with the
 backward pass, so time in communication is not separable from computation from the outside; it
 is not reported (only the step time is).
+
+DDP wraps the trainer's `train_module` (the model's training form: BatchNormalization with batch
+statistics), with forward_sync_buffers=False: running statistics per rank, as in d500's sync
+scheme (see schemes/base.py); `finish` broadcasts rank 0's.
 """
 
 from __future__ import annotations
@@ -94,13 +98,12 @@ class DDPScheme:
                               f"none; the bucket size is 'bucket_mb')")
         if reducer is not None:
             raise ConfigError("scheme 'ddp' takes no compression")
-        module = getattr(trainer.executable, "native", None)
+        module = getattr(trainer, "train_module", None)
         import torch
         if not isinstance(module, torch.nn.Module) or not hasattr(trainer, "params"):
             raise UsageError("the ddp baseline runs on the torch backend only (--backend torch)")
         self.trainer, self.comm, self.module = trainer, comm, module
         self.bucket_bytes, self.timeout = bucket_bytes, timeout
-        self.loss_index = trainer.executable.output_index(trainer.loss)
         self.state = _HookState(comm.rank, comm.size)
         self.ddp: Any = None
         self._steps = 0
@@ -118,7 +121,7 @@ class DDPScheme:
         else:
             return  # one rank: the module trains as it is
         self.ddp = DistributedDataParallel(self.module, bucket_cap_mb=self.bucket_bytes / 2**20,
-                                           forward_sync_buffers=False)  # constants only
+                                           forward_sync_buffers=False)  # synced at start only
         self.ddp.register_comm_hook(self.state, _counting_hook)
 
     def step(self, feeds: dict[str, np.ndarray], lr: float) -> float:
@@ -130,7 +133,7 @@ class DDPScheme:
                   t.batch(feeds, t.train_inputs).items()}
         model = self.ddp if self.ddp is not None else self.module
         with torch.enable_grad():
-            loss = model(**inputs)[self.loss_index]
+            loss = model(**inputs)
             loss.backward()
         grads = {n: p.grad.numpy() for n, p in zip(t.names, t.params)}
         t.apply(grads, lr)
@@ -151,6 +154,9 @@ class DDPScheme:
             return
         import torch.distributed as dist
         self.ddp = None
+        values = self.trainer.values
+        for name in self.trainer.buffer_names:  # rank 0's running statistics everywhere
+            dist.broadcast(values[name], 0)
         dist.barrier()
         dist.destroy_process_group()
 

@@ -17,6 +17,18 @@ caller runs its own collectives (on `comm` or on MPI directly) only inside `eval
 `settle()` or after `finish()`. Traffic counted on `comm` inside `evaluated()` is moved to
 `comm.traffic["evaluate"]`, and what `finish()` sends to hand every rank the final model to
 `comm.traffic["finish"]`, so the other names hold training traffic only (the per-step figures).
+
+Batch normalisation's running statistics (the trainer's `buffer_names`) are per rank: each rank
+normalises with the batch statistics of its own share and updates its own running statistics, as
+torch DDP without SyncBatchNorm (and without forward buffer syncing) does. They belong to the
+model, not to the gradient: what schemes exchange as gradients (sync's allreduce, ps's reduce,
+async_ps's pushes) never carries them; whenever a scheme moves whole models they travel with the
+parameters (`Parameters` holds both): broadcast (`start`, ps after every step, async_ps at
+evaluations and finish: rank 0's) or averaged (local_sgd every period, dpsgd's mixing, the
+averaged model evaluated and finished: the mean of the ranks' means and of their variances, the
+spread of the ranks' means left out). Sync never moves the model after `start`: rank 0 evaluates
+with its own statistics and `finish` broadcasts them. B in the schemes' byte counts is the model's
+bytes (parameters and running statistics) where models travel, the parameters' where gradients do.
 """
 
 from __future__ import annotations
@@ -160,6 +172,15 @@ class Scheme:
         self._param_buckets.apply(arrays, lambda buf: self.comm.broadcast(buf, root))
         self.params.put(arrays)
 
+    def broadcast_buffers(self, root: int = 0) -> None:
+        """Rank `root`'s running statistics into every rank's model (one fused broadcast; none
+        for a model without them)."""
+        if self.params.buffer_names and self.size > 1:
+            arrays = self.trainer.buffers()
+            Buckets(arrays, self.bucket_bytes).apply(
+                arrays, lambda buf: self.comm.broadcast(buf, root))
+            self.trainer.set_buffers(arrays)
+
     def average_parameters(self) -> None:
         """Every rank's model becomes the average of all ranks' models (fused allreduce)."""
         arrays = self.params.get()
@@ -172,16 +193,17 @@ class Scheme:
     def averaged_model(self) -> Iterator[None]:
         """Inside, every rank holds the average of the ranks' models; its own after. Sets
         `consensus_distance`: ||own - average|| / ||average|| of this rank's model."""
-        own = self.trainer.parameters()
+        own = {n: np.array(a) for n, a in self.params.get().items()}
         self.average_parameters()
         average = self.params.get()
+        names = [n for n in own if n not in self.params.buffer_names]  # parameters only
         self.consensus_distance = float(np.sqrt(
-            sum(np.sum((own[k].astype(np.float64) - average[k]) ** 2) for k in own)
-            / max(sum(np.sum(average[k].astype(np.float64) ** 2) for k in own), 1e-300)))
+            sum(np.sum((own[k].astype(np.float64) - average[k]) ** 2) for k in names)
+            / max(sum(np.sum(average[k].astype(np.float64) ** 2) for k in names), 1e-300)))
         try:
             yield
         finally:
-            self.trainer.set_parameters(own)
+            self.params.put(own)
 
     def compression_figures(self) -> dict[str, float]:
         """The reducer's payload bytes per step and compression ratio (dense / sent), if any."""
@@ -193,21 +215,32 @@ class Scheme:
 
 
 class Parameters:
-    """This rank's parameters as writable NumPy arrays: the trainer's zero-copy views where it
-    has them (torch on CPU: `get` costs nothing, `put` nothing), else copies written back by
-    `put` through `set_parameters`."""
+    """This rank's model as writable NumPy arrays: its parameters, the trainer's zero-copy views
+    where it has them (torch on CPU: `get` costs nothing, `put` nothing), else copies written
+    back by `put` through `set_parameters`; then its running statistics (`buffer_names`, copies
+    written back through `set_buffers`), if it has any."""
 
     def __init__(self, trainer: Any):
         self.trainer = trainer
         self.views = trainer.parameter_views()
+        self.buffer_names: list[str] = list(getattr(trainer, "buffer_names", ()))
 
     def get(self) -> dict[str, np.ndarray]:
         if self.views is not None:
-            return self.views
-        return {n: a if a.flags.writeable else np.array(a)
-                for n, a in self.trainer.parameters().items()}
+            arrays = self.views
+        else:
+            arrays = {n: a if a.flags.writeable else np.array(a)
+                      for n, a in self.trainer.parameters().items()}
+        if not self.buffer_names:
+            return arrays
+        return {**arrays, **self.trainer.buffers()}
 
     def put(self, arrays: Mapping[str, np.ndarray]) -> None:
+        if self.buffer_names:
+            self.trainer.set_buffers({n: arrays[n] for n in self.buffer_names})
+            if self.views is not None and all(arrays[n] is v for n, v in self.views.items()):
+                return
+            arrays = {n: a for n, a in arrays.items() if n not in set(self.buffer_names)}
         if arrays is not self.views:
             self.trainer.set_parameters(arrays)
 

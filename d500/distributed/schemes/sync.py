@@ -43,6 +43,11 @@ class Sync(Scheme):
         self.steps += 1
         return loss
 
+    def _finish(self) -> None:
+        """The parameters are equal on every rank already; the running statistics (if any)
+        become rank 0's, the ones its evaluations used."""
+        self.broadcast_buffers(0)
+
     def average(self, grads: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The average over ranks of every rank's `grads`, in place where possible."""
         if self.reducer is not None:  # compressed even at 1 rank: its loss of accuracy counts
