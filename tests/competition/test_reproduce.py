@@ -207,7 +207,7 @@ def test_a_level3_run_is_reproduced_at_its_world_size(tmp_path, run_d500):
     assert (run["world_size"], run["verdict"]) == (2, "agrees")
     assert {"status", "epochs", "steps", "test_accuracy", "evaluations", "bytes_per_step",
             "bytes_received_per_step"} <= {c["name"] for c in run["checks"]}
-    assert run["threads"].startswith("1 (the origin's ")
+    assert run["threads"].startswith("1 (recorded by the origin; ")  # one rank's count
     (local,) = Ledger(ledger).runs()
     assert (local["level"], local["world_size"], local["rank"]) == (3, 2, 0)
     origin = Package.open(package).runs()[0]
@@ -215,6 +215,56 @@ def test_a_level3_run_is_reproduced_at_its_world_size(tmp_path, run_d500):
         assert local["figures"][name] == origin.figures[name], name
     assert local["details"]["reproduction"]["origin_run"] == 1
     assert local["details"]["scheme"] == "sync"
+
+def test_a_run_is_reproduced_at_the_thread_count_it_recorded(rules_dir, entry_dir, tmp_path,
+                                                             run_d500):
+    """An entry trained and tuned with --threads 1 (here d500's default, and torch's, would be
+    this machine's 2 cores): the reproduction runs at the recorded 1 and says so."""
+    home, workload = tmp_path / "entrant", str(rules_dir / "2-training" / "digits-mlp.yaml")
+    for command in (["train", "--seeds", "2"], ["tune"]):
+        done = run_d500(home, command[0], workload, "--submission", str(entry_dir),
+                        "--threads", "1", *command[1:])
+        assert done.returncode in (0, 1), done.stderr
+    package = tmp_path / "threads.tar.gz"
+    made = run_d500(home, "package", str(entry_dir), "--out", str(package))
+    assert made.returncode == 0, made.stderr
+    first = _seed_runs(package)[0]
+    ledger = tmp_path / "organiser" / "ledger.sqlite"
+    result = run_d500(None, "reproduce", str(package), "--runs", "1", "--seed",
+                      str(_draw_seed(package, 1, {first})), "--rules", str(rules_dir),
+                      "--ledger", str(ledger), "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run,) = json.loads(result.stdout)["runs"]
+    assert run["origin_run"] == first and run["verdict"] == "agrees"
+    assert run["threads"] == "1 (recorded by the origin; --threads)"
+    (local,) = Ledger(ledger).runs()
+    assert Ledger(ledger).get(local["id"])["provenance"]["threads"] == {"count": 1,
+                                                                      "set_by": "--threads"}
+
+
+def test_a_run_recorded_before_threads_were_recorded_has_its_count_inferred():
+    from d500 import provenance
+    from d500.competition.reproduce_prepare import origin_threads
+    env = provenance.collect()
+    cpu = env["cpu"]
+    old = {**env, "threads": None}  # a level-2 run recorded before train/tune took --threads
+    count, why = origin_threads(old, "torch", None)
+    assert count == cpu["physical_cores"]
+    assert why == ("inferred, as the origin recorded no thread count: torch's default on the "
+                   "origin, its physical cores")
+    count, why = origin_threads({k: v for k, v in old.items() if k != "threads"}, "tensorflow",
+                                None)
+    assert count == cpu["usable_cores"]
+    assert why == ("inferred, as the origin recorded no thread count: the framework's default "
+                   "on the origin, its usable cores")
+    count, why = origin_threads(old, "torch", 2)
+    assert count == max(1, cpu["logical_cores"] // 2) and why.startswith("inferred, as ")
+    recorded = {**env, "threads": {"count": 3, "set_by": "--threads"}}
+    assert origin_threads(recorded, "torch", 2) == (3, "recorded by the origin; --threads")
+    unknown = ("unknown (the origin recorded neither a thread count nor its CPU): this "
+               "machine's default")
+    assert origin_threads({}, "torch", None) == (None, unknown)
+
 
 def test_level0_validations_are_validated_again(tmp_path, run_d500):
     """A real operator entry's `d500 op validate` runs (a rulebook case, and a case given by
