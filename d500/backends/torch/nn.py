@@ -253,21 +253,24 @@ class _BatchNormStats(torch.autograd.Function):
 def BatchNormalization(node, x, scale, bias, mean, var):
     eps = node.attr("epsilon", 1e-5)
     if node.opset >= 14 and node.attr("training_mode", 0):
-        # Normalised by the batch's mean and population variance: torch's fused training
-        # kernel (its backward is one kernel). The running outputs carry no gradient (as in the
-        # reference's VJP); ONNX updates them with the population variance too (torch's own
-        # BatchNorm2d would use the unbiased one).
+        # Normalised by the batch's mean and population variance in torch's fused training
+        # kernel (one pass for the statistics, one kernel backward), whose saved statistics give
+        # the running updates: the population variance is 1 / invstd^2 - eps, as ONNX wants it
+        # (torch's own BatchNorm2d would use the unbiased one; torch.var_mean over N, H, W costs
+        # as much as the whole kernel). The running outputs carry no gradient, as in the
+        # reference's VJP.
         momentum = node.attr("momentum", 0.9)
-        dims = [0] + list(range(2, x.dim()))
+        if x.numel() == x.shape[1]:  # one value per channel: y is the bias exactly
+            dims = [0, *range(2, x.dim())]
+            batch_mean, batch_var = x.mean(dim=dims), x.var(dim=dims, unbiased=False)
+            y = F.batch_norm(x, batch_mean, batch_var, scale, bias, False, 0.0, eps)
+        else:
+            y, batch_mean, invstd = torch.ops.aten.native_batch_norm(
+                x, scale, bias, None, None, True, 0.0, eps)
+            batch_var = invstd.detach().pow(-2) - eps
         with torch.no_grad():
-            batch_var, batch_mean = torch.var_mean(x, dim=dims, unbiased=False)
-        if x.numel() > x.shape[1]:
-            y = F.batch_norm(x, None, None, scale, bias, True, 0.0, eps)
-        else:  # one value per channel: torch's kernel refuses it; y is the bias
-            y = F.batch_norm(x, x.mean(dim=dims), x.var(dim=dims, unbiased=False), scale,
-                             bias, False, 0.0, eps)
-        return (y, mean * momentum + batch_mean * (1 - momentum),
-                var * momentum + batch_var * (1 - momentum))
+            return (y, mean * momentum + batch_mean.to(mean.dtype) * (1 - momentum),
+                    var * momentum + batch_var.to(var.dtype) * (1 - momentum))
     if (mean.requires_grad or var.requires_grad) and torch.is_grad_enabled():
         return _BatchNormStats.apply(x, scale, bias, mean, var, eps)
     return F.batch_norm(x, mean, var, scale, bias, False, 0.0, eps)
