@@ -17,11 +17,11 @@ whichever side runs after the other. By default the benchmark asks malloc to kee
 (mallopt: mmap threshold 32 MiB, trim threshold 1 GiB), for both sides alike, as a long training
 run's steady state does; --release-memory leaves glibc's defaults.
 
-What d500 does on top, by the ONNX contract rather than by choice: ResNet-20's batch norm is in
-inference form, so its running mean and variance are float initializers, i.e. parameters, and
-d500 computes and applies their gradients too (the native models keep them as non-trainable
-statistics: a superset of a few per-channel vectors); TensorFlow's side holds kernels in ONNX
-layout (OIHW) and the input NCHW, so each step transposes them to channels-last and back.
+Batch norm trains alike on both sides: d500's trainers run ResNet-20's BatchNormalization in
+training mode (batch statistics; the running mean and variance are buffers updated by momentum,
+not parameters: backends/training_graph.py), as the native models do. What d500 does on top, by
+the ONNX contract rather than by choice: TensorFlow's side holds kernels in ONNX layout (OIHW)
+and the input NCHW, so each step transposes them to channels-last and back.
 
     .venv/bin/python benchmarks/train_loop.py [--framework both|torch|tensorflow]
         [--case both|mlp|resnet20] [--repetitions 15] [--number N] [--threads 1]
@@ -70,7 +70,7 @@ def weights(model) -> dict[str, np.ndarray]:
 
 # -- native torch -------------------------------------------------------------------------------
 def torch_native(name: str, shape: tuple[int, ...], w: dict[str, np.ndarray]):
-    """The builder's network as a plain torch.nn.Module with weights `w` (eval-mode batch norm)."""
+    """The builder's network as a plain torch.nn.Module with weights `w` (in eval mode)."""
     import torch
     from torch import nn
 
@@ -189,6 +189,7 @@ def torch_case(name: str, shape: tuple[int, ...], batch: int, args) -> tuple[Cal
     d500_loss = float(trainer.predict({"input": x0, "labels": y0}, output="loss"))
     check(name, "torch", d500_loss, native_loss, f"torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads")
+    model.train()  # batch statistics while training, as d500's trainer uses them
     d500_batches, native_batches = cycle(batches), cycle(batches)
 
     def d500_step() -> float:
@@ -236,8 +237,8 @@ def keras_native(name: str, shape: tuple[int, ...], w: dict[str, np.ndarray]):
 
         def bn(x):
             key = names("bn")
-            layer = layers.BatchNormalization(epsilon=EPS)
-            y = layer(x, training=False)
+            layer = layers.BatchNormalization(epsilon=EPS, momentum=0.9)  # ONNX's default
+            y = layer(x)
             assigned.append((layer, [w[f"{key}.{p}"] for p in ("scale", "bias", "mean",
                                                                 "var")]))
             return y
@@ -281,7 +282,7 @@ def tensorflow_case(name: str, shape: tuple[int, ...], batch: int, args
     @tf.function
     def train(x, y):
         with tf.GradientTape() as tape:
-            logits = model(x, training=False)  # batch norm in inference form, as in the ONNX
+            logits = model(x, training=True)  # batch statistics, as d500's trainer
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
         optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return loss
