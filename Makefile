@@ -24,7 +24,7 @@ run: install
 	$(BIN)/d500 run
 
 test: install browser
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=20
 
 clean:
 	rm -rf $(VENV) d500-results
