@@ -111,6 +111,8 @@ def import_package(ledger: Ledger, package: str | Path | Package, *, force: bool
     found_problems = list(check_problems(pkg, rules_dir) if problems is None else problems)
     planned, studies, own = _plan(pkg)
     found_problems += own
+    planned, twice = _new_runs(ledger, planned)
+    found_problems += twice
     if found_problems and not force:
         return Imported("refused", pkg.sha256, entry, found_problems)
     folder = package_folder(ledger, pkg.sha256)
@@ -129,6 +131,25 @@ def import_package(ledger: Ledger, package: str | Path | Package, *, force: bool
             shutil.rmtree(folder, ignore_errors=True)
         raise
     return done
+
+
+def _new_runs(ledger: Ledger, planned: list[_Planned]) -> tuple[list[_Planned], list[str]]:
+    """The planned runs this ledger does not hold yet, and one problem per run it already holds
+    from another package (the same origin row hash: a package rebuilt, re-signed or grown by a
+    run); those are never imported twice, even with --force."""
+    with ledger._snapshot() as db:
+        held = {r[0]: (r[1], r[2]) for r in db.execute(
+            "SELECT o.row_hash, o.run_id, p.sha256 FROM origins o "
+            "JOIN packages p ON p.id = o.package_id")}
+    fresh, twice = [], []
+    for p in planned:
+        found = held.get(p.record.get("row_hash"))
+        if found is None:
+            fresh.append(p)
+        else:
+            twice.append(f"run {p.origin_id}: already in this ledger as run {found[0]}, "
+                         f"imported from package {found[1][:12]}; not imported again")
+    return fresh, twice
 
 
 class _ImportedMeanwhile(Exception):
@@ -260,7 +281,8 @@ def _write(ledger: Ledger, pkg: Package, entry: str, planned: list[_Planned],
         for study in studies:
             done.studies[int(study["id"])] = _study(db, study, package_id, sha12)
         link = {"package": pkg.sha256, "manifest": integrity.sha(manifest_text),
-                "forced": forced, "problems": integrity.sha(problems_text)}
+                "forced": forced, "problems": integrity.sha(problems_text), "entry": entry,
+                "signer": signer, "imported": now}
         for p in planned:
             row, record = p.record["row"], p.record
             group = row.get("run_group")

@@ -94,6 +94,9 @@ def _run(row: sqlite3.Row, origin: sqlite3.Row, pkg: _Package) -> list[str]:
     found += [why[k] for k in expected if link.get(k) != expected[k]]
     for key, now, what in (
             ("manifest", pkg.manifest_sha, "its stored manifest changed since import"),
+            ("entry", pkg.row["entry"], "its entry name changed since import"),
+            ("signer", pkg.row["signer"], "its signer changed since import"),
+            ("imported", pkg.row["imported"], "its import time changed since import"),
             ("forced", bool(pkg.row["forced"]), ("its forced mark changed since import (its "
              f"runs were sealed {'forced' if link.get('forced') else 'not forced'})")),
             ("problems", integrity.sha(pkg.row["problems"]),

@@ -142,6 +142,39 @@ def test_the_same_package_twice_is_a_no_op(organiser, digits_package, rules_dir,
         str(i) for i in range(1, 7)]
 
 
+def test_the_same_runs_in_a_rebuilt_package_are_never_imported_twice(
+        organiser, digits_package, rules_dir, run_d500, tmp_path):
+    """The same members gzipped again (another file, another sha256): every run is already
+    held, so the import is refused naming them, and --force imports none of them twice."""
+    import gzip
+
+    ledger = copy_of(organiser, tmp_path)
+    rebuilt = tmp_path / "rebuilt.tar.gz"
+    rebuilt.write_bytes(gzip.compress(gzip.decompress(digits_package.read_bytes()),
+                                      compresslevel=1))
+    assert sha256(rebuilt) != sha256(digits_package)
+    refused = import_cli(run_d500, ledger.parent, rebuilt, "--rules", str(rules_dir))
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "run 1: already in this ledger as run 1, imported from package " \
+           f"{sha256(digits_package)[:12]}; not imported again" in refused.stdout + refused.stderr
+    forced = import_cli(run_d500, ledger.parent, rebuilt, "--rules", str(rules_dir), "--force")
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    assert query(ledger, "SELECT COUNT(*) FROM runs") == [(6,)]
+    assert query(ledger, "SELECT COUNT(*) FROM packages") == [(2,)]
+
+
+def test_an_edited_entry_name_or_signer_is_named_by_verify(signed_package, rules_dir, tmp_path):
+    with Ledger(tmp_path / "home" / "ledger.sqlite") as book:
+        book.import_package(signed_package, rules_dir=rules_dir)
+    ledger = tmp_path / "home" / "ledger.sqlite"
+    execute(ledger, "UPDATE packages SET entry = 'someone-else', signer = NULL")
+    with Ledger(ledger) as book:
+        problems = book.verify()
+    sha12 = sha256(signed_package)[:12]
+    assert f"package {sha12}: its entry name changed since import" in problems, problems
+    assert f"package {sha12}: its signer changed since import" in problems, problems
+
+
 def test_a_tampered_imported_figure_is_named_by_verify(organiser, run_d500, tmp_path):
     ledger = copy_of(organiser, tmp_path)
     run_id, origin_id, figures = query(
