@@ -122,8 +122,9 @@ def _run(args: Any, world: Any, workload: Any, entry: Any, spec: Any) -> int:
     from d500.distributed.comm import Communicator
     from d500.distributed.trainer import Job
     from d500.distributed.trainer import train as train_run
-    from d500.training.console import line, progress_bar
+    from d500.training.console import configure_threads, line, progress_bar
 
+    configure_threads(args)  # after the checks every rank agreed on; each rank its core share
     rank, size = world.Get_rank(), world.Get_size()
     limit = faults.limit()
     comm = Communicator(world if size > 1 else None)

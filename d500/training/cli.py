@@ -24,14 +24,13 @@ def main(argv: list[str], prog: str = "d500 train") -> int:
     p.add_argument("--repeat", action="store_true",
                    help="allow --seed to repeat a seed already recorded")
     args = p.parse_args(argv)
-    configure_threads(args)  # before the framework starts (every rank: its share of the cores)
     from d500.distributed import cli as distributed
     if distributed.wanted(args):  # a level-3 workload, or any `d500 train` under mpiexec
         return distributed.train(args, argv, prog)
     from d500 import backends
 
+    workload, entry = resolve(args)  # the cheap checks first: no framework imported yet
     backends.get(args.backend)
-    workload, entry = resolve(args)
     return train_level2(args, workload, entry)
 
 
@@ -40,6 +39,7 @@ def train_level2(args: Any, workload: Any, entry: Any) -> int:
     from d500.ledger import Ledger
     from d500.training.trainer import train
 
+    configure_threads(args)  # after the cheap checks, before the framework runs anything
     ledger = Ledger()
     seeds = choose_seeds(ledger, workload, entry, args)
     out = stdout_console()

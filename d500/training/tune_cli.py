@@ -24,9 +24,9 @@ def main(argv: list[str], prog: str = "d500 tune") -> int:
     from d500 import backends
     from d500.training import score
 
-    configure_threads(args)  # before the framework starts (every rank: its share of the cores)
+    workload, entry = resolve(args)  # the cheap checks first: no framework imported yet
     backends.get(args.backend)
-    workload, entry = resolve(args)
+    configure_threads(args)  # after the cheap checks, before the framework runs anything
     studies = workload.studies if args.studies is None else args.studies
     trials = workload.trials if args.trials is None else args.trials
     if studies < 1 or trials < 1:
