@@ -118,8 +118,11 @@ def test_the_level1_summary_shows_each_backends_count_with_its_date(recorded):
     assert f"onnx {onnx.__version__}" in conf and f"ledger run {count.run_id})" in conf
     assert "partial (--op) runs never count" in conf
     # the conformance runs are level-1 runs without rules: shown as boards, never profiled
-    s = summary.summarise(leaderboard.build(ledger, level=1), by_submission=False)
+    boards = leaderboard.build(ledger, level=1)
+    s = summary.summarise(boards, by_submission=False)
     assert s.workloads == ["tiny-net"]
+    # a partial run is a quick check: no board of its own (the complete run has one)
+    assert {b.workload for b in boards} == {"tiny-net", "onnx-node-suite"}
 
 
 def test_a_killed_run_stays_interrupted_and_counts_for_nothing(tmp_path):

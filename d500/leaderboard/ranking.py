@@ -129,6 +129,8 @@ def boards_for(ledger: Any, workloads: Iterable[tuple[int | None, str]],
 def _boards(runs: list[dict[str, Any]], per_run: dict[int, list[str]], general: list[str],
             envs: dict[int, Any], across_machines: bool = False) -> list[Board]:
     groups: dict[tuple, list[dict[str, Any]]] = {}
+    # a partial run (`d500 conformance --op X`) is a quick check, not a result: no board
+    runs = [r for r in runs if not (r.get("details") or {}).get("partial")]
     for r in runs:  # the same rules (workload file, model) and, run apart, the same world size
         world = r["world_size"] if r["study"] is None else None
         groups.setdefault((r["level"], r["workload"], r["workload_sha256"], r["model_sha256"],
