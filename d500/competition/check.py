@@ -13,6 +13,7 @@ completeness, the rules, integrity, its logs and plausible convergence; one line
   `rules_dir` laid out like it), and each run's recorded workload text the packaged file's;
 - integrity: the member hashes, each run's seal and row hash along the package's chain, its
   MLLOG and workload file the ones it sealed (Package.member_problems and chain_problems), the
+  submission files each run recorded packed with that content (submission_problems), the
   runs belonging to the entry the manifest names (or ranks of its level-3 runs), the signature
   when there is one, and its signer among `trusted` when that is given;
 - logs: each MLLOG accepted by MLPerf's compliance checker (d500.competition.compliance);
@@ -78,8 +79,12 @@ class Context:
     trusted: tuple[str, ...]
 
     def rulebook_text(self, rel: str) -> bytes | None:
-        path = self.rules_dir / rel
-        return path.read_bytes() if path.is_file() else None
+        """A file of the rulebook folder (None: not there, or `rel` leads outside it)."""
+        root = self.rules_dir.resolve()
+        path = (root / rel).resolve()
+        if not path.is_relative_to(root) or not path.is_file():
+            return None
+        return path.read_bytes()
 
     def rules_text(self, rel: str) -> bytes | None:
         """A workload's rules (`rel` under levels/): the rulebook's file (what the organiser
@@ -126,13 +131,26 @@ def workload_member(level: int, workload: str) -> str:
     return f"{level_folder(level)}/{workload}.yaml"
 
 
-def run_workload(run: Any) -> str:
-    """The path under files/workloads/ of the workload file a run ran under."""
+def run_workload(run: Any, files: dict[str, bytes]) -> str:
+    """The path under files/workloads/ of the workload file a run ran under: its record's
+    `workload_file` when that names one of the packaged `files` (pkg.workload_files()), else
+    the one its level and workload name (run_workload_problem says why its record's is not)."""
     from d500.competition.layout import WORKLOAD_FILES
     member = run.workload_member or ""
-    if member.startswith(WORKLOAD_FILES):
+    if member.startswith(WORKLOAD_FILES) and member[len(WORKLOAD_FILES):] in files:
         return member[len(WORKLOAD_FILES):]
     return workload_member(run.level, run.workload)
+
+
+def run_workload_problem(run: Any, files: dict[str, bytes]) -> str | None:
+    """Why a run record's `workload_file` (not sealed) names no packaged workload file."""
+    from d500.competition.layout import WORKLOAD_FILES
+    member = run.workload_member
+    if member is None or (member.startswith(WORKLOAD_FILES)
+                          and member[len(WORKLOAD_FILES):] in files):
+        return None
+    return (f"run {run.origin_id}: its record's workload_file {member!r} is not a workload "
+            "file of the package")
 
 
 def level_folder(level: int) -> str:
@@ -154,6 +172,7 @@ def check_integrity(ctx: Context, report: Report) -> None:
     pkg = ctx.pkg
     report.problems += [f"integrity: {p}" for p in pkg.member_problems()]
     report.problems += [f"integrity: {p}" for p in pkg.chain_problems()]
+    report.problems += [f"integrity: {p}" for p in pkg.submission_problems()]
     entry = pkg.manifest.get("entry")
     groups = {r.group for r in ctx.runs if r.submission == entry and r.level == 3 and r.group}
     for run in ctx.runs:
@@ -209,10 +228,13 @@ def check_rules(ctx: Context, report: Report) -> None:
                                    f"{_sha(ours)[:12]}… in {ctx.rules_dir})")
     differ: dict[str, list[int]] = {}
     for run in ctx.runs:
+        problem = run_workload_problem(run, files)
+        if problem is not None:
+            report.problems.append(f"rules: {problem}")
         text = run.row.get("workload_text")
         if text is None:
             continue
-        rel = run_workload(run)
+        rel = run_workload(run, files)
         if files.get(rel) != text.encode("utf-8"):
             differ.setdefault(rel, []).append(run.origin_id)
     for rel, runs in sorted(differ.items()):
@@ -236,7 +258,7 @@ def check_completeness(ctx: Context, report: Report) -> None:
     studies, unlisted = group_studies(ctx.runs, ctx.studies)
     report.problems += [f"completeness: {p}" for p in unlisted]
     for (level, workload, backend), runs in sorted(results.items()):
-        rel = run_workload(runs[0])
+        rel = run_workload(runs[0], ctx.pkg.workload_files())
         text = ctx.rules_text(rel)
         try:
             need = requirement(text, rel) if text is not None else None
@@ -303,7 +325,8 @@ def check_convergence(ctx: Context, report: Report) -> None:
         if is_seed_run(run):
             results.setdefault((run.level, run.workload, run.backend, world(run)), []).append(run)
     rules: dict[tuple[int, str], Any] = {}
-    files = {(r.level, r.workload): run_workload(r) for r in trained}
+    packed = ctx.pkg.workload_files()
+    files = {(r.level, r.workload): run_workload(r, packed) for r in trained}
     for (level, workload), rel in sorted(files.items()):
         try:
             rules[level, workload] = convergence.read(ctx.rules_text(rel) or b"", rel)

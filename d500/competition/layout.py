@@ -1,5 +1,6 @@
 """The layout of a submission package (format 1): its member names, which names are safe to
-extract, and one exported run (`runs/<origin_id>.json`) as a reader sees it.
+extract, its archive read within limits (read_members), and one exported run
+(`runs/<origin_id>.json`) as a reader sees it.
 
     d500-package/manifest.json             the manifest (not listed in its own members)
     d500-package/signature.json            optional ed25519 signature over manifest.json
@@ -14,10 +15,15 @@ extract, and one exported run (`runs/<origin_id>.json`) as a reader sees it.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import tarfile
+import zlib
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
+
+from d500.errors import D500Error
 
 FORMAT = 1
 TOP = "d500-package"
@@ -30,7 +36,8 @@ ENVIRONMENTS = f"{TOP}/environments/"
 SUBMISSION_FILES = f"{TOP}/files/submission/"
 WORKLOAD_FILES = f"{TOP}/files/workloads/"
 UNLISTED = (MANIFEST, SIGNATURE)  # the members the manifest does not hash
-MAX_BYTES = 1 << 30  # uncompressed content a package may hold (a gzip bomb stops here)
+MAX_BYTES = 1 << 28  # uncompressed bytes a package may hold (a gzip bomb stops here)
+MAX_HEADER = 1 << 20  # bytes of one pax or GNU long-name header (tarfile reads it whole)
 RUN_KEYS = ("origin_id", "chain_seq", "prev_hash", "row_hash", "sealed", "row", "evaluations",
             "artifacts", "trial", "attempt", "environment", "mllog")
 
@@ -188,15 +195,124 @@ class ExportedRun:
         except (TypeError, ValueError):
             return {}
 
-    @property
-    def points(self) -> list[dict[str, Any]]:
-        """The evaluations as dicts: step, epoch, wall_time, metrics (parsed), recorded."""
-        out = []
-        for step, epoch, wall, metrics, recorded in self.evaluations:
-            try:
-                parsed = json.loads(metrics)
-            except (TypeError, ValueError):
-                parsed = {}
-            out.append({"step": step, "epoch": epoch, "wall_time": wall, "metrics": parsed,
-                        "recorded": recorded})
-        return out
+
+INT_COLUMNS = ("level", "seed", "rank", "world_size", "env_id", "pid", "parent_run", "package_id")
+NUMBER_COLUMNS = ("started", "stopped")
+JSON_COLUMNS = ("figures", "hyperparameters", "details", "submission_files")
+
+
+def _int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _json_object(x: Any) -> bool:
+    try:
+        return isinstance(json.loads(x), dict)
+    except (TypeError, ValueError):
+        return False
+
+
+def malformed(rec: dict[str, Any]) -> list[str]:
+    """The fields of an exported run record (`runs/<id>.json`) whose values are not of the kind
+    the ledger stores: row columns, evaluations, artifacts and trial ([] when all are)."""
+    bad = []
+    row = rec.get("row")
+    if not isinstance(row, dict):
+        return ["row"]
+    for key, value in row.items():
+        if value is None:
+            continue
+        ok = (_int(value) if key in INT_COLUMNS else _num(value) if key in NUMBER_COLUMNS
+              else isinstance(value, str) and (key not in JSON_COLUMNS or _json_object(value)))
+        if not ok:
+            bad.append(f"row.{key}")
+    evaluations, artifacts = rec.get("evaluations"), rec.get("artifacts")
+    if not isinstance(evaluations, list) or not all(
+            isinstance(e, list) and len(e) == 5 and (e[0] is None or _int(e[0]))
+            and (e[1] is None or _num(e[1])) and (e[2] is None or _num(e[2]))
+            and isinstance(e[3], str) and _num(e[4]) for e in evaluations):
+        bad.append("evaluations")
+    if not isinstance(artifacts, list) or not all(
+            isinstance(a, list) and len(a) == 3 and isinstance(a[0], str)
+            and isinstance(a[1], str) and (a[2] is None or _int(a[2])) for a in artifacts):
+        bad.append("artifacts")
+    trial = rec.get("trial")
+    if trial is not None and not (isinstance(trial, list) and len(trial) == 3 and _int(trial[0])
+                                  and _int(trial[1])
+                                  and (trial[2] is None or isinstance(trial[2], str))):
+        bad.append("trial")
+    return bad
+
+
+def read_members(path: Path, raw: bytes) -> dict[str, bytes]:
+    """Every member of a gzip'd tar package, names and sizes checked (package.py's docstring
+    says what is refused); a one-line D500Error otherwise."""
+    out: dict[str, bytes] = {}
+    total = 0
+    try:
+        data = _gunzip(path, raw)
+        _headers(path, data)
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            for info in tar:
+                why = unsafe(info.name)
+                if why is not None:
+                    raise D500Error(f"{path}: member {info.name!r} refused: {why}")
+                if info.isdir():
+                    continue
+                if not info.isreg():
+                    raise D500Error(f"{path}: member {info.name} refused: a link or special "
+                                    "file, not a regular file")
+                if info.name in out:
+                    raise D500Error(f"{path}: member {info.name} appears twice")
+                total += info.size
+                if total > MAX_BYTES:
+                    raise D500Error(f"{path}: more than {MAX_BYTES >> 20} MiB of content")
+                f = tar.extractfile(info)
+                out[info.name] = f.read() if f is not None else b""
+        for name in out:
+            parts = name.split("/")
+            clash = next((p for p in ("/".join(parts[:i]) for i in range(2, len(parts)))
+                          if p in out), None)
+            if clash is not None:
+                raise D500Error(f"{path}: member {name} refused: {clash} is a file, not a "
+                                "folder")
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
+        raise D500Error(f"{path}: not a d500 package (not a readable gzip'd tar: "
+                        f"{' '.join(str(err).split()) or type(err).__name__})") from None
+    return out
+
+
+def _gunzip(path: Path, raw: bytes) -> bytes:
+    """The gzip'd bytes decompressed in steps, refused once they pass MAX_BYTES."""
+    out = bytearray()
+    rest = raw
+    while rest:
+        unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        while rest and not unzip.eof:
+            out += unzip.decompress(rest, 1 << 20)
+            rest = unzip.unconsumed_tail
+            if len(out) > MAX_BYTES:
+                raise D500Error(f"{path}: not a d500 package (more than {MAX_BYTES >> 20} MiB "
+                                "once decompressed)")
+        if not unzip.eof:
+            raise D500Error(f"{path}: not a d500 package (its gzip stream is truncated)")
+        rest = unzip.unused_data  # a following gzip member, as gzip itself reads them
+    return bytes(out)
+
+
+def _headers(path: Path, data: bytes) -> None:
+    """Refuse pax and GNU long-name headers over MAX_HEADER before tarfile reads them whole."""
+    pos = 0
+    while pos + 512 <= len(data):
+        block = data[pos:pos + 512]
+        if block.count(0) == 512:
+            return
+        size = tarfile.nti(block[124:136])
+        if block[156:157] in (b"x", b"g", b"L", b"K") and size > MAX_HEADER:
+            raise D500Error(f"{path}: not a d500 package (a {size >> 20} MiB tar header; "
+                            f"headers may hold {MAX_HEADER >> 10} KiB)")
+        pos += 512 + (size + 511) // 512 * 512

@@ -11,14 +11,17 @@ and the integrity checks anyone can run on it without the origin ledger.
     pkg.studies(), pkg.chain()        # studies.json; chain.json as [(seq, run, prev, hash)]
     pkg.chain_problems()              # seals, row hashes and chain links recomputed; MLLOG,
                                       # environment and workload members against the seals
+    pkg.submission_problems()         # submission files the runs recorded but not packed
+    match_submission_file(stored, sha, {rel: sha}) -> rel | None
     pkg.workload_files()              # {"2-training/digits-mlp.yaml": bytes}
     pkg.submission_files()            # {"submission.yaml": bytes, ...}
     pkg.extract(dest) -> dest/files   # the files/ tree (everything=True: every member)
 
 A package is untrusted input: every member must be a regular file under `d500-package/` with a
 relative name free of `..`, empty or `.` parts and backslashes; links, devices, duplicated names
-and more than MAX_BYTES of content are refused when it is opened, so nothing can be written
-outside the folder it is extracted to.
+a name that is also another member's folder, more than MAX_BYTES once decompressed and pax or
+GNU long-name headers over MAX_HEADER are refused when it is opened, so nothing can be written
+outside the folder it is extracted to and a small file cannot make the reader take much memory.
 
 What the checks can and cannot tell: chain_problems recomputes the seal and row hash of every
 packed run from its exported record, and finds each one at its place in chain.json, whose links
@@ -30,10 +33,7 @@ packed too; a signature (or an earlier copy of the chain head) is what rules tha
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +52,10 @@ from d500.competition.layout import (
     ExportedRun,
     Signature,
     environment_member,
+    malformed,
+    read_members,
     run_member,
     sha256,
-    unsafe,
 )
 from d500.errors import D500Error, UsageError
 from d500.ledger import integrity
@@ -78,10 +79,12 @@ class Package:
         if not path.is_file():
             raise UsageError(f"{path}: no such package file")
         try:
+            if path.stat().st_size > MAX_BYTES:
+                raise D500Error(f"{path}: not a d500 package (more than {MAX_BYTES >> 20} MiB)")
             raw = path.read_bytes()
         except OSError as err:
             raise D500Error(f"{path}: cannot read it ({err.strerror})") from None
-        return cls(path, _members(path, raw), sha256(raw))
+        return cls(path, read_members(path, raw), sha256(raw))
 
     def _manifest(self) -> dict[str, Any]:
         where = f"{self.path}: {MANIFEST}"
@@ -181,14 +184,10 @@ class Package:
             raise D500Error(f"{self.path}: {name}: lacks {', '.join(missing)}")
         if rec["origin_id"] != rid:
             raise D500Error(f"{self.path}: {name}: origin_id {rec['origin_id']!r}, not {rid}")
-        shapes = [("row", dict), ("evaluations", list), ("artifacts", list), ("sealed", str),
-                  ("prev_hash", str), ("row_hash", str), ("chain_seq", int)]
-        bad = [k for k, kind in shapes if not isinstance(rec[k], kind)]
-        if rec["trial"] is not None and not (isinstance(rec["trial"], list)
-                                             and len(rec["trial"]) == 3):
-            bad.append("trial")
-        bad += [k for k in ("evaluations", "artifacts") if k not in bad
-                and not all(isinstance(x, list) for x in rec[k])]
+        shapes = [("sealed", str), ("prev_hash", str), ("row_hash", str), ("chain_seq", int)]
+        bad = [k for k, kind in shapes if not isinstance(rec[k], kind)] + malformed(rec)
+        if not (rec["attempt"] is None or type(rec["attempt"]) is int):
+            bad.append("attempt")
         if bad:
             raise D500Error(f"{self.path}: {name}: malformed field(s) {', '.join(bad)}")
         digest = rec["environment"]
@@ -301,6 +300,19 @@ class Package:
                            f"ran under (sha256 {sha256(text)[:12]}…, recorded {want[:12]}…)")
         return out
 
+    def submission_problems(self) -> list[str]:
+        """Each packed run's recorded submission files (path, sha256) not in the package with
+        that content: the entry changed after the run (export warns and packs it; the check
+        and the import refuse it)."""
+        packed = {rel: sha256(data) for rel, data in self.submission_files().items()}
+        out = []
+        for run in self.runs():
+            for stored, digest in run.submission_file_hashes.items():
+                if match_submission_file(stored, str(digest), packed) is None:
+                    out.append(f"run {run.origin_id}: submission file {stored} (sha256 "
+                               f"{str(digest)[:12]}…) is not in the package as the run used it")
+        return out
+
     def _log_problems(self, run: ExportedRun) -> list[str]:
         """The MLLOG member against the artifact row (path, sha256) the seal covers."""
         stored = run.row.get("mllog")
@@ -336,6 +348,15 @@ class Package:
         return dest / "files"
 
 
+def match_submission_file(stored: str, sha: str, packed: dict[str, str]) -> str | None:
+    """The packed submission file (path relative to the submission folder; `packed` maps each to
+    its sha256) a run's recorded one (its stored path and sha256) is: the same content,
+    preferring the longest path the recorded one ends with; None when none has its content."""
+    same = [rel for rel, digest in packed.items() if digest == sha]
+    named = [rel for rel in same if stored == rel or stored.endswith("/" + rel)]
+    return max(named, key=len) if named else (same[0] if same else None)
+
+
 def _links(chain: list[tuple[int, int, str, str]], head: Any) -> list[str]:
     """chain.json's sequence and links from genesis, and its end against the manifest's head."""
     out: list[str] = []
@@ -351,32 +372,4 @@ def _links(chain: list[tuple[int, int, str, str]], head: Any) -> list[str]:
     last = [chain[-1][0], chain[-1][3]] if chain else None
     if head is not None and head != last:
         out.append(f"{CHAIN}: ends at {last} but the manifest's chain head is {head}")
-    return out
-
-
-def _members(path: Path, raw: bytes) -> dict[str, bytes]:
-    """Every member's bytes, names checked (see the module docstring)."""
-    out: dict[str, bytes] = {}
-    total = 0
-    try:
-        with tarfile.open(fileobj=io.BytesIO(raw), mode="r:gz") as tar:
-            for info in tar:
-                why = unsafe(info.name)
-                if why is not None:
-                    raise D500Error(f"{path}: member {info.name!r} refused: {why}")
-                if info.isdir():
-                    continue
-                if not info.isreg():
-                    raise D500Error(f"{path}: member {info.name} refused: a link or special "
-                                    "file, not a regular file")
-                if info.name in out:
-                    raise D500Error(f"{path}: member {info.name} appears twice")
-                total += info.size
-                if total > MAX_BYTES:
-                    raise D500Error(f"{path}: more than {MAX_BYTES >> 20} MiB of content")
-                f = tar.extractfile(info)
-                out[info.name] = f.read() if f is not None else b""
-    except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
-        raise D500Error(f"{path}: not a d500 package (not a readable gzip'd tar: "
-                        f"{' '.join(str(err).split()) or type(err).__name__})") from None
     return out

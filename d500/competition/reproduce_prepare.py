@@ -47,7 +47,7 @@ def rulebook_file(pkg: Any, run: Any, rules_dir: Path) -> Path:
     text the run recorded and the rulebook's are the same bytes; a ConfigError otherwise."""
     from d500.competition.check import run_workload
     from d500.competition.layout import sha256
-    rel = run_workload(run)
+    rel = run_workload(run, pkg.workload_files())
     packaged = pkg.workload_files().get(rel)
     where = f"run {run.origin_id}"
     if packaged is None:
@@ -57,7 +57,7 @@ def rulebook_file(pkg: Any, run: Any, rules_dir: Path) -> Path:
         raise ConfigError(f"{pkg.path}: {where}: the packaged {rel} is not the workload text the "
                           "run recorded")
     ours = rules_dir / rel
-    if not ours.is_file():
+    if not ours.resolve().is_relative_to(rules_dir.resolve()) or not ours.is_file():
         raise ConfigError(f"{pkg.path}: {where}: its workload file {rel} is not in the rulebook "
                           f"{rules_dir}; reproduction runs only the rules")
     if ours.read_bytes() != packaged:

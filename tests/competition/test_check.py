@@ -9,9 +9,12 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from d500.competition import compliance, signing
 from d500.competition.check import check, check_package
 from d500.competition.package import Package
+from d500.errors import D500Error
 
 from .conftest import ENTRY
 from .packages import edit_json, members, repack
@@ -331,3 +334,73 @@ def test_level3_results_count_seeds_per_world_size_and_ranks_are_not_results(
         f"{where} x2 ranks: 2 distinct seed(s) among its seed runs; the workload requires 3",
         f"{where} x4 ranks: 1 distinct seed(s) among its seed runs; the workload requires 3"]
     assert report.seeds == 5  # the level-2 seeds 0 and 1, and three level-3 runs
+
+
+def test_a_workload_file_outside_the_package_is_never_read(digits_package, rules_dir, tmp_path):
+    """The record's workload_file is not sealed: one naming a file outside the package (here
+    one whose YAML would not parse) is a problem line, and that file is not read."""
+    secret = tmp_path / "secret.yaml"
+    secret.write_text("seeds: [never closed\n")
+    run = _seed_runs(digits_package)[0]
+    bad = repack(digits_package, tmp_path / "outside.tar.gz", edit_json(
+        f"{TOP}/runs/{run}.json",
+        lambda r: r.update(workload_file=f"{TOP}/files/workloads/{secret}")))
+    problems = _problems(bad, rules_dir)
+    assert f"rules: run {run}: its record's workload_file " in "\n".join(problems), problems
+    assert not [p for p in problems if "never closed" in p or "YAML" in p or "yaml:" in p]
+    assert not [p for p in problems if p.startswith(("completeness", "convergence"))], problems
+    from d500.competition.check import Context
+    ctx = Context(Package.open(digits_package), [], [], rules_dir / "2-training", ())
+    assert ctx.rulebook_text(f"../../{secret.name}") is None
+    assert ctx.rulebook_text(str(secret)) is None
+    assert ctx.rulebook_text("digits-mlp.yaml") is not None
+
+
+@pytest.mark.parametrize("member, change, field", [
+    ("seed", lambda r: r["row"].update(seed=[1]), "row.seed"),
+    ("seed", lambda r: r["row"].update(workload_text=5), "row.workload_text"),
+    ("seed", lambda r: r["row"].update(figures="[1, 2]"), "row.figures"),
+    ("seed", lambda r: r["row"].update(submission_files="[]"), "row.submission_files"),
+    ("seed", lambda r: r["row"].update(level="2"), "row.level"),
+    ("seed", lambda r: r["evaluations"].__setitem__(0, r["evaluations"][0][:2]), "evaluations"),
+    ("seed", lambda r: r["artifacts"].__setitem__(0, [1, 2, 3]), "artifacts"),
+    ("trial", lambda r: r["trial"].__setitem__(1, "x"), "trial"),
+])
+def test_malformed_record_values_are_one_integrity_line(digits_package, rules_dir, tmp_path,
+                                                        member, change, field):
+    run = _seed_runs(digits_package)[0] if member == "seed" else min(_trials(digits_package)
+                                                                       .values())
+    bad = repack(digits_package, tmp_path / "malformed.tar.gz",
+                 edit_json(f"{TOP}/runs/{run}.json", change))
+    with pytest.raises(D500Error) as err:
+        Package.open(bad).runs()
+    assert f"runs/{run}.json: malformed field(s) {field}" in str(err.value)
+    problems = _problems(bad, rules_dir)
+    assert problems == [f"integrity: {err.value}"], problems
+
+
+def test_malformed_record_check_exit_1_and_import_refuses(digits_package, rules_dir, tmp_path,
+                                                          run_d500):
+    run = _seed_runs(digits_package)[0]
+    bad = repack(digits_package, tmp_path / "seed.tar.gz",
+                 edit_json(f"{TOP}/runs/{run}.json", lambda r: r["row"].update(seed=[1])))
+    checked = run_d500(None, "check", str(bad), "--rules", str(rules_dir))
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "malformed field(s) row.seed" in checked.stdout and "Traceback" not in checked.stderr
+    home = tmp_path / "home"
+    imported = run_d500(home, "ledger", "--ledger", str(home / "ledger.sqlite"), "import",
+                        str(bad), "--rules", str(rules_dir))
+    out = imported.stdout + imported.stderr
+    assert imported.returncode == 1 and "Traceback" not in out, out
+    assert "malformed field(s) row.seed" in out
+
+
+def test_a_changed_submission_file_is_an_integrity_problem(digits_package, rules_dir, tmp_path):
+    """The manifest re-hashed over a changed submission file: no run used that content."""
+    def change(found: dict[str, bytes]) -> None:
+        found[f"{TOP}/files/submission/guarded.py"] += b"# changed\n"
+    bad = repack(digits_package, tmp_path / "changed.tar.gz", change)
+    problems = _problems(bad, rules_dir)
+    assert problems and all(p.startswith("integrity: run ") and "submission file" in p
+                            and "guarded.py" in p for p in problems), problems
+    assert len(problems) == len(Package.open(bad).runs())

@@ -12,6 +12,8 @@ import sqlite3
 import subprocess
 import sys
 import tarfile
+import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -81,7 +83,7 @@ def test_every_run_status_trial_and_study_is_in_the_package(digits_package, digi
         assert e.figures == r["figures"] and e.hyperparameters == r["hyperparameters"]
         assert (e.study, e.number) == (r["study"], r["trial"])
         assert len(e.evaluations) == len(full[r["id"]]["evaluations"])
-        assert [p["metrics"] for p in e.points] == [
+        assert [json.loads(p[3]) for p in e.evaluations] == [
             v["metrics"] for v in full[r["id"]]["evaluations"]]
         assert e.environment == full[r["id"]]["provenance"]
         assert e.mllog_text.startswith(":::MLLOG ") and "run_stop" in e.mllog_text
@@ -164,6 +166,8 @@ def test_signature_valid_tampered_and_wrong_key(signed_package, signing_key, tmp
     ([(f"{TOP}/files/submission/link", b"/etc/passwd", b"")], "a link"),
     ([(f"{TOP}/manifest.json", None, b"{}"), (f"{TOP}/manifest.json", None, b"{}")],
      "appears twice"),
+    ([(f"{TOP}/files/submission/x", None, b"a"), (f"{TOP}/files/submission/x/y", None, b"b")],
+     "is a file, not a folder"),
 ])
 def test_unsafe_members_are_refused_in_one_line(tmp_path, entries, why):
     path = raw_tar(tmp_path / "evil.tar.gz", entries)
@@ -289,6 +293,9 @@ def test_changed_submission_files_are_reported(digits_ledger, entry_dir, tmp_pat
     assert warnings == [("guarded.py: run(s) 1, 2, 3, 4, 5, 6 ran with other content than "
                          "the file packed (changed since)")]
     assert sorted(pkg.submission_files()) == ["guarded.py", "submission.yaml"]
+    changed = pkg.submission_problems()  # packed with a warning; the check refuses it
+    assert len(changed) == 6 and all("guarded.py" in p for p in changed), changed
+    assert pkg.chain_problems() == []
 
 
 def test_extract_writes_the_files_tree_only_inside_dest(digits_package, tmp_path, entry_dir):
@@ -342,3 +349,59 @@ def test_runs_imported_from_a_package_are_not_packed_again(digits_package, entry
         assert len(book.runs(submission=ENTRY)) == 6
     with pytest.raises(D500Error, match=f"no runs of entry '{ENTRY}'"):
         build(entry_dir, tmp_path / "again.tar.gz", organiser)
+
+
+def _pax_bomb(path: Path, header_bytes: int) -> Path:
+    """A gzip'd tar whose first header is a pax header holding a `header_bytes` comment, written
+    in 1 MiB steps (the file is a few hundred kB)."""
+    import gzip
+    record = " comment="
+    body = header_bytes + len(record) + 1
+    length = len(str(body)) + body
+    length += len(str(length)) - len(str(body))
+    pax = tarfile.TarInfo("PaxHeader/manifest.json")
+    pax.type, pax.size = tarfile.XHDTYPE, length
+    data = tarfile.TarInfo(f"{TOP}/manifest.json")
+    data.size = 2
+    with gzip.open(path, "wb") as out:
+        out.write(pax.tobuf(tarfile.USTAR_FORMAT))
+        out.write(f"{length}{record}".encode())
+        left = header_bytes
+        while left:
+            step = min(left, 1 << 20)
+            out.write(b"x" * step)
+            left -= step
+        out.write(b"\n" + b"\0" * (-length % 512))
+        out.write(data.tobuf(tarfile.USTAR_FORMAT) + b"{}" + b"\0" * 510 + b"\0" * 1024)
+    return path
+
+
+def test_a_huge_pax_header_is_refused_fast_in_one_line(tmp_path):
+    bomb = _pax_bomb(tmp_path / "pax.tar.gz", 50 << 20)
+    assert bomb.stat().st_size < 1 << 20
+    with tarfile.open(bomb) as tar:
+        assert tar.getnames() == [f"{TOP}/manifest.json"]  # a well-formed tar
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(D500Error) as err:
+            Package.open(bomb)
+        took = time.perf_counter() - t0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    message = str(err.value)
+    assert "\n" not in message and "a 50 MiB tar header" in message, message
+    assert took < 20 and peak < 160 << 20, (took, peak >> 20)
+
+
+def test_more_than_max_bytes_decompressed_is_refused(tmp_path, monkeypatch):
+    from d500.competition import layout
+    path = raw_tar(tmp_path / "big.tar.gz", [(f"{TOP}/manifest.json", None, b"{}"),
+                                             (f"{TOP}/files/big", None, b"\0" * (3 << 20))])
+    monkeypatch.setattr(layout, "MAX_BYTES", 2 << 20)
+    with pytest.raises(D500Error, match="more than 2 MiB once decompressed"):
+        Package.open(path)
+    monkeypatch.undo()
+    with pytest.raises(D500Error, match="not a d500 package|format"):
+        Package.open(path)  # under the real limit it is read (and is no package)
