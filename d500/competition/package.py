@@ -26,9 +26,10 @@ outside the folder it is extracted to and a small file cannot make the reader ta
 What the checks can and cannot tell: chain_problems recomputes the seal and row hash of every
 packed run from its exported record, and finds each one at its place in chain.json, whose links
 are walked from genesis to the manifest's head. Rows of the origin ledger that are not packed
-appear in chain.json only as hashes. Someone who edits a run and recomputes its seal, its row hash
-and every later link could rewrite an unsigned package consistently when every later row is
-packed too; a signature (or an earlier copy of the chain head) is what rules that out.
+appear in chain.json only as hashes. This shows that nothing changed after packing; it cannot
+stop the sender: whoever holds the ledger can edit a run, recompute its seal, its row hash and
+every later link, and sign the result. A signature proves who sent the package and that nothing
+changed on the way; only a re-run (`d500 reproduce`) checks the figures themselves.
 """
 
 from __future__ import annotations

@@ -180,6 +180,8 @@ def _member(pkg: Package, name: str) -> bytes | None:
 def _plan(pkg: Package) -> tuple[list[_Planned], list[dict[str, Any]], list[str]]:
     """Every packed run read and matched to the packed files, the studies, and the problems
     that stop or limit their import."""
+    from d500.competition.package import match_submission_file
+
     problems: list[str] = []
     submission = {rel: _sha(data) for rel, data in pkg.submission_files().items()}
     workloads = {_sha(data): rel for rel, data in pkg.workload_files().items()}
@@ -233,7 +235,7 @@ def _plan(pkg: Package) -> tuple[list[_Planned], list[dict[str, Any]], list[str]
                             "…) is not in the package")
         files = {}
         for stored, sha in json.loads(row.get("submission_files") or "{}").items():
-            rel = _match(stored, sha, submission)
+            rel = match_submission_file(stored, sha, submission)
             if rel is None:
                 problems.append(f"{where}: submission file {stored} (sha256 {sha[:12]}…) is "
                                 "not in the package as the run used it")
@@ -247,14 +249,6 @@ def _plan(pkg: Package) -> tuple[list[_Planned], list[dict[str, Any]], list[str]
                                 None if workload is None else f"files/workloads/{workload}", files,
                                 log))
     return planned, studies, problems
-
-
-def _match(stored: str, sha: str, packed: dict[str, str]) -> str | None:
-    """The packed submission file (path relative to the submission folder) a recorded one is:
-    the same content, preferring the longest path the recorded one ends with."""
-    same = [rel for rel, digest in packed.items() if digest == sha]
-    named = [rel for rel in same if stored == rel or stored.endswith("/" + rel)]
-    return max(named, key=len) if named else (same[0] if same else None)
 
 
 def _write(ledger: Ledger, pkg: Package, entry: str, planned: list[_Planned],
