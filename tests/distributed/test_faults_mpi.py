@@ -124,7 +124,9 @@ def test_a_stopped_rank_is_given_up_named_and_the_job_ends(tmp_path, long_run):
         except ProcessLookupError:
             pass
     assert took < LIMIT, err
-    assert proc.returncode == 1, err
+    # rank 0 calls MPI_Abort(1); hydra then SIGKILLs the stopped rank, and whether mpiexec
+    # reports rank 0's 1 or that rank's 9 is hydra's timing (seen both in CI)
+    assert proc.returncode in (1, 9), err
     run = the_run(home)
     assert run["status"] == "failed", run
     assert f"rank 1 (pid {pid} on " in run["error"] and "sent nothing for 5 s" in run["error"]
