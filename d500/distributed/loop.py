@@ -14,7 +14,15 @@ import numpy as np
 
 from d500 import mllog
 from d500.distributed import figures as figs
-from d500.training.trainer import Clock, Progress, accuracy, log_run_keys, missed_figures
+from d500.training.trainer import (
+    Clock,
+    Progress,
+    accuracy,
+    log_run_keys,
+    missed_figures,
+    recorded,
+    run_figures,
+)
 
 PRECISION_COMM = "lowest_numerical_precision_in_comm"  # MLPerf Training 6.1's key
 DATA_PARALLELISM = "data_parallelism"  # d500's, after MLPerf's *_parallelism keys
@@ -239,31 +247,13 @@ class RankLoop:
 
     def _figures(self, status: str, ranks: list[figs.RankStats]) -> dict[str, float]:
         wl, state, clock = self.wl, self.state, self.clock
-        if status == "diverged":
-            out = missed_figures(wl)
-        else:
-            reached = state["reached"]
-            if reached is not None and reached[0] > wl.max_seconds:
-                reached = None  # met, but after the budget: a miss
-            samples = state["step"] * self.job.global_batch
-            out = {
-                "time_to_accuracy": reached[0] if reached else math.inf,
-                "epochs": reached[1] if reached else math.inf,
-                "steps": float(reached[2]) if reached else math.inf,
-                "val_accuracy": state["val"],
-                "final_test_accuracy": state["test"],
-                "samples_per_second": samples / clock.train if clock.train > 0 else math.nan,
-                "train_time": clock.train, "eval_time": clock.evaluation,
-                "data_time": clock.data,
-            }
-            if state["test_at_target"] is not None:
-                out["test_accuracy"] = state["test_at_target"]
+        out = (missed_figures(wl) if status == "diverged"
+               else run_figures(wl, state, clock, self.job.global_batch))
         losses = [r.loss_sum / r.loss_count for r in ranks if r.loss_count]
         if losses:
             out["train_loss"] = float(np.mean(losses))
         out.update(figs.aggregate(ranks))
-        return {k: v for k, v in out.items()
-                if v is not None and not (isinstance(v, float) and math.isnan(v))}
+        return recorded(out)
 
     def _why(self, status: str) -> str:
         state, wl = self.state, self.wl

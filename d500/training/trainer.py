@@ -241,17 +241,27 @@ def _train(run: Any, workload: Workload, recipe: Recipe, backend_cls: Any, seed:
 
 def _figures(workload: Workload, recipe: Recipe, state: dict[str, Any], clock: Clock
              ) -> dict[str, float]:
+    figures = run_figures(workload, state, clock, recipe.batch_size)
+    figures["train_loss"] = state.get("train_loss", math.nan)
+    return recorded(figures)
+
+
+def run_figures(workload: Workload, state: dict[str, Any], clock: Clock, batch: int
+                ) -> dict[str, float]:
+    """A run's figures (level 2, or level 3 with its global batch) unless it diverged: time,
+    epochs and steps to the target (∞ when missed, or met after the time budget), the last
+    validation and test accuracies, the test accuracy at the target, throughput and where the
+    time went."""
     reached = state["reached"]
     if reached is not None and reached[0] > workload.max_seconds:
         reached = None  # met, but after the budget: a miss
-    samples = state["step"] * recipe.batch_size
+    samples = state["step"] * batch
     figures = {
         "time_to_accuracy": reached[0] if reached else math.inf,
         "epochs": reached[1] if reached else math.inf,
         "steps": float(reached[2]) if reached else math.inf,
         "val_accuracy": state["val"],
         "final_test_accuracy": state["test"],
-        "train_loss": state.get("train_loss", math.nan),
         "samples_per_second": samples / clock.train if clock.train > 0 else math.nan,
         "train_time": clock.train,
         "eval_time": clock.evaluation,
@@ -259,7 +269,11 @@ def _figures(workload: Workload, recipe: Recipe, state: dict[str, Any], clock: C
     }
     if state["test_at_target"] is not None:
         figures["test_accuracy"] = state["test_at_target"]
-    # every figure is recorded (the workload's `metrics` choose what the board shows)
+    return figures
+
+
+def recorded(figures: dict[str, Any]) -> dict[str, float]:
+    """Every figure that has a value (the workload's `metrics` choose what the board shows)."""
     return {k: v for k, v in figures.items()
             if v is not None and not (isinstance(v, float) and math.isnan(v))}
 
