@@ -20,6 +20,7 @@ from d500.paths import PROJECT_ROOT, home
 
 T = TypeVar("T")
 HOME_PREFIX = "$D500_HOME/"
+OPEN_PATIENCE = 120.0  # seconds a busy ledger may take to open
 
 
 def dumps(value: Any) -> str:
@@ -69,25 +70,45 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.root = self.path.parent.resolve()
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None,
-                                   check_same_thread=False)
-        try:
-            self._db.execute("PRAGMA busy_timeout = 60000")
-            for _ in range(50):
-                mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                if mode.lower() == "wal":
-                    break
-                time.sleep(0.05)
-            self._db.execute("PRAGMA synchronous = FULL")
-            self._db.execute("PRAGMA foreign_keys = ON")
-            self.schema_version = migrations.upgrade(self._db, self.path)
-        except sqlite3.DatabaseError as err:
-            self._db.close()
-            raise D500Error(f"{self.path}: not a usable ledger database: {err}") from None
-        except BaseException:
-            self._db.close()
-            raise
+        self._db = self._open(time.monotonic() + OPEN_PATIENCE)
         self._db.row_factory = sqlite3.Row
+
+    def _open(self, deadline: float) -> sqlite3.Connection:
+        """Connect, switch to WAL and bring the schema up to date. Several processes opening a
+        new ledger at once can meet SQLITE_BUSY where SQLite calls no busy handler (seen once in
+        CI while another process set WAL mode up), so a busy open is retried until `deadline`."""
+        while True:
+            db = sqlite3.connect(self.path, timeout=60, isolation_level=None,
+                                 check_same_thread=False)
+            try:
+                db.execute("PRAGMA busy_timeout = 60000")
+                for _ in range(50):
+                    if db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() == "wal":
+                        break
+                    time.sleep(0.05)
+                db.execute("PRAGMA synchronous = FULL")
+                db.execute("PRAGMA foreign_keys = ON")
+                self.schema_version = migrations.upgrade(db, self.path)
+                return db
+            except sqlite3.OperationalError as err:
+                db.close()
+                code = getattr(err, "sqlite_errorcode", 0) & 0xFF
+                busy = code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+                if busy and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                raise self._unusable(err) from None
+            except sqlite3.DatabaseError as err:
+                db.close()
+                raise self._unusable(err) from None
+            except BaseException:
+                db.close()
+                raise
+
+    def _unusable(self, err: sqlite3.DatabaseError) -> D500Error:
+        name = getattr(err, "sqlite_errorname", None)
+        return D500Error(f"{self.path}: not a usable ledger database: {err}"
+                         + (f" ({name})" if name else ""))
 
     @classmethod
     def open_for_reading(cls, path: str | Path | None = None) -> Self:
