@@ -7,8 +7,9 @@ completeness, the rules, integrity, its logs and plausible convergence; one line
 
 - completeness: per level-2/3 workload x backend the entry entered (and world size, at level 3),
   as many distinct seeds among its seed runs as the workload's `seeds:` requires, as many
-  complete studies as its `tuning: {studies, trials}` requires, and in every study each trial
-  number 0..trials-1 present and finished (a hidden trial is a gap); levels 0/1 require none;
+  complete studies as its `tuning: {studies, trials}` requires (level 3 has none), and in every
+  study each trial number 0..trials-1 present and finished (a hidden trial is a gap); levels 0/1
+  require none;
 - rules: every workload file in the package byte for byte (sha256) the rulebook's (levels/, or
   `rules_dir` laid out like it), and each run's recorded workload text the packaged file's;
 - integrity: the member hashes, each run's seal and row hash along the package's chain, its
@@ -27,7 +28,6 @@ apart, so a pass says exactly what it covered.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import tempfile
 from collections.abc import Sequence
@@ -37,7 +37,6 @@ from typing import Any
 
 from d500.competition.completeness import (
     TRAINING_LEVELS,
-    TUNED_LEVEL,
     group_studies,
     ids,
     is_rank_row,
@@ -279,8 +278,6 @@ def check_completeness(ctx: Context, report: Report) -> None:
                                 for p in seed_problems(seed_runs, need)]
         name = result_name(level, workload, backend)
         found = studies.pop((level, workload, backend), {})
-        if level != TUNED_LEVEL:  # level 3 is scored on seeds at each world size: no tuning
-            need = dataclasses.replace(need, studies=0)  # its studies, if any, still gapless
         report.problems += [f"completeness: {name}: {p}" for p in study_problems(found, need)]
     for (level, workload, backend), found in sorted(studies.items()):
         report.problems.append(f"completeness: {result_name(level, workload, backend)}: "

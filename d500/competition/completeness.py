@@ -25,7 +25,6 @@ from d500.training.score import NOT_COUNTED  # statuses that are not a seed resu
 from d500.training.tuning import DONE  # a trial's final statuses (not run again on resume)
 
 TRAINING_LEVELS = (2, 3)
-TUNED_LEVEL = 2  # the level `d500 tune` tunes; level 3 requires seeds only
 
 
 def world(run: Any) -> int:
@@ -68,7 +67,8 @@ def ids(values: Iterable[int]) -> str:
 
 @dataclass(frozen=True)
 class Requirement:
-    """What a training workload asks of each entry: seeds, and studies of so many trials."""
+    """What a training workload asks of each entry: seeds, and studies of so many trials (none
+    for a workload without `tuning:`: level 3)."""
 
     seeds: int
     studies: int
@@ -76,19 +76,26 @@ class Requirement:
 
 
 def requirement(text: bytes, where: str) -> Requirement:
-    """A workload file's `seeds:` and `tuning:` (d500.training.workloads' defaults when absent);
-    a value that is not a positive integer is a ConfigError naming the file and field."""
+    """A workload file's `seeds:` and `tuning:` (the level's schema defaults when absent: level 2
+    tunes 3 studies of 5 trials, level 3 has no `tuning:` and requires no study); a value that is
+    not a positive integer, or `tuning:` at level 3, is a ConfigError naming the file and field."""
+    from d500.distributed import workloads as level3
     from d500.errors import ConfigError
-    from d500.training.workloads import SCHEMA
+    from d500.training import workloads as level2
     from d500.workload import mapping
     data = mapping(text, where)
-    tuning = {**SCHEMA["tuning"].default, **(data.get("tuning") or {})}
-    values = {"seeds": data.get("seeds", SCHEMA["seeds"].default),
-              "tuning.studies": tuning["studies"], "tuning.trials": tuning["trials"]}
+    schema = level3.SCHEMA if data.get("level") == 3 else level2.SCHEMA
+    if "tuning" not in schema:
+        level3.refuse_tuning(data, where)
+    declared = "tuning" in schema
+    tuning = {**(schema["tuning"].default if declared else {}), **(data.get("tuning") or {})}
+    values = {"seeds": data.get("seeds", schema["seeds"].default),
+              **{f"tuning.{key}": tuning[key] for key in ("studies", "trials") if declared}}
     for name, value in values.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"{where}: field '{name}' must be an integer >= 1, got {value!r}")
-    return Requirement(values["seeds"], values["tuning.studies"], values["tuning.trials"])
+    return Requirement(values["seeds"], values.get("tuning.studies", 0),
+                       values.get("tuning.trials", 0))
 
 
 def seed_problems(runs: list[Any], need: Requirement) -> list[str]:
