@@ -10,6 +10,9 @@ dataset and split, batch limits, cadence, validation target, budget) run at N ra
       reference_ranks: 1      # scaling efficiency and speed-up are against this world size's
                               #   runs of the same entry (T_ref * ref / (N * T_N))
 
+A level-3 workload has no `tuning:` (a file declaring one is refused): `d500 tune` tunes level 2,
+and a level-3 entry is scored on its seed runs at each world size.
+
 The global batch size is what the MLLOG and the ledger record (`batch_size`); the per-rank share
 beside it. The stop rule still reads validation accuracy only: a run that scales by giving up
 accuracy misses its target like any level-2 run.
@@ -17,8 +20,10 @@ accuracy misses its target like any level-2 run.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from d500 import workload as _workload
 from d500.errors import ConfigError
@@ -35,7 +40,17 @@ DISTRIBUTED = {
     "batch": Field(str, default="global", choices=BATCH_MODES),
     "reference_ranks": Field(int, default=1, help="the world size scaling is measured against"),
 }
-SCHEMA = {**level2.SCHEMA, "distributed": Field(DISTRIBUTED, required=True)}
+# Level 2's fields but `tuning` (level 3 is not tuned), plus `distributed`.
+SCHEMA = {**{k: v for k, v in level2.SCHEMA.items() if k != "tuning"},
+          "distributed": Field(DISTRIBUTED, required=True)}
+
+
+def refuse_tuning(data: Mapping[str, Any], where: str | Path) -> None:
+    """A ConfigError naming the file when a level-3 workload's fields declare `tuning:`."""
+    if "tuning" in data:
+        raise ConfigError(f"{where}: field 'tuning' is not allowed at level 3 (`d500 tune` "
+                          f"tunes level-2 workloads; level 3 is scored on seed runs at each "
+                          f"world size)")
 
 
 @dataclass
@@ -72,7 +87,13 @@ class DistributedWorkload(level2.Workload):
 def load(path: str | Path, level: int = 3) -> DistributedWorkload:
     """Read and check a level-3 workload; every problem is a ConfigError naming the field."""
     path = Path(path)
-    data = _workload.load(path, SCHEMA)
+    try:
+        data = _workload.load(path, SCHEMA)
+    except ConfigError:
+        raw = _workload.read_yaml(path)[1]
+        if isinstance(raw, Mapping):
+            refuse_tuning(raw, path)  # what the schema's "unknown field 'tuning'" means here
+        raise
     dist = data.pop("distributed")
     base = level2.from_data(path, data, level, MEASURED)
     ranks = dist["ranks"]

@@ -25,6 +25,10 @@ def main(argv: list[str], prog: str = "d500 tune") -> int:
     from d500.training import score
 
     workload, entry = resolve(args)  # the cheap checks first: no framework imported yet
+    if not workload.tuned:
+        raise UsageError(f"{workload.path}: '{workload.name}' is a level-{workload.level} "
+                         f"workload, which has no tuning (`d500 tune` tunes level 2; run its "
+                         f"seeds with mpiexec -n N d500 train)")
     backends.get(args.backend)
     configure_threads(args)  # after the cheap checks, before the framework runs anything
     studies = workload.studies if args.studies is None else args.studies

@@ -7,7 +7,7 @@
     evaluation: {every_epochs: 1}       # or {every_steps: N}: the validation cadence
     target: {metric: val_accuracy, value: 0.97}   # read on validation only
     budget: {max_epochs: 30, max_seconds: 300}    # the target not met within it: missed
-    tuning: {studies: 3, trials: 5, seed: 0}      # AlgoPerf-style external tuning
+    tuning: {studies: 3, trials: 5, seed: 0}      # AlgoPerf-style external tuning (level 2)
     seeds: 3                                       # runs per entry for the variance figures
 
 The model's weights are initialised from the run's seed (a builder's `seed`), so the spread over
@@ -88,10 +88,15 @@ class Workload:
     target: float
     max_epochs: int
     max_seconds: float
-    studies: int
+    studies: int  # its `tuning:` (0, 0, 0 for a workload that has none: level 3)
     trials: int
     tuning_seed: int
     seeds: int
+
+    @property
+    def tuned(self) -> bool:
+        """Whether the workload has tuning studies for `d500 tune` (level 3 has none)."""
+        return self.studies > 0
 
     def split_spec(self) -> Any:
         from d500.training.data.splits import SplitSpec
@@ -124,8 +129,8 @@ def load(path: str | Path, level: int = 2) -> Workload:
 
 def from_data(path: Path, data: dict[str, Any], level: int,
               measured: tuple[str, ...] = MEASURED) -> Workload:
-    """A Workload from validated fields (level 3 validates more fields on top, and names the
-    metrics it measures)."""
+    """A Workload from validated fields (level 3 validates more fields on top, names the
+    metrics it measures, and has no `tuning` field)."""
     _workload.check_level(data, path, level, "a training workload here")
     m = data["model"]
     _workload.model_source(m, path, ("builder", "file"))
@@ -151,10 +156,11 @@ def from_data(path: Path, data: dict[str, Any], level: int,
         raise ConfigError(f"{path}: field 'budget.max_epochs' must be at least 1")
     if not (bud["max_seconds"] > 0 and math.isfinite(bud["max_seconds"])):
         raise ConfigError(f"{path}: field 'budget.max_seconds' must be a positive number")
-    tu = data["tuning"]
-    for key in ("studies", "trials"):
+    tu = data.get("tuning")  # not in level 3's schema
+    for key in ("studies", "trials") if tu is not None else ():
         if tu[key] < 1:
             raise ConfigError(f"{path}: field 'tuning.{key}' must be at least 1")
+    tu = tu or {"studies": 0, "trials": 0, "seed": 0}
     if data["seeds"] < 1:
         raise ConfigError(f"{path}: field 'seeds' must be at least 1")
     rank_by = _workload.check_metrics(data, path, measured, data["level"])

@@ -304,8 +304,8 @@ def test_level3_results_count_seeds_per_world_size_and_ranks_are_not_results(
         ledger_copy, rules_dir, entry_dir, tmp_path):
     """Level-3 runs (recorded directly, ended failed: no training needed) at 2 and 4 ranks,
     one with a rank row of another submission in its group: seeds count per world size, the
-    rank row is neither a result nor a stranger, and no study is required (`d500 tune` tunes
-    level 2 only; level 3 is scored on its seeds at each world size)."""
+    rank row is neither a result nor a stranger, and no study is required (a level-3 workload
+    has no `tuning:`; level 3 is scored on its seeds at each world size)."""
     import shutil
 
     from d500.competition.export import build
@@ -334,6 +334,28 @@ def test_level3_results_count_seeds_per_world_size_and_ranks_are_not_results(
         f"{where} x2 ranks: 2 distinct seed(s) among its seed runs; the workload requires 3",
         f"{where} x4 ranks: 1 distinct seed(s) among its seed runs; the workload requires 3"]
     assert report.seeds == 5  # the level-2 seeds 0 and 1, and three level-3 runs
+
+
+def test_studies_are_required_where_the_workloads_level_has_tuning():
+    """A level-2 file's `tuning:` (its schema's 3 x 5 when absent) sets the studies; a level-3
+    file has none and requires no study; `tuning:` in a level-3 file is one line naming it."""
+    from d500.competition.completeness import Requirement, requirement
+    from d500.errors import ConfigError
+    from d500.paths import rulebook
+    level2 = (rulebook() / "2-training" / "digits-mlp.yaml").read_text()
+    level3 = (rulebook() / "3-distributed" / "digits-mlp.yaml").read_text()
+    assert requirement(level2.encode(), "2.yaml") == Requirement(3, 3, 5)
+    changed = level2.replace("tuning: {studies: 3, trials: 5, seed: 0}", "tuning: {trials: 2}")
+    assert requirement(changed.encode(), "2.yaml") == Requirement(3, 3, 2)
+    untuned = re.sub(r"(?m)^tuning:.*\n", "", level2)
+    assert "tuning" not in untuned and requirement(untuned.encode(), "2.yaml") == \
+        Requirement(3, 3, 5)
+    assert requirement(level3.encode(), "3.yaml") == Requirement(3, 0, 0)
+    with pytest.raises(ConfigError, match=r"^3.yaml: field 'tuning' is not allowed at level 3 "):
+        requirement((level3 + "tuning: {studies: 1, trials: 1, seed: 0}\n").encode(), "3.yaml")
+    with pytest.raises(ConfigError, match=r"^2.yaml: field 'tuning.studies' must be an integer "
+                                          r">= 1, got 0$"):
+        requirement(changed.replace("{trials: 2}", "{studies: 0}").encode(), "2.yaml")
 
 
 def test_a_workload_file_outside_the_package_is_never_read(digits_package, rules_dir, tmp_path):

@@ -52,6 +52,9 @@ def test_world_size_and_global_batch_rules():
     ({"distributed": {"ranks": [2], "hosts": 3}}, "unknown field 'distributed.hosts'"),
     ({"distributed": None}, "missing required field 'distributed'"),
     ({"metrics": ["time_to_accuracy", "latency"]}, "names 'latency', which level 3 does not"),
+    ({"tuning": {"studies": 1, "trials": 1, "seed": 0}},
+     (r"^\S+digits-mlp.yaml: field 'tuning' is not allowed at level 3 \(`d500 tune` tunes "
+      r"level-2 workloads; level 3 is scored on seed runs at each world size\)$")),
 ])
 def test_bad_workload_fields_name_the_field(tmp_path, change, message):
     path = jobs.workload(tmp_path, "digits-mlp", **change)
@@ -61,6 +64,24 @@ def test_bad_workload_fields_name_the_field(tmp_path, change, message):
         path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match=message):
         workloads.load(path)
+
+
+def test_level3_workloads_have_no_tuning_and_d500_tune_refuses_them(tmp_path):
+    """No level-3 rulebook file declares `tuning:` (nothing tunes level 3); `d500 tune` of one is
+    one line and exit 2 before anything runs, while its level-2 namesake is tuned."""
+    for path in levels.get(3).workload_files():
+        assert "tuning" not in yaml.safe_load(path.read_text()), path
+        wl = workloads.load(path)
+        assert (wl.tuned, wl.studies, wl.trials) == (False, 0, 0), path
+    level2 = levels.get(2).load(levels.get(2).find("digits-mlp"))
+    assert (level2.tuned, level2.studies, level2.trials) == (True, 3, 5)
+    home = tmp_path / "home"
+    result = jobs.plain_d500(home, "tune", str(MLP), "--submission", str(jobs.ENTRIES / "sync"))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        (f"d500 tune: error: {MLP}: 'digits-mlp' is a level-3 workload, which has no tuning "
+         f"(`d500 tune` tunes level 2; run its seeds with mpiexec -n N d500 train)")]
+    assert not (home / "ledger.sqlite").exists()
 
 
 def test_the_distributed_mapping_of_an_entry():
