@@ -10,10 +10,11 @@ import numpy as np
 import onnx
 from onnx.reference import ReferenceEvaluator
 
-from d500.backends.base import Backend, Executable, Trainer, to_numpy
+from d500.backends.base import Backend, Executable, to_numpy
 from d500.backends.reference import math, nn, reduce, shape
 from d500.backends.reference.ops import OPS
 from d500.backends.reference.table import Step, attributes
+from d500.backends.trainer_base import Trainer
 from d500.errors import ModelError, UnsupportedOperator, UsageError
 
 # The VJP table: ONNX op type (default domain) -> its vector-Jacobian product.

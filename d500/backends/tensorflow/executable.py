@@ -17,10 +17,11 @@ import onnx
 import tensorflow as tf
 from onnx import helper
 
-from d500.backends.base import Backend, Executable, Trainer, to_numpy
+from d500.backends.base import Backend, Executable, to_numpy
 from d500.backends.graph import Program
 from d500.backends.tensorflow.core import SHAPE_INPUTS, plain, tensor
 from d500.backends.tensorflow.ops import OPS
+from d500.backends.trainer_base import Trainer
 from d500.backends.training_graph import running_statistics
 from d500.errors import UnsupportedOperator, UsageError
 

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import torch
 
-from d500.backends.base import Backend, Executable, Trainer, to_numpy
+from d500.backends.base import Backend, Executable, to_numpy
 from d500.backends.graph import Node, Program
 from d500.backends.torch import (
     control,
@@ -28,6 +28,7 @@ from d500.backends.torch import (
 )
 from d500.backends.torch.dtypes import from_numpy
 from d500.backends.torch.dtypes import to_numpy as tensor_to_numpy
+from d500.backends.trainer_base import Trainer
 from d500.backends.training_graph import running_statistics
 from d500.errors import D500Error, UsageError
 
