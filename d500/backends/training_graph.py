@@ -11,28 +11,36 @@ after each training forward; predictions use the inference form with the statist
     form = training_graph(model)      # form.model: the training form; form.updates: stat -> output
     running_statistics(model)         # the buffer names: the same nodes' mean and var initializers
 
-A BatchNormalization node counts when it sits in the main graph at opset >= 14 of the default
-domain, is in inference form with one output, and its mean and variance are float initializers
-that nothing else reads (no other node, subgraph or graph output). Any other node is left as the
-model wrote it (a model of opset < 14 trains its statistics as parameters, as before).
+A BatchNormalization node counts when it sits in the main graph in the default domain, is in
+inference form with one output, and its mean and variance are float initializers that nothing
+else reads (no other node, subgraph or graph output). Any other node is left as the model wrote
+it. BatchNormalization below opset 14 has no training mode: a model of opset < 14 with such a node
+is converted to opset 15 by onnx's version converter first (BatchNormalization-7/9 -> 15 keeps
+inputs, attributes and momentum's meaning; other nodes are rewritten as the converter does); a
+model it cannot convert is a ModelError naming the model and why. Models without such a node are
+never converted.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import re
 
 import onnx
 from onnx import helper
 
 from d500.backends.base import outer_reads
+from d500.errors import ModelError
 
 MIN_OPSET = 14  # BatchNormalization's training_mode attribute (and its 3-output training form)
+CONVERT_TO = 15  # the opset a model below MIN_OPSET is converted to (BatchNormalization-15)
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainingGraph:
-    """The training form of a model: `model` (the given model itself when no node qualifies) and
+    """The training form of a model: `model` (the given model itself when no node qualifies; a
+    copy, converted to opset CONVERT_TO if the given one is below MIN_OPSET, when one does) and
     `updates`, every running statistic (an initializer name) -> the output of `model` holding
     its value after a training forward (in initializer order)."""
 
@@ -46,8 +54,6 @@ def _opset(model: onnx.ModelProto) -> int:
 
 def _qualifying(model: onnx.ModelProto) -> list[int]:
     """The indices of the BatchNormalization nodes that train with batch statistics."""
-    if _opset(model) < MIN_OPSET:
-        return []
     graph = model.graph
     floats = {t.name for t in graph.initializer
               if helper.tensor_dtype_to_np_dtype(t.data_type).kind == "f"}
@@ -71,19 +77,58 @@ def _qualifying(model: onnx.ModelProto) -> list[int]:
     return found
 
 
+def _statistics(model: onnx.ModelProto, nodes: list[int]) -> set[str]:
+    return {n for i in nodes for n in model.graph.node[i].input[3:5]}
+
+
 def running_statistics(model: onnx.ModelProto) -> list[str]:
-    """The running statistics (buffers) of `model` by the rule above, in initializer order."""
-    names = {n for i in _qualifying(model) for n in model.graph.node[i].input[3:5]}
+    """The running statistics (buffers) of `model` by the rule above, in initializer order (at any
+    opset: below 14 they are those of the converted model `training_graph` trains)."""
+    names = _statistics(model, _qualifying(model))
     return [t.name for t in model.graph.initializer if t.name in names]
 
 
+def _reason(err: Exception) -> str:
+    """The converter's message as one readable line (without its C++ file, line and assertion)."""
+    text = next((line.strip() for line in str(err).splitlines() if line.strip()),
+                type(err).__name__)
+    text = re.sub(r"^.*?Assertion `.*?` failed:\s*", "", text)
+    return re.sub(r"^\S+:\d+: [^:]+: ", "", text) or type(err).__name__
+
+
+def converted(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` (opset < MIN_OPSET) converted to opset CONVERT_TO by onnx's version converter, so
+    its BatchNormalization can train; a model it cannot convert is a ModelError naming it."""
+    from onnx import version_converter
+    name, opset = model.graph.name or "<unnamed>", _opset(model)
+    try:
+        form = version_converter.convert_version(model, CONVERT_TO)
+        onnx.checker.check_model(form)
+    except (RuntimeError, ValueError, TypeError, onnx.checker.ValidationError) as err:
+        raise ModelError(
+            f"model '{name}' (opset {opset}) cannot train its BatchNormalization: training mode "
+            f"needs opset >= {MIN_OPSET} and onnx's version converter cannot convert the model "
+            f"to opset {CONVERT_TO}: {_reason(err)}") from err
+    return form
+
+
 def training_graph(model: onnx.ModelProto) -> TrainingGraph:
-    """`model`'s training form (a copy; `model` itself when no node qualifies)."""
+    """`model`'s training form (a copy, converted to opset CONVERT_TO when `model` is below
+    MIN_OPSET; `model` itself when no node qualifies)."""
     nodes = _qualifying(model)
     if not nodes:
         return TrainingGraph(model, {})
-    form = onnx.ModelProto()
-    form.CopyFrom(model)
+    if _opset(model) < MIN_OPSET:
+        form = converted(model)
+        stats, nodes = _statistics(model, nodes), _qualifying(form)
+        if _statistics(form, nodes) != stats:
+            raise ModelError(
+                f"model '{model.graph.name or '<unnamed>'}' (opset {_opset(model)}): onnx's "
+                f"version converter changed its BatchNormalization nodes (running statistics "
+                f"{sorted(stats)} became {sorted(_statistics(form, nodes))}): cannot train it")
+    else:
+        form = onnx.ModelProto()
+        form.CopyFrom(model)
     graph = form.graph
     taken = {t.name for t in graph.initializer} | {i.name for i in graph.input} | {
         o for n in graph.node for o in n.output} | {v.name for v in graph.value_info}

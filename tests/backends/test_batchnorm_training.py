@@ -86,7 +86,8 @@ def test_the_training_form_switches_batch_norm_to_training_mode():
 
 
 def test_what_is_not_a_running_statistic():
-    assert running_statistics(tiny(opset=13)) == []  # no training_mode before opset 14
+    # below opset 14 the same nodes count: training_graph converts the model to opset 15
+    assert running_statistics(tiny(opset=13)) == ["bn1.mean", "bn1.var"]
     shared = tiny()
     shared.graph.node.append(helper.make_node("Identity", ["bn1.mean"], ["m"]))
     shared.graph.output.append(helper.make_tensor_value_info("m", TensorProto.FLOAT, [4]))
