@@ -5,6 +5,7 @@ the suite starts and sealed with its counts; a backend's conformance is its late
     record("reference", ["Relu"])                   # --op: a partial run, never counted
     count = latest(ledger, "torch")                 # Count | None (no complete run recorded)
     counts = latest_all(ledger)                     # backend -> Count, in one query
+    latest_by(ledger, lambda run: (run["backend"], run["environment"]))   # any key of the run
 
 A complete run is workload `onnx-node-suite`; a partial one `onnx-node-suite:Relu+Softmax` (its
 operators in the name, so the leaderboard never aggregates different selections together), with
@@ -13,7 +14,7 @@ operators in the name, so the leaderboard never aggregates different selections 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,15 +105,23 @@ def _count(run: dict[str, Any]) -> Count | None:
                  run["started"], details.get("onnx_version"), details.get("opset"))
 
 
-def latest_all(ledger: Any) -> dict[str, Count]:
-    """Every backend's latest complete conformance run (by start time), from one query."""
-    found: dict[str, tuple[float, Count]] = {}
+def latest_by(ledger: Any, key: Callable[[dict[str, Any]], Hashable]) -> dict[Any, Count]:
+    """The latest complete conformance run (by start time) of each `key(run record)`, e.g. a
+    (backend, machine) pair, from one query."""
+    found: dict[Any, tuple[float, Count]] = {}
     for run in ledger.runs(level=LEVEL, workload=WORKLOAD, status="succeeded"):
         count = _count(run)
-        if count is not None and (count.backend not in found
-                                  or run["started_unix"] >= found[count.backend][0]):
-            found[count.backend] = (run["started_unix"], count)
-    return {backend: count for backend, (_, count) in found.items()}
+        if count is None:
+            continue
+        k = key(run)
+        if k not in found or run["started_unix"] >= found[k][0]:
+            found[k] = (run["started_unix"], count)
+    return {k: count for k, (_, count) in found.items()}
+
+
+def latest_all(ledger: Any) -> dict[str, Count]:
+    """Every backend's latest complete conformance run (by start time), from one query."""
+    return latest_by(ledger, lambda run: run["backend"])
 
 
 def latest(ledger: Any, backend: str) -> Count | None:

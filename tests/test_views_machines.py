@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from d500 import leaderboard, metrics, provenance
+from d500 import conformance_runs, leaderboard, metrics, provenance
 from d500.errors import ConfigError
 from d500.leaderboard import environments, summary
 from d500.leaderboard import text as board_text
@@ -336,6 +336,66 @@ def test_a_summary_of_comparable_figures_stays_pooled(level1):
     [view] = summary.views(boards, level1, by_submission=False)
     assert view.title.startswith("Organiser's summary: ")
     assert {r[0]: r[3] for r in view.rows} == {"onnxruntime": "1.00×", "reference": "2.00×"}
+
+
+def conformance(ledger: Ledger | Relay, backend: str, passed: int, total: int = 1872) -> None:
+    """A complete `d500 conformance` run as conformance_runs.record seals it (the suite itself
+    takes 20-30 s to build: test_conformance_runs.py runs it)."""
+    import onnx
+    versions = {"onnx_version": onnx.__version__, "opset": 28}
+    with ledger.start_run(level=conformance_runs.LEVEL, workload=conformance_runs.WORKLOAD,
+                          submission=conformance_runs.SUBMISSION, backend=backend,
+                          hyperparameters={"ops": None, "device": "CPU", **versions}) as run:
+        run.record(figures={"node_tests_passed": passed, "node_tests_failed": total - passed,
+                            "node_tests_unsupported": 0, "node_tests_total": total},
+                   details={"partial": False, "ops": None, **versions, "device": "CPU"})
+
+
+def test_each_machines_summary_shows_its_own_conformance_counts(level1):
+    """Reference conformance recorded here (1870) and, later, there (1800); onnxruntime's only
+    there, where it has no benchmark row: each machine's summary shows its own machine's count,
+    onnxruntime's row here shows none, and the counts not shown are listed with their hardware.
+    Pooled (comparable figures, or --across-machines) a row shows each of its machines' counts."""
+    conformance(level1, "reference", 1870)
+    relay = Relay()
+    conformance(relay, "reference", 1800)
+    conformance(relay, "onnxruntime", 1438)
+    import_other(level1, relay)
+    boards = leaderboard.build(level1, level=1)
+    machines = summary.per_machine(boards)
+    here_key, there_key = machines
+    counts, hardware = summary.conformance(level1)
+    assert {k: c.passed for k, c in counts.items()} == {
+        ("reference", here_key): 1870, ("reference", there_key): 1800,
+        ("onnxruntime", there_key): 1438}
+    assert hardware[there_key] == machines[there_key]
+    mine, theirs = counts["reference", here_key], counts["reference", there_key]
+    ort = counts["onnxruntime", there_key]
+
+    here_view, there_view = summary.views(boards, level1, by_submission=False)
+    assert {r[0]: r[-1] for r in here_view.rows} == {
+        "onnxruntime": summary.NOT_RECORDED, "reference": f"1870 / 1872 ({mine.date})"}
+    assert {r[0]: r[-1] for r in there_view.rows} == {"reference": f"1800 / 1872 ({theirs.date})"}
+    conf = next(n for n in here_view.notes if n.startswith("ONNX conformance"))
+    assert f"ledger run {mine.run_id})" in conf and "on the machine of the row's runs" in conf
+    [others] = [n for n in here_view.notes if n.startswith("conformance recorded on other")]
+    assert others.endswith(f"onnxruntime 1438 / 1872 ({ort.date}) on {machines[there_key]}; "
+                           f"reference 1800 / 1872 ({theirs.date}) on {machines[there_key]}")
+    [others] = [n for n in there_view.notes if n.startswith("conformance recorded on other")]
+    assert f"reference 1870 / 1872 ({mine.date}) on {machines[here_key]}" in others
+
+    # one summary over both machines: the pooled row shows each machine's count, in order
+    for pooled in (leaderboard.build(level1, level=1, workload="net-b"),
+                   leaderboard.build(level1, level=1, across_machines=True)):
+        [view] = summary.views(pooled, level1, by_submission=False)
+        assert {r[0]: r[-1] for r in view.rows} == {
+            "onnxruntime": summary.NOT_RECORDED,
+            "reference": f"1870 / 1872 ({mine.date}); 1800 / 1872 ({theirs.date})"}
+        conf = next(n for n in view.notes if n.startswith("ONNX conformance"))
+        assert f"ledger runs {mine.run_id}, {theirs.run_id})" in conf
+        assert "A row pooling several machines shows each one's count" in conf
+        [others] = [n for n in view.notes if n.startswith("conformance recorded on other")]
+        assert others.endswith(f"onnxruntime 1438 / 1872 ({ort.date}) on {machines[there_key]}")
 
 
 def test_level0_summary_per_machine_by_submission(home, tmp_path):

@@ -1,9 +1,11 @@
 """The organiser's summary at the top of levels 0 and 1: per backend (level 1) or submission x
 backend (level 0), AlgoPerf's performance profile over the level's ranked workloads
 (d500.profile), the geometric mean of "times the best" and each backend's ONNX conformance count
-from its latest complete recorded `d500 conformance` run (d500.conformance_runs).
+from its latest complete recorded `d500 conformance` run on the machine of the row's runs
+(d500.conformance_runs; a count of one machine is never shown beside another machine's runs).
 
-    s = summarise(boards, by_submission=False, conformance=conformance_runs.latest_all(ledger))
+    counts, words = conformance(ledger)   # {(backend, machine key): Count}, {machine: hardware}
+    s = summarise(boards, by_submission=False, conformance=counts)
     s.rows[0].score, s.rows[0].geomean, s.profile.rho[s.rows[0].key]   # numbers only
     views(boards, ledger, by_submission=True, builtin="builtin")  # [View] or []
 
@@ -32,7 +34,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from d500 import profile
-from d500.leaderboard.environments import apart, machine_dependent
+from d500.leaderboard.environments import (
+    UNKNOWN,
+    Legend,
+    apart,
+    hardware_text,
+    machine_dependent,
+)
+from d500.leaderboard.environments import machine as machine_key
 from d500.leaderboard.ranking import Board, submission_label
 from d500.levels import View
 from d500.metrics import Metric
@@ -52,7 +61,9 @@ class Row:
     best_on: int  # workloads on which it is the best
     ran: int  # workloads on which it has a ranked figure
     geomean: float | None  # of times the best, over the `ran` workloads
-    conformance: Any = None  # d500.conformance_runs.Count, or None
+    # d500.conformance_runs.Count of each machine of its runs that recorded one (several only
+    # when --across-machines pools machines into the row)
+    conformance: tuple[Any, ...] = ()
     backend_row: bool = True  # False: a custom operator (level 0), conformance does not apply
 
 
@@ -79,17 +90,30 @@ def per_machine(boards: Sequence[Board]) -> dict[str, str]:
     return apart(boards)
 
 
+def conformance(ledger: Any) -> tuple[dict[tuple[str, str], Any], dict[str, str]]:
+    """Each (backend, machine key)'s latest complete conformance run (d500.conformance_runs
+    Count), and every recorded machine's hardware in words."""
+    from d500 import conformance_runs
+    envs = ledger.environments()
+    counts = conformance_runs.latest_by(
+        ledger, lambda run: (run["backend"], machine_key(envs.get(run["environment"]))))
+    return counts, {machine_key(env): hardware_text(env) for env in envs.values()}
+
+
 def summarise(boards: Sequence[Board], by_submission: bool,
-              conformance: Mapping[str, Any] | None = None, builtin: str | None = None,
-              machine: str | None = None, on: str = "") -> Summary | None:
+              conformance: Mapping[tuple[str, str], Any] | None = None,
+              builtin: str | None = None, machine: str | None = None, on: str = ""
+              ) -> Summary | None:
     """The summary's numbers over these boards (None when no board ranks anything). Level 0
     (`by_submission`): one row per submission x backend, conformance only on rows of the
-    `builtin` submission (a backend's own implementation); level 1: one row per backend.
-    `machine` (a hardware key, see per_machine) counts that machine's entries only; `on` is
-    its hardware in words, for the view."""
+    `builtin` submission (a backend's own implementation); level 1: one row per backend. A
+    row's conformance is `conformance[(backend, machine key)]` of the machines of its runs (an
+    unknown machine's, "", never matches). `machine` (a hardware key, see per_machine) counts
+    that machine's entries only; `on` is its hardware in words, for the view."""
     conformance = conformance or {}
     ratios: dict[str, dict[str, float | None]] = {}
     names: dict[str, tuple[str | None, str]] = {}
+    machines: dict[str, set[str]] = {}  # row key -> the machines of its runs
     rank_by: dict[str, Metric] = {}
     seen: set[str] = set()
     older: list[str] = []
@@ -106,6 +130,7 @@ def summarise(boards: Sequence[Board], by_submission: bool,
             name = submission_label(e.submission, e.package)  # a package's rows apart
             key = f"{name} / {e.backend}" if by_submission or e.package else e.backend
             names.setdefault(key, (name if by_submission or e.package else None, e.backend))
+            machines.setdefault(key, set()).add(e.machine)
             per = ratios.setdefault(key, {})
             if e.ratio is not None:
                 have = per.get(board.workload)
@@ -114,11 +139,14 @@ def summarise(boards: Sequence[Board], by_submission: bool,
         return None
     workloads = list(rank_by)
     p = profile.build(ratios, workloads)
+    order = {m: i for i, m in enumerate(Legend.of(boards).machines)}  # first recorded first
     rows = []
     for key, (submission, backend) in names.items():
         own = not by_submission or submission == builtin
+        ran_on = sorted(machines[key], key=lambda m: order.get(m, -1)) if own else []
+        counts = tuple(conformance[backend, m] for m in ran_on if m and (backend, m) in conformance)
         rows.append(Row(key, submission, backend, p.score(key), p.best_on(key), p.ran(key),
-                        p.geomean(key), conformance.get(backend) if own else None, own))
+                        p.geomean(key), counts, own))
     rows.sort(key=lambda r: (-r.score, math.inf if r.geomean is None else r.geomean, r.key))
     return Summary(workloads, rank_by, p, rows, sum(w in rank_by for w in older), on)
 
@@ -127,18 +155,20 @@ def views(boards: Sequence[Board], ledger: Any, by_submission: bool,
           builtin: str | None = None) -> list[View]:
     """The summary as a View (a list of one, or none when no board ranks anything); see
     summarise for `by_submission` and `builtin`."""
-    from d500 import conformance_runs
-    counts = conformance_runs.latest_all(ledger)
+    counts, hardware = conformance(ledger)
     machines = per_machine(boards)
     if not machines:
         s = summarise(boards, by_submission, counts, builtin)
-        return [] if s is None else [view(s, counts, by_submission)]
+        return [] if s is None else [view(s, counts, by_submission, hardware)]
     found = (summarise(boards, by_submission, counts, builtin, key, words)
              for key, words in machines.items())
-    return [view(s, counts, by_submission) for s in found if s is not None]
+    return [view(s, counts, by_submission, hardware) for s in found if s is not None]
 
 
-def view(s: Summary, counts: Mapping[str, Any], by_submission: bool) -> View:
+def view(s: Summary, counts: Mapping[tuple[str, str], Any], by_submission: bool,
+         hardware: Mapping[str, str] | None = None) -> View:
+    """The summary as a View; `counts` every (backend, machine) conformance count of the
+    ledger, `hardware` each machine's hardware in words (for the counts it does not show)."""
     n = len(s.workloads)
     headers = ["submission", "backend"] if by_submission else ["backend"]
     headers += ["profile score", "best on", "geomean × best", "workloads run", "ONNX conformance"]
@@ -151,7 +181,7 @@ def view(s: Summary, counts: Mapping[str, Any], by_submission: bool) -> View:
     title = (f"{TITLE}{on}: AlgoPerf performance profile over {n} workload{'s' * (n != 1)}, "
              "geometric mean of × best, ONNX conformance")
     caption = f"performance profile ρ(τ) over {n} workload{'s' * (n != 1)}"
-    return View(title, headers, rows, [(caption, _plot(s))], _notes(s, counts))
+    return View(title, headers, rows, [(caption, _plot(s))], _notes(s, counts, hardware or {}))
 
 
 def _times(value: float | None) -> str:
@@ -163,11 +193,13 @@ def _times(value: float | None) -> str:
 def _conformance(r: Row) -> str:
     if not r.backend_row:
         return "—"
-    c = r.conformance
-    return NOT_RECORDED if c is None else f"{c.passed} / {c.total} ({c.date})"
+    if not r.conformance:
+        return NOT_RECORDED
+    return "; ".join(f"{c.passed} / {c.total} ({c.date})" for c in r.conformance)
 
 
-def _notes(s: Summary, counts: Mapping[str, Any]) -> list[str]:
+def _notes(s: Summary, counts: Mapping[tuple[str, str], Any], hardware: Mapping[str, str]
+           ) -> list[str]:
     n = len(s.workloads)
     ranked = Counter((m.name, m.direction) for m in s.rank_by.values())
     how = ", ".join(f"{name} ({direction} is better) on {k}"
@@ -187,22 +219,28 @@ def _notes(s: Summary, counts: Mapping[str, Any]) -> list[str]:
                      "figure counts each row's × best against this machine's best; one ranked "
                      "by a figure comparable on any machine, against the best of every machine "
                      "(d500 leaderboard --across-machines gives one summary of every machine)")
-    shown = {r.backend for r in s.rows if r.backend_row}
-    used = [counts[b] for b in sorted(shown) if b in counts]
+    used = sorted({c.run_id: c for r in s.rows for c in r.conformance}.values(),
+                  key=lambda c: c.run_id)
     versions = sorted({f"onnx {c.onnx_version}, opset {c.opset}" for c in used})
     conf = ("ONNX conformance: node tests passed of those run in the backend's latest complete "
-            "`d500 conformance` run, with its date")
+            "`d500 conformance` run on the machine of the row's runs, with its date")
     if used:
         conf += (f" ({'; '.join(versions)}; ledger run"
                  f"{'s' * (len(used) != 1)} {', '.join(str(c.run_id) for c in used)})")
     conf += f"; partial (--op) runs never count; '{NOT_RECORDED}': no complete run recorded."
+    if any(len(r.conformance) > 1 for r in s.rows):
+        conf += (" A row pooling several machines shows each one's count, in the order its "
+                 "machines were first recorded.")
     if any(not r.backend_row for r in s.rows):
         conf += " A custom operator's row shows '—': conformance is a backend's."
     notes.append(conf)
-    others = [counts[b] for b in sorted(counts) if b not in shown]
+    shown = {c.run_id for c in used}
+    others = [(c, m) for (_, m), c in sorted(counts.items()) if c.run_id not in shown]
     if others:
-        notes.append("conformance recorded for backends without a row here: " + ", ".join(
-            f"{c.backend} {c.passed} / {c.total} ({c.date})" for c in others))
+        notes.append("conformance recorded on other machines or for backends without a row "
+                     "here, not shown: " + "; ".join(
+                         f"{c.backend} {c.passed} / {c.total} ({c.date}) on "
+                         f"{hardware.get(m) or UNKNOWN}" for c, m in others))
     if s.older_versions:
         notes.append(f"{s.older_versions} board{'s' * (s.older_versions != 1)} of older rules "
                      "versions left out: each workload counts with its newest rules")
