@@ -13,16 +13,20 @@ import torch
 from d500.backends.base import Backend, Executable, to_numpy
 from d500.backends.graph import Node, Program
 from d500.backends.torch import (
+    activations,
     control,
+    conv,
     detection,
     image,
     linalg,
     math,
-    nn,
+    normalization,
+    pooling,
     preview_training,
     reduce,
     rnn,
     shape,
+    softmax,
     spectral,
     strings,
 )
@@ -33,7 +37,8 @@ from d500.backends.training_graph import running_statistics
 from d500.errors import D500Error, UsageError
 
 # The op table: ONNX op type (prefixed by "domain::" outside the default domain) -> function.
-OPS = {**math.OPS, **nn.OPS, **shape.OPS, **reduce.OPS, **linalg.OPS, **control.OPS,
+OPS = {**math.OPS, **activations.OPS, **softmax.OPS, **conv.OPS, **pooling.OPS,
+       **normalization.OPS, **shape.OPS, **reduce.OPS, **linalg.OPS, **control.OPS,
        **image.OPS, **rnn.OPS, **spectral.OPS, **strings.OPS, **detection.OPS,
        **preview_training.OPS}
 

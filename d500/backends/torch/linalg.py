@@ -8,7 +8,7 @@ from onnx import TensorProto as T
 
 from d500.backends.graph import registry
 from d500.backends.torch import dtypes
-from d500.backends.torch.nn import Conv
+from d500.backends.torch.conv import Conv
 from d500.backends.torch.table import axis_of, in_type, out_type
 
 OPS, op = registry()
