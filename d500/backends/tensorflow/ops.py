@@ -21,17 +21,21 @@ import numpy as np
 import tensorflow as tf
 
 from d500.backends.tensorflow import (
+    activations,
     control,
+    conv,
     image,
     math,
     ml,
-    nn,
+    normalization,
+    pooling,
     preview_training,
     quantize,
     reduce,
     rnn,
     shape,
     signal,
+    softmax,
     strings,
 )
 from d500.backends.tensorflow.core import ChannelsLast, broadcast_last, plain, static
@@ -97,7 +101,7 @@ def wrapped(name: str, fn):
 
 
 OPS: dict = {}
-for _module in (math, nn, shape, reduce, control, image, quantize, strings, ml, preview_training,
-                rnn, signal):
+for _module in (math, activations, softmax, conv, pooling, normalization, shape, reduce, control,
+                image, quantize, strings, ml, preview_training, rnn, signal):
     for _key, _fn in _module.OPS.items():
         OPS[_key] = wrapped(_key.rpartition("::")[2], _fn)

@@ -115,8 +115,8 @@ def _col(v):
 
 @op
 def ConvInteger(node, x, w, x_zero=None, w_zero=None):
+    from d500.backends.tensorflow.conv import conv
     from d500.backends.tensorflow.core import plain
-    from d500.backends.tensorflow.nn import conv
     xf = tf.cast(x, tf.float32) - (0 if x_zero is None else tf.cast(x_zero, tf.float32))
     wf = tf.cast(w, tf.float32)
     if w_zero is not None:
@@ -127,8 +127,8 @@ def ConvInteger(node, x, w, x_zero=None, w_zero=None):
 
 @op
 def QLinearConv(node, x, xs, xz, w, ws, wz, ys, yz, b=None):
+    from d500.backends.tensorflow.conv import conv
     from d500.backends.tensorflow.core import plain
-    from d500.backends.tensorflow.nn import conv
     xf = (tf.cast(x, tf.float32) - tf.cast(xz, tf.float32)) * tf.cast(xs, tf.float32)
     per = [-1] + [1] * (w.shape.rank - 1)
     wzf, wsf = tf.cast(wz, tf.float32), tf.cast(ws, tf.float32)
