@@ -18,6 +18,8 @@ completeness, the rules, integrity, its logs and plausible convergence; one line
   runs belonging to the entry the manifest names (or ranks of its level-3 runs), the signature
   when there is one, and its signer among `trusted` when that is given;
 - logs: each MLLOG accepted by MLPerf's compliance checker (d500.competition.compliance);
+- consistency: each run's figures, evaluations, hyperparameters, seed, status and times against
+  its own MLLOG (d500.competition.consistency), for the runs whose record and log pass integrity;
 - convergence: each result's succeeded seed runs against the workload's reference
   (d500.competition.convergence), and every succeeded run's test accuracy against its
   validation accuracy.
@@ -111,14 +113,14 @@ def check(pkg: Any, rules_dir: Path | None = None, trusted: Sequence[str] = ()) 
         report = Report()
         report.problems += [f"integrity: {p}" for p in pkg.member_problems()]
         report.problems.append(f"integrity: {err}")
-        report.not_checked.append("rules, completeness, logs, convergence: the runs could "
-                                  "not be read")
+        report.not_checked.append("rules, completeness, logs, consistency, convergence: the "
+                                  "runs could not be read")
         return report
     ctx = Context(pkg, sorted(runs, key=lambda r: r.origin_id), studies, rules_dir, trusted)
     report = Report(runs=len(runs), studies=len(studies),
                     seeds=sum(1 for r in runs if is_seed_run(r)))
     for step in (check_integrity, check_rules, check_completeness, check_logs,
-                 check_convergence):
+                 check_consistency, check_convergence):
         step(ctx, report)
     return report
 
@@ -308,6 +310,12 @@ def check_logs(ctx: Context, report: Report) -> None:
             checked += 1
     report.checked.append(f"logs: {checked} MLLOG(s) by MLPerf Training {compliance.RULESET}'s "
                           f"compliance checker")
+
+
+def check_consistency(ctx: Context, report: Report) -> None:
+    """Each run's record against its own MLLOG (d500.competition.consistency)."""
+    from d500.competition import consistency
+    consistency.check(ctx, report)
 
 
 # -- convergence ------------------------------------------------------------------------------
