@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -22,22 +21,11 @@ from d500 import conformance_runs, leaderboard
 from d500.conformance import _op_of, node_tests
 from d500.leaderboard import summary
 from d500.ledger import Ledger
+from tests.helpers import tiny_mlp
 
 pytestmark = pytest.mark.slow  # one complete node suite (~30 s in all)
 
 ROOT = Path(__file__).resolve().parent.parent
-NETWORK = """\
-name: tiny-net
-level: 1
-model:
-  builder: mlp
-  input_shape: [1, 8, 8]
-batch_size: 16
-train: false
-budget: 0.05
-metrics: [latency, throughput]
-rank_by: latency
-"""
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +51,7 @@ def recorded(tmp_path_factory):
     runs["onnxruntime-relu"] = conformance_runs.record("onnxruntime", ["Relu"], ledger=ledger,
                                                        tests=relu, progress=False)
     path = folder / "tiny-net.yaml"
-    path.write_text(textwrap.dedent(NETWORK))
+    path.write_text(tiny_mlp("tiny-net"))
     assert bench(workloads.load(path), ["reference", "onnxruntime"], ledger=ledger,
                  budget=0.05).exit_code == 0
     yield ledger, runs, len(tests), len(relu)

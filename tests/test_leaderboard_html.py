@@ -18,21 +18,10 @@ from d500 import leaderboard, metrics, provenance
 from d500.ledger import Ledger
 from d500.ledger.relay import Relay
 from tests.distributed import level3_jobs as jobs
+from tests.helpers import BENCH_METRICS, tiny_mlp
 
 ROOT = Path(__file__).resolve().parent.parent
 OTHER_CPU = "AMD EPYC 9654 96-Core Processor"
-TINY_NET = """\
-name: tiny-mlp
-level: 1
-model:
-  builder: mlp
-  input_shape: [1, 8, 8]
-batch_size: 16
-train: true
-budget: 0.05
-metrics: [train_step_time, latency, throughput, translate_time, first_call_time, agreement]
-rank_by: latency
-"""
 
 
 def d500(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -62,7 +51,7 @@ def every_level(tmp_path_factory) -> Path:
                    "--budget", "0.1")
         assert out.returncode == 0, out.stderr
         net = tmp / "tiny.yaml"
-        net.write_text(TINY_NET)
+        net.write_text(tiny_mlp(train=True, metrics=BENCH_METRICS))
         assert bench(net_workloads.load(net), ["reference", "onnxruntime"]).exit_code == 0
         ledger = Ledger()
         wl = workloads.load(ROOT / "levels" / "2-training" / "digits-mlp.yaml")

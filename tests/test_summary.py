@@ -9,7 +9,6 @@ import base64
 import io
 import math
 import re
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from d500 import leaderboard
 from d500.leaderboard import summary
 from d500.ledger import Ledger
+from tests.helpers import tiny_mlp
 
 ROOT = Path(__file__).resolve().parent.parent
 OPS = ROOT / "tests" / "operators" / "ops"
@@ -30,19 +30,7 @@ metrics: [{metrics}]
 rank_by: {rank_by}
 time_budget: 0.05
 """
-NETWORK = """\
-name: {name}
-level: 1
-model:
-  builder: mlp
-  input_shape: [1, 8, 8]
-batch_size: 16
-train: false
-budget: 0.05
-metrics: [latency, throughput]
-rank_by: {rank_by}
-"""
-# workload -> (its ranking metric, whether lower is better), as the files above say
+# workload -> (its ranking metric, whether lower is better), as its file says
 LEVEL0 = {"sig-a": ("latency", True), "sig-b": ("latency", True), "gemm-t": ("gflops", False)}
 LEVEL1 = {"tiny-a": ("latency", True), "tiny-b": ("throughput", False),
           "tiny-c": ("latency", True)}
@@ -84,7 +72,7 @@ def ledger(tmp_path_factory) -> Ledger:
             assert all(r.status == "ok" for r in result.rows), result.text()
     for name, backends in (("tiny-a", both), ("tiny-b", both), ("tiny-c", ["onnxruntime"])):
         path = folder / f"{name}.yaml"
-        path.write_text(textwrap.dedent(NETWORK.format(name=name, rank_by=LEVEL1[name][0])))
+        path.write_text(tiny_mlp(name, rank_by=LEVEL1[name][0]))
         assert bench(workloads.load(path), backends, ledger=ledger, budget=0.05).exit_code == 0
     yield ledger
     mp.undo()
@@ -196,11 +184,11 @@ def test_each_workload_counts_with_its_newest_rules(tmp_path, monkeypatch):
 
     monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
     path = tmp_path / "tiny-v.yaml"
-    path.write_text(NETWORK.format(name="tiny-v", rank_by="latency"))
+    path.write_text(tiny_mlp("tiny-v", rank_by="latency"))
     ledger = Ledger()
     assert bench(workloads.load(path), ["reference", "onnxruntime"], ledger=ledger,
                  budget=0.05).exit_code == 0
-    path.write_text(NETWORK.format(name="tiny-v", rank_by="throughput"))  # new rules
+    path.write_text(tiny_mlp("tiny-v", rank_by="throughput"))  # new rules
     assert bench(workloads.load(path), ["onnxruntime"], ledger=ledger,
                  budget=0.05).exit_code == 0
     boards, view = summary_view(ledger, 1)

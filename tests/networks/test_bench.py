@@ -12,21 +12,12 @@ from d500.errors import ConfigError
 from d500.ledger import Ledger
 from d500.networks import workloads
 from d500.networks.bench import bench
+from tests.helpers import BENCH_METRICS, tiny_mlp
 
 from .conftest import d500
 
-TINY = """\
-name: tiny-mlp
-level: 1
-model:
-  builder: mlp
-  input_shape: [1, 8, 8]
-batch_size: 16
-train: true
-budget: 0.05
-metrics: [train_step_time, latency, throughput, translate_time, first_call_time, agreement]
-rank_by: latency
-"""
+TINY = tiny_mlp(train=True, metrics=BENCH_METRICS)
+UNTRAINED = tiny_mlp(metrics=BENCH_METRICS[1:])  # no train step
 
 
 def _workload(tmp_path, text=TINY):
@@ -65,9 +56,8 @@ def test_bench_records_each_backend_and_the_leaderboard_ranks_them(tmp_path, hom
 
 
 def test_a_fixed_batch_model_must_be_benchmarked_at_its_batch(tmp_path):
-    wl = _workload(tmp_path, TINY.replace("  builder: mlp\n  input_shape: [1, 8, 8]\n",
-                                          "  onnx_package: light_squeezenet.onnx\n")
-                   .replace("train: true", "train: false").replace("train_step_time, ", ""))
+    wl = _workload(tmp_path, UNTRAINED.replace("  builder: mlp\n  input_shape: [1, 8, 8]\n",
+                                               "  onnx_package: light_squeezenet.onnx\n"))
     with pytest.raises(ConfigError, match="'batch_size' is 16 but model input 'data_0' has a "
                                           "fixed leading"):
         bench(wl, ["onnxruntime"])
@@ -92,8 +82,7 @@ def test_cli_bench_prints_the_table_and_records(tmp_path, home):
 
 def test_a_backend_that_disagrees_is_recorded_failed_with_its_figures_and_never_ranked(
         extra_backends, tmp_path, home):
-    wl = _workload(tmp_path, TINY.replace("train: true", "train: false")
-                   .replace("train_step_time, ", ""))
+    wl = _workload(tmp_path, UNTRAINED)
     result = bench(wl, ["onnxruntime", "perturbed"])
     assert result.exit_code == 1
     bad = next(r for r in result.results if r.backend == "perturbed")
