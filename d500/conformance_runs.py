@@ -93,10 +93,12 @@ def record(backend: str, ops: Sequence[str] | None = None, ledger: Any = None,
 
 
 def _count(run: dict[str, Any]) -> Count | None:
-    """The conformance a run records, when it is a complete, succeeded conformance run."""
+    """The conformance a run records, when it is a complete, succeeded conformance run (not a
+    `d500 reproduce` run: that re-checks a package's run, it is not one of the ledger's own)."""
     figures, details = run["figures"], run["details"]
     if (run["status"] != "succeeded" or run["workload"] != WORKLOAD
             or run["submission"] != SUBMISSION or details.get("partial", True)
+            or details.get("reproduction")
             or "node_tests_passed" not in figures or "node_tests_total" not in figures):
         return None
     return Count(run["backend"], run["id"], int(figures["node_tests_passed"]),

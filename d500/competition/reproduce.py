@@ -8,11 +8,10 @@ the target, accuracies and the evaluation series; never a time.
     result.agrees; result.seed (the draw's, to repeat it); result.runs -> [RunReport]
 
 The draw: among the package's runs that can be re-run (an interrupted or timed-out run stopped
-for reasons of its machine; a level-3 rank row other than 0 is part of its rank-0 run; level-1
-runs are backends measured on the organiser's own `d500 net check` and are not re-run here), K
-runs are sampled by random.Random(seed); without a seed one is drawn from the system's
-randomness (an entrant cannot predict which runs are re-run) and reported, so the same choice
-can be made again.
+for reasons of its machine; a level-3 rank row other than 0 is part of its rank-0 run), K runs
+are sampled by random.Random(seed); without a seed one is drawn from the system's randomness (an
+entrant cannot predict which runs are re-run) and reported, so the same choice can be made
+again.
 
 Each chosen level-2/3 run is re-run with its recorded seed, backend and world size, and the
 recipe rebuilt from the packaged submission files and its recorded hyperparameters, under the
@@ -20,7 +19,9 @@ packaged workload file, which must be byte for byte the rulebook's (`rules_dir`,
 levels/) or nothing is run (d500.competition.reproduce_prepare). The run goes through the real
 trainers in a process of its own (d500.competition.reproduce_job; a level-3 run under
 `mpiexec -n N`), with the thread count the origin's frameworks had, since another count
-reassociates float sums. A level-0 run is validated again (d500.competition.reproduce_level0).
+reassociates float sums. A level-0 run is validated again (d500.competition.reproduce_level0);
+a level-1 run (net check, net bench, conformance) runs its model or node tests again on its
+backend, never timed (d500.competition.reproduce_level1).
 Each reproduction is an ordinary sealed run of the given ledger (no parent: nothing local), its
 details naming the package's sha256 and the origin run (`details.reproduction`). The packaged
 submission files are written under <ledger folder>/reproduce/<sha12>/submission/, where the
@@ -49,7 +50,7 @@ from d500.competition.reproduce_prepare import (
 )
 from d500.errors import D500Error, UsageError
 
-LEVELS = (0, 2, 3)
+LEVELS = (0, 1, 2, 3)
 NOT_DRAWN = {  # status -> why such a run is not re-run
     "interrupted": "interrupted (stopped by a person or a dead process)",
     "timeout": "timed out (a limit of its machine)",
@@ -130,8 +131,7 @@ def drawable(runs: list[Any]) -> tuple[list[Any], dict[str, list[int]]]:
     for run in runs:
         why = None
         if run.level not in LEVELS:
-            why = (f"level {run.level}: not reproducible by this command (a backend's times and "
-                   "agreement; `d500 net check` measures them on this machine)")
+            why = f"level {run.level}: not reproducible by this command"
         elif run.status in NOT_DRAWN:
             why = NOT_DRAWN[run.status]
         elif run.level == 3 and run.rank not in (None, 0):
@@ -173,7 +173,7 @@ def execute(prepared: Prepared, ledger: Path, details: dict[str, Any], data_dir:
     out = jobs / f"run-{run.origin_id}.result.json"
     out.unlink(missing_ok=True)
     level3 = run.level == 3 and run.world_size is not None
-    level = 3 if level3 else 0 if run.level == 0 else 2
+    level = 3 if level3 else run.level if run.level in (0, 1) else 2
     job.write_text(json.dumps({
         "level": level, "ledger": str(ledger), "backend": run.backend, "case": run.workload,
         "workload": None if prepared.workload_file is None else str(prepared.workload_file),
@@ -224,9 +224,9 @@ def report_of(prepared: Prepared, result: dict[str, Any], ledger: Any) -> RunRep
     if rep.run_id is None:
         rep.problem = f"the reproduction did not run: {result.get('error')}"
         return rep
-    if run.level == 0:
-        from d500.competition import reproduce_level0
-        rep.checks = reproduce_level0.checks(run, result)
+    if run.level in (0, 1):
+        from d500.competition import reproduce_level0, reproduce_level1
+        rep.checks = (reproduce_level0 if run.level == 0 else reproduce_level1).checks(run, result)
         return rep
     sizes = {"validation": wl.dataset["validation"], "test": wl.dataset["test"]}
     series = (Series.of(run.evaluations), Series.of(ledger.evaluations(rep.run_id)))
@@ -272,8 +272,9 @@ def reproduce(pkg: Any, runs: int = 2, seed: int | None = None, ledger: str | Pa
             result.runs.append(item)
             continue
         run = item.run
-        note(f"[{i}/{len(ready)}] run {run.origin_id}: {run.workload} / {run.backend} / seed "
-             f"{run.seed}" + (f" x{run.world_size} ranks" if run.world_size else "")
+        note(f"[{i}/{len(ready)}] run {run.origin_id}: {run.workload} / {run.backend}"
+             + ("" if run.seed is None else f" / seed {run.seed}")
+             + (f" x{run.world_size} ranks" if run.world_size else "")
              + (f", study {run.study} trial {run.number}" if run.trial else "")
              + f": re-running (recorded: {run.status})")
         details = {"reproduction": {

@@ -13,7 +13,7 @@ from d500.cli import ArgumentParser, seed, stdout_console
 from d500.competition.reproduce_compare import show
 
 HEADERS = ("run", "workload", "backend", "seed", "trial", "ranks", "reproduced as", "status",
-           "epochs", "steps", "val acc", "test acc", "evaluations", "verdict")
+           "epochs", "steps", "val acc", "test acc", "evaluations / figures", "verdict")
 
 
 def main(argv: list[str], prog: str = "d500 reproduce") -> int:
@@ -60,13 +60,21 @@ def row(report: Any) -> list[str]:
     by = {c.name: c for c in report.checks}
     acc = by.get("test_accuracy") or by.get("final_test_accuracy")
     series = by.get("evaluations")
+    if series is not None:
+        compared = series.note
+    elif report.level == 1:
+        from d500.competition.reproduce_level1 import summary
+        compared = summary(report.checks)
+    else:
+        compared = "-"
     verdict = report.verdict if report.verdict == "agrees" else report.verdict.upper()
-    return [str(report.origin_id), str(report.workload), str(report.backend), str(report.seed),
+    seed = "-" if report.seed is None else str(report.seed)
+    return [str(report.origin_id), str(report.workload), str(report.backend), seed,
             report.trial or "-", str(report.world_size or "-"),
             "-" if report.run_id is None else str(report.run_id),
             _pair(by.get("status") or by.get("validation")),
             _pair(by.get("epochs")), _pair(by.get("steps")), _pair(by.get("val_accuracy")),
-            _pair(acc), series.note if series is not None else "-", verdict]
+            _pair(acc), compared, verdict]
 
 
 def render(result: Any) -> None:
@@ -105,7 +113,8 @@ def render(result: Any) -> None:
     bad = [r for r in result.runs if not r.agrees]
     out(f"{len(result.runs) - len(bad)} of {len(result.runs)} run(s) agree with the package "
         "(what must not depend on the machine: status, steps and epochs to the target, "
-        "accuracies, evaluations, a validation's verdict; times are not compared)")
+        "accuracies, evaluations, a validation's verdict, a network's agreement with the "
+        "reference, node-test counts; times are not compared)")
 
 
 def as_json(result: Any) -> dict[str, Any]:

@@ -99,7 +99,9 @@ def show(value: Any) -> str:
     if isinstance(value, float):
         if math.isinf(value):
             return "inf"
-        return f"{value:.4f}" if not value.is_integer() else f"{value:g}"
+        if value.is_integer():
+            return f"{value:g}"
+        return f"{value:.3g}" if abs(value) < 1e-3 else f"{value:.4f}"
     return "-" if value is None else str(value)
 
 
@@ -127,7 +129,7 @@ def compare(recorded: dict[str, Any], reproduced: dict[str, Any], status: tuple[
     `exact` figures that must be equal (to 1e-9 relative) when both runs have them."""
     rec_series, rep_series = series
     checks = [Check("status", status[0], status[1], "equal", status[0] == status[1],
-                    _errors(errors))]
+                    error_note(errors))]
     shift = _crossing_shift(recorded, reproduced, rec_series, rep_series, sizes, target)
     for name in TO_TARGET:
         if name not in recorded and name not in reproduced:
@@ -184,7 +186,8 @@ def _time_budget(recorded: dict[str, Any], reproduced: dict[str, Any], status: t
             "difference of machine speed, not of the result (inconclusive)")
 
 
-def _errors(errors: tuple[str | None, str | None]) -> str:
+def error_note(errors: tuple[str | None, str | None]) -> str:
+    """The two runs' error lines when they differ (shown, not judged), else ""."""
     a, b = errors
     if a == b or not (a or b):
         return ""

@@ -1,15 +1,16 @@
 """One reproduction run in its own process: `python -m d500.competition.reproduce_job JOB.json`
-(a level-2 run, or a level-0 validation), or the same under `mpiexec -n N` (a level-3 run,
-every rank). The run goes through the real trainers (d500.training.trainer.train;
-d500.distributed.trainer.train; level 0: d500.operators.run.validate_cases) with
+(a level-2 run, a level-0 validation or a level-1 run), or the same under `mpiexec -n N` (a
+level-3 run, every rank). The run goes through the real trainers (d500.training.trainer.train;
+d500.distributed.trainer.train; level 0: d500.operators.run.validate_cases; level 1: net check,
+its bench without timing, the conformance suite: d500.competition.reproduce_level1) with
 the origin's seed, recipe, backend and thread count, into the ledger the job names, each new
 run stamped with the job's `details` from its start. Rank 0 (or the one process) writes
 {"run_id", "status", "figures", "error", "threads"} to the job's `out` file.
 
 The job file (written by d500.competition.reproduce):
     {"level": 2, "ledger": PATH, "workload": PATH | null, "submission": DIR, "backend": "torch",
-     "case": NAME, "seed": 0, "params": {recipe_with parameters, or level 0's recorded
-     settings}, "threads": 2 | null,
+     "case": NAME, "seed": 0, "params": {recipe_with parameters, level 0's recorded settings,
+     or level 1's (d500.competition.reproduce_level1.prepare)}, "threads": 2 | null,
      "details": {...}, "data": DIR | null, "group": "...", "out": PATH}
 
 A separate process per run gives each its own thread count (TensorFlow cannot change its pools
@@ -122,10 +123,11 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         job = json.loads(Path(argv[0]).read_text())
-        if job["level"] == 0:
-            from d500.competition import reproduce_level0
+        if job["level"] in (0, 1):
+            from d500.competition import reproduce_level0, reproduce_level1
             from d500.ledger import Ledger
-            found = reproduce_level0.run(job, Stamped(Ledger(job["ledger"]), job["details"]))
+            found = (reproduce_level0 if job["level"] == 0 else reproduce_level1).run(
+                job, Stamped(Ledger(job["ledger"]), job["details"]))
         elif job["level"] == 3:
             if not launched_by_mpi():
                 raise D500Error("a level-3 reproduction runs under mpiexec")

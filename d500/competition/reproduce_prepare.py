@@ -184,6 +184,9 @@ def environment_changes(env: dict[str, Any] | None, backend: str | None) -> list
 def prepare(pkg: Any, run: Any, rules_dir: Path, folder: Path) -> Prepared:
     """A chosen run ready to re-run: the rulebook's workload (ConfigError unless the package's
     is the same), the packaged entry, the rebuilt recipe (Unreproducible if it cannot be)."""
+    if run.level == 1:
+        from d500.competition import reproduce_level1
+        return reproduce_level1.prepare(pkg, run, rules_dir, folder)
     if run.level == 0:
         path = (rulebook_file(pkg, run, rules_dir)
                 if run.row.get("workload_text") is not None else None)
@@ -206,7 +209,8 @@ def prepare(pkg: Any, run: Any, rules_dir: Path, folder: Path) -> Prepared:
 
 def preflight(prepared: Prepared, data_dir: str | None) -> None:
     """What this machine needs to re-run it, checked before any run starts (no framework is
-    imported): the backend installed, the dataset's files present, mpiexec for level 3."""
+    imported): the backend installed, the dataset's files present (levels 2 and 3), mpiexec
+    for level 3."""
     import sys
 
     from d500 import backends
@@ -216,6 +220,8 @@ def preflight(prepared: Prepared, data_dir: str | None) -> None:
     if run.backend not in backends.installed():
         raise UsageError(f"run {run.origin_id} ran on backend '{run.backend}', which is not "
                          f"installed here (installed: {', '.join(backends.installed())})")
+    if run.level == 1:
+        return
     from d500.training.data.dataset import check_present
     check_present(prepared.workload.dataset["name"], data_dir)
     if run.level == 3 and run.world_size:
