@@ -12,8 +12,7 @@ import onnx.backend.base
 import onnx.shape_inference
 from onnx import helper, numpy_helper
 
-from d500.backends.dataflow import outer_reads  # noqa: F401 - training_graph.py imports it here
-from d500.backends.trainer_base import Trainer  # the backends' trainer.py import it here
+from d500.backends.trainer_base import Trainer
 from d500.errors import UsageError
 
 

@@ -30,7 +30,7 @@ import re
 import onnx
 from onnx import helper
 
-from d500.backends.base import outer_reads
+from d500.backends.dataflow import outer_reads
 from d500.errors import ModelError
 
 MIN_OPSET = 14  # BatchNormalization's training_mode attribute (and its 3-output training form)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from d500.backends.base import Trainer
+from d500.backends.trainer_base import Trainer
 from d500.errors import UsageError
 
 

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from d500.backends.base import Trainer
 from d500.backends.graph import Program
 from d500.backends.tensorflow.core import plain
 from d500.backends.tensorflow.executable import translate
+from d500.backends.trainer_base import Trainer
 from d500.errors import UnsupportedOperator, UsageError
 
 

@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from d500.backends.base import Trainer
 from d500.backends.graph import Program
 from d500.backends.torch.dtypes import from_numpy, to_numpy
 from d500.backends.torch.executable import GraphModule, Plan, TorchExecutable, translate
+from d500.backends.trainer_base import Trainer
 
 # NumPy dtypes torch stores as they are: a batch of these goes in by torch.from_numpy (no copy).
 _DIRECT = {np.dtype(t) for t in (np.float32, np.float64, np.float16, np.int64, np.int32,
