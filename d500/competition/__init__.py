@@ -16,6 +16,7 @@ The package, one job per module:
     completeness the seeds and studies a workload requires, distinct seeds, gapless studies
     compliance   MLPerf's compliance checker (mlperf_logging) run on one d500 MLLOG
     consistency  each run's record (figures, evaluations, status, times) against its own MLLOG
+                 (consistency_training: the evaluations and times of level-2/3 runs)
     convergence  reference convergence: epochs-to-target tested against the workload's samples
     reference    measuring a workload's reference convergence (the organiser's runs)
     reproduce    re-running chosen runs of a package on this machine and comparing them

@@ -1,0 +1,304 @@
+"""The level-2/3 part of d500 check's consistency step (d500.competition.consistency): a training
+run's evaluations, target figures and times against its MLLOG, and the value helpers both use.
+
+Training runs (levels 2 and 3, but not a level-3 rank's own row) log the evaluations
+(d500.training.trainer, d500.distributed.loop): per evaluation eval_start, eval_accuracy (the
+validation accuracy, with epoch_num and samples_count = step x global batch) and eval_stop; then
+the test set is evaluated with the run clock paused and the evaluation row written. Checked:
+- the evaluation rows pair one to one, in order, with the eval_accuracy events (same epoch,
+  val_accuracy equal to the logged value, step x global_batch_size = samples_count); a run that
+  failed or was interrupted may have logged one evaluation it did not live to record;
+- micro_batch_size (level 2: batch_size; level 3: per_rank_batch_size), data_parallelism (the
+  world size), d500_target and train_samples/eval_samples against the workload's rules;
+- status, epochs, steps, time_to_accuracy: the first eval_accuracy at or above the workload's
+  target decides them as the trainer does (succeeded when its wall time is within max_seconds,
+  missed otherwise; epochs = its epoch_num, steps = its samples_count / global batch,
+  time_to_accuracy = its evaluation's wall time; infinity when missed); val_accuracy the last
+  logged eval_accuracy, final_test_accuracy the last evaluation's test accuracy, test_accuracy
+  that of the evaluation meeting the target;
+- time: the trainer's clock starts just after run_start is logged and reads its time
+  (`wall_time`, time_to_accuracy) just after eval_stop, less the test evaluations, which lie
+  between an earlier eval_stop and the next line logged. So each evaluation's wall time must lie
+  in [eval_stop - run_start - those gaps, eval_stop - run_start], widened by TOLERANCE_S +
+  TOLERANCE_REL x (eval_stop - run_start): log times are whole milliseconds, and the scheduler
+  may pause the process between logging a line and reading the clock (the 2 % also covers
+  drift between the wall clock and the monotonic one). Its `recorded` time lies between its
+  eval_stop and the next line logged;
+- the time split and throughput: train_time + data_time + eval_time at most the last
+  evaluation's wall time (the trainer's intervals are disjoint parts of it), samples_per_second
+  = last evaluation's step x global batch / train_time.
+Test accuracies and the training loss are in no log line but the figures': a sender who forges
+them must forge those lines and re-seal the log. That remains possible; only `d500 reproduce`
+checks the figures themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from d500 import mllog
+
+TOLERANCE_S = 0.1  # seconds: ms rounding and scheduler pauses between a log line and the clock
+TOLERANCE_REL = 0.02  # of the interval measured: clock drift, generously
+TARGET_FIGURES = ("time_to_accuracy", "epochs", "steps")
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What a workload's rules say that its runs' logs must agree with (None: not given)."""
+
+    target: float | None = None
+    max_seconds: float | None = None
+    train: int | None = None
+    validation: int | None = None
+
+
+class Training:
+    """A level-2/3 run's evaluations, target figures and times against its log."""
+
+    def __init__(self, run: Any, records: list[dict[str, Any]], workload: Rules):
+        self.run, self.records, self.rules = run, records, workload
+        self.first = {}
+        for r in records:
+            self.first.setdefault(r["key"], r)
+        self.evals = [i for i, r in enumerate(records) if r["key"] == mllog.EVAL_ACCURACY]
+        self.rows = [evaluation(e) for e in run.evaluations]
+        self.batch = number((self.first.get(mllog.GLOBAL_BATCH_SIZE) or {}).get("value"))
+        self.out: list[str] = []
+
+    def problems(self) -> list[str]:
+        self.keys()
+        paired = self.pairs()
+        if paired:
+            self.times()
+            self.target()
+            self.split()
+        return self.out
+
+    def keys(self) -> None:
+        """Batch, parallelism, target and split sizes the log states."""
+        run, hyper, rules = self.run, self.run.hyperparameters, self.rules
+        want = {mllog.MICRO_BATCH_SIZE: hyper.get("per_rank_batch_size",
+                                                  hyper.get("batch_size")),
+                "d500_target": rules.target, mllog.TRAIN_SAMPLES: rules.train,
+                mllog.EVAL_SAMPLES: rules.validation}
+        if run.level == 3:
+            want["data_parallelism"] = run.world_size or 1
+        for key, value in want.items():
+            line = self.first.get(key)
+            if value is not None and line is not None and not same(number(line["value"]),
+                                                                    number(value)):
+                self.out.append(f"its MLLOG's '{key}' is {line['value']!r}, but "
+                                f"{'its record' if key == mllog.MICRO_BATCH_SIZE else 'the rules'}"
+                                f" say {value!r}")
+
+    def pairs(self) -> bool:
+        """Evaluation rows against eval_accuracy lines, one to one; False when they cannot pair."""
+        rows, evals = self.rows, self.evals
+        extra = len(evals) - len(rows)
+        if extra < 0 or (extra > 0 and not (extra == 1 and self.run.status in
+                                             ("failed", "interrupted", "timeout"))):
+            self.out.append(f"{len(rows)} evaluation(s) recorded, but {len(evals)} eval_accuracy "
+                            "line(s) in its MLLOG")
+            return False
+        for n, (row, i) in enumerate(zip(rows, evals, strict=False), 1):
+            line = self.records[i]
+            epoch, count = (line["metadata"].get(k) for k in (mllog.EPOCH_NUM,
+                                                              mllog.SAMPLES_COUNT))
+            val = row["metrics"].get("val_accuracy")
+            where = f"evaluation {n} (epoch {row['epoch']})"
+            if not same(number(epoch), row["epoch"]):
+                self.out.append(f"{where}: its MLLOG's eval_accuracy {n} is at epoch {epoch}")
+            if not same(val, number(line["value"])):
+                self.out.append(f"{where}: val_accuracy {val!r}, but its MLLOG's eval_accuracy "
+                                f"says {line['value']!r}")
+            if (self.batch is not None and row["step"] is not None
+                    and not same(number(count), row["step"] * self.batch)):
+                self.out.append(f"{where}: step {row['step']} x global_batch_size "
+                                f"{self.batch:g}, but its MLLOG's samples_count is {count}")
+        return True
+
+    def bounds(self, n: int) -> tuple[float, float] | None:
+        """Seconds from run_start to evaluation n's eval_stop, less the longest the test
+        evaluations before it can have taken (low) and as logged (high); None: no such lines."""
+        start = self.first.get(mllog.RUN_START)
+        stop = self._after(self.evals[n], mllog.EVAL_STOP)
+        if start is None or stop is None:
+            return None
+        paused = 0.0
+        for i in self.evals[:n]:
+            j = self._after(i, mllog.EVAL_STOP)
+            if j is not None and j + 1 < len(self.records):
+                paused += self.records[j + 1]["time_ms"] - self.records[j]["time_ms"]
+        span = (self.records[stop]["time_ms"] - start["time_ms"]) / 1e3
+        return span - paused / 1e3, span
+
+    def _after(self, i: int, key: str) -> int | None:
+        return next((j for j in range(i, len(self.records)) if self.records[j]["key"] == key),
+                    None)
+
+    def _outside(self, value: float, n: int) -> str | None:
+        """Why `value` (seconds on the run clock at evaluation n) is not what the log allows."""
+        found = self.bounds(n)
+        if found is None or not real(value):
+            return None
+        low, high = found
+        slack = TOLERANCE_S + TOLERANCE_REL * high
+        if low - slack <= value <= high + slack:
+            return None
+        return (f"its MLLOG puts evaluation {n + 1} {low:.3f}-{high:.3f} s after run_start "
+                f"(eval_stop less the test evaluations before it; tolerance {slack:.3f} s)")
+
+    def times(self) -> None:
+        for n, row in enumerate(self.rows):
+            why = self._outside(row["wall_time"], n)
+            if why is not None:
+                self.out.append(f"evaluation {n + 1} (epoch {row['epoch']}): wall_time "
+                                f"{row['wall_time']:.3f} s, but {why}")
+            stop = self._after(self.evals[n], mllog.EVAL_STOP)
+            if stop is None or not real(row["recorded"]):
+                continue
+            low = self.records[stop]["time_ms"] / 1e3 - TOLERANCE_S
+            nxt = self.records[stop + 1]["time_ms"] if stop + 1 < len(self.records) else None
+            high = math.inf if nxt is None else (nxt + 1) / 1e3 + TOLERANCE_S
+            if not low <= row["recorded"] <= high:
+                self.out.append(f"evaluation {n + 1} (epoch {row['epoch']}): recorded at "
+                                f"{row['recorded']:.3f} (unix s), outside its MLLOG's "
+                                f"eval_stop..next line {low + TOLERANCE_S:.3f}-"
+                                f"{high - TOLERANCE_S:.3f}")
+
+    def target(self) -> None:
+        """Status and the target figures as the first evaluation meeting the target decides."""
+        run, figures, target = self.run, self.run.figures, self.rules.target
+        last = self.rows[-1] if self.rows else None
+        if last is not None and run.status in ("succeeded", "missed"):
+            for name, want in (("val_accuracy", self.records[self.evals[-1]]["value"]),
+                               ("final_test_accuracy", last["metrics"].get("test_accuracy"))):
+                if name in figures and not same(figures[name], number(want)):
+                    self.out.append(f"figure {name} is {figures[name]!r}, but its last "
+                                    f"evaluation says {want!r}")
+        if target is None or run.status not in ("succeeded", "missed"):
+            return
+        met = next((n for n, i in enumerate(self.evals)
+                    if (number(self.records[i]["value"]) or 0.0) >= target), None)
+        if met is None:
+            if run.status == "succeeded":
+                best = max((number(self.records[i]["value"]) or 0.0 for i in self.evals),
+                           default=None)
+                self.out.append(f"status 'succeeded', but no eval_accuracy in its MLLOG reaches "
+                                f"the target {target:g} (best {best!r})")
+            self._missed(figures)
+            return
+        row, line = self.rows[met], self.records[self.evals[met]]
+        at = f"the first evaluation meeting the target {target:g} in its MLLOG"
+        at += f" (eval_accuracy {line['value']!r}) is evaluation {met + 1}, at epoch "
+        at += f"{line['metadata'].get(mllog.EPOCH_NUM)}"
+        found = self.bounds(met)
+        budget = self.rules.max_seconds
+        if run.status == "missed" and budget is not None and found is not None \
+                and found[1] + TOLERANCE_S + TOLERANCE_REL * found[1] < budget:
+            self.out.append(f"status 'missed', but {at}, at most {found[1]:.3f} s into the run "
+                            f"by its MLLOG (budget {budget:g} s)")
+        if run.status == "missed":
+            self._missed(figures)
+            return
+        count = number(line["metadata"].get(mllog.SAMPLES_COUNT))
+        want = {"epochs": number(line["metadata"].get(mllog.EPOCH_NUM)),
+                "steps": None if count is None or not self.batch else count / self.batch,
+                "time_to_accuracy": row["wall_time"],
+                "test_accuracy": row["metrics"].get("test_accuracy")}
+        for name, value in want.items():
+            if name in figures and value is not None and not same(figures[name], value):
+                self.out.append(f"figure {name} is {figures[name]!r}, but {at} (its {name}: "
+                                f"{value!r})")
+        tta = figures.get("time_to_accuracy")
+        why = None if tta is None else self._outside(tta, met)
+        if why is not None:
+            self.out.append(f"figure time_to_accuracy is {tta!r} s (evaluation {met + 1} met "
+                            f"the target), but {why}")
+        if budget is not None and real(tta) and tta > budget:
+            self.out.append(f"status 'succeeded', but time_to_accuracy {tta!r} s exceeds the "
+                            f"budget {budget:g} s")
+
+    def _missed(self, figures: dict[str, Any]) -> None:
+        for name in TARGET_FIGURES:
+            if name in figures and figures[name] != math.inf:
+                self.out.append(f"figure {name} is {figures[name]!r}, but a run that missed its "
+                                "target records infinity")
+
+    def split(self) -> None:
+        """Time split and throughput against the last evaluation (succeeded and missed runs)."""
+        figures, last = self.run.figures, self.rows[-1] if self.rows else None
+        if last is None or self.run.status not in ("succeeded", "missed"):
+            return
+        parts = [figures.get(k) for k in ("train_time", "data_time", "eval_time")]
+        if all(real(p) for p in parts) and real(last["wall_time"]) \
+                and sum(parts) > last["wall_time"] * (1 + 1e-9) + 1e-9:
+            self.out.append(f"figures train_time + data_time + eval_time = {sum(parts):.6f} s, "
+                            f"more than the last evaluation's wall time {last['wall_time']:.6f} s "
+                            "(they are parts of it)")
+        rate, train = figures.get("samples_per_second"), figures.get("train_time")
+        if real(rate) and real(train) and train > 0 and self.batch and last["step"] is not None:
+            want = last["step"] * self.batch / train
+            if not math.isclose(rate, want, rel_tol=1e-9):
+                self.out.append(f"figure samples_per_second is {rate!r}, but its last "
+                                f"evaluation's step {last['step']} x global batch "
+                                f"{self.batch:g} / train_time {train!r} = {want!r}")
+
+
+# -- values -----------------------------------------------------------------------------------
+
+def evaluation(row: list[Any]) -> dict[str, Any]:
+    """An exported evaluation row [step, epoch, wall_time, metrics text, recorded] as a dict."""
+    try:
+        metrics = json.loads(row[3])
+    except (TypeError, ValueError):
+        metrics = {}
+    return {"step": row[0], "epoch": row[1], "wall_time": row[2],
+            "metrics": metrics if isinstance(metrics, dict) else {}, "recorded": row[4]}
+
+
+def canon(value: Any) -> str:
+    """A value as JSON text, the way the log writes it (non-finite floats as strings)."""
+    def plain(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {str(k): plain(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if isinstance(v, float) and not math.isfinite(v):
+            return str(v)
+        return v
+    return json.dumps(plain(value), sort_keys=True, default=str)
+
+
+def as_float(value: Any) -> Any:
+    """A logged number: the strings "inf", "-inf" and "nan" (how the log writes them) as floats."""
+    if isinstance(value, str) and value in ("inf", "-inf", "nan"):
+        return float(value)
+    return value
+
+
+def number(value: Any) -> float | None:
+    value = as_float(value)
+    return float(value) if real(value) or isinstance(value, float) else None
+
+
+def count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def real(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def same(a: Any, b: Any) -> bool:
+    """Two recorded numbers equal (both NaN counts as equal; ints and floats compare by value)."""
+    a, b = as_float(a), as_float(b)
+    if isinstance(a, bool) or isinstance(b, bool) or not all(
+            isinstance(x, (int, float)) for x in (a, b)):
+        return False
+    return a == b or (math.isnan(a) and math.isnan(b))
