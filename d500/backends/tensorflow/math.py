@@ -1,4 +1,4 @@
-"""Elementwise arithmetic, comparison, logic, bitwise and matrix operators in TensorFlow."""
+"""Elementwise arithmetic, comparison, logic, bitwise, matrix and cast operators in TensorFlow."""
 
 from __future__ import annotations
 
@@ -7,7 +7,15 @@ import functools
 import tensorflow as tf
 
 from d500.backends.graph import registry
-from d500.backends.tensorflow.core import norm_axis, static, tensor, with_kernel
+from d500.backends.tensorflow.core import (
+    norm_axis,
+    onnx_dtype,
+    static,
+    tensor,
+    tf_dtype,
+    with_kernel,
+)
+from d500.backends.tensorflow.dtypes import cast
 
 OPS, op = registry()
 
@@ -333,3 +341,20 @@ def Clip(node, x, lo=None, hi=None):
         x = tf.minimum(x, tensor(hi, x.dtype))
     return x
 
+
+@op
+def BitCast(node, x):
+    to = tf_dtype(node.attr("to"), node)
+    if x.dtype == tf.bool or to == tf.bool:  # one byte either way: 0 or 1
+        return tf.cast(x, to)
+    return tf.bitcast(x, to)
+
+
+@op
+def Cast(node, x):
+    return cast(node, x, node.attr("to"))
+
+
+@op
+def CastLike(node, x, like):
+    return cast(node, x, onnx_dtype(like.dtype))

@@ -25,6 +25,7 @@ from d500.backends.tensorflow import (
     control,
     conv,
     image,
+    indexing,
     math,
     ml,
     normalization,
@@ -101,7 +102,7 @@ def wrapped(name: str, fn):
 
 
 OPS: dict = {}
-for _module in (math, activations, softmax, conv, pooling, normalization, shape, reduce, control,
-                image, quantize, strings, ml, preview_training, rnn, signal):
+for _module in (math, activations, softmax, conv, pooling, normalization, shape, indexing, reduce,
+                control, image, quantize, strings, ml, preview_training, rnn, signal):
     for _key, _fn in _module.OPS.items():
         OPS[_key] = wrapped(_key.rpartition("::")[2], _fn)

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from d500.backends.graph import registry
 from d500.backends.tensorflow.core import NARROW, norm_axis, tf_dtype
+from d500.backends.tensorflow.dtypes import narrow_cast
 
 OPS, op = registry()
 
@@ -43,12 +44,10 @@ def QuantizeLinear(node, x, scale, zero_point=None):
 
 
 def _narrow(x, dtype):
-    from d500.backends.tensorflow.shape import _narrow_cast
-
     class _Saturating:
         def attr(self, name, default=None):
             return {"saturate": 1}.get(name, default)
-    return _narrow_cast(_Saturating(), x, dtype)
+    return narrow_cast(_Saturating(), x, dtype)
 
 
 def _quantize_narrow(node, x, s, zero_point, out_dtype):

@@ -1,7 +1,9 @@
-"""Reductions in TensorFlow: Reduce* (axes as attribute or input), ArgMax/ArgMin."""
+"""Reductions and order statistics in TensorFlow: Reduce* (axes as attribute or input),
+ArgMax/ArgMin, TopK."""
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 from d500.backends.graph import registry
@@ -93,3 +95,19 @@ def ArgMax(node, x):
 @op
 def ArgMin(node, x):
     return _arg(tf.argmin, node, x)
+
+
+@op
+def TopK(node, x, k):
+    axis = norm_axis(node.attr("axis", -1), x.shape.rank)
+    k = ints(k, node, "k")[0] if node.opset >= 10 else node.attr("k")
+    largest = node.attr("largest", 1)
+    r = x.shape.rank
+    perm = [i for i in range(r) if i != axis] + [axis]
+    inv = np.argsort(perm).tolist()
+    t = tf.transpose(x, perm)
+    # stable order: ties keep the smaller index first, as ONNX
+    idx = tf.argsort(t, axis=-1, direction="DESCENDING" if largest else "ASCENDING",
+                     stable=True)[..., :k]
+    vals = tf.gather(t, idx, batch_dims=r - 1)
+    return tf.transpose(vals, inv), tf.cast(tf.transpose(idx, inv), tf.int64)

@@ -1,16 +1,13 @@
-"""Shape, layout, indexing and tensor-creation operators in TensorFlow."""
+"""Shape, layout and tensor-creation operators in TensorFlow: constants, Shape/Size, reshapes,
+concatenation, slicing, padding, depth/space moves."""
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
-import onnx
 import tensorflow as tf
-from tensorflow.python.framework import dtypes as _dtypes
 
 from d500.backends.graph import registry
 from d500.backends.tensorflow.core import (
-    NARROW,
     ChannelsLast,
     attr_or_input,
     ints,
@@ -18,7 +15,6 @@ from d500.backends.tensorflow.core import (
     norm_axis,
     plain,
     shape_list,
-    static,
     tensor,
     tf_dtype,
     to_last,
@@ -48,83 +44,6 @@ def Constant(node):
     elif key in ("value_int", "value_ints"):
         value = np.asarray(value, np.int64)
     return tensor(np.asarray(value))
-
-
-def _onnx_type_of(node, name):
-    t = node.program.types.get(name) if node.program is not None else None
-    return t.tensor_type.elem_type if t is not None and t.HasField("tensor_type") else None
-
-
-def _cast(node, x, to):
-    dtype = tf_dtype(to, node)
-    if x.dtype == dtype:
-        return x
-    if dtype in NARROW or x.dtype in NARROW:
-        return _narrow_cast(node, x, dtype)
-    if dtype == tf.string:
-        if x.dtype.is_floating:
-            return _float_to_string(x)
-        return tf.strings.as_string(x)
-    if x.dtype == tf.string:
-        if dtype == tf.bool:
-            return tf.strings.to_number(x, tf.float64) != 0
-        wide = tf.float64 if dtype.is_floating else tf.int64
-        return tf.cast(tf.strings.to_number(x, wide), dtype)
-    if x.dtype.is_floating and dtype.is_integer:
-        x = tf.where(tf.math.is_finite(x), x, tf.zeros_like(x))  # NaN/inf: undefined in ONNX
-    if x.dtype == tf.bfloat16 or dtype == tf.bfloat16:
-        return tf.cast(tf.cast(x, tf.float32), dtype)
-    return tf.cast(x, dtype)
-
-
-def _narrow_cast(node, x, dtype):
-    """Casts to/from float8, int4, float4: TF's own kernels where they exist, else ml_dtypes."""
-    saturate = node.attr("saturate", 1)
-    if dtype in NARROW and dtype.is_floating and saturate and x.dtype != tf.string:
-        limit = float(ml_dtypes.finfo(dtype.as_numpy_dtype).max)
-        x = tf.cast(x, tf.float32) if x.dtype in NARROW else x
-        x = tf.where(tf.math.is_nan(x), x, tf.clip_by_value(x, -limit, limit))
-    if x.dtype == tf.string:
-        x = _cast(node, x, onnx.TensorProto.FLOAT)
-    if dtype == tf.string:
-        return _cast(node, _narrow_cast(node, x, tf.float32), onnx.TensorProto.STRING)
-    native = {_dtypes.float8_e4m3fn, _dtypes.float8_e5m2}
-    if (dtype in native and x.dtype in (tf.float32, tf.float16, tf.bfloat16)) or (
-            x.dtype in native and dtype in (tf.float32, tf.float16, tf.bfloat16)):
-        return tf.cast(x, dtype)
-    target = dtype.as_numpy_dtype
-    return tf.numpy_function(lambda a: np.asarray(a).astype(target), [x], dtype, stateful=False)
-
-
-def _float_to_string(x):
-    def fmt(a):
-        flat = np.asarray(a).reshape(-1)
-        return np.array([str(np.float32(v)) if a.dtype == np.float32 else str(v)
-                         for v in flat], dtype=object).reshape(np.shape(a)).astype(bytes)
-    return tf.numpy_function(fmt, [x], tf.string, stateful=False)
-
-
-@op
-def BitCast(node, x):
-    to = tf_dtype(node.attr("to"), node)
-    if x.dtype == tf.bool or to == tf.bool:  # one byte either way: 0 or 1
-        return tf.cast(x, to)
-    return tf.bitcast(x, to)
-
-
-@op
-def Cast(node, x):
-    return _cast(node, x, node.attr("to"))
-
-
-@op
-def CastLike(node, x, like):
-    return _cast(node, x, onnx_dtype_of(like))
-
-
-def onnx_dtype_of(x):
-    from d500.backends.tensorflow.core import onnx_dtype
-    return onnx_dtype(x.dtype)
 
 
 @op
@@ -236,77 +155,6 @@ def Slice(node, x, starts=None, ends=None, axes=None, steps=None):
 
 
 @op
-def Gather(node, x, indices):
-    axis = norm_axis(node.attr("axis", 0), x.shape.rank)
-    size = tf.shape(x, out_type=indices.dtype)[axis]
-    indices = tf.where(indices < 0, indices + size, indices)
-    return tf.gather(x, indices, axis=axis)
-
-
-def _element_coords(node, x, indices):
-    """Full coordinates of each element of GatherElements/ScatterElements: `indices` on `axis`."""
-    axis = norm_axis(node.attr("axis", 0), x.shape.rank)
-    size = tf.shape(x, out_type=indices.dtype)[axis]
-    indices = tf.cast(tf.where(indices < 0, indices + size, indices), tf.int64)
-    grids = tf.meshgrid(*[tf.range(d, dtype=tf.int64) for d in shape_list(indices)],
-                        indexing="ij")
-    grids[axis] = indices
-    return tf.stack(grids, -1)
-
-
-@op
-def GatherElements(node, x, indices):
-    return tf.gather_nd(x, _element_coords(node, x, indices))
-
-
-@op
-def GatherND(node, x, indices):
-    b = node.attr("batch_dims", 0)
-    shape = tf.shape(x, out_type=indices.dtype)
-    k = indices.shape[-1]
-    dims = shape[b:b + k]
-    indices = tf.where(indices < 0, indices + dims, indices)
-    return tf.gather_nd(x, indices, batch_dims=b)
-
-
-def _scatter(x, idx, upd, reduction):
-    if reduction in (None, "none"):
-        return tf.tensor_scatter_nd_update(x, idx, upd)
-    fn = {"add": tf.tensor_scatter_nd_add, "max": tf.tensor_scatter_nd_max,
-          "min": tf.tensor_scatter_nd_min}.get(reduction)
-    if fn is not None:
-        return fn(x, idx, upd)
-    if reduction == "mul":  # sequential product over (possibly repeated) indices
-        n = idx.shape[0]
-        for i in range(n):
-            cur = tf.gather_nd(x, idx[i:i + 1])
-            x = tf.tensor_scatter_nd_update(x, idx[i:i + 1], cur * upd[i:i + 1])
-        return x
-    raise ValueError(reduction)
-
-
-@op
-def ScatterND(node, x, indices, updates):
-    indices = tf.cast(indices, tf.int64)
-    shape = tf.shape(x, out_type=tf.int64)[:indices.shape[-1]]
-    indices = tf.where(indices < 0, indices + shape, indices)
-    reduction = node.attr("reduction", "none")
-    if reduction == "mul":
-        k = indices.shape[-1]
-        flat_i = tf.reshape(indices, [-1, k])
-        flat_u = tf.reshape(updates, [-1, *updates.shape[indices.shape.rank - 1:]])
-        return _scatter(x, flat_i, flat_u, reduction)
-    return _scatter(x, indices, updates, reduction)
-
-
-@op(names=("ScatterElements", "Scatter"))  # Scatter (opset 9-10): ScatterElements, no reduction
-def ScatterElements(node, x, indices, updates):
-    idx = tf.reshape(_element_coords(node, x, indices), [-1, x.shape.rank])
-    return _scatter(x, idx, tf.reshape(updates, [-1]), node.attr("reduction", "none"))
-
-
-
-@op
 def Expand(node, x, shape):
     target = ints(shape, node, "shape")
     current = shape_list(x)
@@ -415,91 +263,6 @@ def EyeLike(node, x):
 
 
 @op
-def OneHot(node, indices, depth, values):
-    axis = node.attr("axis", -1)
-    axis = axis + indices.shape.rank + 1 if axis < 0 else axis
-    d = int(np.asarray(static(depth)).reshape(-1)[0])
-    idx = tf.cast(indices, tf.int64)
-    idx = tf.where(idx < 0, idx + d, idx)
-    return tf.one_hot(idx, d, on_value=values[1], off_value=values[0], axis=axis)
-
-
-@op
-def NonZero(node, x):
-    return tf.transpose(tf.where(tf.cast(x, tf.bool) if x.dtype != tf.bool else x))
-
-
-@op
-def TopK(node, x, k):
-    axis = norm_axis(node.attr("axis", -1), x.shape.rank)
-    k = ints(k, node, "k")[0] if node.opset >= 10 else node.attr("k")
-    largest = node.attr("largest", 1)
-    r = x.shape.rank
-    perm = [i for i in range(r) if i != axis] + [axis]
-    inv = np.argsort(perm).tolist()
-    t = tf.transpose(x, perm)
-    # stable order: ties keep the smaller index first, as ONNX
-    idx = tf.argsort(t, axis=-1, direction="DESCENDING" if largest else "ASCENDING",
-                     stable=True)[..., :k]
-    vals = tf.gather(t, idx, batch_dims=r - 1)
-    return tf.transpose(vals, inv), tf.cast(tf.transpose(idx, inv), tf.int64)
-
-
-@op
-def Trilu(node, x, k=None):
-    k = 0 if k is None else ints(k, node, "k")[0]
-    n, m = shape_list(x)[-2:]
-    rows = tf.range(n, dtype=tf.int64)[:, tf.newaxis]
-    cols = tf.range(m, dtype=tf.int64)[tf.newaxis, :]
-    keep = cols - rows >= k if node.attr("upper", 1) else cols - rows <= k
-    return tf.where(keep, x, tf.zeros_like(x))
-
-
-@op
-def Compress(node, x, condition):
-    axis = node.attr("axis")
-    cond = tf.cast(condition, tf.bool)
-    if axis is None:
-        x = tf.reshape(x, [-1])
-        axis = 0
-    axis = norm_axis(axis, x.shape.rank)
-    n, m = x.shape[axis], cond.shape[0]
-    if n is not None and m is not None:
-        cond = cond[:n] if m > n else tf.concat([cond, tf.zeros([n - m], tf.bool)], 0)
-    return tf.boolean_mask(x, cond, axis=axis)
-
-
-@op
-def ReverseSequence(node, x, lengths):
-    return tf.reverse_sequence(x, lengths, seq_axis=node.attr("time_axis", 0),
-                               batch_axis=node.attr("batch_axis", 1))
-
-
-@op
-def Unique(node, x):
-    """Unique values (sorted unless sorted=0), first indices, inverse indices and counts."""
-    axis = node.attr("axis")
-    srt = node.attr("sorted", 1)
-
-    def unique(a):
-        flat = np.asarray(a).reshape(-1) if axis is None else np.asarray(a)
-        values, first, inverse, counts = np.unique(flat, return_index=True,
-                                                   return_inverse=True, return_counts=True,
-                                                   axis=axis)
-        if not srt:
-            order = np.argsort(first, kind="stable")
-            rank = np.empty_like(order)
-            rank[order] = np.arange(len(order))
-            values = values[order] if axis is None else np.take(values, order, axis=axis)
-            first, counts, inverse = first[order], counts[order], rank[inverse]
-        return (values.astype(flat.dtype), first.astype(np.int64),
-                inverse.reshape(-1).astype(np.int64), counts.astype(np.int64))
-    out = tf.numpy_function(unique, [x], [x.dtype, tf.int64, tf.int64, tf.int64],
-                            stateful=False)
-    return tuple(out)
-
-
-@op
 def CenterCropPad(node, x, shape):
     target = ints(shape, node, "shape")
     axes = node.attr("axes")
@@ -515,4 +278,3 @@ def CenterCropPad(node, x, shape):
             width[a] = [before, t - size - before]
             x = tf.pad(x, width)
     return x
-

@@ -18,6 +18,7 @@ from d500.backends.torch import (
     conv,
     detection,
     image,
+    indexing,
     linalg,
     math,
     normalization,
@@ -38,8 +39,8 @@ from d500.errors import D500Error, UsageError
 
 # The op table: ONNX op type (prefixed by "domain::" outside the default domain) -> function.
 OPS = {**math.OPS, **activations.OPS, **softmax.OPS, **conv.OPS, **pooling.OPS,
-       **normalization.OPS, **shape.OPS, **reduce.OPS, **linalg.OPS, **control.OPS,
-       **image.OPS, **rnn.OPS, **spectral.OPS, **strings.OPS, **detection.OPS,
+       **normalization.OPS, **shape.OPS, **indexing.OPS, **reduce.OPS, **linalg.OPS,
+       **control.OPS, **image.OPS, **rnn.OPS, **spectral.OPS, **strings.OPS, **detection.OPS,
        **preview_training.OPS}
 
 
