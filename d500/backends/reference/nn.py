@@ -176,8 +176,10 @@ def GlobalMaxPool(s: Step, g: list[Grad]) -> list[Grad]:
 def BatchNormalization(s: Step, g: list[Grad]) -> list[Grad]:
     x, scale, bias, mean, var = s.x[:5]
     eps = s.attr("epsilon", 1e-5)
-    axes = (0, *range(2, x.ndim))
-    shape = (1, -1) + (1,) * (x.ndim - 2)
+    if s.opset < 9 and s.attr("spatial", 1) == 0:  # BN-7 spatial=0: (C, D1, ..., Dn) parameters
+        axes, shape = (0,), (1, *x.shape[1:])
+    else:
+        axes, shape = (0, *range(2, x.ndim)), (1, -1) + (1,) * (x.ndim - 2)
     gy = np.asarray(g[0])
     if s.attr("training_mode", 0):
         m = x.mean(axis=axes)
@@ -191,13 +193,14 @@ def BatchNormalization(s: Step, g: list[Grad]) -> list[Grad]:
             - xhat * (gxhat * xhat).sum(axis=axes).reshape(shape))
         return [like(gx, x), like((gy * xhat).sum(axis=axes), scale),
                 like(gy.sum(axis=axes), bias), None, None]
+    scale, bias, mean, var = (v.reshape(shape[1:]) for v in (scale, bias, mean, var))
     inv = 1 / np.sqrt(var + eps)
-    xhat = (x - mean.reshape(shape)) * inv.reshape(shape)
-    gsum = gy.sum(axis=axes)
-    gxhat_sum = (gy * xhat).sum(axis=axes)
-    return [like(gy * (scale * inv).reshape(shape), x), like(gxhat_sum, scale),
-            like(gsum, bias), like(-gsum * scale * inv, mean),
-            like(-0.5 * gxhat_sum * scale / (var + eps), var)]
+    xhat = (x - mean) * inv
+    gsum = gy.sum(axis=axes, keepdims=True)[0]
+    gxhat_sum = (gy * xhat).sum(axis=axes, keepdims=True)[0]
+    grads = [gy * (scale * inv), gxhat_sum, gsum, -gsum * scale * inv,
+             -0.5 * gxhat_sum * scale / (var + eps)]
+    return [like(np.reshape(d, v.shape), v) for d, v in zip(grads, s.x[:5])]
 
 
 @op

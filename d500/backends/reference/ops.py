@@ -118,18 +118,26 @@ class Hardmax(_Hardmax):
 @op
 class BatchNormalization(OpRun):
     """BatchNormalization; before opset 14 a one-output node is inference (ReferenceEvaluator's
-    BatchNormalization_9 uses batch statistics whenever momentum has its default)."""
+    BatchNormalization_9 uses batch statistics whenever momentum has its default); BN-7's
+    spatial=0 (ignored by ReferenceEvaluator) normalises per activation."""
 
     op_domain = ""
 
     def _run(self, x, scale, bias, mean, var, epsilon=None, momentum=None,  # type: ignore[override]
-             training_mode=None, **_: Any):
+             training_mode=None, spatial=None, **_: Any):
         from onnx.reference.ops.op_batch_normalization import (
             _batchnorm_test_mode,
             _batchnorm_training_mode,
         )
         opsets = self.run_params.get("opsets", {})
         opset = opsets.get("", opsets.get("ai.onnx", 14))
+        if opset < 9 and spatial == 0:
+            # scale, B, mean and var are (C, D1, ..., Dn), statistics over the batch axis only:
+            # the batch norm of x flattened to (N, C*D1*...*Dn), as BN-9's documentation says
+            flat = x.reshape(x.shape[0], int(np.prod(x.shape[1:])))
+            out = self._run(flat, *(v.reshape(-1) for v in (scale, bias, mean, var)),
+                            epsilon=epsilon, momentum=momentum, training_mode=training_mode)
+            return (out[0].reshape(x.shape), *(v.reshape(mean.shape) for v in out[1:]))
         n_out = len([o for o in self.onnx_node.output if o])
         epsilon = 1e-5 if epsilon is None else epsilon
         if (opset < 14 and n_out == 1) or (opset >= 14 and not training_mode):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from d500.backends.graph import registry
-from d500.backends.tensorflow.core import ChannelsLast, norm_axis, plain
+from d500.backends.tensorflow.core import ChannelsLast, norm_axis, plain, shape_list
 
 OPS, op = registry()
 
@@ -20,6 +20,15 @@ def BatchNormalization(node, x, scale, bias, mean, var):
     eps = node.attr("epsilon", 1e-5)
     training = node.attr("training_mode", 0) or (node.opset < 7 and not node.attr(
         "is_test", 0) and len(node.outputs) > 1)
+    if node.opset < 9 and not node.attr("spatial", 1) and not training:
+        # BN-7 spatial=0: scale, B, mean and var are (C, D1, ..., Dn), broadcast over the batch
+        # axis only (statistics per activation)
+        x = plain(x)
+        inv = scale * tf.math.rsqrt(var + tf.cast(eps, var.dtype))
+        shift = bias - mean * inv
+        per_activation = shape_list(x)[1:]
+        return (x * tf.cast(tf.reshape(inv, per_activation), x.dtype)
+                + tf.cast(tf.reshape(shift, per_activation), x.dtype))
     if isinstance(x, ChannelsLast) and not training:
         inv = scale * tf.math.rsqrt(var + tf.cast(eps, var.dtype))
         shift = bias - mean * inv

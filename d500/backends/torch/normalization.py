@@ -42,6 +42,11 @@ class _BatchNormStats(torch.autograd.Function):
 @op
 def BatchNormalization(node, x, scale, bias, mean, var):
     eps = node.attr("epsilon", 1e-5)
+    if node.opset < 9 and not node.attr("spatial", 1):
+        # BN-7 spatial=0: scale, B, mean and var are (C, D1, ..., Dn), statistics over the batch
+        # axis only: the batch norm of x flattened to (N, C*D1*...*Dn)
+        y = _inference(x.flatten(1), *(v.reshape(-1) for v in (scale, bias, mean, var)), eps)
+        return y.reshape(x.shape)
     if node.opset >= 14 and node.attr("training_mode", 0):
         # Normalised by the batch's mean and population variance in torch's fused training
         # kernel (one pass for the statistics, one kernel backward), whose saved statistics give
@@ -61,6 +66,11 @@ def BatchNormalization(node, x, scale, bias, mean, var):
         with torch.no_grad():
             return (y, mean * momentum + batch_mean.to(mean.dtype) * (1 - momentum),
                     var * momentum + batch_var.to(var.dtype) * (1 - momentum))
+    return _inference(x, scale, bias, mean, var, eps)
+
+
+def _inference(x, scale, bias, mean, var, eps):
+    """Batch norm by the given statistics (per channel: axis 1), differentiable in all of them."""
     if (mean.requires_grad or var.requires_grad) and torch.is_grad_enabled():
         return _BatchNormStats.apply(x, scale, bias, mean, var, eps)
     return F.batch_norm(x, mean, var, scale, bias, False, 0.0, eps)
