@@ -37,9 +37,10 @@ def main(argv: list[str], prog: str = "d500 train") -> int:
 def train_level2(args: Any, workload: Any, entry: Any) -> int:
     """The level-2 runs of `d500 train`, one per seed, each printed as one line."""
     from d500.ledger import Ledger
-    from d500.training.trainer import train
+    from d500.training.trainer import preflight, train
 
     configure_threads(args)  # after the cheap checks, before the framework runs anything
+    preflight(workload, entry.recipe, args.backend, args.data)  # bad input: one line, no run
     ledger = Ledger()
     seeds = choose_seeds(ledger, workload, entry, args)
     out = stdout_console()

@@ -68,13 +68,14 @@ def train(workload: Workload, recipe: Recipe, backend: str, seed: int, *, ledger
           study: Any = None, trial: int | None = None, progress: Progress | None = None,
           run_kwargs: dict[str, Any] | None = None) -> Result:
     """Run one training run and record it; returns its status and figures. Bad input (a recipe
-    outside the rules, an unknown backend) raises before any run is recorded; anything that
-    goes wrong after the run opened (a crash in the submission's optimizer, an operator the
-    backend lacks, a missing dataset file) ends the run `failed` with the error."""
+    outside the rules, an unknown backend, a model no trainer can train: see `preflight`)
+    raises before any run is recorded; anything that goes wrong after the run opened (a crash
+    in the submission's optimizer, an operator the backend lacks, a corrupt dataset file) ends
+    the run `failed` with the error."""
     from d500.ledger import Ledger
     from d500.provenance import LoadWatch
 
-    backend_cls = preflight(workload, recipe, backend, data_dir)
+    backend_cls, model = ready(workload, recipe, backend, data_dir, seed)
     ledger = ledger if ledger is not None else Ledger()
     hyper = recipe.hyperparameters_logged()
     details: dict[str, Any] = {"target": workload.target,
@@ -90,8 +91,8 @@ def train(workload: Workload, recipe: Recipe, backend: str, seed: int, *, ledger
                           workload_file=workload.path, submission_files=list(submission_files),
                           study=study, trial=trial, begin=False, **(run_kwargs or {})) as run:
         try:
-            figures, status, error = _train(run, workload, recipe, backend_cls, seed, data_dir,
-                                            progress)
+            figures, status, error = _train(run, workload, recipe, backend_cls, model, seed,
+                                            data_dir, progress)
         except Diverged as err:
             run.finish("diverged", figures=missed_figures(workload), error=str(err),
                        details=ended())
@@ -108,10 +109,20 @@ def train(workload: Workload, recipe: Recipe, backend: str, seed: int, *, ledger
 
 def preflight(workload: Workload, recipe: Recipe, backend: str, data_dir: str | None) -> Any:
     """The checks `train` makes before it records anything (a recipe inside the rules, the
-    dataset's files present, a trainable backend); returns the backend class. Deterministic,
-    so every MPI rank given the same input fails the same way before any communication."""
+    dataset's files present, a trainable backend, a model every trainer can train:
+    d500.training.trainable says which model problems are the workload's); returns the backend
+    class. Deterministic, so every MPI rank given the same input fails the same way before any
+    communication."""
+    return ready(workload, recipe, backend, data_dir, seed=0)[0]
+
+
+def ready(workload: Workload, recipe: Recipe, backend: str, data_dir: str | None, seed: int
+          ) -> tuple[Any, Any]:
+    """`preflight`'s checks with the model of the run of `seed` built and checked: (the backend
+    class, the model), so that a run builds its model once."""
     from d500 import backends
     from d500.training.data.dataset import check_present
+    from d500.training.trainable import trainable_model
 
     recipe.check(workload)
     check_present(workload.dataset["name"], data_dir)
@@ -119,7 +130,7 @@ def preflight(workload: Workload, recipe: Recipe, backend: str, data_dir: str | 
     if not getattr(backend_cls, "trainable", True):
         raise D500Error(f"backend '{backend}' cannot train (inference only); choose one of "
                         f"the trainable backends")
-    return backend_cls
+    return backend_cls, trainable_model(workload, seed)
 
 
 def load_record(watch: Any, world_size: int | None = None) -> dict[str, Any]:
@@ -139,16 +150,16 @@ def missed_figures(workload: Workload) -> dict[str, float]:
     return {"time_to_accuracy": math.inf} if "time_to_accuracy" in workload.metrics else {}
 
 
-def _train(run: Any, workload: Workload, recipe: Recipe, backend_cls: Any, seed: int,
-           data_dir: str | None, progress: Progress | None
+def _train(run: Any, workload: Workload, recipe: Recipe, backend_cls: Any, model: Any,
+           seed: int, data_dir: str | None, progress: Progress | None
            ) -> tuple[dict[str, float], str, str]:
     from d500.training.data import dataset as datasets
     from d500.training.data.samplers import EpochSampler
     from d500.training.data.splits import split
 
-    # -- init: no data touched; the model translated, the optimizer built
-    shape, classes = datasets.shape_of(workload.dataset["name"])
-    model = workload.build_model(seed, shape, classes)
+    # -- init: no data touched; the model (built and checked by `ready`) translated, the
+    # optimizer built
+    shape, _ = datasets.shape_of(workload.dataset["name"])
     exe = backend_cls.prepare(model)
     stepper = exe.trainer(recipe.optimizer(backend_cls.name), loss="loss", native=recipe.native)
     log = run.mllog

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from d500.training.submission import Submission
-from d500.training.trainer import Progress, Result, train
+from d500.training.trainer import Progress, Result, preflight, train
 from d500.training.workloads import Workload
 
 DONE = ("succeeded", "missed", "diverged", "failed", "timeout")  # a trial not to run again
@@ -115,8 +115,9 @@ def tune(workload: Workload, submission: Submission, backend: str, *, studies: i
     trial. (d500.training.tune_parallel shares the trials among MPI ranks.)"""
     from d500.ledger import Ledger
 
-    ledger = ledger if ledger is not None else Ledger()
     schedule = plan(workload, submission, studies, trials)
+    preflight(workload, submission.recipe, backend, data_dir)  # bad input: no study opened
+    ledger = ledger if ledger is not None else Ledger()
     report = TuneReport()
     for study_trials, opened in zip(schedule, open_studies(ledger, workload, submission,
                                                            backend, studies, trials)):
