@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test browser clean
+.PHONY: install run test lint browser clean
 
 install: $(STAMP)
 
@@ -23,7 +23,12 @@ browser:
 run: install
 	$(BIN)/d500 run
 
-test: install browser
+# Style: ruff's pycodestyle, pyflakes and import-order rules (pyproject.toml), pinned.
+lint: install
+	$(BIN)/python -m pip install --quiet -c constraints.txt ruff
+	$(BIN)/ruff check d500 tests benchmarks submissions metrics
+
+test: install browser lint
 	$(BIN)/python -m pytest -q -ra --durations=20
 
 clean:

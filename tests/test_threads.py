@@ -1,5 +1,5 @@
-"""--threads: one count reaches torch, TensorFlow (intra and inter), onnxruntime sessions and NumPy's
-BLAS, is recorded in every run's provenance and shown on the leaderboard; TensorFlow already
+"""--threads: one count reaches torch, TensorFlow (intra and inter), onnxruntime sessions and
+NumPy's BLAS, is recorded in every run's provenance and shown on the leaderboard; TensorFlow already
 running with another count is an error that says why. Each case runs in its own process."""
 
 from __future__ import annotations

@@ -1,1 +1,2 @@
-"""Level 3: distributed training over MPI: communicator, compression, schemes, trainer, scaling model."""
+"""Level 3: distributed training over MPI: communicator, compression, schemes, trainer,
+scaling model."""

@@ -62,8 +62,9 @@ def agree_on_inputs(mpi: Any, items: Sequence[tuple[str, Callable[[], bytes]]]) 
 
 def together(mpi: Any, check: Callable[[], T]) -> T:
     """Run `check` on every rank, then compare outcomes: if it raised on any rank, every rank
-    raises that rank's error as a D500Error (a crash: exit code 1) (the lowest failing rank's, prefixed with its number
-    when the ranks differ); otherwise every rank returns its own value."""
+    raises that rank's error as a D500Error (a crash: exit code 1) (the lowest failing rank's,
+    prefixed with its number when the ranks differ); otherwise every rank returns its own
+    value."""
     try:
         value, failure = check(), None
     except Exception as err:  # noqa: BLE001 - any failure here must reach every rank

@@ -1,8 +1,8 @@
-"""`mpiexec -n N d500 train levels/3-distributed/WORKLOAD.yaml --submission DIR`: the level-3 side of
-`d500 train` (d500.training.cli hands over here). Every rank runs the same command; they first
-compare digests of the command line, the workload file and the submission folder; every check
-that follows fails on all ranks alike (one line each, exit 2, no rank left waiting). Rank 0 picks
-the seeds, records each run and prints its line; the other ranks print only errors.
+"""`mpiexec -n N d500 train levels/3-distributed/WORKLOAD.yaml --submission DIR`: the level-3 side
+of `d500 train` (d500.training.cli hands over here). Every rank runs the same command; they first
+compare digests of the command line, the workload file and the submission folder; every check that
+follows fails on all ranks alike (one line each, exit 2, no rank left waiting). Rank 0 picks the
+seeds, records each run and prints its line; the other ranks print only errors.
 
 `d500 train` of a level-3 workload without an MPI launcher, at a world size the workload does not
 allow, or of an entry naming an unknown scheme is refused the same way.

@@ -44,7 +44,8 @@ def test_default_targets_are_float_parameters_and_float_inputs(name):
     assert rep.gradient_targets(feeds()) == ["w", "x"]
     outs, grads = rep.gradients(feeds(), output="y")
     assert sorted(grads) == ["w", "x"]
-    # y rows are rows 3 and 0 of (x @ w).reshape(4, 2): row 3 is x[1] @ w[:, 2:], row 0 x[0] @ w[:, :2]
+    # y rows are rows 3 and 0 of (x @ w).reshape(4, 2):
+    # row 3 is x[1] @ w[:, 2:], row 0 x[0] @ w[:, :2]
     x = feeds()["x"]
     np.testing.assert_allclose(outs[0], [x[1] @ w[:, 2:], x[0] @ w[:, :2]], rtol=1e-12)
     want_x = np.array([w[:, :2].sum(axis=1), w[:, 2:].sum(axis=1)])

@@ -1,7 +1,7 @@
-"""Training-mode BatchNormalization through the Trainers (torch, tensorflow, reference): the training
-form of a model, batch statistics in step(), running statistics as buffers updated by momentum,
-predictions from the running statistics, cross-framework parity on ResNet-20, models without
-batch norm untouched."""
+"""Training-mode BatchNormalization through the Trainers (torch, tensorflow, reference): the
+training form of a model, batch statistics in step(), running statistics as buffers updated by
+momentum, predictions from the running statistics, cross-framework parity on ResNet-20, models
+without batch norm untouched."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ MOMENTUM = 0.9  # BatchNormalization's default
 
 
 def tiny(seed: int = 0, opset: int = 17) -> onnx.ModelProto:
-    """conv3x3(3->4, no bias) -> BatchNormalization -> Relu -> GlobalAveragePool -> Gemm(5), loss."""
+    """conv3x3(3->4, no bias) -> BatchNormalization -> Relu -> GlobalAveragePool -> Gemm(5),
+    loss."""
     g = _Graph(seed)
     h = g.relu(g.batchnorm(g.conv("input", 3, 4, 3, pad=1, bias=False), 4))
     h = g.flatten(g.node("GlobalAveragePool", [h], g.name("gap")))

@@ -28,11 +28,11 @@ def _installed(*distributions: str) -> bool:
 if not _installed("tensorflow-cpu", "tensorflow"):
     pytest.skip("tensorflow is not installed (pip install 'd500[tensorflow]')",
                 allow_module_level=True)
-import tensorflow as tf
-from small_cnn import small_cnn
+import tensorflow as tf  # noqa: E402 - only once it is known to be installed
+from small_cnn import small_cnn  # noqa: E402
 
-from d500.backends.tensorflow import TensorFlowBackend
-from d500.errors import UnsupportedOperator, UsageError
+from d500.backends.tensorflow import TensorFlowBackend  # noqa: E402
+from d500.errors import UnsupportedOperator, UsageError  # noqa: E402
 
 
 # -- a small CNN, in ONNX and natively in TensorFlow with the same weights ---------------------

@@ -1,5 +1,6 @@
 """Shared fixtures of the competition tests: one real digits entry, trained once per session with
-the real `d500 train` and `d500 tune` commands into its own ledger, and packaged with `d500 package`.
+the real `d500 train` and `d500 tune` commands into its own ledger, and packaged with
+`d500 package`.
 
     rules_dir       a rules folder laid out like levels/: 2-training/digits-mlp.yaml is the
                     rulebook's file with `seeds: 2`, `tuning: {studies: 2, trials: 2, seed: 0}` and

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from d500 import levels
-from d500.levels import Context, RunOptions
 from d500.ledger import Ledger
+from d500.levels import Context, RunOptions
 from tests.distributed import level3_jobs as jobs
 
 

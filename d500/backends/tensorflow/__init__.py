@@ -30,7 +30,11 @@ def _import_tensorflow() -> None:
 
 _import_tensorflow()
 
-from d500.backends.tensorflow.executable import OnnxModule, TensorFlowBackend, TensorFlowExecutable
-from d500.backends.tensorflow.ops import OPS
+from d500.backends.tensorflow.executable import (  # noqa: E402 - after the TF set-up
+    OnnxModule,
+    TensorFlowBackend,
+    TensorFlowExecutable,
+)
+from d500.backends.tensorflow.ops import OPS  # noqa: E402
 
 __all__ = ["OPS", "OnnxModule", "TensorFlowBackend", "TensorFlowExecutable"]

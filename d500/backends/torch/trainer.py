@@ -1,5 +1,6 @@
-"""The torch Trainer: the translated graph's loss, autograd, and a d500 optimizer (or its torch.optim
-twin) updating the module's parameters in place; only the batch and the loss cross to NumPy.
+"""The torch Trainer: the translated graph's loss, autograd, and a d500 optimizer (or its
+torch.optim twin) updating the module's parameters in place; only the batch and the loss cross
+to NumPy.
 The loss comes from the model's training form (`TrainStep`, the module DDP wraps too), which
 overwrites BatchNormalization's running statistics, buffers of the module, in place."""
 

@@ -51,12 +51,14 @@ class Momentum(SGD):
     """SGD with heavy-ball momentum (default 0.9)."""
 
     name = "momentum"
-    hyperparameters: ClassVar[dict[str, Hyper]] = {**SGD.hyperparameters, "momentum": Hyper(0.9, "fraction", "momentum")}
+    hyperparameters: ClassVar[dict[str, Hyper]] = {
+        **SGD.hyperparameters, "momentum": Hyper(0.9, "fraction", "momentum")}
 
 
 class Nesterov(SGD):
     """SGD with Nesterov momentum (default 0.9)."""
 
     name = "nesterov"
-    hyperparameters: ClassVar[dict[str, Hyper]] = {**SGD.hyperparameters, "momentum": Hyper(0.9, "fraction", "momentum"),
-                       "nesterov": Hyper(True, "bool", "Nesterov's look-ahead form")}
+    hyperparameters: ClassVar[dict[str, Hyper]] = {
+        **SGD.hyperparameters, "momentum": Hyper(0.9, "fraction", "momentum"),
+        "nesterov": Hyper(True, "bool", "Nesterov's look-ahead form")}

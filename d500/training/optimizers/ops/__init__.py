@@ -12,14 +12,16 @@ where noted, a list with one scalar per entry. Functional ops return a new list.
       vector(values, like)                   a constant 1-D tensor of Python floats
       counter(), increment(c) -> t            a step counter; t = the count after the increment
     functional
-      add(xs, ys, alpha=1)  x + alpha*y (ys a list or a scalar)     mul(xs, s)  x*s (s may be a list)
+      add(xs, ys, alpha=1)  x + alpha*y (ys a list or a scalar)
+      mul(xs, s)  x*s (s may be a list)
       div(xs, ys)  sqrt(xs)  sign(xs)  maximum(xs, ys)
       norm(xs) -> list of 0-d   stack(scalars) -> 1-D   unstack(v) -> list of 0-d   where(c, a, b)
       bias_correction(beta, t)   1 - beta**t, computed in float64 (a Python float or float32 tensor)
     in place (on the tensors themselves: torch, NumPy, tf.Variable; on a TensorFlow intermediate,
     whose tensors are immutable, the list entry is replaced)
       assign_(xs, ys)  add_(xs, ys, alpha=1)  mul_(xs, s)  lerp_(xs, ys, w)  x += w*(y - x)
-      addcmul_(xs, ys, zs, value=1)  x += value*y*z     addcdiv_(xs, ys, zs, value=1)  x += value*y/z
+      addcmul_(xs, ys, zs, value=1)  x += value*y*z
+      addcdiv_(xs, ys, zs, value=1)  x += value*y/z
     no_grad()   the context an update runs in (torch.no_grad on torch)
 
 Vectors from `stack`/`vector` and the scalars `norm` returns take Python operators (+ - * / > &)

@@ -1,4 +1,5 @@
-"""The optimizer ops on NumPy arrays: the reference the torch and TensorFlow ops are checked against.
+"""The optimizer ops on NumPy arrays: the reference the torch and TensorFlow ops are checked
+against.
 
 In-place ops write into the arrays (`out=`), keeping their dtype. Contract: ops/__init__.py.
 """
