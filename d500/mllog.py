@@ -219,25 +219,61 @@ def encode(namespace: str, time_ms: float, event_type: str, key: str, value: Any
            metadata: dict) -> str:
     """One log line, fields in MLPerf's order; values that JSON cannot hold become strings."""
     record = {"namespace": namespace, "time_ms": int(time_ms), "event_type": event_type,
-              "key": key, "value": _jsonable(value), "metadata": _jsonable(metadata)}
+              "key": key, "value": jsonable(value), "metadata": jsonable(metadata)}
     return TOKEN + json.dumps(record, allow_nan=False)
 
 
 def parse(path: str | Path) -> list[dict[str, Any]]:
-    """Every `:::MLLOG` record of a file, in order (other lines are skipped)."""
-    records = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if TOKEN in line:
-                records.append(json.loads(line[line.index(TOKEN) + len(TOKEN):]))
+    """Every `:::MLLOG` record of a file, in order (other lines are skipped); a `:::MLLOG` line
+    that is not a record (see `parse_text`) is a ValueError naming the file and line."""
+    records, bad = parse_text(Path(path).read_text(encoding="utf-8"))
+    if bad:
+        raise ValueError(f"{path}: line {bad[0][0]} is not an MLLOG record ({bad[0][1]})")
     return records
 
 
-def _jsonable(value: Any) -> Any:
+def parse_text(text: str) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
+    """The `:::MLLOG` records of a log's text, in order, and (line number, why) of each
+    `:::MLLOG` line that is not a record: a JSON object with a string `key`, a `value`, a finite
+    number `time_ms` and an object `metadata`."""
+    records, bad = [], []
+    for at, line in enumerate(text.splitlines(), 1):
+        if TOKEN not in line:
+            continue
+        try:
+            record = json.loads(line[line.index(TOKEN) + len(TOKEN):])
+        except (ValueError, RecursionError):  # RecursionError: nested too deep
+            bad.append((at, "not JSON"))
+            continue
+        why = _not_a_record(record)
+        if why is None:
+            records.append(record)
+        else:
+            bad.append((at, why))
+    return records, bad
+
+
+def _not_a_record(record: Any) -> str | None:
+    """Why a parsed `:::MLLOG` line is not a record (None: it is one)."""
+    from d500.ledger import finite
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    for field, ok, what in (("key", isinstance(record.get("key"), str), "a string"),
+                            ("value", "value" in record, "present"),
+                            ("time_ms", finite(record.get("time_ms")), "a finite number"),
+                            ("metadata", isinstance(record.get("metadata"), dict), "an object")):
+        if not ok:
+            return f"its '{field}' is not {what}" if field in record else f"no '{field}'"
+    return None
+
+
+def jsonable(value: Any) -> Any:
+    """A value as the log writes it: JSON types only (NumPy scalars as Python numbers, non-finite
+    floats as the strings "inf", "-inf", "nan", paths and anything else as strings)."""
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 1) == 0:
         value = value.item()  # NumPy scalars
     if isinstance(value, float) and not math.isfinite(value):

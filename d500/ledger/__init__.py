@@ -55,11 +55,13 @@ from d500.ledger.liveness import process_alive, process_identity
 from d500.ledger.migrations import SCHEMA_VERSION
 
 
-def finite(value: float | None) -> bool:
-    """Whether a figure is a real number (not None, NaN or infinite)."""
+def finite(value: object) -> bool:
+    """Whether a value is a real number: an int or float (not a bool), neither NaN nor
+    infinite (None, strings and anything else are not)."""
     import math
 
-    return value is not None and math.isfinite(value)
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
 
 
 __all__ = ["FINAL", "GENESIS", "SCHEMA_VERSION", "SEALED", "SEALED_IF_SET", "STATUSES", "Ledger",
