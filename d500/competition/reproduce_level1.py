@@ -146,6 +146,7 @@ def _rtol(run: Any) -> float | None:
 
 
 def _shapes(shapes: dict[str, Any]) -> str:
+    """Input shapes in one line: `x 1x3x32x32, mask scalar`."""
     return ", ".join(f"{k} {'x'.join(map(str, v)) or 'scalar'}" for k, v in shapes.items())
 
 
@@ -166,6 +167,7 @@ def run(job: dict[str, Any], ledger: Any) -> dict[str, Any]:
 
 
 def _sealed(ledger: Any, run_id: int, extra: dict[str, Any]) -> dict[str, Any]:
+    """The sealed reproduction's status, figures, error and thread count, with `extra`."""
     from d500 import threads
     row = ledger.get(run_id)
     return {"run_id": run_id, "status": row["status"], "figures": row["figures"],
@@ -201,75 +203,47 @@ def _check(job: dict[str, Any], ledger: Any) -> dict[str, Any]:
 
 
 def _bench(job: dict[str, Any], ledger: Any) -> dict[str, Any]:
-    """What `d500 net bench` decides its status by, without timing: the model translated and
-    run at batch 1 against the reference's outputs, and one training step where it times one."""
+    """What `d500 net bench` can fail a backend by, in its order and with its code
+    (d500.networks.bench), untimed: the model translated and run at batch 1 and judged against
+    the reference's outputs, each forward pass it times (batch 1, batch B) called once, and the
+    first training step where it times them; recorded with the status, figures and error bench
+    gives."""
     from d500.backends import get
     from d500.errors import describe
     from d500.model import load
-    from d500.networks import inputs, workloads
-    from d500.networks.check import run_backend
-    from d500.networks.compare import compare
+    from d500.networks import bench, workloads
     s, backend = job["params"], job["backend"]
     wl = workloads.load(job["workload"])
-    model = load(s["model"])
-    feeds = inputs.make(model, s["seed"], batch=1)
+    path = Path(s["model"])
+    model = load(path)
+    feeds1, feeds_b = bench.bench_inputs(wl, model)
     run = ledger.start_run(level=1, workload=wl.name, submission=backend, backend=backend,
                            seed=wl.seed, hyperparameters=s["hyperparameters"],
                            workload_file=wl.path, model_file=s["model"])
-    figures: dict[str, float] = {}
-    details: dict[str, Any] = {"reproduced": "status and agreement; times are not measured",
-                               "inputs": {k: list(v.shape) for k, v in feeds.items()}}
-    error, outputs = "", []
+    r = bench.BackendBench(backend, run=run, run_id=run.id, details={
+        "reproduced": "status and agreement; times are not measured",
+        "inputs": {k: list(v.shape) for k, v in feeds1.items()}})
+    compared = None
     try:
-        ref = run_backend("reference", model, feeds)
-        got = ref if backend == "reference" else run_backend(backend, model, feeds)
-        names = [o.name for o in model.graph.output]
-        if got.status != "ok":
-            error = got.error
-        elif ref.status == "ok" and "agreement" in wl.metrics:
-            outputs = ref.outputs
-            found = [compare(n, a, b) for n, a, b in zip(names, got.outputs, ref.outputs)]
-            details["agreement"] = [c.as_dict() for c in found]
-            worst = max((c.max_rel for c in found), default=0.0)
-            if math.isfinite(worst):
-                figures["agreement"] = worst
-            bad = next((c for c in found if not c.ok), None)
-            if bad is not None or len(got.outputs) != len(ref.outputs):
-                error = (f"outputs disagree with the reference: {bad.output} max rel error "
-                         f"{bad.max_rel:.3g} > {bad.rtol:g} ({bad.note})" if bad else
-                         f"{len(got.outputs)} outputs instead of {len(ref.outputs)}")
-        elif "agreement" in wl.metrics:
-            details["agreement_note"] = "the reference backend could not run the model"
+        train_model, train_path = bench.training_model(wl, model, path)
         cls = get(backend)
-        if not error and wl.train and cls.trainable:
-            error = _train_step(cls, backend, wl, model, Path(s["model"]), details)
+        reference = None
+        if "agreement" in wl.metrics and backend != "reference":
+            reference = bench.reference_outputs(path, feeds1, lambda text: None, wl.name)
+        outputs = bench.first_call(r, cls, path, feeds1, timed=False)
+        if outputs is not None:
+            compared = bench.judge_agreement(r, outputs, reference, wl.metrics)
+        bench.run_passes(r, bench.inference_passes(wl, feeds1, feeds_b))
+        if wl.train and r.status == "running":
+            feeds = bench.training_inputs(wl, train_model)
+            bench.first_step(r, cls, train_path, feeds, wl.loss_output, timed=False)
     except BaseException as err:
         run.finish("interrupted" if isinstance(err, KeyboardInterrupt) else "failed",
-                   figures=figures, details=details, error=describe(err))
+                   figures=r.figures, details=r.details, error=describe(err))
         raise
-    run.finish("failed" if error else "succeeded", figures=figures, details=details,
-               error=error or None)
-    return _sealed(ledger, run.id, {"floor": floor(outputs), "model_found": s["found"]})
-
-
-def _train_step(cls: Any, backend: str, wl: Any, model: Any, path: Path,
-                details: dict[str, Any]) -> str:
-    """One training step (forward, loss, backward, parameter gradients), as net bench times
-    them; the error that fails the backend ("" when it ran or the backend computes none)."""
-    from d500.errors import describe
-    from d500.networks import inputs
-    train_model, train_path = (wl.onnx_model(loss=True) if wl.model.get("builder")
-                               else (model, path))
-    feeds = inputs.make(train_model, wl.seed, batch=wl.batch_size)
-    try:
-        exe = cls.prepare(str(train_path))
-        _, grads = exe.gradients(feeds, output=wl.loss_output, wrt=list(exe.parameter_names))
-        details["train_gradients"] = len(grads)
-    except NotImplementedError:
-        details["train_step_note"] = f"{backend} computes no gradients"
-    except Exception as err:  # noqa: BLE001 - a failing training step fails this backend
-        return describe(err)
-    return ""
+    run.finish("succeeded" if r.status == "running" else r.status, figures=r.figures,
+               details=r.details, error=r.error or None)
+    return _sealed(ledger, run.id, {"floor": floor(compared or []), "model_found": s["found"]})
 
 
 def _conformance(job: dict[str, Any], ledger: Any) -> dict[str, Any]:
@@ -313,6 +287,7 @@ def checks(origin: Any, result: dict[str, Any]) -> list[Check]:
 
 
 def _suite_checks(origin: Any, result: dict[str, Any]) -> list[Check]:
+    """A conformance run's node-test counts (equal) and failing tests (the same, by name)."""
     figures = result.get("figures") or {}
     out = [Check(name, origin.figures.get(name), figures.get(name), "equal",
                  origin.figures.get(name) == figures.get(name))

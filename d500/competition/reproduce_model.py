@@ -49,6 +49,7 @@ def resolve_model(pkg: Any, run: Any, rules_dir: Path, folder: Path, workload: A
 
 
 def _recorded_path(stored: str, rules_dir: Path, workload: Any, run: Any) -> Found:
+    """The path the run recorded, on this machine (under $D500_HOME when it was recorded so)."""
     from d500.ledger.store import HOME_PREFIX
     from d500.paths import PROJECT_ROOT, home
     if stored.startswith(HOME_PREFIX):
@@ -59,6 +60,7 @@ def _recorded_path(stored: str, rules_dir: Path, workload: Any, run: Any) -> Fou
 
 
 def _light_model(stored: str, rules_dir: Path, workload: Any, run: Any) -> Found:
+    """Every light model shipped inside the installed onnx package, as it is."""
     from d500.networks.workloads import light_folder
     for path in sorted(light_folder().glob("*.onnx")):
         yield path, f"the onnx package's light model {path.name}"

@@ -81,24 +81,14 @@ def bench(workload: Workload, backends: Sequence[str], *, ledger: Any = None,
     say(f"{workload.name}: building the model")
     model, model_path = workload.onnx_model()
     _check_batch(workload, model)
-    feeds1 = _inputs.make(model, workload.seed, batch=1)
-    feeds_b = (feeds1 if workload.batch_size == 1
-               else _inputs.make(model, workload.seed, batch=workload.batch_size))
-    train_model = train_path = None
-    if workload.train:
-        if workload.model.get("builder"):
-            train_model, train_path = workload.onnx_model(loss=True)
-        else:
-            train_model, train_path = model, model_path
-            if workload.loss_output not in [o.name for o in model.graph.output]:
-                raise ConfigError(f"{workload.path}: field 'model.loss' is "
-                                  f"'{workload.loss_output}', not an output of the model")
+    feeds1, feeds_b = bench_inputs(workload, model)
+    train_model, train_path = training_model(workload, model, model_path)
     classes = {b: get(b) for b in backends}  # unknown or missing backends fail up front
     hyper = {"batch_size": workload.batch_size, "budget": budget, "train": workload.train}
     results = [BackendBench(b) for b in backends]
     reference_out = None
     if "agreement" in workload.metrics and "reference" not in backends:
-        reference_out = _reference_outputs(model_path, feeds1, say, workload.name)
+        reference_out = reference_outputs(model_path, feeds1, say, workload.name)
     # The reference goes first: its first call gives the outputs the others are compared with.
     order = sorted(results, key=lambda r: r.backend != "reference")
     watch = LoadWatch()  # how busy the machine was while the backends were timed
@@ -112,10 +102,12 @@ def bench(workload: Workload, backends: Sequence[str], *, ledger: Any = None,
                               "framework_version": classes[r.backend].version(),
                               "model": workload.model_label(), "inputs": {
                                   k: list(v.shape) for k, v in feeds1.items()}})
-            outputs = _translate(r, classes[r.backend], model_path, feeds1, reference_out,
-                                 workload, say)
-            if r.backend == "reference" and "agreement" in workload.metrics:
-                reference_out = outputs
+            outputs = first_call(r, classes[r.backend], model_path, feeds1,
+                                 say=lambda text: say(f"{workload.name}: {text}"))
+            if outputs is not None:
+                compared = judge_agreement(r, outputs, reference_out, workload.metrics)
+                if r.backend == "reference" and "agreement" in workload.metrics:
+                    reference_out = compared
         alive = [r for r in results if r.status == "running"]
         _time_inference(alive, feeds1, feeds_b, workload, budget, say)
         if workload.train:
@@ -139,8 +131,40 @@ def bench(workload: Workload, backends: Sequence[str], *, ledger: Any = None,
     return BenchResult(workload, results)
 
 
-def _reference_outputs(model_path: Path, feeds1: dict[str, np.ndarray], say: Progress,
-                       name: str) -> list[np.ndarray] | None:
+# -- what can fail a backend, shared with `d500 reproduce` (d500.competition.reproduce_level1),
+# -- which runs the same steps untimed (timed=False) so a reproduction fails for the same reasons
+
+def bench_inputs(workload: Workload, model: onnx.ModelProto
+                 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The seeded inputs at batch 1 (first call, agreement, latency) and at the workload's
+    batch size (throughput)."""
+    feeds1 = _inputs.make(model, workload.seed, batch=1)
+    feeds_b = (feeds1 if workload.batch_size == 1
+               else _inputs.make(model, workload.seed, batch=workload.batch_size))
+    return feeds1, feeds_b
+
+
+def training_model(workload: Workload, model: onnx.ModelProto, model_path: Path
+                   ) -> tuple[onnx.ModelProto | None, Path | None]:
+    """The model training steps are taken on and its file (a builder's model with its loss, else
+    the model itself, whose loss output is checked); (None, None) when the workload trains not."""
+    if not workload.train:
+        return None, None
+    if workload.model.get("builder"):
+        return workload.onnx_model(loss=True)
+    if workload.loss_output not in [o.name for o in model.graph.output]:
+        raise ConfigError(f"{workload.path}: field 'model.loss' is "
+                          f"'{workload.loss_output}', not an output of the model")
+    return model, model_path
+
+
+def training_inputs(workload: Workload, train_model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """The seeded inputs (and labels) of the training steps, at the workload's batch size."""
+    return _inputs.make(train_model, workload.seed, batch=workload.batch_size)
+
+
+def reference_outputs(model_path: Path, feeds1: dict[str, np.ndarray], say: Progress,
+                      name: str) -> list[np.ndarray] | None:
     """The reference backend's outputs at batch 1 (None if it cannot run the model)."""
     from d500.backends import get
     say(f"{name}: reference outputs for agreement")
@@ -157,34 +181,49 @@ def _fail(r: BackendBench, err: BaseException) -> None:
         r.unsupported = err
 
 
-def _translate(r: BackendBench, backend: type[Backend], model_path: Path,
-               feeds1: dict[str, np.ndarray], reference_out: list[np.ndarray] | None,
-               workload: Workload, say: Progress) -> list[np.ndarray] | None:
-    """Cold load+translate, the first call, and agreement with the reference; the outputs."""
+def first_call(r: BackendBench, backend: type[Backend], model_path: Path,
+               feeds1: dict[str, np.ndarray], *, timed: bool = True,
+               say: Progress | None = None) -> list[np.ndarray] | None:
+    """Cold load+translate (`r.exe`) and the first call at batch 1, timed unless told not to;
+    the outputs, or None when either raised (which fails `r`)."""
     from d500 import backends
-    say(f"{workload.name}: {r.backend}: load and translate")
+    say = say or (lambda text: None)
+    say(f"{r.backend}: load and translate")
     try:
         t0 = time.perf_counter()  # the framework's import is not the model's translation
         fw = backends.framework(r.backend)
         if fw is not None:
             importlib.import_module(fw[0])
-        r.details["framework_import_s"] = time.perf_counter() - t0
+        if timed:
+            r.details["framework_import_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         r.exe = backend.prepare(str(model_path))
-        r.figures["translate_time"] = time.perf_counter() - t0
-        say(f"{workload.name}: {r.backend}: first call")
+        if timed:
+            r.figures["translate_time"] = time.perf_counter() - t0
+        say(f"{r.backend}: first call")
         t0 = time.perf_counter()
         outputs = [np.asarray(o) for o in r.exe.run(feeds1)]
-        r.figures["first_call_time"] = time.perf_counter() - t0
+        if timed:
+            r.figures["first_call_time"] = time.perf_counter() - t0
     except Exception as err:  # noqa: BLE001 - recorded as this backend's failure
         _fail(r, err)
         return None
+    return outputs
+
+
+def judge_agreement(r: BackendBench, outputs: list[np.ndarray],
+                    reference_out: list[np.ndarray] | None, metrics: Sequence[str]
+                    ) -> list[np.ndarray] | None:
+    """The agreement verdict on `r`'s first-call outputs: the figure (max relative error), each
+    output's comparison, and `r` failed beyond the tolerance of d500.networks.compare. The
+    reference backend is its own reference; without reference outputs a note says why. The
+    reference outputs compared with (None: none)."""
     if r.backend == "reference" and reference_out is None:
         reference_out = outputs
     if reference_out is None:
-        if "agreement" in workload.metrics:
+        if "agreement" in metrics:
             r.details["agreement_note"] = "the reference backend could not run the model"
-        return outputs
+        return None
     comparisons = [compare(o.name, got, want) for o, got, want in
                    zip(r.exe.model.graph.output, outputs, reference_out)]
     r.figures["agreement"] = max((c.max_rel for c in comparisons), default=0.0)
@@ -197,69 +236,96 @@ def _translate(r: BackendBench, backend: type[Backend], model_path: Path,
                    f"{len(outputs)} outputs instead of {len(reference_out)}")
     if not np.isfinite(r.figures["agreement"]):
         r.figures.pop("agreement")  # the ledger stores numbers; the error says what happened
-    return outputs
+    return reference_out
 
+
+def inference_passes(workload: Workload, feeds1: dict[str, np.ndarray],
+                     feeds_b: dict[str, np.ndarray]) -> list[tuple[str, int, dict[str, Any]]]:
+    """The forward passes timed after the first call, as (figure, batch, inputs): batch 1 for
+    latency (also when only throughput is measured), and batch B for throughput when B > 1."""
+    passes: list[tuple[str, int, dict[str, Any]]] = []
+    if "latency" in workload.metrics or "throughput" in workload.metrics:
+        passes.append(("latency", 1, feeds1))
+    if "throughput" in workload.metrics and workload.batch_size > 1:
+        passes.append(("throughput", workload.batch_size, feeds_b))
+    return passes
+
+
+def run_passes(r: BackendBench, passes: list[tuple[str, int, dict[str, Any]]]) -> None:
+    """Each pass called once, untimed: one that raises fails `r` as it would while timed (a
+    model that runs at batch 1 but not at batch B fails there)."""
+    for _, _, feeds in passes:
+        if r.status != "running":
+            return
+        try:
+            r.exe.run(feeds)
+        except Exception as err:  # noqa: BLE001 - recorded as this backend's failure
+            _fail(r, err)
+
+
+def first_step(r: BackendBench, backend: type[Backend], train_path: Path,
+               feeds: dict[str, np.ndarray], loss: str, *, timed: bool = True,
+               say: Progress | None = None) -> bool:
+    """Translate the training model (`r.train_exe`) and take its first training step (forward,
+    loss, backward, parameter gradients), timed unless told not to. True when training steps
+    can be timed on `r`; False when its backend computes no gradients (a note says so) or the
+    step raised (which fails `r`)."""
+    if not backend.trainable:
+        r.details["train_step_note"] = f"{r.backend} is an inference-only backend"
+        return False
+    (say or (lambda text: None))(f"{r.backend}: translate the training model")
+    try:
+        t0 = time.perf_counter()
+        r.train_exe = backend.prepare(str(train_path))
+        if timed:
+            r.details["train_translate_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        wrt = list(r.train_exe.parameter_names)  # a training step: parameter gradients
+        _, grads = r.train_exe.gradients(feeds, output=loss, wrt=wrt)
+        if timed:
+            r.details["train_first_step_s"] = time.perf_counter() - t0
+        r.details["train_gradients"] = len(grads)
+    except NotImplementedError:
+        r.details["train_step_note"] = f"{r.backend} computes no gradients"
+        return False
+    except Exception as err:  # noqa: BLE001 - a failing training step fails this backend
+        _fail(r, err)
+        return False
+    return True
+
+
+# -- the timing ------------------------------------------------------------------------------
 
 def _time_inference(alive: list[BackendBench], feeds1, feeds_b, workload: Workload,
                     budget: float, say: Progress) -> None:
     alive = [r for r in alive if r.status == "running"]
-    if not alive:
-        return
-    want_latency = "latency" in workload.metrics or "throughput" in workload.metrics
-    if want_latency:
-        timings = _interleave(alive, lambda r: (lambda: r.exe.run(feeds1)), budget, say,
-                              f"{workload.name}: latency at batch 1")
-        for r in alive:
-            if r.backend in timings:
-                r.figures["latency"] = timings[r.backend].median
-                r.details["latency"] = timings[r.backend].summary()
-    if "throughput" not in workload.metrics:
-        return
-    b = workload.batch_size
-    if b == 1:
+    for figure, batch, feeds in inference_passes(workload, feeds1, feeds_b):
+        running = [r for r in alive if r.status == "running"]
+        timings = _interleave(running, lambda r, feeds=feeds: (lambda: r.exe.run(feeds)),
+                              budget, say, f"{workload.name}: {figure} at batch {batch}")
+        for r in running:
+            if r.backend not in timings:
+                continue
+            t = timings[r.backend]
+            if figure == "latency":
+                r.figures["latency"], r.details["latency"] = t.median, t.summary()
+            else:
+                r.figures["throughput"] = batch / t.median
+                r.details["throughput"] = {"batch_size": batch, **t.summary()}
+    if "throughput" in workload.metrics and workload.batch_size == 1:
         for r in alive:
             if "latency" in r.figures:
                 r.figures["throughput"] = 1.0 / r.figures["latency"]
                 r.details["throughput"] = {"batch_size": 1, "from": "latency"}
-        return
-    timings = _interleave([r for r in alive if r.status == "running"],
-                          lambda r: (lambda: r.exe.run(feeds_b)), budget, say,
-                          f"{workload.name}: throughput at batch {b}")
-    for r in alive:
-        if r.backend in timings:
-            r.figures["throughput"] = b / timings[r.backend].median
-            r.details["throughput"] = {"batch_size": b, **timings[r.backend].summary()}
 
 
 def _time_training(alive: list[BackendBench], classes, train_path, train_model,
                    workload: Workload, budget: float, say: Progress) -> None:
-    feeds = _inputs.make(train_model, workload.seed, batch=workload.batch_size)
+    feeds = training_inputs(workload, train_model)
     loss = workload.loss_output
-    ready = []
-    for r in alive:
-        if r.status != "running":
-            continue
-        backend = classes[r.backend]
-        if not backend.trainable:
-            r.details["train_step_note"] = f"{r.backend} is an inference-only backend"
-            continue
-        say(f"{workload.name}: {r.backend}: translate the training model")
-        try:
-            t0 = time.perf_counter()
-            r.train_exe = backend.prepare(str(train_path))
-            r.details["train_translate_s"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            wrt = list(r.train_exe.parameter_names)  # a training step: parameter gradients
-            _, grads = r.train_exe.gradients(feeds, output=loss, wrt=wrt)
-            r.details["train_first_step_s"] = time.perf_counter() - t0
-            r.details["train_gradients"] = len(grads)
-        except NotImplementedError:
-            r.details["train_step_note"] = f"{r.backend} computes no gradients"
-            continue
-        except Exception as err:  # noqa: BLE001 - a failing training step fails this backend
-            _fail(r, err)
-            continue
-        ready.append(r)
+    ready = [r for r in alive if r.status == "running" and first_step(
+        r, classes[r.backend], train_path, feeds, loss,
+        say=lambda text: say(f"{workload.name}: {text}"))]
     if not ready:
         return
     timings = _interleave(
