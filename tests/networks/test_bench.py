@@ -4,12 +4,18 @@ leaderboard; failures recorded, not hidden."""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from d500 import leaderboard
+from d500.backends import get
 from d500.errors import ConfigError
 from d500.ledger import Ledger
+from d500.networks import bench as nb
 from d500.networks import workloads
 from d500.networks.bench import bench
 from tests.helpers import BENCH_METRICS, tiny_mlp
@@ -18,6 +24,29 @@ from .conftest import d500
 
 TINY = tiny_mlp(train=True, metrics=BENCH_METRICS)
 UNTRAINED = tiny_mlp(metrics=BENCH_METRICS[1:])  # no train step
+
+
+def batch_one_workload(folder: Path, batch_size: int = 4) -> Path:
+    """A level-1 workload file `batch-one.yaml` in `folder` and its model beside it:
+    y = Reshape(x, [1, 8]) W, whose input batch is the symbolic N but whose graph fixes it to 1,
+    so every backend runs it at batch 1 (first call, agreement, latency) and raises at
+    `batch_size` (throughput)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    w = np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "one"], ["row"]),
+         helper.make_node("MatMul", ["row", "w"], ["y"])], "batch-one",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(w, "w"),
+         numpy_helper.from_array(np.array([1, 8], np.int64), "one")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              folder / "batch-one.onnx")
+    path = folder / "batch-one.yaml"
+    path.write_text(f"name: batch-one\nlevel: 1\nmodel:\n  file: batch-one.onnx\n"
+                    f"batch_size: {batch_size}\nbudget: 0.05\n"
+                    "metrics: [latency, throughput, agreement]\nrank_by: latency\n")
+    return path
 
 
 def _workload(tmp_path, text=TINY):
@@ -95,3 +124,40 @@ def test_a_backend_that_disagrees_is_recorded_failed_with_its_figures_and_never_
     board = leaderboard.build(level=1, workload="tiny-mlp")[0]
     ranked = [e.backend for e in board.entries if e.rank is not None]
     assert ranked == ["onnxruntime"]
+
+
+def test_a_backend_that_fails_only_at_batch_b_is_failed_there_timed_or_not(tmp_path, home):
+    """The first call and the agreement at batch 1 pass; the throughput pass at batch 4 raises on
+    both backends and fails them, with their batch-1 figures. The untimed steps `d500
+    reproduce` runs (first_call, judge_agreement, run_passes) fail them the same way."""
+    wl = workloads.load(batch_one_workload(tmp_path / "rules"))
+    result = bench(wl, ["reference", "onnxruntime"])
+    assert result.exit_code == 1
+    by = {r.backend: r for r in result.results}
+    for r in by.values():
+        assert r.status == "failed" and r.unsupported is None
+        assert r.figures["latency"] > 0 and "throughput" not in r.figures
+        assert r.figures["agreement"] <= 1e-6 and r.details["agreement"][0]["ok"]
+    assert by["reference"].error.startswith("ValueError: cannot reshape array of size 32 into "
+                                            "shape (1,8)")
+    assert "Reshape" in by["onnxruntime"].error and "{4,8}" in by["onnxruntime"].error
+    runs = {r["backend"]: r for r in Ledger().runs(level=1, workload="batch-one")}
+    assert {b: (r["status"], r["error"]) for b, r in runs.items()} == {
+        b: ("failed", r.error) for b, r in by.items()}
+
+    model, path = wl.onnx_model()
+    feeds1, feeds_b = nb.bench_inputs(wl, model)
+    assert feeds1["x"].shape == (1, 8) and feeds_b["x"].shape == (4, 8)
+    passes = nb.inference_passes(wl, feeds1, feeds_b)
+    assert [(figure, batch) for figure, batch, _ in passes] == [("latency", 1),
+                                                                ("throughput", 4)]
+    for name, timed in by.items():
+        r = nb.BackendBench(name)
+        outputs = nb.first_call(r, get(name), path, feeds1, timed=False)
+        reference = None if name == "reference" else nb.reference_outputs(
+            path, feeds1, lambda text: None, wl.name)
+        assert nb.judge_agreement(r, outputs, reference, wl.metrics) is not None
+        assert r.status == "running"  # it agrees at batch 1
+        nb.run_passes(r, passes)
+        assert (r.status, r.error) == ("failed", timed.error)
+        assert r.figures == {"agreement": timed.figures["agreement"]}  # no time measured
