@@ -3,7 +3,8 @@ model it packs (built here with onnx.helper) and a `d500 net bench` of the ruleb
 and a `conformance` entry holding a `d500 conformance --op Relu` run (conformance runs are
 recorded under the submission `conformance`, so only an entry of that name packs them). Both
 reproduce and agree, recorded as sealed reproductions shown apart on the leaderboard; an agreement
-figure forged and re-sealed disagrees, naming the figure; a packed model swapped for another,
+figure forged and re-sealed disagrees, naming the figure; a bench run that failed only at its
+batch size reproduces failed and agrees; a packed model swapped for another,
 and a conformance run of another onnx version, are reported as not reproducible, with why.
 
 Measured on the 2-core machine at load 5-8: the fixture 20-24 s (the conformance run builds
@@ -25,6 +26,7 @@ from d500.competition import reproduce_level1 as l1
 from d500.competition.layout import SUBMISSION_FILES, run_member
 from d500.competition.package import Package
 from d500.ledger import Ledger
+from tests.networks.test_bench import batch_one_workload
 
 from .packages import edit_json, repack
 from .test_reproduce import _draw_seed, _reseal
@@ -118,6 +120,37 @@ def test_net_check_and_bench_runs_reproduce_and_agree(level1, run_d500, tmp_path
     assert board.returncode == 0, board.stderr
     label = f"onnxruntime · reproduction of package {pkg.sha256[:8]}"
     assert board.stdout.count(label) == 2  # both boards: apart from the organiser's own runs
+
+
+def test_a_bench_run_failed_only_at_batch_b_reproduces_failed_and_agrees(run_d500, tmp_path):
+    """A model that runs at batch 1 but raises at the workload's batch 4 (its graph fixes the
+    batch to 1): onnxruntime agrees with the reference at batch 1 and fails at the throughput
+    pass; the reproduction runs that pass too, so it fails there alike and agrees (it was
+    'succeeded' when it stopped after the agreement, and blamed the package)."""
+    rules, entry = tmp_path / "rules", tmp_path / "onnxruntime"
+    workload = batch_one_workload(rules / "1-networks")
+    entry.mkdir()
+    (entry / "submission.yaml").write_text("name: onnxruntime\nlevel: 1\ndescription: ort\n")
+    home, package = tmp_path / "entrant", tmp_path / "onnxruntime.tar.gz"
+    done = run_d500(home, "net", "bench", str(workload), "--backends", "onnxruntime",
+                    "--budget", "0.05", "--threads", "1")
+    assert done.returncode == 1, done.stdout + done.stderr
+    made = run_d500(home, "package", str(entry), "--out", str(package))
+    assert made.returncode == 0, made.stderr
+    (origin,) = Package.open(package).runs()
+    assert origin.status == "failed" and "Input shape:{4,8}" in origin.error
+    assert origin.figures["agreement"] <= 1e-6 and "latency" in origin.figures
+    ledger = tmp_path / "l.sqlite"
+    result = run_d500(tmp_path / "organiser", "reproduce", str(package), "--rules", str(rules),
+                      "--runs", "1", "--seed", "0", "--ledger", str(ledger), "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run,) = json.loads(result.stdout)["runs"]
+    by = {c["name"]: (c["recorded"], c["reproduced"], c["agrees"]) for c in run["checks"]}
+    assert run["verdict"] == "agrees" and by["status"] == ("failed", "failed", True)
+    assert by["agreement"][2] and by["agreement"][0] == origin.figures["agreement"]
+    (local,) = Ledger(ledger).runs()
+    assert (local["status"], local["error"]) == ("failed", origin.error)  # the same reason
+    assert set(local["figures"]) == {"agreement"}  # nothing timed
 
 
 def test_a_forged_agreement_figure_disagrees(level1, run_d500, tmp_path):
