@@ -1,11 +1,11 @@
 """Conformance results as ledger runs: each `d500 conformance` is one level-1 run, opened before
-the suite starts and sealed with its counts; a backend's conformance is its latest complete run.
+the suite starts and sealed with its counts; a backend's conformance on a machine is its latest
+complete run there.
 
     outcomes, run_id = record("torch")              # the whole node suite: a complete run
     record("reference", ["Relu"])                   # --op: a partial run, never counted
-    count = latest(ledger, "torch")                 # Count | None (no complete run recorded)
-    counts = latest_all(ledger)                     # backend -> Count, in one query
-    latest_by(ledger, lambda run: (run["backend"], run["environment"]))   # any key of the run
+    latest_by(ledger, key)      # key(run) -> Count of the latest complete run, in one query;
+                                # the summary keys (backend, machine): no count crosses machines
 
 A complete run is workload `onnx-node-suite`; a partial one `onnx-node-suite:Relu+Softmax` (its
 operators in the name, so the leaderboard never aggregates different selections together), with
@@ -120,12 +120,3 @@ def latest_by(ledger: Any, key: Callable[[dict[str, Any]], Hashable]) -> dict[An
             found[k] = (run["started_unix"], count)
     return {k: count for k, (_, count) in found.items()}
 
-
-def latest_all(ledger: Any) -> dict[str, Count]:
-    """Every backend's latest complete conformance run (by start time), from one query."""
-    return latest_by(ledger, lambda run: run["backend"])
-
-
-def latest(ledger: Any, backend: str) -> Count | None:
-    """The backend's latest complete conformance run; None when none is recorded."""
-    return latest_all(ledger).get(backend)
