@@ -78,6 +78,7 @@ def _qualifying(model: onnx.ModelProto) -> list[int]:
 
 
 def _statistics(model: onnx.ModelProto, nodes: list[int]) -> set[str]:
+    """The running mean and variance inputs of the given BatchNormalization nodes."""
     return {n for i in nodes for n in model.graph.node[i].input[3:5]}
 
 

@@ -200,6 +200,8 @@ def _conformance(r: Row) -> str:
 
 def _notes(s: Summary, counts: Mapping[tuple[str, str], Any], hardware: Mapping[str, str]
            ) -> list[str]:
+    """The summary's notes: what was profiled and ranked, and where the conformance counts come
+    from (and those not shown, with their machines)."""
     n = len(s.workloads)
     ranked = Counter((m.name, m.direction) for m in s.rank_by.values())
     how = ", ".join(f"{name} ({direction} is better) on {k}"

@@ -106,6 +106,7 @@ class Store:
                 raise
 
     def _unusable(self, err: sqlite3.DatabaseError) -> D500Error:
+        """The one-line error for a file SQLite cannot use as a ledger, with SQLite's code."""
         name = getattr(err, "sqlite_errorname", None)
         return D500Error(f"{self.path}: not a usable ledger database: {err}"
                          + (f" ({name})" if name else ""))
