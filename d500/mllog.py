@@ -197,10 +197,10 @@ def begin_run(log: MLLogger, *, init_ms: float, benchmark: str, org: str, platfo
         log.event(hyperparameter_key(name), value)
 
 
-def started(log: MLLogger) -> None:
-    """init_stop then run_start: initialisation is over, the timed run begins."""
-    log.end(INIT_STOP)
-    log.start(RUN_START)
+def started(log: MLLogger, time_ms: float | None = None) -> None:
+    """init_stop then run_start (at `time_ms`, default now): the timed run begins."""
+    log.end(INIT_STOP, time_ms=time_ms)
+    log.start(RUN_START, time_ms=time_ms)
 
 
 def result(log: MLLogger, name: str, value: float, unit: str) -> None:

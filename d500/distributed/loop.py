@@ -72,9 +72,9 @@ class RankLoop:
         self.scheme.start()  # every rank from rank 0's parameters (init, before the clock)
         comm.reset()
         lazy_barrier(self.control)
-        if self.run_ is not None:
-            self.run_.begin()  # run_start: the clock runs from here, on every rank
-        clock = self.clock = Clock()
+        # run_start (rank 0 records it): the clock runs from here, on every rank
+        start = self.run_.begin() if self.run_ is not None else time.perf_counter()
+        clock = self.clock = Clock(start=start)
         t0 = time.perf_counter()
         parts = split(datasets.load(wl.dataset["name"], job.data_dir), wl.split_spec())
         self.parts = parts
@@ -166,8 +166,8 @@ class RankLoop:
         val = accuracy(self.trainer.predict, parts.validation.x, parts.validation.y)
         clock.evaluation += time.perf_counter() - t
         log.event(mllog.EVAL_ACCURACY, val, metadata=meta)
-        log.end(mllog.EVAL_STOP, metadata=meta)
-        at = clock.now()
+        at, stamp = clock.now(), time.time() * 1e3  # eval_stop at the clock's reading
+        log.end(mllog.EVAL_STOP, metadata=meta, time_ms=stamp)
         t = time.perf_counter()
         test = accuracy(self.trainer.predict, parts.test.x, parts.test.y)
         clock.paused += time.perf_counter() - t

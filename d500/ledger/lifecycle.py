@@ -233,14 +233,16 @@ class Run:
         self._begun = False
         self._artifacts: list[tuple[str, str, int]] = []
 
-    def begin(self) -> None:
+    def begin(self) -> float:
         """End initialisation: init_stop and run_start in the MLLOG, and elapsed() restarts at 0.
-        Done by start_run unless it was given begin=False; later calls do nothing."""
-        if self._begun:
-            return
-        _mllog.started(self.mllog)
-        self._t0 = time.perf_counter()
-        self._begun = True
+        Done by start_run unless it was given begin=False; later calls change nothing. Returns
+        the perf_counter reading taken at run_start's timestamp, where a trainer's clock starts,
+        so the log's times and the clock's agree by construction (d500 check compares them)."""
+        if not self._begun:
+            wall, self._t0 = time.time(), time.perf_counter()
+            _mllog.started(self.mllog, wall * 1e3)
+            self._begun = True
+        return self._t0
 
     def elapsed(self) -> float:
         """Seconds of wall time since run_start (begin())."""

@@ -163,8 +163,7 @@ def _train(run: Any, workload: Workload, recipe: Recipe, backend_cls: Any, model
     exe = backend_cls.prepare(model)
     stepper = exe.trainer(recipe.optimizer(backend_cls.name), loss="loss", native=recipe.native)
     log = run.mllog
-    run.begin()  # init_stop, run_start: the clock runs from here
-    clock = Clock()
+    clock = Clock(start=run.begin())  # init_stop, run_start: the clock runs from here
 
     # -- data, inside the clock
     t0 = time.perf_counter()
@@ -188,8 +187,8 @@ def _train(run: Any, workload: Workload, recipe: Recipe, backend_cls: Any, model
         val = accuracy(stepper.predict, parts.validation.x, parts.validation.y)
         clock.evaluation += time.perf_counter() - t
         log.event(mllog.EVAL_ACCURACY, val, metadata=meta)
-        log.end(mllog.EVAL_STOP, metadata=meta)
-        at = clock.now()
+        at, stamp = clock.now(), time.time() * 1e3  # eval_stop at the clock's reading
+        log.end(mllog.EVAL_STOP, metadata=meta, time_ms=stamp)
         t = time.perf_counter()
         test = accuracy(stepper.predict, parts.test.x, parts.test.y)
         clock.paused += time.perf_counter() - t
