@@ -33,12 +33,15 @@ class Field:
     help: str = ""
 
 
-def read_yaml(path: str | Path) -> tuple[Path, Any]:
-    """Parse a YAML file safely; a missing file or a syntax error is a ConfigError naming it."""
+def read_yaml(path: str | Path, text: str | bytes | None = None) -> tuple[Path, Any]:
+    """Parse a YAML file safely (or `text`, the file's content held elsewhere: a package); a
+    missing file or a syntax error is a ConfigError naming it."""
     path = Path(path)
-    if not path.is_file():
+    if text is None and not path.is_file():
         raise ConfigError(f"{path}: no such file")
     try:
+        if text is not None:
+            return path, yaml.safe_load(text)
         with path.open(encoding="utf-8") as f:
             return path, yaml.safe_load(f)
     except yaml.YAMLError as err:
@@ -50,12 +53,13 @@ def read_yaml(path: str | Path) -> tuple[Path, Any]:
         raise ConfigError(f"{path}: not a text file") from None
 
 
-def load(path: str | Path, schema: Mapping[str, Field], *, root: Path | None = None
-         ) -> dict[str, Any]:
-    """Read and validate a YAML mapping. A 'path' field resolves against the file's folder and
-    must stay inside `root`: by default the rulebook for a file in it, else the file's own
-    folder (a user's workload may name a model beside it; `../` out of it is refused)."""
-    path, data = read_yaml(path)
+def load(path: str | Path, schema: Mapping[str, Field], *, root: Path | None = None,
+         text: str | bytes | None = None) -> dict[str, Any]:
+    """Read and validate a YAML mapping (`text`: the file's content, read from elsewhere). A
+    'path' field resolves against the file's folder and must stay inside `root`: by default the
+    rulebook for a file in it, else the file's own folder (a user's workload may name a model
+    beside it; `../` out of it is refused)."""
+    path, data = read_yaml(path, text)
     if root is None:
         folder = path.resolve().parent
         root = rulebook() if folder.is_relative_to(rulebook()) else folder

@@ -262,7 +262,7 @@ def check_completeness(ctx: Context, report: Report) -> None:
         rel = run_workload(runs[0], ctx.pkg.workload_files())
         text = ctx.rules_text(rel)
         try:
-            need = requirement(text, rel) if text is not None else None
+            need = requirement(text, rel, ctx.rules_dir) if text is not None else None
         except D500Error as err:
             report.problems.append(f"completeness: {err}")
             continue

@@ -1,7 +1,7 @@
 """Completeness of a package's training results (pure functions over exported runs): the seeds and
 studies a workload requires, seeds distinct, and every study's trial numbers present and finished.
 
-    need = requirement(workload_text, "2-training/digits-mlp.yaml")  # seeds, studies, trials
+    need = requirement(text, "2-training/digits-mlp.yaml", rules_dir)   # seeds, studies, trials
     seed_problems(seed_runs, need)        # duplicate seeds, too few distinct ones
     studies, problems = group_studies(runs, studies_json)   # {(level, workload, backend): ...}
     study_problems(studies[key], need)    # gaps, unfinished trials, too few complete studies
@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from d500.training.score import NOT_COUNTED  # statuses that are not a seed result
@@ -75,27 +76,25 @@ class Requirement:
     trials: int
 
 
-def requirement(text: bytes, where: str) -> Requirement:
-    """A workload file's `seeds:` and `tuning:` (the level's schema defaults when absent: level 2
-    tunes 3 studies of 5 trials, level 3 has no `tuning:` and requires no study); a value that is
-    not a positive integer, or `tuning:` at level 3, is a ConfigError naming the file and field."""
+def requirement(text: bytes, where: str, folder: Path | None = None) -> Requirement:
+    """A workload file's `seeds:` and `tuning:` as its level's own loader reads the file
+    (d500.training.workloads, d500.distributed.workloads: the schema's defaults when absent,
+    level 2 tuning 3 studies of 5 trials, level 3 having no `tuning:` and requiring no study).
+    `where` names the file relative to the rules `folder`: when the folder holds it (the text is
+    the rulebook's), the file is named by its path there and a `model.file` resolves beside it;
+    else (the package's own copy) by `where`. A file that does not load (`tuning: 5`,
+    `seeds: 0`, `tuning:` at level 3, an unknown field, ...) is a ConfigError naming the file
+    and field."""
     from d500.distributed import workloads as level3
-    from d500.errors import ConfigError
     from d500.training import workloads as level2
     from d500.workload import mapping
-    data = mapping(text, where)
-    schema = level3.SCHEMA if data.get("level") == 3 else level2.SCHEMA
-    if "tuning" not in schema:
-        level3.refuse_tuning(data, where)
-    declared = "tuning" in schema
-    tuning = {**(schema["tuning"].default if declared else {}), **(data.get("tuning") or {})}
-    values = {"seeds": data.get("seeds", schema["seeds"].default),
-              **{f"tuning.{key}": tuning[key] for key in ("studies", "trials") if declared}}
-    for name, value in values.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"{where}: field '{name}' must be an integer >= 1, got {value!r}")
-    return Requirement(values["seeds"], values.get("tuning.studies", 0),
-                       values.get("tuning.trials", 0))
+    path = Path(where)
+    if folder is not None and (folder / where).resolve().is_relative_to(folder.resolve()) \
+            and (folder / where).is_file():
+        path = folder / where
+    loader = level3.load if mapping(text, path).get("level") == 3 else level2.load
+    loaded = loader(path, text=text)
+    return Requirement(loaded.seeds, loaded.studies, loaded.trials)
 
 
 def seed_problems(runs: list[Any], need: Requirement) -> list[str]:

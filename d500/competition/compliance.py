@@ -82,16 +82,31 @@ def rules_file(level: int, status: str = "succeeded") -> Path:
 
 def problems(path: str | Path, level: int = 2, status: str = "succeeded") -> list[str]:
     """What MLPerf's parser and compliance checker find wrong in the MLLOG at `path`, one line
-    each (empty: accepted). Raises ImportError when mlperf_logging is not installed."""
+    each (empty: accepted); a log they cannot read through (a record without `value`, metadata
+    that is no mapping, ...) is one line saying what they failed on. Raises ImportError when
+    mlperf_logging is not installed."""
     from mlperf_logging.compliance_checker import mlp_compliance, mlp_parser
-    loglines, errors = mlp_parser.parse_file(str(path), ruleset=RULESET)
-    found = [f"line not parsed ({why}): {line[:80]}" for line, why in errors]
-    if not loglines:
-        return [*found, "no :::MLLOG lines"]
-    checker = mlp_compliance.make_checker("training", RULESET, quiet=True, werror=True)
-    checker.configured_checks(loglines, str(rules_file(level, _kind(status))))
-    return found + [one_line(m) for m in (*checker.not_overwritable,
-                                          *checker.overwritable.values())]
+    rules_path = str(rules_file(level, _kind(status)))
+    try:
+        loglines, errors = mlp_parser.parse_file(str(path), ruleset=RULESET)
+        found = [f"line not parsed ({why}): {line[:80]}" for line, why in errors]
+        if not loglines:
+            return [*found, "no :::MLLOG lines"]
+        checker = mlp_compliance.make_checker("training", RULESET, quiet=True, werror=True)
+        checker.configured_checks(loglines, rules_path)
+        messages = [*checker.not_overwritable, *checker.overwritable.values()]
+    except Exception as err:  # the parser and the rules' code read the sender's log unguarded
+        return [f"MLPerf's parser and checker fail on it ({type(err).__name__}: "
+                f"{str(err)[:120]}){_first_bad_line(path)}"]
+    return found + [one_line(m) for m in messages]
+
+
+def _first_bad_line(path: str | Path) -> str:
+    """"; line N is not an MLLOG record (why)" for the log's first such line (d500.mllog's
+    reading), else ""."""
+    from d500 import mllog
+    bad = mllog.parse_text(Path(path).read_text(encoding="utf-8", errors="replace"))[1]
+    return f"; line {bad[0][0]} is not an MLLOG record ({bad[0][1]})" if bad else ""
 
 
 def _kind(status: str) -> str:

@@ -2,8 +2,9 @@
 times) checked against its own MLLOG, so that a figure re-sealed by the sender fails unless the log
 is forged too, consistently with every figure.
 
-    from d500.competition.consistency import check, log_problems, parse, rules
-    records, bad_lines = parse(run.mllog_text)
+    from d500 import mllog
+    from d500.competition.consistency import check, log_problems, rules
+    records, bad_lines = mllog.parse_text(run.mllog_text)   # bad_lines: [(line number, why)]
     log_problems(run, records, rules(workload_text, "2-training/digits-mlp.yaml"))  # [] agrees
     check(ctx, report)        # d500 check's step over a package (d500.competition.check)
 
@@ -26,12 +27,12 @@ A wall-clock step (NTP) during a run would show as a disagreement of its times.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from d500 import mllog
+from d500.competition.completeness import ids
 from d500.competition.consistency_training import (
     TOLERANCE_REL,
     TOLERANCE_S,
@@ -39,12 +40,12 @@ from d500.competition.consistency_training import (
     Training,
     as_float,
     canon,
-    count,
     number,
-    real,
     same,
 )
+from d500.competition.layout import is_int
 from d500.errors import D500Error
+from d500.ledger import finite
 
 DESCRIBED = {mllog.SUBMISSION_BENCHMARK: "workload", mllog.SUBMISSION_ORG: "submission",
              "d500_level": "level", "d500_backend": "backend", mllog.SEED: "seed",
@@ -58,15 +59,16 @@ TRAINING_LEVELS = (2, 3)
 def check(ctx: Any, report: Any) -> None:
     """d500 check's step (a check.Context and check.Report): every packed run with a log whose
     record and log passed integrity (a run already flagged there is not checked again), each
-    against the workload text it recorded (else the rules' file)."""
+    against the workload text it recorded (else the rules' file); the runs not checked (flagged,
+    or without a log) are listed under not_checked."""
     from d500.competition.check import run_workload
     flagged = {int(m.group(1)) for p in report.problems
                if (m := re.match(r"integrity: run (\d+):", p))}
     files = ctx.pkg.workload_files()
-    checked, skipped = 0, 0
+    checked, skipped, unlogged = 0, [], []
     for run in ctx.runs:
-        if run.mllog_text is None or run.origin_id in flagged:
-            skipped += run.mllog_text is not None
+        if run.origin_id in flagged or run.mllog_text is None:
+            (skipped if run.origin_id in flagged else unlogged).append(run.origin_id)
             continue
         rel = run_workload(run, files)
         text = run.row.get("workload_text")
@@ -75,9 +77,9 @@ def check(ctx: Any, report: Any) -> None:
         except D500Error as err:
             report.problems.append(f"consistency: run {run.origin_id}: {err}")
             continue
-        records, bad = parse(run.mllog_text)
-        report.problems += [f"consistency: run {run.origin_id}: {line}"
-                            for line in bad]
+        records, bad = mllog.parse_text(run.mllog_text)
+        report.problems += [f"consistency: run {run.origin_id}: its MLLOG line {at} is not an "
+                            f"MLLOG record ({why})" for at, why in bad]
         report.problems += [f"consistency: {line}" for line in log_problems(run, records,
                                                                           workload)]
         checked += 1
@@ -85,8 +87,11 @@ def check(ctx: Any, report: Any) -> None:
                           f" seed, status and times against their MLLOGs (times within "
                           f"{TOLERANCE_S:g} s + {TOLERANCE_REL:.0%})")
     if skipped:
-        report.not_checked.append(f"consistency: {skipped} run(s) whose record or log failed "
-                                  "integrity")
+        report.not_checked.append(f"consistency: {len(skipped)} run(s) whose record or log "
+                                  f"failed integrity (run(s) {ids(skipped)})")
+    if unlogged:
+        report.not_checked.append(f"consistency: {len(unlogged)} run(s) without an MLLOG to "
+                                  f"check their records against (run(s) {ids(unlogged)})")
 
 
 def rules(text: str | bytes | None, where: str) -> Rules:
@@ -98,26 +103,9 @@ def rules(text: str | bytes | None, where: str) -> Rules:
     data = mapping(text, where)
     target, budget, split = (data.get(k) if isinstance(data.get(k), Mapping) else {}
                              for k in ("target", "budget", "dataset"))
+    train, validation = (split.get(k) for k in ("train", "validation"))
     return Rules(number(target.get("value")), number(budget.get("max_seconds")),
-                 count(split.get("train")), count(split.get("validation")))
-
-
-def parse(text: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """The `:::MLLOG` records of a log's text, in order, and a line for each one unreadable."""
-    records, bad = [], []
-    for at, line in enumerate(text.splitlines(), 1):
-        if mllog.TOKEN not in line:
-            continue
-        try:
-            record = json.loads(line[line.index(mllog.TOKEN) + len(mllog.TOKEN):])
-        except ValueError:
-            record = None
-        if not (isinstance(record, dict) and isinstance(record.get("key"), str)
-                and real(record.get("time_ms")) and isinstance(record.get("metadata"), dict)):
-            bad.append(f"its MLLOG line {at} is not an MLLOG record")
-            continue
-        records.append(record)
-    return records, bad
+                 train if is_int(train) else None, validation if is_int(validation) else None)
 
 
 def log_problems(run: Any, records: list[dict[str, Any]], workload: Rules) -> list[str]:
@@ -144,6 +132,7 @@ def _opening(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _described(run: Any, records: list[dict[str, Any]]) -> list[str]:
+    """The submission description, seed and run id the log opens with against the record."""
     opening = {}
     for r in _opening(records):
         opening.setdefault(r["key"], r["value"])
@@ -161,6 +150,7 @@ def _described(run: Any, records: list[dict[str, Any]]) -> list[str]:
 
 
 def _hyperparameters(run: Any, records: list[dict[str, Any]]) -> list[str]:
+    """The hyperparameters logged before init_stop against the recorded ones, key by key."""
     logged: dict[str, list[str]] = {}
     for r in _opening(records):
         if r["key"] not in OPENING:
@@ -202,13 +192,13 @@ def _ends(run: Any, records: list[dict[str, Any]]) -> list[str]:
         if stops[-1] != len(records) - 1:
             out.append(f"its MLLOG has {len(records) - 1 - stops[-1]} line(s) after run_stop")
         stopped = run.stopped
-        if real(stopped) and stopped * 1e3 < records[stops[-1]]["time_ms"] - TOLERANCE_S * 1e3:
+        if finite(stopped) and stopped * 1e3 < records[stops[-1]]["time_ms"] - TOLERANCE_S * 1e3:
             out.append(f"stopped at {stopped:.3f} (unix s), before its MLLOG's run_stop at "
                        f"{records[stops[-1]]['time_ms'] / 1e3:.3f}")
     if run.status in ("succeeded", "missed", "diverged") and not starts:
         out.append(f"status '{run.status}', but its MLLOG has no run_start")
     started = run.started
-    if real(started) and len(records) >= 2 and records[0]["key"] == mllog.INIT_START:
+    if finite(started) and len(records) >= 2 and records[0]["key"] == mllog.INIT_START:
         low, high = records[0]["time_ms"], records[1]["time_ms"] + 1
         if not low - TOLERANCE_S * 1e3 <= started * 1e3 <= high + TOLERANCE_S * 1e3:
             out.append(f"started at {started:.3f} (unix s), but its MLLOG opened it between "
@@ -217,6 +207,7 @@ def _ends(run: Any, records: list[dict[str, Any]]) -> list[str]:
 
 
 def _figures(run: Any, records: list[dict[str, Any]]) -> list[str]:
+    """Each recorded figure against the last value its log's figure line (with a unit) holds."""
     logged = {r["key"]: r["value"] for r in records if "unit" in r["metadata"]}
     figures = run.figures
     out = []

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from d500 import mllog
+from d500.ledger import finite
 
 TOLERANCE_S = 0.1  # seconds: ms rounding and scheduler pauses between a log line and the clock
 TOLERANCE_REL = 0.02  # of the interval measured: clock drift, generously
@@ -70,6 +71,7 @@ class Training:
         self.out: list[str] = []
 
     def problems(self) -> list[str]:
+        """Every disagreement of the run's training record with its log, one line each."""
         self.keys()
         paired = self.pairs()
         if paired:
@@ -143,7 +145,7 @@ class Training:
     def _outside(self, value: float, n: int) -> str | None:
         """Why `value` (seconds on the run clock at evaluation n) is not what the log allows."""
         found = self.bounds(n)
-        if found is None or not real(value):
+        if found is None or not finite(value):
             return None
         low, high = found
         slack = TOLERANCE_S + TOLERANCE_REL * high
@@ -153,13 +155,14 @@ class Training:
                 f"(eval_stop less the test evaluations before it; tolerance {slack:.3f} s)")
 
     def times(self) -> None:
+        """Each evaluation's wall time and `recorded` time against the log's timestamps."""
         for n, row in enumerate(self.rows):
             why = self._outside(row["wall_time"], n)
             if why is not None:
                 self.out.append(f"evaluation {n + 1} (epoch {row['epoch']}): wall_time "
                                 f"{row['wall_time']:.3f} s, but {why}")
             stop = self._after(self.evals[n], mllog.EVAL_STOP)
-            if stop is None or not real(row["recorded"]):
+            if stop is None or not finite(row["recorded"]):
                 continue
             low = self.records[stop]["time_ms"] / 1e3 - TOLERANCE_S
             nxt = self.records[stop + 1]["time_ms"] if stop + 1 < len(self.records) else None
@@ -219,7 +222,7 @@ class Training:
         if why is not None:
             self.out.append(f"figure time_to_accuracy is {tta!r} s (evaluation {met + 1} met "
                             f"the target), but {why}")
-        if budget is not None and real(tta) and tta > budget:
+        if budget is not None and finite(tta) and tta > budget:
             self.out.append(f"status 'succeeded', but time_to_accuracy {tta!r} s exceeds the "
                             f"budget {budget:g} s")
 
@@ -235,13 +238,13 @@ class Training:
         if last is None or self.run.status not in ("succeeded", "missed"):
             return
         parts = [figures.get(k) for k in ("train_time", "data_time", "eval_time")]
-        if all(real(p) for p in parts) and real(last["wall_time"]) \
+        if all(finite(p) for p in parts) and finite(last["wall_time"]) \
                 and sum(parts) > last["wall_time"] * (1 + 1e-9) + 1e-9:
             self.out.append(f"figures train_time + data_time + eval_time = {sum(parts):.6f} s, "
                             f"more than the last evaluation's wall time {last['wall_time']:.6f} s "
                             "(they are parts of it)")
         rate, train = figures.get("samples_per_second"), figures.get("train_time")
-        if real(rate) and real(train) and train > 0 and self.batch and last["step"] is not None:
+        if finite(rate) and finite(train) and train > 0 and self.batch and last["step"] is not None:
             want = last["step"] * self.batch / train
             if not math.isclose(rate, want, rel_tol=1e-9):
                 self.out.append(f"figure samples_per_second is {rate!r}, but its last "
@@ -262,16 +265,8 @@ def evaluation(row: list[Any]) -> dict[str, Any]:
 
 
 def canon(value: Any) -> str:
-    """A value as JSON text, the way the log writes it (non-finite floats as strings)."""
-    def plain(v: Any) -> Any:
-        if isinstance(v, dict):
-            return {str(k): plain(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [plain(x) for x in v]
-        if isinstance(v, float) and not math.isfinite(v):
-            return str(v)
-        return v
-    return json.dumps(plain(value), sort_keys=True, default=str)
+    """A value as JSON text, encoded as the log encodes it (d500.mllog.jsonable), keys sorted."""
+    return json.dumps(mllog.jsonable(value), sort_keys=True)
 
 
 def as_float(value: Any) -> Any:
@@ -282,23 +277,15 @@ def as_float(value: Any) -> Any:
 
 
 def number(value: Any) -> float | None:
+    """A logged or recorded number as a float (infinities and NaN too); None for anything else."""
     value = as_float(value)
-    return float(value) if real(value) or isinstance(value, float) else None
-
-
-def count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def real(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
+    return float(value) if finite(value) or isinstance(value, float) else None
 
 
 def same(a: Any, b: Any) -> bool:
     """Two recorded numbers equal (both NaN counts as equal; ints and floats compare by value)."""
     a, b = as_float(a), as_float(b)
-    if isinstance(a, bool) or isinstance(b, bool) or not all(
-            isinstance(x, (int, float)) for x in (a, b)):
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b)):
         return False
-    return a == b or (math.isnan(a) and math.isnan(b))
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a)
+                      and math.isnan(b))

@@ -201,7 +201,8 @@ NUMBER_COLUMNS = ("started", "stopped")
 JSON_COLUMNS = ("figures", "hyperparameters", "details", "submission_files")
 
 
-def _int(x: Any) -> bool:
+def is_int(x: Any) -> bool:
+    """Whether a JSON value is an integer (not a bool)."""
     return isinstance(x, int) and not isinstance(x, bool)
 
 
@@ -226,23 +227,23 @@ def malformed(rec: dict[str, Any]) -> list[str]:
     for key, value in row.items():
         if value is None:
             continue
-        ok = (_int(value) if key in INT_COLUMNS else _num(value) if key in NUMBER_COLUMNS
+        ok = (is_int(value) if key in INT_COLUMNS else _num(value) if key in NUMBER_COLUMNS
               else isinstance(value, str) and (key not in JSON_COLUMNS or _json_object(value)))
         if not ok:
             bad.append(f"row.{key}")
     evaluations, artifacts = rec.get("evaluations"), rec.get("artifacts")
     if not isinstance(evaluations, list) or not all(
-            isinstance(e, list) and len(e) == 5 and (e[0] is None or _int(e[0]))
+            isinstance(e, list) and len(e) == 5 and (e[0] is None or is_int(e[0]))
             and (e[1] is None or _num(e[1])) and (e[2] is None or _num(e[2]))
             and isinstance(e[3], str) and _num(e[4]) for e in evaluations):
         bad.append("evaluations")
     if not isinstance(artifacts, list) or not all(
             isinstance(a, list) and len(a) == 3 and isinstance(a[0], str)
-            and isinstance(a[1], str) and (a[2] is None or _int(a[2])) for a in artifacts):
+            and isinstance(a[1], str) and (a[2] is None or is_int(a[2])) for a in artifacts):
         bad.append("artifacts")
     trial = rec.get("trial")
-    if trial is not None and not (isinstance(trial, list) and len(trial) == 3 and _int(trial[0])
-                                  and _int(trial[1])
+    if trial is not None and not (isinstance(trial, list) and len(trial) == 3 and is_int(trial[0])
+                                  and is_int(trial[1])
                                   and (trial[2] is None or isinstance(trial[2], str))):
         bad.append("trial")
     return bad

@@ -84,13 +84,15 @@ class DistributedWorkload(level2.Workload):
                               f"ranks sharing it")
 
 
-def load(path: str | Path, level: int = 3) -> DistributedWorkload:
-    """Read and check a level-3 workload; every problem is a ConfigError naming the field."""
+def load(path: str | Path, level: int = 3, text: str | bytes | None = None
+         ) -> DistributedWorkload:
+    """Read and check a level-3 workload (`text`: the file's content, read from elsewhere);
+    every problem is a ConfigError naming the field."""
     path = Path(path)
     try:
-        data = _workload.load(path, SCHEMA)
+        data = _workload.load(path, SCHEMA, text=text)
     except ConfigError:
-        raw = _workload.read_yaml(path)[1]
+        raw = _workload.read_yaml(path, text)[1]
         if isinstance(raw, Mapping):
             refuse_tuning(raw, path)  # what the schema's "unknown field 'tuning'" means here
         raise

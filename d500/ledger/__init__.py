@@ -56,12 +56,16 @@ from d500.ledger.migrations import SCHEMA_VERSION
 
 
 def finite(value: object) -> bool:
-    """Whether a value is a real number: an int or float (not a bool), neither NaN nor
-    infinite (None, strings and anything else are not)."""
+    """Whether a value is a real number: an int or float (not a bool), neither NaN nor infinite
+    nor an int too large for a float (None, strings and anything else are not)."""
     import math
 
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
 
 
 __all__ = ["FINAL", "GENESIS", "SCHEMA_VERSION", "SEALED", "SEALED_IF_SET", "STATUSES", "Ledger",

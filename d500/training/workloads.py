@@ -119,11 +119,12 @@ class Workload:
         return builders.build(m["builder"], input_shape=shape, classes=n, seed=seed, loss=True)
 
 
-def load(path: str | Path, level: int = 2) -> Workload:
-    """Read and check a training workload (level 2, or level 3 through its own schema on top);
-    every problem is a ConfigError naming the field."""
+def load(path: str | Path, level: int = 2, text: str | bytes | None = None) -> Workload:
+    """Read and check a training workload (level 2, or level 3 through its own schema on top;
+    `text`: the file's content, read from elsewhere); every problem is a ConfigError naming the
+    field."""
     path = Path(path)
-    data = _workload.load(path, SCHEMA)
+    data = _workload.load(path, SCHEMA, text=text)
     return from_data(path, data, level)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from d500 import mllog
 from d500.competition import consistency
 from d500.competition.check import check
 from d500.competition.export import build
@@ -88,7 +89,7 @@ def test_the_real_digits_package_agrees_with_its_logs(digits_package, rules_dir,
                            "status and times against their MLLOGs (times within 0.1 s + 2%)")
     statuses = set()
     for run in pkg.runs():  # the module's own entry point, run by run
-        records, bad = consistency.parse(run.mllog_text)
+        records, bad = mllog.parse_text(run.mllog_text)
         text = run.row["workload_text"]
         assert bad == [] and consistency.log_problems(
             run, records, consistency.rules(text, "digits-mlp.yaml")) == []
