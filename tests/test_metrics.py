@@ -8,6 +8,7 @@ import pytest
 
 from d500 import metrics
 from d500.errors import ConfigError, D500Error
+from d500.leaderboard import environments
 
 AGREED = {"forward_error": "lower", "gradient_error": "lower", "latency": "lower",
           "throughput": "higher", "gflops": "higher", "peak_fraction": "higher",
@@ -90,3 +91,36 @@ def test_formatting():
     assert metrics.get("gflops").format(12.345) == "12.35 GFLOP/s"
     assert metrics.get("peak_fraction").format(42.0) == "42.0 %"
     assert metrics.get("forward_error").format(None) == "—"
+
+
+DEPENDENT = {"latency", "backward_latency", "time_to_accuracy", "comm_time", "compute_time",
+             "step_time", "train_time", "eval_time", "data_time", "translate_time",
+             "first_call_time", "train_step_time", "throughput", "samples_per_second", "gflops",
+             "speedup", "scaling_efficiency", "comm_share", "peak_fraction"}
+
+
+# -- the machine-dependent flag ------------------------------------------------------------------
+
+def test_every_metric_says_whether_it_depends_on_the_machine():
+    assert {n for n in metrics.names() if metrics.get(n).machine_dependent} == DEPENDENT
+    for name in metrics.names():
+        m = metrics.get(name)
+        assert "MACHINE_DEPENDENT = " in m.path.read_text()  # decided in each file, not defaulted
+        assert environments.machine_dependent(m) is m.machine_dependent
+    for name in ("epochs", "steps", "test_accuracy", "bytes_per_step", "compression_ratio",
+                 "forward_error", "agreement"):
+        assert not environments.machine_dependent(metrics.get(name)), name
+
+
+def test_the_flag_defaults_from_the_unit_and_is_checked(tmp_path, monkeypatch):
+    monkeypatch.setenv("D500_METRICS", str(tmp_path))
+    body = 'NAME = "{n}"\nUNIT = "{u}"\nDIRECTION = "lower"\nMEASURED = "x"\n{extra}'
+    for name, unit, extra, want in (("power", "J/s", "", True), ("energy", "J", "", False),
+                                    ("wait_share", "", "MACHINE_DEPENDENT = True\n", True),
+                                    ("simulated", "s", "MACHINE_DEPENDENT = False\n", False)):
+        (tmp_path / f"{name}.py").write_text(body.format(n=name, u=unit, extra=extra))
+        assert metrics.get(name).machine_dependent is want, name
+    (tmp_path / "vague.py").write_text(body.format(n="vague", u="", extra='MACHINE_DEPENDENT = '
+                                                                            '"yes"\n'))
+    with pytest.raises(ConfigError, match=r"vague\.py: MACHINE_DEPENDENT = 'yes' is not valid"):
+        metrics.get("vague")

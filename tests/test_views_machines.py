@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from d500 import conformance_runs, leaderboard, metrics, provenance
-from d500.errors import ConfigError
 from d500.leaderboard import environments, summary
 from d500.leaderboard import text as board_text
 from d500.ledger import Ledger
@@ -22,10 +21,6 @@ from d500.ledger.relay import Relay
 from d500.levels import View
 
 OTHER_CPU = "AMD EPYC 9654 96-Core Processor"
-DEPENDENT = {"latency", "backward_latency", "time_to_accuracy", "comm_time", "compute_time",
-             "step_time", "train_time", "eval_time", "data_time", "translate_time",
-             "first_call_time", "train_step_time", "throughput", "samples_per_second", "gflops",
-             "speedup", "scaling_efficiency", "comm_share", "peak_fraction"}
 
 
 @pytest.fixture
@@ -417,32 +412,7 @@ def test_level0_summary_per_machine_by_submission(home, tmp_path):
     assert {(r[0], r[1]): r[4] for r in there_view.rows} == {("slow", "numpy"): "1.00×"}
 
 
-# -- the machine-dependent flag ------------------------------------------------------------------
-
-def test_every_metric_says_whether_it_depends_on_the_machine():
-    assert {n for n in metrics.names() if metrics.get(n).machine_dependent} == DEPENDENT
-    for name in metrics.names():
-        m = metrics.get(name)
-        assert "MACHINE_DEPENDENT = " in m.path.read_text()  # decided in each file, not defaulted
-        assert environments.machine_dependent(m) is m.machine_dependent
-    for name in ("epochs", "steps", "test_accuracy", "bytes_per_step", "compression_ratio",
-                 "forward_error", "agreement"):
-        assert not environments.machine_dependent(metrics.get(name)), name
-
-
-def test_the_flag_defaults_from_the_unit_and_is_checked(tmp_path, monkeypatch):
-    monkeypatch.setenv("D500_METRICS", str(tmp_path))
-    body = 'NAME = "{n}"\nUNIT = "{u}"\nDIRECTION = "lower"\nMEASURED = "x"\n{extra}'
-    for name, unit, extra, want in (("power", "J/s", "", True), ("energy", "J", "", False),
-                                    ("wait_share", "", "MACHINE_DEPENDENT = True\n", True),
-                                    ("simulated", "s", "MACHINE_DEPENDENT = False\n", False)):
-        (tmp_path / f"{name}.py").write_text(body.format(n=name, u=unit, extra=extra))
-        assert metrics.get(name).machine_dependent is want, name
-    (tmp_path / "vague.py").write_text(body.format(n="vague", u="", extra='MACHINE_DEPENDENT = '
-                                                                            '"yes"\n'))
-    with pytest.raises(ConfigError, match=r"vague\.py: MACHINE_DEPENDENT = 'yes' is not valid"):
-        metrics.get("vague")
-
+# -- the machine-dependent flag on the boards (each metric's own flag: tests/test_metrics.py) --
 
 def test_boards_rank_by_the_flag_not_the_unit(home, tmp_path, monkeypatch):
     """A speed-up (unit x, a ratio of times) is ranked per machine; a simulated time (unit s,
