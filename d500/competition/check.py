@@ -259,6 +259,7 @@ def check_completeness(ctx: Context, report: Report) -> None:
     studies, unlisted = group_studies(ctx.runs, ctx.studies)
     report.problems += [f"completeness: {p}" for p in unlisted]
     for (level, workload, backend), runs in sorted(results.items()):
+        found = studies.pop((level, workload, backend), {})  # this result's, read or not
         rel = run_workload(runs[0], ctx.pkg.workload_files())
         text = ctx.rules_text(rel)
         try:
@@ -279,7 +280,6 @@ def check_completeness(ctx: Context, report: Report) -> None:
             report.problems += [f"completeness: {name}: {p}"
                                 for p in seed_problems(seed_runs, need)]
         name = result_name(level, workload, backend)
-        found = studies.pop((level, workload, backend), {})
         report.problems += [f"completeness: {name}: {p}" for p in study_problems(found, need)]
     for (level, workload, backend), found in sorted(studies.items()):
         report.problems.append(f"completeness: {result_name(level, workload, backend)}: "

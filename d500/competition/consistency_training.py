@@ -117,8 +117,9 @@ class Training:
             if not same(val, number(line["value"])):
                 self.out.append(f"{where}: val_accuracy {val!r}, but its MLLOG's eval_accuracy "
                                 f"says {line['value']!r}")
+            step = number(row["step"])
             if (self.batch is not None and row["step"] is not None
-                    and not same(number(count), row["step"] * self.batch)):
+                    and not same(number(count), None if step is None else step * self.batch)):
                 self.out.append(f"{where}: step {row['step']} x global_batch_size "
                                 f"{self.batch:g}, but its MLLOG's samples_count is {count}")
         return True
@@ -244,8 +245,9 @@ class Training:
                             f"more than the last evaluation's wall time {last['wall_time']:.6f} s "
                             "(they are parts of it)")
         rate, train = figures.get("samples_per_second"), figures.get("train_time")
-        if finite(rate) and finite(train) and train > 0 and self.batch and last["step"] is not None:
-            want = last["step"] * self.batch / train
+        step = number(last["step"])
+        if finite(rate) and finite(train) and train > 0 and self.batch and step is not None:
+            want = step * self.batch / train
             if not math.isclose(rate, want, rel_tol=1e-9):
                 self.out.append(f"figure samples_per_second is {rate!r}, but its last "
                                 f"evaluation's step {last['step']} x global batch "

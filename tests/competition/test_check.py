@@ -425,3 +425,65 @@ def test_a_changed_submission_file_is_an_integrity_problem(digits_package, rules
     assert problems and all(p.startswith("integrity: run ") and "submission file" in p
                             and "guarded.py" in p for p in problems), problems
     assert len(problems) == len(Package.open(bad).runs())
+
+
+@pytest.mark.parametrize("line, message", [
+    ("tuning: 5", "field 'tuning' must be a mapping, got int"),
+    ("tuning: [1]", "field 'tuning' must be a mapping, got list"),
+    ("tuning: {studies: 2, trails: 2}", "unknown field 'tuning.trails'"),
+    ("tuning: {studies: two}", "field 'tuning.studies' must be an integer, got str 'two'"),
+    ("seeds: true", "field 'seeds' must be an integer, got a boolean"),
+    ("seeds: 0", "field 'seeds' must be at least 1"),
+])
+def test_a_bad_seeds_or_tuning_field_is_one_line_naming_file_and_field(line, message):
+    """The workload text loaded by its level's own loader: a bad value is a ConfigError naming
+    the file and the field, never a TypeError from reading it."""
+    from d500.competition.completeness import requirement
+    from d500.errors import ConfigError
+    from d500.paths import rulebook
+    text = (rulebook() / "2-training" / "digits-mlp.yaml").read_text()
+    field = line.split(":")[0]
+    text, n = re.subn(rf"(?m)^{field}:.*$", line, text)
+    assert n == 1
+    with pytest.raises(ConfigError) as err:
+        requirement(text.encode(), "2-training/digits-mlp.yaml")
+    assert str(err.value).startswith(f"2-training/digits-mlp.yaml: {message}"), err.value
+
+
+def test_a_senders_own_workload_copy_with_a_bad_tuning_is_one_completeness_line(
+        digits_package, rules_dir, tmp_path, run_d500):
+    """The rulebook lacks the workload, so the checker reads the package's own copy, which the
+    sender wrote with `tuning: 5`: one completeness line naming the packaged file and the field
+    (beside the integrity and rules lines saying the copy is not what the runs sealed nor the
+    rulebook's), exit 1, no traceback."""
+    empty = tmp_path / "rules"
+    (empty / "2-training").mkdir(parents=True)
+
+    def bad_tuning(found: dict[str, bytes]) -> None:
+        found[WORKLOAD], n = re.subn(rb"(?m)^tuning:.*$", b"tuning: 5", found[WORKLOAD])
+        assert n == 1
+
+    bad = repack(digits_package, tmp_path / "tuning.tar.gz", bad_tuning)
+    problems = _problems(bad, empty)
+    assert [p for p in problems if p.startswith("completeness:")] == [
+        "completeness: 2-training/digits-mlp.yaml: field 'tuning' must be a mapping, got int"]
+    assert any(p.startswith("rules:") for p in problems), problems
+    result = run_d500(None, "check", str(bad), "--rules", str(empty))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "field 'tuning' must be a mapping, got int" in result.stdout
+
+
+def test_the_rulebooks_workload_is_named_by_its_path_in_the_rules_folder(rules_dir, tmp_path):
+    """A workload the rules folder holds is loaded (and named) as that file: a bad field names
+    its path there."""
+    from d500.competition.completeness import Requirement, requirement
+    from d500.errors import ConfigError
+    rel = "2-training/digits-mlp.yaml"
+    text = (rules_dir / rel).read_bytes()
+    assert requirement(text, rel, rules_dir) == Requirement(2, 2, 2)
+    rules = tmp_path / "rules"
+    (rules / "2-training").mkdir(parents=True)
+    (rules / rel).write_bytes(text.replace(b"seeds: 2", b"seeds: -1"))
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(rules / rel))}: field 'seeds' must "
+                                          r"be at least 1$"):
+        requirement((rules / rel).read_bytes(), rel, rules)

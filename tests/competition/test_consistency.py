@@ -24,6 +24,8 @@ from d500.distributed.launcher import launch_train, mpiexec
 from d500.ledger import Ledger, integrity
 from d500.paths import examples, rulebook
 
+from .packages import forge_log, repack, reseal
+
 TARGET = 0.97  # digits-mlp's validation target (the fixture's rules keep the rulebook's)
 
 
@@ -272,3 +274,136 @@ def test_a_level3_run_agrees_with_its_log_and_a_forged_figure_does_not(tmp_path)
                             f"but the first evaluation meeting the target {TARGET:g}")
                and p.endswith(f"(its steps: {true!r})") for p in mine), mine
     assert len(mine) == 2, mine
+
+
+# -- logs and records that are not what the ledger writes ---------------------------------------
+
+def _line_of(text: str, key: str) -> int:
+    """The number (from 1) of the log's first line logging `key`."""
+    return next(n for n, line in enumerate(text.splitlines(), 1) if f'"key": "{key}"' in line)
+
+
+def test_a_log_line_without_value_resealed_is_one_problem_line_not_a_traceback(
+        digits_package, rules_dir, tmp_path, run_d500):
+    """The seed line's "value" removed and the log's hash re-sealed (integrity passes): MLPerf's
+    parser fails on the log and d500's reads the line as no record; each is one line naming the
+    run (and the line), the seed is then missing from the log; `d500 check` exits 1."""
+    pkg = Package.open(digits_package)
+    run = next(r for r in pkg.runs() if r.trial is None)
+    line = _line_of(run.mllog_text, "seed")
+
+    def drop_value(text: str) -> str:
+        lines = text.splitlines(keepends=True)
+        lines[line - 1], n = re.subn(r'"value": [^,]+, ', "", lines[line - 1])
+        assert n == 1
+        return "".join(lines)
+
+    forged = repack(digits_package, tmp_path / "no-value.tar.gz",
+                    forge_log(run.origin_id, drop_value))
+    member = f"d500-package/runs/{run.origin_id}.mllog.txt"
+    assert check(Package.open(forged), rules_dir).problems == [
+        (f"logs: run {run.origin_id} ({member}): MLPerf's parser and checker fail on it "
+         f"(KeyError: 'value'); line {line} is not an MLLOG record (no 'value')"),
+        f"consistency: run {run.origin_id}: its MLLOG line {line} is not an MLLOG record (no "
+        f"'value')",
+        f"consistency: run {run.origin_id}: its seed {run.seed} is not in its MLLOG (no 'seed' "
+        f"line)"]
+    result = run_d500(None, "check", str(forged), "--rules", str(rules_dir))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"its MLLOG line {line} is not an MLLOG record (no 'value')" in result.stdout
+
+
+@pytest.mark.parametrize("change, why", [
+    (lambda r: r.pop("value"), "no 'value'"),
+    (lambda r: r.pop("key"), "no 'key'"),
+    (lambda r: r.update(key=5), "its 'key' is not a string"),
+    (lambda r: r.update(time_ms="1700000000000"), "its 'time_ms' is not a finite number"),
+    (lambda r: r.update(time_ms=10 ** 400), "its 'time_ms' is not a finite number"),
+    (lambda r: r.update(time_ms=True), "its 'time_ms' is not a finite number"),
+    (lambda r: r.pop("metadata"), "no 'metadata'"),
+    (lambda r: r.update(metadata=[1]), "its 'metadata' is not an object"),
+])
+def test_a_record_lacking_a_field_of_its_type_is_an_unreadable_line(digits_package, change, why):
+    """mllog.parse_text (the one reader of d500 and its checks) on a real log with one line
+    changed: that line is named with why, every other line is read as before."""
+    run = next(r for r in Package.open(digits_package).runs() if r.status == "succeeded")
+    lines = run.mllog_text.splitlines()
+    at = _line_of(run.mllog_text, "eval_accuracy")
+    record = json.loads(lines[at - 1].split(mllog.TOKEN, 1)[1])
+    change(record)
+    lines[at - 1] = mllog.TOKEN + json.dumps(record)
+    records, bad = mllog.parse_text("\n".join(lines))
+    assert bad == [(at, why)]
+    assert records == [json.loads(s.split(mllog.TOKEN, 1)[1]) for n, s in
+                       enumerate(run.mllog_text.splitlines(), 1) if n != at]
+    for text, what in ((mllog.TOKEN + "{not json", "not JSON"), (mllog.TOKEN + "[1, 2]",
+                                                                 "not a JSON object"),
+                       (mllog.TOKEN + "[" * 100_000, "not JSON")):
+        assert mllog.parse_text(f"x\n{text}\n")[1] == [(2, what)]
+
+
+ODD = [None, "x", "inf", [1], {"a": 1}, 10 ** 400, -1, 1e308, True]  # JSON values a sender
+# could put anywhere: the checks compare them, never fail on them
+
+
+def test_odd_values_anywhere_in_a_log_or_record_are_compared_not_crashed_on(digits_package):
+    """Every value, and every metadata field, of every line of every real log replaced in turn
+    by each odd JSON value; each figure, hyperparameter and evaluation field of the record too:
+    log_problems returns lines (a forged figure or hyperparameter always disagrees with the log),
+    never raises."""
+    from dataclasses import replace
+    workload = consistency.rules(
+        (rulebook() / "2-training" / "digits-mlp.yaml").read_text(), "digits-mlp.yaml")
+    seen = 0
+    for run in Package.open(digits_package).runs():
+        records, _ = mllog.parse_text(run.mllog_text)
+        assert consistency.log_problems(run, records, workload) == []
+        for i, odd in ((i, odd) for i in range(len(records)) for odd in ODD):
+            changed = [dict(r) for r in records]
+            changed[i]["value"] = odd
+            assert all(isinstance(p, str) for p in consistency.log_problems(run, changed,
+                                                                            workload))
+            changed[i] = {**records[i], "metadata": {k: odd for k in records[i]["metadata"]}}
+            assert all(isinstance(p, str) for p in consistency.log_problems(run, changed,
+                                                                            workload))
+            seen += 1
+        figures, hyper = run.figures, run.hyperparameters
+        for odd in ODD:
+            for column, values in (("figures", figures), ("hyperparameters", hyper)):
+                other = replace(run, row={**run.row, column: json.dumps({k: odd for k in values})})
+                found = consistency.log_problems(other, records, workload)
+                assert found or not values or odd == "inf"  # ("inf": how inf is logged)
+                assert all(isinstance(p, str) for p in found)
+            forged = [replace(run, evaluations=[[*e[:k], odd if k != 3 else json.dumps(
+                {"val_accuracy": odd, "test_accuracy": odd}), *e[k + 1:]] for e in
+                run.evaluations]) for k in range(5)]
+            forged += [replace(run, row={**run.row, column: odd})
+                       for column in ("started", "stopped", "world_size", "seed")]
+            for other in forged:
+                found = consistency.log_problems(other, records, workload)
+                assert all(isinstance(p, str) for p in found)
+    assert seen > 300
+
+
+def test_a_run_without_an_mllog_is_listed_as_not_checked(digits_package, rules_dir, tmp_path):
+    """A run sealed without a log (its row's mllog empty, as a ledger's run before logs were kept
+    would be): nothing to compare its record with, so the consistency step lists it under
+    not_checked rather than passing it silently."""
+    run = next(r for r in Package.open(digits_package).runs() if r.trial is None)
+
+    def unlogged(found: dict[str, bytes]) -> None:
+        member = f"d500-package/runs/{run.origin_id}.mllog.txt"
+        del found[member]
+
+        def record(rec: dict) -> None:
+            rec["artifacts"] = [a for a in rec["artifacts"] if a[0] != rec["row"]["mllog"]]
+            rec["row"]["mllog"], rec["mllog"] = None, None
+        reseal(run.origin_id, record=record)(found)
+
+    report = check(Package.open(repack(digits_package, tmp_path / "unlogged.tar.gz", unlogged)),
+                   rules_dir)
+    assert not [p for p in report.problems if p.startswith(("integrity:", "consistency:"))], \
+        report.problems
+    assert f"consistency: 1 run(s) without an MLLOG to check their records against (run(s) " \
+           f"{run.origin_id})" in report.not_checked
+    assert any(c.startswith("consistency: 5 run(s)' figures") for c in report.checked)

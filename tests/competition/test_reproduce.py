@@ -18,59 +18,17 @@ import pytest
 
 from d500.competition import reproduce as rp
 from d500.competition.check import check_package
-from d500.competition.layout import CHAIN, MANIFEST, SUBMISSION_FILES
+from d500.competition.layout import SUBMISSION_FILES
 from d500.competition.package import Package
 from d500.competition.reproduce_compare import Series, compare
 from d500.distributed.launcher import launch_train, mpiexec
-from d500.ledger import Ledger, integrity
+from d500.ledger import Ledger
 from d500.ledger.store import dumps
 from d500.paths import examples, rulebook
 
-from .packages import repack
+from .packages import draw_seed, repack, reseal
 
 RULEBOOK, EXAMPLES = rulebook(), examples()
-
-
-def _draw_seed(path: Path, k: int, wanted: set[int], avoid: set[int] = frozenset()) -> int:
-    """The first draw seed whose choice of k runs holds every `wanted` run and no `avoid` one."""
-    candidates, _ = rp.drawable(Package.open(path).runs())
-    for seed in range(10_000):
-        ids = {r.origin_id for r in rp.choose(candidates, k, seed)}
-        if wanted <= ids and not ids & avoid:
-            return seed
-    raise AssertionError(f"no seed draws {wanted}")
-
-
-def _reseal(origin_id: int, change) -> callable:
-    """An edit changing one run's figures and re-making, as a forger would, its seal, its row
-    hash, every later link of the chain and the manifest's chain head."""
-    def edit(found: dict[str, bytes]) -> None:
-        records = {}
-        for name, data in found.items():
-            if re.fullmatch(r"d500-package/runs/\d+\.json", name):
-                rec = json.loads(data)
-                records[rec["chain_seq"]] = (name, rec)
-        _, rec = next(v for v in records.values() if v[1]["origin_id"] == origin_id)
-        figures = json.loads(rec["row"]["figures"])
-        change(figures)
-        rec["row"]["figures"] = dumps(figures)
-        rec["sealed"] = json.dumps(integrity.seal_fields(rec["row"], rec["evaluations"],
-                                                         rec["artifacts"], rec["trial"]),
-                                   sort_keys=True)
-        chain = json.loads(found[CHAIN])
-        prev = rec["prev_hash"]
-        for link in chain[rec["chain_seq"] - 1:]:
-            name, later = records[link[0]]  # every later row is this entry's: all packed
-            later["prev_hash"] = prev
-            later["row_hash"] = integrity.row_hash(prev, later["origin_id"], later["sealed"])
-            link[2], link[3] = prev, later["row_hash"]
-            prev = later["row_hash"]
-            found[name] = (json.dumps(later, indent=1, sort_keys=True) + "\n").encode()
-        found[CHAIN] = json.dumps(chain).encode()
-        manifest = json.loads(found[MANIFEST])
-        manifest["ledger"]["chain_head"] = [chain[-1][0], prev]
-        found[MANIFEST] = json.dumps(manifest).encode()
-    return edit
 
 
 def _seed_runs(path: Path) -> list[int]:
@@ -79,7 +37,7 @@ def _seed_runs(path: Path) -> list[int]:
 
 def test_two_drawn_runs_reproduce_and_agree(digits_package, rules_dir, tmp_path, run_d500):
     seed_runs = _seed_runs(digits_package)
-    seed = _draw_seed(digits_package, 2, {seed_runs[0]})  # a succeeded run, and one more
+    seed = draw_seed(digits_package, 2, {seed_runs[0]})  # a succeeded run, and one more
     ledger = tmp_path / "organiser" / "ledger.sqlite"
     result = run_d500(None, "reproduce", str(digits_package), "--runs", "2", "--seed",
                       str(seed), "--rules", str(rules_dir), "--ledger", str(ledger))
@@ -136,13 +94,13 @@ def test_an_altered_figure_is_caught_only_by_reproduction(digits_package, rules_
             if art[0] == rec["row"]["mllog"]:
                 art[1:] = [hashlib.sha256(found[log]).hexdigest(), len(found[log])]
         found[name] = json.dumps(rec).encode()
-        _reseal(target, better)(found)
+        reseal(target, better)(found)
 
     altered = repack(digits_package, tmp_path / "altered.tar.gz", log_too)
     pkg = Package.open(altered)
     assert pkg.member_problems() == [] and pkg.chain_problems() == []
     assert check_package(pkg, rules_dir) == []  # the checker cannot tell
-    seed = _draw_seed(altered, 1, {target})
+    seed = draw_seed(altered, 1, {target})
     result = run_d500(None, "reproduce", str(altered), "--runs", "1", "--seed", str(seed),
                       "--rules", str(rules_dir), "--ledger", str(tmp_path / "l.sqlite"))
     assert result.returncode == 1, result.stdout + result.stderr
@@ -248,7 +206,7 @@ def test_a_run_is_reproduced_at_the_thread_count_it_recorded(rules_dir, entry_di
     first = _seed_runs(package)[0]
     ledger = tmp_path / "organiser" / "ledger.sqlite"
     result = run_d500(None, "reproduce", str(package), "--runs", "1", "--seed",
-                      str(_draw_seed(package, 1, {first})), "--rules", str(rules_dir),
+                      str(draw_seed(package, 1, {first})), "--rules", str(rules_dir),
                       "--ledger", str(ledger), "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     (run,) = json.loads(result.stdout)["runs"]

@@ -28,8 +28,7 @@ from d500.competition.package import Package
 from d500.ledger import Ledger
 from tests.networks.test_bench import batch_one_workload
 
-from .packages import edit_json, repack
-from .test_reproduce import _draw_seed, _reseal
+from .packages import draw_seed, edit_json, repack, reseal
 
 
 def cancelling_model(seed: int = 0) -> onnx.ModelProto:
@@ -162,10 +161,10 @@ def test_a_forged_agreement_figure_disagrees(level1, run_d500, tmp_path):
     def better(figures: dict) -> None:
         figures["agreement"] = 1e-9
 
-    forged = repack(package, tmp_path / "forged.tar.gz", _reseal(check.origin_id, better))
+    forged = repack(package, tmp_path / "forged.tar.gz", reseal(check.origin_id, better))
     pkg = Package.open(forged)
     assert pkg.member_problems() == [] and pkg.chain_problems() == []
-    seed = _draw_seed(forged, 1, {check.origin_id})
+    seed = draw_seed(forged, 1, {check.origin_id})
     result = run_d500(level1["home"], "reproduce", str(forged), "--runs", "1", "--seed",
                       str(seed), "--ledger", str(tmp_path / "l.sqlite"))
     assert result.returncode == 1, result.stdout + result.stderr
@@ -186,7 +185,7 @@ def test_a_model_swapped_in_the_package_is_not_reproducible(level1, tmp_path, mo
         found[SUBMISSION_FILES + "cancelling.onnx"] = other
 
     swapped = repack(package, tmp_path / "swapped.tar.gz", swap)
-    seed = _draw_seed(swapped, 1, {check.origin_id})
+    seed = draw_seed(swapped, 1, {check.origin_id})
     result = rp.reproduce(Package.open(swapped), runs=1, seed=seed,
                           ledger=tmp_path / "l.sqlite")
     (report,) = result.runs
