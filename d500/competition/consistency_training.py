@@ -16,14 +16,14 @@ the test set is evaluated with the run clock paused and the evaluation row writt
   time_to_accuracy = its evaluation's wall time; infinity when missed); val_accuracy the last
   logged eval_accuracy, final_test_accuracy the last evaluation's test accuracy, test_accuracy
   that of the evaluation meeting the target;
-- time: the trainer's clock starts just after run_start is logged and reads its time
-  (`wall_time`, time_to_accuracy) just after eval_stop, less the test evaluations, which lie
-  between an earlier eval_stop and the next line logged. So each evaluation's wall time must lie
-  in [eval_stop - run_start - those gaps, eval_stop - run_start], widened by TOLERANCE_S +
-  TOLERANCE_REL x (eval_stop - run_start): log times are whole milliseconds, and the scheduler
-  may pause the process between logging a line and reading the clock (the 2 % also covers
-  drift between the wall clock and the monotonic one). Its `recorded` time lies between its
-  eval_stop and the next line logged;
+- time: the trainer's clock starts at run_start's timestamp and reads its time (`wall_time`,
+  time_to_accuracy) at eval_stop's (both stamped with the wall time read together with the
+  clock: Run.begin, the trainers' evaluate), less the test evaluations, which lie between an
+  earlier eval_stop and the next line logged. So each evaluation's wall time must lie in
+  [eval_stop - run_start - those gaps, eval_stop - run_start], widened by TOLERANCE_S +
+  TOLERANCE_REL x (eval_stop - run_start) for log times rounded to milliseconds, logs written
+  before the clocks were read together, and drift between the wall clock and the monotonic
+  one. Its `recorded` time lies between its eval_stop and the next line logged;
 - the time split and throughput: train_time + data_time + eval_time at most the last
   evaluation's wall time (the trainer's intervals are disjoint parts of it), samples_per_second
   = last evaluation's step x global batch / train_time.
