@@ -576,12 +576,20 @@ def test_verify_runs_rehashes_only_changed_files(home, tmp_path, monkeypatch):
                               seed=seed, workload_file=wf, submission_files=[code]) as run:
             run.record(figures={"latency": 1e-3})
     files = {wf, code, home / "runs" / "1" / "mllog.txt", home / "runs" / "2" / "mllog.txt"}
+    # files changed within the timestamp granularity of their hashing: their mtime is put ahead
+    # of the clock, since the runs above can take longer than RACY_NS on a loaded machine (the
+    # first start_run in a fresh home measures the peak FLOP/s), which would age them
+    ahead = time.time_ns() + 86_400 * 10**9
+    for f in files:
+        os.utime(f, ns=(ahead, ahead))
     hashed = HashCounter(monkeypatch)
     assert ledger.verify_runs() == ({1: [], 2: []}, [])
     assert set(hashed.take()) == files  # nothing cached yet; each file hashed once
-    # files written within the timestamp granularity before hashing are hashed again
+    # ... so they are hashed again
     assert ledger.verify_runs() == ({1: [], 2: []}, [])
     assert set(hashed.take()) == files
+    for f in files:
+        os.utime(f)  # last changed now
     time.sleep(integrity.RACY_NS / 1e9 + 0.1)
     ledger.verify_runs()  # hashed now, well after their last change: the digests are reusable
     hashed.take()
