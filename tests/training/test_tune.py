@@ -4,7 +4,6 @@ resumes when the same command runs again, losing and repeating no completed tria
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,11 +16,49 @@ from d500.ledger import Ledger
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def command(home: Path) -> tuple[list[str], dict[str, str]]:
+HOLDING = '''
+"""AdamW that, in a process with D500_HOLD_DIR set, notes each trial it starts training (a file
+per trial in that folder) and holds the second one at its first update until it is killed."""
+
+import os
+import time
+from pathlib import Path
+
+from d500.training.optimizers.adam import AdamW
+
+
+class Holding(AdamW):
+    name = "holding"
+
+    def update(self, ops, params, grads, state, lr, t):
+        folder = os.environ.get("D500_HOLD_DIR")
+        if folder and int(t) == 1:
+            trial = len(list(Path(folder).iterdir())) + 1
+            note = Path(folder) / f".{trial}"
+            note.write_text(str(os.getpid()))
+            note.replace(Path(folder) / str(trial))  # seen whole, or not at all
+            if trial == 2:
+                time.sleep(600)  # killed here, mid-trial, by the test
+        super().update(ops, params, grads, state, lr, t)
+'''
+
+
+def holding_entry(folder: Path) -> Path:
+    """The rulebook's adamw entry, its optimizer the Holding subclass."""
+    entry = folder / "holding"
+    entry.mkdir()
+    text = (ROOT / "submissions" / "adamw" / "submission.yaml").read_text()
+    text = text.replace("name: adamw", "name: adamw-holding").replace(
+        "optimizer: adamw", "optimizer: holding.py:Holding")
+    (entry / "submission.yaml").write_text(text)
+    (entry / "holding.py").write_text(HOLDING)
+    return entry
+
+
+def command(home: Path, entry: Path) -> tuple[list[str], dict[str, str]]:
     env = {**os.environ, "D500_HOME": str(home), "TF_CPP_MIN_LOG_LEVEL": "3"}
     return ([sys.executable, "-m", "d500.cli", "tune", "digits-mlp", "--submission",
-             str(ROOT / "submissions" / "adamw"), "--backend", "torch", "--studies", "1",
-             "--trials", "3"], env)
+             str(entry), "--backend", "torch", "--studies", "1", "--trials", "3"], env)
 
 
 def trials(home: Path) -> list[dict]:
@@ -32,25 +69,27 @@ def trials(home: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_a_killed_tuning_resumes_with_nothing_lost(tmp_path):
-    home = tmp_path / "home"
-    argv, env = command(home)
-    proc = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    try:  # kill it while its second trial runs, one trial done
-        while time.time() < deadline:
-            if (home / "ledger.sqlite").exists():
-                found = trials(home) if Ledger(home / "ledger.sqlite").studies() else []
-                done = [t for t in found if t["run"]["status"] != "running"]
-                if len(done) == 1 and len(found) == 2:
-                    break
-            assert proc.poll() is None, "the tuning ended before it could be killed"
+    """Killed while its second trial trains: that trial holds at its first update (a digits
+    trial takes 0.2-0.4 s, too short to catch by polling the ledger, and could end between the
+    poll and the kill), so the kill lands mid-trial on any machine."""
+    home, held = tmp_path / "home", tmp_path / "held"
+    held.mkdir()
+    argv, env = command(home, holding_entry(tmp_path))
+    log = tmp_path / "tune.err"
+    with log.open("w") as err:
+        proc = subprocess.Popen(argv, env={**env, "D500_HOLD_DIR": str(held)}, cwd=tmp_path,
+                                stdout=subprocess.DEVNULL, stderr=err)
+    deadline = time.monotonic() + 300
+    try:
+        while not (held / "2").exists():
+            assert proc.poll() is None, f"the tuning ended before its second trial: " \
+                                        f"{log.read_text()}"
+            assert time.monotonic() < deadline, "the tuning never reached its second trial"
             time.sleep(0.2)
-        else:
-            pytest.fail("the tuning never reached its second trial")
     finally:
-        proc.send_signal(signal.SIGKILL)
+        proc.kill()
         proc.wait()
+    assert (held / "2").read_text() == str(proc.pid)  # held in the tuning process itself
     before = trials(home)
     assert [t["run"]["status"] for t in before][1] == "interrupted"
     first = before[0]
