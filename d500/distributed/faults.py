@@ -33,20 +33,25 @@ its start) makes it harmless outside runs, even during the interpreter's shutdow
 
 from __future__ import annotations
 
+import array
+import fcntl
 import os
 import signal
 import socket
+import stat
 import sys
+import termios
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Self
+from typing import Any, NoReturn, Self
 
 from d500.errors import D500Error
 
 BEAT, FAIL = 21, 22  # tags on the watchdog's own communicator
 DEFAULT_LIMIT = 10.0  # seconds of silence before a rank is given up (D500_MPI_TIMEOUT)
 POLL = 0.05  # seconds between the watchdog thread's polls
+DRAIN_WAIT = 5.0  # seconds an aborting rank waits for the launcher to read its last lines
 
 
 class RankLost(D500Error):
@@ -68,6 +73,42 @@ def ignore_launcher_notices() -> None:
     would be reset to the default action (which ends the process)."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
+
+def unread(fd: int) -> int:
+    """Bytes written to `fd` that its reader has not taken yet, when it is a pipe (the way an
+    MPI launcher reads a rank's output); 0 for anything else."""
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return 0
+        count = array.array("i", [0])
+        fcntl.ioctl(fd, termios.FIONREAD, count)
+        return count[0]
+    except OSError:
+        return 0
+
+
+def wait_until_read(limit: float = DRAIN_WAIT) -> bool:
+    """Flush stdout and stderr and wait (at most `limit` seconds) until whoever reads their pipes
+    has taken everything written; whether it has."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    deadline = time.monotonic() + limit
+    while unread(1) or unread(2):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def end_job(mpi: Any, line: str, code: int) -> NoReturn:
+    """`line` on stderr, then MPI_Abort(code) of the whole job on `mpi`. hydra can end the job
+    before its proxy has read what is still in a rank's output pipe, losing that line (3 of 60
+    aborts of a 2-rank job here), so the abort waits until the line has been read."""
+    print(line, file=sys.stderr, flush=True)
+    wait_until_read()
+    mpi.Abort(code)
+    os._exit(code)  # MPICH's Abort may return before the launcher ends this process
 
 
 def identity() -> dict[str, Any]:
@@ -142,10 +183,7 @@ class Watchdog:
     def abort(self, text: str, code: int = 1) -> None:
         """One line on stderr, then MPI_Abort of the whole job (every rank ends)."""
         where = f"d500 (rank {self.rank} of {self.size} on {socket.gethostname()})"
-        print(f"{where}: error: {text}", file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        self.mpi.Abort(code)
-        os._exit(code)  # MPICH's Abort may return before the launcher ends this process
+        end_job(self.mpi, f"{where}: error: {text}", code)
 
     # ------------------------------------------------------------------ the thread
     def _run(self) -> None:

@@ -93,11 +93,10 @@ def main(argv: list[str], prog: str = "d500 tune") -> int:
 def abort(prog: str, err: BaseException, comm: Any) -> NoReturn:
     """End a parallel tuning on every rank after a failure on this one: its one line (a
     traceback for a bug), then MPI_Abort, so no rank waits for this one forever."""
-    import os
     import socket
-    import sys
     import traceback
 
+    from d500.distributed.faults import end_job
     from d500.errors import D500Error
     where = f"{prog} (rank {comm.Get_rank()} of {comm.Get_size()} on {socket.gethostname()})"
     if isinstance(err, D500Error):
@@ -107,7 +106,4 @@ def abort(prog: str, err: BaseException, comm: Any) -> NoReturn:
     else:
         traceback.print_exception(err)
         code, text = 1, f"error: {type(err).__name__}: {err}"
-    print(f"{where}: {text}", file=sys.stderr, flush=True)
-    sys.stdout.flush()
-    comm.Abort(code)  # MPICH's may return before the launcher ends the job: leave at once
-    os._exit(code)
+    end_job(comm, f"{where}: {text}", code)

@@ -143,7 +143,9 @@ def test_a_rank_failing_alone_fails_the_run_naming_it(tmp_path):
     t0 = time.perf_counter()
     proc = start(home, wl, entry)
     err, took = finish(proc, t0)
-    assert proc.returncode == 1, err
+    # rank 0 calls MPI_Abort(1) while rank 1 waits in fail(); hydra SIGKILLs rank 1, and
+    # mpiexec reports 1 or that rank's 9 as its timing decides (as for a stopped rank)
+    assert proc.returncode in (1, 9), err
     assert took < 120, err  # the whole job, start-up included, not a hang
     run = the_run(home)
     assert run["status"] == "failed", run

@@ -257,7 +257,9 @@ def test_a_silent_rank_is_given_up_and_the_job_ends(tmp_path, slow_entry):
         if worker is not None:
             os.kill(worker, signal.SIGKILL)
     ended = time.perf_counter() - stopped
-    assert proc.returncode == 1, err
+    # rank 0 calls MPI_Abort(1); hydra SIGKILLs the stopped rank, and mpiexec reports rank 0's
+    # 1 or that rank's 9 as its timing decides (tests/distributed/test_faults_mpi.py)
+    assert proc.returncode in (1, 9), err
     assert "rank 1 sent nothing for 5 s while running study 1 trial" in err
     assert "Traceback" not in err
     found = trials(home)
