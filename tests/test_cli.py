@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import resource
 import subprocess
 import sys
-import time
 
 import onnx
 import pytest
@@ -18,17 +18,24 @@ def d500(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           text=True, timeout=600, env=env, check=False)
 
 
+def cpu_seconds_of_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def test_help_is_instant_and_imports_no_framework():
-    start = time.perf_counter()
+    # its cost is the CPU time the process takes (0.07 s here): the wall time is 0.5 s with
+    # three other busy processes on its core, and CI's machine may be that busy
+    start = cpu_seconds_of_children()
     code = ("import sys; from d500.cli import main; main(['--help']); "
             "print(sorted(m for m in ('torch','tensorflow','onnxruntime') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=False)
-    elapsed = time.perf_counter() - start
+    cpu = cpu_seconds_of_children() - start
     assert out.returncode == 0
     assert "conformance" in out.stdout
     assert out.stdout.strip().endswith("[]")
-    assert elapsed < 1.0, elapsed
+    assert cpu < 1.0, cpu
 
 
 def test_unknown_command():

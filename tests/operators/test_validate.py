@@ -20,10 +20,12 @@ SMALL_CONV = Case("small-conv", "Conv", [(2, 4, 9, 9), (6, 4, 3, 3), (6,)],
 
 
 def test_numpy_conv_full_validation_of_the_big_case_is_fast():
-    # 8x16x32x32 input, 16x16x3x3 weights and bias: forward and all three gradients
-    start = time.perf_counter()
+    # 8x16x32x32 input, 16x16x3x3 weights and bias: forward and all three gradients. Its cost
+    # is this process's CPU time (validation runs BLAS on one thread): ~1 s, where the wall
+    # time was 5.2 s with three other busy processes on its core
+    start = time.process_time()
     report = validate(CONV, case("conv-3x3-pad1"))
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert report.passed, report.text()
     assert [c.name for c in report.checks if c.kind == "gradient"] == ["dX", "dW", "dB"]
     methods = {c.name: c.method for c in report.checks if c.kind == "gradient"}
@@ -31,7 +33,7 @@ def test_numpy_conv_full_validation_of_the_big_case_is_fast():
     # whichever the time budget allows on this machine.
     assert methods["dX"].startswith("directional") and methods["dW"].startswith("directional")
     assert report.forward_error < 1e-5 and report.gradient_error < 1e-6
-    assert elapsed < 10.0, f"validation took {elapsed:.1f} s"
+    assert elapsed < 10.0, f"validation took {elapsed:.1f} s of CPU time"
 
 
 def test_small_inputs_get_the_elementwise_jacobian():
