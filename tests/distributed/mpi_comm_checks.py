@@ -22,6 +22,7 @@ from d500.distributed.comm import (
     gather_counts,
     ring_counts,
 )
+from d500.distributed.faults import wait_until_read
 
 CHECKS: dict[str, Callable[[Communicator], None]] = {}
 LIMIT = 60.0  # seconds a check may take
@@ -293,6 +294,7 @@ def main(names: list[str]) -> int:
 def abort(c: Communicator, name: str, error: str) -> None:
     print(json.dumps({"check": name, "size": c.size, "rank": c.rank, "error": error}),
           flush=True)
+    wait_until_read()  # hydra could end the job with the report still in the pipe
     c.mpi.Abort(1)
 
 
