@@ -18,6 +18,7 @@ import yaml
 
 from d500.distributed import launch
 from d500.ledger import Ledger
+from tests.training.rendezvous import MEET
 
 ROOT = Path(__file__).resolve().parents[2]
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
@@ -25,7 +26,8 @@ CORES = len(os.sched_getaffinity(0))
 
 NOTING = '''\
 """Momentum SGD that writes, at its first update, the thread counts the frameworks of its own
-training process report (to $NOTE_DIR/<pid>.json)."""
+training process report (to $NOTE_DIR/<pid>.json); under $D500_MEET_DIR the ranks' first
+trials overlap (tests/training/rendezvous.py)."""
 
 import json
 import os
@@ -33,12 +35,13 @@ import sys
 from pathlib import Path
 
 from d500.training.optimizers.sgd import Momentum
-
+''' + MEET + '''
 
 class Noting(Momentum):
     name = "noting"
 
     def update(self, ops, params, grads, state, lr, t):
+        meet(t)
         out = Path(os.environ["NOTE_DIR"]) / f"{os.getpid()}.json"
         if not out.exists():
             found = {}
@@ -76,11 +79,15 @@ def setup(tmp_path_factory) -> dict[str, Path]:
 
 def d500(home: Path, notes: Path, *args: str, load: float | None = None,
          launcher: list[str] = ()) -> subprocess.CompletedProcess:
-    """`d500 ARGS` in a fresh process (`launcher` before it: mpiexec); with `load`, the machine's
-    1-minute load average reads as that (a fake /proc/loadavg)."""
+    """`d500 ARGS` in a fresh process (`launcher` before it: mpiexec, whose ranks' first trials
+    then overlap); with `load`, the machine's 1-minute load average reads as that (a fake
+    /proc/loadavg)."""
     notes.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "D500_HOME": str(home), "TF_CPP_MIN_LOG_LEVEL": "3",
            "NOTE_DIR": str(notes)}
+    if launcher:
+        (notes / "meet").mkdir()
+        env["D500_MEET_DIR"] = str(notes / "meet")
     for name in ("OMP_NUM_THREADS", "D500_DATA", *launch.LAUNCHER_VARIABLES,
                  *launch.LOCAL_SIZE_VARIABLES):
         env.pop(name, None)

@@ -17,6 +17,7 @@ import yaml
 
 from d500 import mllog
 from d500.ledger import Ledger
+from tests.training.rendezvous import MEET
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
@@ -27,7 +28,7 @@ if not MPIEXEC.exists():
     pytest.skip(f"no mpiexec beside {sys.executable} (pip install mpich mpi4py)",
                 allow_module_level=True)
 
-CRASHING_OPTIMIZER = '''
+CRASHING_OPTIMIZER = MEET + '''
 from d500.training.optimizers import Optimizer
 
 
@@ -36,10 +37,41 @@ class Exploding(Optimizer):
     name = "exploding"
 
     def update(self, ops, params, grads, state, lr, t):
+        meet(t)
         if int(t) >= 3:
             raise RuntimeError("submission bug in update()")
         ops.add_(params, grads, -lr)
 '''
+
+
+MEETING_OPTIMIZER = MEET + '''
+from d500.training.optimizers.adam import AdamW
+
+
+class MeetingAdamW(AdamW):
+    """AdamW, whose first trial on each rank overlaps the other rank's (rendezvous.py)."""
+
+    def update(self, ops, params, grads, state, lr, t):
+        meet(t)
+        super().update(ops, params, grads, state, lr, t)
+'''
+
+
+def meeting_adamw(folder: Path) -> Path:
+    """The rulebook's adamw entry with MeetingAdamW as its optimizer, in folder/adamw."""
+    entry = folder / "adamw"
+    entry.mkdir()
+    text = (ADAMW / "submission.yaml").read_text()
+    (entry / "submission.yaml").write_text(
+        text.replace("optimizer: adamw", "optimizer: meeting.py:MeetingAdamW"))
+    (entry / "meeting.py").write_text(MEETING_OPTIMIZER)
+    return entry
+
+
+def meeting(folder: Path) -> dict[str, str]:
+    """The environment under which each rank's first trial waits for the other's."""
+    (folder / "meet").mkdir()
+    return {"D500_MEET_DIR": str(folder / "meet")}
 
 
 def environment(home: Path, **extra: str) -> dict[str, str]:
@@ -69,9 +101,9 @@ def trials(home: Path) -> list[dict]:
 
 
 def test_two_ranks_share_the_trials_and_rank_0_records_each_once(tmp_path):
-    home = tmp_path / "home"
+    home, entry = tmp_path / "home", meeting_adamw(tmp_path)
     t0 = time.perf_counter()
-    first = tune(home)
+    first = tune(home, entry, **meeting(tmp_path))
     took = time.perf_counter() - t0
     assert first.returncode == 0, first.stderr
     found = trials(home)
@@ -121,7 +153,7 @@ def test_two_ranks_share_the_trials_and_rank_0_records_each_once(tmp_path):
     assert "Traceback" not in first.stderr
 
     t0 = time.perf_counter()
-    again = tune(home)
+    again = tune(home, entry)
     took_again = time.perf_counter() - t0
     assert again.returncode == 0, again.stderr
     assert "4 trial(s) already done were kept (resumed)" in again.stdout
@@ -141,7 +173,7 @@ def test_a_crash_in_a_workers_trial_is_a_failed_run(tmp_path):
                 search_space={"lr": {"min": 0.01, "max": 0.1, "scale": "log"}})
     (entry / "submission.yaml").write_text(yaml.safe_dump(data))
     (entry / "exploding.py").write_text(CRASHING_OPTIMIZER)
-    result = tune(home, entry, trials=2)
+    result = tune(home, entry, trials=2, **meeting(tmp_path))
     assert result.returncode == 0, result.stderr
     runs = [t["run"] for t in trials(home)]
     assert [r["status"] for r in runs] == ["failed", "failed"]

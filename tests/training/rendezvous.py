@@ -1,0 +1,27 @@
+"""Source text for the optimizers of parallel-tuning tests' entries: `meet()` makes the ranks'
+first trials overlap, so every rank trains at least one trial however its start-up is scheduled
+(a digits trial takes 0.05-0.5 s: rank 0 could finish them all before a rank that started a
+second late asks for one)."""
+
+from __future__ import annotations
+
+MEET = '''
+import os as _os
+import time as _time
+from pathlib import Path as _Path
+
+
+def meet(step, ranks=2):
+    """At this process's first update, when $D500_MEET_DIR is set: note the process there, then
+    wait (at most 300 s) until `ranks` processes have."""
+    folder = _os.environ.get("D500_MEET_DIR")
+    if not folder or int(step) != 1:
+        return
+    mine = _Path(folder) / str(_os.getpid())
+    if mine.exists():
+        return
+    mine.touch()
+    deadline = _time.monotonic() + 300
+    while len(list(_Path(folder).iterdir())) < ranks and _time.monotonic() < deadline:
+        _time.sleep(0.01)
+'''
