@@ -310,12 +310,12 @@ class LoadWatch:
         processes on this host put on it (MPI ranks sharing the work), taken out of the others'
         and recorded as "job_load"."""
         end = load_average()
-        pair = [None if v is None else max(0.0, v - job_load)
+        # rounded before deciding, so "loaded" follows from the "others" the record shows
+        pair = [None if v is None else round(max(0.0, v - job_load), 2)
                 for v in (self.start_others, others_load(end))]
         cores = usable_cores()
         known = [v for v in pair if v is not None]
-        out = {"start": self.start, "end": end,
-               "others": [None if v is None else round(v, 2) for v in pair],
+        out = {"start": self.start, "end": end, "others": pair,
                "usable_cores": cores, "loaded": bool(known) and max(known) > LOADED_SHARE * cores}
         if job_load:
             out["job_load"] = round(job_load, 2)
