@@ -16,6 +16,7 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 from d500 import __version__  # noqa: E402
 from d500.errors import D500Error, UsageError  # noqa: E402
+from d500.say import say  # noqa: E402
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -112,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in table:
-        print(f"d500: error: unknown command '{name}' (choose from {', '.join(table)})",
-              file=sys.stderr)
+        say(f"d500: error: unknown command '{name}' (choose from {', '.join(table)})")
         return 2
     try:
         module = importlib.import_module(table[name][0])
@@ -121,10 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     except D500Error as err:
         if debug:
             raise
-        print(f"d500 {name}: error: {err}", file=sys.stderr)
+        say(f"d500 {name}: error: {err}")
         return err.exit_code
     except KeyboardInterrupt:
-        print(f"d500 {name}: interrupted", file=sys.stderr)
+        say(f"d500 {name}: interrupted")
         return 130
     except BrokenPipeError:
         return 0

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn, Self
 
 from d500.errors import D500Error
+from d500.say import say
 
 BEAT, FAIL = 21, 22  # tags on the watchdog's own communicator
 DEFAULT_LIMIT = 10.0  # seconds of silence before a rank is given up (D500_MPI_TIMEOUT)
@@ -102,10 +103,11 @@ def wait_until_read(limit: float = DRAIN_WAIT) -> bool:
 
 
 def end_job(mpi: Any, line: str, code: int) -> NoReturn:
-    """`line` on stderr, then MPI_Abort(code) of the whole job on `mpi`. hydra can end the job
-    before its proxy has read what is still in a rank's output pipe, losing that line (3 of 60
-    aborts of a 2-rank job here), so the abort waits until the line has been read."""
-    print(line, file=sys.stderr, flush=True)
+    """`line` on stderr (whole, rank-prefixed: d500.say), then MPI_Abort(code) of the whole job
+    on `mpi`. hydra can end the job before its proxy has read what is still in a rank's output
+    pipe, losing that line (3 of 60 aborts of a 2-rank job here), so the abort waits until the
+    line has been read."""
+    say(line)
     wait_until_read()
     mpi.Abort(code)
     os._exit(code)  # MPICH's Abort may return before the launcher ends this process
@@ -260,7 +262,7 @@ class Watchdog:
             try:
                 self.on_lost(why)
             except BaseException as err:  # noqa: BLE001 - the job must still end
-                print(f"d500: could not record the lost rank: {err}", file=sys.stderr)
+                say(f"d500: could not record the lost rank: {err}")
         self.abort(why)
 
     def _drain(self) -> None:

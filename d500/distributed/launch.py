@@ -9,12 +9,24 @@ from typing import Any
 LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
                       "OMPI_COMM_WORLD_RANK")
 LOCAL_SIZE_VARIABLES = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
+RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK")
+SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
 
 
 def launched_by_mpi() -> bool:
     """Whether an MPI launcher started this process (read from its environment: MPI itself is
     not imported, so a plain `d500` command never initialises it)."""
     return any(name in os.environ for name in LAUNCHER_VARIABLES)
+
+
+def launcher_rank() -> int | None:
+    """This process's rank as its MPI launcher says, when it runs with other ranks (a world of
+    one, or no launcher, is None)."""
+    rank = next((os.environ[v] for v in RANK_VARIABLES if v in os.environ), "")
+    size = next((os.environ[v] for v in SIZE_VARIABLES if v in os.environ), "")
+    if not rank.isdigit() or size == "1":
+        return None
+    return int(rank)
 
 
 _shared: str | None = None  # the OMP_NUM_THREADS share_cores() set (so not the user's)

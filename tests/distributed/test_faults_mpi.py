@@ -152,3 +152,5 @@ def test_a_rank_failing_alone_fails_the_run_naming_it(tmp_path):
     assert "rank 1 (pid " in run["error"] and "submission bug on rank 1 only" in run["error"]
     assert "Traceback" not in run["error"]
     assert err.count("error: rank 1 (pid ") == 1, err  # rank 0's one line before the abort
+    assert any(line.startswith("[rank 0] d500 (rank 0 of 2 on ") and "error: rank 1 (pid " in line
+               for line in err.splitlines()), err  # whole, on its own line, named by its rank

@@ -122,9 +122,12 @@ pytestmark_mpi = pytest.mark.skipif(jobs.MPIEXEC is None, reason="no mpiexec bes
 
 def _refused(result, ranks: int, message: str, home) -> None:
     assert result.returncode == 2, result.stderr
-    # one line per rank (hydra forwards the ranks' stderr concurrently: lines may interleave)
+    # one line per rank (hydra forwards the ranks' stderr concurrently: lines come in any order)
     assert result.stderr.count(message) == ranks, result.stderr
     assert result.stderr.count("d500 train: error: ") == ranks, result.stderr
+    lines = result.stderr.splitlines()  # each whole, on its own line, named by its rank
+    assert sorted(line.split("] ", 1)[0] + "]" for line in lines) == [
+        f"[rank {r}]" for r in range(ranks)], result.stderr
     assert "Traceback" not in result.stderr and result.stdout.strip() == ""
     assert not (home / "ledger.sqlite").exists() or Ledger(home / "ledger.sqlite").runs() == []
 

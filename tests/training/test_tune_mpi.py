@@ -201,8 +201,9 @@ def test_bad_input_is_one_line_and_exit_2_on_every_rank(tmp_path, change, backen
                             cwd=tmp_path, capture_output=True, text=True, timeout=120,
                             check=False)
     assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
+    lines = result.stderr.strip().splitlines()  # one whole line per rank, named by its rank
     assert len(lines) == 2 and all(message in line for line in lines), result.stderr
+    assert sorted(line[:9] for line in lines) == ["[rank 0] ", "[rank 1] "], result.stderr
     assert time.perf_counter() - t0 < 120
     assert not (home / "ledger.sqlite").exists() or Ledger(home / "ledger.sqlite").runs() == []
 
