@@ -7,6 +7,7 @@ by the line that compares it with the log, and so is a time forged in the log's 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sqlite3
@@ -407,3 +408,144 @@ def test_a_run_without_an_mllog_is_listed_as_not_checked(digits_package, rules_d
     assert f"consistency: 1 run(s) without an MLLOG to check their records against (run(s) " \
            f"{run.origin_id})" in report.not_checked
     assert any(c.startswith("consistency: 5 run(s)' figures") for c in report.checked)
+
+
+# -- each check's own line: a record or log of a real run changed as a forger would -------------
+
+def _seed_record(package: Path) -> tuple[object, list[dict], consistency.Rules]:
+    """A succeeded seed run of the package, its log's records and its workload's rules."""
+    run = next(r for r in Package.open(package).runs()
+               if r.trial is None and r.status == "succeeded")
+    records, bad = mllog.parse_text(run.mllog_text)
+    assert bad == []
+    rules = consistency.rules(run.row["workload_text"], "digits-mlp.yaml")
+    assert consistency.log_problems(run, records, rules) == []
+    return run, records, rules
+
+
+def _with(run, figures: dict | None = None, **row: object):
+    """The run with its figures and/or row columns replaced."""
+    from dataclasses import replace
+    if figures is not None:
+        row["figures"] = json.dumps(figures)
+    return replace(run, row={**run.row, **row})
+
+
+def _log_figure(records: list[dict], name: str, value: object) -> list[dict]:
+    """The records with the figure line `name` (a line with a unit) logging `value`."""
+    out = [dict(r) for r in records]
+    (i,) = [i for i, r in enumerate(out) if r["key"] == name and "unit" in r["metadata"]]
+    out[i]["value"] = value
+    return out
+
+
+def _last_eval(run) -> dict:
+    from d500.competition.consistency_training import evaluation
+    return evaluation(run.evaluations[-1])
+
+
+@pytest.mark.parametrize("how", ["after the budget", "never met"])
+def test_a_missed_run_with_finite_target_figures_is_caught(digits_package, how):
+    """A run that missed its target (met it only after max_seconds, or never), its status,
+    run_stop and log all saying so, but time_to_accuracy, epochs and steps left finite in the
+    figures and the log's figure lines: a missed run records infinity (`_missed`)."""
+    from dataclasses import replace
+    run, records, rules = _seed_record(digits_package)
+    figures = run.figures
+    records = [dict(r) for r in records]
+    stop = records[-1]
+    assert stop["key"] == mllog.RUN_STOP
+    stop["metadata"] = {**stop["metadata"], "d500_status": "missed",
+                        mllog.STATUS: mllog.ABORTED}
+    if how == "after the budget":
+        rules = replace(rules, max_seconds=figures["time_to_accuracy"] / 2)
+    else:  # every evaluation below the target, in the log and the record alike
+        below = rules.target - 0.1
+        for r in records:
+            if r["key"] == mllog.EVAL_ACCURACY:
+                r["value"] = below
+        evals = [[*e[:3], json.dumps({**json.loads(e[3]), "val_accuracy": below}), e[4]]
+                 for e in run.evaluations]
+        run = replace(run, evaluations=evals)
+        figures = {**figures, "val_accuracy": below}
+        records = _log_figure(records, "val_accuracy", below)
+    missed = _with(run, figures, status="missed")
+    problems = consistency.log_problems(missed, records, rules)
+    assert problems == [f"run {run.origin_id}: figure {name} is {figures[name]!r}, but a run "
+                        "that missed its target records infinity"
+                        for name in ("time_to_accuracy", "epochs", "steps")]
+    honest = {**figures, **dict.fromkeys(("time_to_accuracy", "epochs", "steps"), math.inf)}
+    for name in ("time_to_accuracy", "epochs", "steps"):
+        records = _log_figure(records, name, "inf")
+    assert consistency.log_problems(_with(missed, honest), records, rules) == []
+
+
+def test_a_time_to_accuracy_over_the_budget_is_caught(digits_package):
+    from dataclasses import replace
+    run, records, rules = _seed_record(digits_package)
+    tta = run.figures["time_to_accuracy"]
+    budget = replace(rules, max_seconds=tta / 2)
+    assert consistency.log_problems(run, records, budget) == [
+        f"run {run.origin_id}: status 'succeeded', but time_to_accuracy {tta!r} s exceeds the "
+        f"budget {tta / 2:g} s"]
+
+
+def test_a_time_split_longer_than_the_run_is_caught(digits_package):
+    """train_time grown past the last evaluation's wall time, samples_per_second made to match
+    it, both in the figures and the log's figure lines."""
+    run, records, rules = _seed_record(digits_package)
+    last = _last_eval(run)
+    figures = dict(run.figures)
+    figures["train_time"] = last["wall_time"] + 1.0
+    figures["samples_per_second"] = last["step"] * 32 / figures["train_time"]
+    for name in ("train_time", "samples_per_second"):
+        records = _log_figure(records, name, figures[name])
+    problems = consistency.log_problems(_with(run, figures), records, rules)
+    total = figures["train_time"] + figures["data_time"] + figures["eval_time"]
+    assert problems == [
+        f"run {run.origin_id}: figures train_time + data_time + eval_time = {total:.6f} s, more "
+        f"than the last evaluation's wall time {last['wall_time']:.6f} s (they are parts of it)"]
+
+
+def test_a_forged_throughput_is_caught(digits_package):
+    run, records, rules = _seed_record(digits_package)
+    figures = dict(run.figures)
+    true = figures["samples_per_second"]
+    figures["samples_per_second"] = true * 2
+    records = _log_figure(records, "samples_per_second", true * 2)
+    last, train = _last_eval(run), figures["train_time"]
+    assert consistency.log_problems(_with(run, figures), records, rules) == [
+        f"run {run.origin_id}: figure samples_per_second is {true * 2!r}, but its last "
+        f"evaluation's step {last['step']} x global batch 32 / train_time {train!r} = "
+        f"{last['step'] * 32.0 / train!r}"]
+
+
+def test_stopped_before_run_stop_and_started_outside_the_log_are_caught(digits_package):
+    run, records, rules = _seed_record(digits_package)
+    stop_s = records[-1]["time_ms"] / 1e3
+    early = stop_s - 1.0
+    assert consistency.log_problems(_with(run, stopped=early), records, rules) == [
+        f"run {run.origin_id}: stopped at {early:.3f} (unix s), before its MLLOG's run_stop at "
+        f"{stop_s:.3f}"]
+    low, high = records[0]["time_ms"], records[1]["time_ms"] + 1
+    for started in (low / 1e3 - 10, high / 1e3 + 10):
+        assert consistency.log_problems(_with(run, started=started), records, rules) == [
+            f"run {run.origin_id}: started at {started:.3f} (unix s), but its MLLOG opened it "
+            f"between {low / 1e3:.3f} and {high / 1e3:.3f}"]
+
+
+def test_lines_after_run_stop_are_caught(digits_package):
+    run, records, rules = _seed_record(digits_package)
+    late = {"key": "d500_note", "value": 1, "time_ms": records[-1]["time_ms"] + 5,
+            "metadata": {}, "namespace": "", "event_type": "POINT_IN_TIME"}
+    assert consistency.log_problems(run, [*records, late, late], rules) == [
+        f"run {run.origin_id}: its MLLOG has 2 line(s) after run_stop"]
+
+
+def test_a_logged_figure_the_record_lacks_is_caught(digits_package):
+    run, records, rules = _seed_record(digits_package)
+    figures = dict(run.figures)
+    logged = figures.pop("samples_per_second")
+    assert consistency.log_problems(_with(run, figures), records, rules) == [
+        f"run {run.origin_id}: its MLLOG logs figure samples_per_second = {logged!r}, which its "
+        "record lacks"]
