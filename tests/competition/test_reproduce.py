@@ -319,6 +319,21 @@ def test_a_crossing_one_evaluation_later_agrees_only_when_it_was_borderline():
     assert not v["epochs"] and not v["steps"] and not v["evaluations"]
 
 
+def test_a_crossing_two_evaluations_later_disagrees_even_when_borderline():
+    """Reassociation moves a crossing by one evaluation at most: a reproduction that met the
+    target two evaluations after the recorded run disagrees, although it stayed within the
+    accuracy tolerance of the target at both evaluations in between."""
+    a = _series([250, 280, 291], [248, 281, 286])  # the target met at step 111
+    late = _series([250, 280, 290, 290, 293], [248, 281, 286, 286, 287])  # at 185
+    checks = {c.name: c for c in compare(_figures(a), _figures(late), ("succeeded",) * 2,
+                                         (a, late), SIZES, 0.97)}
+    assert (checks["steps"].recorded, checks["steps"].reproduced) == (111.0, 185.0)
+    assert not checks["steps"].agrees and not checks["epochs"].agrees
+    assert checks["steps"].note == "" and checks["evaluations"].agrees
+    v = _verdicts(late, a)  # the recorded run the late one: the same
+    assert not v["steps"] and not v["epochs"]
+
+
 def test_a_different_status_disagrees():
     a = _series([250, 280, 291], [248, 281, 286])
     v = _verdicts(a, a, ("succeeded", "missed"))

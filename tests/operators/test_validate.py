@@ -85,6 +85,19 @@ def test_wrong_gradient_in_few_elements_of_a_large_input_is_caught():
     assert [c.name for c in report.checks if not c.passed] == ["dX"]
 
 
+@pytest.mark.parametrize("error, passes", [(5e-6, False), (2e-7, True)])
+def test_a_gradient_error_just_above_the_float64_tolerance_fails(error, passes):
+    """Every gradient off by 5e-6 relative (a directional error of 7.7e-6, 8x the float64
+    tolerance of 1e-6) fails dX, dW and dB; a tolerance widened 100x (1e-4) would pass it. Off
+    by 2e-7, inside the finite differences' own accuracy, it passes."""
+    scaled = type("Scaled", (op("broken_conv.py", "ScaledGradientConv"),), {"error": error})
+    report = validate(scaled, SMALL_CONV, Options(reference_seconds=1e-3))
+    assert report.gradient_dtype == "float64" and report.passed is passes, report.text()
+    assert error < report.gradient_error < 2 * error  # (measured: 1.53 x error)
+    failed = [c.name for c in report.checks if not c.passed]
+    assert failed == ([] if passes else ["dX", "dW", "dB"]), report.text()
+
+
 @pytest.mark.parametrize("name, case_", [
     ("WrongPaddingConv", SMALL_CONV),
     ("SwappedPaddingConv", Case("asym", "Conv", [(1, 2, 7, 7), (3, 2, 3, 3)],
