@@ -714,3 +714,64 @@ def test_verify_names_an_edited_chain_head_alone(home, tmp_path):
     assert ledger.verify() == [head]
     tamper(home, "UPDATE meta SET value = ? WHERE key = 'chain_head'", f"3 {digest}")
     assert ledger.verify() == []
+
+
+def test_a_swapped_environment_is_named_by_verify(home, tmp_path):
+    """A run's environment pointed at a forged provenance (another CPU) whose digest is its own
+    hash, nothing re-sealed: the seal covers the provenance's digest, not the local id."""
+    ledger, _ = three_runs_with_a_model(tmp_path)
+    db = sqlite3.connect(home / "ledger.sqlite")
+    [(env_id, text)] = db.execute("SELECT id, provenance FROM environments").fetchall()
+    sealed = json.loads(db.execute("SELECT sealed FROM runs WHERE id = 2").fetchone()[0])
+    db.close()
+    assert "environment" in sealed and "env_id" not in sealed
+    forged = json.loads(text)
+    forged["cpu"]["model"] = "Forged CPU 9000"
+    forged_text = json.dumps(forged, sort_keys=True)
+    tamper(home, "INSERT INTO environments (digest, provenance, recorded) VALUES (?, ?, 0)",
+           integrity.sha(forged_text), forged_text)
+    tamper(home, "UPDATE runs SET env_id = (SELECT MAX(id) FROM environments) WHERE id = 2")
+    assert ledger.verify() == [
+        "run 2: environment changed in the database since the run was recorded"]
+    # the environment row itself rewritten with its digest: every run on it is named
+    tamper(home, "UPDATE runs SET env_id = ? WHERE id = 2", env_id)
+    tamper(home, "UPDATE environments SET provenance = ?, digest = ? WHERE id = ?",
+           forged_text, "0" * 64, env_id)  # the digest column is UNIQUE: the row keeps its own
+    tamper(home, "DELETE FROM environments WHERE id != ?", env_id)
+    tamper(home, "UPDATE environments SET digest = ? WHERE id = ?", integrity.sha(forged_text),
+           env_id)
+    bad = cli("ledger", "verify", home=home)
+    assert bad.returncode == 1 and bad.stdout.splitlines() == [
+        f"run {rid}: environment changed in the database since the run was recorded"
+        for rid in (1, 2, 3)], bad.stdout
+
+
+def test_a_legacy_seal_over_env_id_still_verifies_and_is_checked(home, tmp_path):
+    """A row sealed before the digest was (its seal covers env_id) verifies as it was, and a
+    changed env_id is still named."""
+    ledger, _ = three_runs_with_a_model(tmp_path)
+    db = sqlite3.connect(home / "ledger.sqlite")
+    db.row_factory = sqlite3.Row
+    old = integrity.seal_fields(*integrity.sealed_record(db, 1), integrity.LEGACY)
+    db.close()
+    assert "env_id" in old and "environment" not in old
+    sealed = json.dumps(old, sort_keys=True)
+    digest = integrity.row_hash(integrity.GENESIS, 1, sealed)
+    tamper(home, "UPDATE runs SET sealed = ?, row_hash = ? WHERE id = 1", sealed, digest)
+    tamper(home, "UPDATE runs SET prev_hash = ? WHERE id = 2", digest)
+    db = sqlite3.connect(home / "ledger.sqlite")
+    second = db.execute("SELECT sealed FROM runs WHERE id = 2").fetchone()[0]
+    db.close()
+    tamper(home, "UPDATE runs SET row_hash = ? WHERE id = 2",
+           integrity.row_hash(digest, 2, second))
+    tamper(home, "UPDATE runs SET prev_hash = (SELECT row_hash FROM runs WHERE id = 2) "
+           "WHERE id = 3")
+    db = sqlite3.connect(home / "ledger.sqlite")
+    third, prev = db.execute("SELECT sealed, prev_hash FROM runs WHERE id = 3").fetchone()
+    db.close()
+    head = integrity.row_hash(prev, 3, third)
+    tamper(home, "UPDATE runs SET row_hash = ? WHERE id = 3", head)
+    tamper(home, "UPDATE meta SET value = ? WHERE key = 'chain_head'", f"3 {head}")
+    assert ledger.verify() == []
+    tamper(home, "UPDATE runs SET env_id = NULL WHERE id = 1")
+    assert ledger.verify() == ["run 1: env_id changed in the database since the run was recorded"]

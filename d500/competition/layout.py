@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import tarfile
 import zlib
 from dataclasses import dataclass, field
@@ -219,7 +220,8 @@ def _json_object(x: Any) -> bool:
 
 def malformed(rec: dict[str, Any]) -> list[str]:
     """The fields of an exported run record (`runs/<id>.json`) whose values are not of the kind
-    the ledger stores: row columns, evaluations, artifacts and trial ([] when all are)."""
+    the ledger stores: row columns, evaluations, artifacts, trial, the environment's digest and
+    the MLLOG's member name ([] when all are)."""
     bad = []
     row = rec.get("row")
     if not isinstance(row, dict):
@@ -241,6 +243,12 @@ def malformed(rec: dict[str, Any]) -> list[str]:
             isinstance(a, list) and len(a) == 3 and isinstance(a[0], str)
             and isinstance(a[1], str) and (a[2] is None or is_int(a[2])) for a in artifacts):
         bad.append("artifacts")
+    environment = rec.get("environment")
+    if environment is not None and not (isinstance(environment, str)
+                                        and re.fullmatch(r"[0-9a-f]{64}", environment)):
+        bad.append("environment")
+    if rec.get("mllog") is not None and not isinstance(rec.get("mllog"), str):
+        bad.append("mllog")
     trial = rec.get("trial")
     if trial is not None and not (isinstance(trial, list) and len(trial) == 3 and is_int(trial[0])
                                   and is_int(trial[1])

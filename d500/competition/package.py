@@ -271,7 +271,9 @@ class Package:
         if not isinstance(recorded, dict):
             recorded = {}
             out.append(f"run {rid}: its seal is not a JSON object")
-        current = integrity.seal_fields(run.row, run.evaluations, run.artifacts, run.trial)
+        current = integrity.seal_fields(
+            run.row, run.evaluations, run.artifacts, run.trial,
+            integrity.LEGACY if integrity.is_legacy(recorded) else run.environment_digest)
         changed = [k for k in (*current, *(k for k in recorded if k not in current))
                    if recorded.get(k) != current.get(k)]
         if changed and recorded:

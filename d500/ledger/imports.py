@@ -37,12 +37,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from d500 import metrics as _metrics
-from d500.competition.layout import CHAIN, MANIFEST, environment_member, run_member
-from d500.errors import D500Error
+from d500.competition.layout import (
+    CHAIN,
+    MANIFEST,
+    environment_member,
+    malformed,
+    run_member,
+)
+from d500.errors import CheckFailed, D500Error
 from d500.ledger import integrity
 from d500.ledger.lifecycle import FINAL, environment_id
 from d500.ledger.origins import COPIED
 from d500.ledger.relay import insert_row, seal_with_log
+from d500.ledger.sameness import Held, run_keys
 from d500.ledger.store import dumps
 
 if TYPE_CHECKING:
@@ -135,20 +142,30 @@ def import_package(ledger: Ledger, package: str | Path | Package, *, force: bool
 
 def _new_runs(ledger: Ledger, planned: list[_Planned]) -> tuple[list[_Planned], list[str]]:
     """The planned runs this ledger does not hold yet, and one problem per run it already holds
-    from another package (the same origin row hash: a package rebuilt, re-signed or grown by a
-    run); those are never imported twice, even with --force."""
+    (d500.ledger.sameness: the same origin seal, MLLOG, or run_start and seed: a package
+    rebuilt, re-signed or grown by a run, or another entry's runs renamed and re-sealed) or
+    that repeats an earlier run of the same package; those are never imported, even with
+    --force."""
     with ledger._snapshot() as db:
-        held = {r[0]: (r[1], r[2]) for r in db.execute(
-            "SELECT o.row_hash, o.run_id, p.sha256 FROM origins o "
-            "JOIN packages p ON p.id = o.package_id")}
+        held = Held.read(db, ledger.resolve_path, (p.record["row"].get("seed") for p in planned))
+    own = Held()
     fresh, twice = [], []
     for p in planned:
-        found = held.get(p.record.get("row_hash"))
-        if found is None:
-            fresh.append(p)
+        keys = run_keys(p.record.get("sealed"), p.mllog, p.record["row"].get("workload"),
+                        p.record["row"].get("rank"))
+        found = held.find(keys)
+        again = own.find(keys)
+        if found is not None:
+            run_id, sha, why = found
+            source = f"imported from package {sha[:12]}" if sha else "one of its own runs"
+            twice.append(f"run {p.origin_id}: already in this ledger as run {run_id}, "
+                         f"{source}; not imported again ({why})")
+        elif again is not None:
+            twice.append(f"run {p.origin_id}: {again[2]} as run {again[0]} of this package; "
+                         "not imported twice")
         else:
-            twice.append(f"run {p.origin_id}: already in this ledger as run {found[0]}, "
-                         f"imported from package {found[1][:12]}; not imported again")
+            fresh.append(p)
+        own.add(keys, p.origin_id, None)
     return fresh, twice
 
 
@@ -202,6 +219,10 @@ def _plan(pkg: Package) -> tuple[list[_Planned], list[dict[str, Any]], list[str]
             problems.append(f"{where}: runs/{origin_id}.json is missing or not JSON; "
                             "not imported")
             continue
+        bad = malformed(record) if isinstance(record, dict) else ["the record itself"]
+        if bad:
+            raise CheckFailed(f"{pkg.path}: {where}: {run_member(origin_id)}: malformed "
+                              f"field(s) {', '.join(bad)}; nothing imported")
         row = record.get("row") if isinstance(record, dict) else None
         if not isinstance(row, dict) or row.get("status") not in FINAL:
             status = row.get("status") if isinstance(row, dict) else None

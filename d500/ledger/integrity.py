@@ -1,10 +1,10 @@
 """Tamper evidence: sealing a finished run into the hash chain, and verifying rows and files.
 
-A finished row is sealed: the sha256 of each sealed field (its evaluations, artifacts and trial
-included) is stored in `runs.sealed`, and a row hash over that seal is chained to the previous
-sealed row's hash. Verifying recomputes all of it and re-checks every recorded file (workload,
-model, submission files, artifacts) against its sha256, through FileDigests, which can reuse a
-file's digest while its size, mtime, ctime and inode are unchanged.
+A finished row is sealed: the sha256 of each sealed field (its evaluations, artifacts, trial and
+the digest of its provenance included) is stored in `runs.sealed`, and a row hash over that seal
+is chained to the previous sealed row's hash. Verifying recomputes all of it and re-checks every
+recorded file (workload, model, submission files, artifacts) against its sha256, through
+FileDigests, which can reuse a file's digest while its size, mtime, ctime and inode are unchanged.
 """
 
 from __future__ import annotations
@@ -51,18 +51,34 @@ def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+class _Legacy:
+    """The seal of a row sealed before the provenance digest was: it covers `env_id`."""
+
+
+LEGACY = _Legacy()
+
+
 def seal_fields(row: dict[str, Any], evaluations: list[Any], artifacts: list[Any],
-                trial: list[Any] | None) -> dict[str, str]:
+                trial: list[Any] | None, environment: str | None | _Legacy = LEGACY
+                ) -> dict[str, str]:
     """The sha256 of every sealed field of a run, from its values as the ledger stores them.
 
     `row` maps each column of SEALED and SEALED_IF_SET to its stored value (TEXT stays text,
     NULL is None; a missing key counts as NULL), `evaluations` holds [step, epoch, wall_time,
     metrics, recorded] per evaluation and `artifacts` [path, sha256, bytes] per artifact, both
-    in insertion order, and `trial` is [study_id, number, params] or None. Pure: the database
-    path (field_hashes) and a package reader (d500.competition.package) both call it.
+    in insertion order, and `trial` is [study_id, number, params] or None. `environment` is the
+    digest of the run's provenance (None: none recorded), sealed as the field `environment`
+    in place of the local `env_id`, so that the provenance a row points to cannot be swapped
+    without re-sealing; LEGACY seals `env_id` as rows sealed before did (see `is_legacy`).
+    Pure: the database path (field_hashes) and a package reader (d500.competition.package)
+    both call it.
     """
-    fields = {name: sha(json.dumps(row.get(name))) for name in (*SEALED, *SEALED_IF_SET)
-              if name in SEALED or row.get(name) is not None}
+    legacy = isinstance(environment, _Legacy)
+    names = [n for n in SEALED if legacy or n != "env_id"]
+    names += [n for n in SEALED_IF_SET if row.get(n) is not None]
+    fields = {name: sha(json.dumps(row.get(name))) for name in names}
+    if not legacy:
+        fields["environment"] = sha(json.dumps(environment))
     fields["evaluations"] = sha(json.dumps([list(e) for e in evaluations]))
     fields["artifacts"] = sha(json.dumps([list(a) for a in artifacts]))
     fields["trial"] = sha(json.dumps(None if trial is None else list(trial)))
@@ -86,9 +102,24 @@ def sealed_record(db: sqlite3.Connection, run_id: int
             None if trial is None else list(trial))
 
 
-def field_hashes(db: sqlite3.Connection, run_id: int) -> dict[str, str]:
-    """The sha256 of every sealed field of a run as the database holds it now."""
-    return seal_fields(*sealed_record(db, run_id))
+def is_legacy(recorded: dict[str, Any]) -> bool:
+    """Whether a recorded seal is of the old kind, over `env_id` and not the provenance digest
+    (rows sealed by d500 before it sealed the digest: they still verify, as they were)."""
+    return "env_id" in recorded and "environment" not in recorded
+
+
+def environment_digest(db: sqlite3.Connection, run_id: int) -> str | None:
+    """The digest of the provenance a run's env_id points to now (None: none)."""
+    found = db.execute("SELECT e.digest FROM runs r JOIN environments e ON e.id = r.env_id "
+                       "WHERE r.id = ?", (run_id,)).fetchone()
+    return None if found is None else str(found[0])
+
+
+def field_hashes(db: sqlite3.Connection, run_id: int, legacy: bool = False) -> dict[str, str]:
+    """The sha256 of every sealed field of a run as the database holds it now (`legacy`: as an
+    old seal covered them, env_id and not the provenance digest)."""
+    return seal_fields(*sealed_record(db, run_id),
+                       LEGACY if legacy else environment_digest(db, run_id))
 
 
 def row_hash(prev_hash: str, run_id: int, sealed: str) -> str:
@@ -199,7 +230,7 @@ def verify_snapshot(db: sqlite3.Connection, resolve: Callable[[str], Path],
             recorded = {}
         if row_hash(r["prev_hash"], rid, r["sealed"] or "") != r["row_hash"]:
             problems.append(f"run {rid}: row hash does not match (its seal was edited)")
-        current = field_hashes(db, rid)
+        current = field_hashes(db, rid, is_legacy(recorded))
         changed = [k for k in (*current, *(k for k in recorded if k not in current))
                    if recorded.get(k) != current.get(k)]
         if changed:

@@ -110,9 +110,10 @@ def _run(row: sqlite3.Row, origin: sqlite3.Row, pkg: _Package) -> list[str]:
         found.append("its origin record is not the one the package manifest lists")
     try:
         record = json.loads(origin["record"])
-        seal = integrity.seal_fields(record["row"], record["evaluations"],
-                                     record["artifacts"], record["trial"])
         sealed = json.loads(origin["sealed"])
+        seal = integrity.seal_fields(
+            record["row"], record["evaluations"], record["artifacts"], record["trial"],
+            integrity.LEGACY if integrity.is_legacy(sealed) else record.get("environment"))
     except (ValueError, KeyError, TypeError):
         return [*found, "its origin record cannot be read (edited in the database?)"]
     stored = (origin["chain_seq"], origin["prev_hash"], origin["sealed"], origin["row_hash"])

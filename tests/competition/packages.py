@@ -86,7 +86,8 @@ def reseal(origin_id: int, change: Callable[[dict], None] | None = None,
         if record is not None:
             record(rec)
         rec["sealed"] = json.dumps(integrity.seal_fields(rec["row"], rec["evaluations"],
-                                                         rec["artifacts"], rec["trial"]),
+                                                         rec["artifacts"], rec["trial"],
+                                                         rec["environment"]),
                                    sort_keys=True)
         chain = json.loads(found[CHAIN])
         prev = rec["prev_hash"]

@@ -380,3 +380,100 @@ def test_a_signed_package_records_its_signer(signed_package, rules_dir, tmp_path
         assert [(p["signer"], p["forced"], p["problems"]) for p in book.packages()] == [
             (signature.public_key, False, [])]
         assert book.verify() == []
+
+
+# ------------------------------------------------------------ identity by content
+
+def _renamed(name: str):
+    """A replay's edit of one record: the run claimed by the entry `name`."""
+    def change(record: dict) -> None:
+        record["row"]["submission"] = name
+    return change
+
+
+def _replay(source: Path, dst: Path, name: str, logs: bool = False) -> Path:
+    """Another entry's package replayed as `name`'s: every run renamed and re-sealed with
+    d500's own functions (tests/competition/packages.py), the manifest's entry renamed; with
+    `logs`, each MLLOG's submission_org line edited too (only run_start and seed stay)."""
+    from .packages import forge_log, reseal
+
+    ids = [r.origin_id for r in Package.open(source).runs()]
+
+    def edit(found: dict[str, bytes]) -> None:
+        for origin_id in ids:
+            reseal(origin_id, record=_renamed(name))(found)
+            if logs:
+                forge_log(origin_id, lambda t: t.replace(
+                    '"key": "submission_org", "value": "', '"key": "submission_org", '
+                    '"value": "replayed ', 1))(found)
+        manifest = json.loads(found["d500-package/manifest.json"])
+        manifest["entry"] = name
+        found["d500-package/manifest.json"] = json.dumps(manifest).encode()
+    return repack(source, dst, edit)
+
+
+@pytest.mark.parametrize("logs, why", [(False, "the same MLLOG (sha256)"),
+                                       (True, "the same run_start and seed in its MLLOG")])
+def test_a_replay_of_held_runs_is_refused_and_never_imported(
+        organiser, digits_package, rules_dir, run_d500, tmp_path, logs, why):
+    ledger = copy_of(organiser, tmp_path)
+    replay = _replay(digits_package, tmp_path / "replay.tar.gz", "digits-replay", logs)
+    pkg = Package.open(replay)
+    assert pkg.chain_problems() == [], pkg.chain_problems()  # a consistent forgery
+    assert {r.submission for r in pkg.runs()} == {"digits-replay"}
+    refused = import_cli(run_d500, ledger.parent, replay, "--rules", str(rules_dir))
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    sha12 = sha256(digits_package)[:12]
+    for origin_id in (r.origin_id for r in pkg.runs()):
+        assert (f"run {origin_id}: already in this ledger as run {origin_id}, imported from "
+                f"package {sha12}; not imported again ({why})") in refused.stdout, refused.stdout
+    forced = import_cli(run_d500, ledger.parent, replay, "--rules", str(rules_dir), "--force")
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    assert query(ledger, "SELECT COUNT(*) FROM runs") == [(6,)]
+    assert query(ledger, "SELECT DISTINCT submission FROM runs") == [("digits-packager",)]
+
+
+def test_the_same_runs_through_two_packages_are_imported_once(
+        signed_package, digits_package, rules_dir, tmp_path):
+    """The unsigned and the signed package of one ledger (two files, two sha256): the second
+    import finds every run held, with the same seal."""
+    with Ledger(tmp_path / "home" / "ledger.sqlite") as book:
+        first = book.import_package(digits_package, rules_dir=rules_dir)
+        again = book.import_package(signed_package, rules_dir=rules_dir)
+        assert (first.status, len(first.runs)) == ("imported", 6)
+        assert again.status == "refused" and len(again.problems) == 6, again.problems
+        assert all(p.endswith("not imported again (the same origin seal)")
+                   for p in again.problems), again.problems
+        forced = book.import_package(signed_package, rules_dir=rules_dir, force=True)
+        assert (forced.status, forced.runs) == ("imported", {})
+        assert len(book.runs()) == 6 and book.verify() == []
+
+
+# ------------------------------------------------------------ malformed record fields
+
+@pytest.mark.parametrize("change, field", [
+    (lambda r: r["row"].update(figures="not json {"), "row.figures"),
+    (lambda r: r["row"].update(figures="[1, 2]"), "row.figures"),
+    (lambda r: r["row"].update(submission_files="[]"), "row.submission_files"),
+    (lambda r: r["row"].update(submission_files="{oops"), "row.submission_files"),
+    (lambda r: r.update(environment=12345), "environment"),
+])
+def test_a_malformed_record_field_is_one_line_exit_1_nothing_written(
+        digits_package, rules_dir, run_d500, tmp_path, change, field):
+    run = next(r.origin_id for r in Package.open(digits_package).runs() if r.trial is None)
+    bad = repack(digits_package, tmp_path / "bad.tar.gz", edit_json(run_member(run), change))
+    home = tmp_path / "home"
+    checked = run_d500(home, "check", str(bad), "--rules", str(rules_dir))
+    assert checked.returncode == 1 and "Traceback" not in checked.stderr, checked.stderr
+    assert [line for line in checked.stdout.splitlines() if "malformed" in line] == [
+        f"{bad}: integrity: {bad}: {run_member(run)}: malformed field(s) {field}"], checked.stdout
+    for extra in ((), ("--force",)):
+        done = import_cli(run_d500, home, bad, "--rules", str(rules_dir), *extra)
+        out = done.stdout + done.stderr
+        assert done.returncode == 1 and "Traceback" not in out, out
+        lines = done.stderr.splitlines()
+        assert done.stdout == "" and len(lines) == 1, out
+        assert lines[0].endswith(f"{bad}: run {run}: {run_member(run)}: malformed field(s) "
+                                 f"{field}; nothing imported"), out
+        assert query(home / "ledger.sqlite", "SELECT COUNT(*) FROM runs") == [(0,)]
+        assert not (home / "packages").exists() and not (home / "runs").exists()
