@@ -105,7 +105,7 @@ def rebuild(entry: Any, workload: Any, run: Any) -> dict[str, Any]:
     do (the submission changed after the run, or the run was not made from it)."""
     from d500.ledger.store import dumps
     hyper = run.hyperparameters
-    names = set(entry.recipe.make_optimizer().hp)
+    names = set(entry.recipe.hp())
     params: dict[str, Any] = {k: v for k, v in hyper.items() if k in names}
     if "schedule" in hyper:
         params["schedule.name"] = hyper["schedule"]

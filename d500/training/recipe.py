@@ -12,24 +12,36 @@ from d500.errors import ConfigError
 
 @dataclass
 class Recipe:
-    """One run's choices. `optimizer` is a built-in name or a submission's own Optimizer class
-    (loaded from its file); `schedule` holds `name` and the schedule's parameters."""
+    """One run's choices. `optimizer_name` is a built-in's name or a submission's own optimizer's
+    (`entry`, its file: validated in a child process, imported only where it trains);
+    `schedule` holds `name` and the schedule's parameters."""
 
     optimizer_name: str
     hyperparameters: dict[str, Any]
     schedule_spec: dict[str, Any] = field(default_factory=lambda: {"name": "constant"})
     batch_size: int = 32
     native: bool = False
-    optimizer_class: type | None = None
+    entry: Any = None  # d500.training.entry.EntryOptimizer, for a submission's own file
     where: str = "submission"  # the file the recipe came from, for error messages
 
     def make_optimizer(self) -> Any:
-        """A fresh optimizer with the recipe's hyperparameters (validated)."""
+        """A fresh optimizer with the recipe's hyperparameters (validated). For an entry's own
+        file this imports it: call it only in the process that trains (the worker)."""
         from d500.training.optimizers import make
         try:
-            if self.optimizer_class is not None:
-                return self.optimizer_class(**self.hyperparameters)
+            if self.entry is not None:
+                return self.entry.load()(**self.hyperparameters)
             return make(self.optimizer_name, **self.hyperparameters)
+        except ConfigError as err:
+            raise ConfigError(f"{self.where}: {err}") from None
+
+    def hp(self) -> dict[str, Any]:
+        """The optimizer's validated hyperparameters, defaults filled in, without importing an
+        entry's file in this process (d500.training.entry probes it in a child process)."""
+        if self.entry is None:
+            return self.make_optimizer().hp
+        try:
+            return self.entry.hp(self.hyperparameters)
         except ConfigError as err:
             raise ConfigError(f"{self.where}: {err}") from None
 
@@ -51,10 +63,10 @@ class Recipe:
             raise ConfigError(f"{self.where}: batch_size {self.batch_size} is outside the "
                               f"limits of workload '{workload.name}' ({workload.batch_min} to "
                               f"{workload.batch_max})")
-        if self.native and self.optimizer_class is not None:
+        if self.native and self.entry is not None:
             raise ConfigError(f"{self.where}: 'native: true' needs a built-in optimizer; a "
                               f"submission's own optimizer class has no framework-native twin")
-        self.make_optimizer()
+        self.hp()
         self.make_schedule()
 
     def optimizer(self, backend: str) -> Any:
@@ -65,12 +77,12 @@ class Recipe:
     def schedule(self, total_steps: int) -> Callable[[int], float]:
         """The learning rate at each step: lr times the schedule's factor."""
         shape = self.make_schedule()
-        lr = float(self.hyperparameters.get("lr", self.make_optimizer().hp["lr"]))
+        lr = float(self.hyperparameters.get("lr", self.hp()["lr"]))
         return lambda step: lr * shape(step, total_steps)
 
     def hyperparameters_logged(self) -> dict[str, Any]:
         """Everything the run is recorded under (ledger hyperparameters, MLLOG opt_* keys)."""
-        hp = {"optimizer": self.optimizer_name, **self.make_optimizer().hp,
+        hp = {"optimizer": self.optimizer_name, **self.hp(),
               "batch_size": self.batch_size, "native": self.native}
         hp.update({f"schedule_{k}" if k != "name" else "schedule": v
                    for k, v in self.schedule_spec.items()})

@@ -73,7 +73,16 @@ class Submission:
             else:
                 hp[key] = value
         return Recipe(self.recipe.optimizer_name, hp, schedule, batch, self.recipe.native,
-                      self.recipe.optimizer_class, where=str(self.path))
+                      self.recipe.entry, where=str(self.path))
+
+    def validate(self, points: list[dict[str, Any]]) -> None:
+        """Every point's recipe has valid optimizer hyperparameters (an entry's own optimizer:
+        all of them probed in one child process); a ConfigError names the first bad one."""
+        recipes = [self.recipe_with(p) for p in points]
+        if self.recipe.entry is not None:
+            self.recipe.entry.probe([r.hyperparameters for r in recipes])
+        for recipe in recipes:
+            recipe.hp()
 
     def trials(self, count: int, seed: int) -> list[dict[str, Any]]:
         """The first `count` trial points of a study seeded by `seed`: the feasible points in
@@ -114,16 +123,15 @@ def load(path: str | Path) -> Submission:
     data = load_yaml(path, SCHEMA)
     where = str(path)
     files = [path.resolve()]
-    optimizer_class = None
+    entry = None
     name = data["optimizer"]
     if ":" in name:
-        from d500.training.optimizers import load_optimizer
+        from d500.training.entry import EntryOptimizer
         file, _, cls = name.rpartition(":")
         source = (path.parent / file).resolve()
         if not source.is_relative_to(path.parent.resolve()):
             raise ConfigError(f"{path}: field 'optimizer' points outside the submission folder")
-        optimizer_class = load_optimizer(source, cls)
-        name = optimizer_class.name if optimizer_class.name != "?" else cls
+        entry = EntryOptimizer(source, cls)
         files.append(source)
     else:
         from d500.training.optimizers import OPTIMIZERS
@@ -133,21 +141,23 @@ def load(path: str | Path) -> Submission:
     schedule = data["schedule"]
     if "name" not in schedule:
         schedule = {"name": "constant", **schedule}
+    points = data["feasible_points"]
+    if entry is not None:  # the file imported and the default checked in a child process
+        entry.probe([dict(data["hyperparameters"])])
+        name = entry.name
     recipe = Recipe(name, dict(data["hyperparameters"]), dict(schedule), data["batch_size"],
-                    data["native"], optimizer_class, where=where)
-    recipe.make_optimizer()
+                    data["native"], entry, where=where)
+    recipe.hp()
     recipe.make_schedule()
     space = {k: _check_dimension(path, k, v, recipe) for k, v in data["search_space"].items()}
-    points = data["feasible_points"]
     for i, point in enumerate(points):
         if not isinstance(point, dict) or not point:
             raise ConfigError(f"{path}: field 'feasible_points[{i}]' must be a mapping of "
                               f"hyperparameters")
     sub = Submission(path, data["name"], data["level"], list(data["workloads"]), recipe, space,
                      [dict(p) for p in points], files, dict(data["distributed"]))
-    for params in ([*points] or ([_corner(space, 0.0), _corner(space, 1.0)] if space else [])):
-        sub.recipe_with(params).make_optimizer()  # every corner of the space is valid
-    return sub
+    sub.validate([*points] or ([_corner(space, 0.0), _corner(space, 1.0)] if space else []))
+    return sub  # every feasible point, or every corner of the space, is valid
 
 
 def _corner(space: dict[str, dict[str, Any]], u: float) -> dict[str, Any]:
@@ -156,7 +166,7 @@ def _corner(space: dict[str, dict[str, Any]], u: float) -> dict[str, Any]:
 
 def _check_dimension(path: Path, key: str, dim: Any, recipe: Recipe) -> dict[str, Any]:
     where = f"{path}: field 'search_space.{key}'"
-    hp_names = set(recipe.make_optimizer().hp)
+    hp_names = set(recipe.hp())
     if key != "batch_size" and not key.startswith("schedule.") and key not in hp_names:
         raise ConfigError(f"{where}: '{key}' is not a hyperparameter of optimizer "
                           f"'{recipe.optimizer_name}' (known: {', '.join(sorted(hp_names))}), "

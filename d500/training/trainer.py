@@ -2,11 +2,20 @@
 submission's recipe until the validation target is met or the budget is spent, every evaluation
 recorded in the ledger and the MLLOG.
 
-The clock (MLPerf's run_start) starts after the model is translated and the optimizer built, and
-before the first data is touched: dataset loading, batching and validation are inside
-time_to_accuracy. Test accuracy is measured at every evaluation with the clock paused (no
-decision reads it; its time is reported apart). A NaN or infinite loss ends the run `diverged`,
-a spent budget `missed`; both score infinity and stay in the ledger. The load averages at the
+The judge and the entry live in different processes. This process (the supervisor) holds the
+clock, the validation and test splits, the evaluation, the stop rule, the ledger and the MLLOG;
+a worker process (d500.training.worker) holds the model, the optimizer (the submission's code)
+and the training split, and trains chunk by chunk: the steps up to the next evaluation. At the
+end of each chunk it hands the model's parameters over, and the supervisor evaluates them on its
+own copy of the model (Judge). The supervisor times what it observes (each chunk's round trip),
+never what the worker reports.
+
+The clock (MLPerf's run_start) starts after the worker translated the model and built the
+optimizer, and before the first data is touched: dataset loading, batching, the transfer of the
+training split to the worker and validation are inside time_to_accuracy. Test accuracy is
+measured at every evaluation with the clock paused (no decision reads it; its time is reported
+apart). A NaN or infinite loss ends the run `diverged`, a spent budget `missed` (the worker is
+told to stop mid-chunk); both score infinity and stay in the ledger. The load averages at the
 run's start and end are recorded with it (details "load_average"), as levels 0 and 1 record them.
 """
 
@@ -41,16 +50,18 @@ class Result:
 
 @dataclass
 class Clock:
-    """Run time with the test evaluations taken out, and where the rest of it went."""
+    """Run time with the test evaluations taken out, and where the rest of it went; `read` is
+    the supervisor's time source (time.perf_counter; a test may drive it)."""
 
     start: float = field(default_factory=time.perf_counter)
     paused: float = 0.0
     data: float = 0.0
     train: float = 0.0
     evaluation: float = 0.0
+    read: Callable[[], float] = time.perf_counter
 
     def now(self) -> float:
-        return time.perf_counter() - self.start - self.paused
+        return self.read() - self.start - self.paused
 
 
 def accuracy(predict: Callable[[dict[str, np.ndarray]], np.ndarray], x: np.ndarray,
@@ -153,28 +164,71 @@ def missed_figures(workload: Workload) -> dict[str, float]:
 def _train(run: Any, workload: Workload, recipe: Recipe, backend_cls: Any, model: Any,
            seed: int, data_dir: str | None, progress: Progress | None
            ) -> tuple[dict[str, float], str, str]:
+    """The supervisor's side of a run (its worker, d500.training.worker, trains)."""
+    from d500 import threads
+    from d500.training.worker import Job, Worker
+
+    # -- init: no data touched; the worker translates the model and builds the optimizer (the
+    # entry's code) while this process builds its own copy of the model to evaluate with
+    job = Job(model.SerializeToString(), backend_cls.name, recipe, seed, threads.recorded(),
+              workload.drop_last)
+    worker = Worker(job)
+    try:
+        judge = Judge(backend_cls, model)
+        worker.ready()
+        return _supervise(run, workload, recipe, seed, data_dir, progress, worker, judge)
+    finally:
+        worker.close()
+
+
+class Judge:
+    """The supervisor's copy of the model: it evaluates the parameters the worker hands over."""
+
+    def __init__(self, backend_cls: Any, model: Any):
+        from d500.training.optimizers import make
+        self.trainer = backend_cls.prepare(model).trainer(make("sgd", lr=1.0), loss="loss")
+
+    def load(self, state: dict[str, np.ndarray]) -> None:
+        """The worker's model, checked name by name against this one."""
+        t = self.trainer
+        if not isinstance(state, dict):
+            raise D500Error(f"the worker handed over a {type(state).__name__}, not the model")
+        shapes = {**t.parameter_shapes(), **{n: tuple(np.shape(v)) for n, v in
+                                              t.buffers().items()}}
+        for name, shape in shapes.items():
+            if name not in state:
+                raise D500Error(f"the worker handed over no value for '{name}'")
+            if tuple(np.shape(state[name])) != shape:
+                raise D500Error(f"the worker handed over '{name}' with shape "
+                                f"{tuple(np.shape(state[name]))}; the model's is {shape}")
+        t.set_parameters({n: state[n] for n in t.parameter_names})
+        if t.buffer_names:
+            t.set_buffers({n: state[n] for n in t.buffer_names})
+
+    def predict(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        return self.trainer.predict(feeds)
+
+
+def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir: str | None,
+               progress: Progress | None, worker: Any, judge: Judge
+               ) -> tuple[dict[str, float], str, str]:
     from d500.training.data import dataset as datasets
     from d500.training.data.samplers import EpochSampler
     from d500.training.data.splits import split
 
-    # -- init: no data touched; the model (built and checked by `ready`) translated, the
-    # optimizer built
     shape, _ = datasets.shape_of(workload.dataset["name"])
-    exe = backend_cls.prepare(model)
-    stepper = exe.trainer(recipe.optimizer(backend_cls.name), loss="loss", native=recipe.native)
     log = run.mllog
     clock = Clock(start=run.begin())  # init_stop, run_start: the clock runs from here
 
-    # -- data, inside the clock
-    t0 = time.perf_counter()
+    # -- data, inside the clock: the worker gets the training split only
+    t0 = clock.read()
     parts = split(datasets.load(workload.dataset["name"], data_dir), workload.split_spec())
-    train_x, train_y = parts.train.x, parts.train.y
-    sampler = EpochSampler(len(train_y), recipe.batch_size, seed, workload.drop_last)
-    clock.data += time.perf_counter() - t0
+    sampler = EpochSampler(len(parts.train.y), recipe.batch_size, seed, workload.drop_last)
     steps_per_epoch = len(sampler)
     total_steps = workload.max_epochs * steps_per_epoch
-    lr_at = recipe.schedule(total_steps)
-    log_run_keys(log, workload, recipe, len(train_y), len(parts.validation.y), shape)
+    worker.give(parts.train.x, parts.train.y, total_steps)
+    clock.data += clock.read() - t0
+    log_run_keys(log, workload, recipe, len(parts.train.y), len(parts.validation.y), shape)
 
     state: dict[str, Any] = {"step": 0, "losses": [], "val": None, "reached": None,
                              "test_at_target": None, "test": None, "evaluated": None}
@@ -183,15 +237,15 @@ def _train(run: Any, workload: Workload, recipe: Recipe, backend_cls: Any, model
         """Validation (on the clock), then test (off the clock); True when the target is met."""
         meta = {mllog.EPOCH_NUM: epoch, mllog.SAMPLES_COUNT: state["step"] * recipe.batch_size}
         log.start(mllog.EVAL_START, metadata=meta)
-        t = time.perf_counter()
-        val = accuracy(stepper.predict, parts.validation.x, parts.validation.y)
-        clock.evaluation += time.perf_counter() - t
+        t = clock.read()
+        val = accuracy(judge.predict, parts.validation.x, parts.validation.y)
+        clock.evaluation += clock.read() - t
         log.event(mllog.EVAL_ACCURACY, val, metadata=meta)
         at, stamp = clock.now(), time.time() * 1e3  # eval_stop at the clock's reading
         log.end(mllog.EVAL_STOP, metadata=meta, time_ms=stamp)
-        t = time.perf_counter()
-        test = accuracy(stepper.predict, parts.test.x, parts.test.y)
-        clock.paused += time.perf_counter() - t
+        t = clock.read()
+        test = accuracy(judge.predict, parts.test.x, parts.test.y)
+        clock.paused += clock.read() - t
         losses = state["losses"]
         train_loss = float(np.mean(losses)) if losses else math.nan
         state["losses"] = []
@@ -206,40 +260,52 @@ def _train(run: Any, workload: Workload, recipe: Recipe, backend_cls: Any, model
         run.evaluation(step=state["step"], epoch=epoch, metrics=metrics, wall_time=at)
         return met
 
-    def over_budget() -> bool:
-        return clock.now() > workload.max_seconds
+    def remaining() -> float:
+        return workload.max_seconds - clock.now()
 
+    def tick(epoch: int) -> Callable[[int, float], None] | None:
+        if progress is None:
+            return None
+        return lambda step, loss: progress({"step": step, "total": total_steps, "loss": loss,
+                                            "val_accuracy": state["val"], "epoch": epoch + 1})
+
+    every = workload.every_steps
     status, stop = "missed", False
     for epoch in range(workload.max_epochs):
         log.start(mllog.EPOCH_START, metadata={mllog.EPOCH_NUM: epoch + 1})
-        t = time.perf_counter()
-        for index in sampler.epoch(epoch):
-            feeds = {"input": train_x[index], "labels": train_y[index]}
-            t1 = time.perf_counter()
-            clock.data += t1 - t  # the sampler's next batch and its gather
-            loss = stepper.step(feeds, lr_at(state["step"]))
-            clock.train += time.perf_counter() - t1
-            state["step"] += 1
-            if not math.isfinite(loss):
-                raise Diverged(f"the training loss is {loss} at step {state['step']} "
-                               f"(epoch {epoch + 1})")
-            state["losses"].append(loss)
-            if progress is not None:
-                progress({"step": state["step"], "total": total_steps, "loss": loss,
-                          "val_accuracy": state["val"], "epoch": epoch + 1})
-            if workload.every_steps and state["step"] % workload.every_steps == 0:
+        first = 0
+        while first < steps_per_epoch:  # chunks: the steps up to the next evaluation
+            count = steps_per_epoch - first
+            if every:
+                count = min(count, every - state["step"] % every)
+            t = clock.read()
+            chunk = worker.train(epoch, first, count, remaining, tick(epoch))
+            clock.train += clock.read() - t
+            judge.load(chunk.state)
+            for loss in chunk.losses:
+                state["step"] += 1
+                if not math.isfinite(loss):
+                    raise Diverged(f"the training loss is {loss} at step {state['step']} "
+                                   f"(epoch {epoch + 1})")
+                state["losses"].append(loss)
+            if progress is not None and chunk.losses:
+                progress({"step": state["step"], "total": total_steps,
+                          "loss": chunk.losses[-1], "val_accuracy": state["val"],
+                          "epoch": epoch + 1})
+            first += len(chunk.losses)
+            if every and state["step"] % every == 0 and chunk.losses:
                 stop = evaluate(state["step"] / steps_per_epoch)
-            stop = stop or over_budget()
-            if stop:
+            stop = stop or chunk.stopped or remaining() < 0
+            if stop or len(chunk.losses) < count:
+                stop = True
                 break
-            t = time.perf_counter()
         log.end(mllog.EPOCH_STOP, metadata={mllog.EPOCH_NUM: epoch + 1})
         if state["reached"] is not None:
             break
         if not stop and workload.every_epochs and (epoch + 1) % workload.every_epochs == 0:
             if evaluate(float(epoch + 1)):
                 break
-        if stop or over_budget():
+        if stop or remaining() < 0:
             break
     if state["reached"] is None and state["evaluated"] != state["step"]:
         evaluate(state["step"] / steps_per_epoch)  # the end: always one last evaluation

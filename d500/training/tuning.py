@@ -53,6 +53,7 @@ def plan(workload: Workload, submission: Submission, studies: int, trials: int
     out = []
     for s in range(studies):
         points = submission.trials(trials, seed_of("study", workload.tuning_seed, s))
+        submission.validate(points)  # an entry's own optimizer: one child process for all
         for params in points:
             submission.recipe_with(params).check(workload)
         out.append([Trial(s, t, params, seed_of("trial", workload.tuning_seed, s, t))

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 HOLDING = '''
 """AdamW that, in a process with D500_HOLD_DIR set, notes each trial it starts training (a file
-per trial in that folder) and holds the second one at its first update until it is killed."""
+per trial in that folder: its pid and its parent's) and holds the second one at its first update
+until it is killed."""
 
 import os
 import time
@@ -35,7 +36,7 @@ class Holding(AdamW):
         if folder and int(t) == 1:
             trial = len(list(Path(folder).iterdir())) + 1
             note = Path(folder) / f".{trial}"
-            note.write_text(str(os.getpid()))
+            note.write_text(f"{os.getpid()} {os.getppid()}")
             note.replace(Path(folder) / str(trial))  # seen whole, or not at all
             if trial == 2:
                 time.sleep(600)  # killed here, mid-trial, by the test
@@ -59,6 +60,14 @@ def command(home: Path, entry: Path) -> tuple[list[str], dict[str, str]]:
     env = {**os.environ, "D500_HOME": str(home), "TF_CPP_MIN_LOG_LEVEL": "3"}
     return ([sys.executable, "-m", "d500.cli", "tune", "digits-mlp", "--submission",
              str(entry), "--backend", "torch", "--studies", "1", "--trials", "3"], env)
+
+
+def _state(pid: int) -> str:
+    """A process's state letter from /proc (Z: a zombie, ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "Z"
 
 
 def trials(home: Path) -> list[dict]:
@@ -89,7 +98,14 @@ def test_a_killed_tuning_resumes_with_nothing_lost(tmp_path):
     finally:
         proc.kill()
         proc.wait()
-    assert (held / "2").read_text() == str(proc.pid)  # held in the tuning process itself
+    worker, parent = map(int, (held / "2").read_text().split())
+    assert parent == proc.pid and worker != proc.pid  # held in the tuning's worker process,
+    for _ in range(50):  # which ends with the tuning process (PR_SET_PDEATHSIG)
+        if not Path(f"/proc/{worker}").exists() or "Z" in _state(worker):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the worker {worker} outlived its killed tuning process")
     before = trials(home)
     assert [t["run"]["status"] for t in before][1] == "interrupted"
     first = before[0]

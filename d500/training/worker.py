@@ -1,0 +1,220 @@
+"""The worker: the process in which a level-2 run's entry code trains, apart from the judge.
+
+    worker = Worker(Job(model_bytes, "torch", recipe, seed, threads.recorded(), drop_last=True))
+    worker.ready()                                   # the model translated, the optimizer built
+    worker.give(train_x, train_y, total_steps=1480)  # only now does it hold any data
+    chunk = worker.train(epoch=0, first=0, count=37, remaining=lambda: 120.0, tick=None)
+    chunk.losses, chunk.state                        # the model handed over for evaluation
+    worker.close()
+
+The worker holds the model, the optimizer (the submission's code: its file is imported only
+here) and the training split, which the supervisor (d500.training.trainer) sends after its clock
+started. It never holds the validation or test split, the ledger, the MLLOG or the clock that
+scores the run: code that walks the stack or patches `time.perf_counter` finds none of them.
+It is spawned, not forked, so nothing of the supervisor's memory is copied into it, and it ends
+with its supervisor (PR_SET_PDEATHSIG on Linux; EOF on its pipe elsewhere).
+
+The protocol, over one multiprocessing Pipe: the supervisor sends ("data", x, y, total_steps),
+then
+("train", epoch, first, count) per chunk (the steps up to the next evaluation) and ("stop",)
+when the time budget runs out mid-chunk; the worker answers ("ready",), ("tick", step, loss) at
+most every TICK seconds, ("trained", losses, state) at the end of a chunk, ("error", line) when
+anything failed. What the worker says of its own time is never used: the supervisor times each
+round trip itself.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from d500.errors import D500Error
+
+TICK = 0.25  # seconds between progress messages from the worker
+GRACE = 30.0  # seconds a worker may take to stop after the budget ran out (one step's worth)
+START = 600.0  # seconds a worker may take to start and build the model and optimizer
+
+
+class WorkerError(D500Error):
+    """The worker failed: the submission's code or the backend raised, or the process ended."""
+
+
+@dataclass
+class Job:
+    """What a worker needs to train one run (no validation or test data, by design)."""
+
+    model: bytes  # the serialized ONNX model of the run
+    backend: str
+    recipe: Any  # d500.training.recipe.Recipe
+    seed: int
+    threads: dict[str, Any] | None  # the supervisor's d500.threads.recorded()
+    drop_last: bool
+
+
+@dataclass
+class Chunk:
+    """What one chunk of training ended with: the losses of its steps, the model's parameters
+    and running statistics by name, and whether the worker stopped early (budget, divergence)."""
+
+    losses: list[float]
+    state: dict[str, np.ndarray]
+    stopped: bool
+
+
+class Worker:
+    """The supervisor's handle on one worker process."""
+
+    def __init__(self, job: Job):
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=main, args=(child, job), name="d500-worker",
+                                   daemon=True)
+        self.process.start()
+        child.close()
+
+    def ready(self) -> None:
+        """Wait until the worker built the model and the optimizer (a WorkerError if not)."""
+        self._expect("ready", START)
+
+    def give(self, x: np.ndarray, y: np.ndarray, total_steps: int) -> None:
+        """The training split (the only data the worker ever holds) and the run's step count
+        (the learning-rate schedule's length)."""
+        self.conn.send(("data", x, y, total_steps))
+
+    def train(self, epoch: int, first: int, count: int, remaining: Callable[[], float],
+              tick: Callable[[int, float], None] | None) -> Chunk:
+        """Steps first..first+count-1 of `epoch`; `remaining()` is the time budget left on the
+        supervisor's clock: when it runs out the worker is told to stop after its current step
+        (and ended if it does not within GRACE s)."""
+        self.conn.send(("train", epoch, first, count))
+        stop_sent = False
+        while True:
+            wait = GRACE if stop_sent else max(remaining(), 0.0)
+            if not self.conn.poll(wait):
+                if stop_sent:
+                    self.close()
+                    raise WorkerError(f"the worker did not stop within {GRACE:g} s after the "
+                                      f"time budget ran out")
+                self.conn.send(("stop",))
+                stop_sent = True
+                continue
+            message = self._receive()
+            if message[0] == "tick":
+                if tick is not None:
+                    tick(message[1], message[2])
+            elif message[0] == "trained":
+                return Chunk(list(message[1]), message[2], stop_sent or message[3])
+            else:
+                raise WorkerError(f"the worker sent '{message[0]}' during training")
+
+    def close(self) -> None:
+        """End the worker (politely, then by force)."""
+        try:
+            self.conn.send(("exit",))
+        except (OSError, ValueError):
+            pass
+        self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=5)
+        self.conn.close()
+
+    def _expect(self, what: str, timeout: float) -> tuple[Any, ...]:
+        if not self.conn.poll(timeout):
+            self.close()
+            raise WorkerError(f"the worker sent no '{what}' within {timeout:g} s")
+        message = self._receive()
+        if message[0] != what:
+            raise WorkerError(f"the worker sent '{message[0]}' where '{what}' was due")
+        return message
+
+    def _receive(self) -> tuple[Any, ...]:
+        try:
+            message = self.conn.recv()
+        except (EOFError, OSError):
+            self.process.join(timeout=5)
+            raise WorkerError(f"the worker process ended (exit code {self.process.exitcode}) "
+                              f"without a word") from None
+        if not isinstance(message, tuple) or not message or not isinstance(message[0], str):
+            raise WorkerError(f"the worker sent a malformed message ({type(message).__name__})")
+        if message[0] == "error":
+            raise WorkerError(str(message[1]))
+        return message
+
+
+def main(conn: Any, job: Job) -> None:
+    """The worker process: build, receive the training split, train chunk by chunk."""
+    _bound_to_parent()
+    from d500.errors import describe
+    try:
+        trainer = _build(job)
+        conn.send(("ready",))
+        message = conn.recv()
+        if message[0] != "data":
+            return
+        _, x, y, total_steps = message
+        lr_at, steps = job.recipe.schedule(total_steps), 0
+        from d500.training.data.samplers import EpochSampler
+        sampler = EpochSampler(len(y), job.recipe.batch_size, job.seed, job.drop_last)
+        while True:
+            message = conn.recv()
+            if message[0] != "train":
+                return  # exit (or anything else): the supervisor is done with us
+            _, epoch, first, count = message
+            order = list(sampler.epoch(epoch))[first:first + count]
+            losses, stopped, last = [], False, time.perf_counter()
+            for index in order:
+                if conn.poll():  # the only message that can come mid-chunk: stop
+                    conn.recv()
+                    stopped = True
+                    break
+                loss = trainer.step({"input": x[index], "labels": y[index]}, lr_at(steps))
+                steps += 1
+                losses.append(loss)
+                if not math.isfinite(loss):
+                    break
+                if time.perf_counter() - last >= TICK:
+                    conn.send(("tick", steps, loss))
+                    last = time.perf_counter()
+            state = {**trainer.parameters(), **trainer.buffers()}
+            conn.send(("trained", losses, state, stopped))
+    except (EOFError, OSError, KeyboardInterrupt):
+        return  # the supervisor went away
+    except Exception as err:  # noqa: BLE001 - the submission's or backend's failure, as a line
+        try:
+            conn.send(("error", describe(err)))
+        except (OSError, ValueError):
+            pass
+
+
+def _build(job: Job) -> Any:
+    """Threads as the supervisor set them, the model translated, the optimizer built."""
+    import onnx
+
+    from d500 import backends, threads
+    if job.threads is not None:
+        threads.configure(modules=threads.frameworks([job.backend]),
+                          fallback=(job.threads["count"], job.threads["set_by"]))
+    backend_cls = backends.get(job.backend)
+    exe = backend_cls.prepare(onnx.load_from_string(job.model))
+    trainer = exe.trainer(job.recipe.optimizer(backend_cls.name), loss="loss",
+                          native=job.recipe.native)
+    return trainer
+
+
+def _bound_to_parent() -> None:
+    """Die with the supervisor (Linux: PR_SET_PDEATHSIG), and leave ^C to it."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass

@@ -1,0 +1,204 @@
+"""The entry's code trains apart from the judge (d500.training.worker): an optimizer that walks
+the stack and the heap for held-out data finds none, one that patches the clock on import does
+not change the recorded times, the judge never imports the entry's file; and the supervisor's
+clock rules (validation on the clock, a target met after the budget is a miss) hold."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+import time
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from d500.ledger import Ledger
+from d500.training import submission, trainer, workloads
+from d500.training.data import dataset
+from d500.training.data.splits import split
+
+ROOT = Path(__file__).resolve().parents[2]
+MLP = ROOT / "levels" / "2-training" / "digits-mlp.yaml"
+SGD = ROOT / "submissions" / "sgd-momentum"
+REAL_PERF_COUNTER, REAL_TIME = time.perf_counter, time.time
+
+# Looks, at every update, through every frame of the stack and every object the garbage
+# collector tracks (and the arrays inside them) for images of the digits (64 pixels each, in any
+# shape); writes what it found to $D500_SNOOP. Images are hashed as float32 bytes.
+SNOOP = '''
+import gc, hashlib, inspect, json, os
+import numpy as np
+from d500.training.optimizers import Optimizer
+
+
+def _rows(array, seen):
+    if not isinstance(array, np.ndarray) or array.ndim < 2 or array[0].size != 64:
+        return
+    for row in np.ascontiguousarray(array, dtype=np.float32).reshape(len(array), 64):
+        seen.add(hashlib.sha256(row.tobytes()).hexdigest())
+
+
+def _walk(value, seen, depth=3):
+    """Arrays in `value`, its attributes and its items, `depth` levels down."""
+    _rows(value, seen)
+    if depth == 0 or isinstance(value, (str, bytes, np.ndarray)):
+        return
+    try:
+        inner = list(vars(value).values()) if hasattr(value, "__dict__") else []
+        if isinstance(value, dict):
+            inner += list(value.values())
+        elif isinstance(value, (list, tuple)):
+            inner += list(value)
+    except Exception:
+        return
+    for item in inner[:10000]:
+        _walk(item, seen, depth - 1)
+
+
+class Snoop(Optimizer):
+    name = "snoop"
+
+    def update(self, ops, params, grads, state, lr, t):
+        if int(t) in (1, 30):
+            seen = set()
+            for frame in inspect.stack():
+                for value in list(frame.frame.f_locals.values()):
+                    _walk(value, seen)
+            for obj in gc.get_objects():  # (bare arrays are not tracked: their holders are)
+                _walk(obj, seen, 1)
+            with open(os.environ["D500_SNOOP"], "a") as out:
+                out.write(json.dumps(sorted(seen)) + "\\n")
+        ops.add_(params, grads, -lr)
+'''
+
+# On import, slows the clocks a process times itself with to half speed; every update sleeps
+# 10 ms on the real clock, so the run's real training time is known from below.
+CLOCK = '''
+import time
+from d500.training.optimizers import Optimizer
+
+_perf, _wall, _sleep = time.perf_counter, time.time, time.sleep
+_p0, _w0 = _perf(), _wall()
+time.perf_counter = lambda: _p0 + (_perf() - _p0) / 2
+time.time = lambda: _w0 + (_wall() - _w0) / 2
+
+
+class Slow(Optimizer):
+    name = "slow"
+
+    def update(self, ops, params, grads, state, lr, t):
+        _sleep(0.01)
+        ops.add_(params, grads, -lr)
+'''
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def _entry(tmp_path: Path, code: str, cls: str) -> submission.Submission:
+    folder = tmp_path / "entry"
+    folder.mkdir()
+    (folder / "opt.py").write_text(code)
+    data = yaml.safe_load((SGD / "submission.yaml").read_text())
+    data.update(name="attack", optimizer=f"opt.py:{cls}", hyperparameters={"lr": 0.1},
+                search_space={}, feasible_points=[])
+    (folder / "submission.yaml").write_text(yaml.safe_dump(data))
+    return submission.load(folder)
+
+
+def _hashes(x: np.ndarray) -> set[str]:
+    return {hashlib.sha256(np.ascontiguousarray(r, dtype=np.float32).tobytes()).hexdigest()
+            for r in x.reshape(len(x), -1)}
+
+
+def test_an_optimizer_searching_the_stack_and_heap_finds_no_held_out_data(home, tmp_path,
+                                                                          monkeypatch):
+    wl = workloads.load(MLP)
+    wl.max_epochs = 1
+    entry = _entry(tmp_path, SNOOP, "Snoop")
+    found = tmp_path / "found.jsonl"
+    monkeypatch.setenv("D500_SNOOP", str(found))
+    result = trainer.train(wl, entry.recipe, "torch", 0, ledger=Ledger(), submission="attack")
+    assert result.status in ("succeeded", "missed"), result.error
+    parts = split(dataset.load("digits"), wl.split_spec())
+    train_rows = _hashes(parts.train.x)
+    held_out = (_hashes(parts.validation.x) | _hashes(parts.test.x)) - train_rows
+    looks = [set(json.loads(line)) for line in found.read_text().splitlines()]
+    assert len(looks) == 2  # the search ran, twice
+    for seen in looks:
+        assert len(seen & train_rows) >= len(train_rows) * 0.9  # it does find what it holds
+        assert seen & held_out == set()  # and nothing of the validation or test split
+    # the control: the same search in a process holding the splits finds every held-out image
+    found.unlink()
+    code = types.ModuleType("snoop")
+    exec(SNOOP, code.__dict__)  # noqa: S102 - the test's own attack code
+    from d500.training.optimizers.ops import numpy as ops
+    p = [np.zeros(3, np.float32)]
+    code.Snoop(lr=0.1).update(ops, p, p, {}, 0.1, 1)
+    assert set(json.loads(found.read_text())) >= held_out
+
+
+def test_an_optimizer_patching_the_clock_on_import_does_not_change_the_recorded_times(
+        home, tmp_path):
+    wl = workloads.load(MLP)
+    wl.max_epochs = 2
+    entry = _entry(tmp_path, CLOCK, "Slow")
+    ledger = Ledger()
+    result = trainer.train(wl, entry.recipe, "torch", 0, ledger=ledger, submission="attack")
+    assert time.perf_counter is REAL_PERF_COUNTER and time.time is REAL_TIME
+    assert not [m for m in sys.modules if m.startswith("d500_submission_")]  # never imported
+    figures = ledger.get(result.run_id)["figures"]
+    steps = 2 * (1197 // 32)  # two epochs of batch 32, drop_last
+    assert figures["train_time"] >= steps * 0.01  # at half speed it would read half of that
+    assert ledger.verify() == []
+
+
+def test_validation_is_on_the_clock(home, monkeypatch):
+    """A slow validation is inside the time to accuracy (a clock paused over it would not be)."""
+    evaluated = trainer.accuracy
+    calls = {"validation": 0}
+
+    def slow(predict, x, y):
+        if len(y) == 300 and calls["validation"] % 2 == 0:  # validation, then test, each time
+            time.sleep(0.2)
+        calls["validation"] += 1
+        return evaluated(predict, x, y)
+
+    monkeypatch.setattr(trainer, "accuracy", slow)
+    wl = workloads.load(MLP)
+    entry = submission.load(SGD)
+    ledger = Ledger()
+    result = trainer.train(wl, entry.recipe, "torch", 0, ledger=ledger, submission="sgd")
+    assert result.status == "succeeded", result.error
+    f = ledger.get(result.run_id)["figures"]
+    assert f["eval_time"] >= 0.2 * f["epochs"]
+    assert f["time_to_accuracy"] >= f["train_time"] + f["eval_time"] + f["data_time"]
+
+
+def test_a_target_met_after_the_budget_is_a_miss(home, monkeypatch):
+    """A controlled clock jumps 1,000 s once the first chunk trained: the target, met at the
+    first evaluation, is met after the 120 s budget."""
+
+    class Jump(trainer.Clock):
+        def now(self) -> float:
+            return super().now() + (1000.0 if self.train > 0 else 0.0)
+
+    monkeypatch.setattr(trainer, "Clock", Jump)
+    wl = workloads.load(MLP)
+    wl.target = 0.5  # met at the first evaluation
+    entry = submission.load(SGD)
+    ledger = Ledger()
+    result = trainer.train(wl, entry.recipe, "torch", 0, ledger=ledger, submission="sgd")
+    assert result.status == "missed"
+    f = ledger.get(result.run_id)["figures"]
+    assert f["time_to_accuracy"] == math.inf and f["val_accuracy"] >= 0.5
+    evaluations = ledger.evaluations(result.run_id)
+    assert len(evaluations) == 1 and evaluations[0]["wall_time"] > wl.max_seconds
