@@ -22,7 +22,10 @@ completeness, the rules, integrity, its logs and plausible convergence; one line
   its own MLLOG (d500.competition.consistency), for the runs whose record and log pass integrity;
 - convergence: each result's succeeded seed runs against the workload's reference
   (d500.competition.convergence), and every succeeded run's test accuracy against its
-  validation accuracy.
+  validation accuracy;
+- identity: each MLLOG's platform line against its run's provenance, and the d500 version and
+  commit the runs were made with against this one's (notes: problems only under --strict;
+  d500.competition.identity).
 
 What could not be checked (no reference for a workload, mlperf_logging missing) is reported
 apart, so a pass says exactly what it covered.
@@ -60,6 +63,7 @@ class Report:
     problems: list[str] = field(default_factory=list)
     checked: list[str] = field(default_factory=list)
     not_checked: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # warnings: problems only under --strict
     runs: int = 0
     studies: int = 0
     seeds: int = 0  # seed runs (runs outside any study) at levels 2 and 3
@@ -119,8 +123,9 @@ def check(pkg: Any, rules_dir: Path | None = None, trusted: Sequence[str] = ()) 
     ctx = Context(pkg, sorted(runs, key=lambda r: r.origin_id), studies, rules_dir, trusted)
     report = Report(runs=len(runs), studies=len(studies),
                     seeds=sum(1 for r in runs if is_seed_run(r)))
+    from d500.competition.identity import check_identity
     for step in (check_integrity, check_rules, check_completeness, check_logs,
-                 check_consistency, check_convergence):
+                 check_consistency, check_convergence, check_identity):
         step(ctx, report)
     return report
 

@@ -1,11 +1,12 @@
-"""`d500 check PACKAGE [--rules DIR] [--trust PUBKEY ...] [--json]`: the package checker. Exit 0
-with a short summary (what was checked and what was not), 1 with one line per problem, 2 when
-the file is not a d500 package."""
+"""`d500 check PACKAGE [--rules DIR] [--trust PUBKEY ...] [--strict] [--json]`: the package checker.
+Exit 0 with a short summary (what was checked and what was not, and its warnings), 1 with one
+line per problem (warnings on stderr), 2 when the file is not a d500 package."""
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,9 @@ def main(argv: list[str], prog: str = "d500 check") -> int:
                    help="accept only a signature by this ed25519 public key (a .pub file from "
                         "d500 keygen, or 64 hex digits; repeat for more keys); an unsigned "
                         "package then fails")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse on a warning too: runs made with another d500 version or "
+                        "commit than this one, or from a dirty tree")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     args = p.parse_args(argv)
     from d500.competition.check import check
@@ -42,11 +46,15 @@ def main(argv: list[str], prog: str = "d500 check") -> int:
     trusted = [trusted_key(value) for value in args.trust]
     pkg = Package.open(args.package)
     report = check(pkg, rules, trusted)
+    if args.strict:
+        report.problems += [f"strict: {note}" for note in report.notes]
     if args.json:
         print(json.dumps(as_json(pkg, report), indent=1))
     elif report.problems:
         for line in report.problems:
             print(f"{pkg.path}: {line}")
+        for note in report.notes:
+            print(f"{pkg.path}: warning: {note}", file=sys.stderr)
     else:
         print(summary(pkg, report))
     return 0 if report.passed else 1
@@ -70,11 +78,13 @@ def summary(pkg: Any, report: Any) -> str:
     lines = [head]
     lines += [f"  checked  {line}" for line in report.checked]
     lines += [f"  not checked  {line}" for line in report.not_checked]
+    lines += [f"  warning  {line}" for line in report.notes]
     return "\n".join(lines)
 
 
 def as_json(pkg: Any, report: Any) -> dict[str, Any]:
     return {"package": str(pkg.path), "sha256": pkg.sha256, "entry": pkg.manifest.get("entry"),
-            "passed": report.passed, "problems": report.problems, "checked": report.checked,
+            "passed": report.passed, "problems": report.problems, "notes": report.notes,
+            "checked": report.checked,
             "not_checked": report.not_checked, "runs": report.runs, "studies": report.studies,
             "seed_runs": report.seeds}
