@@ -6,10 +6,13 @@ completeness, the rules, integrity, its logs and plausible convergence; one line
     report = check(pkg, rules_dir, trusted)   # .problems, .checked, .not_checked, .runs, ...
 
 - completeness: per level-2/3 workload x backend the entry entered (and world size, at level 3),
-  as many distinct seeds among its seed runs as the workload's `seeds:` requires, as many
-  complete studies as its `tuning: {studies, trials}` requires (level 3 has none), and in every
-  study each trial number 0..trials-1 present and finished (a hidden trial is a gap); levels 0/1
-  require none;
+  every seed the rules require (d500.training.seeds) run to an end (one only interrupted is a
+  miss), once; the other seed runs listed as explorations, not scored; as many studies as its
+  `tuning: {studies, trials}` requires (level 3 has none), each recording exactly that budget,
+  each trial number 0..trials-1 present and finished (a hidden trial is a gap) and none beyond,
+  every trial holding the parameters and seed its number draws from the Halton plan
+  (d500.competition.plans); no run id skipped by the chain from the entry's first training run
+  on (a deleted row); levels 0/1 require none;
 - rules: every workload file in the package byte for byte (sha256) the rulebook's (levels/, or
   `rules_dir` laid out like it), and each run's recorded workload text the packaged file's;
 - integrity: the member hashes, each run's seal and row hash along the package's chain, its
@@ -42,8 +45,11 @@ from typing import Any
 
 from d500.competition.completeness import (
     TRAINING_LEVELS,
+    chain_gaps,
+    explorations,
     group_studies,
     ids,
+    is_outside_study,
     is_rank_row,
     is_seed_run,
     requirement,
@@ -64,6 +70,7 @@ class Report:
     checked: list[str] = field(default_factory=list)
     not_checked: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # warnings: problems only under --strict
+    not_scored: list[str] = field(default_factory=list)  # explorations: listed, not a problem
     runs: int = 0
     studies: int = 0
     seeds: int = 0  # seed runs (runs outside any study) at levels 2 and 3
@@ -256,13 +263,17 @@ def check_rules(ctx: Context, report: Report) -> None:
 # -- completeness -----------------------------------------------------------------------------
 
 def check_completeness(ctx: Context, report: Report) -> None:
-    """Seeds and studies each training result needs, distinct seeds, gapless studies."""
+    """The required seeds and exact studies of each training result, no run hidden from the
+    chain; the seed runs the rules did not choose listed as explorations (not scored)."""
+    from d500.competition import plans
+    from d500.training.seeds import required
     results: dict[tuple[int, str, str], list[Any]] = {}
     for run in ctx.runs:
         if run.level in TRAINING_LEVELS and not is_rank_row(run):
             results.setdefault((run.level, run.workload, run.backend), []).append(run)
     studies, unlisted = group_studies(ctx.runs, ctx.studies)
     report.problems += [f"completeness: {p}" for p in unlisted]
+    entry: Any = None
     for (level, workload, backend), runs in sorted(results.items()):
         found = studies.pop((level, workload, backend), {})  # this result's, read or not
         rel = run_workload(runs[0], ctx.pkg.workload_files())
@@ -278,19 +289,53 @@ def check_completeness(ctx: Context, report: Report) -> None:
             continue
         by_world: dict[int, list[Any]] = {}
         for run in runs:
-            if is_seed_run(run):
+            if is_outside_study(run):
                 by_world.setdefault(world(run), []).append(run)
         for ranks, seed_runs in sorted(by_world.items()) or [(1, [])]:
             name = result_name(level, workload, backend, ranks)
+            seeds = required(level, workload, runs[0].submission, backend, need.seeds, ranks)
             report.problems += [f"completeness: {name}: {p}"
-                                for p in seed_problems(seed_runs, need)]
+                                for p in seed_problems(seed_runs, seeds)]
+            other = explorations(seed_runs, seeds)
+            if other:
+                report.not_scored.append(
+                    f"{name}: run(s) {ids(r.origin_id for r in other)} (seed(s) "
+                    f"{ids(r.seed for r in other)}) are explorations: seeds the rules did not "
+                    f"choose")
         name = result_name(level, workload, backend)
         report.problems += [f"completeness: {name}: {p}" for p in study_problems(found, need)]
+        if found and entry is None:
+            try:
+                entry = plans.packaged_entry(ctx.pkg)
+            except D500Error as err:
+                entry = err
+        if isinstance(entry, D500Error) and found:
+            report.problems.append(f"completeness: {name}: the tuning plan cannot be "
+                                   f"recomputed: {entry}")
+        elif found:
+            report.problems += [f"completeness: {name}: {p}"
+                                for p in plans.plan_problems(found, need, entry)]
     for (level, workload, backend), found in sorted(studies.items()):
         report.problems.append(f"completeness: {result_name(level, workload, backend)}: "
                                f"{len(found)} study(ies) without a packed trial run")
+    check_chain_gaps(ctx, report, results)
     report.checked.append(f"completeness: {len(results)} training result(s) (workload x "
-                          f"backend) against their workloads' seeds and tuning")
+                          f"backend) against their workloads' required seeds and tuning plan")
+
+
+def check_chain_gaps(ctx: Context, report: Report, results: dict[Any, list[Any]]) -> None:
+    """Run ids the packaged chain skips from the entry's first training run on."""
+    first = min((r.origin_id for runs in results.values() for r in runs), default=None)
+    try:
+        chain = ctx.pkg.chain()
+    except D500Error:
+        return  # unreadable: an integrity problem already
+    gaps = chain_gaps((c[1] for c in chain), first) if first is not None else []
+    if gaps:
+        report.problems.append(f"completeness: the chain skips run id(s) {ids(gaps)} after the "
+                               f"entry's first training run {first}: rows deleted from the "
+                               f"ledger (a hidden run), or runs not yet ended when it was "
+                               f"packaged")
 
 
 # -- logs -------------------------------------------------------------------------------------

@@ -79,6 +79,7 @@ def summary(pkg: Any, report: Any) -> str:
     lines += [f"  checked  {line}" for line in report.checked]
     lines += [f"  not checked  {line}" for line in report.not_checked]
     lines += [f"  warning  {line}" for line in report.notes]
+    lines += [f"  not scored  {line}" for line in report.not_scored]
     return "\n".join(lines)
 
 
@@ -86,5 +87,6 @@ def as_json(pkg: Any, report: Any) -> dict[str, Any]:
     return {"package": str(pkg.path), "sha256": pkg.sha256, "entry": pkg.manifest.get("entry"),
             "passed": report.passed, "problems": report.problems, "notes": report.notes,
             "checked": report.checked,
-            "not_checked": report.not_checked, "runs": report.runs, "studies": report.studies,
+            "not_checked": report.not_checked, "not_scored": report.not_scored,
+            "runs": report.runs, "studies": report.studies,
             "seed_runs": report.seeds}

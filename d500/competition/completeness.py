@@ -1,17 +1,22 @@
-"""Completeness of a package's training results (pure functions over exported runs): the seeds and
-studies a workload requires, seeds distinct, and every study's trial numbers present and finished.
+"""Completeness of a package's training results (pure functions over exported runs): the seeds the
+rules require, run to an end and distinct, studies of exactly the workload's budget with every
+trial number present and finished, and no run hidden from the chain.
 
     need = requirement(text, "2-training/digits-mlp.yaml", rules_dir)   # seeds, studies, trials
-    seed_problems(seed_runs, need)        # duplicate seeds, too few distinct ones
+    seed_problems(seed_runs, required)    # required seeds missing, only interrupted, repeated
+    explorations(seed_runs, required)     # the other seed runs: listed, never scored
     studies, problems = group_studies(runs, studies_json)   # {(level, workload, backend): ...}
-    study_problems(studies[key], need)    # gaps, unfinished trials, too few complete studies
+    study_problems(studies[key], need)    # budget, gaps, unfinished and extra trials
+    chain_gaps(chain_ids, first)          # run ids the chain skips (deleted rows)
 
 A result is one (level, workload, backend) of the entry, and at level 3 its seed runs count per
-world size (d500 train chooses seeds per entry, workload, backend and N). Seed runs are the runs
-outside any study that ended (not `running` or `interrupted`: d500.training.score counts them the
-same way); a level-3 rank's own row is part of its group's run, not a result. A study's trials
-count by number, every attempt of a number together (a resumed tuning re-runs an interrupted
-trial as its next attempt): a number is done when one attempt ended in a final status.
+world size. Its required seeds are the rules' (d500.training.seeds: derived from workload, entry,
+backend and, at level 3, N), never the sender's. A required seed counts when one of its runs ended
+(not `running` or `interrupted`: d500.training.score counts them the same way); one only
+interrupted is a miss until re-run. A level-3 rank's own row is part of its group's run, not a
+result. A study's trials count by number, every attempt of a number together (a resumed tuning
+re-runs an interrupted trial as its next attempt): a number is done when one attempt ended in a
+final status.
 """
 
 from __future__ import annotations
@@ -40,8 +45,12 @@ def is_rank_row(run: Any) -> bool:
 
 def is_seed_run(run: Any) -> bool:
     """A training run outside any study that ended: one of a result's seeds."""
-    return (run.level in TRAINING_LEVELS and run.trial is None and not is_rank_row(run)
-            and run.status not in NOT_COUNTED)
+    return is_outside_study(run) and run.status not in NOT_COUNTED
+
+
+def is_outside_study(run: Any) -> bool:
+    """A training run outside any study (a seed run, or one interrupted), not a rank's row."""
+    return run.level in TRAINING_LEVELS and run.trial is None and not is_rank_row(run)
 
 
 def result_name(level: int, workload: str, backend: str, ranks: int | None = None) -> str:
@@ -74,6 +83,7 @@ class Requirement:
     seeds: int
     studies: int
     trials: int
+    tuning_seed: int = 0
 
 
 def requirement(text: bytes, where: str, folder: Path | None = None) -> Requirement:
@@ -94,25 +104,40 @@ def requirement(text: bytes, where: str, folder: Path | None = None) -> Requirem
         path = folder / where
     loader = level3.load if mapping(text, path).get("level") == 3 else level2.load
     loaded = loader(path, text=text)
-    return Requirement(loaded.seeds, loaded.studies, loaded.trials)
+    return Requirement(loaded.seeds, loaded.studies, loaded.trials, loaded.tuning_seed)
 
 
-def seed_problems(runs: list[Any], need: Requirement) -> list[str]:
-    """Duplicate seeds among a result's seed runs, and too few distinct ones."""
+def seed_problems(runs: list[Any], required: list[int]) -> list[str]:
+    """A result's seed runs (every one outside a study, interrupted included) against its
+    required seeds (d500.training.seeds.required): each required seed run to an end (only
+    interrupted: a miss until re-run), and no required seed run to an end twice."""
+    ended = [r for r in runs if r.status not in NOT_COUNTED]
     used: dict[Any, list[int]] = {}
-    for run in runs:
+    for run in ended:
         used.setdefault(run.seed, []).append(run.origin_id)
     out = []
     for seed, same in sorted(used.items(), key=lambda kv: str(kv[0])):
         if seed is None:
             out.append(f"run(s) {ids(same)} record no seed")
-        elif len(same) > 1:
+        elif len(same) > 1 and seed in required:
             out.append(f"seed {seed} is used by runs {ids(same)} (seeds must be distinct)")
-    distinct = len([s for s in used if s is not None])
-    if distinct < need.seeds:
-        out.append(f"{distinct} distinct seed(s) among its seed runs; the workload requires "
-                   f"{need.seeds}")
+    missing = [s for s in required if s not in used]
+    cut = {s: [r.origin_id for r in runs if r.seed == s and r.status == "interrupted"]
+           for s in missing}
+    never = [s for s in missing if not cut[s]]
+    of = f"of the workload's {len(required)}"
+    if never:
+        out.append(f"required seed(s) {ids(never)} ({of}) have no run: the rules choose the "
+                   f"seeds (`d500 train` without --seed runs them)")
+    for s in (s for s in missing if cut[s]):
+        out.append(f"required seed {s} ({of}) only interrupted (run(s) {ids(cut[s])}): a miss "
+                   f"until re-run to completion (`d500 train` without --seed runs it again)")
     return out
+
+
+def explorations(runs: list[Any], required: list[int]) -> list[Any]:
+    """A result's seed runs whose seed the rules did not choose: listed, never scored."""
+    return [r for r in runs if r.seed not in required]
 
 
 @dataclass
@@ -123,11 +148,6 @@ class StudyRuns:
     id: int
     record: dict[str, Any] | None
     trials: dict[int, list[Any]] = field(default_factory=dict)
-
-    def budget_trials(self) -> int | None:
-        budget = _json((self.record or {}).get("budget")) or {}
-        value = budget.get("trials") if isinstance(budget, dict) else None
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def group_studies(runs: list[Any], listed: list[dict[str, Any]]
@@ -157,13 +177,18 @@ def group_studies(runs: list[Any], listed: list[dict[str, Any]]
 
 
 def study_problems(studies: dict[int, StudyRuns], need: Requirement) -> list[str]:
-    """Gaps in every study, and fewer complete studies than the workload's tuning requires."""
+    """Every study against the workload's exact budget (its recorded budget the workload's, its
+    trial numbers 0..T-1, none beyond), gaps and unfinished trials, and fewer complete studies
+    than the workload's tuning requires."""
     out, complete = [], 0
+    size = need.trials
     for sid, study in sorted(studies.items()):
-        size = study.budget_trials()
-        if size is None:
-            size = max(study.trials, default=-1) + 1
-            out.append(f"study {sid} records no trial budget (taken as {size})")
+        recorded = budget(study)
+        if recorded != (need.studies, need.trials):
+            what = ("no budget" if recorded is None else
+                    f"a budget of {recorded[0]} studies of {recorded[1]} trials")
+            out.append(f"study {sid} records {what}; the workload's tuning is {need.studies} "
+                       f"studies of {need.trials} trials (d500 tune without --studies/--trials)")
         missing = [n for n in range(size) if n not in study.trials]
         unfinished = [n for n in range(size) if n in study.trials and not any(
             r.status in DONE for r in study.trials[n])]
@@ -175,11 +200,27 @@ def study_problems(studies: dict[int, StudyRuns], need: Requirement) -> list[str
             out.append(f"study {sid}: trial(s) {ids(unfinished)} never finished (only "
                        f"interrupted or running attempts)")
         if extra:
-            out.append(f"study {sid}: trial(s) {ids(extra)} outside its {size} trials")
-        if size >= need.trials and not any(
-                n not in study.trials or n in unfinished for n in range(need.trials)):
+            out.append(f"study {sid}: trial(s) {ids(extra)} beyond the workload's {size} trials "
+                       f"per study (only trials 0..{size - 1} may run and score)")
+        if not missing and not unfinished:
             complete += 1
     if complete < need.studies:
         out.append(f"{complete} of its {len(studies)} study(ies) hold the workload's "
                    f"{need.trials} trials, finished; its tuning requires {need.studies}")
     return out
+
+
+def budget(study: StudyRuns) -> tuple[int, int] | None:
+    """A study's recorded budget (studies, trials), None when it records none readable."""
+    value = _json((study.record or {}).get("budget")) or {}
+    found = tuple(value.get(k) for k in ("studies", "trials")) if isinstance(value, dict) else ()
+    ok = len(found) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in found)
+    return found if ok else None  # type: ignore[return-value]
+
+
+def chain_gaps(chain_ids: Iterable[int], first: int) -> list[int]:
+    """Run ids from `first` (the entry's first packed training run) to the chain's last that
+    the chain skips: a row deleted from the ledger and the chain re-linked, or a run not yet
+    sealed when the package was made."""
+    have = set(chain_ids)
+    return [i for i in range(first, max(have, default=0) + 1) if i not in have]

@@ -2,7 +2,8 @@
 of `d500 train` (d500.training.cli hands over here). Every rank runs the same command; they first
 compare digests of the command line, the workload file and the submission folder; every check that
 follows fails on all ranks alike (one line each, exit 2, no rank left waiting). Rank 0 picks the
-seeds, records each run and prints its line; the other ranks print only errors.
+seeds (the rules' required seeds at this world size), records each run and prints its line; the
+other ranks print only errors.
 
 `d500 train` of a level-3 workload without an MPI launcher, at a world size the workload does not
 allow, or of an entry naming an unknown scheme is refused the same way.
@@ -140,6 +141,9 @@ def _run(args: Any, world: Any, workload: Any, entry: Any, spec: Any) -> int:
     seeds = world.bcast(seeds, root=0)
     if isinstance(seeds, D500Error):
         raise seeds
+    if rank == 0 and not seeds:
+        from d500.training.cli import done_line
+        done_line(workload, args)
     group = ""
     if rank == 0:
         group = f"mpi {iso(time.time())} {socket.gethostname()}:{os.getpid()}"
@@ -156,11 +160,16 @@ def _run(args: Any, world: Any, workload: Any, entry: Any, spec: Any) -> int:
         results.append((s, result))
         if rank == 0 and not args.json:
             from d500.cli import stdout_console
-            stdout_console().print(line(workload, s, result) + comm_line(result.figures),
+            from d500.training.cli import note
+            stdout_console().print(line(workload, s, result) + comm_line(result.figures)
+                                   + note(workload, entry, args.backend, s, size),
                                    highlight=False)
     if rank == 0 and args.json:
+        from d500.training.cli import exploration
         print(json.dumps([{"seed": s, "run_id": r.run_id, "status": r.status,
-                           "world_size": size, "figures": r.figures, "error": r.error}
+                           "world_size": size,
+                           "exploration": exploration(workload, entry, args.backend, s, size),
+                           "figures": r.figures, "error": r.error}
                           for s, r in results], indent=1, default=str))
     bad = [(s, r) for s, r in results if r.status != "succeeded"]
     if bad:
@@ -190,6 +199,7 @@ class _AtWorld:
 
 
 def choose_seeds(ledger: Any, workload: Any, entry: Any, args: Any, size: int) -> list[int]:
-    """level 2's seed rule (d500.training.cli.choose_seeds) among this world size's runs."""
+    """level 2's seed rule (d500.training.cli.choose_seeds) among this world size's runs, the
+    required seeds keyed by the world size too."""
     from d500.training.cli import choose_seeds as level2_seeds
-    return level2_seeds(_AtWorld(ledger, size), workload, entry, args)
+    return level2_seeds(_AtWorld(ledger, size), workload, entry, args, size)

@@ -1,8 +1,9 @@
 """Level 3's sections of the leaderboard, from the ledger alone: per workload and world size every
-(entry, backend) with its scheme and compressor, time to accuracy (median over its runs, a miss
-counting as infinity), test accuracy, bytes per step, communication share, scaling efficiency
-against its own runs at the reference world size, and the ratio of its time to the DDP baseline's;
-then time to accuracy against ranks per entry (a plot per workload).
+(entry, backend) with its scheme and compressor, time to accuracy (median over the runs of its
+required seeds, a miss or an interrupted one counting as infinity; explorations never count),
+test accuracy, bytes per step, communication share, scaling efficiency against its own runs at the
+reference world size, and the ratio of its time to the DDP baseline's; then time to accuracy
+against ranks per entry (a plot per workload).
 
 When the boards hold runs of several machines (and the organiser did not pass --across-machines),
 the time-based figures (time to accuracy, communication share, scaling efficiency, speed-up, vs
@@ -22,6 +23,7 @@ from d500 import metrics
 from d500.leaderboard.environments import apart, hardware_text, machine
 from d500.leaderboard.ranking import origin, submission_label
 from d500.levels import View
+from d500.training import seeds
 
 NATIVE = "ddp"
 
@@ -60,14 +62,15 @@ class Row:
 
 def rows(level: int, boards: Sequence[Any], ledger: Any, per_machine: bool = False
          ) -> list[Row]:
-    """The rows of the boards' workloads (their rules versions), counted runs only; with
-    `per_machine`, one row per machine the runs of an entry ran on."""
+    """The rows of the boards' workloads (their rules versions), counted runs only (the rules'
+    required seeds: d500.training.seeds); with `per_machine`, one row per machine the runs of
+    an entry ran on."""
     wanted = {(b.workload, b.workload_sha256) for b in boards}
     envs = ledger.environments() if per_machine else {}
     found: dict[tuple[str, int, str, str, str], Row] = {}
     for r in ledger.runs(level=level):
         if (r["workload"], r["workload_sha256"]) not in wanted or r["study"] is not None \
-                or r["status"] in ("running", "interrupted"):
+                or r["status"] == "running":
             continue
         key = (r["workload"], r["world_size"] or 1,
                submission_label(r["submission"] or "", origin(r)), r["backend"] or "",
@@ -78,6 +81,9 @@ def rows(level: int, boards: Sequence[Any], ledger: Any, per_machine: bool = Fal
         row.oversubscribed |= bool((r["details"] or {}).get("oversubscribed"))
         row.contended |= bool(((r["details"] or {}).get("contention") or {}).get("loaded"))
         row.runs.append(r)
+    for row in found.values():  # the required seeds only (an interrupted one: a miss)
+        row.runs = seeds.split(row.runs)[0]
+    found = {key: row for key, row in found.items() if row.runs}
     return sorted(found.values(), key=lambda x: (x.workload, x.ranks, _key(x.time),
                                                  x.submission, x.backend))
 

@@ -17,10 +17,11 @@ def main(argv: list[str], prog: str = "d500 train") -> int:
     if launched_by_mpi():
         share_cores()  # before a framework is imported
     p = parser(prog, __doc__.split("\n\n")[0])
-    p.add_argument("--seed", type=seed, help="one run with this seed")
+    p.add_argument("--seed", type=seed,
+                   help="one exploration run with this seed (listed, never scored)")
     p.add_argument("--seeds", type=int, metavar="N",
-                   help="N runs with the N lowest seeds this entry has not used on this "
-                        "workload and backend (default: 1)")
+                   help="run only the first N of the workload's required seeds not yet run "
+                        "(default: all of them; the rules choose the seeds)")
     p.add_argument("--repeat", action="store_true",
                    help="allow --seed to repeat a seed already recorded")
     args = p.parse_args(argv)
@@ -44,6 +45,8 @@ def train_level2(args: Any, workload: Any, entry: Any) -> int:
     ledger = Ledger()
     seeds = choose_seeds(ledger, workload, entry, args)
     out = stdout_console()
+    if not seeds:
+        done_line(workload, args)
     results = []
     for s in seeds:
         with progress_bar(f"{workload.name} / {entry.name} / {args.backend} seed {s}") as bar:
@@ -52,9 +55,11 @@ def train_level2(args: Any, workload: Any, entry: Any) -> int:
                            submission_files=entry.files, progress=bar)
         results.append((s, result))
         if not args.json:
-            out.print(line(workload, s, result), highlight=False)
+            out.print(line(workload, s, result) + note(workload, entry, args.backend, s),
+                      highlight=False)
     if args.json:
         print(json.dumps([{"seed": s, "run_id": r.run_id, "status": r.status,
+                           "exploration": exploration(workload, entry, args.backend, s),
                            "figures": r.figures, "error": r.error} for s, r in results],
                          indent=1, default=str))
     bad = [(s, r) for s, r in results if r.status != "succeeded"]
@@ -65,13 +70,16 @@ def train_level2(args: Any, workload: Any, entry: Any) -> int:
     return 0
 
 
-def choose_seeds(ledger: Any, workload: Any, entry: Any, args: Any) -> list[int]:
-    """Distinct seeds, never reused by accident: --seed (refused if recorded, unless --repeat)
-    or the N lowest unused ones."""
-    used = {r["seed"]: r["id"] for r in ledger.runs(level=workload.level,
-                                                    workload=workload.name)
+def choose_seeds(ledger: Any, workload: Any, entry: Any, args: Any, world: int = 1
+                 ) -> list[int]:
+    """The seeds to run: the workload's required seeds (d500.training.seeds) not yet run to an
+    end (an interrupted one runs again), the first --seeds N of them; or --seed S (refused if
+    recorded, unless --repeat), an exploration unless S is one of the required seeds."""
+    from d500.training.seeds import ENDED, required
+    runs = [r for r in ledger.runs(level=workload.level, workload=workload.name)
             if r["submission"] == entry.name and r["backend"] == args.backend
-            and r["study"] is None and r["seed"] is not None}
+            and r["study"] is None and r["seed"] is not None]
+    used = {r["seed"]: r["id"] for r in runs}
     if args.seed is not None:
         if args.seeds is not None:
             raise UsageError("give --seed or --seeds, not both")
@@ -79,12 +87,32 @@ def choose_seeds(ledger: Any, workload: Any, entry: Any, args: Any) -> list[int]
             raise UsageError(f"seed {args.seed} was already used by run {used[args.seed]} of "
                              f"this entry; pass --repeat to measure it again")
         return [args.seed]
-    n = 1 if args.seeds is None else args.seeds
-    if n < 1:
-        raise UsageError("--seeds must be at least 1")
-    out, s = [], 0
-    while len(out) < n:
-        if s not in used:
-            out.append(s)
-        s += 1
-    return out
+    if args.seeds is not None and not 1 <= args.seeds <= workload.seeds:
+        raise UsageError(f"--seeds must be 1 to {workload.seeds}: workload "
+                         f"'{workload.name}' requires {workload.seeds} seed run(s), and a run "
+                         f"with another seed (--seed S) is an exploration, never scored")
+    ended = {r["seed"] for r in runs if r["status"] in ENDED}
+    todo = [s for s in required(workload.level, workload.name, entry.name, args.backend,
+                                workload.seeds, world) if s not in ended]
+    return todo[:args.seeds] if args.seeds is not None else todo
+
+
+def note(workload: Any, entry: Any, backend: str, seed_: int, world: int = 1) -> str:
+    """What a result line adds for an exploration run."""
+    return (" (exploration: a seed the rules did not choose, never scored)"
+            if exploration(workload, entry, backend, seed_, world) else "")
+
+
+def done_line(workload: Any, args: Any) -> None:
+    """The line of a `d500 train` with nothing left to run, on stderr."""
+    import sys
+    print(f"{workload.name}: every one of its {workload.seeds} required seed run(s) on "
+          f"{args.backend} already ran to an end; `--seed S` runs an exploration (never "
+          "scored)", file=sys.stderr)
+
+
+def exploration(workload: Any, entry: Any, backend: str, seed_: int, world: int = 1) -> bool:
+    """Whether a seed run is an exploration (its seed not one the rules require: not scored)."""
+    from d500.training.seeds import required
+    return seed_ not in required(workload.level, workload.name, entry.name, backend,
+                                 workload.seeds, world)

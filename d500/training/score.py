@@ -5,7 +5,10 @@ tuning-inclusive cost and statistics over seeds.
 - an entry (workload, submission, backend) scores the median over its studies;
 - its tuning cost is the wall time of every trial of every study, failed and missed included;
 - over seeds: median, MLPerf's olympic mean and a bootstrap 95% confidence interval of the
-  median, never the best run;
+  median, never the best run, over the required seeds only (d500.training.seeds: an interrupted
+  required seed is a miss until re-run; a run with any other seed is an exploration, listed and
+  never scored);
+- a study's trials 0..T-1 only (T its workload's `tuning: trials`) ever score;
 - the performance profile over workloads is d500.profile's (shared with levels 0 and 1);
 - times are compared on one machine only: `by_machine` splits runs by their hardware
   (d500.leaderboard.environments.machine), and the views score each part apart.
@@ -22,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from d500.metrics import aggregate
+from d500.training import seeds
 
 NOT_COUNTED = ("interrupted", "running")
 
@@ -53,7 +57,8 @@ class Entry:
     submission: str
     backend: str
     studies: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # id -> trial runs
-    seeds: list[dict[str, Any]] = field(default_factory=list)  # runs outside any study
+    seeds: list[dict[str, Any]] = field(default_factory=list)  # the required seeds' runs
+    explorations: list[dict[str, Any]] = field(default_factory=list)  # other seed runs
 
     @property
     def trials(self) -> list[dict[str, Any]]:
@@ -95,16 +100,27 @@ def entries(runs: Iterable[dict[str, Any]]) -> list[Entry]:
     from d500.leaderboard.ranking import origin, submission_label
 
     found: dict[tuple[str, str, str], Entry] = {}
+    outside: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in runs:  # a package's runs and reproductions apart from the ledger's own
         key = (r["workload"] or "", submission_label(r["submission"] or "", origin(r)),
                r["backend"] or "")
         entry = found.setdefault(key, Entry(*key))
         study = r.get("study")
-        if study is not None:
+        if study is None:
+            outside.setdefault(key, []).append(r)
+        elif in_budget(r):
             entry.studies.setdefault(study, []).append(r)
-        elif r["status"] not in NOT_COUNTED:
-            entry.seeds.append(r)
+    for key, seed_runs in outside.items():
+        found[key].seeds, found[key].explorations = seeds.split(seed_runs)
     return sorted(found.values(), key=lambda e: (e.workload, e.submission, e.backend))
+
+
+def in_budget(run: dict[str, Any]) -> bool:
+    """Whether a trial run's number is within its workload's `tuning: trials` (trials 0..T-1
+    score; its recorded rules unreadable: counted)."""
+    trials = seeds.tuning_trials(run.get("workload_text"), run.get("workload_file"))
+    number = run.get("trial")
+    return trials is None or number is None or 0 <= number < trials
 
 
 def by_machine(runs: Iterable[dict[str, Any]], environments: Mapping[int, Any],

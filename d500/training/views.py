@@ -1,6 +1,7 @@
 """Level 2's sections of the leaderboard: the tuning score and cost of every entry, statistics
-over seeds, validation accuracy against wall time for every trial, and the performance profile
-over the level's workloads (the same submission on torch and TensorFlow side by side).
+over the required seeds (explorations: noted, never scored), validation accuracy against wall
+time for every trial, and the performance profile over the level's workloads (the same
+submission on torch and TensorFlow side by side).
 
 When the boards hold runs of several machines (and the organiser did not pass --across-machines),
 every time-based section is computed and shown per machine, headed by its hardware, and one
@@ -106,7 +107,19 @@ def seeds_view(entries: list[score.Entry], on: str | None = None) -> View:
                 f"bootstrap 95% interval of the median; a miss counts as ∞){tail}",
                 ["workload", "submission", "backend", "seeds", "median", "olympic mean",
                  "95% interval", *([] if on else ["test acc"])], rows,
-                notes=[APART] if on else [])
+                notes=([APART] if on else []) + explorations_notes(entries))
+
+
+def explorations_notes(entries: list[score.Entry]) -> list[str]:
+    """One note per entry with exploration runs (seeds the rules did not choose): not scored."""
+    out = []
+    for e in (e for e in entries if e.explorations):
+        shown = ", ".join(str(r.get("seed")) for r in e.explorations[:8])
+        more = ", …" if len(e.explorations) > 8 else ""
+        out.append(f"not scored: {e.workload} / {e.submission} / {e.backend}: "
+                   f"{len(e.explorations)} exploration run(s), seed(s) {shown}{more}: seeds the "
+                   f"rules did not choose")
+    return out
 
 
 def _median_test(runs: list[dict[str, Any]]) -> float | None:

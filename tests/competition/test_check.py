@@ -15,6 +15,7 @@ from d500.competition import compliance, signing
 from d500.competition.check import check, check_package
 from d500.competition.package import Package
 from d500.errors import D500Error
+from d500.training.seeds import required
 
 from .conftest import ENTRY
 from .packages import edit_json, members, repack
@@ -75,8 +76,12 @@ def test_d500s_own_rulebook_is_not_the_packages(digits_package, rules_dir, run_d
     assert all(line.startswith(f"{digits_package}: ") for line in lines)
     text = "\n".join(lines)
     assert "rules: workload file 2-training/digits-mlp.yaml differs from the rulebook's" in text
-    assert "2 distinct seed(s) among its seed runs; the workload requires 3" in text
+    third = required(2, "digits-mlp", ENTRY, "torch", 3)[2]
+    assert (f"required seed(s) {third} (of the workload's 3) have no run: the rules choose the "
+            f"seeds") in text
     assert "its tuning requires 3" in text
+    assert ("records a budget of 2 studies of 2 trials; the workload's tuning is 3 studies of 5 "
+            "trials") in text
 
 
 def test_json_report(digits_package, rules_dir, run_d500):
@@ -160,27 +165,31 @@ def test_a_removed_trial_is_a_gap(digits_package, rules_dir, tmp_path):
     assert len(problems) == 2, problems
 
 
-def test_a_removed_seed_run_is_too_few_seeds(digits_package, rules_dir, tmp_path):
-    bad = repack(digits_package, tmp_path / "seed.tar.gz",
-                 _drop_run(_seed_runs(digits_package)[-1]))
+def test_a_removed_seed_run_is_a_required_seed_missing(digits_package, rules_dir, tmp_path):
+    last = next(r for r in Package.open(digits_package).runs()
+                if r.origin_id == max(_seed_runs(digits_package)))
+    bad = repack(digits_package, tmp_path / "seed.tar.gz", _drop_run(last.origin_id))
     assert _problems(bad, rules_dir) == [(
-        "completeness: digits-mlp (level 2) / torch: 1 distinct seed(s) among its seed runs; "
-        "the workload requires 2")]
+        f"completeness: digits-mlp (level 2) / torch: required seed(s) {last.seed} (of the "
+        f"workload's 2) have no run: the rules choose the seeds (`d500 train` without --seed "
+        f"runs them)")]
 
 
 def test_a_repeated_seed_is_caught(ledger_copy, rules_dir, entry_dir, run_d500, tmp_path):
     home = ledger_copy.parent
     workload = str(rules_dir / "2-training" / "digits-mlp.yaml")
-    again = run_d500(home, "train", workload, "--submission", str(entry_dir), "--seed", "0",
-                     "--repeat", "--json")
+    seed = required(2, "digits-mlp", ENTRY, "torch", 2)[0]
+    again = run_d500(home, "train", workload, "--submission", str(entry_dir), "--seed",
+                     str(seed), "--repeat", "--json")
     assert again.returncode in (0, 1), again.stderr
     run = json.loads(again.stdout)[0]["run_id"]
+    assert json.loads(again.stdout)[0]["exploration"] is False  # a required seed, again
     out = tmp_path / "repeat.tar.gz"
     assert run_d500(home, "package", str(entry_dir), "--out", str(out)).returncode == 0
-    first = min(r.origin_id for r in Package.open(out).runs() if r.seed == 0)
+    first = min(r.origin_id for r in Package.open(out).runs() if r.seed == seed)
     result = run_d500(None, "check", str(out), "--rules", str(rules_dir))
     assert result.returncode == 1
-    assert (f"{out}: completeness: digits-mlp (level 2) / torch: seed 0 is used by runs "
+    assert (f"{out}: completeness: digits-mlp (level 2) / torch: seed {seed} is used by runs "
             f"{first}, {run} (seeds must be distinct)") in result.stdout.splitlines()
 
 
@@ -318,8 +327,9 @@ def test_level3_results_count_seeds_per_world_size_and_ranks_are_not_results(
     shutil.copy(rulebook() / "3-distributed" / "digits-mlp.yaml", workload)
     common = {"level": 3, "workload": "digits-mlp", "backend": "torch",
               "workload_file": workload}
+    at = {ranks: required(3, "digits-mlp", ENTRY, "torch", 3, ranks) for ranks in (2, 4)}
     with Ledger(ledger_copy) as book:
-        for seed, ranks, group in [(0, 2, "g1"), (1, 2, "g2"), (0, 4, "g3")]:
+        for seed, ranks, group in [(at[2][0], 2, "g1"), (at[2][1], 2, "g2"), (at[4][0], 4, "g3")]:
             with book.start_run(submission=ENTRY, seed=seed, group=group, rank=0,
                                 world_size=ranks, **common) as run:
                 run.finish("failed", error="a level-3 run cut short")
@@ -330,9 +340,11 @@ def test_level3_results_count_seeds_per_world_size_and_ranks_are_not_results(
     assert helper.id in {r.origin_id for r in pkg.runs()}
     report = check(pkg, rules)
     where = "completeness: digits-mlp (level 3) / torch"
-    assert report.problems == [
-        f"{where} x2 ranks: 2 distinct seed(s) among its seed runs; the workload requires 3",
-        f"{where} x4 ranks: 1 distinct seed(s) among its seed runs; the workload requires 3"]
+    assert report.problems == [  # the required seeds are per world size
+        f"{where} x2 ranks: required seed(s) {at[2][2]} (of the workload's 3) have no run: the "
+        f"rules choose the seeds (`d500 train` without --seed runs them)",
+        f"{where} x4 ranks: required seed(s) {at[4][1]}, {at[4][2]} (of the workload's 3) have "
+        f"no run: the rules choose the seeds (`d500 train` without --seed runs them)"]
     assert report.seeds == 5  # the level-2 seeds 0 and 1, and three level-3 runs
 
 

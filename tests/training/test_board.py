@@ -12,6 +12,7 @@ import pytest
 from d500 import leaderboard
 from d500.ledger import Ledger
 from d500.training import submission, workloads
+from d500.training.seeds import required
 from d500.training.trainer import train
 from d500.training.tuning import tune
 
@@ -20,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def ledger(tmp_path_factory) -> Ledger:
-    """One study of two trials for two entries on torch, and two seed runs of one of them."""
+    """One study of two trials for two entries on torch, and two seed runs of one of them (and
+    an exploration with seed 0, which the rules did not choose)."""
     home = tmp_path_factory.mktemp("home")
     mp = pytest.MonkeyPatch()
     mp.setenv("D500_HOME", str(home))
@@ -30,8 +32,9 @@ def ledger(tmp_path_factory) -> Ledger:
         entry = submission.load(ROOT / "submissions" / name)
         tune(wl, entry, "torch", studies=1, trials=2, ledger=ledger)
     entry = submission.load(ROOT / "submissions" / "sgd-momentum")
-    for seed in (0, 1):
+    for seed in required(2, wl.name, entry.name, "torch", wl.seeds)[:2]:  # the rules' seeds
         train(wl, entry.recipe, "torch", seed, ledger=ledger, submission=entry.name)
+    train(wl, entry.recipe, "torch", 0, ledger=ledger, submission=entry.name)  # exploration
     yield ledger
     mp.undo()
 
@@ -40,6 +43,8 @@ def test_the_terminal_board_shows_scores_cost_and_seeds(ledger):
     text = leaderboard.render(ledger, level=2, fmt="terminal")
     assert "tuning: score" in text and "tuning cost" in text
     assert "seeds: time to accuracy over seeds" in text
+    assert ("not scored: digits-mlp / sgd-momentum / torch: 1 exploration run(s), seed(s) 0: "
+            "seeds the rules did not choose") in " ".join(text.split())
     assert "performance profile" in text and "digits-mlp: tuning curves" in text
     for name in ("sgd-momentum", "adamw"):
         assert name in text

@@ -10,7 +10,7 @@ import pytest
 
 from d500 import profile
 from d500.errors import ConfigError
-from d500.training import score, submission, tuning, workloads
+from d500.training import score, seeds, submission, tuning, workloads
 
 ROOT = Path(__file__).resolve().parents[2]
 LEVEL2 = ROOT / "levels" / "2-training"
@@ -118,14 +118,20 @@ def test_tuning_draws_are_quasi_random_in_range_and_repeatable():
         assert any(v < mid for v in logs) and any(v > mid for v in logs)
 
 
+RULES = (LEVEL2 / "digits-mlp.yaml").read_text()  # 3 seeds, studies of 5 trials
+
+
 def _run(rid, study, status, tta=None, test=None, started=0.0, stopped=10.0, workload="w",
-         submission_="s", backend="b"):
+         submission_="s", backend="b", seed=None, trial=None):
     figures = {} if tta is None else {"time_to_accuracy": tta}
     if test is not None:
         figures["test_accuracy"] = test
+    if seed is None and study is None:
+        seed = seeds.required(2, workload, submission_, backend, 3)[0]
     return {"id": rid, "study": study, "status": status, "figures": figures,
             "workload": workload, "submission": submission_, "backend": backend,
-            "started_unix": started, "stopped_unix": stopped}
+            "started_unix": started, "stopped_unix": stopped, "seed": seed, "level": 2,
+            "trial": trial, "workload_text": RULES, "workload_file": str(LEVEL2 / "w.yaml")}
 
 
 def test_the_score_is_the_median_over_studies_of_each_studys_fastest_trial():
@@ -140,6 +146,34 @@ def test_the_score_is_the_median_over_studies_of_each_studys_fastest_trial():
     assert entry.test_accuracy() == pytest.approx(0.9)  # median of 0.95 and 0.85
     assert entry.counts() == {"succeeded": 4, "diverged": 1, "missed": 1, "failed": 1}
     assert [r["id"] for r in entry.seeds] == [8]
+
+
+def test_only_the_required_seeds_score_and_an_interrupted_one_is_a_miss():
+    """The rules' 3 seeds of (w, s, b) score; a run with a seed the sender chose is an
+    exploration (listed, never scored); a required seed only interrupted counts as a miss (∞)
+    until it is re-run to the end; one still running counts for nothing yet."""
+    a, b, c = seeds.required(2, "w", "s", "b", 3)
+    assert len({a, b, c}) == 3 and seeds.required(2, "w", "s", "b", 2) == [a, b]
+    assert seeds.required(2, "w", "other", "b", 1) != [a]  # per entry (and workload, backend)
+    assert seeds.required(3, "w", "s", "b", 1, 2) != seeds.required(3, "w", "s", "b", 1, 4)
+    runs = [_run(1, None, "succeeded", 9.0, seed=a), _run(2, None, "succeeded", 1.0, seed=0),
+            _run(3, None, "interrupted", seed=b), _run(4, None, "running", seed=c),
+            _run(5, None, "succeeded", 2.0, seed=12345)]
+    [entry] = score.entries(runs)
+    assert [r["id"] for r in entry.seeds] == [1, 3]  # b only interrupted: a miss
+    assert [score.time_to_target(r) for r in entry.seeds] == [9.0, math.inf]
+    assert [r["id"] for r in entry.explorations] == [2, 5]  # the fast seeds 0 and 12345
+    [again] = score.entries([*runs, _run(6, None, "succeeded", 3.0, seed=b)])
+    assert [r["id"] for r in again.seeds] == [1, 6]  # re-run to the end: it counts
+
+
+def test_only_trials_within_the_workloads_budget_score():
+    """A study of 10 trials on a workload of 5 (d500 tune --trials 10): trials 5-9 never
+    score, however fast."""
+    runs = [_run(i + 1, 1, "succeeded", 10.0 - i, trial=i) for i in range(10)]
+    [entry] = score.entries(runs)
+    assert sorted(r["trial"] for r in entry.trials) == [0, 1, 2, 3, 4]
+    assert entry.score == 6.0
 
 
 def test_seed_statistics_never_report_the_best_run():
