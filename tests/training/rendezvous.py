@@ -12,12 +12,13 @@ from pathlib import Path as _Path
 
 
 def meet(step, ranks=2):
-    """At this process's first update, when $D500_MEET_DIR is set: note the process there, then
-    wait (at most 300 s) until `ranks` processes have."""
+    """At the first update of a rank's first trial, when $D500_MEET_DIR is set: note the rank's
+    process there (the parent of the worker that trains), then wait (at most 300 s) until
+    `ranks` processes have."""
     folder = _os.environ.get("D500_MEET_DIR")
     if not folder or int(step) != 1:
         return
-    mine = _Path(folder) / str(_os.getpid())
+    mine = _Path(folder) / str(_os.getppid())
     if mine.exists():
         return
     mine.touch()

@@ -26,8 +26,9 @@ CORES = len(os.sched_getaffinity(0))
 
 NOTING = '''\
 """Momentum SGD that writes, at its first update, the thread counts the frameworks of its own
-training process report (to $NOTE_DIR/<pid>.json); under $D500_MEET_DIR the ranks' first
-trials overlap (tests/training/rendezvous.py)."""
+training process report (a worker of the d500 process: to $NOTE_DIR/<the d500 process's
+pid>.json, once per d500 process); under $D500_MEET_DIR the ranks' first trials overlap
+(tests/training/rendezvous.py)."""
 
 import json
 import os
@@ -42,7 +43,7 @@ class Noting(Momentum):
 
     def update(self, ops, params, grads, state, lr, t):
         meet(t)
-        out = Path(os.environ["NOTE_DIR"]) / f"{os.getpid()}.json"
+        out = Path(os.environ["NOTE_DIR"]) / f"{os.getppid()}.json"
         if not out.exists():
             found = {}
             if "torch" in sys.modules:
@@ -151,7 +152,7 @@ def test_tune_threads_reaches_every_trial(setup, tmp_path):
                 str(setup["entry"]), "--studies", "1", "--trials", "2", "--threads", "1",
                 "--json")
     assert done.returncode == 0, done.stderr
-    assert notes(tmp_path / "notes") == [{"torch": 1}]  # both trials in the one process
+    assert notes(tmp_path / "notes") == [{"torch": 1}]  # both trials' workers
     found = runs(home)
     assert len(found) == 2 and all(r["study"] is not None for r in found)
     for run in found:
