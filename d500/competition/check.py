@@ -11,8 +11,8 @@ completeness, the rules, integrity, its logs and plausible convergence; one line
   `tuning: {studies, trials}` requires (level 3 has none), each recording exactly that budget,
   each trial number 0..trials-1 present and finished (a hidden trial is a gap) and none beyond,
   every trial holding the parameters and seed its number draws from the Halton plan
-  (d500.competition.plans); no run id skipped by the chain from the entry's first training run
-  on (a deleted row); levels 0/1 require none;
+  (d500.competition.plans); no run id skipped by the packaged chain (a deleted row); levels
+  0/1 require none;
 - rules: every workload file in the package byte for byte (sha256) the rulebook's (levels/, or
   `rules_dir` laid out like it), and each run's recorded workload text the packaged file's;
 - integrity: the member hashes, each run's seal and row hash along the package's chain, its
@@ -324,18 +324,16 @@ def check_completeness(ctx: Context, report: Report) -> None:
 
 
 def check_chain_gaps(ctx: Context, report: Report, results: dict[Any, list[Any]]) -> None:
-    """Run ids the packaged chain skips from the entry's first training run on."""
-    first = min((r.origin_id for runs in results.values() for r in runs), default=None)
+    """Run ids the packaged chain skips (a package with training results)."""
     try:
         chain = ctx.pkg.chain()
     except D500Error:
         return  # unreadable: an integrity problem already
-    gaps = chain_gaps((c[1] for c in chain), first) if first is not None else []
+    gaps = chain_gaps(c[1] for c in chain) if results else []
     if gaps:
-        report.problems.append(f"completeness: the chain skips run id(s) {ids(gaps)} after the "
-                               f"entry's first training run {first}: rows deleted from the "
-                               f"ledger (a hidden run), or runs not yet ended when it was "
-                               f"packaged")
+        report.problems.append(f"completeness: the chain skips run id(s) {ids(gaps)}: rows "
+                               f"deleted from the ledger (a hidden run), or runs not yet ended "
+                               f"when it was packaged")
 
 
 # -- logs -------------------------------------------------------------------------------------

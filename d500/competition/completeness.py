@@ -7,7 +7,7 @@ trial number present and finished, and no run hidden from the chain.
     explorations(seed_runs, required)     # the other seed runs: listed, never scored
     studies, problems = group_studies(runs, studies_json)   # {(level, workload, backend): ...}
     study_problems(studies[key], need)    # budget, gaps, unfinished and extra trials
-    chain_gaps(chain_ids, first)          # run ids the chain skips (deleted rows)
+    chain_gaps(chain_ids)                 # run ids the chain skips (deleted rows)
 
 A result is one (level, workload, backend) of the entry, and at level 3 its seed runs count per
 world size. Its required seeds are the rules' (d500.training.seeds: derived from workload, entry,
@@ -218,9 +218,8 @@ def budget(study: StudyRuns) -> tuple[int, int] | None:
     return found if ok else None  # type: ignore[return-value]
 
 
-def chain_gaps(chain_ids: Iterable[int], first: int) -> list[int]:
-    """Run ids from `first` (the entry's first packed training run) to the chain's last that
-    the chain skips: a row deleted from the ledger and the chain re-linked, or a run not yet
-    sealed when the package was made."""
+def chain_gaps(chain_ids: Iterable[int]) -> list[int]:
+    """Run ids from 1 (a ledger's first) to the chain's last that the chain skips: a row deleted
+    from the ledger and the chain re-linked, or a run not yet sealed when it was packaged."""
     have = set(chain_ids)
-    return [i for i in range(first, max(have, default=0) + 1) if i not in have]
+    return [i for i in range(1, max(have, default=0) + 1) if i not in have]
