@@ -140,6 +140,8 @@ def _report(done: Any, package: str, path: Any) -> int:
         return 0
     for origin_id, run_id in done.runs.items():
         print(f"  origin run {origin_id} -> run {run_id}")
+    for line in done.skipped:
+        print(f"  skipped {line}")
     print(f"imported {name} into {path} as package {done.package_id}: {len(ids)} "
           f"run(s) ({span}), {len(done.studies)} stud{'y' if len(done.studies) == 1 else 'ies'}"
           f", files under {done.folder}")

@@ -229,9 +229,12 @@ def _board(level: int | None, name: str, sha: str | None, group: list[dict[str, 
 
 
 def origin(run: dict[str, Any]) -> dict[str, Any] | None:
-    """Where a run comes from when it is not the ledger's own: the package it was imported from,
-    or (a `d500 reproduce` run) the package it reproduces; such runs are ranked apart from the
+    """Where a run comes from when it is not the ledger's own: its entry's latest imported
+    package (its `source`: every package of one entry, forced apart, is one row, pooled), or (a
+    `d500 reproduce` run) the package it reproduces; such runs are ranked apart from the
     entry's own runs (a reproduction re-checks a result; it is not one of the organiser's)."""
+    if run.get("source"):
+        return run["source"]
     if run.get("package"):
         return run["package"]
     rep = (run.get("details") or {}).get("reproduction")
@@ -242,20 +245,25 @@ def origin(run: dict[str, Any]) -> dict[str, Any] | None:
 
 def submission_label(submission: str, source: dict[str, Any] | None) -> str:
     """A submission's name as boards and views show it: for runs imported from a package, the
-    package's entry and digest, and a mark when it was imported with --force despite failing
-    `d500 check`; for `d500 reproduce` runs, the package they reproduce."""
+    entry and its latest package's digest (a note when earlier packages are pooled with it),
+    and a mark when it was imported with --force despite failing `d500 check`; for `d500
+    reproduce` runs, the package they reproduce."""
     if not source:
         return submission
     sha = (source.get("sha256") or "")[:8]
     if source.get("reproduction"):
         return f"{submission} · reproduction of package {sha}".rstrip()
     forced = " ⚠ forced (failed d500 check)" if source.get("forced") else ""
-    return f"{submission} · package {source.get('entry') or '?'} {sha}".rstrip() + forced
+    count = source.get("packages") or 1
+    pooled = f" (pooled with {count - 1} earlier package(s))" if count > 1 else ""
+    return (f"{submission} · package {source.get('entry') or '?'} {sha}".rstrip() + pooled
+            + forced)
 
 
 def _ranked(entries: list[Entry], rank_by: Metric | None, across_machines: bool) -> list[Entry]:
     """Entries ranked and ordered: by machine first (machines in the order of their first run)
-    when a machine-dependent metric ranks entries of several machines, else all together."""
+    when a machine-dependent metric ranks entries of several machines, else all together;
+    entries forced in past `d500 check` after the others, without rank or ratio."""
     first_run = {}
     for e in entries:
         start = min((r["started_unix"] or 0 for r in e.runs + e.trials), default=0)
@@ -268,18 +276,25 @@ def _ranked(entries: list[Entry], rank_by: Metric | None, across_machines: bool)
     ordered: list[Entry] = []
     for key in sorted(groups, key=lambda k: (first_run.get(k, 0), k)):
         ranked = sorted(groups[key], key=lambda e: (
-            rank_by.sort_key(e.aggregate.get(rank_by.name)) if rank_by else 0, e.submission,
-            e.backend, first_run[e.machine], e.machine))
+            forced(e), rank_by.sort_key(e.aggregate.get(rank_by.name)) if rank_by else 0,
+            e.submission, e.backend, first_run[e.machine], e.machine))
         if rank_by is not None:
-            best = rank_by.best(e.aggregate.get(rank_by.name) for e in ranked
+            complete = [e for e in ranked if not forced(e)]
+            best = rank_by.best(e.aggregate.get(rank_by.name) for e in complete
                                 if e.aggregate.get(rank_by.name) is not None
                                 and math.isfinite(e.aggregate[rank_by.name]))
-            for i, e in enumerate(ranked, 1):
+            for i, e in enumerate(complete, 1):
                 value = e.aggregate.get(rank_by.name)
                 e.rank = i if value is not None else None
                 e.ratio = rank_by.ratio_to_best(value, best)
         ordered += ranked
     return ordered
+
+
+def forced(entry: Entry) -> bool:
+    """Whether an entry's runs came in a package forced past `d500 check`: listed with its
+    mark after every complete entry, unranked (it never outranks one)."""
+    return bool(entry.package and entry.package.get("forced"))
 
 
 def _values(runs: list[dict[str, Any]], metric: Metric) -> list[float]:

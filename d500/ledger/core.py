@@ -15,9 +15,16 @@ from d500.ledger.liveness import process_alive
 from d500.ledger.start import RunFields, RunStarter
 from d500.ledger.store import Store, loads, locked
 
+# An imported run's `source`: the latest package of its entry (and forced mark) that brought
+# runs, under which boards show all of them as one row, and how many such packages there are.
+_SOURCES = ("packages p2 WHERE p2.entry = p.entry AND p2.forced = p.forced AND EXISTS "
+            "(SELECT 1 FROM runs r2 WHERE r2.package_id = p2.id)")
 RUN_SELECT = ("SELECT r.*, t.study_id AS study, t.number AS trial, p.entry AS package_entry, "
-              "p.sha256 AS package_sha256, p.forced AS package_forced FROM runs r "
-              "LEFT JOIN trials t ON t.run_id = r.id LEFT JOIN packages p ON p.id = r.package_id")
+              "p.sha256 AS package_sha256, p.forced AS package_forced, s.id AS source_id, "
+              f"s.sha256 AS source_sha256, (SELECT COUNT(*) FROM {_SOURCES}) AS source_count "
+              "FROM runs r LEFT JOIN trials t ON t.run_id = r.id "
+              "LEFT JOIN packages p ON p.id = r.package_id "
+              f"LEFT JOIN packages s ON s.id = (SELECT MAX(p2.id) FROM {_SOURCES})")
 
 
 class Ledger(Store, RunStarter[Run]):
@@ -201,6 +208,9 @@ class Ledger(Store, RunStarter[Run]):
             "package": None if r["package_id"] is None else {
                 "id": r["package_id"], "entry": r["package_entry"],
                 "sha256": r["package_sha256"], "forced": bool(r["package_forced"])},
+            "source": None if r["package_id"] is None else {
+                "id": r["source_id"], "entry": r["package_entry"], "sha256": r["source_sha256"],
+                "forced": bool(r["package_forced"]), "packages": r["source_count"]},
         }
 
     # ------------------------------------------------------------ integrity

@@ -49,7 +49,7 @@ from d500.ledger import integrity
 from d500.ledger.lifecycle import FINAL, environment_id
 from d500.ledger.origins import COPIED
 from d500.ledger.relay import insert_row, seal_with_log
-from d500.ledger.sameness import Held, run_keys
+from d500.ledger.sameness import WHY, Held, run_keys
 from d500.ledger.store import dumps
 
 if TYPE_CHECKING:
@@ -71,6 +71,7 @@ class Imported:
     studies: dict[int, int] = field(default_factory=dict)  # origin study id -> id here (new)
     folder: Path | None = None
     imported: float | None = None  # unix time of the import (the first one, if `already`)
+    skipped: list[str] = field(default_factory=list)  # runs held already, with the same seal
 
 
 @dataclass
@@ -118,8 +119,9 @@ def import_package(ledger: Ledger, package: str | Path | Package, *, force: bool
     found_problems = list(check_problems(pkg, rules_dir) if problems is None else problems)
     planned, studies, own = _plan(pkg)
     found_problems += own
-    planned, twice = _new_runs(ledger, planned)
-    found_problems += twice
+    planned, twice, skipped = _new_runs(ledger, planned)
+    found_problems += twice if planned or not skipped else twice + skipped
+    skipped = skipped if planned else []
     if found_problems and not force:
         return Imported("refused", pkg.sha256, entry, found_problems)
     folder = package_folder(ledger, pkg.sha256)
@@ -137,19 +139,22 @@ def import_package(ledger: Ledger, package: str | Path | Package, *, force: bool
         if not existed:
             shutil.rmtree(folder, ignore_errors=True)
         raise
+    done.skipped = skipped
     return done
 
 
-def _new_runs(ledger: Ledger, planned: list[_Planned]) -> tuple[list[_Planned], list[str]]:
-    """The planned runs this ledger does not hold yet, and one problem per run it already holds
-    (d500.ledger.sameness: the same origin seal, MLLOG, or run_start and seed: a package
-    rebuilt, re-signed or grown by a run, or another entry's runs renamed and re-sealed) or
-    that repeats an earlier run of the same package; those are never imported, even with
-    --force."""
+def _new_runs(ledger: Ledger, planned: list[_Planned]
+              ) -> tuple[list[_Planned], list[str], list[str]]:
+    """The planned runs this ledger does not hold yet; one problem per run it already holds
+    under another seal (d500.ledger.sameness: the same MLLOG, or run_start and seed: another
+    entry's runs renamed and re-sealed) or that repeats an earlier run of the same package;
+    and one line per run held with the same origin seal (the entry's package rebuilt,
+    re-signed or grown by runs: skipped, a problem only when the package brings nothing new).
+    Held runs are never imported again, even with --force."""
     with ledger._snapshot() as db:
         held = Held.read(db, ledger.resolve_path, (p.record["row"].get("seed") for p in planned))
     own = Held()
-    fresh, twice = [], []
+    fresh, twice, same = [], [], []
     for p in planned:
         keys = run_keys(p.record.get("sealed"), p.mllog, p.record["row"].get("workload"),
                         p.record["row"].get("rank"))
@@ -158,15 +163,16 @@ def _new_runs(ledger: Ledger, planned: list[_Planned]) -> tuple[list[_Planned], 
         if found is not None:
             run_id, sha, why = found
             source = f"imported from package {sha[:12]}" if sha else "one of its own runs"
-            twice.append(f"run {p.origin_id}: already in this ledger as run {run_id}, "
-                         f"{source}; not imported again ({why})")
+            (same if why == WHY["seal"] else twice).append(
+                f"run {p.origin_id}: already in this ledger as run {run_id}, {source}; not "
+                f"imported again ({why})")
         elif again is not None:
             twice.append(f"run {p.origin_id}: {again[2]} as run {again[0]} of this package; "
                          "not imported twice")
         else:
             fresh.append(p)
         own.add(keys, p.origin_id, None)
-    return fresh, twice
+    return fresh, twice, same
 
 
 class _ImportedMeanwhile(Exception):

@@ -477,3 +477,81 @@ def test_a_malformed_record_field_is_one_line_exit_1_nothing_written(
                                  f"{field}; nothing imported"), out
         assert query(home / "ledger.sqlite", "SELECT COUNT(*) FROM runs") == [(0,)]
         assert not (home / "packages").exists() and not (home / "runs").exists()
+
+
+# ------------------------------------------------------------ one row per entry, forced apart
+
+@pytest.fixture(scope="module")
+def grown_package(tmp_path_factory, run_d500, digits_home, entry_dir, rules_dir) -> Path:
+    """The digits entry's second package: its ledger grown by two more seed runs."""
+    base = tmp_path_factory.mktemp("grown")
+    home = base / "home"
+    shutil.copytree(digits_home, home, ignore=shutil.ignore_patterns("cache"))
+    workload = str(rules_dir / "2-training" / "digits-mlp.yaml")
+    for args in (("train", workload, "--submission", str(entry_dir), "--seeds", "2"),
+                 ("package", str(entry_dir), "--out", str(base / "grown.tar.gz"))):
+        done = run_d500(home, *args)
+        assert done.returncode in (0, 1), done.stderr
+    return base / "grown.tar.gz"
+
+
+def board_lines(run_d500, home: Path) -> list[str]:
+    board = run_d500(home, "leaderboard", "--ledger", str(home / "ledger.sqlite"), "--level", "2")
+    assert board.returncode == 0, board.stderr
+    return board.stdout.splitlines()
+
+
+def test_two_packages_of_one_entry_are_one_row(organiser, grown_package, digits_package,
+                                               rules_dir, run_d500, tmp_path):
+    """The second package holds the first one's 6 runs (skipped: the same seals) and 2 new
+    ones, imported unforced; the board shows the entry once, under its latest package."""
+    ledger = copy_of(organiser, tmp_path)
+    done = import_cli(run_d500, ledger.parent, grown_package, "--rules", str(rules_dir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("  skipped run ") == 6 and "FORCED" not in done.stdout, done.stdout
+    assert query(ledger, "SELECT COUNT(*), COUNT(DISTINCT package_id) FROM runs") == [(8, 2)]
+    with Ledger(ledger) as book:
+        assert book.verify() == []
+        assert {r["source"]["sha256"] for r in book.runs()} == {sha256(grown_package)}
+    rows = [line for line in board_lines(run_d500, ledger.parent)
+            if "· package digits-packager" in line]
+    pooled = (f"package digits-packager {sha256(grown_package)[:8]} (pooled with 1 earlier "
+              "package(s))")
+    assert rows and all(pooled in row for row in rows), rows  # tuning, seeds, profile, board
+    assert not [row for row in rows if sha256(digits_package)[:8] in row], rows
+    ranked = [row for row in rows if row.startswith(("| 1 |", "| — |"))]
+    assert len(ranked) == 1 and "(n=4)" in ranked[0], rows
+
+
+def test_a_forced_entry_never_outranks_a_complete_one(digits_package, rival_package, rules_dir,
+                                                      run_d500, tmp_path):
+    """The digits entry forged 100x faster (every seed run re-sealed: check refuses it, the
+    logs disagree) and forced in; the honest rival is ranked first, the forced row after it,
+    unranked, with its mark."""
+    from .packages import reseal
+
+    seeds = [r.origin_id for r in Package.open(digits_package).runs() if r.trial is None]
+
+    def faster(figures: dict) -> None:
+        for key in ("time_to_accuracy", "epochs", "steps"):
+            if isinstance(figures.get(key), (int, float)):
+                figures[key] = figures[key] / 100
+
+    def edit(found: dict[str, bytes]) -> None:
+        for origin_id in seeds:
+            reseal(origin_id, faster)(found)
+    forged = repack(digits_package, tmp_path / "forged.tar.gz", edit)
+    home = tmp_path / "home"
+    refused = import_cli(run_d500, home, forged, "--rules", str(rules_dir))
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    for package, extra in ((forged, ("--force",)), (rival_package, ())):
+        done = import_cli(run_d500, home, package, "--rules", str(rules_dir), *extra)
+        assert done.returncode == 0, done.stdout + done.stderr
+    lines = board_lines(run_d500, home)
+    lines = lines[lines.index("### level 2 · digits-mlp"):]  # the ranked board
+    rival = next(i for i, line in enumerate(lines) if f"· package {RIVAL}" in line)
+    mine = next(i for i, line in enumerate(lines) if "· package digits-packager" in line)
+    assert rival < mine, "\n".join(lines)
+    assert "forced" in lines[mine] and "forced" not in lines[rival]
+    assert lines[rival].lstrip("| ").startswith("1 "), lines[rival]
+    assert lines[mine].lstrip("| ").startswith("— "), lines[mine]
