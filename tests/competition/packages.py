@@ -67,11 +67,12 @@ def raw_tar(dst: Path, entries: list[tuple[str, bytes | None, bytes]]) -> Path:
 
 
 def reseal(origin_id: int, change: Callable[[dict], None] | None = None,
-           record: Callable[[dict], None] | None = None) -> Edit:
+           record: Callable[[dict], None] | None = None, legacy: bool = False) -> Edit:
     """An edit changing one run's figures (`change`, on its figures dict) and/or its packed
     record (`record`, on the whole record: row, evaluations, artifacts, ...) and re-making, as a
     forger would, its seal, its row hash, every later link of the chain and the manifest's chain
-    head."""
+    head. With `legacy` the seal is of the old kind (over env_id, not the provenance digest), as
+    a d500 before the digest was sealed made it."""
     def edit(found: dict[str, bytes]) -> None:
         records = {}
         for name, data in found.items():
@@ -87,7 +88,8 @@ def reseal(origin_id: int, change: Callable[[dict], None] | None = None,
             record(rec)
         rec["sealed"] = json.dumps(integrity.seal_fields(rec["row"], rec["evaluations"],
                                                          rec["artifacts"], rec["trial"],
-                                                         rec["environment"]),
+                                                         integrity.LEGACY if legacy
+                                                         else rec["environment"]),
                                    sort_keys=True)
         chain = json.loads(found[CHAIN])
         prev = rec["prev_hash"]

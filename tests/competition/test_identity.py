@@ -120,3 +120,31 @@ def test_the_platform_line_is_compared_with_the_provenance_cpu(digits_package):
     logged = identity.logged_platform(run.mllog_text)
     assert logged is not None and logged.startswith(identity.cpu_claim(run.environment))
 
+
+
+def test_a_package_of_old_seals_passes_imports_and_verifies_and_its_platform_is_checked(
+        digits_package, rules_dir, tmp_path):
+    """Runs sealed the old way (over env_id, as a d500 before the digest was sealed did) still
+    pass check, import and verify; their provenance, which such a seal does not cover, is
+    still held to the platform its MLLOG names."""
+    from d500.ledger import Ledger
+
+    runs = [r.origin_id for r in Package.open(digits_package).runs()]
+
+    def old(found: dict[str, bytes]) -> None:
+        for run in runs:
+            reseal(run, legacy=True)(found)
+    legacy = repack(digits_package, tmp_path / "legacy.tar.gz", old)
+    pkg = Package.open(legacy)
+    assert all("env_id" in json.loads(r.sealed) and "environment" not in json.loads(r.sealed)
+               for r in pkg.runs())
+    assert check(pkg, rules_dir).problems == []
+    with Ledger(tmp_path / "home" / "ledger.sqlite") as book:
+        done = book.import_package(legacy, rules_dir=rules_dir)
+        assert (done.status, len(done.runs)) == ("imported", len(runs)), done.problems
+        assert book.verify() == []
+    swapped = repack(legacy, tmp_path / "swapped.tar.gz",
+                     forge_environment(runs[0], another_cpu, seal=False))
+    problems = check(Package.open(swapped), rules_dir).problems
+    assert [p for p in problems if not p.startswith("identity")] == [], problems
+    assert len(problems) == 1 and f"'{FORGED_CPU} ×" in problems[0], problems
