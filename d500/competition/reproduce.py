@@ -1,6 +1,7 @@
 """Re-running K randomly chosen runs of a submission package on this machine and comparing what
 must not depend on the machine (d500.competition.reproduce_compare): status, steps and epochs to
-the target, accuracies and the evaluation series; never a time.
+the target, accuracies and the evaluation series; on the run's own hardware also its time to
+accuracy and evaluation times (d500.competition.reproduce_time).
 
     from d500.competition.reproduce import reproduce
     result = reproduce(pkg, runs=2, seed=None, ledger=None, rules_dir=None, data_dir=None,
@@ -48,6 +49,7 @@ from d500.competition.reproduce_prepare import (
     prepare,
     write_submission,
 )
+from d500.competition.reproduce_time import hardware_note, odds, time_checks
 from d500.errors import D500Error, UsageError
 
 LEVELS = (0, 1, 2, 3)
@@ -81,6 +83,7 @@ class RunReport:
     environment: list[str] = field(default_factory=list)  # how this machine differs
     threads: str = ""
     timing: str = ""  # why the run depends on timing (an asynchronous scheme), or ""
+    times: str = ""  # whether its times were compared (the same hardware) or why not
 
     @property
     def agrees(self) -> bool:
@@ -121,6 +124,10 @@ class Reproduction:
     @property
     def agrees(self) -> bool:
         return bool(self.runs) and all(r.agrees for r in self.runs)
+
+    def odds(self) -> dict[str, Any]:
+        """How likely this draw was to hold a forged run (d500.competition.reproduce_time)."""
+        return odds(len(self.drawn_from), len(self.runs))
 
 
 # -- the draw ---------------------------------------------------------------------------------
@@ -234,6 +241,15 @@ def report_of(prepared: Prepared, result: dict[str, Any], ledger: Any) -> RunRep
                          (run.status, result["status"]), series, sizes, wl.target,
                          (run.error, result.get("error") or None),
                          COMMUNICATION if run.level == 3 else ())
+    local = ledger.get(rep.run_id)
+    same, rep.times = hardware_note(run.environment, local.get("provenance"))
+    if same:
+        loaded = bool(((local.get("details") or {}).get("load_average") or {}).get("loaded"))
+        rep.checks += time_checks(run.figures, result.get("figures") or {},
+                                  (run.evaluations, local["evaluations"]), loaded)
+        if loaded:
+            rep.times += ("; this machine was loaded while reproducing (a time beyond the "
+                          "tolerance is inconclusive)")
     return rep
 
 

@@ -1,5 +1,6 @@
 """`d500 reproduce PACKAGE [--runs K] [--seed S] [--ledger PATH] [--rules DIR]`: re-run K randomly
-chosen runs of a submission package on this machine and compare what must not depend on it.
+chosen runs of a submission package on this machine and compare what must not depend on it (and,
+on the runs' own hardware, their times), with the odds that the draw holds a forged run.
 Exit 0 when every chosen run agrees, 1 when one disagrees (each named with the figure), 2 for
 bad input (not a package, K larger than its runs, a workload file that is not the rulebook's)."""
 
@@ -92,6 +93,9 @@ def render(result: Any) -> None:
         f"{result.ledger}")
     for why, ids in result.left_out.items():
         out(f"  left out: run(s) {', '.join(map(str, ids))}: {why}")
+    if result.drawn_from:
+        from d500.competition.reproduce_time import odds_line
+        out(f"  {odds_line(len(result.drawn_from), len(result.runs))}")
     table = Table(title_justify="left")
     for name in HEADERS:
         table.add_column(name, overflow="fold")
@@ -99,9 +103,14 @@ def render(result: Any) -> None:
         table.add_row(*row(report))
     console.print(table)
     for report in result.runs:
-        for line in report.disagreements():
-            out(f"{'disagrees' if report.verdict != 'inconclusive' else 'inconclusive'}: {line}")
+        labels = [] if report.problem else [
+            "inconclusive" if c.inconclusive else "disagrees" for c in report.checks
+            if not c.agrees]  # each line as judged (a time on a loaded machine: inconclusive)
+        for i, line in enumerate(report.disagreements()):
+            out(f"{labels[i] if i < len(labels) else 'disagrees'}: {line}")
         notes = [f"threads {report.threads}"] if report.threads else []
+        if report.times:
+            notes.append(report.times)
         if report.timing:
             notes.append(report.timing)
         if report.environment:
@@ -114,19 +123,21 @@ def render(result: Any) -> None:
     out(f"{len(result.runs) - len(bad)} of {len(result.runs)} run(s) agree with the package "
         "(what must not depend on the machine: status, steps and epochs to the target, "
         "accuracies, evaluations, a validation's verdict, a network's agreement with the "
-        "reference, node-test counts; times are not compared)")
+        "reference, node-test counts; times only on the run's own hardware)")
 
 
 def as_json(result: Any) -> dict[str, Any]:
     return {"package": str(result.package), "sha256": result.sha256, "entry": result.entry,
             "seed": result.seed, "seed_given": result.seed_given, "ledger": str(result.ledger),
             "drawn_from": result.drawn_from, "left_out": result.left_out,
+            "odds": result.odds() if result.drawn_from else None,
             "agrees": result.agrees,
             "runs": [{"origin_run": r.origin_id, "level": r.level, "workload": r.workload,
                       "backend": r.backend, "seed": r.seed, "trial": r.trial,
                       "world_size": r.world_size, "run_id": r.run_id, "agrees": r.agrees,
                       "verdict": r.verdict,
                       "problem": r.problem, "threads": r.threads, "timing": r.timing,
+                      "times": r.times,
                       "environment": r.environment,
                       "checks": [{"name": c.name, "recorded": c.recorded,
                                   "reproduced": c.reproduced, "tolerance": c.tolerance,

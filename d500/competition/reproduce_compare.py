@@ -1,6 +1,7 @@
 """What a reproduction must agree on with the run it re-ran, and within what: the status, the
 steps and epochs to the target, the accuracies, the evaluation series and, at level 3, the bytes
-each step sends and receives; never a time.
+each step sends and receives; times only on the run's own hardware
+(d500.competition.reproduce_time).
 
 Why these tolerances (measured on this repository's digits workloads, torch and TensorFlow CPU):
 

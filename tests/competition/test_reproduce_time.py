@@ -1,0 +1,105 @@
+"""Reproduce's time comparison on hand-made figures and evaluations (a time halved disagrees, the
+spread measured between repeated runs agrees, a loaded machine makes it inconclusive, another
+machine's hardware is not compared) and the draw's odds of holding a forged run."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from d500.competition.reproduce_time import (
+    RATIO,
+    SLACK_S,
+    at_least_one,
+    hardware_note,
+    odds,
+    odds_line,
+    runs_for,
+    time_checks,
+)
+
+# digits-mlp seed 0 repeated on one loaded machine: time to accuracy and evaluation wall times
+FAST = (0.296, [0.078, 0.117, 0.165, 0.209, 0.254, 0.296])
+SLOW = (0.465, [0.117, 0.185, 0.283, 0.358, 0.42, 0.465])
+
+
+def _checks(recorded, reproduced, loaded=False, scale=1.0):
+    """time_checks of a recorded run (its times x scale: a forger's) against a reproduction."""
+    (ta, wa), (tb, wb) = recorded, reproduced
+    rows = [[37 * (i + 1), i + 1.0, w * scale, "{}", 0.0] for i, w in enumerate(wa)]
+    dicts = [{"step": 37 * (i + 1), "wall_time": w} for i, w in enumerate(wb)]
+    return {c.name: c for c in time_checks({"time_to_accuracy": ta * scale},
+                                           {"time_to_accuracy": tb}, (rows, dicts), loaded)}
+
+
+def test_the_spread_of_repeated_runs_agrees_either_way():
+    for a, b in ((FAST, SLOW), (SLOW, FAST), (SLOW, SLOW)):
+        checks = _checks(a, b)
+        assert set(checks) == {"time_to_accuracy", "evaluation times"}
+        assert all(c.agrees and not c.inconclusive for c in checks.values()), checks
+
+
+@pytest.mark.parametrize("recorded", [FAST, SLOW])
+def test_a_time_halved_everywhere_disagrees(recorded):
+    checks = _checks(recorded, recorded, scale=0.5)
+    assert all(not c.agrees and not c.inconclusive for c in checks.values()), checks
+    tta = checks["time_to_accuracy"]
+    assert tta.note == "reproduced 2.00x the recorded time"
+    assert tta.tolerance == f"reproduced at most {RATIO:g}x recorded + {SLACK_S:g} s (same " \
+                            "hardware)"
+    assert checks["evaluation times"].note == ("reproduced 2.00x the recorded wall times (least "
+                                               "squares over 6 common evaluations)")
+
+
+def test_on_a_loaded_machine_a_slower_reproduction_is_inconclusive():
+    checks = _checks(SLOW, SLOW, loaded=True, scale=0.5)
+    assert all(not c.agrees and c.inconclusive for c in checks.values()), checks
+    assert "re-run on an idle machine to judge" in checks["time_to_accuracy"].note
+    assert all(c.agrees for c in _checks(SLOW, FAST, loaded=True).values())
+
+
+def test_a_recorded_time_slower_than_its_reproduction_is_not_flagged():
+    assert all(c.agrees for c in _checks(SLOW, SLOW, scale=3.0).values())
+
+
+def test_a_missed_run_compares_only_its_evaluations():
+    rows = [[37, 1.0, 0.1, "{}", 0.0]]
+    checks = time_checks({"time_to_accuracy": math.inf}, {"time_to_accuracy": math.inf},
+                         (rows, [{"step": 37, "wall_time": 0.1}]), False)
+    assert [c.name for c in checks] == ["evaluation times"] and checks[0].agrees
+    assert time_checks({}, {}, ([], []), False) == []
+
+
+def _env(cpu: str) -> dict:
+    return {"cpu": {"model": cpu, "logical_cores": 2}, "memory_bytes": 8 * 2**30, "gpus": [],
+            "machine": "x86_64", "host": "a", "packages": {"torch": "2.0"}}
+
+
+def test_times_are_compared_only_on_the_runs_hardware():
+    same, line = hardware_note(_env("Xeon"), {**_env("Xeon"), "host": "b", "packages": {}})
+    assert same and line.startswith("times compared: this machine's hardware is the run's (key ")
+    same, line = hardware_note(_env("Xeon"), _env("EPYC"))
+    assert not same and line.startswith("times not compared: this machine's hardware (EPYC ")
+    assert "is not the run's (Xeon " in line
+    assert not hardware_note(None, _env("Xeon"))[0] and not hardware_note(None, None)[0]
+
+
+def test_the_odds_are_hypergeometric():
+    for n, k, f in itertools.product(range(1, 8), range(0, 8), range(0, 8)):
+        if k > n or f > n:
+            continue
+        draws = list(itertools.combinations(range(n), k))  # runs 0..f-1 are the forged ones
+        hit = sum(any(i < f for i in d) for d in draws) / len(draws)
+        assert at_least_one(n, k, f) == pytest.approx(hit)
+    assert at_least_one(6, 2, 1) == pytest.approx(1 / 3)
+    assert runs_for(6, 1) == 6 and runs_for(20, 2) == 16 and runs_for(6, 3) == 3
+    assert odds(6, 2)["at_least_one_forged"][2] == pytest.approx(0.6)
+    assert odds(2, 1)["runs_for_95"] == {1: 2, 2: 1}
+    assert odds_line(6, 2) == (
+        "a draw of 2 of 6 holds at least one forged run with probability 33% if 1 is, 60% if 2 "
+        "are, 80% if 3 are forged (1 - C(N-F,K)/C(N,K)); 95% needs --runs 6 for 1, --runs 5 "
+        "for 2, --runs 3 for 3")
+    with pytest.raises(ValueError):
+        at_least_one(3, 4, 1)
