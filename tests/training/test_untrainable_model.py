@@ -240,8 +240,9 @@ def test_level_3_refuses_it_on_every_rank_before_the_run(tmp_path):
     result = jobs.train(home, 2, path, entry, timeout=240)
     assert result.returncode == 2, result.stderr
     message = f"d500 train: error: {path}: field 'model.file' (model.onnx): {BN7_ERROR}"
-    # one line per rank (hydra forwards the ranks' stderr concurrently: lines may interleave)
+    # one whole line per rank, named by its rank (hydra forwards them in any order)
     assert result.stderr.count(message) == 2, result.stderr
     assert result.stderr.count("d500 train: error: ") == 2, result.stderr
+    assert sorted(line[:9] for line in result.stderr.splitlines()) == ["[rank 0] ", "[rank 1] "]
     assert "Traceback" not in result.stderr and result.stdout.strip() == ""
     assert nothing_recorded(home)
