@@ -6,9 +6,10 @@ ledger like any other run, and the `reference_convergence` block written from th
     text = block(m, command)          # the YAML block (with a comment), checked by parsing it
     write_block(workload.path, text)  # replaces the file's block, or appends one
 
-The seeds are first_seed .. first_seed + N - 1 (default 1000 on), apart from the low seeds an
-entry's own `d500 train --seeds` runs take, so a reference does not reuse an entry's runs and the
-same command measures the same runs again (training is deterministic for a seed on one backend).
+The seeds are first_seed .. first_seed + N - 1 (default 1000 on): explorations of the entry (not
+its required seeds, which the rules derive: d500.training.seeds), so a reference does not reuse an
+entry's scored runs and the same command measures the same runs again (training is deterministic
+for a seed on one backend).
 
 The runs follow the workload's rules except its wall-clock budget (`budget.max_seconds`), which
 is lifted to LIFTED_SECONDS unless asked to keep it: epochs to target do not depend on the

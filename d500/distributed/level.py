@@ -59,6 +59,7 @@ class DistributedLevel(Level):
         from d500.distributed.launcher import launch_train
         wl, folder = item.payload
         report = launch_train(wl.path, folder, RUN_RANKS, backend=RUN_BACKEND,
+                              extra=["--seeds", "1"],  # the first required seed, as before
                               timeout=RUN_TIMEOUT, log=context.log)
         outcome = Outcome(summary=f"{item.label}: {report.summary}")
         if report.problem:

@@ -27,12 +27,13 @@ B = 4 * PARAMS
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """One job each, in one ledger: sync at 1, 2 and 4 ranks, ddp-baseline and sync-topk at 2."""
+    """One job each, in one ledger: sync at 1, 2 and 4 ranks, ddp-baseline and sync-topk at 2
+    (each the rules' first required seed at its world size: the boards score only those)."""
     home = tmp_path_factory.mktemp("level3") / "home"
     out = {}
     for key, ranks, entry in (("sync1", 1, "sync"), ("sync2", 2, "sync"), ("sync4", 4, "sync"),
                               ("ddp2", 2, "ddp-baseline"), ("topk2", 2, "sync-topk")):
-        result = jobs.train(home, ranks, MLP, jobs.ENTRIES / entry, "--seed", "0")
+        result = jobs.train(home, ranks, MLP, jobs.ENTRIES / entry, "--seeds", "1")
         out[key] = result
     return home, out
 
@@ -179,11 +180,12 @@ def test_diverged_and_missed_runs_score_infinity_on_every_rank(tmp_path, change,
     home = tmp_path / "home"
     wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 3})
     folder = jobs.entry(tmp_path, "sync", name=f"sync-{status}", **change)
-    result = jobs.train(home, 2, wl, folder)
+    result = jobs.train(home, 2, wl, folder, "--seeds", "1")
     assert result.returncode == 1, result.stderr[-2000:]
     printed = json.loads(result.stdout)
     assert printed[0]["status"] == status and message in printed[0]["error"]
     # every rank ends with the same status: each prints the same one-line error
-    assert result.stderr.count(f"did not reach the target; seed 0: {status}") == 2
+    seed = printed[0]["seed"]  # the rules' first seed at 2 ranks
+    assert result.stderr.count(f"did not reach the target; seed {seed}: {status}") == 2
     run = Ledger(home / "ledger.sqlite").get(printed[0]["run_id"])
     assert run["status"] == status and run["figures"]["time_to_accuracy"] == math.inf
