@@ -14,8 +14,8 @@ scores the run: code that walks the stack or patches `time.perf_counter` finds n
 It is spawned, not forked, so nothing of the supervisor's memory is copied into it, and it ends
 with its supervisor (PR_SET_PDEATHSIG on Linux; EOF on its pipe elsewhere).
 
-The protocol, over one multiprocessing Pipe: the supervisor sends ("data", x, y, total_steps),
-then
+The protocol, over one multiprocessing Pipe: the supervisor sends the Job, ("data", x, y,
+total_steps), then
 ("train", epoch, first, count) per chunk (the steps up to the next evaluation) and ("stop",)
 when the time budget runs out mid-chunk; the worker answers ("ready",), ("tick", step, loss) at
 most every TICK seconds, ("trained", losses, state) at the end of a chunk, ("error", line) when
@@ -73,10 +73,13 @@ class Worker:
     def __init__(self, job: Job):
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=main, args=(child, job), name="d500-worker",
-                                   daemon=True)
+        self.process = ctx.Process(target=main, args=(child,), name="d500-worker", daemon=True)
         self.process.start()
         child.close()
+        try:  # the job goes over our pipe: a spawned child that dies while it reads its start-up
+            self.conn.send(job)  # data can hang its parent when that data exceeds a pipe buffer
+        except (OSError, ValueError):
+            pass  # the worker died at once: ready() says so
 
     def ready(self) -> None:
         """Wait until the worker built the model and the optimizer (a WorkerError if not)."""
@@ -148,11 +151,13 @@ class Worker:
         return message
 
 
-def main(conn: Any, job: Job) -> None:
-    """The worker process: build, receive the training split, train chunk by chunk."""
+def main(conn: Any) -> None:
+    """The worker process: receive the job, build, receive the training split, train chunk by
+    chunk."""
     _bound_to_parent()
     from d500.errors import describe
     try:
+        job = conn.recv()
         trainer = _build(job)
         conn.send(("ready",))
         message = conn.recv()

@@ -1,0 +1,182 @@
+"""What the judge/entry split costs: level-2 time to accuracy with the entry's code in a worker
+process (d500.training.worker, as d500 runs it) against the same run trained in the judge's own
+process, as d500 ran it before the split, interleaved, same seed.
+
+The in-process side replaces the worker by an object that steps the same trainer in this process
+and lets the judge evaluate that trainer directly (no pipe, no handover of the parameters): the
+old loop's work. Both sides go through the same supervisor (d500.training.trainer._supervise), so
+the same seed reaches its target at the same step on both, and the ratio of the times to accuracy
+is the split's cost. Cases: digits-mlp, and ResNet-20 on the digits (CIFAR-10 is not shipped;
+8x8 inputs, its 270k parameters handed over at every evaluation).
+
+Every run is made in a fresh process on both sides (a `d500 train` command's first run: cold
+caches and allocator on both). A worker is a fresh process for every run, while the old loop ran a
+command's later seeds in a process already warm: --warm measures that case, both sides in one
+process after a discarded run of each.
+
+    .venv/bin/python benchmarks/isolation.py [--case both|mlp|resnet20] [--pairs 5]
+        [--threads 1] [--warm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class InProcess:
+    """The worker's interface, trained in this process (the loop before the split)."""
+
+    current: InProcess | None = None
+
+    def __init__(self, job: Any):
+        self.job = job
+        InProcess.current = self
+
+    def ready(self) -> None:
+        from d500.training.worker import _build
+        self.trainer = _build(self.job)
+
+    def give(self, x: Any, y: Any, total_steps: int) -> None:
+        from d500.training.data.samplers import EpochSampler
+        self.x, self.y, self.steps = x, y, 0
+        self.lr_at = self.job.recipe.schedule(total_steps)
+        self.sampler = EpochSampler(len(y), self.job.recipe.batch_size, self.job.seed,
+                                    self.job.drop_last)
+
+    def train(self, epoch: int, first: int, count: int, remaining: Any, tick: Any) -> Any:
+        from d500.training.worker import Chunk
+        losses, stopped = [], False
+        for index in list(self.sampler.epoch(epoch))[first:first + count]:
+            if remaining() < 0:
+                stopped = True
+                break
+            loss = self.trainer.step({"input": self.x[index], "labels": self.y[index]},
+                                     self.lr_at(self.steps))
+            self.steps += 1
+            losses.append(loss)
+            if not math.isfinite(loss):
+                break
+        return Chunk(losses, {}, stopped)
+
+    def close(self) -> None:
+        InProcess.current = None
+
+
+class SharedJudge:
+    """Evaluates the in-process trainer itself (nothing handed over)."""
+
+    def __init__(self, backend_cls: Any, model: Any):
+        pass
+
+    def load(self, state: Any) -> None:
+        pass
+
+    def predict(self, feeds: Any) -> Any:
+        return InProcess.current.trainer.predict(feeds)
+
+
+def run(workload: Any, recipe: Any, seed: int, inprocess: bool) -> dict[str, float]:
+    """One run's figures, trained in a worker or in this process."""
+    from d500.ledger import Ledger
+    from d500.training import trainer, worker
+    saved = worker.Worker, trainer.Judge
+    if inprocess:
+        worker.Worker, trainer.Judge = InProcess, SharedJudge
+    try:
+        result = trainer.train(workload, recipe, "torch", seed, ledger=Ledger(),
+                               submission="bench")
+    finally:
+        worker.Worker, trainer.Judge = saved
+    if result.status != "succeeded":
+        raise SystemExit(f"run with seed {seed} {result.status}: {result.error}")
+    return result.figures
+
+
+def case(name: str) -> Any:
+    from d500.training import workloads
+    if name == "mlp":
+        return workloads.load(ROOT / "levels" / "2-training" / "digits-mlp.yaml")
+    text = (ROOT / "levels" / "2-training" / "digits-lenet.yaml").read_text()
+    text = text.replace("name: digits-lenet", "name: digits-resnet20").replace(
+        "builder: lenet5", "builder: resnet20")
+    path = Path(tempfile.mkdtemp()) / "digits-resnet20.yaml"
+    path.write_text(text)
+    return workloads.load(path)
+
+
+def one(name: str, seed: int, inprocess: bool, threads_: int) -> dict[str, float]:
+    """One run in a fresh process: its figures."""
+    code = (f"import sys, json; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+            f"import isolation as b; print(json.dumps(b.fresh({name!r}, {seed}, {inprocess}, "
+            f"{threads_})))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False)
+    if done.returncode != 0:
+        raise SystemExit(done.stderr.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def fresh(name: str, seed: int, inprocess: bool, threads_: int) -> dict[str, float]:
+    """In the fresh process of `one`."""
+    os.environ["D500_HOME"] = tempfile.mkdtemp(prefix="d500-isolation-")
+    from d500 import threads
+    from d500.training import submission
+    threads.configure(threads_, ["torch"])
+    recipe = submission.load(ROOT / "submissions" / "sgd-momentum").recipe
+    return run(case(name), recipe, seed, inprocess)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--case", choices=("both", "mlp", "resnet20"), default="both")
+    p.add_argument("--pairs", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--warm", action="store_true",
+                   help="both sides in this process, after a discarded run of each")
+    args = p.parse_args()
+    os.environ["D500_HOME"] = tempfile.mkdtemp(prefix="d500-isolation-")
+    from d500 import threads
+    from d500.training import submission
+    threads.configure(args.threads, ["torch"])
+    recipe = submission.load(ROOT / "submissions" / "sgd-momentum").recipe
+    where = "one process, warm" if args.warm else "a fresh process per run"
+    print(f"torch, {args.threads} thread(s), {where}, load average {os.getloadavg()[0]:.2f} "
+          f"at start")
+    for name in (("mlp", "resnet20") if args.case == "both" else (args.case,)):
+        workload = case(name)
+        if args.warm:
+            run(workload, recipe, 99, True), run(workload, recipe, 99, False)
+        ratios = []
+        for i in range(args.pairs):
+            seed = 100 + i
+            order = (True, False) if i % 2 == 0 else (False, True)
+            got = {inproc: (run(workload, recipe, seed, inproc) if args.warm
+                            else one(name, seed, inproc, args.threads)) for inproc in order}
+            a, b = got[True], got[False]
+            if a["epochs"] != b["epochs"]:
+                raise SystemExit(f"seed {seed}: {a['epochs']} epochs in-process, "
+                                 f"{b['epochs']} in a worker: not the same run")
+            ratios.append(b["time_to_accuracy"] / a["time_to_accuracy"])
+            print(f"  {workload.name} seed {seed}: in-process {a['time_to_accuracy']:.3f} s, "
+                  f"worker {b['time_to_accuracy']:.3f} s, {a['epochs']:g} epochs", flush=True)
+        q = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else \
+            [ratios[0]] * 3
+        print(f"{workload.name:<18} time to accuracy worker/in-process: median "
+              f"{statistics.median(ratios):.3f} (IQR {q[0]:.3f}-{q[2]:.3f}, {len(ratios)} "
+              f"pairs), load average {os.getloadavg()[0]:.2f} at end", flush=True)
+
+
+if __name__ == "__main__":
+    main()
