@@ -549,3 +549,43 @@ def test_a_logged_figure_the_record_lacks_is_caught(digits_package):
     assert consistency.log_problems(_with(run, figures), records, rules) == [
         f"run {run.origin_id}: its MLLOG logs figure samples_per_second = {logged!r}, which its "
         "record lacks"]
+
+
+def test_a_missed_run_passed_off_with_a_finite_time_is_named_by_check(digits_package, rules_dir,
+                                                                      tmp_path):
+    """The whole attack through `d500 check`: a seed run made to read as one that never met its
+    target (every eval_accuracy below it in the log and the record, status and run_stop
+    'missed', everything re-sealed with packages.forge_log and reseal), its time_to_accuracy,
+    epochs and steps left finite so that it would score: the consistency step names each."""
+    run = next(r for r in Package.open(digits_package).runs()
+               if r.trial is None and r.status == "succeeded")
+    below = TARGET - 0.2
+
+    def log(text: str) -> str:
+        lines = []
+        for line in text.splitlines(keepends=True):
+            record = json.loads(line.split(mllog.TOKEN, 1)[1])
+            if record["key"] == mllog.EVAL_ACCURACY or (record["key"] == "val_accuracy"
+                                                        and "unit" in record["metadata"]):
+                record["value"] = below
+            if record["key"] == mllog.RUN_STOP:
+                record["metadata"].update({"d500_status": "missed", mllog.STATUS: mllog.ABORTED})
+            lines.append(mllog.TOKEN + json.dumps(record) + "\n")
+        return "".join(lines)
+
+    def record(rec: dict) -> None:
+        rec["row"]["status"] = "missed"
+        for e in rec["evaluations"]:
+            e[3] = json.dumps({**json.loads(e[3]), "val_accuracy": below}, sort_keys=True)
+
+    def edit(found: dict[str, bytes]) -> None:
+        forge_log(run.origin_id, log)(found)
+        reseal(run.origin_id, lambda f: f.update(val_accuracy=below), record)(found)
+
+    forged = repack(digits_package, tmp_path / "missed.tar.gz", edit)
+    problems = check(Package.open(forged), rules_dir).problems
+    assert not [p for p in problems if p.startswith("integrity:")], problems
+    mine = [p for p in problems if p.startswith("consistency:")]
+    assert mine == [f"consistency: run {run.origin_id}: figure {name} is {run.figures[name]!r}, "
+                    "but a run that missed its target records infinity"
+                    for name in ("time_to_accuracy", "epochs", "steps")], problems
