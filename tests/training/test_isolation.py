@@ -202,3 +202,29 @@ def test_a_target_met_after_the_budget_is_a_miss(home, monkeypatch):
     assert f["time_to_accuracy"] == math.inf and f["val_accuracy"] >= 0.5
     evaluations = ledger.evaluations(result.run_id)
     assert len(evaluations) == 1 and evaluations[0]["wall_time"] > wl.max_seconds
+
+
+def test_a_level3_target_met_after_the_budget_is_a_miss(home, monkeypatch):
+    """Level 3's loop (one rank, no MPI) keeps the rule with its own copy of the stop decision:
+    the same controlled clock."""
+    from d500.distributed import loop, spec
+    from d500.distributed import workloads as level3
+    from d500.distributed.comm import Communicator
+    from d500.distributed.trainer import Job
+    from d500.distributed.trainer import train as train3
+
+    class Jump(trainer.Clock):
+        def now(self) -> float:
+            return super().now() + (1000.0 if self.train > 0 else 0.0)
+
+    monkeypatch.setattr(loop, "Clock", Jump)
+    wl = level3.load(ROOT / "levels" / "3-distributed" / "digits-mlp.yaml")
+    wl.target = 0.5
+    entry = submission.load(ROOT / "submissions" / "sync")
+    ledger = Ledger()
+    job = Job(Communicator(None), wl, entry, spec.parse(entry.distributed, entry.path), "torch",
+              ledger=ledger)
+    result = train3(job, 0)
+    assert result.status == "missed", result.error
+    f = ledger.get(result.run_id)["figures"]
+    assert f["time_to_accuracy"] == math.inf and f["val_accuracy"] >= 0.5
