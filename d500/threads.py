@@ -107,8 +107,8 @@ def _blas(n: int) -> None:
 
 
 def _tensorflow(n: int) -> None:
-    import tensorflow as tf
-    threading = tf.config.threading
+    from d500.backends import import_quietly
+    threading = import_quietly("tensorflow").config.threading
     for what, get, set_ in (
             ("intra-op", threading.get_intra_op_parallelism_threads,
              threading.set_intra_op_parallelism_threads),

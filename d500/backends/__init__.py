@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from importlib import import_module
 from importlib.metadata import entry_points
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from d500.errors import UsageError
@@ -33,6 +36,26 @@ def framework(name: str) -> tuple[str, str] | None:
     """(import module, distribution) of the framework backend `name` runs on, without importing
     it; None for a backend this table does not know."""
     return FRAMEWORKS.get(name)
+
+
+def import_quietly(module: str) -> ModuleType:
+    """Import a framework module (`tensorflow`, `torch`, ...) with its C++ start-up chatter
+    silenced: every d500 command imports frameworks through here (or through a backend, which
+    does), so none prints TensorFlow's absl, oneDNN or CPU-feature (AVX) lines. Its log level
+    (TF_CPP_MIN_LOG_LEVEL, unless the user set one) does not cover what TensorFlow writes before
+    its logging is set up, so stderr (fd 2) is pointed at /dev/null while the import runs."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if module in sys.modules:
+        return sys.modules[module]
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        return import_module(module)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
 
 
 def available() -> dict[str, str]:

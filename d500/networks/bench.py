@@ -10,7 +10,6 @@ never ranked.
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -193,7 +192,7 @@ def first_call(r: BackendBench, backend: type[Backend], model_path: Path,
         t0 = time.perf_counter()  # the framework's import is not the model's translation
         fw = backends.framework(r.backend)
         if fw is not None:
-            importlib.import_module(fw[0])
+            backends.import_quietly(fw[0])
         if timed:
             r.details["framework_import_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()

@@ -109,6 +109,26 @@ def test_cli_bench_prints_the_table_and_records(tmp_path, home):
     assert board.returncode == 0 and "tiny-mlp" in board.stdout
 
 
+def test_cli_bench_on_tensorflow_prints_none_of_its_cpp_log_lines(tmp_path, home):
+    """Issue 22 item 8: as a new user runs it (no TF_CPP_MIN_LOG_LEVEL of their own), `net bench`
+    keeps TensorFlow's absl / oneDNN / CPU-feature lines off stderr, as `net check` does."""
+    pytest.importorskip("tensorflow")
+    import os
+    import subprocess
+    import sys
+    path = tmp_path / "tiny.yaml"
+    path.write_text(tiny_mlp(metrics=["latency"], batch_size=2, budget=0.01))
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["D500_HOME"] = str(home)
+    result = subprocess.run([sys.executable, "-m", "d500.cli", "net", "bench", str(path),
+                             "--backends", "tensorflow", "--budget", "0.01", "--threads", "1"],
+                            capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "tensorflow" in result.stdout
+    for chatter in ("absl", "oneDNN", "cpu_feature_guard", "AVX", "I0000", "W0000"):
+        assert chatter not in result.stderr, result.stderr
+
+
 def test_a_backend_that_disagrees_is_recorded_failed_with_its_figures_and_never_ranked(
         extra_backends, tmp_path, home):
     wl = _workload(tmp_path, UNTRAINED)
