@@ -30,7 +30,8 @@ def main(argv: list[str], prog: str = "d500 scale") -> int:
     p.add_argument("--weak", action="store_true",
                    help="keep the per-rank batch (weak scaling) instead of the global batch")
     p.add_argument("--png", metavar="FILE", help="write the plot here (default: "
-                                                 "$D500_HOME/scale-<target>.png)")
+                                                 "$D500_HOME/scale-<target>.png, with --weak "
+                                                 "scale-<target>-weak.png)")
     p.add_argument("--json", action="store_true", help="print the predictions as JSON")
     args = p.parse_args(argv)
     from d500.distributed import launch
@@ -47,9 +48,10 @@ def main(argv: list[str], prog: str = "d500 scale") -> int:
     net = given or _network(args, None)
     rows = scaling.predict(profiles, net, sizes, weak=args.weak)
     from d500.paths import home
-    png_path = Path(args.png) if args.png else home() / f"scale-{_slug(args.target)}.png"
+    png_path = Path(args.png) if args.png else home() / (
+        f"scale-{_slug(args.target)}{'-weak' if args.weak else ''}.png")
     png_path.parent.mkdir(parents=True, exist_ok=True)
-    png_path.write_bytes(scaling.plot(rows, net))
+    png_path.write_bytes(scaling.plot(rows, net, weak=args.weak))
     if args.json:
         print(json.dumps({"network": {"alpha": net.alpha, "beta": net.beta, "spec": net.spec(),
                                       "source": net.source},
@@ -58,10 +60,11 @@ def main(argv: list[str], prog: str = "d500 scale") -> int:
                           "predictions": [{"label": r.profile.label, "ranks": r.ranks,
                                            "step_time": r.step, "comm_time": r.comm,
                                            "comm_share": r.comm_share,
-                                           "scaling_efficiency": r.efficiency} for r in rows]},
+                                           "scaling_efficiency": r.efficiency,
+                                           "not_possible": r.reason} for r in rows]},
                          indent=1))
         return 0
-    _print(profiles, rows, net, png_path)
+    _print(profiles, rows, net, png_path, args.weak)
     return 0
 
 
@@ -142,10 +145,11 @@ def _slug(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in text)
 
 
-def _print(profiles: list[Any], rows: list[Any], net: Any, png: Path) -> None:
+def _print(profiles: list[Any], rows: list[Any], net: Any, png: Path, weak: bool) -> None:
     from rich.table import Table
 
     from d500.cli import stdout_console
+    from d500.distributed import scaling
     from d500.metrics import format_duration
     out = stdout_console()
     out.print(f"network: alpha {net.alpha * 1e6:.3g} us, bandwidth {net.bandwidth / 1e9:.3g} GB/s "
@@ -156,7 +160,9 @@ def _print(profiles: list[Any], rows: list[Any], net: Any, png: Path) -> None:
                   f"{format_duration(p.compute)}/step, step {format_duration(p.step)}; {coll}",
                   highlight=False)
     sizes = list(dict.fromkeys(r.ranks for r in rows))
-    table = Table(title="predicted step time / communication share / scaling efficiency")
+    kind = "weak scaling: per-rank batch kept" if weak else "strong scaling: global batch kept"
+    table = Table(title=f"predicted step time / communication share / scaling efficiency "
+                        f"({kind})")
     table.add_column("scheme / compressor")
     for n in sizes:
         table.add_column(f"{n} ranks", justify="right")
@@ -168,4 +174,6 @@ def _print(profiles: list[Any], rows: list[Any], net: Any, png: Path) -> None:
                          f"{format_duration(r.step)} / {r.comm_share:.2f} / {r.efficiency:.2f}")
         table.add_row(p.label, *cells)
     out.print(table)
+    for line in scaling.left_out(rows):
+        out.print(f"—  {line}", highlight=False)
     out.print(f"plot: {png}", highlight=False)

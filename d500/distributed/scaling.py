@@ -140,12 +140,22 @@ def call_time(kind: str, nbytes: float, n: int, net: Network) -> float:
     return a + nbytes * b  # p2p
 
 
+def impossible(profile: Profile, n: int, weak: bool = False) -> str | None:
+    """Why the model has no step at `n` ranks (the table's "—", the plot's missing point), or
+    None when it has one: strong scaling cuts the fixed global batch into one share per rank, so
+    it needs at least one sample per rank."""
+    if weak or profile.batch_mode == "per_rank" or profile.global_batch >= n:
+        return None
+    return (f"the global batch of {profile.global_batch} samples is smaller than the rank count "
+            f"(strong scaling gives every rank a share of it; --weak keeps the per-rank batch)")
+
+
 def compute_time(profile: Profile, n: int, weak: bool) -> float | None:
-    """Computation per step at `n` ranks (None when the global batch has fewer samples than
-    ranks)."""
+    """Computation per step at `n` ranks (None when `impossible`: the global batch has fewer
+    samples than ranks)."""
     if weak or profile.batch_mode == "per_rank":
         return profile.compute
-    if profile.global_batch < n:
+    if impossible(profile, n, weak):
         return None
     return profile.compute * profile.ranks / n
 
@@ -183,6 +193,7 @@ class Prediction:
     step: float | None
     comm: float | None  # the step's time not computing (async_ps: waiting on its server too)
     efficiency: float | None
+    reason: str | None = None  # why there is no step (scaling.impossible), when there is none
 
     @property
     def comm_share(self) -> float | None:
@@ -210,15 +221,35 @@ def predict(profiles: Sequence[Profile], net: Network, sizes: Sequence[int] = SI
             t = step_time(p, n, net, weak)
             compute = compute_time(p, n, weak)
             c = None if t is None or compute is None else t - compute  # waiting on the server
-            out.append(Prediction(p, n, t, c, efficiency(p, n, net, weak)))  # included
-
+            out.append(Prediction(p, n, t, c, efficiency(p, n, net, weak),
+                                  impossible(p, n, weak)))  # included
     return out
 
 
-def plot(predictions: Sequence[Prediction], net: Network, title: str = "") -> bytes:
-    """PNG: predicted scaling efficiency against ranks (log2 axis), one line per profile."""
+def left_out(predictions: Sequence[Prediction]) -> list[str]:
+    """One line per (profile, reason) the model has no step for: the world sizes it leaves out
+    (the table's "—", the plot's missing points) and why."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for p in predictions:
+        if p.step is None:
+            groups.setdefault((p.profile.label, p.reason or "not possible"), []).append(p.ranks)
+    return [f"{label}: no prediction at {_ranks(sizes)}: {reason}"
+            for (label, reason), sizes in groups.items()]
+
+
+def _ranks(sizes: Sequence[int]) -> str:
+    text = [f"{n:,}" for n in sizes]
+    return f"{text[0]} ranks" if len(text) == 1 else \
+        f"{', '.join(text[:-1])} and {text[-1]} ranks"
+
+
+def plot(predictions: Sequence[Prediction], net: Network, title: str = "",
+         weak: bool = False) -> bytes:
+    """PNG: predicted scaling efficiency against ranks (log2 axis, every world size asked for),
+    one line per profile; the world sizes left out, and why, written under the axes."""
     from d500.leaderboard.plots import figure, png
-    fig = figure(7, 3.8)
+    notes = left_out(predictions)
+    fig = figure(7, 3.8 + 0.2 * len(notes))
     ax = fig.add_subplot()
     labels = list(dict.fromkeys(p.profile.label for p in predictions))
     for i, label in enumerate(labels):
@@ -227,11 +258,19 @@ def plot(predictions: Sequence[Prediction], net: Network, title: str = "") -> by
         if points:
             ax.plot(*zip(*points), marker="o", markersize=3, color=f"C{i % 10}", label=label)
     ax.set_xscale("log", base=2)
+    sizes = sorted({p.ranks for p in predictions})
+    if sizes:
+        ax.set_xlim(sizes[0] / 1.3, sizes[-1] * 1.3)  # the sizes left out stay on the axis
+        ax.set_xticks(sizes, [f"{n:,}" for n in sizes])
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("ranks")
     ax.set_ylabel("predicted scaling efficiency")
-    ax.set_title(title or f"alpha-beta model, network {net.spec()}", fontsize=9)
+    kind = "weak scaling (per-rank batch kept)" if weak else "strong scaling (global batch kept)"
+    ax.set_title(title or f"alpha-beta model, {kind}, network {net.spec()}", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    if labels:
+        ax.legend(fontsize=7)
+    if notes:
+        fig.text(0.01, 0.01, "\n".join(notes), fontsize=6.5, va="bottom", wrap=True)
+    fig.tight_layout(rect=(0, 0.05 * len(notes) if notes else 0, 1, 1))
     return png(fig)

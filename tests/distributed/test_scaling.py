@@ -122,6 +122,68 @@ def test_scale_cli_refusals(tmp_path):
     assert len(bad.stderr.strip().splitlines()) == 1
 
 
+def recorded_sync_run(home) -> int:
+    """A succeeded 2-rank sync run at a global batch of 32 in the ledger under `home`, as the
+    level-3 trainer records it (per-rank figures in its details)."""
+    from d500.ledger import Ledger
+    per_rank = [{"allreduce": {"calls": 1, "sent": 4e6, "received": 4e6, "seconds": 0.0}}] * 2
+    record = run_record("sync", 2, per_rank, batch=32)
+    run = Ledger(home / "ledger.sqlite").start_run(
+        level=3, workload="w3", submission="sync", backend="torch", rank=0, world_size=2,
+        hyperparameters=record["hyperparameters"])
+    run.finish("succeeded", details=record["details"])
+    return run.id
+
+
+def test_scale_says_why_a_world_size_has_no_prediction_and_weak_keeps_its_own_plot(tmp_path):
+    """Issue 22 item 5: the "—" at 64 ... 1,024 ranks comes with its reason under the table (and
+    on the plot, whose axis keeps those sizes); --weak, which has them all, writes its own PNG
+    beside the strong-scaling one instead of over it."""
+    home = tmp_path / "home"
+    run_id = str(recorded_sync_run(home))
+    strong = jobs.plain_d500(home, "scale", run_id, "--network", "2us,12.5GB/s")
+    assert strong.returncode == 0, strong.stderr
+    note = next(line for line in strong.stdout.splitlines() if "no prediction at" in line)
+    assert "64, 128, 256, 512 and 1,024 ranks" in note
+    assert "global batch of 32 samples is smaller than the rank count" in note
+    assert "8, 16" not in note
+    weak = jobs.plain_d500(home, "scale", run_id, "--network", "2us,12.5GB/s", "--weak")
+    assert weak.returncode == 0, weak.stderr
+    assert "no prediction" not in weak.stdout and "—" not in weak.stdout
+    strong_png, weak_png = home / f"scale-{run_id}.png", home / f"scale-{run_id}-weak.png"
+    assert f"plot: {strong_png}" in strong.stdout.replace("\n", "")
+    assert f"plot: {weak_png}" in weak.stdout.replace("\n", "")
+    assert strong_png.read_bytes()[:4] == weak_png.read_bytes()[:4] == b"\x89PNG"
+    assert strong_png.read_bytes() != weak_png.read_bytes()
+    report = json.loads(jobs.plain_d500(home, "scale", run_id, "--network", "2us,12.5GB/s",
+                                        "--json").stdout)
+    reasons = {p["ranks"]: p["not_possible"] for p in report["predictions"]}
+    assert reasons[32] is None and "smaller than the rank count" in reasons[64]
+
+
+def test_the_plot_notes_the_world_sizes_it_leaves_out():
+    sync = scaling.Profile("sync", "sync", "none", 2, 1e-3, 2e-3, 32, "global",
+                           (scaling.Collective("allreduce", 1, 4e6),))
+    rows = scaling.predict([sync], NET)
+    assert scaling.left_out(rows) == [
+        "sync: no prediction at 64, 128, 256, 512 and 1,024 ranks: the global batch of 32 "
+        "samples is smaller than the rank count (strong scaling gives every rank a share of it; "
+        "--weak keeps the per-rank batch)"]
+    assert scaling.left_out(scaling.predict([sync], NET, weak=True)) == []
+    texts = []
+    import matplotlib.figure
+    original = matplotlib.figure.Figure.text
+
+    def spy(fig, x, y, s, *args, **kwargs):
+        texts.append(s)
+        return original(fig, x, y, s, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(matplotlib.figure.Figure, "text", spy)
+        assert scaling.plot(rows, NET)[:4] == b"\x89PNG"
+    assert any("no prediction at 64" in t for t in texts)
+
+
 @pytest.mark.mpi
 @pytest.mark.slow
 @pytest.mark.skipif(jobs.MPIEXEC is None, reason="no mpiexec beside Python")
