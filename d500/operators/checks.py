@@ -26,17 +26,39 @@ class Check:
     checked: int = 0
     first: list[list[int]] = field(default_factory=list)
     note: str = ""
+    tolerance: float | None = None  # what max_rel was held to (directional, joint: relative)
+
+    @property
+    def random_directions(self) -> bool:
+        """Compared along random directions (derivatives of sums), not element by element."""
+        return self.method.startswith(("directional", "joint"))
 
     def line(self) -> str:
         status = "ok" if self.passed else "FAIL"
         where = f"  first at {', '.join(map(str, map(tuple, self.first)))}" if self.first else ""
         note = f"  ({self.note})" if self.note else ""
-        at_least = ">=" if self.method.startswith(("directional", "joint")) and \
-            self.mismatches else ""
+        if self.random_directions and not self.passed and not self.mismatches:
+            count = f"not localised/{self.checked}"
+        else:
+            count = f"{'>=' if self.random_directions and self.mismatches else ''}" \
+                    f"{self.mismatches}/{self.checked}"
         return (f"  {self.kind:<14} {self.name:<6} {self.method:<15} max abs {self.max_abs:9.2e}"
-                f"  max rel {self.max_rel:9.2e}"
-                f"  mismatches {at_least}{self.mismatches}/{self.checked}"
-                f"  {status}{where}{note}")
+                f"  max rel {self.max_rel:9.2e}  mismatches {count}  {status}{where}{note}")
+
+    def verdict(self) -> str:
+        """What was compared and how it failed, in words (the summary of a failed check)."""
+        bound = f" > tolerance {self.tolerance:.1e}" if self.tolerance is not None else ""
+        first = f", first at {tuple(self.first[0])}" if self.first else ""
+        if not self.random_directions:
+            return (f"{self.mismatches} of {self.checked} element(s) outside the tolerance, "
+                    f"max rel error {self.max_rel:.2e}{first}")
+        count = self.method.split("x")[-1]
+        what = (f"its derivatives along {count} random directions ({self.method}) differ from "
+                f"finite differences of the reference: max rel error {self.max_rel:.2e}{bound}")
+        if self.mismatches:
+            return f"{what}; bisection found at least {self.mismatches} wrong element(s){first}"
+        return (f"{what}; the error could not be pinned to single elements of the "
+                f"{self.checked} ({self.note or 'spread over many of them'})")
 
 
 def compare(kind: str, name: str, got: Any, want: np.ndarray, rtol: float, atol_frac: float,

@@ -194,7 +194,7 @@ def directional(loss: Loss, xs: list[np.ndarray], i: int, g: np.ndarray, name: s
     diffs = [abs(p - q) if math.isfinite(abs(p - q)) else math.inf for p, q in zip(an, fd)]
     method = f"directional x{len(fd)}"
     check = Check(kind, name, method, max(errors) <= tol, max(diffs), max(errors), 0, n,
-                  note=_weak(rms, noise, tol))
+                  note=_weak(rms, noise, tol), tolerance=tol)
     if check.passed:
         return check
 
@@ -265,7 +265,7 @@ def joint(loss: Loss, xs: list[np.ndarray], grads: Sequence[np.ndarray | None], 
         return Check(kind, "all", f"joint x{len(fd)}", True, checked=checked,
                      note="not checked: the reference loss is not finite near these inputs")
     return Check(kind, "all", f"joint x{len(fd)}", max(errors) <= tol, max(diffs), max(errors),
-                 0, checked, note=_weak(rms, noise / c, tol))
+                 0, checked, note=_weak(rms, noise / c, tol), tolerance=tol)
 
 
 def _weak(rms: float, noise: float, tol: float) -> str:

@@ -77,9 +77,7 @@ class Report:
         if not bad:
             return "passed"
         c = bad[0]
-        at = f" (first at {tuple(c.first[0])})" if c.first else ""
-        return (f"{c.kind} {c.name} disagrees with the reference: max rel error "
-                f"{c.max_rel:.2e}, {c.mismatches} mismatch(es){at}")
+        return f"{c.kind} {c.name} disagrees with the reference: {c.verdict()}"
 
     def text(self) -> str:
         dims = ", ".join("x".join(map(str, s)) or "scalar" for s in self.shapes)

@@ -145,3 +145,24 @@ def test_edge_gradients_skip_what_the_reference_cannot_differentiate():
     assert report.passed, report.text()
     edge = next(c for c in report.checks if c.kind == "edge gradient")
     assert edge.method.startswith("joint") and edge.max_rel < 1e-6
+
+
+@pytest.mark.parametrize("budget, located", [(0.0, False), (5.0, True)])
+def test_a_failed_directional_check_says_what_was_compared_and_where(budget, located):
+    """A derivative 2e-4 off only at |x| > 8 (the x16 set) fails along random directions; the
+    summary says so, with the tolerance, and never reads '0 mismatches' beside FAIL: either the
+    elements bisection found, or that the error could not be pinned to elements (issue 22)."""
+    report = validate(op("numpy_ops.py", "LargeInputsGradientSoftplus"), case("softplus-2d"),
+                      Options(localise_budget=budget))
+    assert kinds(report, passed=False) == ["gradient x16"], report.text()
+    summary = report.summary()
+    assert summary.startswith("gradient x16 dX disagrees with the reference: its derivatives "
+                              "along 3 random directions (directional x3) differ from finite "
+                              "differences of the reference: max rel error ")
+    assert "> tolerance 1.0e-06" in summary and "0 mismatch" not in summary
+    line = next(c.line() for c in report.checks if not c.passed)
+    if located:
+        assert "bisection found at least" in summary and "mismatches >=" in line
+    else:
+        assert "could not be pinned to single elements of the 16384" in summary
+        assert "mismatches not localised/16384" in line and "mismatches 0/" not in line

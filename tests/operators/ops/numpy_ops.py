@@ -153,3 +153,12 @@ class OverflowingSoftplus(Softplus):
         (g,), (x,) = grad_outputs, inputs
         with np.errstate(over="ignore", invalid="ignore"):
             return (g * np.exp(x) / (1 + np.exp(x)),)
+
+
+class LargeInputsGradientSoftplus(Softplus):
+    """The derivative 2e-4 relative too large where |x| > 8 (only the inputs scaled x16 have
+    such values): a small error spread over many elements."""
+
+    def backward(self, grad_outputs, inputs, outputs):
+        (dx,), (x,) = super().backward(grad_outputs, inputs, outputs), inputs
+        return (np.where(np.abs(x) > 8, dx * (1 + 2e-4), dx),)
