@@ -14,6 +14,7 @@ Output: Markdown, rich terminal tables, or one self-contained HTML file with PNG
     console.print(leaderboard.table(board, compact=True))    # terminal.py
     leaderboard.markdown(boards, ledger) / html_page(boards, ledger)
     leaderboard.render(ledger, fmt="md" | "html" | "terminal"); leaderboard.write_html()
+    leaderboard.write_markdown("board.md", ledger)           # plots: board-plots/*.png beside it
 
 Modules: ranking (boards), environments (hardware identity, machine-dependent metrics, the
 legend), text (the words every renderer shares), parts (boards by level with the levels' views),
@@ -26,11 +27,11 @@ from d500.leaderboard.cli import main
 from d500.leaderboard.environments import Legend, machine, machine_dependent
 from d500.leaderboard.html import html_page
 from d500.leaderboard.markdown import markdown
-from d500.leaderboard.output import FORMATS, render, write_html
+from d500.leaderboard.output import FORMATS, render, write_html, write_markdown
 from d500.leaderboard.parts import Part, parts
 from d500.leaderboard.ranking import Board, Entry, boards_for, build
 from d500.leaderboard.terminal import plain, renderables, table
 
 __all__ = ["FORMATS", "Board", "Entry", "Legend", "Part", "boards_for", "build", "html_page",
            "machine", "machine_dependent", "main", "markdown", "parts", "plain", "render",
-           "renderables", "table", "write_html"]
+           "renderables", "table", "write_html", "write_markdown"]

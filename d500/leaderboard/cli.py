@@ -6,7 +6,7 @@ import sys
 
 from d500.cli import ArgumentParser, stdout_console
 from d500.leaderboard import terminal, text
-from d500.leaderboard.output import FORMATS, render, write_html
+from d500.leaderboard.output import FORMATS, render, write_html, write_markdown
 from d500.leaderboard.ranking import build
 from d500.paths import write_output
 
@@ -19,7 +19,8 @@ def main(argv: list[str], prog: str = "d500 leaderboard") -> int:
     parser.add_argument("--format", choices=FORMATS, default="md",
                         help="md (default), html (one self-contained file) or terminal (tables)")
     parser.add_argument("--out", metavar="FILE", help="write here (HTML default: "
-                        "$D500_HOME/leaderboard.html)")
+                        "$D500_HOME/leaderboard.html; Markdown: its plots as PNG files in "
+                        "FILE's folder, <stem>-plots/)")
     parser.add_argument("--ledger", metavar="FILE", help="a ledger file other than "
                         "$D500_HOME/ledger.sqlite")
     parser.add_argument("--across-machines", action="store_true",
@@ -35,6 +36,10 @@ def main(argv: list[str], prog: str = "d500 leaderboard") -> int:
     try:
         if args.format == "html":
             print(f"wrote {write_html(args.out, ledger, args.level, args.workload, across)}")
+        elif args.format == "md" and args.out:
+            path, images = write_markdown(args.out, ledger, args.level, args.workload, across)
+            print(f"wrote {path}" + (f" and {len(images)} plot(s) in {images[0].parent}"
+                                      if images else ""))
         elif args.format == "terminal" and not args.out:
             boards = build(ledger, args.level, args.workload, across)
             console = stdout_console()

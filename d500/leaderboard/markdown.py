@@ -1,24 +1,29 @@
-"""The leaderboard as Markdown: per level its views (tables, notes, PNG plots inlined as data
-URIs), then per workload the ranked table (one per machine when times are ranked per machine),
-the runs not counted and any integrity problems; last the legend of environments (E1, E2, ...)
-that the rows' env column refers to."""
+"""The leaderboard as Markdown: per level its views (tables, notes, PNG plots as image links to
+files beside the .md file), then per workload the ranked table (one per machine when times are
+ranked per machine), the runs not counted and any integrity problems; last the legend of
+environments (E1, E2, ...) that the rows' env column refers to."""
 
 from __future__ import annotations
 
-import base64
+import re
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote
 
-from d500.leaderboard import text
+from d500.leaderboard import plots, text
 from d500.leaderboard.environments import Legend
 from d500.leaderboard.parts import parts
 from d500.leaderboard.ranking import Board
 from d500.levels import View
 
 
-def markdown(boards: Sequence[Board], ledger: Any = None, source: str = "") -> str:
+def markdown(boards: Sequence[Board], ledger: Any = None, source: str = "",
+             images: dict[str, bytes] | None = None, folder: str = "plots") -> str:
     """The leaderboard as Markdown tables (levels' views need the `ledger` the boards came
-    from; `source` is a line saying where the figures come from)."""
+    from; `source` is a line saying where the figures come from). With an `images` dict, each
+    plot is an image link `folder/NN-caption.png` (relative to the .md file) and its PNG goes
+    into `images` under that path, for the caller to write beside the .md file; without one
+    (Markdown printed, not written) each plot is a line naming it."""
     out = ["# d500 leaderboard", ""]
     if source:
         out += [f"_{source}_", ""]
@@ -28,7 +33,7 @@ def markdown(boards: Sequence[Board], ledger: Any = None, source: str = "") -> s
     for part in parts(boards, ledger):
         out += [f"## {part.title}", ""]
         for view in part.views:
-            out += _view(view)
+            out += _view(view, images, folder)
         for board in part.boards:
             out += _board(board, legend)
     if legend:
@@ -43,17 +48,28 @@ def _legend(boards: Sequence[Board], legend: Legend) -> list[str]:
     return out + _table(["env", "provenance"], text.legend_rows(legend)) + [""]
 
 
-def _view(view: View) -> list[str]:
+def _view(view: View, images: dict[str, bytes] | None, folder: str) -> list[str]:
     out = [f"### {view.title}", ""]
     for note in view.notes:
         out += [f"_{_md(note)}_", ""]
     if view.headers:
         out += _table(view.headers, view.rows) + [""]
     for caption, data in view.plots:
+        if images is None:
+            width, height = plots.png_size(data)
+            out += [f"_plot: {_md(caption)} (PNG {width}×{height} px; written beside the file "
+                    f"with `--out FILE.md`, or see `--format html`)_", ""]
+            continue
+        path = f"{folder}/{len(images) + 1:02d}-{_slug(caption)}.png"
+        images[path] = data
         alt = _md(caption).replace("[", "(").replace("]", ")")
-        out += [f"![{alt}](data:image/png;base64,{base64.b64encode(data).decode()})", "",
-                f"_{_md(caption)}_", ""]
+        out += [f"![{alt}]({quote(path)})", "", f"_{_md(caption)}_", ""]
     return out
+
+
+def _slug(caption: str) -> str:
+    """A file name's worth of a plot's caption: lower-case words joined by hyphens."""
+    return "-".join(re.findall(r"[a-z0-9]+", caption.lower()))[:60].rstrip("-") or "plot"
 
 
 def _board(board: Board, legend: Legend | None = None) -> list[str]:

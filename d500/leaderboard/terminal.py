@@ -36,14 +36,19 @@ def table(board: Board, compact: bool = False, legend: Legend | None = None) -> 
     caption = [text.rule_line(board), *text.machine_notes(board)]
     caption += [f"section {i} of {len(sections)}: {heading}"
                 for i, (heading, _) in enumerate(sections, 1) if heading]
+    env = headers.index("env") if "env" in headers else None
+    if env is not None:  # the env column holds labels and a "⚠"; what the mark means, once here
+        caption += text.load_notes(board.entries)
     out = Table(title=Text(text.title(board)), caption=Text("\n".join(caption)),
                 title_justify="left", caption_justify="left")
     for h in headers:
         out.add_column(Text(h), justify="right" if text.numeric(h) else "left")
     for _, entries in sections:  # Text, never markup: "[90.0 – 500.0]" is a spread, not a style
         for i, e in enumerate(entries, 1):
-            out.add_row(*[Text(c) for c in text.row(board, e, compact, legend)],
-                        end_section=i == len(entries))
+            cells = text.row(board, e, compact, legend)
+            if env is not None:
+                cells[env] = text.env_cell(e, legend, short=True)
+            out.add_row(*[Text(c) for c in cells], end_section=i == len(entries))
     return out
 
 

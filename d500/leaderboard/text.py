@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from d500 import metrics as _metrics
@@ -105,12 +106,28 @@ def submission(entry: Entry) -> str:
     return submission_label(entry.submission, entry.package)
 
 
-def env_cell(entry: Entry, legend: Legend) -> str:
+def env_cell(entry: Entry, legend: Legend, short: bool = False) -> str:
     """The entry's environments by legend label, and the loaded-machine mark when its runs were
-    timed on a busy machine."""
+    timed on a busy machine: in full, or (`short`, for a terminal's narrow column) a bare "⚠"
+    that `load_notes` explains under the table."""
     labels = ", ".join(legend.labels(entry)) or "—"
     loaded = load_mark(entry)
+    if loaded and short:
+        return f"{labels} ⚠"
     return f"{labels} · {loaded}" if loaded else labels
+
+
+def load_notes(entries: Sequence[Entry]) -> list[str]:
+    """One line per distinct loaded-machine mark among `entries`, naming the rows it concerns
+    (every row, when all share it): what a short env cell's "⚠" stands for."""
+    rows: dict[str, list[str]] = {}
+    for e in entries:
+        mark = load_mark(e)
+        if mark:
+            rows.setdefault(mark, []).append(f"{submission(e)} / {e.backend}")
+    if len(rows) == 1 and len(next(iter(rows.values()))) == len(entries) > 1:
+        return [f"{next(iter(rows))} (every row)"]
+    return [f"{mark} ({', '.join(names)})" for mark, names in rows.items()]
 
 
 def sections(board: Board, legend: Legend | None = None) -> list[tuple[str, list[Entry]]]:
