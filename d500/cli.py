@@ -115,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     if name not in table:
         say(f"d500: error: unknown command '{name}' (choose from {', '.join(table)})")
         return 2
+    from d500.backends import quiet_frameworks
+    quiet_frameworks()  # before any command imports a framework, or a user's file does
     try:
         module = importlib.import_module(table[name][0])
         return int(module.main(rest, prog=f"d500 {name}") or 0)

@@ -109,3 +109,19 @@ def test_openblas_workers_do_not_spin_between_interleaved_timings(monkeypatch):
     monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", "10")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "10", out.stderr
+
+
+def test_a_users_tensorflow_operator_file_prints_no_cpp_log_lines(tmp_path):
+    """Issue 22 item 8, the same for level 0: the user's operator file imports TensorFlow itself,
+    before any backend; the command's own log level keeps TensorFlow's absl / CPU-feature (AVX)
+    lines off stderr when the user set none."""
+    pytest.importorskip("tensorflow")
+    import os
+    from pathlib import Path
+    ops = Path(__file__).resolve().parent / "operators" / "ops" / "tf_ops.py"
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["D500_HOME"] = str(tmp_path / "home")
+    result = d500("op", "validate", f"{ops}:TfSigmoid", "--input-shape", "4,4", env=env)
+    assert result.returncode == 0, result.stderr
+    for chatter in ("absl", "oneDNN", "cpu_feature_guard", "AVX", "I0000", "W0000"):
+        assert chatter not in result.stderr, result.stderr

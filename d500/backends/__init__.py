@@ -38,13 +38,21 @@ def framework(name: str) -> tuple[str, str] | None:
     return FRAMEWORKS.get(name)
 
 
+def quiet_frameworks() -> None:
+    """Keep the frameworks' C++ logging (TensorFlow's absl, oneDNN and CPU-feature (AVX) lines)
+    off stderr in this process and those it starts, whoever imports them (a backend, a user's
+    operator file): TF_CPP_MIN_LOG_LEVEL=3 unless the user set a level of their own. The `d500`
+    command calls it first; `import_quietly` too."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
 def import_quietly(module: str) -> ModuleType:
     """Import a framework module (`tensorflow`, `torch`, ...) with its C++ start-up chatter
-    silenced: every d500 command imports frameworks through here (or through a backend, which
-    does), so none prints TensorFlow's absl, oneDNN or CPU-feature (AVX) lines. Its log level
-    (TF_CPP_MIN_LOG_LEVEL, unless the user set one) does not cover what TensorFlow writes before
-    its logging is set up, so stderr (fd 2) is pointed at /dev/null while the import runs."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    silenced: d500 imports frameworks through here (or through a backend, which does), so none
+    prints TensorFlow's absl, oneDNN or CPU-feature lines. Besides `quiet_frameworks`' log level,
+    stderr (fd 2) points at /dev/null while the import runs, for what a framework writes before
+    its logging is set up."""
+    quiet_frameworks()
     if module in sys.modules:
         return sys.modules[module]
     sys.stderr.flush()
