@@ -19,6 +19,7 @@ from d500 import cli, leaderboard, levels, provenance
 from d500.errors import Diverged
 from d500.leaderboard import text
 from d500.ledger import Ledger
+from d500.training.seeds import required
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,10 +90,16 @@ def write_workload(path: Path, metrics: list[str], rank_by: str | None = None,
     return path
 
 
+def rules_seed(level: int, wf: Path, submission: str, backend: str, i: int) -> int:
+    """Seed i of a level-2/3 entry as the rules choose it (only those score), else i."""
+    return required(level, wf.stem, submission, backend, i + 1)[i] if level in (2, 3) else i
+
+
 def record(ledger: Ledger, wf: Path, submission: str, backend: str, figures: dict | None,
            seed: int = 0, level: int = 0, status: str = "succeeded", files=()) -> None:
     run = ledger.start_run(level=level, workload=wf.stem, submission=submission,
-                           backend=backend, seed=seed, workload_file=wf,
+                           backend=backend, seed=rules_seed(level, wf, submission, backend, seed),
+                           workload_file=wf,
                            submission_files=list(files))
     run.finish(status, figures=figures, error=None if status == "succeeded" else status)
 
@@ -140,6 +147,7 @@ def test_ranks_by_direction_with_median_and_ratio(home, tmp_path):
 def test_olympic_mean_missed_targets_and_interrupted_runs(home, tmp_path):
     wf = write_workload(tmp_path / "mnist.yaml", ["time_to_accuracy", "test_accuracy"],
                         aggregate="olympic_mean", level=2)
+    wf.write_text(wf.read_text() + "seeds: 5\n")  # the rules' 5 seeds score
     ledger = Ledger()
     for seed, tta in enumerate([10.0, 11.0, 12.0, 13.0, 100.0]):
         record(ledger, wf, "adam", "torch", {"time_to_accuracy": tta, "test_accuracy": 0.9},
@@ -149,7 +157,8 @@ def test_olympic_mean_missed_targets_and_interrupted_runs(home, tmp_path):
     record(ledger, wf, "sgd", "torch", {"time_to_accuracy": 9.0}, 1, level=2)
     record(ledger, wf, "sgd", "torch", {"test_accuracy": 0.5}, 2, level=2)
     with pytest.raises(Diverged), ledger.start_run(
-            level=2, workload="mnist", submission="sgd", backend="torch", seed=3,
+            level=2, workload="mnist", submission="sgd", backend="torch",
+            seed=rules_seed(2, wf, "sgd", "torch", 3),
             workload_file=wf):
         raise Diverged("loss is nan")
     kill_mid_run(home, wf, "sgd", "torch", level=2)
@@ -271,7 +280,8 @@ def test_html_renders_in_headless_chromium(home, tmp_path, test_level):
     for sub, base in (("sgd", 10.0), ("adam", 7.0)):
         for seed in range(3):
             with ledger.start_run(level=2, workload="mnist", submission=sub, backend="torch",
-                                  seed=seed, workload_file=wf) as run:
+                                  seed=rules_seed(2, wf, sub, "torch", seed),
+                                  workload_file=wf) as run:
                 for epoch in range(3):
                     run.evaluation(step=epoch, epoch=epoch, wall_time=base * epoch / 2,
                                    metrics={"val_accuracy": 0.6 + 0.1 * epoch})

@@ -271,8 +271,9 @@ def test_level3_scaling_and_baseline_per_machine(home, tmp_path):
 
 def bench(ledger: Ledger | Relay, path: Path, level: int, sub: str, backend: str,
           figures: dict[str, float]) -> None:
+    seed = required(level, path.stem, sub, backend, 1)[0] if level in (2, 3) else None
     ledger.start_run(level=level, workload=path.stem, submission=sub, backend=backend,
-                     workload_file=path).finish("succeeded", figures=figures)
+                     seed=seed, workload_file=path).finish("succeeded", figures=figures)
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ completeness, the rules, integrity, its logs and plausible convergence; one line
 - logs: each MLLOG accepted by MLPerf's compliance checker (d500.competition.compliance);
 - consistency: each run's figures, evaluations, hyperparameters, seed, status and times against
   its own MLLOG (d500.competition.consistency), for the runs whose record and log pass integrity;
-- convergence: each result's succeeded seed runs against the workload's reference
+- convergence: each result's succeeded required seed runs against the workload's reference
   (d500.competition.convergence), and every succeeded run's test accuracy against its
   validation accuracy;
 - identity: each MLLOG's platform line against its run's provenance, and the d500 version and
@@ -89,6 +89,7 @@ class Context:
     studies: list[dict[str, Any]]
     rules_dir: Path
     trusted: tuple[str, ...]
+    explorations: set[int] = field(default_factory=set)  # seed runs not scored (completeness)
 
     def rulebook_text(self, rel: str) -> bytes | None:
         """A file of the rulebook folder (None: not there, or `rel` leads outside it)."""
@@ -297,6 +298,7 @@ def check_completeness(ctx: Context, report: Report) -> None:
             report.problems += [f"completeness: {name}: {p}"
                                 for p in seed_problems(seed_runs, seeds)]
             other = explorations(seed_runs, seeds)
+            ctx.explorations |= {r.origin_id for r in other}
             if other:
                 report.not_scored.append(
                     f"{name}: run(s) {ids(r.origin_id for r in other)} (seed(s) "
@@ -369,13 +371,13 @@ def check_consistency(ctx: Context, report: Report) -> None:
 # -- convergence ------------------------------------------------------------------------------
 
 def check_convergence(ctx: Context, report: Report) -> None:
-    """Each result's succeeded seed runs against its workload's reference; every succeeded
-    training run's test accuracy against its validation accuracy."""
+    """Each result's succeeded required seed runs (explorations apart) against its workload's
+    reference; every succeeded training run's test accuracy against its validation accuracy."""
     from d500.competition import convergence
     results: dict[tuple[int, str, str, int], list[Any]] = {}
     trained = [r for r in ctx.runs if r.level in TRAINING_LEVELS and not is_rank_row(r)]
     for run in trained:
-        if is_seed_run(run):
+        if is_seed_run(run) and run.origin_id not in ctx.explorations:
             results.setdefault((run.level, run.workload, run.backend, world(run)), []).append(run)
     rules: dict[tuple[int, str], Any] = {}
     packed = ctx.pkg.workload_files()

@@ -213,13 +213,14 @@ def _board(level: int | None, name: str, sha: str | None, group: list[dict[str, 
             entry.environment_ids.append(r["environment"])
     for entry in entries.values():
         entry.problems += general
+        scored = _scored(level, entry.runs)
         for metric in known:
-            vals = _values(entry.runs, metric)
+            vals = _values(scored, metric)
             entry.values[metric.name] = vals
             entry.aggregate[metric.name] = _metrics.aggregate(vals, rules.how or metric.aggregate)
             entry.spread[metric.name] = _metrics.spread(vals)
         if rank_by is not None and rank_by.missing is not None:
-            entry.missed = sum(1 for r in entry.runs if r["status"] == "succeeded" and (
+            entry.missed = sum(1 for r in scored if r["status"] == "succeeded" and (
                 r["figures"].get(rank_by.name) in (None, rank_by.missing)))
     board = Board(level, name, sha, known, rank_by, rules.how or "per-metric default", [],
                   description=rules.description, rules_problem=rules.problem,
@@ -295,6 +296,17 @@ def forced(entry: Entry) -> bool:
     """Whether an entry's runs came in a package forced past `d500 check`: listed with its
     mark after every complete entry, unranked (it never outranks one)."""
     return bool(entry.package and entry.package.get("forced"))
+
+
+def _scored(level: int | None, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs a board aggregates: every one, except at the training levels (2, 3), where only
+    the runs of the seeds the rules require score (d500.training.seeds; explorations are listed,
+    never aggregated) and a required seed only interrupted counts as a miss."""
+    if level not in (2, 3):
+        return runs
+    from d500.training.seeds import split
+    return [{**r, "status": "missed"} if r["status"] == "interrupted" else r
+            for r in split(runs)[0]]
 
 
 def _values(runs: list[dict[str, Any]], metric: Metric) -> list[float]:
