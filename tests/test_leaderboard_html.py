@@ -17,6 +17,7 @@ import pytest
 from d500 import leaderboard, metrics, provenance
 from d500.ledger import Ledger
 from d500.ledger.relay import Relay
+from d500.training.seeds import required
 from tests.distributed import level3_jobs as jobs
 from tests.helpers import BENCH_METRICS, tiny_mlp
 
@@ -56,10 +57,11 @@ def every_level(tmp_path_factory) -> Path:
         ledger = Ledger()
         wl = workloads.load(ROOT / "levels" / "2-training" / "digits-mlp.yaml")
         entry = submission.load(ROOT / "submissions" / "sgd-momentum")
-        train(wl, entry.recipe, "torch", 0, ledger=ledger, submission=entry.name)
+        seed = required(2, wl.name, entry.name, "torch", wl.seeds)[0]  # one the rules chose
+        train(wl, entry.recipe, "torch", seed, ledger=ledger, submission=entry.name)
         ledger.close()
         run = jobs.train(home, 1, jobs.LEVEL3 / "digits-mlp.yaml", jobs.ENTRIES / "sync",
-                         "--seed", "0")
+                         "--seeds", "1")
         assert run.returncode == 0, run.stderr[-3000:]
         yield home
     finally:
@@ -157,6 +159,7 @@ def two_machines(home: Path, tmp_path: Path) -> Ledger:
                          workload_file=gemm).finish("succeeded", figures={
                              "latency": latency, "forward_error": 1e-7})
     ledger.start_run(level=2, workload="acc", submission="here", backend="torch",
+                     seed=required(2, "acc", "here", "torch", 1)[0],  # the rules' seed
                      workload_file=acc).finish("succeeded", figures={
                          "test_accuracy": 0.90, "time_to_accuracy": 5.0, "epochs": 4})
     relay = Relay()
@@ -164,6 +167,7 @@ def two_machines(home: Path, tmp_path: Path) -> Ledger:
                     workload_file=gemm).finish("succeeded", figures={
                         "latency": 5e-4, "forward_error": 2e-7})
     relay.start_run(level=2, workload="acc", submission="there", backend="torch",
+                    seed=required(2, "acc", "there", "torch", 1)[0],
                     workload_file=acc).finish("succeeded", figures={
                         "test_accuracy": 0.95, "time_to_accuracy": 9.0, "epochs": 3})
     while relay.finished:
