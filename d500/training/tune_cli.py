@@ -18,8 +18,12 @@ def main(argv: list[str], prog: str = "d500 tune") -> int:
     if tune_parallel.launched_by_mpi():
         tune_parallel.share_cores()  # before a framework is imported
     p = parser(prog, __doc__.split("\n\n")[0])
-    p.add_argument("--studies", type=int, help="studies (default: the workload's)")
-    p.add_argument("--trials", type=int, help="trials per study (default: the workload's)")
+    p.add_argument("--studies", type=int,
+                   help="studies (default: the workload's; another number is an exploration "
+                        "d500 check refuses)")
+    p.add_argument("--trials", type=int,
+                   help="trials per study (default: the workload's; only trials 0..T-1 of "
+                        "its T ever score, and d500 check refuses another budget)")
     args = p.parse_args(argv)
     from d500 import backends
     from d500.training import score
