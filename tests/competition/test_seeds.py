@@ -163,6 +163,7 @@ def test_a_killed_seed_is_refused_and_a_miss_until_re_run(rules_dir, run_d500, t
             f"{killed['id']}): a miss until re-run to completion (`d500 train` without --seed "
             f"runs it again)")
     assert line in report.problems
+    assert report.seeds == 1  # the seed runs that ended: the killed one is none
     again = run_d500(home, "train", workload, "--submission", str(entry), "--json")
     assert again.returncode in (0, 1), again.stderr
     assert [r["seed"] for r in json.loads(again.stdout)] == [second]  # only the one left
