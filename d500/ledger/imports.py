@@ -41,6 +41,7 @@ from d500.competition.layout import (
     CHAIN,
     MANIFEST,
     environment_member,
+    is_int,
     malformed,
     run_member,
 )
@@ -210,6 +211,10 @@ def _plan(pkg: Package) -> tuple[list[_Planned], list[dict[str, Any]], list[str]
     workloads = {_sha(data): rel for rel, data in pkg.workload_files().items()}
     try:
         studies = pkg.studies()
+        odd = [st for st in studies if not (is_int(st.get("id")) and isinstance(st.get("name"),
+                                                                                 str))]
+        if odd:
+            raise ValueError(f"a study without an integer id or a name ({str(odd[0])[:60]})")
         study_ids = {int(st["id"]) for st in studies}
     except (D500Error, KeyError, TypeError, ValueError) as err:
         problems.append(f"studies.json: {err}; runs imported without their trial links")
@@ -226,6 +231,9 @@ def _plan(pkg: Package) -> tuple[list[_Planned], list[dict[str, Any]], list[str]
                             "not imported")
             continue
         bad = malformed(record) if isinstance(record, dict) else ["the record itself"]
+        if isinstance(record, dict) and record.get("attempt") is not None \
+                and not is_int(record["attempt"]):
+            bad.append("attempt")
         if bad:
             raise CheckFailed(f"{pkg.path}: {where}: {run_member(origin_id)}: malformed "
                               f"field(s) {', '.join(bad)}; nothing imported")

@@ -457,6 +457,7 @@ def test_the_same_runs_through_two_packages_are_imported_once(
     (lambda r: r["row"].update(submission_files="[]"), "row.submission_files"),
     (lambda r: r["row"].update(submission_files="{oops"), "row.submission_files"),
     (lambda r: r.update(environment=12345), "environment"),
+    (lambda r: r.update(attempt="x"), "attempt"),
 ])
 def test_a_malformed_record_field_is_one_line_exit_1_nothing_written(
         digits_package, rules_dir, run_d500, tmp_path, change, field):
@@ -557,3 +558,20 @@ def test_a_forced_entry_never_outranks_a_complete_one(digits_package, rival_pack
     assert "forced" in lines[mine] and "forced" not in lines[rival]
     assert lines[rival].lstrip("| ").startswith("1 "), lines[rival]
     assert lines[mine].lstrip("| ").startswith("— "), lines[mine]
+
+
+def test_a_study_without_a_name_is_one_problem_never_a_traceback(digits_package, rules_dir,
+                                                                 tmp_path):
+    def nameless(found: dict[str, bytes]) -> None:
+        studies = json.loads(found["d500-package/studies.json"])
+        del studies[0]["name"]
+        found["d500-package/studies.json"] = json.dumps(studies).encode()
+    bad = repack(digits_package, tmp_path / "nameless.tar.gz", nameless)
+    with Ledger(tmp_path / "home" / "ledger.sqlite") as book:
+        refused = book.import_package(bad, rules_dir=rules_dir)
+        assert refused.status == "refused" and any(
+            p.startswith("studies.json: a study without an integer id or a name")
+            for p in refused.problems), refused.problems
+        forced = book.import_package(bad, rules_dir=rules_dir, force=True)
+        assert (forced.status, len(forced.runs), forced.studies) == ("imported", 6, {})
+        assert book.verify() == []
