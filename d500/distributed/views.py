@@ -43,6 +43,7 @@ class Row:
     runs: list[dict[str, Any]] = field(default_factory=list)
     oversubscribed: bool = False
     contended: bool = False  # other processes took a share of the machine during a run
+    forced: bool = False  # imported past a failing d500 check: listed after every other row
 
     def median(self, name: str, missing: float | None = None) -> float | None:
         """Median of a figure over the counted runs (a miss counts as `missing` if given)."""
@@ -64,7 +65,7 @@ def rows(level: int, boards: Sequence[Any], ledger: Any, per_machine: bool = Fal
          ) -> list[Row]:
     """The rows of the boards' workloads (their rules versions), counted runs only (the rules'
     required seeds: d500.training.seeds); with `per_machine`, one row per machine the runs of
-    an entry ran on."""
+    an entry ran on. A row forced in past `d500 check` follows every complete one."""
     wanted = {(b.workload, b.workload_sha256) for b in boards}
     envs = ledger.environments() if per_machine else {}
     found: dict[tuple[str, int, str, str, str], Row] = {}
@@ -80,11 +81,12 @@ def rows(level: int, boards: Sequence[Any], ledger: Any, per_machine: bool = Fal
         row.scheme, row.compressor = h.get("scheme", row.scheme), h.get("compressor", "none")
         row.oversubscribed |= bool((r["details"] or {}).get("oversubscribed"))
         row.contended |= bool(((r["details"] or {}).get("contention") or {}).get("loaded"))
+        row.forced |= bool((origin(r) or {}).get("forced"))
         row.runs.append(r)
     for row in found.values():  # the required seeds only (an interrupted one: a miss)
         row.runs = seeds.split(row.runs)[0]
     found = {key: row for key, row in found.items() if row.runs}
-    return sorted(found.values(), key=lambda x: (x.workload, x.ranks, _key(x.time),
+    return sorted(found.values(), key=lambda x: (x.workload, x.ranks, x.forced, _key(x.time),
                                                  x.submission, x.backend))
 
 

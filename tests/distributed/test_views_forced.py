@@ -1,0 +1,29 @@
+"""Level 3's table never lists an entry forced in past `d500 check` before a complete one, however
+fast its recorded time."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from d500.distributed import views
+
+
+def run(rid: int, submission: str, tta: float, forced: bool) -> dict:
+    return {"id": rid, "workload": "w", "workload_sha256": "s", "study": None,
+            "status": "succeeded", "world_size": 2, "submission": submission,
+            "backend": "torch", "environment": None, "hyperparameters": {"scheme": "sync"},
+            "details": {}, "figures": {"time_to_accuracy": tta}, "seed": 0,
+            "package": {"id": rid, "entry": submission, "sha256": f"{rid:064x}",
+                        "forced": forced},
+            "source": {"id": rid, "entry": submission, "sha256": f"{rid:064x}",
+                       "forced": forced, "packages": 1}}
+
+
+def test_a_forced_row_comes_after_a_complete_one(monkeypatch):
+    monkeypatch.setattr(views.seeds, "split", lambda runs: (list(runs), []))
+    ledger = SimpleNamespace(runs=lambda level: [run(1, "honest", 10.0, False),
+                                                 run(2, "forged", 0.1, True)])
+    boards = [SimpleNamespace(workload="w", workload_sha256="s")]
+    found = views.rows(3, boards, ledger)
+    assert [(r.forced, r.time) for r in found] == [(False, 10.0), (True, 0.1)]
+    assert "forced" in found[1].submission and "forced" not in found[0].submission
