@@ -49,7 +49,7 @@ from d500.competition.reproduce_prepare import (
     prepare,
     write_submission,
 )
-from d500.competition.reproduce_time import hardware_note, odds, time_checks
+from d500.competition.reproduce_time import hardware_note, odds, slowdown, time_checks
 from d500.errors import D500Error, UsageError
 
 LEVELS = (0, 1, 2, 3)
@@ -244,12 +244,13 @@ def report_of(prepared: Prepared, result: dict[str, Any], ledger: Any) -> RunRep
     local = ledger.get(rep.run_id)
     same, rep.times = hardware_note(run.environment, local.get("provenance"))
     if same:
-        loaded = bool(((local.get("details") or {}).get("load_average") or {}).get("loaded"))
+        load = slowdown((local.get("details") or {}).get("load_average"))
         rep.checks += time_checks(run.figures, result.get("figures") or {},
-                                  (run.evaluations, local["evaluations"]), loaded)
-        if loaded:
-            rep.times += ("; this machine was loaded while reproducing (a time beyond the "
-                          "tolerance is inconclusive)")
+                                  (run.evaluations, local["evaluations"]), load)
+        if load > 1.0:
+            rep.times += (f"; this machine was loaded while reproducing: the tolerance is "
+                          f"widened {load:.2f}x, which can hide a forged time (reproduce on an "
+                          "idle machine)")
     return rep
 
 

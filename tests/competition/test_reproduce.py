@@ -22,7 +22,7 @@ from d500.competition.check import check_package
 from d500.competition.layout import SUBMISSION_FILES
 from d500.competition.package import Package
 from d500.competition.reproduce_compare import Series, compare, show
-from d500.competition.reproduce_time import too_fast
+from d500.competition.reproduce_time import slowdown, too_fast
 from d500.distributed.launcher import launch_train, mpiexec
 from d500.ledger import Ledger
 from d500.ledger.store import dumps
@@ -44,15 +44,9 @@ def test_two_drawn_runs_reproduce_and_agree(digits_package, rules_dir, tmp_path,
     result = run_d500(None, "reproduce", str(digits_package), "--runs", "2", "--seed",
                       str(seed), "--rules", str(rules_dir), "--ledger", str(ledger))
     out = result.stdout
-    # on the runs' own hardware their times are compared too: on a machine its LoadWatch marks
-    # loaded (a busy test machine), a time beyond the tolerance is inconclusive, never wrong
-    timed = [line for line in out.splitlines() if line.startswith("inconclusive: ")]
-    assert all(re.match(r"inconclusive: run \d+: (time_to_accuracy|evaluation times): ", line)
-               for line in timed), out
-    assert result.returncode == (1 if timed else 0), out + result.stderr
+    assert result.returncode == 0, out + result.stderr
     assert f"2 of 6 re-runnable run(s) chosen with seed {seed} (given" in out
-    inconclusive = {line.split(":")[1] for line in timed}  # " run N"
-    assert f"{2 - len(inconclusive)} of 2 run(s) agree with the package" in out
+    assert "2 of 2 run(s) agree with the package" in out
     assert "DISAGREES" not in out and "disagrees:" not in out
     assert "a draw of 2 of 6 holds at least one forged run with probability 33% if 1 is, 60% if " \
            "2 are, 80% if 3 are forged (1 - C(N-F,K)/C(N,K)); 95% needs --runs 6 for 1, " \
@@ -167,10 +161,10 @@ def _halved(target: int) -> Callable[[dict[str, bytes]], None]:
 def test_a_time_halved_and_resealed_is_caught_on_the_same_hardware(digits_package, rules_dir,
                                                                    tmp_path, run_d500):
     """Time to accuracy halved in the figures, the evaluations and the MLLOG alike, re-sealed:
-    reproduced on the run's own hardware, its times disagree on an idle machine. On one its
-    LoadWatch marks loaded (this suite's machine, shared, ran the same run in 0.3-0.47 s and
-    9-19 s for the fixture's) load can hide the 2x or make it inconclusive: the checks then
-    follow the tolerance, and everything but the times still agrees."""
+    reproduced on the run's own hardware, its times disagree on a machine its LoadWatch does
+    not mark loaded. On a loaded one (this suite's shared machine ran the fixture's run in 9 to
+    19 s) the tolerance widens by the load, which can hide the 2x: the checks then follow it,
+    and everything but the times still agrees."""
     target = _seed_runs(digits_package)[0]
     forged = repack(digits_package, tmp_path / "halved.tar.gz", _halved(target))
     pkg = Package.open(forged)
@@ -187,13 +181,13 @@ def test_a_time_halved_and_resealed_is_caught_on_the_same_hardware(digits_packag
     by = {c["name"]: c for c in report["checks"]}
     assert by["time_to_accuracy"]["recorded"] == run.figures["time_to_accuracy"]
     assert all(c["agrees"] for c in report["checks"] if "time" not in c["name"]), report
-    loaded = Ledger(tmp_path / "l.sqlite").get(report["run_id"])["details"]["load_average"][
-        "loaded"]
+    load = slowdown(Ledger(tmp_path / "l.sqlite").get(report["run_id"])["details"][
+        "load_average"])
     for name in ("time_to_accuracy", "evaluation times"):
         c = by[name]
-        assert c["agrees"] is not too_fast(c["recorded"], c["reproduced"]), c
-        assert c["inconclusive"] is (not c["agrees"] and loaded), c
-    if not loaded:  # an idle machine: the spread of repeated runs is far below 2x
+        assert c["agrees"] is not too_fast(c["recorded"], c["reproduced"], load), c
+        assert not c["inconclusive"], c
+    if load == 1.0:  # not loaded: the spread of repeated runs is far below 2x
         assert report["verdict"] == "disagrees", report
         assert not by["time_to_accuracy"]["agrees"] and not by["evaluation times"]["agrees"]
     assert result.returncode == (0 if report["verdict"] == "agrees" else 1), result.stderr
