@@ -112,3 +112,18 @@ def test_the_odds_are_hypergeometric():
         "for 2, --runs 3 for 3")
     with pytest.raises(ValueError):
         at_least_one(3, 4, 1)
+
+
+def test_reproduces_json_and_report_carry_the_odds():
+    import json
+    from pathlib import Path
+
+    from d500.competition.reproduce import Reproduction, RunReport
+    from d500.competition.reproduce_cli import as_json
+    result = Reproduction(Path("p.tar.gz"), "0" * 64, "entry", 3, True, Path("l.sqlite"),
+                          drawn_from=[1, 2, 3, 4, 5, 6],
+                          runs=[RunReport(i, 2, "digits-mlp", "torch", 0) for i in (2, 5)])
+    data = json.loads(json.dumps(as_json(result)))
+    assert data["odds"]["drawn"] == 2 and data["odds"]["of"] == 6
+    assert data["odds"]["at_least_one_forged"]["1"] == pytest.approx(1 / 3)
+    assert data["odds"]["runs_for_95"] == {"1": 6, "2": 5, "3": 3}
