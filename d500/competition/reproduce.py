@@ -120,10 +120,13 @@ class Reproduction:
     drawn_from: list[int] = field(default_factory=list)
     left_out: dict[str, list[int]] = field(default_factory=dict)  # reason -> origin ids
     runs: list[RunReport] = field(default_factory=list)
+    split_seed: int | None = None
+    split: list[Check] = field(default_factory=list)  # per workload, under split_seed
 
     @property
     def agrees(self) -> bool:
-        return bool(self.runs) and all(r.agrees for r in self.runs)
+        return bool(self.runs) and all(r.agrees for r in self.runs) and all(
+            c.agrees for c in self.split)
 
     def odds(self) -> dict[str, Any]:
         """How likely this draw was to hold a forged run (d500.competition.reproduce_time)."""
@@ -187,6 +190,7 @@ def execute(prepared: Prepared, ledger: Path, details: dict[str, Any], data_dir:
         "submission": str(prepared.submission_dir),
         "seed": run.seed, "params": prepared.params, "details": details, "data": data_dir,
         "threads": None if level3 else prepared.threads, "out": str(out),
+        "split_seed": details["reproduction"].get("split_seed"),
         "group": f"reproduction of run {run.origin_id} ({details['reproduction']['package']})",
     }, indent=1, default=str))
     argv = [sys.executable, "-m", "d500.competition.reproduce_job", str(job)]
@@ -215,8 +219,10 @@ def execute(prepared: Prepared, ledger: Path, details: dict[str, Any], data_dir:
     return {"run_id": None, "status": "failed", "error": why}
 
 
-def report_of(prepared: Prepared, result: dict[str, Any], ledger: Any) -> RunReport:
-    """The checks of one re-run run against its origin."""
+def report_of(prepared: Prepared, result: dict[str, Any], ledger: Any,
+              split_seed: int | None = None) -> RunReport:
+    """The checks of one re-run run against its origin (under `split_seed`: its epochs to target
+    only, d500.competition.reproduce_split)."""
     run, wl = prepared.run, prepared.workload
     rep = RunReport(run.origin_id, run.level, run.workload, run.backend, run.seed,
                     run.world_size, None if run.trial is None else
@@ -234,6 +240,13 @@ def report_of(prepared: Prepared, result: dict[str, Any], ledger: Any) -> RunRep
     if run.level in (0, 1):
         from d500.competition import reproduce_level0, reproduce_level1
         rep.checks = (reproduce_level0 if run.level == 0 else reproduce_level1).checks(run, result)
+        return rep
+    if split_seed is not None:  # epochs only, judged pooled (reproduce_split.pooled)
+        from d500.competition import reproduce_split
+        rep.checks = [reproduce_split.check(run.figures, result.get("figures") or {},
+                                            (run.status, result["status"]),
+                                            _reference(prepared).metric
+                                            if _reference(prepared) else "epochs", split_seed)]
         return rep
     sizes = {"validation": wl.dataset["validation"], "test": wl.dataset["test"]}
     series = (Series.of(run.evaluations), Series.of(ledger.evaluations(rep.run_id)))
@@ -256,10 +269,12 @@ def report_of(prepared: Prepared, result: dict[str, Any], ledger: Any) -> RunRep
 
 def reproduce(pkg: Any, runs: int = 2, seed: int | None = None, ledger: str | Path | None = None,
               rules_dir: str | Path | None = None, data_dir: str | None = None,
-              note: Any = lambda text: None) -> Reproduction:
+              note: Any = lambda text: None, split_seed: int | None = None) -> Reproduction:
     """Draw `runs` runs of the package by `seed` (None: an unpredictable one, reported),
     refuse the draw unless every chosen run's workload file is the rulebook's, re-run each and
-    compare it; `note` gets a line as each run starts and ends."""
+    compare it; `note` gets a line as each run starts and ends. `split_seed`: re-run levels 2
+    and 3 under that split of the dataset instead of the workload's, and compare epochs to
+    target only (d500.competition.reproduce_split)."""
     from d500.ledger import Ledger
     from d500.paths import rulebook
 
@@ -277,6 +292,8 @@ def reproduce(pkg: Any, runs: int = 2, seed: int | None = None, ledger: str | Pa
     jobs = folder / "jobs"
     jobs.mkdir(parents=True, exist_ok=True)
     ready: list[Prepared | RunReport] = []
+    result.split_seed = split_seed
+    pairs: dict[str, tuple[Any, list[tuple[float, float]]]] = {}
     for run in chosen:  # every refusal before anything runs
         try:
             ready.append(prepare(pkg, run, rules, submission_dir))
@@ -297,9 +314,26 @@ def reproduce(pkg: Any, runs: int = 2, seed: int | None = None, ledger: str | Pa
         details = {"reproduction": {
             "package": pkg.sha256, "entry": result.entry, "origin_run": run.origin_id,
             "origin_row_hash": run.row_hash, "draw_seed": result.seed}}
+        if split_seed is not None and run.level in (2, 3):
+            details["reproduction"]["split_seed"] = split_seed
         found = execute(item, book.path, details, data_dir, jobs)
-        report = report_of(item, found, book)
+        report = report_of(item, found, book,
+                           split_seed if run.level in (2, 3) else None)
         result.runs.append(report)
+        if split_seed is not None and run.level in (2, 3):
+            pairs.setdefault(run.workload, (_reference(item), []))[1].extend(
+                (c.recorded, c.reproduced) for c in report.checks if not c.inconclusive)
         note(f"[{i}/{len(ready)}] run {run.origin_id}: reproduced as run {report.run_id}: "
              + report.verdict)
+    if split_seed is not None:
+        from d500.competition.reproduce_split import pooled
+        result.split = [pooled(name, found, reference, split_seed)
+                        for name, (reference, found) in pairs.items()]
     return result
+
+
+def _reference(prepared: Prepared) -> Any:
+    """The reference convergence of a prepared training run's workload (None: it has none)."""
+    from d500.competition import convergence
+    path = prepared.workload_file
+    return convergence.read(path.read_bytes(), path).reference

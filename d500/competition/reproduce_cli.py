@@ -1,6 +1,6 @@
-"""`d500 reproduce PACKAGE [--runs K] [--seed S] [--ledger PATH] [--rules DIR]`: re-run K randomly
-chosen runs of a submission package on this machine and compare what must not depend on it (and,
-on the runs' own hardware, their times), with the odds that the draw holds a forged run.
+"""`d500 reproduce PACKAGE [--runs K] [--seed S] [--split-seed S] [--ledger PATH] ...`: re-run K
+randomly chosen runs of a submission package on this machine and compare what must not depend on
+it (and, on the runs' own hardware, their times), with the odds that the draw holds a forged run.
 Exit 0 when every chosen run agrees, 1 when one disagrees (each named with the figure), 2 for
 bad input (not a package, K larger than its runs, a workload file that is not the rulebook's)."""
 
@@ -31,6 +31,10 @@ def main(argv: list[str], prog: str = "d500 reproduce") -> int:
                    help="the rulebook the workload files must match, laid out like levels/ "
                         "(default: d500's own)")
     p.add_argument("--data", metavar="DIR", help="where dataset files are (default $D500_DATA)")
+    p.add_argument("--split-seed", type=seed, metavar="S",
+                   help="re-run training runs under the dataset split of seed S, one the "
+                        "sender never saw, and compare their epochs to target only (a run "
+                        "that trained on rebuilt held-out data is slower there)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     args = p.parse_args(argv)
     from d500.competition.package import Package
@@ -39,7 +43,8 @@ def main(argv: list[str], prog: str = "d500 reproduce") -> int:
     pkg = Package.open(args.package)
     result = reproduce(pkg, runs=args.runs, seed=args.seed, ledger=args.ledger,
                        rules_dir=args.rules, data_dir=args.data,
-                       note=lambda text: print(text, file=sys.stderr, flush=True))
+                       note=lambda text: print(text, file=sys.stderr, flush=True),
+                       split_seed=args.split_seed)
     if args.json:
         print(json.dumps(as_json(result), indent=1, default=str))
     else:
@@ -119,6 +124,10 @@ def render(result: Any) -> None:
         notes += [f"{c.name}: {c.note}" for c in report.checks
                   if c.note and c.name != "evaluations"]
         out(f"  run {report.origin_id}: " + "; ".join(notes))
+    for check in result.split:
+        verdict = "inconclusive" if check.inconclusive else (
+            "agrees" if check.agrees else "DISAGREES")
+        out(f"{verdict} under a fresh split: {check.line()}")
     bad = [r for r in result.runs if not r.agrees]
     out(f"{len(result.runs) - len(bad)} of {len(result.runs)} run(s) agree with the package "
         "(what must not depend on the machine: status, steps and epochs to the target, "
@@ -131,7 +140,10 @@ def as_json(result: Any) -> dict[str, Any]:
             "seed": result.seed, "seed_given": result.seed_given, "ledger": str(result.ledger),
             "drawn_from": result.drawn_from, "left_out": result.left_out,
             "odds": result.odds() if result.drawn_from else None,
-            "agrees": result.agrees,
+            "agrees": result.agrees, "split_seed": result.split_seed,
+            "split": [{"check": c.name, "recorded": c.recorded, "reproduced": c.reproduced,
+                       "agrees": c.agrees, "inconclusive": c.inconclusive, "note": c.note}
+                      for c in result.split],
             "runs": [{"origin_run": r.origin_id, "level": r.level, "workload": r.workload,
                       "backend": r.backend, "seed": r.seed, "trial": r.trial,
                       "world_size": r.world_size, "run_id": r.run_id, "agrees": r.agrees,

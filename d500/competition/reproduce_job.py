@@ -11,7 +11,8 @@ The job file (written by d500.competition.reproduce):
     {"level": 2, "ledger": PATH, "workload": PATH | null, "submission": DIR, "backend": "torch",
      "case": NAME, "seed": 0, "params": {recipe_with parameters, level 0's recorded settings,
      or level 1's (d500.competition.reproduce_level1.prepare)}, "threads": 2 | null,
-     "details": {...}, "data": DIR | null, "group": "...", "out": PATH}
+     "details": {...}, "data": DIR | null, "group": "...", "out": PATH,
+     "split_seed": S | null (levels 2 and 3: the dataset split under that seed)}
 
 A separate process per run gives each its own thread count (TensorFlow cannot change its pools
 once it ran) and keeps one run's framework state out of the next.
@@ -52,6 +53,8 @@ def load(job: dict[str, Any]) -> tuple[Any, Any]:
 
     path = Path(job["workload"])
     workload = levels.of_file(path).load(path)
+    if job.get("split_seed") is not None:  # d500 reproduce --split-seed: a split never seen
+        workload.dataset = {**workload.dataset, "split_seed": int(job["split_seed"])}
     entry = submission.load(job["submission"])
     return workload, dataclasses.replace(entry, recipe=entry.recipe_with(job["params"]))
 
