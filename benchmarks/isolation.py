@@ -111,7 +111,7 @@ def case(name: str) -> Any:
     text = (ROOT / "levels" / "2-training" / "digits-lenet.yaml").read_text()
     text = text.replace("name: digits-lenet", "name: digits-resnet20").replace(
         "builder: lenet5", "builder: resnet20")
-    path = Path(tempfile.mkdtemp()) / "digits-resnet20.yaml"
+    path = Path(os.environ["D500_HOME"]) / "digits-resnet20.yaml"
     path.write_text(text)
     return workloads.load(path)
 
@@ -130,12 +130,16 @@ def one(name: str, seed: int, inprocess: bool, threads_: int) -> dict[str, float
 
 def fresh(name: str, seed: int, inprocess: bool, threads_: int) -> dict[str, float]:
     """In the fresh process of `one`."""
-    os.environ["D500_HOME"] = tempfile.mkdtemp(prefix="d500-isolation-")
+    home = tempfile.TemporaryDirectory(prefix="d500-isolation-")
+    os.environ["D500_HOME"] = home.name
     from d500 import threads
     from d500.training import submission
     threads.configure(threads_, ["torch"])
     recipe = submission.load(ROOT / "submissions" / "sgd-momentum").recipe
-    return run(case(name), recipe, seed, inprocess)
+    try:
+        return run(case(name), recipe, seed, inprocess)
+    finally:
+        home.cleanup()
 
 
 def main() -> None:
@@ -146,7 +150,8 @@ def main() -> None:
     p.add_argument("--warm", action="store_true",
                    help="both sides in this process, after a discarded run of each")
     args = p.parse_args()
-    os.environ["D500_HOME"] = tempfile.mkdtemp(prefix="d500-isolation-")
+    home = tempfile.TemporaryDirectory(prefix="d500-isolation-")
+    os.environ["D500_HOME"] = home.name
     from d500 import threads
     from d500.training import submission
     threads.configure(args.threads, ["torch"])

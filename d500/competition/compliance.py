@@ -21,6 +21,8 @@ What is left out of MLPerf Training 6.1.0's common rules, and why:
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from functools import cache
 from pathlib import Path
@@ -75,6 +77,7 @@ def rules_file(level: int, status: str = "succeeded") -> Path:
     import yaml
     kind = {"succeeded": "trained", "diverged": "started"}.get(status, "stopped")
     folder = Path(tempfile.mkdtemp(prefix="d500-mlperf-rules-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # (it leaked one per process)
     path = folder / f"d500_training_{RULESET}_level{level}_{kind}.yaml"
     path.write_text(yaml.safe_dump(rules(level, status)), encoding="utf-8")
     return path
