@@ -15,6 +15,7 @@ stack must find neither the judge's clock nor the held-out data, so the judge ne
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -53,9 +54,13 @@ class EntryOptimizer:
             return
         request = json.dumps({"file": str(self.file), "class": self.class_name,
                               "points": todo}, default=str)
+        here = str(Path(__file__).resolve().parents[2])  # this d500, wherever it was imported
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [here, *filter(None, [os.environ.get("PYTHONPATH")])])}
         try:
             done = subprocess.run([sys.executable, "-m", "d500.training.entry"], input=request,
-                                  capture_output=True, text=True, timeout=PROBE_TIMEOUT)
+                                  capture_output=True, text=True, timeout=PROBE_TIMEOUT,
+                                  env=env)
         except subprocess.TimeoutExpired:
             raise ConfigError(f"{self.file}: importing it and checking its hyperparameters took "
                               f"over {PROBE_TIMEOUT:g} s") from None

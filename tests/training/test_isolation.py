@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import sys
 import time
 import types
@@ -228,3 +229,25 @@ def test_a_level3_target_met_after_the_budget_is_a_miss(home, monkeypatch):
     assert result.status == "missed", result.error
     f = ledger.get(result.run_id)["figures"]
     assert f["time_to_accuracy"] == math.inf and f["val_accuracy"] >= 0.5
+
+
+def test_the_judge_validates_an_entrys_optimizer_without_importing_it(tmp_path):
+    """submission.load checks the optimizer file's hyperparameters in a child process: the file
+    ran there (it leaves a mark), never here; a bad value is one ConfigError naming the
+    submission file and the hyperparameter."""
+    from d500.errors import ConfigError
+    mark = tmp_path / "imported-in"
+    code = ("import os\nfrom d500.training.optimizers.sgd import Momentum\n"
+            f"open({str(mark)!r}, 'a').write(str(os.getpid()) + '\\n')\n\n\n"
+            "class Marked(Momentum):\n    name = 'marked'\n")
+    entry = _entry(tmp_path, code, "Marked")
+    pids = mark.read_text().split()
+    assert pids and str(os.getpid()) not in pids
+    assert not [m for m in sys.modules if m.startswith("d500_submission_")]
+    assert entry.recipe.optimizer_name == "marked" and entry.recipe.hp()["lr"] == 0.1
+    data = yaml.safe_load((tmp_path / "entry" / "submission.yaml").read_text())
+    data["hyperparameters"] = {"lr": -1.0}
+    (tmp_path / "entry" / "submission.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"submission.yaml: .*hyperparameter 'lr' must be a "
+                                          r"finite number > 0, got -1.0"):
+        submission.load(tmp_path / "entry")
