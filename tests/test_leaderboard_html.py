@@ -302,10 +302,11 @@ def test_an_imported_package_shows_its_entry_and_the_forced_mark(tmp_path, monke
     [board] = [b for b in leaderboard.build(ledger) if b.workload == "gemm"]
     mine, imported = sorted(board.entries, key=lambda e: e.package is not None)
     assert mine.package is None and imported.package["forced"] is True
-    assert (mine.rank, imported.rank) == (1, 1)  # same name, different machines: ranked apart
+    # a forced import is listed with its mark but never ranked (issue 17: it never outranks)
+    assert (mine.rank, imported.rank) == (1, None)
     md = leaderboard.render(ledger, fmt="md", level=0)
     ledger.close()
     sha = imported.package["sha256"][:8]
-    assert re.search(rf"\| 1 \| other · package other {sha} ⚠ forced \(failed d500 check\) \| "
+    assert re.search(rf"\| — \| other · package other {sha} ⚠ forced \(failed d500 check\) \| "
                      rf"numpy \| 500 µs .*\| E\d \|", md), md
     assert re.search(r"\| 1 \| other \| numpy \| 2 ms ", md)  # our own run: no mark

@@ -21,7 +21,7 @@ from d500.ledger.relay import Relay
 from d500.levels import View
 from d500.training.seeds import required
 
-OTHER_CPU = "AMD EPYC 9654 96-Core Processor"
+OTHER_CPU = "Test Vendor T-9654 96-Core Processor"  # no real CPU's name is part of it
 
 
 @pytest.fixture

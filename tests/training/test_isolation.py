@@ -38,7 +38,8 @@ from d500.training.optimizers import Optimizer
 
 
 def _rows(array, seen):
-    if not isinstance(array, np.ndarray) or array.ndim < 2 or array[0].size != 64:
+    if not isinstance(array, np.ndarray) or array.ndim < 2 or not len(array) \
+            or array[0].size != 64:
         return
     for row in np.ascontiguousarray(array, dtype=np.float32).reshape(len(array), 64):
         seen.add(hashlib.sha256(row.tobytes()).hexdigest())
