@@ -187,15 +187,15 @@ class Judge:
     def __init__(self, backend_cls: Any, model: Any):
         from d500.training.optimizers import make
         self.trainer = backend_cls.prepare(model).trainer(make("sgd", lr=1.0), loss="loss")
+        self.shapes = {**self.trainer.parameter_shapes(),  # what every hand-over must match
+                       **{n: tuple(np.shape(v)) for n, v in self.trainer.buffers().items()}}
 
     def load(self, state: dict[str, np.ndarray]) -> None:
         """The worker's model, checked name by name against this one."""
         t = self.trainer
         if not isinstance(state, dict):
             raise D500Error(f"the worker handed over a {type(state).__name__}, not the model")
-        shapes = {**t.parameter_shapes(), **{n: tuple(np.shape(v)) for n, v in
-                                              t.buffers().items()}}
-        for name, shape in shapes.items():
+        for name, shape in self.shapes.items():
             if name not in state:
                 raise D500Error(f"the worker handed over no value for '{name}'")
             if tuple(np.shape(state[name])) != shape:
