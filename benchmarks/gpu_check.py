@@ -1,0 +1,204 @@
+"""d500's CUDA paths on a machine with an NVIDIA GPU: what runs, what disagrees with the CPU, how fast.
+
+Each stage prints its findings as it goes and a failure in one stage does not stop the next:
+1. the environment (GPU, torch, onnxruntime's providers, TensorFlow if installed);
+2. training on CUDA: 50 steps of the digits MLP and 20 of LeNet-5, losses against the CPU run
+   (the cross-framework bounds, 1e-4 and 1e-3 relative);
+3. the nine light models of the onnx package on CUDA, outputs against the CPU run;
+4. level-1 latency of light ResNet-50 at batch 1 on torch CUDA, torch CPU and onnxruntime
+   (CPU, and CUDA where its provider is installed), interleaved, medians;
+5. a one-rank NCCL process group (the collective DDP would use on GPUs);
+6. the ONNX node suite on torch with device CUDA, against the CPU's pinned failures (last: the
+   longest).
+
+    benchmarks/gpu_check.sh          # on the GPU machine; or, to rehearse here on the CPU:
+    .venv/bin/python benchmarks/gpu_check.py --device CPU --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from d500 import backends  # noqa: E402
+from d500.builders import build  # noqa: E402
+
+KNOWN = Path(__file__).resolve().parents[1] / "tests" / "backends" / "node_suite_failures"
+
+
+def stage(title: str):
+    """Run one stage under a heading; report its exception and its time, go on either way."""
+    def wrap(fn):
+        def run(*args):
+            print(f"\n== {title}", flush=True)
+            t0 = time.perf_counter()
+            try:
+                fn(*args)
+            except Exception:  # noqa: BLE001 - a check script reports every failure and goes on
+                print("FAILED:\n" + traceback.format_exc(limit=6), flush=True)
+            print(f"-- {time.perf_counter() - t0:.1f} s", flush=True)
+        return run
+    return wrap
+
+
+@stage("environment")
+def environment(device: str) -> None:
+    import onnx
+    import onnxruntime
+    import torch
+    print(f"python {platform.python_version()}, numpy {np.__version__}, onnx {onnx.__version__}, "
+          f"torch {torch.__version__} (CUDA build {torch.version.cuda}), "
+          f"onnxruntime {onnxruntime.__version__}")
+    print(f"torch.cuda.is_available(): {torch.cuda.is_available()}")
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        print(f"GPU: {p.name}, {p.total_memory / 2**30:.0f} GiB, {p.multi_processor_count} SMs")
+    print(f"onnxruntime providers: {onnxruntime.get_available_providers()}")
+    print(f"d500 torch backend supports {device}: "
+          f"{backends.get('torch').supports_device(device)}; onnxruntime backend: "
+          f"{backends.get('onnxruntime').supports_device(device)}")
+    try:
+        import tensorflow as tf
+        print(f"tensorflow {tf.__version__}, GPUs: {tf.config.list_physical_devices('GPU')}")
+    except ImportError:
+        print("tensorflow: not installed here, its CUDA path is not checked")
+
+
+def _known(name: str) -> set[str]:
+    lines = (KNOWN / f"{name}.txt").read_text().splitlines()
+    return {ln.split("#", 1)[0].strip().lstrip("~").strip() for ln in lines} - {""}
+
+
+@stage("ONNX node suite, torch backend")
+def node_suite(device: str, quick: bool) -> None:
+    from d500.conformance import backend_test_counts
+    pattern = r"test_(conv|gemm|relu|softmax|batchnorm)" if quick else ".*"
+    counts = backend_test_counts(backends.get("torch"), pattern=pattern, device=device)
+    print(f"{device}: {counts['passed']} passed, {len(counts['failed'])} failed, "
+          f"{counts['skipped']} skipped of {counts['run']}")
+    suffix = "_" + device.lower()
+    known = {t.removesuffix("_cpu") + suffix for t in _known("torch")}
+    new = sorted(set(counts["failed"]) - known)
+    print(f"failing on {device} but not in the CPU's pinned list ({len(new)}): "
+          + (", ".join(new) or "none"))
+
+
+@stage("light models of the onnx package: CUDA against CPU")
+def light_models(device: str, quick: bool) -> None:
+    from d500.networks.workloads import find, load
+    names = ["light-squeezenet"] if quick else [
+        "light-alexnet", "light-densenet121", "light-inception_v1", "light-inception_v2",
+        "light-resnet50", "light-shufflenet", "light-squeezenet", "light-vgg19",
+        "light-zfnet512"]
+    torch_backend = backends.get("torch")
+    for name in names:
+        model, _ = load(find(name)).onnx_model()
+        on_cpu = torch_backend.prepare(model, "CPU")
+        feed = _feed(on_cpu)
+        cpu = on_cpu.run(feed)[0]
+        gpu = torch_backend.prepare(model, device).run(feed)[0]
+        rel = float(np.max(np.abs(gpu - cpu)) / max(float(np.max(np.abs(cpu))), 1e-30))
+        print(f"{name}: max |CUDA - CPU| / max |CPU| = {rel:.1e}, "
+              f"argmax agrees: {bool(np.all(gpu.argmax(-1) == cpu.argmax(-1)))}")
+
+
+def _feed(exe) -> dict[str, np.ndarray]:
+    """Seeded normal data for a prepared model's first graph input (a non-initializer)."""
+    name = exe.input_names[0]
+    return {name: np.random.default_rng(0).standard_normal(exe.input_shapes[name],
+                                                            dtype=np.float32)}
+
+
+def _digits() -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.datasets import load_digits
+    data = load_digits()
+    order = np.random.default_rng(0).permutation(len(data.target))
+    return (data.images[order] / 16.0).astype(np.float32)[:, None], data.target[order]
+
+
+@stage("training on CUDA against CPU (momentum SGD, batch 32)")
+def training(device: str, quick: bool) -> None:
+    from d500.training.optimizers.registry import make
+    x, y = _digits()
+    for model, steps, bound in (("mlp", 50, 1e-4), ("lenet5", 20, 1e-3)):
+        feeds = [{"input": x[i * 32:(i + 1) * 32], "labels": y[i * 32:(i + 1) * 32].astype(
+            np.int64)} for i in range(steps)]
+        losses = {}
+        for dev in ("CPU", device):
+            exe = backends.get("torch").prepare(build(model, (1, 8, 8), 10, seed=0, loss=True),
+                                                dev)
+            trainer = exe.trainer(make("momentum", lr=0.05), loss="loss")
+            t0 = time.perf_counter()
+            losses[dev] = np.array([trainer.step(f, 0.05) for f in feeds], np.float64)
+            print(f"{model} on {dev}: {steps} steps in {time.perf_counter() - t0:.2f} s, "
+                  f"loss {losses[dev][0]:.4f} -> {losses[dev][-1]:.4f}")
+        rel = float(np.max(np.abs(losses[device] - losses["CPU"]) / np.abs(losses["CPU"])))
+        print(f"{model}: max relative loss difference {device}/CPU {rel:.1e} (bound {bound:g}) "
+              f"{'ok' if rel <= bound else 'OVER THE BOUND'}")
+
+
+@stage("level-1 latency, light ResNet-50, batch 1 (interleaved medians)")
+def latency(device: str, quick: bool) -> None:
+    import onnxruntime
+    import torch
+
+    from d500.networks.workloads import find, load
+    from d500.timing import measure_interleaved
+    model, _ = load(find("light-resnet50")).onnx_model()
+    runs = {f"torch {device}": backends.get("torch").prepare(model, device),
+            f"torch CPU ({torch.get_num_threads()} threads)": backends.get("torch").prepare(model),
+            "onnxruntime CPU": backends.get("onnxruntime").prepare(model)}
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        runs["onnxruntime CUDA"] = backends.get("onnxruntime").prepare(model, "CUDA")
+    feed = _feed(runs[f"torch {device}"])
+    times = measure_interleaved({k: (lambda e=e: e.run(feed)) for k, e in runs.items()},
+                                budget=1.0 if quick else 5.0)
+    base = times[f"torch {device}"].median
+    for name, t in times.items():
+        print(f"{name:34s} median {t.median * 1e3:8.2f} ms over {len(t.samples)} samples "
+              f"({t.median / base:.2f}x torch {device})")
+
+
+@stage("NCCL: a one-rank process group, allreduce on the GPU")
+def nccl(device: str, quick: bool) -> None:
+    import torch
+    import torch.distributed as dist
+    if not torch.cuda.is_available() or not dist.is_nccl_available():
+        print(f"NCCL not available here (cuda {torch.cuda.is_available()}, "
+              f"nccl {dist.is_nccl_available()}): not checked")
+        return
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29512")
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    t = torch.arange(4, dtype=torch.float32, device="cuda")
+    dist.all_reduce(t)
+    print(f"allreduce over 1 rank: {t.cpu().tolist()} (NCCL {torch.cuda.nccl.version()})")
+    dist.destroy_process_group()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="CUDA", help="CUDA (default), or CPU to rehearse")
+    parser.add_argument("--quick", action="store_true", help="a few node tests and one model")
+    parser.add_argument("--skip", default="", help="comma-separated stages to leave out")
+    args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    environment(args.device)
+    for name, fn in (("training", training), ("light", light_models), ("latency", latency),
+                     ("nccl", nccl), ("nodes", node_suite)):  # the longest stage last
+        if name not in skip:
+            fn(args.device, args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
