@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from onnx import TensorProto as T
@@ -125,13 +126,15 @@ def QuantizeLinear(node, x, scale, zero=None):
 
 @op
 def DynamicQuantizeLinear(node, x):
-    low = min(x.min().item(), 0.0)
-    high = max(x.max().item(), 0.0)
-    scale = (high - low) / 255.0
-    zero = float(torch.round(torch.tensor(-low / scale)).clamp(0, 255)) if scale else 0.0
-    y = torch.round(x / scale) + zero if scale else torch.zeros_like(x) + zero
-    return (y.clamp(0, 255).to(torch.uint8),
-            torch.tensor(scale, dtype=torch.float32, device=x.device),
+    # float32 throughout, as the operator defines, and a divisor on the device: CUDA multiplies
+    # by the reciprocal of a Python-number divisor, which rounded a value to 25 instead of 26.
+    low = np.float32(min(x.min().item(), 0.0))
+    high = np.float32(max(x.max().item(), 0.0))
+    scale = np.float32((high - low) / np.float32(255.0))
+    zero = float(np.clip(np.rint(-low / scale), 0, 255)) if scale else 0.0
+    divisor = torch.tensor(scale, dtype=torch.float32, device=x.device)
+    y = torch.round(x / divisor) + zero if scale else torch.zeros_like(x) + zero
+    return (y.clamp(0, 255).to(torch.uint8), divisor,
             torch.tensor(zero, dtype=torch.uint8, device=x.device))
 
 

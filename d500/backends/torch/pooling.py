@@ -54,9 +54,12 @@ def MaxPool(node, x):
     if _native_pool_ok(kernel, begin, end, ceil, extra) and not (
             x.dtype in (torch.int8, torch.uint8) and ceil):
         pool = _MAXPOOL[len(kernel)]
+        # CUDA has no 8-bit max pooling; float32 holds every 8-bit value exactly.
+        work = x.float() if x.dtype in (torch.int8, torch.uint8) and x.is_cuda else x
         if not want_indices:
-            return pool(x, kernel, strides, begin, dilations, ceil)
-        y, idx = pool(x, kernel, strides, begin, dilations, ceil, True)
+            return pool(work, kernel, strides, begin, dilations, ceil).to(x.dtype)
+        y, idx = pool(work, kernel, strides, begin, dilations, ceil, True)
+        y = y.to(x.dtype)
         spatial = x.shape[2:]
         plane = math.prod(spatial)
         if node.attr("storage_order", 0) == 1:
