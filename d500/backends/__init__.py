@@ -20,6 +20,7 @@ BUILTIN = {
     "torch": "d500.backends.torch:TorchBackend",
     "tensorflow": "d500.backends.tensorflow:TensorFlowBackend",
     "onnxruntime": "d500.backends.onnxruntime:OnnxRuntimeBackend",
+    "jax": "d500.backends.jax:JaxBackend",
 }
 
 # The one home of backend -> framework: (the module it imports, the distribution that provides
@@ -29,6 +30,7 @@ FRAMEWORKS = {
     "torch": ("torch", "torch"),
     "tensorflow": ("tensorflow", "tensorflow-cpu"),
     "onnxruntime": ("onnxruntime", "onnxruntime"),
+    "jax": ("jax", "jax"),
 }
 
 

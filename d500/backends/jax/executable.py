@@ -1,0 +1,233 @@
+"""JaxExecutable: an ONNX graph jitted whole (`jax.jit`) over its parameters and inputs.
+
+Float initializers are the parameters, arguments of the jitted function (setting them never
+retraces); other initializers are constants of the trace. Graph inputs whose *values* decide
+shapes (a Reshape target, Slice starts, Pad pads, axes, a Loop trip count, strings, ...) are
+baked into the trace as constants, one jitted function per distinct value, so every shape is
+static while tracing: which inputs those are is learnt from the first trace that needs one.
+
+64-bit types: ONNX has float64, int64 and uint64 tensors, which JAX computes only with
+`jax_enable_x64`. The backend enables it for its own work only (`jax.enable_x64(True)` around
+preparing, tracing and running), so JAX code elsewhere in the process keeps JAX's 32-bit
+defaults; inside, every value carries its ONNX dtype explicitly, so float32 stays float32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+import onnx
+from onnx import helper
+
+from d500.backends.base import Backend, Executable, to_numpy
+from d500.backends.graph import Program
+from d500.backends.jax.core import is_tracer
+from d500.backends.jax.ops import OPS, NeedsStatic
+from d500.errors import D500Error, UsageError
+
+# When a trace needs a value that no node names as a graph input (it reaches a shape through
+# other operators), integer inputs up to _BAKE_LIMIT elements and others up to _BAKE_SMALL are
+# baked.
+_BAKE_LIMIT, _BAKE_SMALL = 4096, 16
+
+
+def x64():
+    """The context the backend computes in: JAX's 64-bit types on (see the module docstring)."""
+    return jax.enable_x64(True)
+
+
+def translate(model: onnx.ModelProto) -> Program:
+    """The model's graph as a Program on the JAX op table."""
+    opsets = {("" if o.domain in ("", "ai.onnx") else o.domain): o.version
+              for o in model.opset_import}
+    functions = {(f.domain, f.name): f for f in model.functions}
+    return Program(model.graph, opsets, OPS, "jax", functions=functions)
+
+
+def _is_string(x: Any) -> bool:
+    return isinstance(x, np.ndarray) and x.dtype.kind in "OUS"
+
+
+def _traceable(x: Any) -> bool:
+    """Whether a value can cross the jit boundary (strings cannot: they are baked)."""
+    if isinstance(x, list):
+        return all(_traceable(v) for v in x)
+    return not _is_string(x)
+
+
+class JaxExecutable(Executable):
+    backend_name = "jax"
+
+    def __init__(self, model: onnx.ModelProto, device: str = "CPU"):
+        super().__init__(model, device)
+        self._device = jax.devices("gpu" if device.upper().startswith("CUDA") else "cpu")[0]
+        with x64():
+            self.program = translate(model)
+            arrays = {t.name: to_numpy(t) for t in model.graph.initializer}
+            wanted = set(self.parameter_names)
+            self._constants = {k: v for k, v in arrays.items() if k not in wanted}
+            self._params = {k: jax.device_put(arrays[k], self._device)
+                            for k in self.parameter_names}
+        self._bake: set[str] = set()
+        self._output_types = {o.name: o.type for o in model.graph.output}
+        self._input_dtypes = {
+            i.name: helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
+            for i in model.graph.input if i.type.HasField("tensor_type")
+            and i.type.tensor_type.elem_type}
+        self._functions: dict[tuple, Any] = {}  # baked key -> (jitted function, static outs)
+
+    # -- tracing --------------------------------------------------------------------------
+    def _split(self, feeds: Mapping[str, Any]) -> tuple[dict[str, Any], tuple]:
+        """Feeds for the jitted function, and the baked inputs as a hashable key."""
+        dynamic, baked = {}, []
+        for name, value in feeds.items():
+            if isinstance(value, np.ndarray) and value.dtype.kind == "V":
+                value = value.view(self._input_dtypes[name])  # raw 16-bit words: bfloat16
+            if value is not None and not isinstance(value, list) and not is_tracer(value) and (
+                    name in self._bake or _is_string(np.asarray(value))):
+                a = np.asarray(value)
+                raw = tuple(a.ravel().tolist()) if a.dtype.kind in "OUS" else a.tobytes()
+                baked.append((name, a.dtype.str, a.shape, raw))
+            else:
+                dynamic[name] = value
+        return dynamic, tuple(sorted(baked, key=lambda b: b[0]))
+
+    def _baked_values(self, baked: tuple) -> dict[str, Any]:
+        env = {}
+        for name, dtype, shape, raw in baked:
+            if isinstance(raw, tuple):
+                env[name] = np.array(raw, dtype=object).reshape(shape)
+            else:
+                env[name] = np.frombuffer(raw, dtype=np.dtype(dtype)).reshape(shape).copy()
+        return env
+
+    def _function(self, baked: tuple):
+        entry = self._functions.get(baked)
+        if entry is None:
+            fixed = {**self._constants, **self._baked_values(baked)}
+            static_outs: dict[int, Any] = {}
+
+            def call(params, feeds):
+                env = {**fixed, **params, **feeds}
+                outs = self.program.run(env)
+                result = []
+                for i, value in enumerate(outs):
+                    if _traceable(value):
+                        result.append(value)
+                    else:
+                        static_outs[i] = value
+                        result.append(None)
+                return result
+
+            entry = self._functions[baked] = (jax.jit(call), static_outs)
+        return entry
+
+    def _call(self, feeds: Mapping[str, Any]) -> list[Any]:
+        while True:
+            dynamic, baked = self._split(feeds)
+            fn, static_outs = self._function(baked)
+            try:
+                with x64():
+                    outs = fn(self._params, dynamic)
+            except NeedsStatic as err:
+                self._functions.pop(baked, None)
+                new = {n for n in err.names if n in feeds} - self._bake
+                if not new:
+                    new = {n for n, v in feeds.items() if isinstance(v, np.ndarray) and (
+                        v.dtype.kind in "iu" and v.size <= _BAKE_LIMIT or v.dtype.kind in "fb"
+                        and v.size <= _BAKE_SMALL)} - self._bake
+                if not new:
+                    raise err.error from None
+                self._bake |= new
+                continue
+            return [static_outs.get(i, o) for i, o in enumerate(outs)]
+
+    # -- the contract ---------------------------------------------------------------------
+    def run(self, inputs: Any, **kwargs: Any) -> list[Any]:
+        try:
+            outs = self._call(self.bind(inputs))
+        except D500Error:
+            raise
+        except (TypeError, ValueError, IndexError) as err:
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise UsageError(f"backend 'jax': the graph failed: {first}") from err
+        with x64():
+            return [self._to_numpy(name, o) for name, o in zip(self.output_names, outs)]
+
+    def parameters(self) -> dict[str, np.ndarray]:
+        with x64():
+            return {k: np.asarray(v) for k, v in self._params.items()}
+
+    def set_parameters(self, values: Mapping[str, np.ndarray]) -> None:
+        with x64():
+            for name, value in values.items():
+                current = self._params.get(name)
+                new = self.parameter_value(name, value, current)
+                self._params[name] = jax.device_put(new.astype(current.dtype), self._device)
+
+    def gradients(self, inputs: Any, *, output: str | None = None,
+                  grad_outputs: Mapping[str, np.ndarray] | None = None,
+                  wrt: Sequence[str] | None = None,
+                  ) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+        raise UsageError("backend 'jax' does not differentiate yet (its trainer, over "
+                         "jax.value_and_grad, is a later slice of issue 21)")
+
+    @property
+    def native(self) -> dict[str, Any]:
+        """The parameters as JAX arrays by name (the pytree a JAX trainer differentiates)."""
+        return self._params
+
+    # -- outputs ------------------------------------------------------------------------------
+    def _to_numpy(self, name: str, value: Any) -> Any:
+        t = self._output_types.get(name)
+        if isinstance(value, list):
+            elem = t.sequence_type.elem_type if t is not None and t.HasField(
+                "sequence_type") else None
+            return [self._convert(v, elem) for v in value]
+        if t is not None and t.HasField("optional_type"):
+            if value is None:
+                return None
+            inner = t.optional_type.elem_type
+            if isinstance(value, list):
+                elem = inner.sequence_type.elem_type if inner.HasField("sequence_type") else None
+                return [self._convert(v, elem) for v in value]
+            return self._convert(value, inner)
+        return self._convert(value, t)
+
+    @staticmethod
+    def _convert(value: Any, t: onnx.TypeProto | None) -> np.ndarray:
+        a = np.asarray(value)
+        if a.dtype.kind in "SU":
+            return a.astype(object)
+        if t is not None and t.HasField("tensor_type") and t.tensor_type.elem_type and (
+                a.dtype.kind != "O"):
+            try:
+                want = helper.tensor_dtype_to_np_dtype(t.tensor_type.elem_type)
+            except (KeyError, ValueError):
+                return a
+            if a.dtype != want:
+                a = a.astype(want)
+        return np.asarray(a)
+
+
+class JaxBackend(Backend):
+    name = "jax"
+    about = "jit: the whole translated graph as one jax.jit function (one per baked input value)"
+    trainable = False  # inference for now: the JAX trainer is a later slice of issue 21
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        if str(device).upper().startswith("CUDA"):
+            try:
+                return bool(jax.devices("gpu"))
+            except RuntimeError:
+                return False
+        return super().supports_device(device)
+
+    @classmethod
+    def _prepare(cls, model: onnx.ModelProto, device: str, **kwargs: Any) -> Executable:
+        return JaxExecutable(model, device)
+

@@ -1,0 +1,174 @@
+"""Linear algebra and quantization in JAX: MatMul, Gemm, Einsum, Det, integer and Q-linear ops."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from onnx import TensorProto as T
+
+from d500.backends.graph import registry
+from d500.backends.jax import dtypes
+from d500.backends.jax.conv import Conv
+from d500.backends.jax.core import in_type, norm_axis, onnx_type, out_type
+
+OPS, op = registry()
+_HIGHEST = lax.Precision.HIGHEST
+
+
+@op
+def MatMul(node, a, b):
+    if jnp.issubdtype(a.dtype, jnp.inexact):
+        return jnp.matmul(a, b, precision=_HIGHEST)
+    return jnp.matmul(a.astype(jnp.int64), b.astype(jnp.int64)).astype(a.dtype)
+
+
+@op
+def Gemm(node, a, b, c=None):
+    alpha, beta = node.attr("alpha", 1.0), node.attr("beta", 1.0)
+    if node.attr("transA", 0):
+        a = a.T
+    if node.attr("transB", 0):
+        b = b.T
+    y = jnp.matmul(a, b, precision=_HIGHEST)
+    if alpha != 1.0:
+        y = y * jnp.asarray(alpha, y.dtype)
+    if c is not None:
+        y = y + (c * jnp.asarray(beta, c.dtype) if beta != 1.0 else c)
+    return y.astype(a.dtype)
+
+
+@op
+def Einsum(node, *xs):
+    return jnp.einsum(node.attr("equation").replace(" ", ""), *xs, precision=_HIGHEST)
+
+
+@op
+def Det(node, x):
+    return jnp.linalg.det(x)
+
+
+# -- integer matmul and convolution --------------------------------------------------------------
+def _centered(x, zero_point, axis=None):
+    x = x.astype(jnp.int64) if not jnp.issubdtype(x.dtype, jnp.floating) else x
+    if zero_point is None:
+        return x
+    zp = zero_point.astype(x.dtype)
+    if axis is not None and zp.size > 1:
+        shape = [1] * x.ndim
+        shape[axis] = -1
+        zp = zp.reshape(shape)
+    return x - zp
+
+
+@op
+def MatMulInteger(node, a, b, a_zero=None, b_zero=None):
+    a = _centered(a, a_zero, 0 if a_zero is not None and a_zero.ndim else None)
+    b = _centered(b, b_zero, b.ndim - 1 if b_zero is not None and b_zero.ndim else None)
+    return jnp.matmul(a, b).astype(jnp.int32)
+
+
+@op
+def ConvInteger(node, x, w, x_zero=None, w_zero=None):
+    xc = _centered(x, x_zero).astype(jnp.float64)
+    wc = _centered(w, w_zero, 0).astype(jnp.float64)
+    return jnp.round(Conv(node, xc, wc)).astype(jnp.int32)
+
+
+def _scale_shape(x, scale, axis, block):
+    """`scale` (or a zero point) broadcastable against `x`: scalar, per-axis or per-block."""
+    if scale.ndim == 0 or scale.size == 1 and not block:
+        return scale.reshape(())
+    axis = norm_axis(axis, x.ndim)
+    if block:
+        return lax.slice_in_dim(jnp.repeat(scale, block, axis=axis), 0, x.shape[axis], axis=axis)
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    return scale.reshape(shape)
+
+
+class _CastNode:
+    """The attributes a cast reads (saturate, round mode) for a cast inside another op."""
+
+    def __init__(self, node, **attrs):
+        self._node, self._attrs = node, attrs
+
+    def attr(self, name, default=None):
+        return self._attrs.get(name, self._node.attr(name, default))
+
+    def unsupported(self, why):
+        return self._node.unsupported(why)
+
+
+@op
+def DequantizeLinear(node, x, scale, zero=None):
+    axis, block = node.attr("axis", 1), node.attr("block_size", 0)
+    s = _scale_shape(x, scale, axis, block)
+    xf = x.astype(jnp.float32)
+    if zero is not None:
+        xf = xf - _scale_shape(x, zero, axis, block).astype(jnp.float32)
+    y = xf * s.astype(jnp.float32)
+    target = out_type(node) or onnx_type(scale.dtype)
+    return dtypes.cast(_CastNode(node), y, target)
+
+
+_INT_RANGE = {T.UINT8: (0, 255), T.INT8: (-128, 127), T.UINT16: (0, 65535),
+              T.INT16: (-32768, 32767), T.UINT4: (0, 15), T.INT4: (-8, 7)}
+if hasattr(T, "UINT2"):
+    _INT_RANGE.update({T.UINT2: (0, 3), T.INT2: (-2, 1)})
+
+
+@op
+def QuantizeLinear(node, x, scale, zero=None):
+    axis, block = node.attr("axis", 1), node.attr("block_size", 0)
+    target = out_type(node) or (in_type(node, 2) if zero is not None else T.UINT8)
+    s = _scale_shape(x, scale, axis, block).astype(jnp.float32)
+    y = x.astype(jnp.float32) / s
+    if target in _INT_RANGE:
+        y = jnp.round(y)
+        if zero is not None:
+            y = y + _scale_shape(x, zero, axis, block).astype(jnp.float32)
+        low, high = _INT_RANGE[target]
+        return dtypes.cast(_CastNode(node), jnp.clip(y, low, high), target)
+    if zero is not None:
+        y = y + _scale_shape(x, zero, axis, block).astype(jnp.float32)
+    return dtypes.cast(_CastNode(node), y, target)
+
+
+@op
+def DynamicQuantizeLinear(node, x):
+    low = jnp.minimum(jnp.min(x), 0).astype(jnp.float32)
+    high = jnp.maximum(jnp.max(x), 0).astype(jnp.float32)
+    scale = (high - low) / jnp.float32(255.0)
+    safe = jnp.where(scale == 0, jnp.float32(1), scale)
+    zero = jnp.where(scale == 0, 0, jnp.clip(jnp.round(-low / safe), 0, 255))
+    y = jnp.where(scale == 0, zero, jnp.round(x / safe) + zero)
+    return (jnp.clip(y, 0, 255).astype(jnp.uint8), scale, zero.astype(jnp.uint8))
+
+
+@op
+def QLinearMatMul(node, a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero):
+    f = jnp.float64
+    af = (a.astype(f) - a_zero.astype(f)) * a_scale.astype(f)
+    bf = (b.astype(f) - _scale_shape(b, b_zero, -1, 0).astype(f)) * \
+        _scale_shape(b, b_scale, -1, 0).astype(f)
+    y = jnp.round(jnp.matmul(af, bf, precision=_HIGHEST) / y_scale.astype(f)) + y_zero.astype(f)
+    low, high = _INT_RANGE[out_type(node) or T.UINT8]
+    return jnp.clip(y, low, high).astype(y_zero.dtype)
+
+
+@op
+def QLinearConv(node, x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, bias=None):
+    f = jnp.float64
+    xf = (x.astype(f) - x_zero.astype(f)) * x_scale.astype(f)
+    wf = (w.astype(f) - _scale_shape(w, w_zero, 0, 0).astype(f)) * \
+        _scale_shape(w, w_scale, 0, 0).astype(f)
+    b = None
+    if bias is not None:
+        b = bias.astype(f) * (x_scale.astype(f) * w_scale.astype(f))
+    y = jnp.round(Conv(node, xf, wf, b) / y_scale.astype(f)) + y_zero.astype(f)
+    low, high = _INT_RANGE[out_type(node) or T.UINT8]
+    return jnp.clip(y, low, high).astype(y_zero.dtype)
+
+
+__all__ = ["OPS", "np"]

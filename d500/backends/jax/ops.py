@@ -1,0 +1,92 @@
+"""The JAX op table: every module's OPS (filled by d500.backends.graph.registry) combined into
+one dict, each function wrapped once:
+
+- folding: a node whose inputs are all known while tracing (constants, baked shape inputs,
+  shapes) is computed right away under `jax.ensure_compile_time_eval`, so shape arithmetic
+  (Shape -> Gather -> Concat -> Reshape, as in function-expanded operators) stays static;
+- a value an operator needs while tracing but gets only at run time (`core.NotStatic`) becomes
+  an UnsupportedOperator naming the node's traced inputs, which the executable then bakes.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import numpy as np
+
+from d500.backends.jax import (
+    activations,
+    control,
+    conv,
+    image,
+    indexing,
+    linalg,
+    math,
+    normalization,
+    pooling,
+    reduce,
+    shape,
+    softmax,
+)
+from d500.backends.jax.core import NotStatic, array, is_tracer
+
+NOT_FOLDED = {"If", "Loop", "Scan", "SequenceMap"}
+_FOLD_LIMIT = 1 << 16  # elements: larger constants are left to XLA's own folding
+
+
+class NeedsStatic(Exception):
+    """Raised through the walker: `names` are the node's inputs that were traced."""
+
+    def __init__(self, error: Exception, names: list[str]):
+        super().__init__(str(error))
+        self.error, self.names = error, names
+
+
+def _concrete(x: Any) -> bool:
+    if x is None:
+        return True
+    if isinstance(x, list):
+        return all(_concrete(v) for v in x)
+    if is_tracer(x):
+        return False
+    return getattr(x, "size", 0) <= _FOLD_LIMIT
+
+
+def _traced(x: Any) -> bool:
+    return any(_traced(v) for v in x) if isinstance(x, list) else is_tracer(x)
+
+
+def _jaxed(x: Any) -> Any:
+    if isinstance(x, np.ndarray) and x.dtype.kind not in "OUSV":
+        return array(x)
+    if isinstance(x, list):
+        return [_jaxed(v) for v in x]
+    return x
+
+
+def wrapped(name: str, fn):
+    fold = name not in NOT_FOLDED
+
+    @functools.wraps(fn)
+    def op(node, *args):
+        try:
+            if fold and args and all(_concrete(a) for a in args):
+                with jax.ensure_compile_time_eval():
+                    return fn(node, *[_jaxed(a) for a in args])
+            with jax.ensure_compile_time_eval():
+                args = tuple(_jaxed(a) for a in args)
+            return fn(node, *args)
+        except NotStatic as err:
+            traced = [n for n, a in zip(node.inputs, args) if n and _traced(a)]
+            raise NeedsStatic(node.unsupported(
+                f"the {err} must be known when the graph is traced"), traced) from None
+    return op
+
+
+OPS: dict = {}
+for _module in (math, activations, softmax, conv, pooling, normalization, shape, indexing,
+                reduce, linalg, control, image):
+    for _key, _fn in _module.OPS.items():
+        OPS[_key] = wrapped(_key.rpartition("::")[2], _fn)

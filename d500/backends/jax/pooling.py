@@ -1,0 +1,135 @@
+"""Pooling JAX ops: max, average and Lp pooling (windowed and global), MaxUnpool."""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from d500.backends.graph import registry
+from d500.backends.jax.conv import window_geometry
+from d500.backends.jax.core import ints
+
+OPS, op = registry()
+
+
+def _pool_geometry(node, x):
+    kernel = list(node.attr("kernel_shape"))
+    strides, dilations, begin, end = window_geometry(node, x, kernel)
+    ceil = bool(node.attr("ceil_mode", 0))
+    extra = []
+    for size, k, s, d, b, e in zip(x.shape[2:], kernel, strides, dilations, begin, end):
+        span = (k - 1) * d + 1
+        out = (size + b + e - span) / s
+        out = (math.ceil(out) if ceil else math.floor(out)) + 1
+        if ceil and (out - 1) * s >= size + b:
+            out -= 1
+        extra.append((out - 1) * s + span - (size + b + e))
+    return kernel, strides, dilations, begin, end, extra
+
+
+def _window(x, init, fn, kernel, strides, dilations, begin, end):
+    """reduce_window over the spatial axes with explicit (possibly negative) padding."""
+    pad = [(0, 0), (0, 0), *zip(begin, end)]
+    return lax.reduce_window(x, init, fn, (1, 1, *kernel), (1, 1, *strides), pad,
+                             window_dilation=(1, 1, *dilations))
+
+
+def _lowest(x):
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        return jnp.array(-jnp.inf, x.dtype)
+    return jnp.array(jnp.iinfo(x.dtype).min, x.dtype)
+
+
+@op
+def MaxPool(node, x):
+    kernel, strides, dilations, begin, end, extra = _pool_geometry(node, x)
+    end = [e + max(m, 0) for e, m in zip(end, extra)]
+    if not (len(node.outputs) > 1 and node.outputs[1]):
+        return _window(x, _lowest(x), lax.max, kernel, strides, dilations, begin, end)
+    spatial = x.shape[2:]
+    plane = math.prod(spatial)
+    if node.attr("storage_order", 0) == 1:  # column-major positions within a plane
+        index = np.arange(plane).reshape(spatial[::-1]).T
+    else:
+        index = np.arange(plane).reshape(spatial)
+    index = index + (np.arange(x.shape[0] * x.shape[1]) * plane).reshape(
+        x.shape[0], x.shape[1], *[1] * len(spatial))
+    index = jnp.asarray(index, jnp.int64)
+
+    def pick(a, b):
+        (av, ai), (bv, bi) = a, b
+        take_b = (bv > av) | ((bv == av) & (bi < ai))
+        return jnp.where(take_b, bv, av), jnp.where(take_b, bi, ai)
+
+    pad = [(0, 0), (0, 0), *zip(begin, end)]
+    y, idx = lax.reduce_window(
+        (x, index), (_lowest(x), jnp.array(np.iinfo(np.int64).max, jnp.int64)), pick,
+        (1, 1, *kernel), (1, 1, *strides), pad, window_dilation=(1, 1, *dilations))
+    return y, idx
+
+
+@op
+def AveragePool(node, x):
+    kernel, strides, dilations, begin, end, extra = _pool_geometry(node, x)
+    more = [max(e, 0) for e in extra]
+    zero = jnp.zeros((), x.dtype)
+    total = _window(x, zero, lax.add, kernel, strides, dilations, begin,
+                    [e + m for e, m in zip(end, more)])
+    ones = jnp.ones((1, 1, *x.shape[2:]), x.dtype)
+    if node.attr("count_include_pad", 0):
+        ones = jnp.pad(ones, [(0, 0), (0, 0), *[(max(b, 0), max(e, 0))
+                                                for b, e in zip(begin, end)]],
+                       constant_values=1)
+        count = _window(ones, zero, lax.add, kernel, strides, dilations,
+                        [min(b, 0) for b in begin],
+                        [min(e, 0) + m for e, m in zip(end, more)])
+    else:
+        count = _window(ones, zero, lax.add, kernel, strides, dilations, begin,
+                        [e + m for e, m in zip(end, more)])
+    return total / count
+
+
+@op
+def LpPool(node, x):
+    kernel, strides, dilations, begin, end, extra = _pool_geometry(node, x)
+    p = node.attr("p", 2)
+    end = [e + max(m, 0) for e, m in zip(end, extra)]
+    total = _window(jnp.abs(x) ** p, jnp.zeros((), x.dtype), lax.add, kernel, strides,
+                    dilations, begin, end)
+    return total ** (1.0 / p)
+
+
+@op
+def GlobalAveragePool(node, x):
+    return jnp.mean(x, axis=tuple(range(2, x.ndim)), keepdims=True)
+
+
+@op
+def GlobalMaxPool(node, x):
+    return jnp.max(x, axis=tuple(range(2, x.ndim)), keepdims=True)
+
+
+@op
+def GlobalLpPool(node, x):
+    p = node.attr("p", 2)
+    return jnp.sum(jnp.abs(x) ** p, axis=tuple(range(2, x.ndim)), keepdims=True) ** (1.0 / p)
+
+
+@op
+def MaxUnpool(node, x, indices, output_shape=None):
+    n = x.ndim - 2
+    kernel = list(node.attr("kernel_shape"))
+    strides = node.attr("strides") or [1] * n
+    pads = node.attr("pads") or [0] * (2 * n)
+    shape = list(x.shape[:2]) + [
+        (i - 1) * s + k - pads[d] - pads[d + n]
+        for d, (i, k, s) in enumerate(zip(x.shape[2:], kernel, strides))]
+    y = jnp.zeros(math.prod(shape), x.dtype).at[indices.reshape(-1)].set(x.reshape(-1))
+    y = y.reshape(shape)
+    if output_shape is not None:  # a larger output keeps the indices' coordinates
+        target = ints(output_shape, "output_shape")
+        y = jnp.pad(y, [(0, t - s) for t, s in zip(target, shape)])
+    return y

@@ -1,0 +1,74 @@
+"""The softmax family in JAX (Softmax, LogSoftmax, Hardmax) and the losses on
+log-probabilities (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss)."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from d500.backends.graph import registry
+from d500.backends.jax.core import norm_axis
+
+OPS, op = registry()
+
+
+def _softmax_like(node, x, fn):
+    if node.opset >= 13:
+        return fn(x, norm_axis(node.attr("axis", -1), x.ndim))
+    axis = norm_axis(node.attr("axis", 1), x.ndim)
+    flat = x.reshape(math.prod(x.shape[:axis]), -1)
+    return fn(flat, 1).reshape(x.shape)
+
+
+@op
+def Softmax(node, x):
+    return _softmax_like(node, x, lambda t, axis: jax.nn.softmax(t, axis=axis))
+
+
+@op
+def LogSoftmax(node, x):
+    return _softmax_like(node, x, lambda t, axis: jax.nn.log_softmax(t, axis=axis))
+
+
+@op
+def Hardmax(node, x):
+    def hardmax(t, axis):
+        hot = jax.nn.one_hot(jnp.argmax(t, axis=axis), t.shape[axis], dtype=t.dtype)
+        return jnp.moveaxis(hot, -1, axis)
+    return _softmax_like(node, x, hardmax)
+
+
+def _nll(node, log_prob, target, weight):
+    reduction = node.attr("reduction", "mean")
+    ignore = node.attr("ignore_index")
+    target = target.astype(jnp.int64)
+    valid = target != ignore if ignore is not None else jnp.ones(target.shape, bool)
+    safe = jnp.where(valid, target, 0)
+    loss = -jnp.take_along_axis(log_prob, safe[:, None], axis=1)[:, 0]
+    if weight is not None:
+        w = weight[safe] * valid.astype(log_prob.dtype)
+    elif ignore is not None and ignore != -1:  # (ONNX's reference: -1 is never masked here)
+        w = valid.astype(log_prob.dtype)
+    else:
+        w = None
+    if w is not None:
+        loss = loss * w
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    return loss.sum() / w.sum() if w is not None else loss.mean()
+
+
+@op
+def NegativeLogLikelihoodLoss(node, x, target, weight=None):
+    return _nll(node, x, target, weight)
+
+
+@op
+def SoftmaxCrossEntropyLoss(node, x, target, weight=None):
+    log_prob = jax.nn.log_softmax(x, axis=1)
+    loss = _nll(node, log_prob, target, weight)
+    return (loss, log_prob) if len(node.outputs) > 1 else loss
