@@ -23,8 +23,8 @@ from typing import Any
 
 from d500.paths import PROJECT_ROOT, cache
 
-PACKAGES = ("d500", "torch", "tensorflow", "tensorflow-cpu", "onnx", "onnxruntime", "numpy",
-            "mpi4py", "mpich")
+PACKAGES = ("d500", "torch", "tensorflow", "tensorflow-cpu", "onnx", "onnxruntime", "openvino",
+            "numpy", "mpi4py", "mpich")
 _collected: dict[str, Any] | None = None
 _peak_memo: dict[str, dict[str, Any]] = {}  # machine id -> the peak measured by this process
 
@@ -80,7 +80,7 @@ def summary(provenance: dict[str, Any]) -> str:
     gpu = ", ".join(g.get("name", "?") for g in provenance.get("gpus") or []) or "no GPU"
     pk = provenance.get("packages", {})
     vers = ", ".join(f"{k} {pk[k]}" for k in ("torch", "tensorflow", "tensorflow-cpu",
-                                               "onnxruntime", "numpy") if pk.get(k))
+                                               "onnxruntime", "openvino", "numpy") if pk.get(k))
     peak = provenance.get("peak_flops")
     peak_txt = f", peak {peak / 1e9:.0f} GFLOP/s" if peak else ""
     count = (provenance.get("threads") or {}).get("count")

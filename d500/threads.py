@@ -1,5 +1,6 @@
 """One intra-op thread count for every framework d500 times (torch, TensorFlow's intra- and inter-op
-pools, onnxruntime's sessions, NumPy's BLAS), set once per process: comparisons are fair only then.
+pools, onnxruntime's sessions, OpenVINO's compiled models, NumPy's BLAS), set once per process:
+comparisons are fair only then.
 
     from d500 import threads
     threads.configure(4, threads.frameworks(["torch", "tensorflow"]))  # before anything runs
@@ -93,8 +94,8 @@ def apply(module: str, n: int) -> None:
         torch.set_num_threads(n)
     elif module == "tensorflow":
         _tensorflow(n)
-    elif module == "onnxruntime":
-        pass  # per session: session_options() reads the count when a session is made
+    elif module in ("onnxruntime", "openvino"):
+        pass  # per session or compiled model: each reads recorded()'s count when it is made
 
 
 def _blas(n: int) -> None:
@@ -153,4 +154,6 @@ def actual() -> dict[str, Any]:
         found["tensorflow"] = {"intra": threading.get_intra_op_parallelism_threads(),
                                "inter": threading.get_inter_op_parallelism_threads()}
     found["onnxruntime"] = None if _setting is None else _setting["count"]
+    if "openvino" in sys.modules:  # INFERENCE_NUM_THREADS of each compiled model
+        found["openvino"] = None if _setting is None else _setting["count"]
     return found

@@ -1,4 +1,10 @@
-"""Backends by name: the `d500.backends` entry-point group (third parties add theirs there)."""
+"""Backends by name: the `d500.backends` entry-point group (third parties add theirs there).
+
+A backend is a framework and a mode: `torch` is the torch framework's default mode,
+`onnxruntime:basic` onnxruntime's mode `basic`. The entry points register frameworks; each
+framework's backend class names its modes (`Backend.modes`), and `get` gives the class of any
+of them. The full name is what a run records and what the boards tell apart.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ BUILTIN = {
     "tensorflow": "d500.backends.tensorflow:TensorFlowBackend",
     "onnxruntime": "d500.backends.onnxruntime:OnnxRuntimeBackend",
     "jax": "d500.backends.jax:JaxBackend",
+    "openvino": "d500.backends.openvino:OpenVinoBackend",
 }
 
 # The one home of backend -> framework: (the module it imports, the distribution that provides
@@ -31,13 +38,21 @@ FRAMEWORKS = {
     "tensorflow": ("tensorflow", "tensorflow-cpu"),
     "onnxruntime": ("onnxruntime", "onnxruntime"),
     "jax": ("jax", "jax"),
+    "openvino": ("openvino", "openvino"),
 }
 
 
+def split(name: str) -> tuple[str, str]:
+    """A backend name as (framework, mode): "onnxruntime:basic" -> ("onnxruntime", "basic"),
+    "torch" -> ("torch", "") (the framework's default mode)."""
+    base, _, mode = name.strip().partition(":")
+    return base, mode
+
+
 def framework(name: str) -> tuple[str, str] | None:
-    """(import module, distribution) of the framework backend `name` runs on, without importing
-    it; None for a backend this table does not know."""
-    return FRAMEWORKS.get(name)
+    """(import module, distribution) of the framework backend `name` (any of its modes) runs
+    on, without importing it; None for a backend this table does not know."""
+    return FRAMEWORKS.get(split(name)[0])
 
 
 def quiet_frameworks() -> None:
@@ -69,7 +84,7 @@ def import_quietly(module: str) -> ModuleType:
 
 
 def available() -> dict[str, str]:
-    """Every known backend name -> 'module:Class'."""
+    """Every known framework's backend name (its default mode) -> 'module:Class'."""
     found = dict(BUILTIN)
     for ep in entry_points(group="d500.backends"):
         found.setdefault(ep.name, ep.value)
@@ -77,17 +92,40 @@ def available() -> dict[str, str]:
 
 
 def installed() -> list[str]:
-    """Names of the backends whose framework can be imported here."""
+    """Names of the backends whose framework can be imported here, each framework's default
+    mode (what runs when no backend is named; its other modes run when named)."""
+    return [name for name in available() if is_installed(name)]
+
+
+def is_installed(name: str) -> bool:
+    """Whether the framework of backend `name` (any mode, not checked) can be imported here."""
     from importlib.util import find_spec
-    names = []
+    base = split(name)[0]
+    if base not in available():
+        return False
+    try:
+        module = framework(base)
+        return module is None or find_spec(module[0]) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def modes() -> dict[str, tuple[str, bool]]:
+    """Every mode of every known backend: full name -> (one line on what it is, installed).
+    A framework that is not installed shows its default mode alone (its class, which names the
+    modes, cannot be imported)."""
+    found: dict[str, tuple[str, bool]] = {}
     for name in available():
-        try:
-            module = framework(name)
-            if module is None or find_spec(module[0]) is not None:
-                names.append(name)
-        except (ImportError, ValueError):
+        if not is_installed(name):
+            found[name] = ("", False)
             continue
-    return names
+        try:
+            cls = get(name)
+        except UsageError:
+            found[name] = ("", False)
+            continue
+        found.update({full: (about, True) for full, about in cls.mode_names().items()})
+    return found
 
 
 def select(text: str | None) -> list[str]:
@@ -100,19 +138,28 @@ def select(text: str | None) -> list[str]:
         raise UsageError("--backends is empty")
     known = available()
     for name in names:
-        if name not in known:
+        base, mode = split(name)
+        if base not in known:
             raise UsageError(f"unknown backend '{name}' (known: {', '.join(known)})")
+        if mode and is_installed(base):
+            get(name)  # an unknown mode fails here, in one line naming the framework's modes
     return list(dict.fromkeys(names))
 
 
 def get(name: str) -> type[Backend]:
-    """The backend class registered under `name`; imports its framework now."""
+    """The backend class of `name` ("framework" or "framework:mode"); imports its framework
+    now. An unknown framework or mode is a UsageError naming the known ones."""
     known = available()
-    if name not in known:
+    base, mode = split(name)
+    if base not in known:
         raise UsageError(f"unknown backend '{name}' (known: {', '.join(known)})")
-    module, _, attr = known[name].partition(":")
+    module, _, attr = known[base].partition(":")
     try:
-        return getattr(import_module(module), attr)
+        cls = getattr(import_module(module), attr)
     except ImportError as err:
         raise UsageError(f"backend '{name}' is not installed here ({err.name or err}); "
-                         f"install d500[{name}]") from err
+                         f"install d500[{base}]") from err
+    if ":" in name and not mode:
+        raise UsageError(f"backend '{name}' names no mode (the modes of {base}: "
+                         f"{', '.join(cls.mode_names())})")
+    return cls.in_mode(mode)

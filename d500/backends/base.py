@@ -24,6 +24,10 @@ class Executable(onnx.backend.base.BackendRep):
     """
 
     backend_name: ClassVar[str] = "?"
+    # The dtype a mode computes the model's float32 tensors in when it is lower (an OpenVINO
+    # bf16 mode: "bfloat16"); its outputs are then judged at that dtype's tolerance. None: the
+    # model's own dtypes.
+    precision: str | None = None
 
     def __init__(self, model: onnx.ModelProto, device: str = "CPU"):
         self.model = model
@@ -140,6 +144,12 @@ class Executable(onnx.backend.base.BackendRep):
         """The framework's own object (torch.nn.Module, tf.Module, ...)."""
         raise NotImplementedError
 
+    def settings(self) -> dict[str, Any]:
+        """What the framework says its mode's settings are, once the model is prepared (the
+        graph optimization level, the inference precision it actually runs): recorded with a
+        level-1 run. Empty when the backend has nothing to say."""
+        return {}
+
     def trainer(self, optimizer: Any, loss: str = "loss", native: bool = False) -> Trainer:
         """A Trainer of this model on its backend: minimise the scalar output `loss` with the
         framework-neutral d500 `optimizer` (native=True: its framework-native twin instead).
@@ -151,11 +161,18 @@ class Executable(onnx.backend.base.BackendRep):
 class Backend(onnx.backend.base.Backend):
     """A framework backend, found by name in the `d500.backends` entry-point group."""
 
-    name: ClassVar[str] = "?"
+    name: ClassVar[str] = "?"  # "framework" for its default mode, "framework:mode" otherwise
     # The distribution of the framework it runs on, whose version is provenance. A backend that
     # d500.backends.FRAMEWORKS knows gets it from there; a third-party one sets it on its class.
     framework: ClassVar[str] = "?"
     trainable: ClassVar[bool] = True  # False for inference-only peers
+    # A backend is a framework and a mode. The class registered under the framework's name is
+    # its default mode (mode ""), `about` says in one line what that is; `modes` names the
+    # framework's other modes, each with its one line. `in_mode` gives the class of another
+    # mode (a subclass whose `name` is "framework:mode"), which `_prepare` reads as `cls.mode`.
+    mode: ClassVar[str] = ""
+    about: ClassVar[str] = ""
+    modes: ClassVar[dict[str, str]] = {}
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
@@ -163,6 +180,38 @@ class Backend(onnx.backend.base.Backend):
         known = framework(cls.name)
         if known is not None and "framework" not in vars(cls):
             cls.framework = known[1]
+
+    @classmethod
+    def default_mode(cls) -> type[Backend]:
+        """The class of the framework's default mode (this class when it is that mode)."""
+        return next(c for c in cls.__mro__ if issubclass(c, Backend) and not c.mode)
+
+    @classmethod
+    def mode_names(cls) -> dict[str, str]:
+        """Every mode of the framework by its full backend name, the default first, each with
+        its one line."""
+        base = cls.default_mode()
+        return {base.name: base.about, **{f"{base.name}:{m}": about
+                                          for m, about in base.modes.items()}}
+
+    @classmethod
+    def in_mode(cls, mode: str) -> type[Backend]:
+        """The backend class of the framework's mode `mode` ("" the default); an unknown mode is
+        a UsageError naming the framework's modes."""
+        base = cls.default_mode()
+        if not mode:
+            return base
+        if mode not in base.modes:
+            raise UsageError(f"unknown backend mode '{base.name}:{mode}' (the modes of "
+                             f"{base.name}: {', '.join(base.mode_names())})")
+        made = _MODES.get((base, mode))
+        if made is None:
+            made = _MODES[base, mode] = type(
+                f"{base.__name__}_{mode}", (base,),
+                {"name": f"{base.name}:{mode}", "mode": mode, "about": base.modes[mode],
+                 "modes": {}, "__module__": base.__module__,
+                 "__qualname__": f"{base.__qualname__}_{mode}"})
+        return made
 
     @classmethod
     def version(cls) -> str:
@@ -210,6 +259,9 @@ class Backend(onnx.backend.base.Backend):
                                       kwargs.get("opset_version")), device).run(
             [np.asarray(x) for x in (inputs.values() if isinstance(inputs, Mapping)
                                      else inputs)])
+
+
+_MODES: dict[tuple[type[Backend], str], type[Backend]] = {}  # made once: one class per mode
 
 
 def node_model(node: onnx.NodeProto, inputs: Any,

@@ -1,4 +1,5 @@
-"""`d500 backends`: list known backends, whether their framework is installed, and its version."""
+"""`d500 backends`: every backend mode (a framework and a mode: `onnxruntime`,
+`onnxruntime:basic`), whether its framework is installed, and what the mode is."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from d500.cli import ArgumentParser
 
 def main(argv: list[str], prog: str) -> int:
     ArgumentParser(prog=prog, description=__doc__).parse_args(argv)
-    installed = set(backends.installed())
-    for name, target in backends.available().items():
-        state = "installed" if name in installed else "not installed"
-        print(f"{name:<12} {state:<14} {target}")
+    found = backends.modes()
+    width = max(map(len, found), default=0) + 2
+    for name, (about, installed) in found.items():
+        state = "installed" if installed else "not installed"
+        print(f"{name:<{width}} {state:<14} {about or backends.available().get(name, '')}")
     return 0

@@ -1,4 +1,7 @@
-"""onnxruntime as an inference-only peer backend, for comparison.
+"""onnxruntime as an inference-only peer backend, for comparison, in two modes: `onnxruntime`
+(its full graph optimization, ORT_ENABLE_ALL: onnxruntime's own default) and
+`onnxruntime:basic` (ORT_ENABLE_BASIC: constant folding and redundant-node elimination, no node
+fusions or layout changes), which shows what the fusions are worth.
 
 onnxruntime refuses models whose IR version or default-domain opset is newer than it knows,
 even when every operator they use is unchanged since an opset it does know. Such models are
@@ -75,17 +78,23 @@ def _as_output(x: Any) -> Any:
     return x if x is None or isinstance(x, dict) else np.asarray(x)
 
 
+# mode -> onnxruntime's graph optimization level (a GraphOptimizationLevel member's name)
+OPTIMIZATION = {"": "ORT_ENABLE_ALL", "basic": "ORT_ENABLE_BASIC"}
+
+
 class OnnxRuntimeExecutable(Executable):
     backend_name = "onnxruntime"
 
-    def __init__(self, model: onnx.ModelProto, device: str = "CPU"):
+    def __init__(self, model: onnx.ModelProto, device: str = "CPU", mode: str = ""):
         super().__init__(model, device)
+        self.optimization = OPTIMIZATION[mode]
         self._session = self._open(model, device)
 
     def _open(self, model: onnx.ModelProto, device: str) -> Any:
         import onnxruntime as ort
         options = ort.SessionOptions()
         options.log_severity_level = 3
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, self.optimization)
         # Idle worker threads must not spin: d500 interleaves backends in one process, and a
         # spinning pool would steal the cores of whichever backend is timed next.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -154,10 +163,20 @@ class OnnxRuntimeExecutable(Executable):
     def native(self) -> Any:
         return self._session
 
+    def settings(self) -> dict[str, Any]:
+        options = self._session.get_session_options()
+        return {"graph_optimization_level": str(options.graph_optimization_level).split(".")[-1],
+                "intra_op_num_threads": options.intra_op_num_threads,
+                "providers": self._session.get_providers()}
+
 
 class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
     trainable = False
+    about = ("its full graph optimization (ORT_ENABLE_ALL: node fusions, layout changes); "
+             "inference only")
+    modes = {"basic": "basic graph optimization only (ORT_ENABLE_BASIC: constant folding, "
+                      "redundant nodes removed, no fusions); inference only"}
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
@@ -168,4 +187,4 @@ class OnnxRuntimeBackend(Backend):
 
     @classmethod
     def _prepare(cls, model: onnx.ModelProto, device: str, **kwargs: Any) -> Executable:
-        return OnnxRuntimeExecutable(model, device)
+        return OnnxRuntimeExecutable(model, device, cls.mode)

@@ -217,7 +217,7 @@ def preflight(prepared: Prepared, data_dir: str | None) -> None:
     run = prepared.run
     if run.level == 0:
         return
-    if run.backend not in backends.installed():
+    if not backends.is_installed(run.backend):
         raise UsageError(f"run {run.origin_id} ran on backend '{run.backend}', which is not "
                          f"installed here (installed: {', '.join(backends.installed())})")
     if run.level == 1:

@@ -199,6 +199,8 @@ def first_call(r: BackendBench, backend: type[Backend], model_path: Path,
         r.exe = backend.prepare(str(model_path))
         if timed:
             r.figures["translate_time"] = time.perf_counter() - t0
+        if settings := r.exe.settings():  # what the framework says its mode runs with
+            r.details["settings"] = settings
         say(f"{r.backend}: first call")
         t0 = time.perf_counter()
         outputs = [np.asarray(o) for o in r.exe.run(feeds1)]
@@ -223,7 +225,8 @@ def judge_agreement(r: BackendBench, outputs: list[np.ndarray],
         if "agreement" in metrics:
             r.details["agreement_note"] = "the reference backend could not run the model"
         return None
-    comparisons = [compare(o.name, got, want) for o, got, want in
+    precision = getattr(r.exe, "precision", None)  # a bf16 mode is judged at bf16's tolerance
+    comparisons = [compare(o.name, got, want, precision=precision) for o, got, want in
                    zip(r.exe.model.graph.output, outputs, reference_out)]
     r.figures["agreement"] = max((c.max_rel for c in comparisons), default=0.0)
     r.details["agreement"] = [c.as_dict() for c in comparisons]

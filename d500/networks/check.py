@@ -31,6 +31,7 @@ class BackendResult:
     unsupported: UnsupportedOperator | None = None
     seconds: float = 0.0  # prepare + one run
     comparisons: list[Comparison] = field(default_factory=list)
+    precision: str | None = None  # the lower dtype a mode computes in (openvino:bf16)
 
     @property
     def agrees(self) -> bool:
@@ -109,7 +110,8 @@ def run_backend(name: str, model: onnx.ModelProto, feeds: dict[str, np.ndarray]
     backend = get(name)
     t0 = time.perf_counter()
     try:
-        outputs = [np.asarray(o) for o in backend.prepare(model).run(feeds)]
+        exe = backend.prepare(model)
+        outputs = [np.asarray(o) for o in exe.run(feeds)]
     except UnsupportedOperator as err:
         return BackendResult(name, "unsupported", error=str(err), unsupported=err,
                              seconds=time.perf_counter() - t0)
@@ -117,7 +119,8 @@ def run_backend(name: str, model: onnx.ModelProto, feeds: dict[str, np.ndarray]
         return BackendResult(name, "error", error=str(err), seconds=time.perf_counter() - t0)
     except Exception as err:  # noqa: BLE001 - a backend crash is a result to report, not a crash
         return BackendResult(name, "error", error=describe(err), seconds=time.perf_counter() - t0)
-    return BackendResult(name, "ok", outputs=outputs, seconds=time.perf_counter() - t0)
+    return BackendResult(name, "ok", outputs=outputs, seconds=time.perf_counter() - t0,
+                         precision=getattr(exe, "precision", None))
 
 
 def check(model: onnx.ModelProto, feeds: dict[str, np.ndarray], backends: Sequence[str], *,
@@ -169,7 +172,7 @@ def _compare(result: BackendResult, baseline: BackendResult, output_names: list[
     """Compare one backend's outputs, output by output, with the baseline's."""
     if result.status != "ok":
         return
-    result.comparisons = [compare(n, got, want, rtol) for n, got, want in
+    result.comparisons = [compare(n, got, want, rtol, result.precision) for n, got, want in
                           zip(output_names, result.outputs, baseline.outputs)]
     if len(result.outputs) != len(output_names):
         result.comparisons.append(Comparison(

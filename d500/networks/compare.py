@@ -14,9 +14,14 @@ import numpy as np
 from d500 import tolerances
 
 
-def rtol_for(dtype: np.dtype) -> float:
-    """The tolerance for outputs of `dtype` (0 for integers and booleans: exact)."""
-    return tolerances.network(dtype)
+def rtol_for(dtype: np.dtype, precision: str | None = None) -> float:
+    """The tolerance for outputs of `dtype` (0 for integers and booleans: exact); a backend
+    mode that computes in a lower `precision` (openvino:bf16: "bfloat16") is judged at the
+    looser of the two for float outputs."""
+    tol = tolerances.network(dtype)
+    if precision is not None and np.dtype(dtype).kind in "fc":
+        tol = max(tol, tolerances.network(precision))
+    return tol
 
 
 @dataclass
@@ -41,11 +46,12 @@ def _num(x: float) -> float | str:
     return x if np.isfinite(x) else str(x)
 
 
-def compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float | None = None
-            ) -> Comparison:
-    """Compare `got` with the baseline `want` (see the module docstring for the rule)."""
+def compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float | None = None,
+            precision: str | None = None) -> Comparison:
+    """Compare `got` with the baseline `want` (see the module docstring for the rule);
+    `precision`: the dtype the backend computed in when lower (d500.backends.base.Executable)."""
     got, want = np.asarray(got), np.asarray(want)
-    tol = rtol_for(want.dtype) if rtol is None else rtol
+    tol = rtol_for(want.dtype, precision) if rtol is None else rtol
     if got.shape != want.shape:
         return Comparison(name, np.inf, np.inf, tol, False,
                           f"shape {_shape(got)} instead of {_shape(want)}")

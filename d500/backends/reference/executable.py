@@ -220,6 +220,8 @@ class ReferenceExecutable(Executable):
 
 class ReferenceBackend(Backend):
     name = "reference"
+    about = ("NumPy: onnx.reference.ReferenceEvaluator forward, NumPy backward; the baseline "
+             "others are judged against")
 
     @classmethod
     def _prepare(cls, model: onnx.ModelProto, device: str, **kwargs: Any) -> Executable:

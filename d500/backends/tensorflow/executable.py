@@ -265,6 +265,7 @@ def _shape_inputs(program: Program) -> set[str]:
 
 class TensorFlowBackend(Backend):
     name = "tensorflow"
+    about = "graph: the translated model as a tf.function (traced once per input signature)"
 
     @classmethod
     def supports_device(cls, device: str) -> bool:

@@ -295,6 +295,7 @@ class TorchExecutable(Executable):
 
 class TorchBackend(Backend):
     name = "torch"
+    about = "eager: the ONNX graph walked op by op in torch, IEEE float32"
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
