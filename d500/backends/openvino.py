@@ -100,7 +100,9 @@ class OpenVinoExecutable(Executable):
 
     def run(self, inputs: Any, **kwargs: Any) -> list[np.ndarray]:
         feeds = {k: _as_input(v) for k, v in self.bind(inputs).items() if k in self._inputs}
-        results = self._request.infer(feeds)  # by output index; copies of the request's
+        # a synchronous call: the request may read the inputs in place and lend its outputs,
+        # which are copied once here (the next call overwrites them)
+        results = self._request.infer(feeds, share_inputs=True, share_outputs=True)
         return [np.array(results[k]) for k in self._outputs]
 
     def parameters(self) -> dict[str, np.ndarray]:
