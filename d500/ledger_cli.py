@@ -192,6 +192,7 @@ def _figures_text(figures: dict[str, float]) -> str:
 def _print_list(runs: list[dict[str, Any]], ledger: Any) -> None:
     from rich.table import Table
 
+    from d500.ledger.lifecycle import trial_label
     from d500.metrics import format_duration
 
     console = stdout_console()
@@ -205,7 +206,8 @@ def _print_list(runs: list[dict[str, Any]], ledger: Any) -> None:
                                                                "started", "time"))
     for r in runs:
         style = STATUS_STYLE.get(r["status"], "")
-        trial = f" (study {r['study']} trial {r['trial']})" if r["study"] is not None else ""
+        trial = (f" ({trial_label(r['study_number'], r['trial'], r['study'])})"
+                 if r["study"] is not None else "")
         if r["package"] is not None:
             trial += (f" (package {r['package']['sha256'][:12]}"
                       f"{', FORCED' if r['package']['forced'] else ''})")
@@ -222,6 +224,7 @@ def _print_run(run: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from d500.ledger.lifecycle import trial_label
     from d500.provenance import summary
 
     console = Console(soft_wrap=True)
@@ -229,8 +232,9 @@ def _print_run(run: dict[str, Any]) -> None:
     console.print(f"[bold]run {run['id']}[/]  level {run['level']}  {run['workload']}  "
                   f"{run['submission']} on {run['backend']}  [{style}]{run['status']}[/]")
     fields = [("seed", run["seed"]), ("started", run["started"]), ("stopped", run["stopped"]),
-              ("duration (s)", run["duration"]), ("study / trial", f"{run['study']} / "
-                                                 f"{run['trial']}" if run["study"] else None),
+              ("duration (s)", run["duration"]),
+              ("trial", trial_label(run["study_number"], run["trial"], run["study"])
+               if run["study"] is not None else None),
               ("hyperparameters", json.dumps(run["hyperparameters"], sort_keys=True)),
               ("figures", _figures_text(run["figures"])),
               ("details", json.dumps(run["details"], sort_keys=True, default=str)),

@@ -305,7 +305,8 @@ def check_completeness(ctx: Context, report: Report) -> None:
                     f"{ids(r.seed for r in other)}) are explorations: seeds the rules did not "
                     f"choose")
         name = result_name(level, workload, backend)
-        report.problems += [f"completeness: {name}: {p}" for p in study_problems(found, need)]
+        report.problems += [f"completeness: {name}: {p}"
+                            for p in study_problems(found, need, backend)]
         if found and entry is None:
             try:
                 entry = plans.packaged_entry(ctx.pkg)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from d500.ledger.lifecycle import study_number
 from d500.training.score import NOT_COUNTED  # statuses that are not a seed result
 from d500.training.tuning import DONE  # a trial's final statuses (not run again on resume)
 
@@ -149,6 +150,13 @@ class StudyRuns:
     record: dict[str, Any] | None
     trials: dict[int, list[Any]] = field(default_factory=dict)
 
+    @property
+    def label(self) -> str:
+        """The study as `d500 tune`, `d500 ledger list` and `d500 reproduce` name it: its number
+        in the entry's tuning (from 0, as its trials), else its origin id."""
+        number = study_number((self.record or {}).get("name"))
+        return f"study {number}" if number is not None else f"study id {self.id}"
+
 
 def group_studies(runs: list[Any], listed: list[dict[str, Any]]
                   ) -> tuple[dict[tuple[int, str, str], dict[int, StudyRuns]], list[str]]:
@@ -176,31 +184,38 @@ def group_studies(runs: list[Any], listed: list[dict[str, Any]]
     return out, problems
 
 
-def study_problems(studies: dict[int, StudyRuns], need: Requirement) -> list[str]:
+def study_problems(studies: dict[int, StudyRuns], need: Requirement,
+                   backend: str | None = None) -> list[str]:
     """Every study against the workload's exact budget (its recorded budget the workload's, its
     trial numbers 0..T-1, none beyond), gaps and unfinished trials, and fewer complete studies
     than the workload's tuning requires."""
     out, complete = [], 0
     size = need.trials
-    for sid, study in sorted(studies.items()):
+    if not studies and need.studies:
+        return [f"seed runs on this backend but no tuning here: every backend an entry has "
+                f"seed runs on needs the workload's full tuning on it too, {need.studies} "
+                f"studies of {need.trials} trials (`d500 tune` with "
+                f"{f'--backend {backend}' if backend else 'that backend'} runs them)"]
+    for _, study in sorted(studies.items()):
+        sid = study.label
         recorded = budget(study)
         if recorded != (need.studies, need.trials):
             what = ("no budget" if recorded is None else
                     f"a budget of {recorded[0]} studies of {recorded[1]} trials")
-            out.append(f"study {sid} records {what}; the workload's tuning is {need.studies} "
+            out.append(f"{sid} records {what}; the workload's tuning is {need.studies} "
                        f"studies of {need.trials} trials (d500 tune without --studies/--trials)")
         missing = [n for n in range(size) if n not in study.trials]
         unfinished = [n for n in range(size) if n in study.trials and not any(
             r.status in DONE for r in study.trials[n])]
         extra = sorted(n for n in study.trials if not 0 <= n < size)
         if missing:
-            out.append(f"study {sid}: trial(s) {ids(missing)} of 0..{size - 1} missing (a "
+            out.append(f"{sid}: trial(s) {ids(missing)} of 0..{size - 1} missing (a "
                        f"hidden trial is a gap)")
         if unfinished:
-            out.append(f"study {sid}: trial(s) {ids(unfinished)} never finished (only "
+            out.append(f"{sid}: trial(s) {ids(unfinished)} never finished (only "
                        f"interrupted or running attempts)")
         if extra:
-            out.append(f"study {sid}: trial(s) {ids(extra)} beyond the workload's {size} trials "
+            out.append(f"{sid}: trial(s) {ids(extra)} beyond the workload's {size} trials "
                        f"per study (only trials 0..{size - 1} may run and score)")
         if not missing and not unfinished:
             complete += 1

@@ -14,14 +14,12 @@ study run twice.
 from __future__ import annotations
 
 import math
-import re
 from types import SimpleNamespace
 from typing import Any
 
 from d500.competition.completeness import Requirement, StudyRuns, ids
 from d500.errors import D500Error
-
-NAME = re.compile(r": study (\d+) of \d+,")  # d500.training.tuning.study_name
+from d500.ledger.lifecycle import study_number
 
 
 def packaged_entry(pkg: Any) -> Any:
@@ -59,22 +57,22 @@ def plan_problems(studies: dict[int, StudyRuns], need: Requirement, entry: Any) 
     seeds = [[seed_of("trial", need.tuning_seed, s, t) for t in range(need.trials)]
              for s in range(need.studies)]
     out, places = [], {}
-    for sid, study in sorted(studies.items()):
+    for _, study in sorted(studies.items()):
         place = _place(study, seeds)
         if place is None:
-            out.append(f"study {sid}: neither its trials' seeds nor its name place it among the "
+            out.append(f"{study.label}: neither its trials' seeds nor its name place it among the "
                        f"workload's {need.studies} studies (tuning seed {need.tuning_seed})")
             continue
-        places.setdefault(place, []).append(sid)
+        places.setdefault(place, []).append(study.label)
         wrong = sorted({n for n, runs in study.trials.items() if 0 <= n < need.trials
                         for r in runs if not _fits(r, points[place][n], seeds[place][n])})
         if wrong:
-            out.append(f"study {sid}: trial(s) {ids(wrong)} do not hold the parameters and seed "
-                       f"that study {place + 1}'s Halton plan draws for their numbers (tuning "
+            out.append(f"{study.label}: trial(s) {ids(wrong)} do not hold the parameters and "
+                       f"seed that study {place}'s Halton plan draws for their numbers (tuning "
                        f"seed {need.tuning_seed}): trials renumbered, re-drawn or edited")
-    for place, sids in sorted(places.items()):
-        if len(sids) > 1:
-            out.append(f"studies {ids(sids)} are all study {place + 1} of the plan (a study run "
+    for place, labels in sorted(places.items()):
+        if len(labels) > 1:
+            out.append(f"{', '.join(labels)} are all study {place} of the plan (a study run "
                        f"more than once)")
     return out
 
@@ -86,9 +84,8 @@ def _place(study: StudyRuns, seeds: list[list[int]]) -> int | None:
             found = [s for s, row in enumerate(seeds) if 0 <= n < len(row) and row[n] == r.seed]
             if found:
                 return found[0]
-    match = NAME.search(str((study.record or {}).get("name") or ""))
-    place = int(match.group(1)) - 1 if match else -1
-    return place if 0 <= place < len(seeds) else None
+    place = study_number(str((study.record or {}).get("name") or ""))
+    return place if place is not None and 0 <= place < len(seeds) else None
 
 
 def _fits(run: Any, params: dict[str, Any], seed: int) -> bool:

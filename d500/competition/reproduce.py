@@ -51,6 +51,7 @@ from d500.competition.reproduce_prepare import (
 )
 from d500.competition.reproduce_time import hardware_note, odds, slowdown, time_checks
 from d500.errors import D500Error, UsageError
+from d500.ledger.lifecycle import study_number, trial_label
 
 LEVELS = (0, 1, 2, 3)
 NOT_DRAWN = {  # status -> why such a run is not re-run
@@ -225,8 +226,7 @@ def report_of(prepared: Prepared, result: dict[str, Any], ledger: Any,
     only, d500.competition.reproduce_split)."""
     run, wl = prepared.run, prepared.workload
     rep = RunReport(run.origin_id, run.level, run.workload, run.backend, run.seed,
-                    run.world_size, None if run.trial is None else
-                    f"study {run.study} trial {run.number}", result.get("run_id"))
+                    run.world_size, prepared.trial or None, result.get("run_id"))
     rep.threads = (f"{prepared.threads} ({prepared.threads_from})" if prepared.threads
                    else prepared.threads_from)
     rep.environment = environment_changes(run.environment, run.backend)
@@ -294,9 +294,12 @@ def reproduce(pkg: Any, runs: int = 2, seed: int | None = None, ledger: str | Pa
     ready: list[Prepared | RunReport] = []
     result.split_seed = split_seed
     pairs: dict[str, tuple[Any, list[tuple[float, float]]]] = {}
+    numbers = study_numbers(pkg)
     for run in chosen:  # every refusal before anything runs
         try:
             ready.append(prepare(pkg, run, rules, submission_dir))
+            if run.trial is not None:
+                ready[-1].trial = trial_label(numbers.get(run.study), run.number, run.study)
             preflight(ready[-1], data_dir)
         except Unreproducible as err:
             ready.append(RunReport(run.origin_id, run.level, run.workload, run.backend,
@@ -309,7 +312,7 @@ def reproduce(pkg: Any, runs: int = 2, seed: int | None = None, ledger: str | Pa
         note(f"[{i}/{len(ready)}] run {run.origin_id}: {run.workload} / {run.backend}"
              + ("" if run.seed is None else f" / seed {run.seed}")
              + (f" x{run.world_size} ranks" if run.world_size else "")
-             + (f", study {run.study} trial {run.number}" if run.trial else "")
+             + (f", {item.trial}" if item.trial else "")
              + f": re-running (recorded: {run.status})")
         details = {"reproduction": {
             "package": pkg.sha256, "entry": result.entry, "origin_run": run.origin_id,
@@ -330,6 +333,16 @@ def reproduce(pkg: Any, runs: int = 2, seed: int | None = None, ledger: str | Pa
         result.split = [pooled(name, found, reference, split_seed)
                         for name, (reference, found) in pairs.items()]
     return result
+
+
+def study_numbers(pkg: Any) -> dict[int, int | None]:
+    """{origin study id: its number in the entry's tuning} of the package's studies, so that
+    a trial is named as `d500 tune` and `d500 ledger list` name it."""
+    try:
+        return {s.get("id"): study_number(s.get("name")) for s in pkg.studies()
+                if isinstance(s, dict)}
+    except D500Error:  # an unreadable studies.json: d500 check names it
+        return {}
 
 
 def _reference(prepared: Prepared) -> Any:

@@ -40,6 +40,7 @@ class Prepared:
     threads: int | None
     threads_from: str
     timeout: float
+    trial: str = ""  # "study S trial T" of a tuning trial, as d500 tune and ledger list name it
 
 
 def rulebook_file(pkg: Any, run: Any, rules_dir: Path) -> Path:

@@ -19,7 +19,8 @@
 
     ledger.runs(level=None, workload=None, status=None, submission=None, backend=None,
                 group=None) -> list[dict]   # id, level, workload, submission, backend, status,
-        # seed, started, stopped, figures, details, study, trial, group, rank, world_size,
+        # seed, started, stopped, figures, details, study (its id), study_number (from 0 in
+        # its tuning), trial, group, rank, world_size,
         # parent, ... (a dead writer's `running` row shows as `interrupted`)
     ledger.get(run_id) -> dict              # the same plus evaluations, artifacts, provenance
     ledger.start_study(...) -> Study; study.trial(params, ...) -> Run (trial N of the study);

@@ -19,7 +19,9 @@ from d500.ledger.store import Store, loads, locked
 # runs, under which boards show all of them as one row, and how many such packages there are.
 _SOURCES = ("packages p2 WHERE p2.entry = p.entry AND p2.forced = p.forced AND EXISTS "
             "(SELECT 1 FROM runs r2 WHERE r2.package_id = p2.id)")
-RUN_SELECT = ("SELECT r.*, t.study_id AS study, t.number AS trial, p.entry AS package_entry, "
+RUN_SELECT = ("SELECT r.*, t.study_id AS study, t.number AS trial, "
+              "(SELECT name FROM studies WHERE id = t.study_id) AS study_name, "
+              "p.entry AS package_entry, "
               "p.sha256 AS package_sha256, p.forced AS package_forced, s.id AS source_id, "
               f"s.sha256 AS source_sha256, (SELECT COUNT(*) FROM {_SOURCES}) AS source_count "
               "FROM runs r LEFT JOIN trials t ON t.run_id = r.id "
@@ -197,7 +199,8 @@ class Ledger(Store, RunStarter[Run]):
             "hyperparameters": loads(r["hyperparameters"]) or {},
             "figures": loads(r["figures"]) or {}, "details": loads(r["details"]) or {},
             "error": r["error"], "environment": r["env_id"], "study": r["study"],
-            "trial": r["trial"], "group": r["run_group"], "rank": r["rank"],
+            "trial": r["trial"], "study_number": lifecycle.study_number(r["study_name"]),
+            "group": r["run_group"], "rank": r["rank"],
             "world_size": r["world_size"], "parent": r["parent_run"],
             "pid": r["pid"], "host": r["host"],
             "workload_file": r["workload_file"], "workload_text": r["workload_text"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import socket
 import time
 from collections.abc import Sequence
@@ -26,6 +27,24 @@ if TYPE_CHECKING:
 
 STATUSES = ("running", "succeeded", "failed", "diverged", "missed", "timeout", "interrupted")
 FINAL = STATUSES[1:]
+
+# How d500.training.tuning.study_name writes a study's place in its tuning ("study 2 of 3").
+_STUDY_OF = re.compile(r": study (\d+) of \d+,")
+
+
+def study_number(name: str | None) -> int | None:
+    """A study's number in its entry's tuning of one workload on one backend, counted from 0
+    as its trials are (the Halton plan's study index), read from the study's name; None for a
+    study not named by `d500 tune`."""
+    found = _STUDY_OF.search(name or "")
+    return None if found is None else int(found.group(1)) - 1
+
+
+def trial_label(number: int | None, trial: int | None, study_id: int | None = None) -> str:
+    """The one name of a tuning trial everywhere (tune, `ledger list/show`, check, reproduce):
+    "study S trial T", both counted from 0; a study not named by `d500 tune` by its id."""
+    study = f"study {number}" if number is not None else f"study id {study_id}"
+    return f"{study} trial {trial}"
 
 
 def iso(t: float | None) -> str | None:

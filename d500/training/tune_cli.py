@@ -26,6 +26,7 @@ def main(argv: list[str], prog: str = "d500 tune") -> int:
                         "its T ever score, and d500 check refuses another budget)")
     args = p.parse_args(argv)
     from d500 import backends
+    from d500.ledger.lifecycle import trial_label
     from d500.training import score
 
     workload, entry = resolve(args)  # the cheap checks first: no framework imported yet
@@ -45,8 +46,8 @@ def main(argv: list[str], prog: str = "d500 tune") -> int:
     def on_trial(trial: Any) -> Any:
         if bars:
             bars.pop().__exit__(None, None, None)
-        bar = progress_bar(f"study {trial.study + 1}/{studies}, trial {trial.number + 1}/"
-                           f"{trials}")
+        bar = progress_bar(f"{trial_label(trial.study, trial.number)} (of studies "
+                           f"0..{studies - 1}, trials 0..{trials - 1})")
         bars.append(bar.__enter__())
         return bar
 
@@ -79,7 +80,7 @@ def main(argv: list[str], prog: str = "d500 tune") -> int:
         return 0
     for t, r in report.ran:
         where = f" (rank {ranks[t.study, t.number]})" if (t.study, t.number) in ranks else ""
-        out.print(f"study {t.study + 1} trial {t.number + 1} {t.params}{where}: "
+        out.print(f"{trial_label(t.study, t.number)} {t.params}{where}: "
                   + line(workload, t.seed, r), highlight=False)
     if report.kept:
         out.print(f"{len(report.kept)} trial(s) already done were kept (resumed)",

@@ -178,11 +178,12 @@ class _Dispatcher(threading.Thread):
 
     def _give_up_silent(self, waiting: set[int], heard: dict[int, float],
                         holding: dict[int, Trial]) -> None:
+        from d500.ledger.lifecycle import trial_label
         now = time.monotonic()
         for rank in sorted(waiting - set(self.board.lost)):
             if now - heard[rank] > self.silence:
                 trial = holding.pop(rank, None)
-                doing = (f"while running study {trial.study + 1} trial {trial.number + 1}"
+                doing = (f"while running {trial_label(trial.study, trial.number)}"
                          if trial else "before asking for a trial")
                 self.board.lost[rank] = (f"rank {rank} sent nothing for {self.silence:g} s "
                                          f"{doing}")

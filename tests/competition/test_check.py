@@ -158,7 +158,7 @@ def test_a_removed_trial_is_a_gap(digits_package, rules_dir, tmp_path):
     assert Package.open(bad).member_problems() == []  # the manifest agrees: only a gap shows
     problems = _problems(bad, rules_dir)
     where = "completeness: digits-mlp (level 2) / torch: "
-    assert f"{where}study {study}: trial(s) 1 of 0..1 missing (a hidden trial is a gap)" \
+    assert f"{where}study 0: trial(s) 1 of 0..1 missing (a hidden trial is a gap)" \
         in problems
     assert f"{where}1 of its 2 study(ies) hold the workload's 2 trials, finished; its tuning " \
            f"requires 2" in problems

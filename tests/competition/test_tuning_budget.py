@@ -56,12 +56,12 @@ def test_extra_trials_are_refused_and_never_score(tuned, rules_dir):
     report = check(pkg, rules_dir)
     studies = sorted(s["id"] for s in pkg.studies())
     assert len(studies) == 2 and len(pkg.runs()) == 6
-    for sid in studies:
-        assert (f"{RESULT}study {sid} records a budget of 2 studies of 3 trials; the workload's "
-                f"tuning is 2 studies of 2 trials (d500 tune without --studies/--trials)"
-                in report.problems)
-        assert (f"{RESULT}study {sid}: trial(s) 2 beyond the workload's 2 trials per study (only "
-                f"trials 0..1 may run and score)" in report.problems)
+    for number in range(len(studies)):  # named by their number in the tuning, from 0
+        assert (f"{RESULT}study {number} records a budget of 2 studies of 3 trials; the "
+                f"workload's tuning is 2 studies of 2 trials (d500 tune without --studies/"
+                f"--trials)" in report.problems)
+        assert (f"{RESULT}study {number}: trial(s) 2 beyond the workload's 2 trials per study "
+                f"(only trials 0..1 may run and score)" in report.problems)
     assert not [p for p in report.problems if "Halton plan" in p]  # trials 0-1 are the plan's
     with Ledger(tuned["home"] / "ledger.sqlite") as book:
         [entry] = score.entries(book.runs(level=2))
@@ -98,9 +98,9 @@ def test_renumbered_trials_do_not_hold_their_numbers_parameters(tuned, rules_dir
     report = check(forged, rules_dir)
     completeness = [p for p in report.problems if p.startswith("completeness: ")]
     assert not [p for p in completeness if "budget" in p or "beyond" in p or "missing" in p]
-    for place, sid in enumerate(studies):
-        assert (f"{RESULT}study {sid}: trial(s) 0, 1 do not hold the parameters and seed that "
-                f"study {place + 1}'s Halton plan draws for their numbers (tuning seed 0): "
+    for place in range(len(studies)):
+        assert (f"{RESULT}study {place}: trial(s) 0, 1 do not hold the parameters and seed that "
+                f"study {place}'s Halton plan draws for their numbers (tuning seed 0): "
                 f"trials renumbered, re-drawn or edited") in completeness, completeness
 
 

@@ -148,7 +148,7 @@ def test_two_ranks_share_the_trials_and_rank_0_records_each_once(tmp_path):
 
     lines = first.stdout.splitlines()  # only rank 0 prints the summary
     assert sum(line.startswith("score: ") for line in lines) == 1
-    assert sum(line.startswith("study 1 trial ") for line in lines) == 4
+    assert sum(line.startswith("study 0 trial ") for line in lines) == 4
     assert any("(rank 1)" in line for line in lines)
     assert "Traceback" not in first.stderr
 
@@ -293,7 +293,7 @@ def test_a_silent_rank_is_given_up_and_the_job_ends(tmp_path, slow_entry):
     # rank 0 calls MPI_Abort(1); hydra SIGKILLs the stopped rank, and mpiexec reports rank 0's
     # 1 or that rank's 9 as its timing decides (tests/distributed/test_faults_mpi.py)
     assert proc.returncode in (1, 9), err
-    assert "rank 1 sent nothing for 5 s while running study 1 trial" in err
+    assert "rank 1 sent nothing for 5 s while running study 0 trial" in err
     assert "Traceback" not in err
     found = trials(home)
     summary = [(t["number"], t["run"]["rank"], t["run"]["status"]) for t in found]
