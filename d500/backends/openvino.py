@@ -46,7 +46,10 @@ def core() -> Any:
 
 
 def _as_input(x: Any) -> np.ndarray:
-    return np.ascontiguousarray(np.asarray(x))
+    """A C-contiguous array of the input's shape (np.ascontiguousarray would make a scalar 1-d,
+    which OpenVINO refuses for a rank-0 input)."""
+    a = np.asarray(x)
+    return a if a.flags.c_contiguous else a.copy(order="C")
 
 
 class OpenVinoExecutable(Executable):

@@ -81,3 +81,17 @@ def test_an_operator_it_lacks_is_named():
         backends.get("openvino").prepare(model)
     assert (err.value.op_type, err.value.domain, err.value.opset, err.value.node,
             err.value.backend) == ("FancyGelu", "com.example", 2, "act7", "openvino")
+
+
+def test_rank_0_inputs_stay_scalars():
+    # Clip-13's bounds are inputs of rank 0: passed as 1-element vectors OpenVINO refuses them
+    graph = helper.make_graph([helper.make_node("Clip", ["x", "lo", "hi"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+                               helper.make_tensor_value_info("lo", TensorProto.FLOAT, []),
+                               helper.make_tensor_value_info("hi", TensorProto.FLOAT, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    x = np.linspace(-2, 2, 6, dtype=np.float32).reshape(2, 3)
+    [y] = backends.get("openvino").prepare(model).run(
+        [x.T.copy().T, np.float32(-1), np.array(1, np.float32)])  # a non-contiguous x too
+    np.testing.assert_array_equal(y, np.clip(x, -1, 1))
