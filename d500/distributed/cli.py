@@ -121,7 +121,7 @@ def _checked(args: Any, world: int) -> tuple[Any, Any, Any]:
 def _run(args: Any, world: Any, workload: Any, entry: Any, spec: Any) -> int:
     from d500.distributed import faults
     from d500.distributed.comm import Communicator
-    from d500.distributed.trainer import Job
+    from d500.distributed.trainer import Job, judges
     from d500.distributed.trainer import train as train_run
     from d500.training.console import configure_threads, line, progress_bar
 
@@ -150,20 +150,25 @@ def _run(args: Any, world: Any, workload: Any, entry: Any, spec: Any) -> int:
     job = Job(comm, workload, entry, spec, args.backend, ledger=ledger, data_dir=args.data,
               group=group, limit=limit)
     results = []
-    for s in seeds:
-        title = (f"{workload.name} / {entry.name} / {args.backend} x{size} ranks seed {s}")
-        if rank == 0:
-            with progress_bar(title) as bar:
-                result = train_run(job, s, progress=bar)
-        else:
-            result = train_run(job, s)
-        results.append((s, result))
-        if rank == 0 and not args.json:
-            from d500.cli import stdout_console
-            from d500.training.cli import note
-            stdout_console().print(line(workload, s, result) + comm_line(result.figures)
-                                   + note(workload, entry, args.backend, s, size),
-                                   highlight=False)
+    waiting = judges(job, seeds)  # rank 0: every run's judge, before any entry code ran here
+    try:
+        for s in seeds:
+            title = (f"{workload.name} / {entry.name} / {args.backend} x{size} ranks seed {s}")
+            if rank == 0:
+                with progress_bar(title) as bar:
+                    result = train_run(job, s, progress=bar, judge=waiting.pop(s))
+            else:
+                result = train_run(job, s)
+            results.append((s, result))
+            if rank == 0 and not args.json:
+                from d500.cli import stdout_console
+                from d500.training.cli import note
+                stdout_console().print(line(workload, s, result) + comm_line(result.figures)
+                                       + note(workload, entry, args.backend, s, size),
+                                       highlight=False)
+    finally:
+        for judge in waiting.values():
+            judge.close()
     if rank == 0 and args.json:
         from d500.training.cli import exploration
         print(json.dumps([{"seed": s, "run_id": r.run_id, "status": r.status,

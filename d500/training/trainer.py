@@ -5,10 +5,11 @@ recorded in the ledger and the MLLOG.
 The judge and the entry live in different processes. This process (the supervisor) holds the
 clock, the validation and test splits, the evaluation, the stop rule, the ledger and the MLLOG;
 a worker process (d500.training.worker) holds the model, the optimizer (the submission's code)
-and the training split, and trains chunk by chunk: the steps up to the next evaluation. At the
-end of each chunk it hands the model's parameters over, and the supervisor evaluates them on its
-own copy of the model (Judge). The supervisor times what it observes (each chunk's round trip),
-never what the worker reports.
+and the training split, and trains chunk by chunk: the steps up to the next evaluation or the
+end of the epoch. Where an evaluation follows it hands the model's parameters over, and the
+supervisor evaluates them on its own copy of the model (Judge). The supervisor times what it
+observes (each chunk's round trip), never what the worker reports. Level 3's judge runs the same
+loop (`_supervise`) with the MPI ranks, behind rank 0, as its trainee (d500.distributed.judge).
 
 The clock (MLPerf's run_start) starts after the worker translated the model and built the
 optimizer, and before the first data is touched: dataset loading, batching, the transfer of the
@@ -209,13 +210,27 @@ class Judge:
         return self.trainer.predict(feeds)
 
 
+@dataclass
+class Layout:
+    """How the trainee splits each step: its global batch, one process's share of it, and the
+    MLLOG keys that describe that (level 3: ranks; level 2: one process, the recipe's batch)."""
+
+    batch: int
+    micro_batch: int | None = None
+    keys: Callable[[Any], None] | None = None  # logs the layout's own MLLOG keys
+
+
 def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir: str | None,
-               progress: Progress | None, worker: Any, judge: Judge
-               ) -> tuple[dict[str, float], str, str]:
+               progress: Progress | None, worker: Any, judge: Judge,
+               layout: Layout | None = None) -> tuple[dict[str, float], str, str]:
+    """The judge's loop, at level 2 and 3 alike: the clock, the data, chunk after chunk of
+    training by `worker` (d500.training.worker's protocol), the evaluations and the stop rule;
+    returns (figures, status, why). Raises Diverged at a non-finite loss."""
     from d500.training.data import dataset as datasets
     from d500.training.data.samplers import EpochSampler
     from d500.training.data.splits import split
 
+    layout = layout or Layout(recipe.batch_size)
     shape, _ = datasets.shape_of(workload.dataset["name"])
     log = run.mllog
     clock = Clock(start=run.begin())  # init_stop, run_start: the clock runs from here
@@ -223,19 +238,26 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
     # -- data, inside the clock: the worker gets the training split only
     t0 = clock.read()
     parts = split(datasets.load(workload.dataset["name"], data_dir), workload.split_spec())
-    sampler = EpochSampler(len(parts.train.y), recipe.batch_size, seed, workload.drop_last)
+    sampler = EpochSampler(len(parts.train.y), layout.batch, seed, workload.drop_last)
     steps_per_epoch = len(sampler)
     total_steps = workload.max_epochs * steps_per_epoch
     worker.give(parts.train.x, parts.train.y, total_steps)
     clock.data += clock.read() - t0
-    log_run_keys(log, workload, recipe, len(parts.train.y), len(parts.validation.y), shape)
+    log_run_keys(log, workload, recipe, len(parts.train.y), len(parts.validation.y), shape,
+                 layout.micro_batch)
+    if layout.keys is not None:
+        layout.keys(log)
 
     state: dict[str, Any] = {"step": 0, "losses": [], "val": None, "reached": None,
-                             "test_at_target": None, "test": None, "evaluated": None}
+                             "test_at_target": None, "test": None, "evaluated": None,
+                             "loaded": None}
 
     def evaluate(epoch: float) -> bool:
         """Validation (on the clock), then test (off the clock); True when the target is met."""
-        meta = {mllog.EPOCH_NUM: epoch, mllog.SAMPLES_COUNT: state["step"] * recipe.batch_size}
+        if state["loaded"] != state["step"]:
+            raise D500Error(f"the judge holds the model of step {state['loaded']}, not of step "
+                            f"{state['step']}, at an evaluation")
+        meta = {mllog.EPOCH_NUM: epoch, mllog.SAMPLES_COUNT: state["step"] * layout.batch}
         log.start(mllog.EVAL_START, metadata=meta)
         t = clock.read()
         val = accuracy(judge.predict, parts.validation.x, parts.validation.y)
@@ -278,16 +300,22 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
             count = steps_per_epoch - first
             if every:
                 count = min(count, every - state["step"] % every)
+            # the model is handed over only where an evaluation follows
+            want = bool((every and (state["step"] + count) % every == 0) or (
+                workload.every_epochs and (epoch + 1) % workload.every_epochs == 0
+                and first + count == steps_per_epoch))
             t = clock.read()
-            chunk = worker.train(epoch, first, count, remaining, tick(epoch))
+            chunk = worker.train(epoch, first, count, remaining, tick(epoch), want, state["val"])
             clock.train += clock.read() - t
-            judge.load(chunk.state)
             for loss in chunk.losses:
                 state["step"] += 1
                 if not math.isfinite(loss):
                     raise Diverged(f"the training loss is {loss} at step {state['step']} "
-                                   f"(epoch {epoch + 1})")
+                                   f"(epoch {epoch + 1}){chunk.where}")
                 state["losses"].append(loss)
+            if chunk.state is not None:
+                judge.load(chunk.state)
+                state["loaded"] = state["step"]
             if progress is not None and chunk.losses:
                 progress({"step": state["step"], "total": total_steps,
                           "loss": chunk.losses[-1], "val_accuracy": state["val"],
@@ -307,17 +335,23 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
                 break
         if stop or remaining() < 0:
             break
-    if state["reached"] is None and state["evaluated"] != state["step"]:
-        evaluate(state["step"] / steps_per_epoch)  # the end: always one last evaluation
+    last = state["reached"] is None and state["evaluated"] != state["step"]
+    t = clock.read()
+    final = worker.finish(last)  # the trainee's final model (level 3: the scheme's)
+    clock.train += clock.read() - t
+    if last:  # the end: always one last evaluation
+        judge.load(final)
+        state["loaded"] = state["step"]
+        evaluate(state["step"] / steps_per_epoch)
     reached = state["reached"]
     if reached is not None and reached[0] <= workload.max_seconds:
         status = "succeeded"
-    return _figures(workload, recipe, state, clock), status, _why(workload, state, status)
+    return _figures(workload, state, clock, layout.batch), status, _why(workload, state, status)
 
 
-def _figures(workload: Workload, recipe: Recipe, state: dict[str, Any], clock: Clock
+def _figures(workload: Workload, state: dict[str, Any], clock: Clock, batch: int
              ) -> dict[str, float]:
-    figures = run_figures(workload, state, clock, recipe.batch_size)
+    figures = run_figures(workload, state, clock, batch)
     figures["train_loss"] = state.get("train_loss", math.nan)
     return recorded(figures)
 

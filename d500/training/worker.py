@@ -15,12 +15,13 @@ It is spawned, not forked, so nothing of the supervisor's memory is copied into 
 with its supervisor (PR_SET_PDEATHSIG on Linux; EOF on its pipe elsewhere).
 
 The protocol, over one multiprocessing Pipe: the supervisor sends the Job, ("data", x, y,
-total_steps), then
-("train", epoch, first, count) per chunk (the steps up to the next evaluation) and ("stop",)
-when the time budget runs out mid-chunk; the worker answers ("ready",), ("tick", step, loss) at
-most every TICK seconds, ("trained", losses, state) at the end of a chunk, ("error", line) when
-anything failed. What the worker says of its own time is never used: the supervisor times each
-round trip itself.
+total_steps), then ("train", epoch, first, count, want, val) per chunk (the steps up to the next
+evaluation; `want`: hand the model over at its end) and ("stop",) when the time budget runs out
+mid-chunk, and at the end ("finish", want); the worker answers ("ready",), ("tick", step, loss)
+at most every TICK seconds, ("trained", losses, state or None, stopped, where) at the end of a
+chunk, ("state", state or None) to "finish", ("error", line) when anything failed. What the
+worker says of its own time is never used: the supervisor times each round trip itself. Level 3
+speaks the same protocol with its rank 0 (d500.distributed.judge), whose ranks train together.
 """
 
 from __future__ import annotations
@@ -61,26 +62,24 @@ class Job:
 @dataclass
 class Chunk:
     """What one chunk of training ended with: the losses of its steps, the model's parameters
-    and running statistics by name, and whether the worker stopped early (budget, divergence)."""
+    and running statistics by name (None when not asked for), whether the worker stopped early
+    (budget, divergence), and where a non-finite loss came from (level 3: " on rank N")."""
 
     losses: list[float]
-    state: dict[str, np.ndarray]
+    state: dict[str, np.ndarray] | None
     stopped: bool
+    where: str = ""
 
 
-class Worker:
-    """The supervisor's handle on one worker process."""
+class Trainee:
+    """The supervisor's side of the protocol over `conn` (a worker process, or level 3's rank
+    0); `grace`: seconds to stop after a stop message before the trainee is given up (None:
+    wait for the end of its chunk)."""
 
-    def __init__(self, job: Job):
-        ctx = multiprocessing.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=main, args=(child,), name="d500-worker", daemon=True)
-        self.process.start()
-        child.close()
-        try:  # the job goes over our pipe: a spawned child that dies while it reads its start-up
-            self.conn.send(job)  # data can hang its parent when that data exceeds a pipe buffer
-        except (OSError, ValueError):
-            pass  # the worker died at once: ready() says so
+    grace: float | None = GRACE
+
+    def __init__(self, conn: Any):
+        self.conn = conn
 
     def ready(self) -> None:
         """Wait until the worker built the model and the optimizer (a WorkerError if not)."""
@@ -92,19 +91,21 @@ class Worker:
         self.conn.send(("data", x, y, total_steps))
 
     def train(self, epoch: int, first: int, count: int, remaining: Callable[[], float],
-              tick: Callable[[int, float], None] | None) -> Chunk:
-        """Steps first..first+count-1 of `epoch`; `remaining()` is the time budget left on the
-        supervisor's clock: when it runs out the worker is told to stop after its current step
-        (and ended if it does not within GRACE s)."""
-        self.conn.send(("train", epoch, first, count))
+              tick: Callable[[int, float], None] | None, want: bool = True,
+              val: float | None = None) -> Chunk:
+        """Steps first..first+count-1 of `epoch`, the model handed over at the end if `want`;
+        `remaining()` is the time budget left on the supervisor's clock: when it runs out the
+        trainee is told to stop after its current step (and given up if it does not within
+        `grace` s). `val`: the last validation accuracy, for the trainee's progress display."""
+        self.conn.send(("train", epoch, first, count, want, val))
         stop_sent = False
         while True:
-            wait = GRACE if stop_sent else max(remaining(), 0.0)
-            if not self.conn.poll(wait):
+            wait = self.grace if stop_sent else max(remaining(), 0.0)
+            if not self._poll(wait):
                 if stop_sent:
                     self.close()
-                    raise WorkerError(f"the worker did not stop within {GRACE:g} s after the "
-                                      f"time budget ran out")
+                    raise WorkerError(f"the worker did not stop within {self.grace:g} s after "
+                                      f"the time budget ran out")
                 self.conn.send(("stop",))
                 stop_sent = True
                 continue
@@ -113,9 +114,60 @@ class Worker:
                 if tick is not None:
                     tick(message[1], message[2])
             elif message[0] == "trained":
-                return Chunk(list(message[1]), message[2], stop_sent or message[3])
+                return Chunk(list(message[1]), message[2], stop_sent or message[3],
+                             str(message[4]))
             else:
                 raise WorkerError(f"the worker sent '{message[0]}' during training")
+
+    def finish(self, want: bool) -> dict[str, np.ndarray] | None:
+        """The end of training: the final model if `want` (level 3's schemes finish here)."""
+        self.conn.send(("finish", want))
+        return self._expect("state", START)[1]
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def _poll(self, timeout: float | None) -> bool:
+        return self.conn.poll(timeout)
+
+    def _expect(self, what: str, timeout: float | None) -> tuple[Any, ...]:
+        if not self._poll(timeout):
+            self.close()
+            raise WorkerError(f"the worker sent no '{what}' within {timeout:g} s")
+        message = self._receive()
+        if message[0] != what:
+            raise WorkerError(f"the worker sent '{message[0]}' where '{what}' was due")
+        return message
+
+    def _receive(self) -> tuple[Any, ...]:
+        try:
+            message = self.conn.recv()
+        except (EOFError, OSError):
+            raise WorkerError(self._ended()) from None
+        if not isinstance(message, tuple) or not message or not isinstance(message[0], str):
+            raise WorkerError(f"the worker sent a malformed message ({type(message).__name__})")
+        if message[0] == "error":
+            raise WorkerError(str(message[1]))
+        return message
+
+    def _ended(self) -> str:
+        return "the worker ended without a word"
+
+
+class Worker(Trainee):
+    """The supervisor's handle on one worker process."""
+
+    def __init__(self, job: Job):
+        ctx = multiprocessing.get_context("spawn")
+        conn, child = ctx.Pipe()
+        super().__init__(conn)
+        self.process = ctx.Process(target=main, args=(child,), name="d500-worker", daemon=True)
+        self.process.start()
+        child.close()
+        try:  # the job goes over our pipe: a spawned child that dies while it reads its start-up
+            self.conn.send(job)  # data can hang its parent when that data exceeds a pipe buffer
+        except (OSError, ValueError):
+            pass  # the worker died at once: ready() says so
 
     def close(self) -> None:
         """End the worker (politely, then by force)."""
@@ -129,27 +181,9 @@ class Worker:
             self.process.join(timeout=5)
         self.conn.close()
 
-    def _expect(self, what: str, timeout: float) -> tuple[Any, ...]:
-        if not self.conn.poll(timeout):
-            self.close()
-            raise WorkerError(f"the worker sent no '{what}' within {timeout:g} s")
-        message = self._receive()
-        if message[0] != what:
-            raise WorkerError(f"the worker sent '{message[0]}' where '{what}' was due")
-        return message
-
-    def _receive(self) -> tuple[Any, ...]:
-        try:
-            message = self.conn.recv()
-        except (EOFError, OSError):
-            self.process.join(timeout=5)
-            raise WorkerError(f"the worker process ended (exit code {self.process.exitcode}) "
-                              f"without a word") from None
-        if not isinstance(message, tuple) or not message or not isinstance(message[0], str):
-            raise WorkerError(f"the worker sent a malformed message ({type(message).__name__})")
-        if message[0] == "error":
-            raise WorkerError(str(message[1]))
-        return message
+    def _ended(self) -> str:
+        self.process.join(timeout=5)
+        return f"the worker process ended (exit code {self.process.exitcode}) without a word"
 
 
 def main(conn: Any) -> None:
@@ -170,9 +204,14 @@ def main(conn: Any) -> None:
         sampler = EpochSampler(len(y), job.recipe.batch_size, job.seed, job.drop_last)
         while True:
             message = conn.recv()
+            if message[0] == "stop":
+                continue  # a stop that crossed the end of its chunk
+            if message[0] == "finish":
+                conn.send(("state", _state(trainer) if message[1] else None))
+                continue
             if message[0] != "train":
                 return  # exit (or anything else): the supervisor is done with us
-            _, epoch, first, count = message
+            _, epoch, first, count, want, _val = message
             order = list(sampler.epoch(epoch))[first:first + count]
             losses, stopped = [], False
             last = polled = time.perf_counter()
@@ -192,8 +231,7 @@ def main(conn: Any) -> None:
                 if time.perf_counter() - last >= TICK:
                     conn.send(("tick", steps, loss))
                     last = time.perf_counter()
-            state = {**trainer.parameters(), **trainer.buffers()}
-            conn.send(("trained", losses, state, stopped))
+            conn.send(("trained", losses, _state(trainer) if want else None, stopped, ""))
     except (EOFError, OSError, KeyboardInterrupt):
         return  # the supervisor went away
     except Exception as err:  # noqa: BLE001 - the submission's or backend's failure, as a line
@@ -201,6 +239,11 @@ def main(conn: Any) -> None:
             conn.send(("error", describe(err)))
         except (OSError, ValueError):
             pass
+
+
+def _state(trainer: Any) -> dict[str, np.ndarray]:
+    """The model as the judge loads it: parameters and running statistics by name."""
+    return {**trainer.parameters(), **trainer.buffers()}
 
 
 def _build(job: Job) -> Any:

@@ -11,6 +11,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -224,10 +225,45 @@ def test_a_target_met_after_the_budget_is_a_miss(home, monkeypatch):
     assert len(evaluations) == 1 and evaluations[0]["wall_time"] > wl.max_seconds
 
 
+class _ThreadProcess(threading.Thread):
+    """A Process stand-in that runs its target in a thread of this process, so that the test's
+    controlled clock (a monkeypatch here) reaches level 3's judge."""
+
+    exitcode = 0
+
+    def __init__(self, target, args, name, daemon):
+        super().__init__(target=target, args=args, name=name, daemon=daemon)
+
+    def kill(self):
+        pass
+
+
+class _Kept:
+    """A connection end whose close() waits for the end of the thread that reads it (the parent
+    closes its copy of the child's end once the child started; here they are the same)."""
+
+    def __init__(self, conn):
+        self._conn = conn
+
+    def close(self):
+        pass
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+
+def _pipe():
+    import multiprocessing
+    parent, child = multiprocessing.Pipe()
+    return parent, _Kept(child)
+
+
 def test_a_level3_target_met_after_the_budget_is_a_miss(home, monkeypatch):
-    """Level 3's loop (one rank, no MPI) keeps the rule with its own copy of the stop decision:
-    the same controlled clock."""
-    from d500.distributed import loop, spec
+    """Level 3's judge (one rank, no MPI) runs level 2's loop: the same controlled clock, the
+    same rule. The judge runs in a thread here so that the clock reaches it."""
+    import types
+
+    from d500.distributed import judge, spec
     from d500.distributed import workloads as level3
     from d500.distributed.comm import Communicator
     from d500.distributed.trainer import Job
@@ -237,7 +273,9 @@ def test_a_level3_target_met_after_the_budget_is_a_miss(home, monkeypatch):
         def now(self) -> float:
             return super().now() + (1000.0 if self.train > 0 else 0.0)
 
-    monkeypatch.setattr(loop, "Clock", Jump)
+    monkeypatch.setattr(trainer, "Clock", Jump)
+    threaded = types.SimpleNamespace(Pipe=_pipe, Process=_ThreadProcess)
+    monkeypatch.setattr(judge.multiprocessing, "get_context", lambda method: threaded)
     wl = level3.load(ROOT / "levels" / "3-distributed" / "digits-mlp.yaml")
     wl.target = 0.5
     entry = submission.load(ROOT / "submissions" / "sync")

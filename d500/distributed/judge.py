@@ -1,0 +1,303 @@
+"""Level 3's judge: a process of its own, spawned by rank 0 before any of the entry's code is
+imported anywhere, that holds what level 2's supervisor holds (d500.training.trainer): the
+clock, the validation and test splits, its own copy of the model to evaluate, the stop rule,
+the ledger run and the MLLOG. The MPI ranks hold the entry's code, the scheme and the training
+split, which the judge sends to rank 0 after run_start and rank 0 broadcasts.
+
+    judge = Judge.spawn(job, seed)      # rank 0, before build(): nothing of the entry's yet
+    run_id = judge.open()               # after every rank built: the ledger run opens
+    ...                                 # d500.distributed.loop.RankLoop relays the protocol
+    judge.lost("rank 1 died")           # any failure: the judge records the run failed
+
+Rank 0 speaks d500.training.worker's protocol to it, for all the ranks: the judge's loop is
+level 2's `_supervise`, so the two levels keep one clock, one evaluation and one stop rule. Rank
+0 relays each command to every rank (a chunk of steps, the end), hands over the scheme's model
+inside `scheme.evaluated()` where an evaluation follows, and at the end the ranks' figures
+(figures.RankStats, as they report them: step and communication times are the ranks' own;
+every scored time is the judge's). Failures reach the judge on a second pipe (`lost`), which
+it reads whenever it waits, and it records the run failed before it answers.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import socket
+import threading
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from typing import Any
+
+from d500.errors import D500Error, Diverged, describe
+from d500.training.worker import START, Trainee, WorkerError
+
+LOST_ACK = 30.0  # seconds a failing rank 0 waits for the judge to record the run
+
+
+@dataclass
+class Order:
+    """What the judge needs of one level-3 run (sent before the entry's code runs anywhere)."""
+
+    workload: Any  # d500.distributed.workloads.DistributedWorkload
+    entry: Any  # d500.training.submission.Submission (its optimizer file is never imported)
+    spec: Any  # d500.distributed.spec.Spec
+    backend: str
+    seed: int
+    world_size: int
+    global_batch: int
+    ledger_path: str
+    stamp: dict[str, Any] | None  # details every new run carries (a reproduction's)
+    data_dir: str | None
+    group: str
+    threads: dict[str, Any] | None  # rank 0's d500.threads.recorded(): recorded, and used here
+
+
+class Judge:
+    """Rank 0's handle on the judge process."""
+
+    def __init__(self, order: Order):
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self._lost, lost_child = ctx.Pipe()
+        self._lock = threading.Lock()
+        self.process = ctx.Process(target=main, args=(child, lost_child), name="d500-judge",
+                                   daemon=True)
+        self.process.start()
+        child.close()
+        lost_child.close()
+        self.conn.send(order)
+
+    @classmethod
+    def spawn(cls, job: Any, seed: int) -> Judge:
+        from d500 import threads
+        ledger = job.ledger
+        return cls(Order(job.workload, job.entry, job.spec, job.backend, seed, job.comm.size,
+                         job.global_batch, str(ledger.path), getattr(ledger, "stamp", None),
+                         job.data_dir, job.group, threads.recorded()))
+
+    def open(self) -> int:
+        """Open the ledger run (once every rank built); its id, or the judge's error raised."""
+        self.conn.send(("open",))
+        return int(self.expect("opened")[1])
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        self.conn.send(message)
+
+    def receive(self) -> tuple[Any, ...]:
+        """The judge's next command; its error as a D500Error."""
+        try:
+            message = self.conn.recv()
+        except (EOFError, OSError):
+            self.process.join(timeout=5)
+            raise D500Error(f"the judge process ended (exit code {self.process.exitcode}) "
+                            f"without a word") from None
+        if message[0] == "error":
+            raise D500Error(str(message[1]))
+        return message
+
+    def expect(self, what: str) -> tuple[Any, ...]:
+        message = self.receive()
+        if message[0] != what:
+            raise D500Error(f"the judge sent '{message[0]}' where '{what}' was due")
+        return message
+
+    def pending_stop(self) -> bool:
+        """Whether the judge said stop (the time budget ran out) while the ranks trained."""
+        stopped = False
+        while self.conn.poll(0):
+            message = self.receive()
+            if message[0] != "stop":
+                raise D500Error(f"the judge sent '{message[0]}' during training")
+            stopped = True
+        return stopped
+
+    def lost(self, why: str) -> None:
+        """Tell the judge the run failed (any thread; once); wait until it recorded that."""
+        with self._lock:
+            try:
+                self._lost.send(("lost", why))
+                if self._lost.poll(LOST_ACK):
+                    self._lost.recv()
+            except (EOFError, OSError, ValueError):
+                pass  # the judge is gone (it ended, or recorded the run already)
+
+    def close(self) -> None:
+        try:
+            self.conn.send(("exit",))
+        except (OSError, ValueError):
+            pass
+        self.process.join(timeout=30)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=5)
+        self.conn.close()
+        self._lost.close()
+
+
+class Ranks(Trainee):
+    """The judge's side: the ranks, behind rank 0, as one trainee. A stop message cannot end a
+    chunk early (every rank would have to agree on the step): the ranks stop at its end."""
+
+    grace = None
+
+    def __init__(self, conn: Any, lost: Any):
+        super().__init__(conn)
+        self.lost = lost
+
+    def _poll(self, timeout: float | None) -> bool:
+        ready = wait([self.conn, self.lost], timeout)
+        if self.lost in ready:
+            try:
+                _, why = self.lost.recv()
+            except (EOFError, OSError):
+                why = "rank 0 ended without a word"
+            raise Lost(why)
+        return bool(ready)
+
+    def stats(self) -> list[Any]:
+        """Every rank's figures.RankStats, gathered by rank 0."""
+        self.conn.send(("stats",))
+        return list(self._expect("stats", START)[1])
+
+    def close(self) -> None:
+        pass
+
+    def _ended(self) -> str:
+        return "rank 0 ended without a word"
+
+
+class Lost(WorkerError):
+    """A rank (or rank 0 itself) failed; the run is recorded failed with this line."""
+
+
+def main(conn: Any, lost: Any) -> None:
+    """The judge process: one level-3 run, from opening it to recording it."""
+    order: Order = conn.recv()
+    run, ranks = None, Ranks(conn, lost)
+    try:
+        message = conn.recv()
+        if message[0] != "open":
+            return  # rank 0 gave up before the run opened (a build failed on some rank)
+        run = _open(order)
+        conn.send(("opened", run.id))
+        _judge(order, run, ranks)
+    except Lost as err:
+        _failed(order, run, str(err))
+        _ack(lost)
+    except (EOFError, OSError, KeyboardInterrupt):
+        _failed(order, run, "rank 0 ended without a word")
+    except Exception as err:  # noqa: BLE001 - d500's own failure or a bad hand-over, as a line
+        text = describe(err)
+        _failed(order, run, text)
+        try:
+            conn.send(("error", text))
+        except (OSError, ValueError):
+            pass
+
+
+def _judge(order: Order, run: Any, ranks: Ranks) -> None:
+    """The run: level 2's loop over the ranks, their figures, the record, the result to rank 0."""
+    from d500 import backends
+    from d500.distributed import figures as figs
+    from d500.distributed.contention import Mark
+    from d500.distributed.loop import layout
+    from d500.provenance import LoadWatch
+    from d500.training.data import dataset as datasets
+    from d500.training.trainer import Judge as Model
+    from d500.training.trainer import _supervise, missed_figures, recorded
+
+    wl, entry = order.workload, order.entry
+    shape, classes = datasets.shape_of(wl.dataset["name"])
+    model = Model(backends.get(order.backend), wl.build_model(order.seed, shape, classes))
+    ranks.ready()
+    watch, mark = LoadWatch(), Mark.now()
+    try:
+        figures, status, why = _supervise(run, wl, entry.recipe, order.seed, order.data_dir,
+                                          None, ranks, model, layout(order))
+    except Diverged as err:
+        status, why, figures = "diverged", str(err), missed_figures(wl)
+        ranks.finish(False)
+    stats = ranks.stats()
+    losses = [r.loss_sum / r.loss_count for r in stats if r.loss_count]
+    figures.pop("train_loss", None)
+    if losses:
+        figures["train_loss"] = float(sum(losses) / len(losses))
+    figures = recorded({**figures, **figs.aggregate(stats)})
+    figures.update(figs.scaling(run.ledger, run.id, wl, entry.name, order.backend,
+                                order.world_size, figures.get("time_to_accuracy", math.inf)))
+    here = socket.gethostname()
+    job_cpu = sum(r.cpu_seconds for r in stats if r.host == here) + mark.own_cpu()
+    details = {**_details(order), "ranks": figs.details(stats),
+               "oversubscribed": _oversubscribed(stats), "load_average": _load(watch, stats),
+               "contention": mark.others(job_cpu),
+               "scheme_figures": stats[0].scheme if stats else {},
+               "scheme_details": stats[0].scheme_details if stats else {}}
+    run.finish(status, figures=figures, error=why or None, details=details)
+    ranks.conn.send(("result", status, why, figures))
+
+
+def _open(order: Order) -> Any:
+    """The run in the ledger, its provenance recording rank 0's thread count (which the judge's
+    own evaluations use too)."""
+    from d500 import threads
+    from d500.ledger import Ledger
+    if order.threads is not None:
+        threads.configure(modules=threads.frameworks([order.backend]),
+                          fallback=(order.threads["count"], order.threads["set_by"]))
+    wl, entry, spec = order.workload, order.entry, order.spec
+    ledger = Ledger(order.ledger_path)
+    if order.stamp is not None:
+        from d500.competition.reproduce_job import Stamped
+        ledger = Stamped(ledger, order.stamp)
+    hyper = {**entry.recipe.hyperparameters_logged(), "batch_size": order.global_batch,
+             "per_rank_batch_size": math.ceil(order.global_batch / order.world_size),
+             **spec.logged()}
+    return ledger.start_run(level=wl.level, workload=wl.name, submission=entry.name,
+                            backend=order.backend, seed=order.seed, hyperparameters=hyper,
+                            workload_file=wl.path, submission_files=list(entry.files),
+                            group=order.group or None, rank=0, world_size=order.world_size,
+                            begin=False)
+
+
+def _details(order: Order) -> dict[str, Any]:
+    wl = order.workload
+    return {"target": wl.target, "target_metric": wl.target_metric,
+            "world_size": order.world_size, "global_batch": order.global_batch,
+            "batch_mode": wl.batch_mode, "scheme": order.spec.scheme,
+            "compressor": order.spec.compressor}
+
+
+def _failed(order: Order, run: Any, why: str) -> None:
+    """Record the run failed (once: a run already finished stays as it was)."""
+    if run is None:
+        return
+    from d500.training.trainer import missed_figures
+    run.finish("failed", figures=missed_figures(order.workload), error=why,
+               details=_details(order))
+
+
+def _ack(lost: Any) -> None:
+    try:
+        lost.send(("recorded",))
+    except (OSError, ValueError):
+        pass
+
+
+def _oversubscribed(ranks: list[Any]) -> bool:
+    """Whether some host ran more ranks than it has cores (say so beside the figures)."""
+    from d500.provenance import usable_cores
+    here = sum(1 for r in ranks if r.host == socket.gethostname())
+    return here > usable_cores()
+
+
+def _load(watch: Any, ranks: list[Any]) -> dict[str, Any]:
+    """LoadWatch's record with this job's ranks on this host taken out of the others' load
+    (each keeps a core busy, computing or polling)."""
+    from d500.provenance import LOADED_SHARE
+    out = watch.finish()
+    here = sum(1 for r in ranks if r.host == socket.gethostname())
+    others = [None if v is None else round(max(0.0, v - here), 2) for v in out["others"]]
+    known = [v for v in others if v is not None]
+    out.update(others=others, job_ranks_here=here,
+               loaded=bool(known) and max(known) > LOADED_SHARE * out["usable_cores"])
+    return out
