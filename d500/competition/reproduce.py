@@ -190,7 +190,7 @@ def execute(prepared: Prepared, ledger: Path, details: dict[str, Any], data_dir:
         "workload": None if prepared.workload_file is None else str(prepared.workload_file),
         "submission": str(prepared.submission_dir),
         "seed": run.seed, "params": prepared.params, "details": details, "data": data_dir,
-        "threads": None if level3 else prepared.threads, "out": str(out),
+        "threads": prepared.threads, "out": str(out),
         "split_seed": details["reproduction"].get("split_seed"),
         "group": f"reproduction of run {run.origin_id} ({details['reproduction']['package']})",
     }, indent=1, default=str))

@@ -94,6 +94,12 @@ def level3(job: dict[str, Any]) -> dict[str, Any] | None:
 
     world = MPI.COMM_WORLD
     size = world.Get_size()
+    # the origin's count on every rank, recorded in the run's provenance as `d500 train` under
+    # mpiexec records it (else each rank's share of the host's cores)
+    from d500.distributed.launch import core_share
+    fw = backends.framework(job["backend"])
+    threads.configure(None if job["threads"] is None else int(job["threads"]),
+                      [fw[0]] if fw else [], fallback=core_share())
 
     def checked() -> tuple[Any, Any, Any]:
         workload, entry = load(job)

@@ -271,6 +271,9 @@ def test_a_level3_run_is_reproduced_at_its_world_size(tmp_path, run_d500):
         assert local["figures"][name] == origin.figures[name], name
     assert local["details"]["reproduction"]["origin_run"] == 1
     assert local["details"]["scheme"] == "sync"
+    # its ranks ran at the recorded count, and its provenance says so (issue 22, item 2)
+    assert Ledger(ledger).get(local["id"])["provenance"]["threads"] == {"count": 1,
+                                                                      "set_by": "--threads"}
 
 def test_a_run_is_reproduced_at_the_thread_count_it_recorded(rules_dir, entry_dir, tmp_path,
                                                              run_d500):
