@@ -264,7 +264,10 @@ def submission_label(submission: str, source: dict[str, Any] | None) -> str:
 def _ranked(entries: list[Entry], rank_by: Metric | None, across_machines: bool) -> list[Entry]:
     """Entries ranked and ordered: by machine first (machines in the order of their first run)
     when a machine-dependent metric ranks entries of several machines, else all together;
-    entries forced in past `d500 check` after the others, without rank or ratio."""
+    entries forced in past `d500 check` after the others, without rank or ratio; `d500
+    reproduce` runs never ranked either, each entry of them right after the one it reproduces."""
+    copies = [e for e in entries if reproduction(e)]
+    entries = [e for e in entries if not reproduction(e)]
     first_run = {}
     for e in entries:
         start = min((r["started_unix"] or 0 for r in e.runs + e.trials), default=0)
@@ -289,7 +292,30 @@ def _ranked(entries: list[Entry], rank_by: Metric | None, across_machines: bool)
                 e.rank = i if value is not None else None
                 e.ratio = rank_by.ratio_to_best(value, best)
         ordered += ranked
+    for copy in sorted(copies, key=lambda e: (e.submission, e.backend, e.machine)):
+        ordered.insert(_beside(ordered, copy), copy)
     return ordered
+
+
+def reproduction(entry: Entry) -> bool:
+    """Whether an entry's runs are `d500 reproduce` runs (a re-check of a package's result)."""
+    return bool(entry.package and entry.package.get("reproduction"))
+
+
+def _beside(ordered: list[Entry], copy: Entry) -> int:
+    """Where a reproduction's entry goes: after the entry of the package it reproduces (the same
+    submission and backend; else after the same submission's last row), else at the end."""
+    sha = (copy.package or {}).get("sha256")
+
+    def of_package(e: Entry) -> bool:
+        return bool(e.package) and e.package.get("sha256") == sha
+
+    for same in (lambda e: of_package(e) and e.backend == copy.backend, of_package,
+                 lambda e: e.backend == copy.backend, lambda e: True):
+        found = [i for i, e in enumerate(ordered) if e.submission == copy.submission and same(e)]
+        if found:
+            return found[-1] + 1
+    return len(ordered)
 
 
 def forced(entry: Entry) -> bool:

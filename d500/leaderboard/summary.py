@@ -42,7 +42,7 @@ from d500.leaderboard.environments import (
     machine_dependent,
 )
 from d500.leaderboard.environments import machine as machine_key
-from d500.leaderboard.ranking import Board, submission_label
+from d500.leaderboard.ranking import Board, reproduction, submission_label
 from d500.levels import View
 from d500.metrics import Metric
 
@@ -127,6 +127,8 @@ def summarise(boards: Sequence[Board], by_submission: bool,
             continue
         rank_by[board.workload] = board.rank_by
         for e in entries:
+            if reproduction(e):  # a re-check of a package's result, never an entry
+                continue
             name = submission_label(e.submission, e.package)  # a package's rows apart
             key = f"{name} / {e.backend}" if by_submission or e.package else e.backend
             names.setdefault(key, (name if by_submission or e.package else None, e.backend))

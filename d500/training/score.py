@@ -59,6 +59,8 @@ class Entry:
     studies: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # id -> trial runs
     seeds: list[dict[str, Any]] = field(default_factory=list)  # the required seeds' runs
     explorations: list[dict[str, Any]] = field(default_factory=list)  # other seed runs
+    reproduction: bool = False  # `d500 reproduce` runs: shown beside their package, unranked
+    name: str = ""  # the submission's own name (`submission` is its label on the boards)
 
     @property
     def trials(self) -> list[dict[str, Any]]:
@@ -102,9 +104,11 @@ def entries(runs: Iterable[dict[str, Any]]) -> list[Entry]:
     found: dict[tuple[str, str, str], Entry] = {}
     outside: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in runs:  # a package's runs and reproductions apart from the ledger's own
-        key = (r["workload"] or "", submission_label(r["submission"] or "", origin(r)),
+        source = origin(r)
+        key = (r["workload"] or "", submission_label(r["submission"] or "", source),
                r["backend"] or "")
-        entry = found.setdefault(key, Entry(*key))
+        entry = found.setdefault(key, Entry(*key, reproduction=bool(
+            source and source.get("reproduction")), name=r["submission"] or ""))
         study = r.get("study")
         if study is None:
             outside.setdefault(key, []).append(r)
@@ -112,7 +116,9 @@ def entries(runs: Iterable[dict[str, Any]]) -> list[Entry]:
             entry.studies.setdefault(study, []).append(r)
     for key, seed_runs in outside.items():
         found[key].seeds, found[key].explorations = seeds.split(seed_runs)
-    return sorted(found.values(), key=lambda e: (e.workload, e.submission, e.backend))
+    # a package's rows and their reproductions side by side, per backend
+    return sorted(found.values(), key=lambda e: (e.workload, e.name, e.backend,
+                                                 e.reproduction, e.submission))
 
 
 def in_budget(run: dict[str, Any]) -> bool:

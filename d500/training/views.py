@@ -150,6 +150,8 @@ def profile_view(entries: list[score.Entry], on: str | None = None) -> View | No
     no study, its median time over seeds); `on`: the hardware of the one machine they ran on."""
     scores: dict[str, dict[str, float]] = {}
     for e in entries:
+        if e.reproduction:  # a re-check of a package's result, not an entry
+            continue
         value = e.score if e.studies else score.over_seeds(
             [score.time_to_target(r) for r in e.seeds]).median
         if value is not None:
