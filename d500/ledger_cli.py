@@ -53,13 +53,15 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
                           "the check anyway; its runs are marked forced with its problems")
     p_import.add_argument("--rules", metavar="DIR", help="the rulebook its workload files must "
                           "match (default: the levels/ d500 ships)")
+    p_import.add_argument("--verbose", action="store_true", help="list each imported run "
+                          "(origin run -> run here) and each run skipped as already held")
     args = parser.parse_args(argv)
 
     from d500.ledger import Ledger
     from d500.provenance import summary
 
     if args.command == "import":
-        return _import(args.ledger, args.package, args.force, args.rules)
+        return _import(args.ledger, args.package, args.force, args.rules, args.verbose)
     ledger = Ledger.open_for_reading(args.ledger)
     try:
         if args.command == "list":
@@ -104,7 +106,8 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
     return 0
 
 
-def _import(path: str | None, package: str, force: bool, rules: str | None) -> int:
+def _import(path: str | None, package: str, force: bool, rules: str | None,
+            verbose: bool = False) -> int:
     """`d500 ledger import`: the package is read (and --rules found) before the ledger, which
     this may create, is opened."""
     from d500.competition.package import Package
@@ -116,11 +119,22 @@ def _import(path: str | None, package: str, force: bool, rules: str | None) -> i
     pkg = Package.open(package)
     with Ledger(path) as ledger:
         done = import_package(ledger, pkg, force=force, rules_dir=rules)
-    return _report(done, package, ledger.path)
+    return _report(done, package, ledger.path, verbose)
 
 
-def _report(done: Any, package: str, path: Any) -> int:
-    """Print what an import did (d500.ledger.imports.Imported); the exit status."""
+def _span(ids: list[int]) -> str:
+    """Run ids as "run N", "runs A..B" (consecutive) or "runs A, B, ... (N in all)"."""
+    if len(ids) == 1:
+        return f"run {ids[0]}"
+    if ids == list(range(ids[0], ids[-1] + 1)):
+        return f"runs {ids[0]}..{ids[-1]}"
+    shown = ", ".join(map(str, ids[:6]))
+    return f"runs {shown}{'' if len(ids) <= 6 else f', … ({len(ids)} in all)'}"
+
+
+def _report(done: Any, package: str, path: Any, verbose: bool = False) -> int:
+    """Print what an import did (d500.ledger.imports.Imported): a summary, each run only when
+    `verbose`; the exit status."""
     from d500.ledger import iso
 
     name = f"package {done.sha256[:12]} (entry {done.entry})"
@@ -138,13 +152,20 @@ def _report(done: Any, package: str, path: Any) -> int:
               f"package {done.package_id} ({span}"
               f"{', forced' if done.forced else ''}): nothing to do")
         return 0
-    for origin_id, run_id in done.runs.items():
-        print(f"  origin run {origin_id} -> run {run_id}")
-    for line in done.skipped:
-        print(f"  skipped {line}")
+    if verbose:
+        for origin_id, run_id in done.runs.items():
+            print(f"  origin run {origin_id} -> run {run_id}")
+        for line in done.skipped:
+            print(f"  skipped {line}")
+    origins = f"; origin {_span(sorted(done.runs))}" if done.runs else ""
     print(f"imported {name} into {path} as package {done.package_id}: {len(ids)} "
-          f"run(s) ({span}), {len(done.studies)} stud{'y' if len(done.studies) == 1 else 'ies'}"
-          f", files under {done.folder}")
+          f"run(s) ({span}{origins}), {len(done.studies)} "
+          f"stud{'y' if len(done.studies) == 1 else 'ies'}, files under {done.folder}")
+    if done.skipped and not verbose:
+        print(f"skipped {len(done.skipped)} run(s) already held (--verbose names each, and "
+              f"maps each origin run to its run here)")
+    elif done.runs and not verbose:
+        print("(--verbose maps each origin run to its run here)")
     if done.forced:
         print(f"FORCED past {len(done.problems)} problem(s); its runs are marked forced:")
         for problem in done.problems:

@@ -509,9 +509,11 @@ def test_two_packages_of_one_entry_are_one_row(organiser, grown_package, digits_
     """The second package holds the first one's 6 runs (skipped: the same seals) and a new
     one, imported unforced; the board shows the entry once, under its latest package."""
     ledger = copy_of(organiser, tmp_path)
-    done = import_cli(run_d500, ledger.parent, grown_package, "--rules", str(rules_dir))
+    done = import_cli(run_d500, ledger.parent, grown_package, "--rules", str(rules_dir),
+                      "--verbose")
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("  skipped run ") == 6 and "FORCED" not in done.stdout, done.stdout
+    assert done.stdout.count("  origin run ") == 1, done.stdout
     assert query(ledger, "SELECT COUNT(*), COUNT(DISTINCT package_id) FROM runs") == [(7, 2)]
     with Ledger(ledger) as book:
         assert book.verify() == []
@@ -575,3 +577,24 @@ def test_a_study_without_a_name_is_one_problem_never_a_traceback(digits_package,
         forced = book.import_package(bad, rules_dir=rules_dir, force=True)
         assert (forced.status, len(forced.runs), forced.studies) == ("imported", 6, {})
         assert book.verify() == []
+
+
+def test_an_import_prints_a_summary_and_each_run_only_with_verbose(
+        organiser, grown_package, digits_package, rules_dir, run_d500, tmp_path):
+    """Issue 22, item 9: one summary line (and one for the runs skipped), not one line per
+    run; `--verbose` adds the mapping of each origin run to its run here."""
+    home = tmp_path / "fresh"
+    done = import_cli(run_d500, home, digits_package, "--rules", str(rules_dir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and "  origin run " not in done.stdout, lines
+    assert lines[0].startswith(f"imported package {sha256(digits_package)[:12]} (entry "
+                               f"digits-packager) into ")
+    assert ": 6 run(s) (runs 1..6; origin runs 1..6), 2 studies, files under " in lines[0]
+    assert lines[1] == "(--verbose maps each origin run to its run here)"
+    grown = import_cli(run_d500, copy_of(organiser, tmp_path).parent, grown_package, "--rules",
+                       str(rules_dir))
+    assert grown.returncode == 0, grown.stdout + grown.stderr
+    assert grown.stdout.splitlines()[1:] == [
+        "skipped 6 run(s) already held (--verbose names each, and maps each origin run to its "
+        "run here)"], grown.stdout
