@@ -302,17 +302,70 @@ def _print_run(run: dict[str, Any]) -> None:
 
 
 def _verify(ledger: Any) -> int:
-    per_run, general = ledger.verify_runs(rehash=True)  # every file hashed again, no cache
-    problems = general + [p for rid in sorted(per_run) for p in per_run[rid]]
+    """`d500 ledger verify`: what a user must treat as tampering (a row, a seal, the chain, an
+    environment, an artifact under $D500_HOME) one line each, exit 1; then each file outside
+    the ledger (workload, model, submission file) that changed or went missing since runs
+    recorded it, once per file with those runs: a finding about the file (d500's own rulebook
+    and example entries move on between versions), exit 0 when nothing else is wrong."""
+    files: list[Any] = []
+    per_run, general = ledger.verify_runs(rehash=True, files=files)  # no cache
+    about_files = {f.line for f in files}
+    problems = general + [p for rid in sorted(per_run) for p in per_run[rid]
+                          if p not in about_files]
+    for problem in problems:
+        print(problem)
+    for line in _file_findings(ledger, files):
+        print(line)
     if problems:
-        for problem in problems:
-            print(problem)
-        bad = sum(1 for p in per_run.values() if p)
-        print(f"ledger {ledger.path}: {len(problems)} problem(s) in {bad} run(s)",
-              file=sys.stderr)
+        bad = sum(1 for ps in per_run.values() if any(p not in about_files for p in ps))
+        print(f"ledger {ledger.path}: {len(problems)} problem(s) in {bad} run(s)"
+              + (f"; {_changed_files(files)}" if files else ""), file=sys.stderr)
         return 1
     runs = ledger.runs()
     sealed = sum(1 for r in runs if r["sealed"])
     print(f"ledger {ledger.path}: intact ({sealed} sealed runs, {len(runs) - sealed} "
-          "not finished)")
+          "not finished)" + (f"; {_changed_files(files)} (above): findings about those "
+                             f"files, not the ledger's rows" if files else ""))
     return 0
+
+
+def _changed_files(files: list[Any]) -> str:
+    count = len({f.path for f in files})
+    return f"{count} file(s) changed or missing since runs recorded them"
+
+
+def _file_findings(ledger: Any, files: list[Any]) -> list[str]:
+    """One line per file that differs from what runs recorded (d500.ledger.integrity's
+    FileFinding), naming the runs and, for d500's own rulebook and example entries (which a
+    newer d500 edits), where the recorded text is."""
+    from d500.paths import examples, rulebook
+
+    grouped: dict[tuple[str, Path, str | None], list[Any]] = {}
+    for f in files:
+        grouped.setdefault((f.what, f.path, f.now), []).append(f)
+    kept = {r["id"] for r in ledger.runs_by_id(sorted({f.run for f in files}))
+            if r["workload_text"]} if files else set()
+    out = []
+    for (what, path, now), found in grouped.items():
+        ids = sorted({f.run for f in found})
+        runs = _span(ids)
+        recorded = ", ".join(sorted({f"{f.recorded[:12]}…" for f in found}))
+        state = ("is missing" if now is None else
+                 f"differs from what {runs} recorded (sha256 {recorded} then, {now[:12]}… now)")
+        line = f"{what} {path} {state}" + (f"; recorded by {runs}" if now is None else "")
+        resolved = path.resolve()
+        if resolved.is_relative_to(rulebook()) or resolved.is_relative_to(examples()):
+            own = ("d500's own rulebook" if resolved.is_relative_to(rulebook())
+                   else "d500's example entry")
+            line += f": {own} moved on since (not a change to the ledger)"
+            with_text = [i for i in ids if i in kept]
+            if what == "workload file" and with_text:
+                line += (f"; the text each run ran under is kept in the ledger: `d500 ledger "
+                         f"show {with_text[0]} --json` (workload_text)")
+            else:
+                line += ("; the ledger keeps its sha256 only: the file as it was is in the d500 "
+                         "version (git commit) of the run's provenance")
+        else:
+            line += ": the runs no longer match this file (edited or replaced after they ran)"
+        out.append(line)
+    return out

@@ -225,16 +225,19 @@ class Ledger(Store, RunStarter[Run]):
         return general + [p for run_id in sorted(per_run) for p in per_run[run_id]]
 
     @locked
-    def verify_runs(self, *, rehash: bool = False) -> tuple[dict[int, list[str]], list[str]]:
+    def verify_runs(self, *, rehash: bool = False, files: list[Any] | None = None
+                    ) -> tuple[dict[int, list[str]], list[str]]:
         """({run id: problems} for every run, [problems not tied to one run]), read from one
-        consistent snapshot while other processes keep writing.
+        consistent snapshot while other processes keep writing. `files`, when given, also gets
+        an integrity.FileFinding for each problem about a run's workload, model or submission
+        file (a file outside the ledger that changed or went missing since, not the row).
 
         For displays rendered often (the leaderboard, `ledger show`), a file whose size, mtime,
         ctime and inode match the cache is not hashed again (rehash=False, the default);
         rehash=True hashes every file. The digests computed are cached for the next call."""
         with self._snapshot() as db:
             digests = integrity.FileDigests(db, rehash)
-            found = integrity.verify_snapshot(db, self.resolve_path, digests)
+            found = integrity.verify_snapshot(db, self.resolve_path, digests, files)
             origins.verify(db, *found)
         if digests.pending:
             try:

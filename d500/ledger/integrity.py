@@ -16,6 +16,7 @@ import sqlite3
 import stat
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -186,21 +187,37 @@ class FileDigests:
         self.pending = []
 
 
+@dataclass(frozen=True)
+class FileFinding:
+    """A file outside the ledger (a run's workload, model or submission file) that is missing
+    or differs from the sha256 a run recorded: a finding about the file, not about the row."""
+
+    run: int
+    what: str  # "workload file", "model file" or "submission file"
+    path: Path
+    recorded: str
+    now: str | None  # None: missing
+    line: str  # the run's problem line that says it (in verify_snapshot's per_run)
+
+
 def verify_snapshot(db: sqlite3.Connection, resolve: Callable[[str], Path],
-                    digests: FileDigests) -> tuple[dict[int, list[str]], list[str]]:
-    """({run id: problems}, [problems not tied to one run]) of the state `db` shows."""
+                    digests: FileDigests, files: list[FileFinding] | None = None
+                    ) -> tuple[dict[int, list[str]], list[str]]:
+    """({run id: problems}, [problems not tied to one run]) of the state `db` shows; `files`,
+    when given, also gets each problem about a run's workload, model or submission file."""
     per_run: dict[int, list[str]] = {}
     general: list[str] = []
 
-    def file_changed(stored: str, recorded: str, what: str) -> str | None:
+    def file_changed(stored: str, recorded: str, what: str) -> tuple[str | None, Path,
+                                                                       str | None]:
         path = resolve(stored)
         now = digests(path)
         if now is None:
-            return f"{what} {path} is missing"
+            return f"{what} {path} is missing", path, now
         if now != recorded:
             return (f"{what} {path} changed since it was recorded "
-                    f"(sha256 {recorded[:12]}… now {now[:12]}…)")
-        return None
+                    f"(sha256 {recorded[:12]}… now {now[:12]}…)"), path, now
+        return None, path, now
 
     for env in db.execute("SELECT id, digest, provenance FROM environments"):
         if sha(env[2]) != env[1]:
@@ -245,9 +262,11 @@ def verify_snapshot(db: sqlite3.Connection, resolve: Callable[[str], Path],
             "SELECT path, sha256 FROM artifacts WHERE run_id = ? ORDER BY id", (rid,))]
         for stored, digest, what in checks:
             if stored and digest:
-                found = file_changed(stored, digest, what)
+                found, path, now = file_changed(stored, digest, what)
                 if found:
                     problems.append(f"run {rid}: {found}")
+                    if files is not None and what != "artifact":
+                        files.append(FileFinding(rid, what, path, digest, now, problems[-1]))
     head = db.execute("SELECT value FROM meta WHERE key = 'chain_head'").fetchone()
     if head is not None:
         head_seq, head_hash = head[0].split()
