@@ -35,6 +35,31 @@ def examples() -> Path:
     return shipped("submissions")
 
 
+def entry(text: str) -> str:
+    """An entry as a command names it: a path (a folder with submission.yaml, or the file), or
+    the name of one of d500's example entries (`sgd-momentum`: submissions/sgd-momentum), as a
+    workload is found by its name; a path that exists wins. Returned as given when neither is
+    found (the loader then names what is missing)."""
+    if Path(text).exists() or not text or "/" in text or os.sep in text:
+        return text
+    shipped_entry = examples() / text
+    return str(shipped_entry) if (shipped_entry / "submission.yaml").is_file() else text
+
+
+def entry_argument(text: str) -> str:
+    """argparse type of an entry argument (`--submission`, `d500 package`): d500.paths.entry's
+    folder, or (a bare name) one line saying that neither a folder here nor an example entry
+    has that name."""
+    import argparse
+    found = entry(text)
+    if not Path(found).exists() and "/" not in text and os.sep not in text:  # a bare name;
+        # a path the loader names as missing itself
+        names = ", ".join(sorted(p.parent.name for p in examples().glob("*/submission.yaml")))
+        raise argparse.ArgumentTypeError(f"no entry folder '{text}' here, nor an example entry "
+                                         f"of that name ({names})")
+    return found
+
+
 def home() -> Path:
     """The results directory, created on first use."""
     path = Path(os.environ.get("D500_HOME", "d500-results")).resolve()

@@ -9,12 +9,14 @@ from collections import Counter
 from typing import Any
 
 from d500.cli import ArgumentParser
+from d500.paths import entry_argument
 
 
 def main(argv: list[str], prog: str = "d500 package") -> int:
     p = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0].split(": ", 1)[1])
-    p.add_argument("submission", metavar="SUBMISSION_DIR",
-                   help="the entry: a folder with submission.yaml")
+    p.add_argument("submission", metavar="SUBMISSION_DIR", type=entry_argument,
+                   help="the entry: a folder with submission.yaml (or the name of one of "
+                        "d500's example entries)")
     p.add_argument("--out", required=True, metavar="FILE",
                    help="the package to write (a .tar.gz)")
     p.add_argument("--ledger", metavar="PATH",

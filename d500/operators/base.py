@@ -89,7 +89,10 @@ class Loaded:
 
 
 def load(spec: str) -> Loaded:
-    """`FILE.py:Class`, or a submission folder / submission.yaml naming one, loaded."""
+    """`FILE.py:Class`, or a submission folder / submission.yaml naming one (or the name of one
+    of d500's example entries, d500.paths.entry), loaded."""
+    from d500.paths import entry
+    spec = entry(spec)
     path = Path(spec)
     if ":" not in spec or path.is_dir() or path.name == "submission.yaml":
         if path.is_dir():

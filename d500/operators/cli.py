@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from d500 import threads
@@ -38,7 +37,7 @@ def parser(prog: str) -> ArgumentParser:
                        help="element type (default: the case's, or float32)")
         s.add_argument("--seed", type=seed, default=0, help="seed of the random inputs")
         s.add_argument("--case", action="append", default=[], metavar="FILE.yaml",
-                       help="a level-0 workload file (repeatable)")
+                       help="a level-0 case file, or a rulebook case name (repeatable)")
         s.add_argument("--directions", type=int, default=3,
                        help="random directions per input in the gradient check (default 3)")
         s.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -127,7 +126,8 @@ def resolve_cases(loaded: Any, args: Any) -> list:
     if attrs:
         raise UsageError("--attr needs --input-shape (a case file sets its own attributes)")
     if args.case:
-        cases = [load_case(Path(p)) for p in args.case]
+        from d500.operators.level import LEVEL
+        cases = [load_case(LEVEL.find(p)) for p in args.case]  # a file, or a rulebook case name
         for c in cases:
             if c.op_type != op_type:
                 raise UsageError(f"{c.path}: a {c.op_type} case, but {loaded.cls.__name__} "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from d500 import threads
+from d500 import paths, threads
 from d500.cli import ArgumentParser
 from d500.errors import ConfigError
 
@@ -14,8 +14,9 @@ from d500.errors import ConfigError
 def parser(prog: str, what: str) -> ArgumentParser:
     p = ArgumentParser(prog=prog, description=what)
     p.add_argument("workload", help="a levels/2-training/*.yaml file or workload name")
-    p.add_argument("--submission", required=True, metavar="DIR",
-                   help="the entry: a folder with submission.yaml")
+    p.add_argument("--submission", required=True, metavar="DIR", type=paths.entry_argument,
+                   help="the entry: a folder with submission.yaml, or the name of one of "
+                        "d500's example entries (e.g. sgd-momentum)")
     p.add_argument("--backend", default="torch", help="a trainable backend (default torch)")
     p.add_argument("--data", metavar="DIR", help="where dataset files are (default $D500_DATA)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
