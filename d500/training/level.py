@@ -57,13 +57,14 @@ class TrainingLevel(Level):
         return items
 
     def execute(self, item: Item, context: Context) -> Outcome:
+        from d500.ledger.lifecycle import trial_label
         from d500.training.tuning import tune
         wl, entry, backend = item.payload
         report = tune(wl, entry, backend, studies=RUN_STUDIES, trials=RUN_TRIALS,
                       ledger=context.ledger, on_trial=lambda trial: _note(context, item, trial))
         outcome = Outcome(summary=f"{item.label}: " + ", ".join(
-            f"trial {t.number + 1} {r.status}" for t, r in report.ran))
-        outcome.problems += [f"{item.label}, trial {t.number + 1}: {r.error}"
+            f"{trial_label(t.study, t.number)} {r.status}" for t, r in report.ran))
+        outcome.problems += [f"{item.label}, {trial_label(t.study, t.number)}: {r.error}"
                              for t, r in report.ran if r.status == "failed"]
         return outcome
 
@@ -73,9 +74,12 @@ class TrainingLevel(Level):
 
 
 def _note(context: Context, item: Item, trial: Any) -> Any:
+    from d500.ledger.lifecycle import trial_label
+    name = trial_label(trial.study, trial.number)
+
     def progress(state: dict[str, Any]) -> None:
         if state["step"] % 20 == 0:
-            context.note(f"{item.label}, trial {trial.number + 1}: step {state['step']}, "
+            context.note(f"{item.label}, {name}: step {state['step']}, "
                          f"loss {state['loss']:.3f}")
     return progress
 
