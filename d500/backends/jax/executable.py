@@ -32,6 +32,9 @@ from d500.errors import D500Error, UsageError
 # other operators), integer inputs up to _BAKE_LIMIT elements and others up to _BAKE_SMALL are
 # baked.
 _BAKE_LIMIT, _BAKE_SMALL = 4096, 16
+# Float values computed from constants alone above this many elements are arguments of the
+# jitted function rather than constants of its trace.
+_FOLD_ARGUMENT = 1024
 
 
 def x64():
@@ -71,6 +74,7 @@ class JaxExecutable(Executable):
             self._constants = {k: v for k, v in arrays.items() if k not in wanted}
             self._params = {k: jax.device_put(arrays[k], self._device)
                             for k in self.parameter_names}
+            self._folded, self._large = self._fold()
         self._bake: set[str] = set()
         self._output_types = {o.name: o.type for o in model.graph.output}
         self._input_dtypes = {
@@ -110,9 +114,9 @@ class JaxExecutable(Executable):
             fixed = {**self._constants, **self._baked_values(baked)}
             static_outs: dict[int, Any] = {}
 
-            def call(params, feeds):
-                env = {**fixed, **params, **feeds}
-                outs = self.program.run(env)
+            def call(params, large, feeds):
+                env = {**fixed, **self._folded, **params, **large, **feeds}
+                outs = self._run_program(env)
                 result = []
                 for i, value in enumerate(outs):
                     if _traceable(value):
@@ -125,13 +129,63 @@ class JaxExecutable(Executable):
             entry = self._functions[baked] = (jax.jit(call), static_outs)
         return entry
 
+    def _fold(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The values computed from constants alone (Constant, ConstantOfShape weights, ...),
+        computed once here: (small ones, which stay known while tracing; large float ones,
+        arguments of the jitted function, so that XLA neither embeds nor folds them)."""
+        known: dict[str, Any] = dict(self._constants)
+        small, large = {}, {}
+        saved, self.program.scope = self.program.scope, known
+        try:
+            for node, fn in self.program.steps:
+                if any(isinstance(v, Program) or isinstance(v, list) and v and isinstance(
+                        v[0], Program) for v in node.attrs.values()):
+                    continue
+                if not all(n in known for n in node.inputs if n):
+                    continue
+                try:
+                    out = fn(node, *[known[n] if n else None for n in node.inputs])
+                except Exception:  # noqa: BLE001 - left to the trace, which reports it
+                    continue
+                out = out if isinstance(out, tuple) else (out,)
+                for name, value in zip(node.outputs, out):
+                    if not name:
+                        continue
+                    known[name] = value
+                    if isinstance(value, jax.Array) and value.size > _FOLD_ARGUMENT and (
+                            jax.numpy.issubdtype(value.dtype, jax.numpy.inexact)):
+                        large[name] = value
+                    else:
+                        small[name] = value
+        finally:
+            self.program.scope = saved
+        return small, large
+
+    def _run_program(self, env: dict[str, Any]) -> list[Any]:
+        """The program's steps on `env`, those whose outputs were folded skipped."""
+        program = self.program
+        done = set(self._folded) | set(self._large)
+        saved, program.scope = program.scope, env
+        try:
+            for node, fn in program.steps:
+                if node.outputs and all(not n or n in done for n in node.outputs):
+                    continue
+                out = fn(node, *[env[n] if n else None for n in node.inputs])
+                out = out if isinstance(out, tuple) else (out,)
+                for name, value in zip(node.outputs, out):
+                    if name:
+                        env[name] = value
+            return [env[name] for name in program.output_names]
+        finally:
+            program.scope = saved
+
     def _call(self, feeds: Mapping[str, Any]) -> list[Any]:
         while True:
             dynamic, baked = self._split(feeds)
             fn, static_outs = self._function(baked)
             try:
                 with x64():
-                    outs = fn(self._params, dynamic)
+                    outs = fn(self._params, self._large, dynamic)
             except NeedsStatic as err:
                 self._functions.pop(baked, None)
                 new = {n for n in err.names if n in feeds} - self._bake

@@ -1,9 +1,10 @@
 """The JAX op table: every module's OPS (filled by d500.backends.graph.registry) combined into
 one dict, each function wrapped once:
 
-- folding: a node whose inputs are all known while tracing (constants, baked shape inputs,
-  shapes) is computed right away under `jax.ensure_compile_time_eval`, so shape arithmetic
-  (Shape -> Gather -> Concat -> Reshape, as in function-expanded operators) stays static;
+- folding: every op runs under `jax.ensure_compile_time_eval`, so what it computes from values
+  known while tracing (constants, baked shape inputs, shapes) is computed right away and stays
+  concrete, and shape arithmetic (Shape -> Gather -> Concat -> Reshape, as in
+  function-expanded operators) stays static; what depends on a traced value is staged;
 - a value an operator needs while tracing but gets only at run time (`core.NotStatic`) becomes
   an UnsupportedOperator naming the node's traced inputs, which the executable then bakes.
 """
@@ -26,14 +27,13 @@ from d500.backends.jax import (
     math,
     normalization,
     pooling,
+    preview_training,
     reduce,
+    rnn,
     shape,
     softmax,
 )
 from d500.backends.jax.core import NotStatic, array, is_tracer
-
-NOT_FOLDED = {"If", "Loop", "Scan", "SequenceMap"}
-_FOLD_LIMIT = 1 << 16  # elements: larger constants are left to XLA's own folding
 
 
 class NeedsStatic(Exception):
@@ -42,16 +42,6 @@ class NeedsStatic(Exception):
     def __init__(self, error: Exception, names: list[str]):
         super().__init__(str(error))
         self.error, self.names = error, names
-
-
-def _concrete(x: Any) -> bool:
-    if x is None:
-        return True
-    if isinstance(x, list):
-        return all(_concrete(v) for v in x)
-    if is_tracer(x):
-        return False
-    return getattr(x, "size", 0) <= _FOLD_LIMIT
 
 
 def _traced(x: Any) -> bool:
@@ -67,17 +57,12 @@ def _jaxed(x: Any) -> Any:
 
 
 def wrapped(name: str, fn):
-    fold = name not in NOT_FOLDED
-
     @functools.wraps(fn)
     def op(node, *args):
         try:
-            if fold and args and all(_concrete(a) for a in args):
-                with jax.ensure_compile_time_eval():
-                    return fn(node, *[_jaxed(a) for a in args])
+            # operations on concrete values run now (folding); those on tracers are staged
             with jax.ensure_compile_time_eval():
-                args = tuple(_jaxed(a) for a in args)
-            return fn(node, *args)
+                return fn(node, *[_jaxed(a) for a in args])
         except NotStatic as err:
             traced = [n for n, a in zip(node.inputs, args) if n and _traced(a)]
             raise NeedsStatic(node.unsupported(
@@ -87,6 +72,6 @@ def wrapped(name: str, fn):
 
 OPS: dict = {}
 for _module in (math, activations, softmax, conv, pooling, normalization, shape, indexing,
-                reduce, linalg, control, image):
+                reduce, linalg, control, image, rnn, preview_training):
     for _key, _fn in _module.OPS.items():
         OPS[_key] = wrapped(_key.rpartition("::")[2], _fn)

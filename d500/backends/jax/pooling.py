@@ -71,25 +71,26 @@ def MaxPool(node, x):
     return y, idx
 
 
+def _counts(shape, kernel, strides, dilations, begin, end, include_pad, out_shape):
+    """How many taps of each window land on counted positions (inside the input, or inside its
+    explicit padding with count_include_pad), computed per axis in NumPy and multiplied: the
+    divisor of AveragePool, a constant of the trace."""
+    count = np.ones((), np.float64)
+    for size, k, s, d, b, e, n in zip(shape, kernel, strides, dilations, begin, end, out_shape):
+        lo, hi = (-b, size + e) if include_pad else (max(0, -b), min(size, size + e))
+        taps = np.arange(n)[:, None] * s - b + np.arange(k)[None, :] * d
+        count = np.multiply.outer(count, ((taps >= lo) & (taps < hi)).sum(axis=1))
+    return count
+
+
 @op
 def AveragePool(node, x):
     kernel, strides, dilations, begin, end, extra = _pool_geometry(node, x)
-    more = [max(e, 0) for e in extra]
-    zero = jnp.zeros((), x.dtype)
-    total = _window(x, zero, lax.add, kernel, strides, dilations, begin,
-                    [e + m for e, m in zip(end, more)])
-    ones = jnp.ones((1, 1, *x.shape[2:]), x.dtype)
-    if node.attr("count_include_pad", 0):
-        ones = jnp.pad(ones, [(0, 0), (0, 0), *[(max(b, 0), max(e, 0))
-                                                for b, e in zip(begin, end)]],
-                       constant_values=1)
-        count = _window(ones, zero, lax.add, kernel, strides, dilations,
-                        [min(b, 0) for b in begin],
-                        [min(e, 0) + m for e, m in zip(end, more)])
-    else:
-        count = _window(ones, zero, lax.add, kernel, strides, dilations, begin,
-                        [e + m for e, m in zip(end, more)])
-    return total / count
+    total = _window(x, jnp.zeros((), x.dtype), lax.add, kernel, strides, dilations, begin,
+                    [e + max(m, 0) for e, m in zip(end, extra)])
+    count = _counts(x.shape[2:], kernel, strides, dilations, begin, end,
+                    bool(node.attr("count_include_pad", 0)), total.shape[2:])
+    return total / jnp.asarray(count, x.dtype)
 
 
 @op

@@ -22,14 +22,35 @@ def _softmax_like(node, x, fn):
     return fn(flat, 1).reshape(x.shape)
 
 
+def _shifted(x, axis):
+    """x - max(x) along `axis`, in float64 for narrower floats: where x comes out of a reduction
+    (the light SqueezeNet's GlobalAveragePool of 1e10 logits), XLA's CPU code recomputed it
+    inside the max and inside the subtraction with different float32 roundings, every
+    difference came out below -400 and the softmax all NaN."""
+    if x.dtype in (jnp.float32, jnp.float16, jnp.bfloat16):
+        wide = x.astype(jnp.float64)
+        return (wide - jnp.max(wide, axis=axis, keepdims=True)).astype(x.dtype)
+    return x - jnp.max(x, axis=axis, keepdims=True)
+
+
+def _softmax(x, axis):
+    e = jnp.exp(_shifted(x, axis))
+    return e / jnp.sum(e, axis=axis, keepdims=True)
+
+
+def _log_softmax(x, axis):
+    s = _shifted(x, axis)
+    return s - jnp.log(jnp.sum(jnp.exp(s), axis=axis, keepdims=True))
+
+
 @op
 def Softmax(node, x):
-    return _softmax_like(node, x, lambda t, axis: jax.nn.softmax(t, axis=axis))
+    return _softmax_like(node, x, _softmax)
 
 
 @op
 def LogSoftmax(node, x):
-    return _softmax_like(node, x, lambda t, axis: jax.nn.log_softmax(t, axis=axis))
+    return _softmax_like(node, x, _log_softmax)
 
 
 @op
@@ -69,6 +90,6 @@ def NegativeLogLikelihoodLoss(node, x, target, weight=None):
 
 @op
 def SoftmaxCrossEntropyLoss(node, x, target, weight=None):
-    log_prob = jax.nn.log_softmax(x, axis=1)
+    log_prob = _log_softmax(x, 1)
     loss = _nll(node, log_prob, target, weight)
     return (loss, log_prob) if len(node.outputs) > 1 else loss
