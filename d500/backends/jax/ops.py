@@ -32,6 +32,7 @@ from d500.backends.jax import (
     rnn,
     shape,
     softmax,
+    strings,
 )
 from d500.backends.jax.core import NotStatic, array, is_tracer
 
@@ -72,6 +73,7 @@ def wrapped(name: str, fn):
 
 OPS: dict = {}
 for _module in (math, activations, softmax, conv, pooling, normalization, shape, indexing,
-                reduce, linalg, control, image, rnn, preview_training):
+                reduce, linalg, control, image, rnn, preview_training,
+                strings):
     for _key, _fn in _module.OPS.items():
         OPS[_key] = wrapped(_key.rpartition("::")[2], _fn)
