@@ -229,16 +229,22 @@ def test_different_models_under_one_name_are_ranked_apart(home, tmp_path):
     assert medians == [2.0, 5.0]  # never the median over two different models
 
 
-def test_cli_markdown_html_terminal_and_errors(home, tmp_path):
+def test_cli_markdown_html_terminal_and_errors(home, tmp_path, capsys):
+    """`d500 leaderboard` as a process once (its --help), then each call through cli.main, the
+    function that process runs, in this one (a process each: about 1.3 s apiece)."""
     wf = write_workload(tmp_path / "conv.yaml", ["latency"])
     record(Ledger(), wf, "mine", "numpy", {"latency": 2e-3})
     env = {**os.environ, "D500_HOME": str(home)}
+    shown = subprocess.run([sys.executable, "-m", "d500.cli", "leaderboard", "--help"],
+                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
+                           check=False)
+    assert shown.returncode == 0 and "--format {md,html,terminal}" in shown.stdout
 
     def d500(*args):
-        return subprocess.run([sys.executable, "-m", "d500.cli", "leaderboard", *args],
-                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
-                              check=False)
-    assert "--format {md,html,terminal}" in d500("--help").stdout
+        capsys.readouterr()
+        code = cli.main(["leaderboard", *args])
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["d500", "leaderboard", *args], code, out, err)
     md = d500("--level", "0")
     assert md.returncode == 0 and "| 1 | mine | numpy | 2 ms" in md.stdout
     assert "No runs recorded yet." in d500("--level", "3").stdout
