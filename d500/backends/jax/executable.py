@@ -61,6 +61,15 @@ def _traceable(x: Any) -> bool:
     return not _is_string(x)
 
 
+def _small(value: Any) -> bool:
+    """A feed worth baking when a trace needs a value no graph input names directly."""
+    if value is None or isinstance(value, list) or is_tracer(value):
+        return False
+    a = np.asarray(value)
+    return (a.dtype.kind in "iu" and a.size <= _BAKE_LIMIT
+            or a.dtype.kind in "fb" and a.size <= _BAKE_SMALL)
+
+
 class JaxExecutable(Executable):
     backend_name = "jax"
 
@@ -190,9 +199,7 @@ class JaxExecutable(Executable):
                 self._functions.pop(baked, None)
                 new = {n for n in err.names if n in feeds} - self._bake
                 if not new:
-                    new = {n for n, v in feeds.items() if isinstance(v, np.ndarray) and (
-                        v.dtype.kind in "iu" and v.size <= _BAKE_LIMIT or v.dtype.kind in "fb"
-                        and v.size <= _BAKE_SMALL)} - self._bake
+                    new = {n for n, v in feeds.items() if _small(v)} - self._bake
                 if not new:
                     raise err.error from None
                 self._bake |= new

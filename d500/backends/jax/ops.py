@@ -32,6 +32,7 @@ from d500.backends.jax import (
     rnn,
     shape,
     softmax,
+    spectral,
     strings,
 )
 from d500.backends.jax.core import NotStatic, array, is_tracer
@@ -74,6 +75,6 @@ def wrapped(name: str, fn):
 OPS: dict = {}
 for _module in (math, activations, softmax, conv, pooling, normalization, shape, indexing,
                 reduce, linalg, control, image, rnn, preview_training,
-                strings):
+                strings, spectral):
     for _key, _fn in _module.OPS.items():
         OPS[_key] = wrapped(_key.rpartition("::")[2], _fn)
