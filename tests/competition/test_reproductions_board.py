@@ -1,7 +1,7 @@
 """Reproductions on the level-2 board (issue 22, item 6): a `d500 reproduce` run is a re-check of a
 package's result, not an entry. On a real ledger holding an entry's own runs and a reproduction of
 its package, the reproduction's row is unranked, right after the row it reproduces, labelled as a
-reproduction (also in the plots), and absent from the performance profile."""
+reproduction (also in the plots), and absent from the performance profiles."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import shutil
 from d500.competition.package import Package
 from d500.leaderboard import ranking
 from d500.leaderboard.plots import entry_name
+from d500.leaderboard.summary import summarise
 from d500.ledger import Ledger
 from d500.training import score, views
 
@@ -43,3 +44,6 @@ def test_a_reproduction_sits_beside_its_run_unranked_and_outside_the_profile(
         (f"digits-packager · reproduction of package {pkg.sha256[:8]}", True)]
     profile = views.profile_view(entries)
     assert [row[0] for row in profile.rows] == ["digits-packager / torch"]
+    # the organiser's summary (levels 0 and 1: the same boards) leaves it out as well
+    summary = summarise([board], by_submission=True)
+    assert [row.key for row in summary.rows] == ["digits-packager / torch"]
