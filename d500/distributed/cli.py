@@ -47,15 +47,29 @@ def declared_level(args: Any) -> int | None:
     return None
 
 
+def _suggested_ranks(allowed: Any) -> tuple[int, str]:
+    """The most ranks the workload allows that this machine's cores hold (more than one where
+    allowed), and a note when even the fewest would oversubscribe it."""
+    from d500.provenance import usable_cores
+    cores = usable_cores()
+    several = [r for r in allowed if r > 1] or list(allowed)
+    fitting = [r for r in several if r <= cores]
+    if fitting:
+        return max(fitting), ""
+    n = min(several)
+    return n, (f" ({n} ranks on this machine's {cores} core(s) oversubscribe it: they run, "
+               f"but share the cores, and the runs are marked so)")
+
+
 def train(args: Any, argv: list[str], prog: str) -> int:
     """The level-3 runs of one `d500 train` command on this rank."""
     from d500.training.console import resolve
     if not launched_by_mpi():
         workload, _ = resolve(args)
-        ranks = getattr(workload, "ranks", (2,))
+        n, note = _suggested_ranks(getattr(workload, "ranks", (2,)))
         raise UsageError(f"{workload.path}: '{workload.name}' is a level-3 (distributed) "
-                         f"workload: run it under MPI, e.g. mpiexec -n {ranks[-1]} d500 train "
-                         f"{args.workload} --submission {args.submission}")
+                         f"workload: run it under MPI, e.g. mpiexec -n {n} d500 train "
+                         f"{args.workload} --submission {args.submission}{note}")
     from d500.distributed import faults
     faults.ignore_launcher_notices()  # hydra's notice of a rank's exit must not end this one
     from mpi4py import MPI

@@ -115,6 +115,14 @@ def test_without_mpi_a_level3_workload_is_one_line_and_exit_2(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "is a level-3 (distributed) workload: run it under MPI" in lines[0]
     assert not (home / "ledger.sqlite").exists()
+    # the example's rank count fits this machine's cores (digits-mlp allows 1, 2 or 4 ranks),
+    # or the line says that it oversubscribes them
+    import re
+
+    from d500.provenance import usable_cores
+    n = int(re.search(r"mpiexec -n (\d+)", lines[0]).group(1))
+    assert n in (2, 4) and (n <= usable_cores() or "oversubscribe" in lines[0])
+    assert n == (4 if usable_cores() >= 4 else 2)
 
 
 pytestmark_mpi = pytest.mark.skipif(jobs.MPIEXEC is None, reason="no mpiexec beside Python")
