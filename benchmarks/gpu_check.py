@@ -1,4 +1,4 @@
-"""d500's CUDA paths on a machine with an NVIDIA GPU: what runs, what disagrees with the CPU, how fast.
+"""d500's CUDA paths on a machine with an NVIDIA GPU: what runs, what differs from the CPU, speed.
 
 Each stage prints its findings as it goes and a failure in one stage does not stop the next:
 1. the environment (GPU, torch, onnxruntime's providers, TensorFlow if installed);
