@@ -232,4 +232,8 @@ def CastLike(node, x, target):
 def BitCast(node, x):
     target = dtype_of(node.attr("to"), node)
     from jax import lax
+    if x.dtype == jnp.bool_ or target == np.bool_:  # one byte each way; JAX refuses bools
+        source = x.astype(jnp.uint8) if x.dtype == jnp.bool_ else x
+        bits = lax.bitcast_convert_type(source, jnp.uint8)
+        return bits != 0 if target == np.bool_ else lax.bitcast_convert_type(bits, target)
     return lax.bitcast_convert_type(x, target)
