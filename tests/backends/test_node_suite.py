@@ -6,7 +6,8 @@ be updated (D500_UPDATE_KNOWN_FAILURES=1 rewrites the lists from the run). One r
 over the 1,872 deterministic node tests of onnx 1.23.2 (12 random-output tests left out).
 Measured: reference 1,870 (ReferenceEvaluator alone: 1,863), torch 1,867, tensorflow 1,860,
 onnxruntime 1.31.1: 1,438, openvino 2026.4.1 (f32): 1,396; onnxruntime:basic runs a subset
-(SUBSETS): 408 of its 477 tests, failing exactly the tests onnxruntime fails among them.
+(SUBSETS): 408 of its 477 tests, failing exactly the tests onnxruntime fails among them;
+tensorflow:xla too: 26 of its 30 (XLA refuses the string operators and Unique).
 openvino:bf16 is not pinned: BackendTest judges at float32's tolerances, and the mode's outcome
 depends on whether the CPU has bf16 units (this one has none, and runs it in f32).
 """
@@ -22,13 +23,27 @@ from d500 import backends
 from d500.conformance import backend_test_counts
 
 DETERMINISTIC_NODE_TESTS = 1872
-BACKENDS = ("reference", "torch", "tensorflow", "onnxruntime", "onnxruntime:basic", "openvino")
+BACKENDS = ("reference", "torch", "tensorflow", "tensorflow:xla", "onnxruntime",
+            "onnxruntime:basic", "openvino")
 KNOWN = Path(__file__).parent / "node_suite_failures"  # <backend>.txt, a mode's ':' as '-'
 # A mode whose full suite would repeat another's runs a representative subset, pinned as the
 # others: mode -> (the pattern of its tests, how many). onnxruntime:basic runs onnxruntime's
 # kernels; only its graph optimizer differs, and the one-node graphs give that nothing to fuse:
 # the expanded tests (an operator's ONNX function body, several nodes) are where it differs.
-SUBSETS = {"onnxruntime:basic": (r"_expanded", 477)}
+# tensorflow:xla compiles every graph with XLA (1-4 s a test here: the whole suite would take
+# hours), so it runs the operators of the light models and of a BERT-like encoder, control
+# flow, and the dynamic-shape and string operators XLA may refuse, one test or two each.
+XLA_TESTS = ("conv_with_strides_padding", "conv_with_autopad_same", "batchnorm_epsilon",
+             "maxpool_2d_default", "averagepool_2d_default", "globalaveragepool",
+             "gemm_default_vector_bias", "matmul_2d", "relu", "softmax_axis_1",
+             "concat_2d_axis_0", "reshape_reordered_all_dims", "flatten_axis1", "lrn_default",
+             "erf", "gelu_default_1", "layer_normalization_2d_axis1",
+             "resize_upsample_scales_linear", "cumsum_1d", "top_k", "nonzero_example",
+             "where_example", "range_float_type_positive_delta", "if", "loop11", "scan9_sum",
+             "unique_sorted_without_axis", "unique_not_sorted_without_axis",
+             "strnormalizer_export_monday_empty_output", "regex_full_match_basic")
+SUBSETS = {"onnxruntime:basic": (r"_expanded", 477),
+           "tensorflow:xla": (rf"^test_({'|'.join(XLA_TESTS)})_cpu$", len(XLA_TESTS))}
 
 UPDATE = os.environ.get("D500_UPDATE_KNOWN_FAILURES") == "1"
 # The real architectures shipped inside onnx (onnx/backend/test/data/light), no download.

@@ -42,6 +42,7 @@ def test_d500_backends_lists_every_mode_with_what_it_is(capsys):
         assert name in lines and " installed " in lines[name]
     assert "ORT_ENABLE_BASIC" in lines["onnxruntime:basic"]
     assert "ORT_ENABLE_ALL" in lines["onnxruntime"] and "eager" in lines["torch"]
+    assert "jit_compile=True" in lines["tensorflow:xla"] and "graph" in lines["tensorflow"]
     if backends.is_installed("openvino"):
         assert "f32" in lines["openvino"] and "bf16" in lines["openvino:bf16"]
 

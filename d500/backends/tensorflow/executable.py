@@ -23,11 +23,16 @@ from d500.backends.tensorflow.core import SHAPE_INPUTS, plain, tensor
 from d500.backends.tensorflow.ops import OPS
 from d500.backends.trainer_base import Trainer
 from d500.backends.training_graph import running_statistics
-from d500.errors import UnsupportedOperator, UsageError
+from d500.errors import ModelError, UnsupportedOperator, UsageError
 
 # After a trace fails for want of a static value, integer inputs up to _BAKE_LIMIT elements and
 # other inputs up to _BAKE_SMALL elements are baked too (e.g. Range's limits in its expansion).
 _BAKE_LIMIT, _BAKE_SMALL = 4096, 16
+# XLA's refusal: "Detected unsupported operations when trying to compile graph ... : Where (No
+# registered 'Where' OpKernel for XLA_CPU_JIT devices ...)"
+_XLA_REFUSED = re.compile(r"Detected unsupported operations when trying to compile graph[^:]*:"
+                          r"(.*)", re.S)
+_XLA_OP = re.compile(r"No registered '(\w+)' OpKernel")
 
 
 class OnnxModule(tf.Module):
@@ -67,8 +72,11 @@ def translate(model: onnx.ModelProto) -> Program:
 class TensorFlowExecutable(Executable):
     backend_name = "tensorflow"
 
-    def __init__(self, model: onnx.ModelProto, device: str = "CPU"):
+    def __init__(self, model: onnx.ModelProto, device: str = "CPU", xla: bool = False):
         super().__init__(model, device)
+        # tensorflow:xla compiles every tf.function with XLA (jit_compile=True); the default
+        # mode leaves TensorFlow its own choice, as before modes existed
+        self._jit = {"jit_compile": True} if xla else {}
         self._device = "/GPU:0" if device.upper().startswith("CUDA") else "/CPU:0"
         self.program = translate(model)
         wanted = set(self.parameter_names)
@@ -83,7 +91,7 @@ class TensorFlowExecutable(Executable):
             i.name: helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
             for i in model.graph.input if i.type.HasField("tensor_type")
             and i.type.tensor_type.elem_type}
-        self._function = tf.function(self._call, autograph=False)
+        self._function = tf.function(self._call, autograph=False, **self._jit)
         # one tf.function per (output, grad-output names, wrt): its Python arguments are then
         # tensors only (a tuple of ~80 names as an argument cost ~1 ms of trace-type checks a call)
         self._grad_functions: dict[tuple, Any] = {}
@@ -124,7 +132,7 @@ class TensorFlowExecutable(Executable):
         if fn is None:
             fn = self._grad_functions[key] = tf.function(
                 lambda feeds, baked, grad_outputs: self._call_grad(
-                    feeds, baked, output, grad_outputs, wrt), autograph=False)
+                    feeds, baked, output, grad_outputs, wrt), autograph=False, **self._jit)
         return fn
 
     def _call_grad(self, feeds: dict[str, Any], baked: tuple, output: str | None,
@@ -151,6 +159,14 @@ class TensorFlowExecutable(Executable):
         dynamic, baked = self._split(feeds)
         try:
             return fn(dynamic, baked, *args)
+        except tf.errors.InvalidArgumentError as err:
+            if self._jit and (m := _XLA_REFUSED.search(str(err))):
+                ops = sorted(set(_XLA_OP.findall(m.group(1)))) or ["?"]
+                raise ModelError(f"model '{self.model.graph.name}': XLA cannot compile the "
+                                 f"TensorFlow operation(s) {', '.join(ops)} it translates to "
+                                 f"(backend 'tensorflow:xla'; the mode 'tensorflow' runs "
+                                 f"them)") from None
+            raise
         except UnsupportedOperator as err:
             if "must be known when the graph is traced" not in str(err):
                 raise
@@ -199,11 +215,14 @@ class TensorFlowExecutable(Executable):
     def native(self) -> OnnxModule:
         return self._module
 
+    def settings(self) -> dict[str, Any]:
+        return {"jit_compile": bool(self._jit)}
+
     def trainer(self, optimizer: Any, loss: str = "loss", native: bool = False) -> Trainer:
         from d500.backends.tensorflow.trainer import TensorFlowTrainer
         return TensorFlowTrainer(self, optimizer, loss, native, program=self.program,
                                  constants=self._constants, device=self._device,
-                                 baked=self._bake, to_numpy=self._to_numpy)
+                                 baked=self._bake, to_numpy=self._to_numpy, jit=self._jit)
 
     # -- outputs ------------------------------------------------------------------------------
     def _to_numpy(self, name: str, value: Any) -> Any:
@@ -266,6 +285,8 @@ def _shape_inputs(program: Program) -> set[str]:
 class TensorFlowBackend(Backend):
     name = "tensorflow"
     about = "graph: the translated model as a tf.function (traced once per input signature)"
+    modes = {"xla": "XLA: the same tf.functions compiled with jit_compile=True (inference, "
+                    "gradients and the training step)"}
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
@@ -275,4 +296,4 @@ class TensorFlowBackend(Backend):
 
     @classmethod
     def _prepare(cls, model: onnx.ModelProto, device: str, **kwargs: Any) -> Executable:
-        return TensorFlowExecutable(model, device)
+        return TensorFlowExecutable(model, device, xla=cls.mode == "xla")

@@ -33,8 +33,8 @@ class Traced:
     dimensions None). A graph that cannot be traced with unknown sizes gets one trace per shape."""
 
     def __init__(self, fn: Callable[..., Any], feeds: dict[str, tf.TensorSpec],
-                 scalars: list[tf.TensorSpec]):
-        self.function = tf.function(fn, autograph=False)
+                 scalars: list[tf.TensorSpec], **jit: Any):
+        self.function = tf.function(fn, autograph=False, **jit)  # jit: the mode's XLA flag
         self.signature = [feeds, *scalars]
         self.concrete: dict[tuple, Any] = {}
         self.general: Any = None
@@ -67,8 +67,10 @@ class TensorFlowTrainer(Trainer):
 
     def __init__(self, executable: Any, optimizer: Any, loss: str = "loss", native: bool = False,
                  *, program: Program, constants: Mapping[str, np.ndarray], device: str,
-                 baked: set[str], to_numpy: Callable[[str, Any], Any]):
+                 baked: set[str], to_numpy: Callable[[str, Any], Any],
+                 jit: Mapping[str, Any] | None = None):
         super().__init__(executable, optimizer, loss, native)
+        self.jit = dict(jit or {})  # {"jit_compile": True} in the mode tensorflow:xla
         self.program, self.constants, self.device = program, dict(constants), device
         self.to_numpy = to_numpy  # (output name, tensor) -> NumPy, as Executable.run converts
         self.variables = executable.native.params  # name -> tf.Variable (the module's own)
@@ -97,7 +99,7 @@ class TensorFlowTrainer(Trainer):
         self.traces = 0  # how many times the step function was traced
         self.lr: tuple[float, Any] = (float("nan"), None)
         self.step_function = Traced(self._step, self._specs(self.train_inputs),
-                                    [tf.TensorSpec([], tf.float32, name="lr")])
+                                    [tf.TensorSpec([], tf.float32, name="lr")], **self.jit)
         self.predictors: dict[str, tuple[Any, list[str]]] = {}
         self.gradient_function: Traced | None = None  # gradients() and apply(), made on first use
         self.apply_function: Traced | None = None
@@ -186,7 +188,8 @@ class TensorFlowTrainer(Trainer):
         """The loss and the gradients from one traced tf.function, as new writable NumPy
         arrays (the same forward and tape as `step`, without the update)."""
         if self.gradient_function is None:
-            self.gradient_function = Traced(self._gradients, self._specs(self.train_inputs), [])
+            self.gradient_function = Traced(self._gradients, self._specs(self.train_inputs), [],
+                                            **self.jit)
         batch = {n: tf.constant(a) for n, a in self.batch(feeds, self.train_inputs).items()}
         loss, grads = self.gradient_function(batch)
         return float(loss), {n: np.array(g) for n, g in zip(self.names, grads)}
@@ -197,7 +200,7 @@ class TensorFlowTrainer(Trainer):
         if self.apply_function is None:
             specs = {n: tf.TensorSpec(v.shape, v.dtype) for n, v in zip(self.names, self.vars)}
             self.apply_function = Traced(self._apply, specs,
-                                         [tf.TensorSpec([], tf.float32, name="lr")])
+                                         [tf.TensorSpec([], tf.float32, name="lr")], **self.jit)
         tensors = {n: tf.constant(np.asarray(grads[n], dtype=v.dtype.as_numpy_dtype))
                    for n, v in zip(self.names, self.vars)}
         if lr != self.lr[0]:
@@ -214,7 +217,8 @@ class TensorFlowTrainer(Trainer):
                 with tf.device(self.device):
                     return self._forward(self.program, steps, feeds, [output])[0]
 
-            found = self.predictors[output] = (Traced(forward, self._specs(inputs), []), inputs)
+            found = self.predictors[output] = (
+                Traced(forward, self._specs(inputs), [], **self.jit), inputs)
         function, inputs = found
         batch = {n: tf.constant(a) for n, a in self.batch(feeds, inputs).items()}
         return self.to_numpy(output, function(batch))
