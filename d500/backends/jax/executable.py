@@ -103,7 +103,7 @@ class JaxExecutable(Executable):
                     name in self._bake or _is_string(np.asarray(value))):
                 a = np.asarray(value)
                 raw = tuple(a.ravel().tolist()) if a.dtype.kind in "OUS" else a.tobytes()
-                baked.append((name, a.dtype.str, a.shape, raw))
+                baked.append((name, a.dtype, a.shape, raw))
             else:
                 dynamic[name] = value
         return dynamic, tuple(sorted(baked, key=lambda b: b[0]))

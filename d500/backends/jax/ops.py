@@ -51,7 +51,7 @@ def _traced(x: Any) -> bool:
 
 
 def _jaxed(x: Any) -> Any:
-    if isinstance(x, np.ndarray) and x.dtype.kind not in "OUSV":
+    if isinstance(x, np.ndarray) and x.dtype.kind not in "OUS":
         return array(x)
     if isinstance(x, list):
         return [_jaxed(v) for v in x]
