@@ -7,7 +7,9 @@ and lets the judge evaluate that trainer directly (no pipe, no handover of the p
 old loop's work. Both sides go through the same supervisor (d500.training.trainer._supervise), so
 the same seed reaches its target at the same step on both, and the ratio of the times to accuracy
 is the split's cost. Cases: digits-mlp, and ResNet-20 on the digits (CIFAR-10 is not shipped;
-8x8 inputs, its 270k parameters handed over at every evaluation).
+8x8 inputs, its 270k parameters handed over at every evaluation). `--case operators` measures
+level 0's split instead: an operator's forward timed in this process against its operator host's
+round trips (d500.operators.host).
 
 Every run is made in a fresh process on both sides (a `d500 train` command's first run: cold
 caches and allocator on both). A worker is a fresh process for every run, while the old loop ran a
@@ -16,6 +18,7 @@ process after a discarded run of each.
 
     .venv/bin/python benchmarks/isolation.py [--case both|mlp|resnet20] [--pairs 5]
         [--threads 1] [--warm]
+    .venv/bin/python benchmarks/isolation.py --case operators [--budget 5]   # level 0
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ class InProcess:
         self.sampler = EpochSampler(len(y), self.job.recipe.batch_size, self.job.seed,
                                     self.job.drop_last)
 
-    def train(self, epoch: int, first: int, count: int, remaining: Any, tick: Any) -> Any:
+    def train(self, epoch: int, first: int, count: int, remaining: Any, tick: Any,
+              want: bool = True, val: Any = None) -> Any:
         from d500.training.worker import Chunk
         losses, stopped = [], False
         for index in list(self.sampler.epoch(epoch))[first:first + count]:
@@ -68,7 +72,10 @@ class InProcess:
             losses.append(loss)
             if not math.isfinite(loss):
                 break
-        return Chunk(losses, {}, stopped)
+        return Chunk(losses, {} if want else None, stopped)
+
+    def finish(self, want: bool) -> Any:
+        return {} if want else None
 
     def close(self) -> None:
         InProcess.current = None
@@ -142,9 +149,41 @@ def fresh(name: str, seed: int, inprocess: bool, threads_: int) -> dict[str, flo
         home.cleanup()
 
 
+def operators(budget: float) -> None:
+    """Level 0: an operator's forward timed in this process and through its host's round trips
+    (d500.operators.host), interleaved; the ratio host/in-process per entry."""
+    from d500.operators.adapters import runner
+    from d500.operators.base import load
+    from d500.operators.bench import per_inner_call
+    from d500.operators.validate import prepare
+    from d500.operators.workloads import load_case
+    from d500.timing import measure_interleaved
+    level0 = ROOT / "levels" / "0-operators"
+    for entry, case_name in (("numpy-im2col-conv", "conv-3x3-pad1"), ("c-gemm", "gemm-256"),
+                             ("torch-softmax", "softmax-axis1"), ("numpy-im2col-conv",
+                                                                  "conv-1x1")):
+        c = load_case(level0 / f"{case_name}.yaml")
+        inputs = prepare(c, 0).inputs
+        spec = str(ROOT / "submissions" / entry)
+        local, remote = load(spec), load(spec, isolated=True)
+        if local.cls.framework == "c":
+            from d500.operators.base import source_path
+            from d500.operators.compile import build
+            build(source_path(local.cls))
+        here = runner(local.cls(**c.attributes)).timed_forward(inputs)
+        there = runner(remote.cls(**c.attributes)).timed_forward(inputs)
+        t = measure_interleaved({"here": here, "there": there}, budget=budget)
+        a, b = t["here"], per_inner_call(t["there"], there.inner)
+        print(f"  {entry} on {case_name}: in-process {a.median * 1e3:.4f} ms, host "
+              f"{b.median * 1e3:.4f} ms ({there.inner} calls a round trip): host/in-process "
+              f"{b.median / a.median:.3f}", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--case", choices=("both", "mlp", "resnet20"), default="both")
+    p.add_argument("--case", choices=("both", "mlp", "resnet20", "operators"), default="both")
+    p.add_argument("--budget", type=float, default=5.0,
+                   help="--case operators: seconds of timing per side and entry")
     p.add_argument("--pairs", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--warm", action="store_true",
@@ -156,6 +195,11 @@ def main() -> None:
     from d500.training import submission
     threads.configure(args.threads, ["torch"])
     recipe = submission.load(ROOT / "submissions" / "sgd-momentum").recipe
+    if args.case == "operators":
+        print(f"level 0, {args.threads} thread(s), load average {os.getloadavg()[0]:.2f} at "
+              f"start")
+        operators(args.budget)
+        return
     where = "one process, warm" if args.warm else "a fresh process per run"
     print(f"torch, {args.threads} thread(s), {where}, load average {os.getloadavg()[0]:.2f} "
           f"at start")

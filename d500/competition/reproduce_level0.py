@@ -23,7 +23,7 @@ def run(job: dict[str, Any], ledger: Any) -> dict[str, Any]:
     from d500.operators.validate import Options
     from d500.operators.workloads import Case, load_case
 
-    loaded = load(job["submission"])
+    loaded = load(job["submission"], isolated=True)
     if loaded.cls.framework == "c":
         from d500.operators.compile import build
         build(source_path(loaded.cls))

@@ -48,6 +48,15 @@ class Runner:
         grads = as_tuple(self.op.backward(tuple(grad_outputs), inputs, outputs))
         return [np.asarray(o) for o in outputs], _pad(grads, len(arrays))
 
+    def timed_forward(self, arrays: Sequence[np.ndarray]) -> Callable[[], Any]:
+        """The call the benchmark times: the forward on inputs converted once."""
+        native = self.to_native(arrays)
+        return lambda: self.call(native)
+
+    def timed_backward(self, arrays: Sequence[np.ndarray],
+                       grad_outputs: Sequence[np.ndarray | None]) -> Callable[[], Any] | None:
+        return self.backward_call(arrays, grad_outputs)
+
     def backward_call(self, arrays: Sequence[np.ndarray],
                       grad_outputs: Sequence[np.ndarray | None]) -> Callable[[], Any] | None:
         """The operator's backward alone (forward done once beforehand), for timing; None when
@@ -223,5 +232,8 @@ def _pad_any(grads: Sequence[Any], n: int) -> list[Any]:
 
 
 def runner(op: CustomOperator) -> Runner:
-    """The Runner for an operator instance's framework."""
+    """The Runner for an operator instance's framework (an operator in a host process,
+    d500.operators.host, brings its own)."""
+    if hasattr(op, "runner"):
+        return op.runner()
     return {"torch": TorchRunner, "tensorflow": TensorFlowRunner}.get(op.framework, Runner)(op)

@@ -68,6 +68,8 @@ class CustomOperator:
 
 def source_path(cls: type) -> Path:
     """The C/C++ source of a "c" operator, relative to the file that defines the class."""
+    if getattr(cls, "source_file", None):  # a class in an operator host (d500.operators.host)
+        return Path(cls.source_file)
     if not cls.source:
         raise UsageError(f"operator {cls.__name__} has framework 'c' but no `source` file")
     path = Path(inspect.getfile(cls)).resolve().parent / cls.source
@@ -88,9 +90,10 @@ class Loaded:
     submission_file: Path | None = None
 
 
-def load(spec: str) -> Loaded:
+def load(spec: str, isolated: bool = False) -> Loaded:
     """`FILE.py:Class`, or a submission folder / submission.yaml naming one (or the name of one
-    of d500's example entries, d500.paths.entry), loaded."""
+    of d500's example entries, d500.paths.entry), loaded; `isolated`: in an operator host
+    process, as the judge loads entries (`load_class`)."""
     from d500.paths import entry
     spec = entry(spec)
     path = Path(spec)
@@ -100,7 +103,7 @@ def load(spec: str) -> Loaded:
         if path.name == "submission.yaml":
             from d500.operators.workloads import load_submission
             sub = load_submission(path)
-            loaded = load_class(sub["operator_file"], sub["operator_class"])
+            loaded = load_class(sub["operator_file"], sub["operator_class"], isolated)
             loaded.submission = sub["name"]
             loaded.workloads = sub["workloads"]
             loaded.submission_file = path.resolve()
@@ -108,26 +111,18 @@ def load(spec: str) -> Loaded:
             return loaded
         raise UsageError(f"'{spec}': expected FILE.py:Class or a submission folder")
     file, _, name = spec.rpartition(":")
-    return load_class(Path(file), name)
+    return load_class(Path(file), name, isolated)
 
 
-def load_class(file: Path, name: str) -> Loaded:
-    """Import `file` and return its CustomOperator subclass `name`."""
+def load_class(file: Path, name: str, isolated: bool = False) -> Loaded:
+    """Import `file` and return its CustomOperator subclass `name`; `isolated`: import and run
+    it in an operator host process (d500.operators.host), never in this one."""
     file = Path(file)
     if not file.is_file():
         raise UsageError(f"{file}: no such file")
     if not name.isidentifier():
         raise UsageError(f"'{name}' is not a class name (expected FILE.py:Class)")
-    module = _import(file.resolve())
-    cls = getattr(module, name, None)
-    if cls is None:
-        found = [k for k, v in vars(module).items() if isinstance(v, type)
-                 and issubclass(v, CustomOperator) and v is not CustomOperator]
-        raise UsageError(f"{file}: no class '{name}' (operators found there: "
-                         f"{', '.join(found) or 'none'})")
-    if not (isinstance(cls, type) and issubclass(cls, CustomOperator)):
-        raise UsageError(f"{file}: '{name}' is not a subclass of d500.operators.CustomOperator")
-    check_class(cls, file)
+    cls = _host_class(file, name) if isolated else _class(file, name)
     files = [file.resolve()]
     if cls.framework == "c":
         files.append(source_path(cls))
@@ -140,6 +135,26 @@ def load_class(file: Path, name: str) -> Loaded:
             return Loaded(cls, file.resolve(), sub["name"], files + [sub_yaml],
                           sub["workloads"], sub_yaml)
     return Loaded(cls, file.resolve(), submission, files)
+
+
+def _host_class(file: Path, name: str) -> Any:
+    from d500.operators.host import RemoteClass
+    return RemoteClass.start(file, name)
+
+
+def _class(file: Path, name: str) -> type[CustomOperator]:
+    """The class `name` of `file`, imported here and checked."""
+    module = _import(file.resolve())
+    cls = getattr(module, name, None)
+    if cls is None:
+        found = [k for k, v in vars(module).items() if isinstance(v, type)
+                 and issubclass(v, CustomOperator) and v is not CustomOperator]
+        raise UsageError(f"{file}: no class '{name}' (operators found there: "
+                         f"{', '.join(found) or 'none'})")
+    if not (isinstance(cls, type) and issubclass(cls, CustomOperator)):
+        raise UsageError(f"{file}: '{name}' is not a subclass of d500.operators.CustomOperator")
+    check_class(cls, file)
+    return cls
 
 
 def check_class(cls: type[CustomOperator], file: Path | str) -> None:

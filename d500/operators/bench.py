@@ -128,8 +128,7 @@ def bench(op_class: type[CustomOperator], case: Case, backends: list[str],
     rows.append(mine)
     if report.passed:
         run = runner(op_class(**case.attributes))
-        native = run.to_native(inputs)
-        forward[0] = lambda: run.call(native)
+        forward[0] = run.timed_forward(inputs)
         _add_backward(backward, mine, 0, partial(_operator_backward, run, inputs, grads))
     rtol, atol = tolerances.operator_forward(case.np_dtype)
     for name in backends:
@@ -150,7 +149,7 @@ def _operator_backward(run: Any, inputs: list[np.ndarray], grads: list[np.ndarra
                        ) -> BackwardCall | None:
     if not run.has_gradients or all(g is None for g in grads):
         return None
-    call = run.backward_call(inputs, grads)
+    call = run.timed_backward(inputs, grads)
     return None if call is None else BackwardCall(call, method="the operator's backward")
 
 
@@ -179,7 +178,8 @@ def _time(rows: list[Row], forward: dict[int, Callable[[], Any]],
     calls = {f"f{k}": fn for k, fn in forward.items()}
     calls.update({f"b{k}": b.call for k, b in backward.items()})
     per_call = budget * len(forward) / len(calls)
-    timings = measure_interleaved(calls, budget=per_call)
+    timings = {name: per_inner_call(t, getattr(calls[name], "inner", 1))
+               for name, t in measure_interleaved(calls, budget=per_call).items()}
     for k in forward:
         row, timing = rows[k], timings[f"f{k}"]
         row.timing = timing.summary()
@@ -201,6 +201,17 @@ def _time(rows: list[Row], forward: dict[int, Callable[[], Any]],
             continue
         row.backward_timing = summary
         row.figures["backward_latency"] = median
+
+
+def per_inner_call(timing: Any, inner: int) -> Any:
+    """A Timing of calls that each ran the timed work `inner` times (an operator host's round
+    trips, d500.operators.host), per run of the work."""
+    if inner == 1:
+        return timing
+    import dataclasses
+    return dataclasses.replace(
+        timing, samples=[s / inner for s in timing.samples], number=timing.number * inner,
+        first_call=None if timing.first_call is None else timing.first_call / inner)
 
 
 def _backend(name: str, case: Case, inputs: list[np.ndarray], expected: np.ndarray,

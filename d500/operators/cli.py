@@ -56,7 +56,7 @@ def main(argv: list[str], prog: str = "d500 op") -> int:
     from d500.operators.base import load
     from d500.operators.compile import CompileError
     try:
-        loaded = load(args.operator)
+        loaded = load(args.operator, isolated=True)
         if loaded.cls.framework == "c":
             from d500.operators.base import source_path
             from d500.operators.compile import build

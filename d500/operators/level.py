@@ -25,7 +25,7 @@ class OperatorsLevel(Level):
         from d500.operators.workloads import cases_for
         items = []
         for folder in self.entries():
-            loaded = load(str(folder))
+            loaded = load(str(folder), isolated=True)
             for case in cases_for(loaded.cls.op_type, loaded.workloads):
                 if options.workloads and case.name not in options.workloads:
                     continue
@@ -41,7 +41,7 @@ class OperatorsLevel(Level):
         from d500.operators.workloads import load_case
 
         folder, case_path = item.payload
-        loaded = load(str(folder))
+        loaded = load(str(folder), isolated=True)
         if loaded.cls.framework == "c":
             build(source_path(loaded.cls))
         names = context.options.backends or default_backends()
