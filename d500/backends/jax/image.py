@@ -263,12 +263,15 @@ def _cubic_taps(t):
 
 @op
 def GridSample(node, x, grid):
-    """Sample x at grid's normalized coordinates: nearest, (bi)linear or (bi)cubic, N-D."""
-    import itertools
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(node.attr("mode", "linear"),
                                                          node.attr("mode", "linear"))
-    padding = node.attr("padding_mode", "zeros")
-    align = node.attr("align_corners", 0)
+    return grid_sample(x, grid, mode, node.attr("padding_mode", "zeros"),
+                       node.attr("align_corners", 0))
+
+
+def grid_sample(x, grid, mode: str, padding: str, align: int):
+    """Sample x at grid's normalized coordinates: nearest, (bi)linear or (bi)cubic, N-D."""
+    import itertools
     dims = list(x.shape[2:])
     r = len(dims)
     xl = jnp.moveaxis(x, 1, -1)  # [N, *dims, C]

@@ -21,6 +21,7 @@ from d500.backends.jax import (
     activations,
     control,
     conv,
+    detection,
     image,
     indexing,
     linalg,
@@ -75,6 +76,6 @@ def wrapped(name: str, fn):
 OPS: dict = {}
 for _module in (math, activations, softmax, conv, pooling, normalization, shape, indexing,
                 reduce, linalg, control, image, rnn, preview_training,
-                strings, spectral):
+                strings, spectral, detection):
     for _key, _fn in _module.OPS.items():
         OPS[_key] = wrapped(_key.rpartition("::")[2], _fn)
