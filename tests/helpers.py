@@ -1,9 +1,17 @@
 """Helpers shared by tests in several folders: the tiny level-1 workload (d500's MLP builder on
-1x8x8 inputs) that the benchmark, summary, conformance and leaderboard tests measure."""
+1x8x8 inputs) that the benchmark, summary, conformance and leaderboard tests measure; this
+machine's peak FLOP/s, measured once per session, for the fresh D500_HOMEs of d500 processes."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 # every figure `d500 net bench` measures on a trainable model
 BENCH_METRICS = ("train_step_time", "latency", "throughput", "translate_time", "first_call_time",
@@ -19,3 +27,31 @@ def tiny_mlp(name: str = "tiny-mlp", *, train: bool = False,
             f"batch_size: {batch_size}\ntrain: {'true' if train else 'false'}\n"
             f"budget: {budget:g}\nmetrics: [{', '.join(metrics)}]\nrank_by: {rank_by}\n")
 
+
+
+_PEAK: dict[str, str] = {}  # the cache file's name -> its text, measured by a child process
+
+
+def seed_peak(home: Path | None) -> None:
+    """Give a D500_HOME that has no cache yet this machine's cached peak FLOP/s, as a second run
+    on it would find it: measured once per test session, in a child process with its own fresh
+    home (never under a test's monkeypatches), and again when d500 would take it as stale (a
+    peak measured on a loaded machine is retried after provenance.LOADED_RETRY). Each d500
+    process on a fresh home measures it otherwise (float32 GEMMs on every core: 1.5-2 s on the
+    2-core machine). tests/test_provenance.py tests the measuring and the caching themselves."""
+    if home is None or (Path(home) / "cache").exists():
+        return
+    from d500 import provenance
+    name, text = next(iter(_PEAK.items()), (None, None))
+    if text is None or provenance._stale(json.loads(text), time.time()):
+        with tempfile.TemporaryDirectory() as fresh:
+            env = {**os.environ, "D500_HOME": fresh}
+            subprocess.run([sys.executable, "-c", "from d500 import provenance\n"
+                            "provenance.peak_record()"], env=env, check=True, timeout=300)
+            [path] = (Path(fresh) / "cache" / "provenance").glob("peak_flops-*.json")
+            name, text = path.name, path.read_text()
+        _PEAK.clear()
+        _PEAK[name] = text
+    folder = Path(home) / "cache" / "provenance"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text)

@@ -39,6 +39,7 @@ from pathlib import Path
 import pytest
 
 from d500.paths import rulebook
+from tests.helpers import seed_peak
 
 from .packages import repack as _repack
 
@@ -88,6 +89,7 @@ def d500(home: Path | None, *args: str, cwd: Path | None = None,
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     if home is not None:
         env["D500_HOME"] = str(home)
+        seed_peak(home)  # the session's peak FLOP/s, not measured again in every fresh home
     env.pop("D500_DATA", None)
     return subprocess.run([sys.executable, "-m", "d500.cli", *args], check=False,
                           capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT,

@@ -13,6 +13,7 @@ import yaml
 
 from d500.distributed import launch
 from d500.distributed.launcher import mpiexec, train_argv
+from tests.helpers import seed_peak
 
 ROOT = Path(__file__).resolve().parents[2]
 LEVEL3 = ROOT / "levels" / "3-distributed"
@@ -25,6 +26,7 @@ def environment(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in launch.LAUNCHER_VARIABLES and not k.startswith(("PMI_", "MPI_", "HYDRA"))}
     env.update(D500_HOME=str(home), **extra)
+    seed_peak(home)  # the session's peak FLOP/s, not measured again in every fresh home
     return env
 
 

@@ -18,6 +18,7 @@ import yaml
 
 from d500.distributed import launch
 from d500.ledger import Ledger
+from tests.helpers import seed_peak
 from tests.training.rendezvous import MEET
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,6 +85,7 @@ def d500(home: Path, notes: Path, *args: str, load: float | None = None,
     then overlap); with `load`, the machine's 1-minute load average reads as that (a fake
     /proc/loadavg)."""
     notes.mkdir(parents=True, exist_ok=True)
+    seed_peak(home)  # the session's peak FLOP/s, not measured again in every fresh home
     env = {**os.environ, "D500_HOME": str(home), "TF_CPP_MIN_LOG_LEVEL": "3",
            "NOTE_DIR": str(notes)}
     if launcher:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from d500.ledger import Ledger
+from tests.helpers import seed_peak
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,6 +58,7 @@ def holding_entry(folder: Path) -> Path:
 
 
 def command(home: Path, entry: Path) -> tuple[list[str], dict[str, str]]:
+    seed_peak(home)  # the session's peak FLOP/s, not measured again in a fresh home
     env = {**os.environ, "D500_HOME": str(home), "TF_CPP_MIN_LOG_LEVEL": "3"}
     return ([sys.executable, "-m", "d500.cli", "tune", "digits-mlp", "--submission",
              str(entry), "--backend", "torch", "--studies", "1", "--trials", "3"], env)

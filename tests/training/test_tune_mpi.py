@@ -17,6 +17,7 @@ import yaml
 
 from d500 import mllog
 from d500.ledger import Ledger
+from tests.helpers import seed_peak
 from tests.training.rendezvous import MEET
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
@@ -75,6 +76,7 @@ def meeting(folder: Path) -> dict[str, str]:
 
 
 def environment(home: Path, **extra: str) -> dict[str, str]:
+    seed_peak(home)  # the session's peak FLOP/s, not measured again in every fresh home
     env = {**os.environ, "D500_HOME": str(home), "TF_CPP_MIN_LOG_LEVEL": "3", **extra}
     env.pop("D500_DATA", None)
     return env
