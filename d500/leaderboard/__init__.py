@@ -16,9 +16,14 @@ Output: Markdown, rich terminal tables, or one self-contained HTML file with PNG
     leaderboard.render(ledger, fmt="md" | "html" | "terminal"); leaderboard.write_html()
     leaderboard.write_markdown("board.md", ledger)           # plots: board-plots/*.png beside it
 
+Markdown and HTML open with the winners of every level (winners.py: per workload the best entry,
+its ranking figure, its margin over the runner-up, whether it holds over seeds), then the tables.
+The "⚠ loaded machine" mark stands in a row only where it tells the table's rows apart; when
+every row carries it, one note under the table says so.
+
 Modules: ranking (boards), environments (hardware identity, machine-dependent metrics, the
-legend), text (the words every renderer shares), parts (boards by level with the levels' views),
-plots, markdown, html, terminal, output (render/write_html), cli.
+legend), text (the words every renderer shares), winners (who won, said first), parts (boards by
+level with the levels' views), plots, markdown, html, terminal, output (render/write_html), cli.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """The leaderboard as one self-contained HTML page: inline CSS, every plot an embedded PNG (data
-URI), per level its views, then per workload the ranked table (a section per machine when times
-are ranked per machine), plots, runs not counted, problems; last the legend of environments that
-the rows' env cells link to. Readable at 1280 px without horizontal scrolling: tables take the
-page's width and wrap their cells, images shrink to fit, and below 800 px rows stack.
+URI), first the winners of every level (d500.leaderboard.winners: the best entry per workload,
+why, its margin and whether it holds over seeds), then per level its views, then per workload
+the ranked table (a section per machine when times are ranked per machine), plots, runs not
+counted, problems; last the legend of environments that the rows' env cells link to. Readable at
+1280 px without horizontal scrolling: tables take the page's width and wrap their cells, images
+shrink to fit, and below 800 px rows stack.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from d500.leaderboard import plots, text
+from d500.leaderboard import plots, text, winners
 from d500.leaderboard.environments import Legend
 from d500.leaderboard.parts import parts
 from d500.leaderboard.ranking import Board
@@ -34,6 +36,9 @@ th{background:#f2f2f2;font-weight:600}td.num{text-align:right}
 tr.first td{background:#eef8ee}.bad{color:#b00}.ok{color:#070}.note{color:#555;font-size:.9em}
 tr.machine th{background:#e8eef6;text-align:left;font-weight:600}
 td.env{width:13em}td.env a{color:#1a4f8b}
+section.winners{background:#f7faf5;border:1px solid #cdb;padding:.2em 1em .6em;margin:1em 0}
+section.winners h2{margin-top:.4em}section.winners h3{margin:.8em 0 .2em;font-size:1.05em}
+table.winners td.winner{font-weight:600}table.winners a{color:#1a4f8b}
 .legend td:first-child,.legend th:first-child{white-space:nowrap;width:3em;font-weight:600}
 figure{margin:.6em 0;max-width:100%}
 img{max-width:100%;height:auto;border:1px solid #ddd;margin:.4em 0}
@@ -60,21 +65,46 @@ def html_page(boards: Sequence[Board], ledger: Any = None, source: str = "") -> 
     if not boards:
         out.append(f"<p>{esc(text.NO_RUNS)}</p>")
     legend = Legend.of(boards)
-    index = 0
-    for part in parts(boards, ledger):
+    found = parts(boards, ledger)
+    anchors = {id(b): f"w{i}" for i, b in enumerate(b for p in found for b in p.boards)}
+    if boards:
+        out += _winners(boards, legend, anchors)
+    for part in found:
         anchor = "none" if part.level is None else part.level
         out.append(f"<section class='level' id='level-{anchor}'>"
                    f"<h2 class='level'>{esc(part.title)}</h2>")
         for view in part.views:
             out += _view(view)
         for board in part.boards:
-            out += _board(board, ledger, f"w{index}", legend)
-            index += 1
+            out += _board(board, ledger, anchors[id(board)], legend)
         out.append("</section>")
     if legend:
         out += _legend(boards, legend)
     out.append("</body></html>")
     return "\n".join(out)
+
+
+def _winners(boards: Sequence[Board], legend: Legend, anchors: dict[int, str]) -> list[str]:
+    """The winners of every level, above every table: per level a table of one row per
+    workload (its name a link to its board)."""
+    out = [f"<section class='winners' id='winners'><h2>{esc(winners.TITLE)}</h2>",
+           f"<p class='note'>{esc(winners.NOTE)}</p>"]
+    heads = "".join(f"<th>{esc(h)}</th>" for h in winners.HEADERS)
+    for level, title, rows in winners.levels(boards, legend):
+        anchor = "none" if level is None else level
+        out.append(f"<h3 id='winners-{anchor}'>{esc(title)}</h3>")
+        out.append(f"<table class='view winners'><thead><tr>{heads}</tr></thead><tbody>")
+        for row in rows:
+            tds = []
+            for h, c in zip(winners.HEADERS, row.cells, strict=True):
+                content = esc(c)
+                if h == "workload":
+                    content = f"<a href='#{anchors[id(row.board)]}'>{content}</a>"
+                klass = " class='winner'" if h == "winner" else ""
+                tds.append(f"<td{klass} data-label='{esc(h)}'>{content}</td>")
+            out.append("<tr>" + "".join(tds) + "</tr>")
+        out.append("</tbody></table>")
+    return out + ["</section>"]
 
 
 def _legend(boards: Sequence[Board], legend: Legend) -> list[str]:
@@ -108,7 +138,8 @@ def _board(board: Board, ledger: Any, anchor: str, legend: Legend | None = None)
     heads = text.headers(board)
     out.append(f"<table class='{_klass('board', heads)}'><thead><tr>" + "".join(
         f"<th>{_breakable(h)}</th>" for h in heads) + "</tr></thead>")
-    for heading, entries in text.sections(board, legend):
+    sections = text.sections(board, legend)
+    for heading, entries in sections:
         out.append("<tbody>")
         if heading:
             out.append(f"<tr class='machine'><th colspan='{len(heads)}'>{esc(heading)}</th></tr>")
@@ -126,6 +157,11 @@ def _board(board: Board, ledger: Any, anchor: str, legend: Legend | None = None)
             out.append(f"<tr{first}>" + "".join(tds) + "</tr>")
         out.append("</tbody>")
     out.append("</table>")
+    for heading, entries in sections:  # a mark every row carries: said once, under the table
+        note = text.load_note(entries)
+        if note:
+            out.append(f"<p class='note loaded'>{esc(heading + ': ' if heading else '')}"
+                       f"{esc(note)}</p>")
     out += [_figure(caption, data) for caption, data in plots.board_plots(board, ledger, legend)]
     excluded = text.excluded_rows(board)
     if excluded:

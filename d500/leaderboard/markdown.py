@@ -1,7 +1,8 @@
-"""The leaderboard as Markdown: per level its views (tables, notes, PNG plots as image links to
-files beside the .md file), then per workload the ranked table (one per machine when times are
-ranked per machine), the runs not counted and any integrity problems; last the legend of
-environments (E1, E2, ...) that the rows' env column refers to."""
+"""The leaderboard as Markdown: first the winners of every level (the best entry per workload, why,
+its margin, whether it holds over seeds), then per level its views (tables, notes, PNG plots as
+image links to files beside the .md file), then per workload the ranked table (one per machine
+when times are ranked per machine), the runs not counted and any integrity problems; last the
+legend of environments (E1, E2, ...) that the rows' env column refers to."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
-from d500.leaderboard import plots, text
+from d500.leaderboard import plots, text, winners
 from d500.leaderboard.environments import Legend
 from d500.leaderboard.parts import parts
 from d500.leaderboard.ranking import Board
@@ -30,6 +31,8 @@ def markdown(boards: Sequence[Board], ledger: Any = None, source: str = "",
     if not boards:
         out.append(text.NO_RUNS)
     legend = Legend.of(boards)
+    if boards:
+        out += _winners(boards, legend)
     for part in parts(boards, ledger):
         out += [f"## {part.title}", ""]
         for view in part.views:
@@ -39,6 +42,15 @@ def markdown(boards: Sequence[Board], ledger: Any = None, source: str = "",
     if legend:
         out += _legend(boards, legend)
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _winners(boards: Sequence[Board], legend: Legend) -> list[str]:
+    """The winners of every level, above every table (d500.leaderboard.winners)."""
+    out = [f"## {winners.TITLE}", "", f"_{_md(winners.NOTE)}_", ""]
+    for _, title, rows in winners.levels(boards, legend):
+        out += [f"**{_md(title)}**", ""]
+        out += _table(winners.HEADERS, [row.cells for row in rows]) + [""]
+    return out
 
 
 def _legend(boards: Sequence[Board], legend: Legend) -> list[str]:
@@ -84,6 +96,9 @@ def _board(board: Board, legend: Legend | None = None) -> list[str]:
         if heading:
             out += ([""] if i else []) + [f"**{_md(heading)}**", ""]
         out += _table(text.headers(board), [text.row(board, e, legend=legend) for e in entries])
+        note = text.load_note(entries)
+        if note:
+            out += ["", f"_{_md(note)}_"]
     excluded = text.excluded_rows(board)
     if excluded:
         out += ["", f"Runs not counted as success ({len(excluded)}):", ""]

@@ -128,28 +128,31 @@ def _strip(ax: Any, board: Board, entries: list[Entry], metric: Any,
 
 def curves_plot(board: Board, ledger: Any, legend: Legend | None = None
                 ) -> tuple[str, bytes] | None:
-    """The first evaluation metric over wall time, one line per run, one colour per entry."""
+    """The first evaluation metric over wall time (log scale: one slow run does not squeeze
+    the others against zero), one line per run, one colour per entry, the legend below."""
     curves = [(e, ledger.evaluations(r["id"])) for e in board.entries for r in e.runs]
     curves = [c for c in curves if c[1]]
     name = next(iter(curves[0][1][0]["metrics"]), None) if curves else None
     if not name:
         return None
-    fig = figure(7, 3.5)
+    fig = figure(7, 4.2)
     ax = fig.add_subplot()
     colors: dict[str, str] = {}
     for e, evals in curves:
         pts = [(ev["wall_time"], ev["metrics"][name]) for ev in evals
-               if name in ev["metrics"] and ev["wall_time"] is not None]
+               if name in ev["metrics"] and ev["wall_time"] is not None and ev["wall_time"] > 0]
         if not pts:
             continue
         key = entry_name(board, e, legend)
         first = key not in colors
         color = colors.setdefault(key, f"C{len(colors) % 10}")
         ax.plot(*zip(*pts), color=color, alpha=0.8, marker=".", label=key if first else None)
-    ax.set_xlabel("wall time since run start (s)")
+    ax.set_xscale("log")
+    ax.set_xlabel("wall time since run start (s, log scale)")
     ax.set_ylabel(name)
-    ax.grid(alpha=0.3)
+    ax.grid(alpha=0.3, which="both")
     if colors:
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2,
+                  frameon=False)
     fig.tight_layout()
     return f"{name} over wall time, every run", png(fig)

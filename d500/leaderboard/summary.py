@@ -48,6 +48,8 @@ from d500.metrics import Metric
 
 TITLE = "Organiser's summary"
 NOT_RECORDED = "not recorded"
+ONE_WORKLOAD = ("one workload: no ρ(τ) plot (over one workload it is a single jump per row); "
+                "this table is the profile: geomean × best is each row's × best on it")
 
 
 @dataclass
@@ -183,7 +185,10 @@ def view(s: Summary, counts: Mapping[tuple[str, str], Any], by_submission: bool,
     title = (f"{TITLE}{on}: AlgoPerf performance profile over {n} workload{'s' * (n != 1)}, "
              "geometric mean of × best, ONNX conformance")
     caption = f"performance profile ρ(τ) over {n} workload{'s' * (n != 1)}"
-    return View(title, headers, rows, [(caption, _plot(s))], _notes(s, counts, hardware or {}))
+    notes = _notes(s, counts, hardware or {})
+    if n < 2:  # ρ over one workload is one jump per row, hidden on the frame: the table says it
+        return View(title, headers, rows, [], [ONE_WORKLOAD, *notes])
+    return View(title, headers, rows, [(caption, _plot(s))], notes)
 
 
 def _times(value: float | None) -> str:

@@ -37,17 +37,20 @@ def table(board: Board, compact: bool = False, legend: Legend | None = None) -> 
     caption += [f"section {i} of {len(sections)}: {heading}"
                 for i, (heading, _) in enumerate(sections, 1) if heading]
     env = headers.index("env") if "env" in headers else None
-    if env is not None:  # the env column holds labels and a "⚠"; what the mark means, once here
-        caption += text.load_notes(board.entries)
+    if env is not None:  # the env column holds labels and a "⚠" where it tells rows apart;
+        for _, entries in sections:  # what it means, or (every row loaded) the note, once here
+            caption += (text.load_notes(entries) if text.load_separates(entries)
+                        else [note for note in [text.load_note(entries)] if note])
     out = Table(title=Text(text.title(board)), caption=Text("\n".join(caption)),
                 title_justify="left", caption_justify="left")
     for h in headers:
         out.add_column(Text(h), justify="right" if text.numeric(h) else "left")
     for _, entries in sections:  # Text, never markup: "[90.0 – 500.0]" is a spread, not a style
+        mark = text.load_separates(entries)
         for i, e in enumerate(entries, 1):
             cells = text.row(board, e, compact, legend)
             if env is not None:
-                cells[env] = text.env_cell(e, legend, short=True)
+                cells[env] = text.env_cell(e, legend, short=True, mark=mark)
             out.add_row(*[Text(c) for c in cells], end_section=i == len(entries))
     return out
 

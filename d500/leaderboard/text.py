@@ -87,7 +87,8 @@ def row(board: Board, entry: Entry, compact: bool = False, legend: Legend | None
         cells.insert(4, ratio(entry))
     trials = (f"{len(entry.trials)} ({_metrics.format_duration(entry.tuning_seconds)})"
               if entry.trials else "0")
-    cells += [counts(entry), trials, verify(entry), env_cell(entry, legend)]
+    mark = load_separates(table_rows(board, entry))
+    cells += [counts(entry), trials, verify(entry), env_cell(entry, legend, mark=mark)]
     full = headers(board)
     return [cells[i] for i in _kept(board, full, compact)] if compact else cells
 
@@ -106,12 +107,13 @@ def submission(entry: Entry) -> str:
     return submission_label(entry.submission, entry.package)
 
 
-def env_cell(entry: Entry, legend: Legend, short: bool = False) -> str:
+def env_cell(entry: Entry, legend: Legend, short: bool = False, mark: bool = True) -> str:
     """The entry's environments by legend label, and the loaded-machine mark when its runs were
-    timed on a busy machine: in full, or (`short`, for a terminal's narrow column) a bare "⚠"
-    that `load_notes` explains under the table."""
+    timed on a busy machine and `mark` (the mark tells its table's rows apart, load_separates):
+    in full, or (`short`, for a terminal's narrow column) a bare "⚠" that `load_notes` explains
+    under the table."""
     labels = ", ".join(legend.labels(entry)) or "—"
-    loaded = load_mark(entry)
+    loaded = load_mark(entry) if mark else ""
     if loaded and short:
         return f"{labels} ⚠"
     return f"{labels} · {loaded}" if loaded else labels
@@ -128,6 +130,41 @@ def load_notes(entries: Sequence[Entry]) -> list[str]:
     if len(rows) == 1 and len(next(iter(rows.values()))) == len(entries) > 1:
         return [f"{next(iter(rows))} (every row)"]
     return [f"{mark} ({', '.join(names)})" for mark, names in rows.items()]
+
+
+def table_rows(board: Board, entry: Entry) -> list[Entry]:
+    """The rows of the table (the machine's section, when the board ranks per machine) that
+    holds `entry`'s row."""
+    return [e for e in board.entries if not board.per_machine or e.machine == entry.machine]
+
+
+def load_separates(entries: Sequence[Entry]) -> bool:
+    """Whether the loaded-machine mark tells these rows (one table's) apart: some carry it and
+    some do not. When every row carries it, the rows say nothing and load_note says it once."""
+    marked = [bool(load_mark(e)) for e in entries]
+    return any(marked) and not all(marked)
+
+
+def load_note(entries: Sequence[Entry]) -> str:
+    """The one note under a table every row of which carries the loaded-machine mark (else
+    ""): that all its runs ran on a loaded machine, or which share of each row's did."""
+    found = [(e, _load(e)) for e in entries]
+    if not found or any(load is None for _, load in found):
+        return ""
+    loads = [load for _, load in found if load is not None]
+    worst = max(load[2] for load in loads)
+    cores = loads[0][3]
+    how = f"other processes' load up to {worst:.1f} on {cores} cores"
+    if all(loaded == timed for loaded, timed, _, _ in loads):
+        total = sum(timed for _, timed, _, _ in loads)
+        return (f"⚠ loaded machine: all of this table's runs ran on a loaded machine ({total} "
+                f"timed run(s), {how})")
+    marks = {load_mark(e) for e, _ in found}
+    if len(marks) == 1:
+        return f"{marks.pop()}: every row of this table"
+    return ("⚠ loaded machine, every row of this table: " + "; ".join(
+        f"{submission(e)} / {e.backend}: {load[0]} of {load[1]} timed run(s)"
+        for e, load in found if load is not None) + f"; {how}")
 
 
 def sections(board: Board, legend: Legend | None = None) -> list[tuple[str, list[Entry]]]:
@@ -259,12 +296,21 @@ def problems(board: Board) -> list[str]:
 def load_mark(entry: Entry) -> str:
     """"⚠ loaded machine: k of n runs ..." when runs were timed while other processes kept the
     machine busy; empty otherwise."""
+    load = _load(entry)
+    if load is None:
+        return ""
+    loaded, timed, others, cores = load
+    return (f"⚠ loaded machine: {loaded} of {timed} timed run(s), other processes' "
+            f"load up to {others:.1f} on {cores} cores")
+
+
+def _load(entry: Entry) -> tuple[int, int, float, Any] | None:
+    """(loaded runs, timed runs, other processes' highest load, usable cores) of an entry with
+    runs timed on a loaded machine; None without one."""
     timed = [r["details"]["load_average"] for r in entry.runs
              if isinstance(r.get("details", {}).get("load_average"), dict)]
     loaded = [w for w in timed if w.get("loaded")]
     if not loaded:
-        return ""
+        return None
     others = max((v for w in loaded for v in w.get("others") or [] if v is not None), default=0)
-    cores = loaded[0].get("usable_cores", "?")
-    return (f"⚠ loaded machine: {len(loaded)} of {len(timed)} timed run(s), other processes' "
-            f"load up to {others:.1f} on {cores} cores")
+    return len(loaded), len(timed), float(others), loaded[0].get("usable_cores", "?")

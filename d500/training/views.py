@@ -10,6 +10,7 @@ section pools what any machine may be compared on: test accuracy and epochs to t
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -147,7 +148,9 @@ def accuracy_view(entries: list[score.Entry]) -> View:
 
 def profile_view(entries: list[score.Entry], on: str | None = None) -> View | None:
     """AlgoPerf's performance profile over workloads, from each entry's tuning score (or, with
-    no study, its median time over seeds); `on`: the hardware of the one machine they ran on."""
+    no study, its median time over seeds); `on`: the hardware of the one machine they ran on.
+    Below two workloads the profile is a single jump per entry: a table of each entry's time
+    and × best instead of the plot."""
     scores: dict[str, dict[str, float]] = {}
     for e in entries:
         if e.reproduction:  # a re-check of a package's result, not an entry
@@ -159,6 +162,23 @@ def profile_view(entries: list[score.Entry], on: str | None = None) -> View | No
     if not scores:
         return None
     p = profile.from_scores(scores)
+    workloads = sorted({w for s in scores.values() for w in s})
+    title = (f"performance profile over {len(workloads)} workload(s){_on(on)}: ρ(τ) and its "
+             f"integral up to τ = {profile.TAU_MAX:g} (1 = fastest everywhere)")
+    notes = [APART] if on else []
+    if len(workloads) < 2:
+        [workload] = workloads
+        times = {name: s[workload] for name, s in scores.items()}
+        best = min(times.values())
+        rows = [[name, _fmt("time_to_accuracy", t), _ratio(t, best), f"{p.score(name):.3f}"]
+                for name, t in sorted(times.items(), key=lambda kv: (kv[1], kv[0]))]
+        return View(f"performance profile over 1 workload(s){_on(on)}: one workload, so a "
+                    "table, not the ρ(τ) plot (over one workload it is one jump per entry)",
+                    ["submission / backend", f"{workload}: time to the target", "× best",
+                     "profile score"], rows,
+                    notes=notes + ["× best: the entry's time over the fastest entry's; the "
+                                   "profile plot appears once the level has two or more "
+                                   "workloads"])
     from d500.leaderboard.plots import figure, png
     fig = figure(7, 3.2)
     ax = fig.add_subplot()
@@ -172,12 +192,14 @@ def profile_view(entries: list[score.Entry], on: str | None = None) -> View | No
     fig.tight_layout()
     rows = sorted(([name, f"{p.score(name):.3f}", str(len(scores[name]))] for name in p.rho),
                   key=lambda row: -float(row[1]))
-    return View(f"performance profile over {len({w for s in scores.values() for w in s})} "
-                f"workload(s){_on(on)}: ρ(τ) and its integral up to τ = {profile.TAU_MAX:g} "
-                "(1 = fastest everywhere)", ["submission / backend", "profile score",
-                                             "workloads"], rows,
-                plots=[("performance profile ρ(τ)", png(fig))],
-                notes=[APART] if on else [])
+    return View(title, ["submission / backend", "profile score", "workloads"], rows,
+                plots=[("performance profile ρ(τ)", png(fig))], notes=notes)
+
+
+def _ratio(value: float, best: float) -> str:
+    if math.isinf(value):
+        return "∞" if math.isfinite(best) else "—"
+    return f"{value / best:.2f}×" if best > 0 else "—"
 
 
 def curves_view(workload: str, groups: list[list[score.Entry]], ledger: Any,
@@ -193,40 +215,71 @@ def curves_view(workload: str, groups: list[list[score.Entry]], ledger: Any,
     if not plots:
         return None
     apart_note = "; one plot per machine (wall times of different hardware)" if machines else ""
-    return View(f"{workload}: validation accuracy against wall time, every trial and seed run "
-                f"(dotted: missed, diverged or failed){apart_note}", plots=plots)
+    return View(f"{workload}: validation accuracy against wall time (log scale), every trial "
+                f"and seed run (dotted: missed, diverged or failed), each entry's median over "
+                f"its runs in front{apart_note}", plots=plots)
 
 
 def _curves(entries: list[score.Entry], ledger: Any) -> bytes | None:
+    """Every run's validation accuracy (thin, behind; dotted when it missed, diverged or failed)
+    and, drawn in front, each entry's median curve over its runs, on a log wall-time axis (one
+    slow trial no longer squeezes the rest against zero), the legend outside the axes, below."""
+    from matplotlib import patheffects
+
     from d500.leaderboard.plots import figure, png
-    fig = figure(7, 3.5)
+    fig = figure(7, 4.2)
     ax = fig.add_subplot()
     drawn = 0
+    medians = []
     for i, e in enumerate(entries):
         color = f"C{i % 10}"
-        label = f"{e.submission} / {e.backend}"
+        curves = []
         for r in [*e.trials, *e.seeds]:
             points = [(ev["wall_time"], ev["metrics"]["val_accuracy"])
                       for ev in ledger.evaluations(r["id"])
-                      if "val_accuracy" in ev["metrics"] and ev["wall_time"] is not None]
+                      if "val_accuracy" in ev["metrics"] and ev["wall_time"] is not None
+                      and ev["wall_time"] > 0]  # a log axis: the start (t = 0) is off it
             if not points:
                 continue
             style = "-" if r["status"] == "succeeded" else ":"
-            ax.plot(*zip(*points), style, color=color, alpha=0.75, marker=".", markersize=3,
-                    label=label)
-            label = None
+            ax.plot(*zip(*points), style, color=color, alpha=0.35, lw=0.8, marker=".",
+                    markersize=2, zorder=2)
+            curves.append(sorted(points))
             drawn += 1
+        if curves:
+            medians.append((f"{e.submission} / {e.backend}", color, curves))
     if not drawn:
         return None
+    outline = [patheffects.Stroke(linewidth=4, foreground="white"), patheffects.Normal()]
+    for label, color, curves in medians:
+        xs, ys = median_curve(curves)
+        ax.step(xs, ys, where="post", color=color, lw=2.2, zorder=5, path_effects=outline,
+                label=f"{label}: median of {len(curves)} run{'s' * (len(curves) != 1)}")
     target = _target(entries)
     if target is not None:
-        ax.axhline(target, color="black", lw=0.8, ls="--", label="target")
-    ax.set_xlabel("wall time since run start (s)")
+        ax.axhline(target, color="black", lw=0.8, ls="--", label="target", zorder=4)
+    ax.set_xscale("log")
+    ax.set_xlabel("wall time since run start (s, log scale)")
     ax.set_ylabel("validation accuracy")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2,
+              frameon=False)
     fig.tight_layout()
     return png(fig)
+
+
+def median_curve(curves: list[list[tuple[float, float]]]) -> tuple[list[float], list[float]]:
+    """The median over runs of validation accuracy at each time any run was evaluated: a run
+    counts from its first evaluation on, holding its latest value (after its last one too: a run
+    that stopped at the target keeps it)."""
+    times = sorted({t for points in curves for t, _ in points})
+    xs, ys = [], []
+    for t in times:
+        held = [max((p for p in points if p[0] <= t), key=lambda p: p[0])[1]
+                for points in curves if points[0][0] <= t]
+        xs.append(t)
+        ys.append(float(statistics.median(held)))
+    return xs, ys
 
 
 def _target(entries: list[score.Entry]) -> float | None:
