@@ -15,7 +15,7 @@ from importlib.metadata import entry_points
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from d500.errors import UsageError
+from d500.errors import UsageError, describe
 
 if TYPE_CHECKING:
     from d500.backends.base import Backend
@@ -121,8 +121,8 @@ def modes() -> dict[str, tuple[str, bool]]:
             continue
         try:
             cls = get(name)
-        except UsageError:
-            found[name] = ("", False)
+        except Exception as err:  # noqa: BLE001 - a framework that fails to import is listed so
+            found[name] = (f"cannot be imported here: {describe(err)}", False)
             continue
         found.update({full: (about, True) for full, about in cls.mode_names().items()})
     return found
