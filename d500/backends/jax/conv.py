@@ -90,7 +90,6 @@ def ConvTranspose(node, x, w, b=None):
         else:  # explicit output_shape: the output starts at the first full position
             begin = [0] * n
         end = [t - bg for t, bg in zip(totals, begin)]
-        out_pad = [0] * n
     else:
         pads = node.attr("pads") or [0] * (2 * n)
         begin, end = list(pads[:n]), list(pads[n:])
