@@ -24,14 +24,16 @@ completeness, the rules, integrity, its logs and plausible convergence; one line
 - consistency: each run's figures, evaluations, hyperparameters, seed, status and times against
   its own MLLOG (d500.competition.consistency), for the runs whose record and log pass integrity;
 - convergence: each result's succeeded required seed runs against the workload's reference
-  (d500.competition.convergence), and every succeeded run's test accuracy against its
-  validation accuracy;
+  (d500.competition.convergence), every succeeded run's test accuracy against its
+  validation accuracy, and each study's best trial against the reference runs at its
+  hyperparameters that the organiser recorded beside the workload file
+  (d500.competition.trial_reference: `d500 reference --trials PACKAGE`);
 - identity: each MLLOG's platform line against its run's provenance, and the d500 version and
   commit the runs were made with against this one's (notes: problems only under --strict;
   d500.competition.identity).
 
-What could not be checked (no reference for a workload, mlperf_logging missing) is reported
-apart, so a pass says exactly what it covered.
+What could not be checked (no reference for a workload or a trial's point, mlperf_logging
+missing) is reported apart, so a pass says exactly what it covered.
 """
 
 from __future__ import annotations
@@ -418,3 +420,56 @@ def check_convergence(ctx: Context, report: Report) -> None:
     report.checked.append(f"convergence: {tested} result(s) against reference convergence, "
                           f"{gaps} run(s) test vs validation accuracy")
     report.not_checked += [f"convergence: no reference for {name}" for name in sorted(unchecked)]
+    check_trials(ctx, report, files)
+
+
+def check_trials(ctx: Context, report: Report, files: dict[tuple[int, str], str]) -> None:
+    """Each study's best trial against the reference runs at its hyperparameters, from the
+    organiser's <workload>.trials.json beside the rulebook's workload file (never the
+    package's): the seed-run test at the level ALPHA / trials (d500.competition.
+    trial_reference)."""
+    from d500.competition import convergence, trial_reference
+    studies, _ = group_studies(ctx.runs, ctx.studies)  # (unlisted trials: completeness's)
+    refs: dict[str, list[Any]] = {}
+    tested, unchecked = 0, []
+    for (level, workload, backend), found in sorted(studies.items()):
+        rel = files.get((level, workload))
+        if rel is None or level != 2:
+            continue  # (level 3 has no tuning)
+        member = trial_reference.member_of(rel)
+        if member not in refs:
+            text = ctx.rulebook_text(member)
+            try:
+                refs[member] = [] if text is None else trial_reference.read(text, member)
+            except D500Error as err:
+                report.problems.append(f"convergence: {err}")
+                refs[member] = []
+        try:
+            size = requirement(ctx.rules_text(rel) or b"", rel, ctx.rules_dir).trials
+        except D500Error:
+            continue  # completeness says why
+        for _, study in sorted(found.items()):
+            name = f"{result_name(level, workload, backend)}, {study.label}"
+            best = trial_reference.best_trial(study.trials, size)
+            if best is None:
+                continue  # no trial reached the target: nothing implausibly fast
+            ref = trial_reference.find(refs[member], backend, best.hyperparameters)
+            number = best.trial[1]
+            if ref is None:
+                unchecked.append(f"{name}'s best trial {number} (no reference trials at its "
+                                 f"hyperparameters in {member})")
+                continue
+            verdict = convergence.check_epochs(
+                ref.reference, [best.figures.get(ref.metric)],
+                batch_size=best.hyperparameters.get("batch_size"),
+                alpha=convergence.ALPHA / max(size, 1))
+            tested += verdict.status != convergence.NOT_CHECKED
+            if verdict.flagged:
+                report.problems.append(
+                    f"convergence: {name}: best trial {number} (run {best.origin_id}, at "
+                    f"{trial_reference.point(ref.params)}): {verdict.reason} (level "
+                    f"{convergence.ALPHA:g} / {size} trial(s); reference trials: {ref.command})")
+    if studies:
+        report.checked.append(f"convergence: {tested} study(ies)' best trial against reference "
+                              f"trials at its hyperparameters")
+    report.not_checked += [f"convergence: {line}" for line in unchecked]

@@ -48,6 +48,12 @@ class Measurement:
     seeds: list[int] = field(default_factory=list)
     results: list[Any] = field(default_factory=list)  # d500.training.trainer.Result per seed
     seconds: float = 0.0  # wall time of the whole measurement
+    params: dict[str, Any] = field(default_factory=dict)  # a trial's point (none: the default)
+
+    @property
+    def recipe(self) -> Any:
+        """The recipe the runs train: the entry's default, with `params` put in."""
+        return self.entry.recipe_with(self.params) if self.params else self.entry.recipe
 
     @property
     def metric(self) -> str:
@@ -61,7 +67,7 @@ class Measurement:
 
     @property
     def batch_size(self) -> int:
-        recipe = self.entry.recipe
+        recipe = self.recipe
         if self.ranks is None:
             return recipe.batch_size
         return self.workload.global_batch(recipe.batch_size, self.ranks)
@@ -77,12 +83,15 @@ def measure(workload: Any, entry: Any, backend: str, runs: int, *, first_seed: i
             ranks: int | None = None, ledger: Any = None, data_dir: str | None = None,
             on_run: Callable[[int, Any], None] = lambda seed, result: None,
             progress: Callable[[str], Any] | None = None,
-            keep_time_budget: bool = False) -> Measurement:
+            keep_time_budget: bool = False, params: dict[str, Any] | None = None
+            ) -> Measurement:
     """Run the entry's default recipe `runs` times (seeds first_seed, first_seed + 1, ...), each
     a ledger run; `on_run(seed, result)` after each. Level 3 launches `mpiexec -n ranks` per
     seed (rank 0 records into the same $D500_HOME ledger). `progress(title)`: a context
     manager taking the trainer's progress dicts (level 2 only). The wall-clock budget is
-    lifted (module docstring) unless `keep_time_budget`."""
+    lifted (module docstring) unless `keep_time_budget`. `params`: a hyperparameter point (a
+    tuning trial's, level 2 only) the runs train at instead of the default recipe
+    (d500.competition.trial_reference)."""
     import time
     if runs < convergence.MIN_SAMPLES:
         raise D500Error(f"a reference needs at least {convergence.MIN_SAMPLES} runs, "
@@ -95,8 +104,14 @@ def measure(workload: Any, entry: Any, backend: str, runs: int, *, first_seed: i
     elif ranks is not None:
         raise D500Error(f"{workload.path}: '{workload.name}' is a level-2 workload: it trains "
                         f"in one process (--ranks is for level 3)")
+    if level3 and params:
+        raise D500Error(f"{workload.path}: '{workload.name}' is a level-3 workload: it has no "
+                        f"tuning trials to record references at")
     m = Measurement(workload, entry, backend, ranks if level3 else None,
-                    ran=workload if keep_time_budget else lifted(workload))
+                    ran=workload if keep_time_budget else lifted(workload),
+                    params=dict(params or {}))
+    if m.params:
+        m.recipe.check(workload)  # a point outside the rules fails before any run
     start = time.perf_counter()
     for seed in range(first_seed, first_seed + runs):
         if level3:
@@ -117,7 +132,7 @@ def _train(m: Measurement, seed: int, ledger: Any, data_dir: str | None,
     from d500.training.trainer import train
     title = f"{m.workload.name} / {m.entry.name} / {m.backend} seed {seed}"
     with (progress(title) if progress else nullcontext()) as bar:
-        return train(m.ran, m.entry.recipe, m.backend, seed, ledger=ledger,
+        return train(m.ran, m.recipe, m.backend, seed, ledger=ledger,
                      data_dir=data_dir, submission=m.entry.name,
                      submission_files=m.entry.files, progress=bar)
 
@@ -173,6 +188,7 @@ def command(m: Measurement, first_seed: int = FIRST_SEED) -> str:
     if m.ran is m.workload:
         parts.append("--keep-time-budget")
     parts += ["--runs", str(len(m.seeds)), "--first-seed", str(first_seed)]
+    parts += [f"--at {key}={json.dumps(value)}" for key, value in sorted(m.params.items())]
     return " ".join(parts)
 
 
