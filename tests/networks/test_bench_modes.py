@@ -89,3 +89,18 @@ def test_the_cli_bench_records_each_mode(tmp_path, home):
     assert [r["backend"] for r in json.loads(result.stdout)] == MODES
     listed = json.loads(d500("ledger", "list", "--level", "1", "--json", home=home).stdout)
     assert sorted(r["backend"] for r in listed) == MODES
+
+
+def test_openvino_bf16_is_judged_at_bfloat16_tolerance_in_a_bench(tmp_path, home):
+    pytest.importorskip("openvino")
+    path = tmp_path / "tiny.yaml"
+    path.write_text(tiny_mlp(metrics=["latency", "agreement"], batch_size=2, budget=0.02))
+    result = bench(workloads.load(path), ["openvino", "openvino:bf16"])
+    assert result.exit_code == 0, [r.error for r in result.results]
+    runs = {r["backend"]: r for r in Ledger().runs(level=1, workload="tiny-mlp")}
+    tolerance = {n: {c["rtol"] for c in run["details"]["agreement"]} for n, run in runs.items()}
+    assert tolerance == {"openvino": {1e-3}, "openvino:bf16": {2e-2}}
+    settings = {n: run["details"]["settings"] for n, run in runs.items()}
+    assert settings["openvino"]["inference_precision"] == "f32"
+    assert settings["openvino:bf16"]["requested_precision"] == "bf16"
+    assert settings["openvino:bf16"]["inference_precision"] in ("bf16", "f32")  # f32: no bf16 units
