@@ -20,7 +20,7 @@ OPS, op = registry()
 def _flag(x, what: str) -> bool:
     value = static(x)
     if value is None:
-        raise NotStatic(what)
+        raise NotStatic(what, x)
     return bool(value.reshape(-1)[0])
 
 

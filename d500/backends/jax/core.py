@@ -39,7 +39,12 @@ NARROW = {np.dtype(DTYPES[t]) for t in DTYPES if t in (
 
 
 class NotStatic(Exception):
-    """An operator needs a value while tracing that is only known when the graph runs."""
+    """An operator needs a value while tracing that is only known when the graph runs; `value`,
+    when given, is the input it needed (so that only that one is baked)."""
+
+    def __init__(self, what: str, value: Any = None):
+        super().__init__(what)
+        self.value = value
 
 
 def dtype_of(elem_type: int, node: Any = None) -> np.dtype:
@@ -74,7 +79,7 @@ def ints(x: Any, what: str = "value") -> list[int]:
     """A shape-like input as Python ints; it must be known while tracing."""
     value = static(x)
     if value is None:
-        raise NotStatic(what)
+        raise NotStatic(what, x)
     return [int(v) for v in np.asarray(value).reshape(-1)]
 
 

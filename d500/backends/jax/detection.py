@@ -18,7 +18,7 @@ OPS, op = registry()
 def _host(x, what: str) -> np.ndarray:
     value = static(x)
     if value is None:
-        raise NotStatic(what)
+        raise NotStatic(what, x)
     return value
 
 

@@ -23,7 +23,7 @@ def cast(node, x: Any, to: int) -> Any:
     if to == T.STRING:
         value = static(x)
         if value is None:
-            raise NotStatic("tensor cast to strings")
+            raise NotStatic("tensor cast to strings", x)
         return _to_strings(value)
     if x.dtype == target:
         return x

@@ -157,7 +157,7 @@ def _resize(x, scales, sizes, roi, axes, how):
 def _floats(x, what):
     value = static(x)
     if value is None:
-        raise NotStatic(what)
+        raise NotStatic(what, x)
     return [float(v) for v in value.reshape(-1)]
 
 

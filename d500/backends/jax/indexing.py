@@ -26,7 +26,7 @@ def Gather(node, x, index):
     if isinstance(x, np.ndarray) and x.dtype.kind in "OUS":
         i = static(index)
         if i is None:
-            raise NotStatic("index into a string tensor")
+            raise NotStatic("index into a string tensor", index)
         return np.take(x, i, axis=axis)
     return jnp.take(x, _positive(index, x.shape[axis]), axis=axis, mode="clip")
 
@@ -92,7 +92,7 @@ def OneHot(node, indices, depth, values):
 def _value(x, what):
     value = static(x)
     if value is None:
-        raise NotStatic(what)
+        raise NotStatic(what, x)
     return value
 
 

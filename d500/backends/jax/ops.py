@@ -68,6 +68,8 @@ def wrapped(name: str, fn):
                 return fn(node, *[_jaxed(a) for a in args])
         except NotStatic as err:
             traced = [n for n, a in zip(node.inputs, args) if n and _traced(a)]
+            named = [n for n, a in zip(node.inputs, args) if n and a is err.value]
+            traced = named or traced
             raise NeedsStatic(node.unsupported(
                 f"the {err} must be known when the graph is traced"), traced) from None
     return op

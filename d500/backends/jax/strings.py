@@ -25,7 +25,7 @@ def _host(x) -> np.ndarray:
         return x
     value = static(x)
     if value is None:
-        raise NotStatic("input")
+        raise NotStatic("input", x)
     return value
 
 

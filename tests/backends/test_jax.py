@@ -1,0 +1,164 @@
+"""The JAX backend: forward against the reference and native JAX, 64-bit types kept to the
+backend, shape inputs baked per value, parameters, dtypes, sequences, errors."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+try:
+    importlib.metadata.version("jax")
+except importlib.metadata.PackageNotFoundError:
+    pytest.skip("jax is not installed (pip install 'd500[jax]')", allow_module_level=True)
+import jax  # noqa: E402 - only once it is known to be installed
+import jax.numpy as jnp  # noqa: E402
+from small_cnn import small_cnn  # noqa: E402
+
+from d500.backends.jax import JaxBackend  # noqa: E402
+from d500.errors import UnsupportedOperator, UsageError  # noqa: E402
+
+
+def native_cnn(x, p):
+    """The same network written directly in JAX (NCHW)."""
+    h = jax.lax.conv_general_dilated(x, p["w"], (2, 2), [(1, 1), (1, 1)],
+                                     dimension_numbers=("NCHW", "OIHW", "NCHW"),
+                                     precision="highest") + p["b"][:, None, None]
+    c = (slice(None), None, None)
+    h = (h - p["mean"][c]) / jnp.sqrt(p["var"][c] + 1e-5) * p["scale"][c] + p["shift"][c]
+    h = jax.lax.reduce_window(jax.nn.relu(h), -jnp.inf, jax.lax.max, (1, 1, 2, 2),
+                              (1, 1, 2, 2), "VALID")
+    return jax.nn.softmax(h.reshape(2, -1) @ p["fc_w"].T + p["fc_b"], axis=1)
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    model, weights = small_cnn()
+    x = np.random.default_rng(1).normal(size=(2, 2, 8, 8))
+    return JaxBackend.prepare(model), weights, x
+
+
+def test_forward_matches_reference_and_native(cnn):
+    from onnx.reference import ReferenceEvaluator
+    rep, weights, x = cnn
+    (y,) = rep.run([x])
+    assert y.dtype == np.float64 and y.shape == (2, 3)
+    expected = ReferenceEvaluator(rep.model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(y, expected, rtol=1e-10, atol=1e-12)
+    with jax.enable_x64(True):
+        native = native_cnn(jnp.asarray(x), {k: jnp.asarray(v) for k, v in weights.items()})
+    np.testing.assert_allclose(y, np.asarray(native), rtol=1e-10, atol=1e-12)
+
+
+def test_64_bits_inside_the_backend_only():
+    """float64 and int64 are computed as such, float32 stays float32, and JAX's own 32-bit
+    default outside the backend is untouched."""
+    nodes = [helper.make_node("Add", ["a", "a"], ["a2"]), helper.make_node("Mul", ["f", "f"],
+                                                                          ["f2"]),
+             helper.make_node("Add", ["i", "i"], ["i2"])]
+    graph = helper.make_graph(
+        nodes, "widths", [helper.make_tensor_value_info("a", TensorProto.DOUBLE, [2]),
+                          helper.make_tensor_value_info("f", TensorProto.FLOAT, [2]),
+                          helper.make_tensor_value_info("i", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info(n, t, [2]) for n, t in (
+            ("a2", TensorProto.DOUBLE), ("f2", TensorProto.FLOAT), ("i2", TensorProto.INT64))])
+    rep = JaxBackend.prepare(helper.make_model(graph))
+    a = np.array([1 + 1e-12, 2.0])
+    big = np.array([2**40, 3], np.int64)
+    a2, f2, i2 = rep.run([a, np.array([1.5, 3.0], np.float32), big])
+    assert a2.dtype == np.float64 and a2[0] == 2 + 2e-12
+    assert f2.dtype == np.float32 and f2.tolist() == [2.25, 9.0]
+    assert i2.dtype == np.int64 and i2[0] == 2**41
+    assert not jax.config.jax_enable_x64
+    assert jnp.asarray(np.ones(1)).dtype == jnp.float32
+
+
+def test_parameters_and_set_parameters(cnn):
+    rep, weights, x = cnn
+    params = rep.parameters()
+    assert set(params) == set(weights) and params["w"].shape == (4, 2, 3, 3)
+    before = rep.run([x])[0]
+    rep.set_parameters({"fc_b": weights["fc_b"] + np.array([5.0, 0.0, 0.0])})
+    try:
+        assert np.all(rep.run([x])[0][:, 0] > before[:, 0])
+    finally:
+        rep.set_parameters({"fc_b": weights["fc_b"]})
+    np.testing.assert_allclose(rep.run([x])[0], before)
+    with pytest.raises(UsageError, match="not a parameter"):
+        rep.set_parameters({"nope": np.zeros(1)})
+    with pytest.raises(UsageError, match="later slice"):
+        rep.gradients([x])
+
+
+def test_shape_inputs_are_baked_per_value():
+    node = helper.make_node("Reshape", ["x", "shape"], ["y"])
+    graph = helper.make_graph(
+        [node], "reshape", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4]),
+                            helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
+    rep = JaxBackend.prepare(helper.make_model(graph))
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    for shape in ([6, 4], [4, -1], [0, 12]):
+        (y,) = rep.run([x, np.array(shape, np.int64)])
+        np.testing.assert_array_equal(y, x.reshape([2 if s == 0 else s for s in shape]))
+    assert rep._bake == {"shape"} and len(rep._functions) == 3
+
+
+def test_unsigned_arithmetic_and_output_dtypes():
+    nodes = [helper.make_node("Abs", ["a"], ["abs"]), helper.make_node("Sub", ["a", "b"], ["d"]),
+             helper.make_node("ReduceSum", ["a"], ["s"], keepdims=0),
+             helper.make_node("MatMul", ["a", "b"], ["m"])]
+    graph = helper.make_graph(
+        nodes, "u32", [helper.make_tensor_value_info(n, TensorProto.UINT32, [2, 2])
+                       for n in "ab"],
+        [helper.make_tensor_value_info("abs", TensorProto.UINT32, [2, 2]),
+         helper.make_tensor_value_info("d", TensorProto.UINT32, [2, 2]),
+         helper.make_tensor_value_info("s", TensorProto.UINT32, []),
+         helper.make_tensor_value_info("m", TensorProto.UINT32, [2, 2])])
+    rep = JaxBackend.prepare(helper.make_model(graph))
+    a = np.array([[5, 7], [9, 4_000_000_000]], np.uint32)
+    b = np.array([[1, 2], [3, 4]], np.uint32)
+    out = rep.run([a, b])
+    for got, want in zip(out, [a, a - b, np.sum(a, dtype=np.uint32), a @ b]):
+        assert got.dtype == np.uint32
+        np.testing.assert_array_equal(got, want)
+
+
+def test_sequences_are_python_lists():
+    nodes = [helper.make_node("SplitToSequence", ["x"], ["seq"], axis=0, keepdims=0),
+             helper.make_node("SequenceLength", ["seq"], ["n"]),
+             helper.make_node("ConcatFromSequence", ["seq"], ["y"], axis=1, new_axis=1)]
+    graph = helper.make_graph(
+        nodes, "seq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2])],
+        [helper.make_tensor_value_info("n", TensorProto.INT64, []),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_sequence_value_info("seq", TensorProto.FLOAT, [2])])
+    rep = JaxBackend.prepare(helper.make_model(graph))
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    n, y, seq = rep.run([x])
+    assert int(n) == 3
+    np.testing.assert_array_equal(y, x.T)
+    assert isinstance(seq, list) and [s.tolist() for s in seq] == x.tolist()
+
+
+def test_unsupported_operator_names_everything():
+    node = helper.make_node("Frobnicate", ["x"], ["y"], name="frob1", domain="com.example")
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.example", 3)])
+    with pytest.raises(UnsupportedOperator) as err:
+        JaxBackend.prepare(model)
+    for part in ("com.example::Frobnicate", "opset 3", "frob1", "jax"):
+        assert part in str(err.value)
+
+
+def test_registered_and_input_errors(cnn):
+    from d500 import backends
+    assert backends.get("jax") is JaxBackend and not JaxBackend.trainable
+    rep, _, x = cnn
+    with pytest.raises(UsageError, match="2 inputs given"):
+        rep.run([x, x])
