@@ -135,45 +135,29 @@ class RankLoop:
                 return command
 
     def _chunk(self, epoch: int, first: int, count: int, want: bool, val: Any) -> None:
-        """Steps first..first+count-1 of `epoch` on every rank; rank 0 reports their losses
-        (its own, the first non-finite one of any rank in its place) and, if `want`, the
-        model."""
+        """Steps first..first+count-1 of `epoch` on every rank; rank 0 reports each step's loss
+        over the global batch (the ranks' losses weighted by their shares; non-finite where any
+        rank's was, naming the first such rank) and, if `want`, the model."""
         order = list(self.sampler.epoch(epoch))[first:first + count]
-        losses, bad = [], None
-        for index in order:
-            loss = self._step({"input": self.x[index], "labels": self.y[index]},
-                              self.lr_at(self.step), epoch, val)
-            losses.append(loss)
-            if bad is None and not math.isfinite(loss):
-                bad = (len(losses) - 1, loss)
-        first_bad = self._first_bad(bad)
+        mine = np.empty((2, len(order)), dtype=np.float64)  # loss, share size per step
+        for i, index in enumerate(order):
+            mine[0, i] = self._step({"input": self.x[index], "labels": self.y[index]},
+                                    self.lr_at(self.step), epoch, val)
+            mine[1, i] = len(index)
+        every = self._gathered(mine)
         state = self._handed(want)
         if self.judge is None:
             return
-        where = ""
-        if first_bad is not None:
-            at, loss, rank = first_bad
-            losses = losses[:at] + [loss]
-            where = f" on rank {rank}"
+        losses, where = _global_losses(every)
         self.judge.send(("trained", losses, state, self.judge.pending_stop(), where))
 
-    def _first_bad(self, bad: tuple[int, float] | None) -> tuple[int, float, int] | None:
-        """The earliest non-finite loss of this chunk over every rank (rank 0), or None."""
-        flags = np.array([bad[0] if bad else -1, bad[1] if bad else 0.0, self.comm.rank],
-                         dtype=np.float64)
-        if self.control is not None:
-            every = np.empty((self.comm.size, 3), dtype=np.float64) if self.comm.rank == 0 \
-                else None
-            self.control.Gather(flags, every, root=0)
-        else:
-            every = flags[None, :]
-        if self.comm.rank != 0:
-            return None
-        failing = every[every[:, 0] >= 0]
-        if not failing.size:
-            return None
-        first = failing[np.argmin(failing[:, 0])]
-        return int(first[0]), float(first[1]), int(first[2])
+    def _gathered(self, mine: np.ndarray) -> np.ndarray | None:
+        """Every rank's (loss, share) rows on rank 0, shape (ranks, 2, steps); None elsewhere."""
+        if self.control is None:
+            return mine[None]
+        every = np.empty((self.comm.size, *mine.shape)) if self.comm.rank == 0 else None
+        self.control.Gather(mine, every, root=0)
+        return every
 
     def _handed(self, want: bool) -> dict[str, np.ndarray] | None:
         """The scheme's model (collective: every rank) as rank 0 hands it to the judge."""
@@ -237,3 +221,17 @@ class RankLoop:
             return [st]
         every = self.control.gather(st, root=0)
         return every if comm.rank == 0 else []
+
+
+def _global_losses(every: np.ndarray) -> tuple[list[float], str]:
+    """Each step's loss over the global batch from every rank's (loss, share) rows, cut after
+    the first step with a non-finite loss on some rank, and " on rank R" naming that rank."""
+    loss, share = every[:, 0, :], every[:, 1, :]
+    bad = ~np.isfinite(loss)
+    with np.errstate(invalid="ignore", over="ignore"):
+        mean = (np.where(bad, 0.0, loss) * share).sum(axis=0) / share.sum(axis=0)
+    if not bad.any():
+        return [float(v) for v in mean], ""
+    step = int(np.argmax(bad.any(axis=0)))
+    rank = int(np.argmax(bad[:, step]))
+    return [float(v) for v in mean[:step]] + [float(loss[rank, step])], f" on rank {rank}"
