@@ -188,7 +188,7 @@ def profile_view(entries: list[score.Entry], on: str | None = None) -> View | No
     ax.set_ylabel("share of workloads ρ(τ)")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()
     rows = sorted(([name, f"{p.score(name):.3f}", str(len(scores[name]))] for name in p.rho),
                   key=lambda row: -float(row[1]))

@@ -67,7 +67,8 @@ def test_the_html_board_renders_with_its_plots(ledger, tmp_path):
         assert sorted(r[1] for r in rows) == ["adamw", "sgd-momentum"]
         for r in rows:
             assert r[0] == "digits-mlp" and r[2] == "torch"
-            assert r[3].endswith("s") and r[4].endswith("s")  # score and cost: durations
+            durations = ("s", "min", "h")  # score and cost (past 100 s in minutes)
+            assert r[3].endswith(durations) and r[4].endswith(durations)
             assert 0.9 <= float(r[5]) <= 1.0  # test accuracy at the target
             assert r[7].startswith("2 / 0 / 0 / 0") or "/" in r[7]
         seeds = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
