@@ -276,7 +276,8 @@ class JaxExecutable(Executable):
 
 class JaxBackend(Backend):
     name = "jax"
-    about = "jit: the whole translated graph as one jax.jit function (one per baked input value)"
+    about = ("jit: the whole translated graph as one jax.jit function (one per baked input "
+             "value); inference only for now")
     trainable = False  # inference for now: the JAX trainer is a later slice of issue 21
 
     @classmethod
