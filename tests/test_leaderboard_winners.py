@@ -70,6 +70,10 @@ def test_the_markdown_board_opens_with_the_winners_of_every_level(home, tmp_path
     ledger = Ledger()
     level0(ledger, tmp_path, {})
     level2(ledger, tmp_path)
+    copy = {"reproduction": {"package": "ab" * 32, "entry": "slow"}}  # fastest, never ranked
+    ledger.start_run(level=0, workload="gemm", submission="slow", backend="numpy",
+                     workload_file=tmp_path / "gemm.yaml").finish(
+        "succeeded", figures={"latency": 5e-4, "forward_error": 1e-7}, details=copy)
     md = leaderboard.render(ledger, fmt="md")
     ledger.close()
     start = md.index("## Winners")
@@ -81,6 +85,7 @@ def test_the_markdown_board_opens_with_the_winners_of_every_level(home, tmp_path
         if line.startswith("| ") and not line.startswith("| workload"))}
     assert rows["gemm"] == ["fast / numpy", "latency 1 ms (median of 2 runs; lower is better)",
                             "3.00×: runner-up slow / numpy, 3 ms", "—"]
+    assert "reproduction" not in top and "| 1 | fast |" in md  # beside its row, below
     assert rows["digits"][:3] == [
         "fast / torch", "time_to_accuracy 4 s (median of 3 seeds; lower is better)",
         "2.75×: runner-up slow / torch, 11 s"]
