@@ -277,13 +277,13 @@ def test_a_level3_run_is_reproduced_at_its_world_size(tmp_path, run_d500):
 
 def test_a_run_is_reproduced_at_the_thread_count_it_recorded(rules_dir, entry_dir, tmp_path,
                                                              run_d500):
-    """An entry trained and tuned with --threads 1 (here d500's default, and torch's, would be
-    this machine's 2 cores): the reproduction runs at the recorded 1 and says so."""
+    """An entry's first required seed trained with --threads 1 (here d500's default, and
+    torch's, would be this machine's 2 cores): the reproduction runs at the recorded 1 and says
+    so. (Only that run is drawn and asserted: its other seed and its tuning would add 5 runs.)"""
     home, workload = tmp_path / "entrant", str(rules_dir / "2-training" / "digits-mlp.yaml")
-    for command in (["train", "--seeds", "2"], ["tune"]):
-        done = run_d500(home, command[0], workload, "--submission", str(entry_dir),
-                        "--threads", "1", *command[1:])
-        assert done.returncode in (0, 1), done.stderr
+    done = run_d500(home, "train", workload, "--submission", str(entry_dir), "--threads", "1",
+                    "--seeds", "1")
+    assert done.returncode in (0, 1), done.stderr
     package = tmp_path / "threads.tar.gz"
     made = run_d500(home, "package", str(entry_dir), "--out", str(package))
     assert made.returncode == 0, made.stderr
