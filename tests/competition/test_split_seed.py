@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -88,8 +89,12 @@ def test_a_rebuilt_validation_split_loses_its_speed_under_a_fresh_split(tmp_path
     grow by more than the honest entry's, and its departure is the less likely one under the
     reference's pairs. (With 3 runs on digits-mlp the cheat's departure, about 2 epochs here, is
     not flagged at p = 0.05: the reference's own spread is 4-10 epochs; see reproduce_split.)"""
-    cheat = _reproduce(tmp_path, run_d500, "peek", "peek.py:Peek", PEEK)
-    honest = _reproduce(tmp_path, run_d500, "honest", "momentum")
+    # the two entries' train-package-reproduce chains run side by side (each its own homes and
+    # ledgers; a split-seed reproduction judges epochs alone, never times)
+    with ThreadPoolExecutor(2) as pool:
+        cheat = pool.submit(_reproduce, tmp_path, run_d500, "peek", "peek.py:Peek", PEEK)
+        honest = pool.submit(_reproduce, tmp_path, run_d500, "honest", "momentum")
+        cheat, honest = cheat.result(), honest.result()
     for result in (cheat, honest):
         assert result["split_seed"] == 777
         [pooled] = result["split"]
