@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,7 @@ def operators(budget: float) -> None:
     from d500.operators.adapters import runner
     from d500.operators.base import load
     from d500.operators.bench import per_inner_call
+    from d500.operators.host import ROUND_TRIP
     from d500.operators.validate import prepare
     from d500.operators.workloads import load_case
     from d500.timing import measure_interleaved
@@ -172,11 +174,20 @@ def operators(budget: float) -> None:
             build(source_path(local.cls))
         here = runner(local.cls(**c.attributes)).timed_forward(inputs)
         there = runner(remote.cls(**c.attributes)).timed_forward(inputs)
-        t = measure_interleaved({"here": here, "there": there}, budget=budget)
+        t = measure_interleaved({"here": here, "there": there}, budget=budget,
+                                min_sample=ROUND_TRIP)  # as d500's level-0 bench samples
         a, b = t["here"], per_inner_call(t["there"], there.inner)
+        # the round trip's own cost: the judge's reading of a round trip against the host's
+        # reading of the calls inside it (the host's clock, trusted here only to measure this)
+        trips = []
+        for _ in range(7):
+            start = time.perf_counter()
+            inside = remote.cls.host.ask("repeat", "forward", there.inner)
+            trips.append((time.perf_counter() - start) / inside - 1)
         print(f"  {entry} on {case_name}: in-process {a.median * 1e3:.4f} ms, host "
               f"{b.median * 1e3:.4f} ms ({there.inner} calls a round trip): host/in-process "
-              f"{b.median / a.median:.3f}", flush=True)
+              f"{b.median / a.median:.3f}; a round trip's own cost "
+              f"{100 * statistics.median(trips):.2f} % of it", flush=True)
 
 
 def main() -> None:

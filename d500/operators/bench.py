@@ -178,8 +178,14 @@ def _time(rows: list[Row], forward: dict[int, Callable[[], Any]],
     calls = {f"f{k}": fn for k, fn in forward.items()}
     calls.update({f"b{k}": b.call for k, b in backward.items()})
     per_call = budget * len(forward) / len(calls)
+    # every sample as long as an operator host's round trip, so that in-process callables and
+    # the host's are timed alike (on a busy machine a short sample is preempted less often)
+    from d500.operators.host import ROUND_TRIP
+    long = any(getattr(fn, "inner", 1) > 1 for fn in calls.values())
+    measured = measure_interleaved(calls, budget=per_call,
+                                   **({"min_sample": ROUND_TRIP} if long else {}))
     timings = {name: per_inner_call(t, getattr(calls[name], "inner", 1))
-               for name, t in measure_interleaved(calls, budget=per_call).items()}
+               for name, t in measured.items()}
     for k in forward:
         row, timing = rows[k], timings[f"f{k}"]
         row.timing = timing.summary()

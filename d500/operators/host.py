@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import multiprocessing
-import statistics
 import time
 import weakref
 from pathlib import Path
@@ -27,7 +26,7 @@ import numpy as np
 
 from d500.errors import D500Error, UsageError
 
-ROUND_TRIP = 0.01  # seconds of timed calls per round trip at least
+ROUND_TRIP = 0.05  # seconds of timed calls per round trip at least
 OVERHEAD = 0.01  # the largest share of a round trip its own cost may take
 MAX_INNER = 100_000
 START = 300.0  # seconds the host may take to import the operator's file
@@ -152,17 +151,23 @@ class RemoteRunner:
 
 class Batched:
     """One timed call: a round trip in which the host runs the prepared call `inner` times,
-    `inner` chosen so that the round trip's own cost (an empty round trip's, measured: a
-    process's wake-up on a busy machine takes milliseconds) is under OVERHEAD of it."""
+    `inner` chosen so that the round trip's own cost (the slowest of a few empty round trips:
+    a process's wake-up on a busy machine takes milliseconds) is under OVERHEAD of it. The
+    calls are sized by the host's own reading of its time, which the judge uses for nothing
+    else: a host that misreports it only makes its own round trips costlier or longer."""
 
     def __init__(self, host: Host, kind: str):
         self.host, self.kind = host, kind
-        empty = statistics.median(self._round_trip(0) for _ in range(5))
-        one = statistics.median(self._round_trip(1) for _ in range(3))  # the first: caches
-        per_call = max(one - empty, 1e-7)
-        self.overhead = empty
-        self.inner = max(1, min(MAX_INNER, math.ceil(max(ROUND_TRIP, empty / OVERHEAD)
-                                                     / per_call)))
+        self.overhead = max(self._round_trip(0) for _ in range(5))
+        target = max(ROUND_TRIP, self.overhead / OVERHEAD)
+        calls = 1
+        while True:
+            inside = float(host.ask("repeat", kind, calls))
+            if inside >= target / 8 or calls >= MAX_INNER:
+                break
+            calls = min(MAX_INNER, calls * 4)
+        per_call = max(inside / calls, 1e-9)
+        self.inner = max(1, min(MAX_INNER, math.ceil(target / per_call)))
 
     def _round_trip(self, calls: int) -> float:
         t = time.perf_counter()
