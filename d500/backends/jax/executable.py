@@ -66,8 +66,9 @@ def _small(value: Any) -> bool:
     if value is None or isinstance(value, list) or is_tracer(value):
         return False
     a = np.asarray(value)
+    floating = a.dtype.kind in "fb" or a.dtype.kind == "V" and a.dtype.itemsize <= 2  # bfloat16
     return (a.dtype.kind in "iu" and a.size <= _BAKE_LIMIT
-            or a.dtype.kind in "fb" and a.size <= _BAKE_SMALL)
+            or floating and a.size <= _BAKE_SMALL)
 
 
 class JaxExecutable(Executable):

@@ -144,10 +144,10 @@ def IsInf(node, x):
 
 
 # -- comparison and logic -----------------------------------------------------------------------
-def _compare(fn):
+def _compare(fn, host):
     def compare(node, a, b):
         if isinstance(a, np.ndarray) and a.dtype.kind in "OUS":
-            return jnp.asarray(fn(a, b))
+            return jnp.asarray(host(a, b))
         return with_kernel(lambda x, y: fn(x, y).astype(jnp.float32), a, b).astype(bool) if (
             np.dtype(a.dtype) in NARROW) else fn(a, b)
     return compare
@@ -155,7 +155,7 @@ def _compare(fn):
 
 for _name, _fn in {"Equal": np.equal, "Less": np.less, "LessOrEqual": np.less_equal,
                    "Greater": np.greater, "GreaterOrEqual": np.greater_equal}.items():
-    op(_compare(getattr(jnp, _fn.__name__)), names=(_name,))
+    op(_compare(getattr(jnp, _fn.__name__), _fn), names=(_name,))
 
 
 @op
