@@ -5,7 +5,8 @@ failing that is not listed fails CI by name, and a listed test that passes asks 
 be updated (D500_UPDATE_KNOWN_FAILURES=1 rewrites the lists from the run). One run per backend
 over the 1,872 deterministic node tests of onnx 1.23.2 (12 random-output tests left out).
 Measured: reference 1,870 (ReferenceEvaluator alone: 1,863), torch 1,867, tensorflow 1,860,
-onnxruntime 1.31.1: 1,438, openvino 2026.4.1 (f32): 1,396; onnxruntime:basic runs a subset
+onnxruntime 1.31.1: 1,438, openvino 2026.4.1 (f32): 1,396, jax 0.10.2: 1,869 (its light models
+9 / 9, the SqueezeNet's softmax included); onnxruntime:basic runs a subset
 (SUBSETS): 408 of its 477 tests, failing exactly the tests onnxruntime fails among them;
 tensorflow:xla too: 26 of its 30 (XLA refuses the string operators and Unique).
 openvino:bf16 is not pinned: BackendTest judges at float32's tolerances, and the mode's outcome
@@ -24,7 +25,7 @@ from d500.conformance import backend_test_counts
 
 DETERMINISTIC_NODE_TESTS = 1872
 BACKENDS = ("reference", "torch", "tensorflow", "tensorflow:xla", "onnxruntime",
-            "onnxruntime:basic", "openvino")
+            "onnxruntime:basic", "openvino", "jax")
 KNOWN = Path(__file__).parent / "node_suite_failures"  # <backend>.txt, a mode's ':' as '-'
 # A mode whose full suite would repeat another's runs a representative subset, pinned as the
 # others: mode -> (the pattern of its tests, how many). onnxruntime:basic runs onnxruntime's
@@ -118,7 +119,7 @@ def test_node_suite_fails_exactly_the_known_tests(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["torch", "tensorflow"])
+@pytest.mark.parametrize("name", ["torch", "tensorflow", "jax"])
 def test_light_real_models_pass(name, tmp_path, monkeypatch):
     monkeypatch.setenv("ONNX_HOME", str(tmp_path))  # BackendTest writes expected outputs there
     counts = backend_test_counts(backends.get(name), kind="Real")
