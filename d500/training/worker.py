@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -239,6 +241,10 @@ def main(conn: Any) -> None:
             conn.send(("error", describe(err)))
         except (OSError, ValueError):
             pass
+    finally:  # nothing of the worker's outlives it: skip the interpreter's teardown (torch's
+        sys.stdout.flush()  # took ~0.8 s of every run)
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def _state(trainer: Any) -> dict[str, np.ndarray]:
