@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 from onnx import TensorProto as T
 
@@ -170,5 +169,3 @@ def QLinearConv(node, x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, b
     low, high = _INT_RANGE[out_type(node) or T.UINT8]
     return jnp.clip(y, low, high).astype(y_zero.dtype)
 
-
-__all__ = ["OPS", "np"]
