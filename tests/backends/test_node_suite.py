@@ -16,6 +16,7 @@ depends on whether the CPU has bf16 units (this one has none, and runs it in f32
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -43,8 +44,26 @@ XLA_TESTS = ("conv_with_strides_padding", "conv_with_autopad_same", "batchnorm_e
              "where_example", "range_float_type_positive_delta", "if", "loop11", "scan9_sum",
              "unique_sorted_without_axis", "unique_not_sorted_without_axis",
              "strnormalizer_export_monday_empty_output", "regex_full_match_basic")
+
+
+def sampled(every: int) -> tuple[str, int]:
+    """One in `every` of the node tests, chosen by a hash of the name (the same tests on every
+    machine and run), as a SUBSETS entry."""
+    import hashlib
+
+    from d500.conformance import node_tests
+    names = sorted(t.name for t in node_tests()
+                   if int(hashlib.sha256(t.name.encode()).hexdigest(), 16) % every == 0)
+    return rf"^({'|'.join(names)})_cpu$", len(names)
+
+
 SUBSETS = {"onnxruntime:basic": (r"_expanded", 477),
            "tensorflow:xla": (rf"^test_({'|'.join(XLA_TESTS)})_cpu$", len(XLA_TESTS))}
+# jax jit-compiles every test's graph with XLA: its whole suite took 7 min 40 s here (1,869 of
+# 1,872, measured once with D500_FULL_NODE_SUITE=1 and recorded in the README), so CI runs a
+# fixed quarter of it, every operator family represented by chance rather than by choice.
+if os.environ.get("D500_FULL_NODE_SUITE") != "1":
+    SUBSETS["jax"] = sampled(4)
 
 UPDATE = os.environ.get("D500_UPDATE_KNOWN_FAILURES") == "1"
 # The real architectures shipped inside onnx (onnx/backend/test/data/light), no download.
@@ -110,6 +129,7 @@ def test_node_suite_fails_exactly_the_known_tests(name):
     assert counts["run"] - counts["skipped"] == expected
     path = KNOWN / f"{name.replace(':', '-')}.txt"
     known, either = read_known(path)
+    known = {t for t in known if re.search(pattern, t)}  # a subset: its own known failures
     failed = set(counts["failed"])
     if UPDATE:
         write_known(path, failed, either)
