@@ -171,7 +171,14 @@ class Lost(WorkerError):
 
 
 def main(conn: Any, lost: Any) -> None:
-    """The judge process: one level-3 run, from opening it to recording it."""
+    """The judge process: one level-3 run, from opening it to recording it. It dies with rank 0
+    (a run whose rank 0 died shows `interrupted`, its writer gone), and ignores the signals
+    meant for the ranks (^C, hydra's SIGUSR1 notice that a rank ended)."""
+    import signal
+
+    from d500.training.worker import _bound_to_parent
+    _bound_to_parent()
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     order: Order = conn.recv()
     run, ranks = None, Ranks(conn, lost)
     try:
