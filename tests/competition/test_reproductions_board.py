@@ -25,7 +25,10 @@ def test_a_reproduction_sits_beside_its_run_unranked_and_outside_the_profile(
     first = min(r.origin_id for r in pkg.runs() if r.trial is None)  # a seed run, succeeded
     done = run_d500(home, "reproduce", str(digits_package), "--runs", "1", "--seed",
                     str(draw_seed(digits_package, 1, {first})), "--rules", str(rules_dir))
-    assert done.returncode == 0, done.stdout + done.stderr
+    # whether it agrees is test_reproduce's subject (a loaded machine can make its time
+    # disagree); here only that it was recorded as a reproduction
+    assert done.returncode in (0, 1) and "reproduced as run" in done.stderr + done.stdout, \
+        done.stdout + done.stderr
     with Ledger(home / "ledger.sqlite") as book:
         [board] = ranking.build(book, level=2)
         runs = book.runs(level=2)
