@@ -177,8 +177,9 @@ def main(conn: Any, lost: Any) -> None:
     import signal
 
     from d500.training.worker import _bound_to_parent
-    _bound_to_parent()
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    if threading.current_thread() is threading.main_thread():  # (a test may run it in a thread)
+        _bound_to_parent()
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     order: Order = conn.recv()
     run, ranks = None, Ranks(conn, lost)
     try:
