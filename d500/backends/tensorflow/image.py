@@ -1,84 +1,34 @@
-"""Image operators in TensorFlow: Resize/Upsample as per-axis interpolation matrices.
-
-Resize is separable and linear in its input, so along each axis it is a matrix product
-with an (out x in) weight matrix. The matrices are computed while tracing by applying the ONNX
-reference's 1-D interpolation (onnx.reference.ops.op_resize) to unit vectors, which gives
-exactly ONNX's semantics for every mode, coordinate transformation, antialias and exclude_outside.
-"""
+"""Image operators in TensorFlow: Resize/Upsample as products with the shared per-axis
+interpolation matrices (d500.backends.resize, computed while tracing), GridSample, Col2Im, ..."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import tensorflow as tf
 
+from d500.backends import resize
 from d500.backends.graph import registry
-from d500.backends.tensorflow.core import ints, norm_axes, static
+from d500.backends.tensorflow.core import ints, static
 
 OPS, op = registry()
 
 
-def _coeff_fn(node):
-    from onnx.reference.ops import op_resize as ref
-    mode = node.attr("mode", "nearest")
-    antialias = node.attr("antialias", 0)
-    if mode == "nearest":
-        nearest = node.attr("nearest_mode", "round_prefer_floor")
-        return lambda r, s: ref._nearest_coeffs(r, mode=nearest)
-    if mode == "cubic":
-        a = node.attr("cubic_coeff_a", -0.75)
-        fn = ref._cubic_coeffs_antialias if antialias else ref._cubic_coeffs
-        return lambda r, s: fn(r, s, A=a)
-    if mode in ("linear", "bilinear", "trilinear"):
-        return ref._linear_coeffs_antialias if antialias else ref._linear_coeffs
-    raise node.unsupported(f"Resize mode {mode!r}")
-
-
-def _matrix(node, n_in, n_out, scale, roi, fn, ctm):
-    from onnx.reference.ops import op_resize as ref
-    w = ref._interpolate_1d_along_axis(
-        np.eye(n_in), 0, float(scale), int(n_out), fn, roi=roi, extrapolation_value=np.nan,
-        coordinate_transformation_mode=ctm, exclude_outside=bool(node.attr("exclude_outside", 0)))
-    outside = np.isnan(w).all(axis=1)
-    return np.nan_to_num(w), outside
-
-
-def resize(node, x, scales, sizes, roi, axes, ctm):
-    r = x.shape.rank
-    shape = x.shape.as_list()
-    axes = list(range(r)) if axes is None else norm_axes(axes, r)
-    if sizes is not None:
-        scale_f = [sizes[i] / shape[a] for i, a in enumerate(axes)]
-        policy = node.attr("keep_aspect_ratio_policy", "stretch")
-        if policy != "stretch":
-            s = min(scale_f) if policy == "not_larger" else max(scale_f)
-            scale_f = [s] * len(axes)
-            sizes = [int(s * shape[a] + 0.5) for a in axes]
-    else:
-        scale_f = list(scales)
-        sizes = [int(s * shape[a]) for s, a in zip(scale_f, axes)]
-    if roi is not None and len(roi) == 2 * len(axes) and len(axes) != r:
-        pass
-    elif roi is not None and len(roi) == 2 * r:
-        roi = [roi[a] for a in axes] + [roi[r + a] for a in axes]
-    fn = _coeff_fn(node)
+def _resize(node, x, how, scales, sizes=None, roi=None):
     work = x if x.dtype in (tf.float32, tf.float64) else tf.cast(x, tf.float32)
+    rank = x.shape.rank
     mask = None
-    n_axes = len(axes)
-    for i, a in enumerate(axes):
-        if sizes[i] == shape[a] and np.isclose(scale_f[i], 1.0) and ctm != "tf_crop_and_resize":
-            continue
-        axis_roi = None if roi is None else [roi[i], roi[n_axes + i]]
-        w, outside = _matrix(node, shape[a], sizes[i], scale_f[i], axis_roi, fn, ctm)
-        wt = tf.constant(w, work.dtype)
+    for a, w, outside in resize.plan(x.shape.as_list(), how, scales, sizes, roi,
+                                     node.attr("axes")):
         moved = tf.experimental.numpy.moveaxis(work, a, -1)
-        moved = tf.tensordot(moved, wt, [[moved.shape.rank - 1], [1]])
+        moved = tf.tensordot(moved, tf.constant(w, work.dtype), [[rank - 1], [1]])
         work = tf.experimental.numpy.moveaxis(moved, -1, a)
-        if outside.any():
-            m = outside.reshape([-1 if k == a else 1 for k in range(r)])
+        if outside is not None:
+            m = outside.reshape([-1 if k == a else 1 for k in range(rank)])
             mask = m if mask is None else (mask | m)
     if mask is not None:
-        work = tf.where(tf.constant(mask), tf.cast(node.attr("extrapolation_value", 0.0),
-                                                   work.dtype), work)
+        work = tf.where(tf.constant(mask), tf.cast(how["extrapolation_value"], work.dtype), work)
     if work.dtype != x.dtype:
         if x.dtype.is_integer:
             work = tf.clip_by_value(tf.round(work), float(x.dtype.min), float(x.dtype.max))
@@ -86,38 +36,26 @@ def resize(node, x, scales, sizes, roi, axes, ctm):
     return work
 
 
+def _floats(x):
+    value = static(x)
+    return None if value is None or value.size == 0 else value.astype(np.float64).tolist()
+
+
 @op
 def Resize(node, x, roi=None, scales=None, sizes=None):
     if node.opset < 11:  # Resize-10: (X, scales)
         scales, roi = roi, None
-        ctm = "asymmetric"
-    else:
-        ctm = node.attr("coordinate_transformation_mode", "half_pixel")
-    axes = node.attr("axes")
-    roi_v = static(roi)
-    roi_v = None if roi_v is None or roi_v.size == 0 else roi_v.astype(np.float64).tolist()
-    sc = static(scales)
-    sc = None if sc is None or sc.size == 0 else sc.astype(np.float64).tolist()
+    sc = _floats(scales)
     sz = None if sizes is None else ints(sizes, node, "sizes")
     if sc is None and sz is None:
         raise node.unsupported("Resize needs static scales or sizes")
-    if axes is None and sc is not None:
-        pass
-    return resize(node, x, sc, sz, roi_v, axes, ctm)
+    return _resize(node, x, resize.how(node), sc, sz, _floats(roi))
 
 
 @op
 def Upsample(node, x, scales=None):
     sc = node.attr("scales") if scales is None else static(scales).tolist()
-    mode = node.attr("mode", "nearest")
-
-    class _N:
-        op_type, opset, unsupported = node.op_type, node.opset, node.unsupported
-
-        def attr(self, name, default=None):
-            return {"mode": "linear" if mode in ("linear", "bilinear") else "nearest",
-                    "nearest_mode": "floor"}.get(name, default)
-    return resize(_N(), x, list(sc), None, None, None, "asymmetric")
+    return _resize(node, x, resize.upsample_how(node), [float(s) for s in sc])
 
 
 def _reflect(x, lo, hi):
@@ -252,26 +190,15 @@ def Col2Im(node, data, image_shape, block_shape):
     image = ints(image_shape, node, "image_shape")
     kernel = ints(block_shape, node, "block_shape")
     n = len(image)
-    dil = list(node.attr("dilations") or [1] * n)
-    strides = list(node.attr("strides") or [1] * n)
-    p = list(node.attr("pads") or [0] * (2 * n))
-    cols = [(image[i] + p[i] + p[i + n] - (dil[i] * (kernel[i] - 1) + 1)) // strides[i] + 1
-            for i in range(n)]
-    k_idx = np.stack(np.meshgrid(*[np.arange(k) for k in kernel], indexing="ij"), -1).reshape(
-        -1, n)
-    c_idx = np.stack(np.meshgrid(*[np.arange(c) for c in cols], indexing="ij"), -1).reshape(-1, n)
-    pos = (c_idx[None, :, :] * strides - np.asarray(p[:n]) + k_idx[:, None, :] * dil)
-    inside = np.all((pos >= 0) & (pos < np.asarray(image)), -1)
-    flat = np.ravel_multi_index(tuple(np.clip(pos, 0, np.asarray(image) - 1).transpose(2, 0, 1)),
-                                image)
-    segments = np.where(inside, flat, int(np.prod(image))).reshape(-1)
+    flat, valid = resize.col2im(image, kernel, node.attr("dilations") or [1] * n,
+                                node.attr("strides") or [1] * n, node.attr("pads") or [0] * (2 * n))
+    size = math.prod(image)
+    segments = np.where(valid, flat, size)  # padding adds to one extra segment, dropped
     batch, rows, length = data.shape.as_list()
-    channels = rows // len(k_idx)
-    d = tf.reshape(data, [batch, channels, len(k_idx) * length])
-    d = tf.transpose(d, [2, 0, 1])
-    summed = tf.math.unsorted_segment_sum(d, tf.constant(segments), int(np.prod(image)) + 1)
-    out = tf.transpose(summed[:-1], [1, 2, 0])
-    return tf.reshape(out, [batch, channels, *image])
+    channels = rows // math.prod(kernel)
+    d = tf.transpose(tf.reshape(data, [batch, channels, rows // channels * length]), [2, 0, 1])
+    summed = tf.math.unsorted_segment_sum(d, tf.constant(segments), size + 1)
+    return tf.reshape(tf.transpose(summed[:-1], [1, 2, 0]), [batch, channels, *image])
 
 
 @op

@@ -1,4 +1,4 @@
-"""Image torch ops: Resize/Upsample (separable interpolation matrices), GridSample, Col2Im, ..."""
+"""Image torch ops: Resize/Upsample (the shared interpolation matrices), GridSample, Col2Im, ..."""
 
 from __future__ import annotations
 
@@ -8,142 +8,23 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from d500.backends import resize
 from d500.backends.graph import registry
-from d500.backends.torch.table import axis_of, ints
+from d500.backends.torch.table import ints
 
 OPS, op = registry()
 
 
-# -- interpolation coefficients, one row per output position (ratio in (0, 1]) -------------------
-def _nearest(ratio, scale, mode):
-    exact = ratio == 1.0
-    if mode == "round_prefer_ceil":
-        right = ratio >= 0.5
-    elif mode == "floor":
-        right = np.zeros_like(ratio, dtype=bool)
-    elif mode == "ceil":
-        right = np.ones_like(ratio, dtype=bool)
-    else:  # round_prefer_floor
-        right = ratio > 0.5
-    right = right | exact
-    return np.stack([~right, right], axis=1).astype(np.float64)
-
-
-def _linear(ratio, scale, antialias):
-    if not antialias or scale >= 1:
-        return np.stack([1 - ratio, ratio], axis=1)
-    start = math.floor(-1 / scale) + 1
-    taps = np.arange(start, 2 - start)
-    coeffs = np.clip(1 - np.abs((taps[None, :] - ratio[:, None]) * scale), 0, 1)
-    return coeffs / coeffs.sum(axis=1, keepdims=True)
-
-
-def _cubic_kernel(x, a):
-    x = np.abs(x)
-    near = ((a + 2) * x - (a + 3)) * x * x + 1
-    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-    return np.where(x <= 1, near, np.where(x < 2, far, 0.0))
-
-
-def _cubic(ratio, scale, antialias, a):
-    if not antialias or scale >= 1:
-        taps = np.array([-1, 0, 1, 2])
-        return _cubic_kernel(taps[None, :] - ratio[:, None], a)
-    start = math.floor(-2 / scale) + 1
-    taps = np.arange(start, 2 - start)
-    coeffs = _cubic_kernel((taps[None, :] - ratio[:, None]) * scale, a)
-    return coeffs / coeffs.sum(axis=1, keepdims=True)
-
-
-def _source_coords(mode, out_size, in_size, scale, roi):
-    y = np.arange(out_size, dtype=np.float64)
-    width = scale * in_size
-    if mode == "align_corners":
-        return np.zeros(out_size) if width == 1 else y * (in_size - 1) / (width - 1)
-    if mode == "asymmetric":
-        return y / scale
-    if mode == "tf_crop_and_resize":
-        if width == 1:
-            x = np.full(out_size, (roi[1] - roi[0]) * (in_size - 1) / 2)
-        else:
-            x = y * (roi[1] - roi[0]) * (in_size - 1) / (width - 1)
-        return x + roi[0] * (in_size - 1)
-    if mode == "pytorch_half_pixel":
-        return np.full(out_size, -0.5) if width == 1 else (y + 0.5) / scale - 0.5
-    if mode == "half_pixel_symmetric":
-        offset = in_size / 2 * (1 - out_size / width)
-        return offset + (y + 0.5) / scale - 0.5
-    return (y + 0.5) / scale - 0.5  # half_pixel
-
-
-def interpolation_matrix(in_size: int, out_size: int, scale: float, how: dict,
-                         roi=None) -> tuple[np.ndarray, np.ndarray | None]:
-    """(W, outside): out = W @ in along one axis; `outside` marks extrapolated positions."""
-    x = _source_coords(how["coordinate_transformation_mode"], out_size, in_size, scale, roi)
-    base = np.floor(x)
-    ratio = np.where(x == base, 1.0, x - base)
-    mode = how["mode"]
-    if mode == "nearest":
-        coeffs = _nearest(ratio, scale, how["nearest_mode"])
-    elif mode == "linear":
-        coeffs = _linear(ratio, scale, how["antialias"])
-    else:
-        coeffs = _cubic(ratio, scale, how["antialias"], how["cubic_coeff_a"])
-    n = coeffs.shape[1]
-    pad = math.ceil(n / 2)
-    xp = x + pad
-    p = np.floor(xp).astype(np.int64)
-    frac = xp - p
-    if n % 2 == 0:
-        offset = np.where(frac == 0, -(n // 2), -(n // 2) + 1)
-    else:
-        offset = np.where(frac <= 0.5, -((n - 1) // 2), -((n - 1) // 2) + 1)
-    taps = (p + offset)[:, None] + np.arange(n)[None, :] - pad
-    if how["exclude_outside"]:
-        coeffs = np.where((taps < 0) | (taps >= in_size), 0.0, coeffs)
-        total = coeffs.sum(axis=1, keepdims=True)
-        coeffs = coeffs / np.where(total == 0, 1.0, total)
-    w = np.zeros((out_size, in_size))
-    rows = np.repeat(np.arange(out_size), n)
-    np.add.at(w, (rows, np.clip(taps, 0, in_size - 1).reshape(-1)), coeffs.reshape(-1))
-    outside = None
-    if how["coordinate_transformation_mode"] == "tf_crop_and_resize":
-        outside = (x < 0) | (x > in_size - 1)
-    return w, outside
-
-
-def _resize(x, scales, sizes, roi, axes, how):
-    rank = x.dim()
-    axes = [axis_of(a, rank) for a in axes] if axes else list(range(rank))
-    if sizes is not None:
-        sizes = dict(zip(axes, sizes))
-        scales = {a: sizes[a] / x.shape[a] for a in axes}
-        policy = how["keep_aspect_ratio_policy"]
-        if policy != "stretch":
-            scale = (min if policy == "not_larger" else max)(scales.values())
-            scales = {a: scale for a in axes}
-            sizes = {a: int(scale * x.shape[a] + 0.5) for a in axes}
-    else:
-        scales = dict(zip(axes, scales))
-        sizes = {a: int(scales[a] * x.shape[a]) for a in axes}
-    if roi is not None and len(roi) == 2 * len(axes) and len(axes) != rank:
-        roi = {a: (roi[i], roi[len(axes) + i]) for i, a in enumerate(axes)}
-    elif roi is not None and len(roi) == 2 * rank:
-        roi = {a: (roi[a], roi[rank + a]) for a in range(rank)}
-    else:
-        roi = {}
+# -- resizing: the shared per-axis matrices, applied as matrix products --------------------------
+def _resize(node, x, how, scales, sizes=None, roi=None):
     compute = x.dtype if x.is_floating_point() else torch.float64
     y = x.to(compute)
-    for a in axes:
-        r = roi.get(a, (0.0, 1.0))
-        if math.isclose(scales[a], 1.0) and sizes[a] == y.shape[a] and r == (0.0, 1.0):
-            continue
-        w, outside = interpolation_matrix(y.shape[a], sizes[a], scales[a], how, r)
+    for a, w, outside in resize.plan(x.shape, how, scales, sizes, roi, node.attr("axes")):
         weights = torch.as_tensor(w, dtype=compute, device=x.device)
         y = torch.matmul(y.movedim(a, -1), weights.T).movedim(-1, a)
-        if outside is not None and outside.any():
+        if outside is not None:
             mask = torch.as_tensor(outside, device=x.device).reshape(
-                [-1 if i == a else 1 for i in range(rank)])
+                [-1 if i == a else 1 for i in range(x.dim())])
             fill = torch.tensor(how["extrapolation_value"], dtype=compute, device=x.device)
             y = torch.where(mask, fill, y)
     if not x.is_floating_point():
@@ -152,40 +33,22 @@ def _resize(x, scales, sizes, roi, axes, how):
     return y.to(x.dtype)
 
 
+def _floats(x):
+    return [float(v) for v in x.reshape(-1).tolist()] if x is not None and x.numel() else None
+
+
 @op
 def Resize(node, x, roi=None, scales=None, sizes=None):
     if node.opset < 11:
         scales, roi = roi, None
-        default_coords, default_nearest = "asymmetric", "floor"
-    else:
-        default_coords, default_nearest = "half_pixel", "round_prefer_floor"
-    how = {
-        "mode": node.attr("mode", "nearest"),
-        "coordinate_transformation_mode": node.attr("coordinate_transformation_mode",
-                                                    default_coords),
-        "nearest_mode": node.attr("nearest_mode", default_nearest),
-        "cubic_coeff_a": node.attr("cubic_coeff_a", -0.75),
-        "exclude_outside": node.attr("exclude_outside", 0),
-        "extrapolation_value": node.attr("extrapolation_value", 0.0),
-        "antialias": node.attr("antialias", 0),
-        "keep_aspect_ratio_policy": node.attr("keep_aspect_ratio_policy", "stretch"),
-    }
-    scales = [float(s) for s in scales.reshape(-1).tolist()] if (
-        scales is not None and scales.numel()) else None
     sizes = ints(sizes) if sizes is not None and sizes.numel() else None
-    roi = [float(v) for v in roi.reshape(-1).tolist()] if (
-        roi is not None and roi.numel()) else None
-    return _resize(x, scales, sizes, roi, node.attr("axes"), how)
+    return _resize(node, x, resize.how(node), _floats(scales), sizes, _floats(roi))
 
 
 @op
 def Upsample(node, x, scales=None):
-    scales = node.attr("scales") if scales is None else scales.reshape(-1).tolist()
-    mode = node.attr("mode", "nearest")
-    how = {"mode": mode, "coordinate_transformation_mode": "asymmetric",
-           "nearest_mode": "floor", "cubic_coeff_a": -0.75, "exclude_outside": 0,
-           "extrapolation_value": 0.0, "antialias": 0, "keep_aspect_ratio_policy": "stretch"}
-    return _resize(x, [float(s) for s in scales], None, None, None, how)
+    scales = node.attr("scales") if scales is None else _floats(scales)
+    return _resize(node, x, resize.upsample_how(node), [float(s) for s in scales])
 
 
 # -- sampling ------------------------------------------------------------------------------------
@@ -206,28 +69,12 @@ def GridSample(node, x, grid):
 def Col2Im(node, x, image_shape, block_shape):
     image, block = ints(image_shape), ints(block_shape)
     n = len(image)
-    dilations = node.attr("dilations") or [1] * n
-    strides = node.attr("strides") or [1] * n
-    pads = node.attr("pads") or [0] * (2 * n)
-    counts = [(size + pads[i] + pads[i + n] - (k - 1) * d - 1) // s + 1
-              for i, (size, k, d, s) in enumerate(zip(image, block, dilations, strides))]
-    # image position of every (kernel offset, block position) pair, per dimension
-    flat = torch.zeros((), dtype=torch.int64, device=x.device)
-    valid = torch.ones((), dtype=torch.bool, device=x.device)
-    for i in range(n):
-        kernel = torch.arange(block[i], device=x.device) * dilations[i]
-        start = torch.arange(counts[i], device=x.device) * strides[i] - pads[i]
-        pos = kernel[:, None] + start[None, :]
-        shape_k = [1] * n + [1] * n
-        shape_k[i], shape_k[n + i] = block[i], counts[i]
-        pos = pos.reshape(shape_k)
-        flat = flat * image[i] + pos
-        valid = valid & (pos >= 0) & (pos < image[i])
-    flat, valid = flat.reshape(-1), valid.reshape(-1)
+    flat, valid = resize.col2im(image, block, node.attr("dilations") or [1] * n,
+                                node.attr("strides") or [1] * n, node.attr("pads") or [0] * (2 * n))
     batch, channels = x.shape[0], x.shape[1] // math.prod(block)
-    cols = x.reshape(batch, channels, -1)[..., valid]
+    cols = x.reshape(batch, channels, -1)[..., torch.as_tensor(valid, device=x.device)]
     out = x.new_zeros(batch, channels, math.prod(image))
-    out = out.index_add(2, flat[valid], cols)
+    out = out.index_add(2, torch.as_tensor(flat[valid], device=x.device), cols)
     return out.reshape(batch, channels, *image)
 
 

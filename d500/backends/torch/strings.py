@@ -1,71 +1,25 @@
-"""String ops (NumPy object arrays, which torch cannot hold) and the classic ai.onnx.ml ops."""
+"""String ops and the classic ai.onnx.ml ops for torch: the shared NumPy ones (torch cannot hold
+strings), plus those that stay on torch tensors."""
 
 from __future__ import annotations
-
-import re
 
 import numpy as np
 import torch
 
+from d500.backends import host_ops
 from d500.backends.graph import registry
-from d500.backends.torch.table import constant, device_of
+from d500.backends.torch.table import constant
+
+
+def _device(node, array, like=None):
+    value = constant(node, array)
+    return value if like is None else value.to(like.dtype)
+
 
 OPS, op = registry()
+OPS.update(host_ops.table(host_ops.Io(lambda x: x.detach().cpu().numpy(), _device)))
 
 
-def _strings(x) -> np.ndarray:
-    return np.asarray(x, dtype=object)
-
-
-@op
-def StringConcat(node, a, b):
-    return np.asarray(np.frompyfunc(lambda u, v: u + v, 2, 1)(_strings(a), _strings(b)),
-                      dtype=object)
-
-
-@op
-def RegexFullMatch(node, x):
-    pattern = re.compile(node.attr("pattern"))
-    hits = np.frompyfunc(lambda s: pattern.fullmatch(s) is not None, 1, 1)(_strings(x))
-    return torch.from_numpy(np.asarray(hits, dtype=bool)).to(device_of(node))
-
-
-@op
-def StringSplit(node, x):
-    delimiter = node.attr("delimiter") or None
-    maxsplit = node.attr("maxsplit", -1)
-    flat = [s.split(delimiter, maxsplit) if delimiter else s.split(None, maxsplit)
-            for s in _strings(x).reshape(-1)]
-    width = max((len(p) for p in flat), default=0)
-    out = np.full((len(flat), width), "", dtype=object)
-    for i, parts in enumerate(flat):
-        out[i, :len(parts)] = parts
-    counts = torch.tensor([len(p) for p in flat], dtype=torch.int64, device=device_of(node))
-    return out.reshape(*x.shape, width), counts.reshape(x.shape)
-
-
-@op
-def StringNormalizer(node, x):
-    stops = set(node.attr("stopwords") or [])
-    sensitive = node.attr("is_case_sensitive", 0)
-    action = node.attr("case_change_action", "NONE")
-    words = list(_strings(x).reshape(-1))
-    if stops:
-        if sensitive:
-            words = [w for w in words if w not in stops]
-        else:
-            low = {s.lower() for s in stops}
-            words = [w for w in words if w.lower() not in low]
-    if action == "LOWER":
-        words = [w.lower() for w in words]
-    elif action == "UPPER":
-        words = [w.upper() for w in words]
-    words = words or [""]
-    out = np.array(words, dtype=object)
-    return out.reshape(1, -1) if np.ndim(x) == 2 else out
-
-
-# -- ai.onnx.ml ----------------------------------------------------------------------------------
 def _ml(name: str):
     return lambda fn: OPS.setdefault(f"ai.onnx.ml::{name}", fn)
 
@@ -81,129 +35,3 @@ def ArrayFeatureExtractor(node, x, indices):
         return np.take(x, indices.cpu().numpy().reshape(-1), axis=-1)
     picked = x.index_select(-1, indices.reshape(-1).to(torch.int64))
     return picked.reshape(1, -1) if x.dim() == 1 else picked
-
-
-_KEY_VALUE_KINDS = ("strings", "int64s", "floats")
-
-
-def _attr_list(node, prefix: str):
-    for kind in _KEY_VALUE_KINDS:
-        value = node.attr(f"{prefix}_{kind}")
-        if value is not None:
-            return list(value), kind
-    tensor = node.attr(f"{prefix}_tensor")
-    if tensor is not None:
-        return tensor.reshape(-1).tolist(), "tensor"
-    return None, None
-
-
-@_ml("LabelEncoder")
-def LabelEncoder(node, x):
-    keys, _ = _attr_list(node, "keys")
-    values, kind = _attr_list(node, "values")
-    default_tensor = node.attr("default_tensor")
-    if default_tensor is not None:
-        default = default_tensor.reshape(-1)[0]
-    elif kind == "strings":
-        default = node.attr("default_string", "_Unused")
-    elif kind == "int64s":
-        default = node.attr("default_int64", -1)
-    else:
-        default = node.attr("default_float", -0.0)
-    table = dict(zip(keys, values))
-    source = _strings(x) if isinstance(x, np.ndarray) else x.cpu().numpy()
-    mapped = [table.get(k.item() if hasattr(k, "item") else k, default)
-              for k in source.reshape(-1)]
-    if kind == "strings" or (kind == "tensor" and node.attr("values_tensor").dtype.kind in "OUS"):
-        return np.array(mapped, dtype=object).reshape(source.shape)
-    dtype = node.attr("values_tensor").dtype if kind == "tensor" else (
-        np.int64 if kind == "int64s" else np.float32)
-    return constant(node, np.array(mapped, dtype=dtype).reshape(source.shape))
-
-
-@op
-def TfIdfVectorizer(node, x):
-    """n-gram counts (with skips) of integer or string sequences, weighted as TF, IDF or TFIDF."""
-    counts = list(node.attr("ngram_counts"))
-    indexes = list(node.attr("ngram_indexes"))
-    pool = node.attr("pool_int64s")
-    pool = list(pool) if pool is not None else list(node.attr("pool_strings"))
-    low, high = node.attr("min_gram_length"), node.attr("max_gram_length")
-    max_skip, mode = node.attr("max_skip_count"), node.attr("mode")
-    weights = node.attr("weights")
-    grams: dict[tuple, int] = {}
-    k = 0
-    for n, start in enumerate(counts, start=1):
-        end = counts[n] if n < len(counts) else len(pool)
-        for i in range(start, end, n):
-            grams[tuple(pool[i:i + n])] = indexes[k]
-            k += 1
-    rows = _strings(x) if isinstance(x, np.ndarray) else x.cpu().numpy()
-    batched = rows.ndim == 2
-    rows = rows if batched else rows[None]
-    width = max(indexes) + 1
-    out = np.zeros((rows.shape[0], width), dtype=np.float32)
-    for r, row in enumerate(rows.tolist()):
-        for n in range(low, high + 1):
-            for skip in range(max_skip + 1 if n > 1 else 1):
-                step = skip + 1
-                for s in range(len(row) - (n - 1) * step):
-                    hit = grams.get(tuple(row[s + j * step] for j in range(n)))
-                    if hit is not None:
-                        out[r, hit] += 1
-    if mode == "IDF":
-        out = (out > 0).astype(np.float32)
-    if mode in ("IDF", "TFIDF") and weights is not None:
-        out = out * np.asarray(weights, dtype=np.float32)
-    return constant(node, out if batched else out[0])
-
-
-_TESTS = {0: np.less_equal, 1: np.less, 2: np.greater_equal, 3: np.greater, 4: np.equal,
-          5: np.not_equal}
-
-
-@_ml("TreeEnsemble")
-def TreeEnsemble(node, x):
-    """Tree ensembles (ai.onnx.ml 5): walk every tree per row, aggregate the leaf weights."""
-    modes = np.asarray(node.attr("nodes_modes")).reshape(-1)
-    splits = np.asarray(node.attr("nodes_splits"), dtype=np.float64).reshape(-1)
-    features = node.attr("nodes_featureids")
-    true_ids, true_leaf = node.attr("nodes_truenodeids"), node.attr("nodes_trueleafs")
-    false_ids, false_leaf = node.attr("nodes_falsenodeids"), node.attr("nodes_falseleafs")
-    missing_true = node.attr("nodes_missing_value_tracks_true") or [0] * len(modes)
-    targets, weights = node.attr("leaf_targetids"), np.asarray(
-        node.attr("leaf_weights"), dtype=np.float64).reshape(-1)
-    members: dict[int, set[float]] = {}
-    values = list(np.asarray(node.attr("membership_values", np.zeros(0))).reshape(-1))
-    for i in np.flatnonzero(modes == 6):
-        cut = next((k for k, v in enumerate(values) if np.isnan(v)), len(values))
-        members[int(i)], values = set(values[:cut]), values[cut + 1:]
-    aggregate = node.attr("aggregate_function", 1)
-    roots = node.attr("tree_roots")
-    rows = x.detach().cpu().double().numpy()
-    out = np.zeros((rows.shape[0], node.attr("n_targets")))
-    for r, row in enumerate(rows):
-        per_target: dict[int, list[float]] = {}
-        for root in roots:
-            i, leaf = root, False
-            while not leaf:
-                value = row[features[i]]
-                if np.isnan(value):
-                    go = bool(missing_true[i])
-                elif modes[i] == 6:
-                    go = value in members[i]
-                else:
-                    go = bool(_TESTS[int(modes[i])](value, splits[i]))
-                i, leaf = (true_ids[i], true_leaf[i]) if go else (false_ids[i], false_leaf[i])
-            per_target.setdefault(targets[i], []).append(weights[i])
-        for t, ws in per_target.items():
-            out[r, t] = {0: lambda v: sum(v) / len(roots), 1: sum, 2: min, 3: max}[aggregate](ws)
-    transform = node.attr("post_transform", 0)
-    if transform == 1:
-        out = np.exp(out - out.max(1, keepdims=True))
-        out /= out.sum(1, keepdims=True)
-    elif transform == 2:
-        out = 1 / (1 + np.exp(-out))
-    elif transform not in (0, None):
-        raise node.unsupported(f"post_transform {transform}")
-    return torch.as_tensor(out, device=x.device).to(x.dtype)
