@@ -1,4 +1,5 @@
-"""String ops and the classic ai.onnx.ml ops that walk values in Python, in NumPy, shared.
+"""String ops, the classic ai.onnx.ml ops and box selection, which walk values in Python: NumPy,
+shared.
 
 Strings stay NumPy object arrays (no array framework holds them); a numeric input is brought to
 the host and a numeric result sent back through a backend's `Io`, so torch and JAX run the same
@@ -200,9 +201,98 @@ def TreeEnsemble(io, node, x):
     return io.device(node, out, like=x)
 
 
+# -- detection -----------------------------------------------------------------------------------
+def _corners(boxes: np.ndarray, center: bool) -> np.ndarray:
+    """Boxes as (y_min, x_min, y_max, x_max), whatever corner order or format they come in."""
+    if center:
+        x, y, w, h = np.moveaxis(boxes, -1, 0)
+        return np.stack([y - h / 2, x - w / 2, y + h / 2, x + w / 2], -1)
+    y1, x1, y2, x2 = np.moveaxis(boxes, -1, 0)
+    return np.stack([np.minimum(y1, y2), np.minimum(x1, x2), np.maximum(y1, y2),
+                     np.maximum(x1, x2)], -1)
+
+
+def _iou(box: np.ndarray, others: np.ndarray) -> np.ndarray:
+    top = np.maximum(box[0], others[:, 0])
+    left = np.maximum(box[1], others[:, 1])
+    bottom = np.minimum(box[2], others[:, 2])
+    right = np.minimum(box[3], others[:, 3])
+    inter = np.clip(bottom - top, 0, None) * np.clip(right - left, 0, None)
+    area = (box[2] - box[0]) * (box[3] - box[1])
+    areas = (others[:, 2] - others[:, 0]) * (others[:, 3] - others[:, 1])
+    union = area + areas - inter
+    return np.where((inter > 0) & (union > 0), inter / np.where(union > 0, union, 1), 0.0)
+
+
+def _scalar(io: Io, x, cast, default):
+    return cast(io.host(x).reshape(-1)[0]) if x is not None and np.size(x) else default
+
+
+def NonMaxSuppression(io, node, boxes, scores, max_out=None, iou_threshold=None,
+                      score_threshold=None):
+    """Greedy selection per batch and class, by descending score: [batch, class, box] rows."""
+    limit = _scalar(io, max_out, int, 0)
+    iou_limit = _scalar(io, iou_threshold, float, 0.0)
+    floor = _scalar(io, score_threshold, float, None)
+    scores = io.host(scores)
+    corners = _corners(io.host(boxes).astype(np.float64), bool(node.attr("center_point_box", 0)))
+    selected = []
+    for b in range(scores.shape[0]):
+        for c in range(scores.shape[1]):
+            s = scores[b, c]
+            order = np.argsort(-s.astype(np.float64), kind="stable").tolist()
+            kept: list[int] = []
+            for i in order:
+                if len(kept) >= limit:
+                    break
+                if floor is not None and not float(s[i]) > floor:
+                    break
+                if kept and bool((_iou(corners[b, i], corners[b, kept]) > iou_limit).any()):
+                    continue
+                kept.append(i)
+            selected += [[b, c, i] for i in kept]
+    return io.device(node, np.array(selected, dtype=np.int64).reshape(-1, 3))
+
+
+def roi_samples(roi, scale, pooled, shape, ratio, half_pixel):
+    """(flat positions, weights, samples per bin) of one region's bilinear samples, as ONNX
+    RoiAlign defines them: positions and weights are [out_h, out_w, grid_h, grid_w, 4 corners]
+    into an image flattened to height * width."""
+    height, width = shape
+    ph_n, pw_n = pooled
+    off = 0.5 if half_pixel else 0.0
+    sw, sh, ew, eh = (np.asarray(roi, np.float64) * scale - off).tolist()
+    rw, rh = ew - sw, eh - sh
+    if not half_pixel:
+        rw, rh = max(rw, 1.0), max(rh, 1.0)
+    bh, bw = rh / ph_n, rw / pw_n
+    gh = int(ratio) if ratio > 0 else int(np.ceil(rh / ph_n))
+    gw = int(ratio) if ratio > 0 else int(np.ceil(rw / pw_n))
+    ph, pw, iy, ix = np.meshgrid(np.arange(ph_n), np.arange(pw_n), np.arange(gh),
+                                 np.arange(gw), indexing="ij")
+    y = sh + ph * bh + (iy + 0.5) * bh / max(gh, 1)
+    x = sw + pw * bw + (ix + 0.5) * bw / max(gw, 1)
+    outside = (y < -1.0) | (y > height) | (x < -1.0) | (x > width)
+    y, x = np.maximum(y, 0), np.maximum(x, 0)
+    y_low, x_low = y.astype(np.int64), x.astype(np.int64)
+    y_edge, x_edge = y_low >= height - 1, x_low >= width - 1
+    y_low, x_low = np.where(y_edge, height - 1, y_low), np.where(x_edge, width - 1, x_low)
+    y, x = np.where(y_edge, y_low, y), np.where(x_edge, x_low, x)
+    y_high, x_high = np.where(y_edge, y_low, y_low + 1), np.where(x_edge, x_low, x_low + 1)
+    ly, lx = y - y_low, x - x_low
+    hy, hx = 1 - ly, 1 - lx
+    weights = np.stack([hy * hx, hy * lx, ly * hx, ly * lx], -1)
+    weights[outside] = 0
+    pos = np.stack([y_low * width + x_low, y_low * width + x_high,
+                    y_high * width + x_low, y_high * width + x_high], -1)
+    pos[outside] = 0
+    return pos, weights, gh * gw
+
+
 def table(io: Io) -> dict[str, Any]:
     """These ops bound to a backend's `io`, keyed as a backend's op table keys them."""
-    ops = {"": (StringConcat, RegexFullMatch, StringSplit, StringNormalizer, TfIdfVectorizer),
+    ops = {"": (StringConcat, RegexFullMatch, StringSplit, StringNormalizer, TfIdfVectorizer,
+                NonMaxSuppression),
            "ai.onnx.ml::": (LabelEncoder, TreeEnsemble)}
     return {prefix + fn.__name__: functools.partial(fn, io)
             for prefix, fns in ops.items() for fn in fns}

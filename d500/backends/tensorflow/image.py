@@ -8,7 +8,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from d500.backends import resize
+from d500.backends import host_ops, resize
 from d500.backends.graph import registry
 from d500.backends.tensorflow.core import ints, static
 
@@ -239,39 +239,6 @@ def TensorScatter(node, past, update, write_indices=None):
     return tf.transpose(out, inv)
 
 
-def _roi_samples(roi, scale, pooled, shape, ratio, half_pixel):
-    """Bilinear sample positions and weights of one region, as ONNX RoiAlign defines them."""
-    height, width = shape
-    ph_n, pw_n = pooled
-    off = 0.5 if half_pixel else 0.0
-    sw, sh, ew, eh = (np.asarray(roi, np.float64) * scale - off).tolist()
-    rw, rh = ew - sw, eh - sh
-    if not half_pixel:
-        rw, rh = max(rw, 1.0), max(rh, 1.0)
-    bh, bw = rh / ph_n, rw / pw_n
-    gh = int(ratio) if ratio > 0 else int(np.ceil(rh / ph_n))
-    gw = int(ratio) if ratio > 0 else int(np.ceil(rw / pw_n))
-    ph, pw, iy, ix = np.meshgrid(np.arange(ph_n), np.arange(pw_n), np.arange(gh),
-                                 np.arange(gw), indexing="ij")
-    y = sh + ph * bh + (iy + 0.5) * bh / max(gh, 1)
-    x = sw + pw * bw + (ix + 0.5) * bw / max(gw, 1)
-    outside = (y < -1.0) | (y > height) | (x < -1.0) | (x > width)
-    y, x = np.maximum(y, 0), np.maximum(x, 0)
-    y_low, x_low = y.astype(np.int64), x.astype(np.int64)
-    y_edge, x_edge = y_low >= height - 1, x_low >= width - 1
-    y_low, x_low = np.where(y_edge, height - 1, y_low), np.where(x_edge, width - 1, x_low)
-    y, x = np.where(y_edge, y_low, y), np.where(x_edge, x_low, x)
-    y_high, x_high = np.where(y_edge, y_low, y_low + 1), np.where(x_edge, x_low, x_low + 1)
-    ly, lx = y - y_low, x - x_low
-    hy, hx = 1 - ly, 1 - lx
-    weights = np.stack([hy * hx, hy * lx, ly * hx, ly * lx], -1)
-    weights[outside] = 0
-    pos = np.stack([y_low * width + x_low, y_low * width + x_high,
-                    y_high * width + x_low, y_high * width + x_high], -1)
-    pos[outside] = 0
-    return pos, weights, gh * gw
-
-
 @op
 def RoiAlign(node, x, rois, batch_indices):
     """Average or max of bilinear samples per bin; regions are baked (they decide the grids)."""
@@ -286,7 +253,7 @@ def RoiAlign(node, x, rois, batch_indices):
     data = tf.reshape(x, [n, c, h * w])
     outs = []
     for roi, b in zip(regions, np.asarray(batch).reshape(-1)):
-        pos, weights, count = _roi_samples(roi, scale, pooled, (h, w), ratio, half)
+        pos, weights, count = host_ops.roi_samples(roi, scale, pooled, (h, w), ratio, half)
         if count == 0:
             outs.append(tf.zeros([c, *pooled], x.dtype))
             continue
