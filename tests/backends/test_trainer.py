@@ -1,5 +1,6 @@
-"""Executable.trainer: training inside the framework on torch, tensorflow and the NumPy reference
-(learning, cross-framework parity, in-place updates, one trace, native twins, refusals)."""
+"""Executable.trainer: training inside the framework on torch, tensorflow, jax and the NumPy
+reference (learning, cross-framework parity, in-place updates, one trace, native twins,
+refusals)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from d500.training.optimizers.base import Hyper, Optimizer
 from d500.training.optimizers.registry import make
 
 BATCH = 32
-TRAINABLE = ["torch", "tensorflow", "reference"]
+TRAINABLE = ["torch", "tensorflow", "jax", "reference"]
 
 
 @pytest.fixture(scope="module")
@@ -71,13 +72,12 @@ def test_training_losses_agree_across_frameworks(model, digits):
     steps, bound = PARITY[model]
     feeds = batches(digits, steps)
     runs = {b: train(b, model, feeds)[0] for b in TRAINABLE}
-    tf_diff = max_relative(runs["tensorflow"], runs["torch"])
-    ref_diff = max_relative(runs["reference"], runs["torch"])
+    diffs = {b: max_relative(runs[b], runs["torch"]) for b in TRAINABLE if b != "torch"}
     print(f"\n{model}, {steps} steps of momentum SGD: max relative loss difference "
-          f"tensorflow/torch {tf_diff:.1e}, reference/torch {ref_diff:.1e} (bound {bound:g})")
+          + ", ".join(f"{b}/torch {d:.1e}" for b, d in diffs.items()) + f" (bound {bound:g})")
     assert runs["torch"][-1] < 0.6 * runs["torch"][0]  # it trained: the agreement means something
-    assert tf_diff <= bound
-    assert ref_diff <= bound
+    for backend, diff in diffs.items():
+        assert diff <= bound, backend
 
 
 # -- (c) in place, traced once ----------------------------------------------------------------
@@ -152,7 +152,7 @@ def test_tensorflow_falls_back_to_one_trace_per_batch_shape_when_a_shape_must_be
 # 0.96 lr in fc2.weight): parameters are compared to within two steps, losses to 1e-4.
 @pytest.mark.parametrize("optimizer,hp", [("momentum", {"lr": 0.05, "momentum": 0.9}),
                                           ("adam", {"lr": 0.003, "eps": 1e-12})])
-@pytest.mark.parametrize("backend", ["torch", "tensorflow"])
+@pytest.mark.parametrize("backend", ["torch", "tensorflow", "jax"])
 def test_native_twin_matches_the_neutral_optimizer(backend, optimizer, hp, digits):
     feeds = batches(digits, 20)
     hp = dict(hp)
@@ -177,6 +177,8 @@ def test_native_optimizer_is_the_frameworks_own(digits):
     assert isinstance(t.torch_optimizer, torch.optim.SGD)
     _, t = train("tensorflow", "mlp", batches(digits, 1), native=True)
     assert isinstance(t.keras_optimizer, tf.keras.optimizers.SGD)
+    _, t = train("jax", "mlp", batches(digits, 1), native=True)  # optax's momentum trace
+    assert type(t.opt_state[0]).__name__ == "TraceState" and t.opt_state[0].trace
 
 
 # -- predict, parameters ------------------------------------------------------------------------
@@ -250,8 +252,8 @@ def test_a_submissions_own_optimizer_trains_on_every_backend(digits):
         trainer = exe.trainer(SignSGD(lr=0.002))
         runs[name] = [trainer.step(f, 0.002) for f in feeds]
     assert runs["torch"][-1] < runs["torch"][0]
-    assert max_relative(runs["tensorflow"], runs["torch"]) < 1e-4
-    assert max_relative(runs["reference"], runs["torch"]) < 1e-4
+    for name in TRAINABLE:
+        assert max_relative(runs[name], runs["torch"]) < 1e-4, name
 
 
 def test_model_without_parameters_cannot_train():

@@ -234,13 +234,27 @@ class JaxExecutable(Executable):
                   grad_outputs: Mapping[str, np.ndarray] | None = None,
                   wrt: Sequence[str] | None = None,
                   ) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
-        raise UsageError("backend 'jax' does not differentiate yet (its trainer, over "
-                         "jax.value_and_grad, is a later slice of issue 21)")
+        raise UsageError("backend 'jax' differentiates only inside its trainer "
+                         "(Executable.trainer) for now, not through Executable.gradients")
 
     @property
     def native(self) -> dict[str, Any]:
         """The parameters as JAX arrays by name (the pytree a JAX trainer differentiates)."""
         return self._params
+
+    @property
+    def constants(self) -> dict[str, np.ndarray]:
+        """The initializers that are not parameters (integer tensors, ...) by name."""
+        return self._constants
+
+    def trainer(self, optimizer: Any, loss: str = "loss", native: bool = False) -> Any:
+        from d500.backends.jax.trainer import JaxTrainer
+        return JaxTrainer(self, optimizer, loss, native)
+
+    def output_array(self, name: str, value: Any) -> Any:
+        """Output `name`'s JAX value as NumPy, in the output's declared dtype (as `run` gives)."""
+        with x64():
+            return self._to_numpy(name, value)
 
     # -- outputs ------------------------------------------------------------------------------
     def _to_numpy(self, name: str, value: Any) -> Any:
@@ -278,8 +292,7 @@ class JaxExecutable(Executable):
 class JaxBackend(Backend):
     name = "jax"
     about = ("jit: the whole translated graph as one jax.jit function (one per baked input "
-             "value); inference only for now")
-    trainable = False  # inference for now: the JAX trainer is a later slice of issue 21
+             "value); training: one jitted step over jax.value_and_grad")
 
     @classmethod
     def supports_device(cls, device: str) -> bool:

@@ -1,5 +1,6 @@
 """The framework-native twins: the same optimizer name and hyperparameters as a torch.optim
-optimizer or a Keras (tf.keras) optimizer, for the second training path and for the checks.
+optimizer, a Keras (tf.keras) optimizer or an optax transformation (JAX), for the second training
+path and for the checks.
 
 Where a framework computes the update differently from d500's optimizer of that name, the
 mapping refuses with a ConfigError rather than give a differently-behaving twin: Keras applies
@@ -7,7 +8,8 @@ weight decay decoupled (p -= lr * wd * p) in every optimizer, so L2 decay with m
 Adagrad has no Keras twin; Keras's Lamb adapts every tensor (set exclude_1d false); LARS has no
 twin anywhere, LAMB none in torch. Differences that remain, all small: Keras puts eps inside
 sqrt() in Adagrad and scales Adam's eps by sqrt(1 - beta2^t); Keras's momentum buffer holds
-lr * g (the same as torch's while lr is constant).
+lr * g (the same as torch's while lr is constant); optax's Adagrad (scale_by_rss) puts eps
+inside sqrt() and has no lr_decay (refused).
 """
 
 from __future__ import annotations
@@ -18,19 +20,22 @@ from typing import Any
 from d500.errors import ConfigError
 from d500.training.optimizers.registry import make
 
-FRAMEWORKS = {"torch": "torch", "tensorflow": "tensorflow", "keras": "tensorflow"}
+FRAMEWORKS = {"torch": "torch", "tensorflow": "tensorflow", "keras": "tensorflow", "jax": "jax",
+              "optax": "jax"}
 
 
 def native(framework: str, name: str, params: Mapping[str, Any] | Iterable[Any],
            **hp: Any) -> Any:
-    """A torch.optim optimizer over `params` (torch tensors) or a Keras optimizer built on them
-    (tf.Variables), for optimizer `name` with d500's hyperparameter names and defaults."""
+    """A torch.optim optimizer over `params` (torch tensors), a Keras optimizer built on them
+    (tf.Variables), or (jax) an optax transformation giving the update's direction, which the
+    JAX trainer scales by -lr each step, for optimizer `name` with d500's hyperparameter names
+    and defaults."""
     if framework not in FRAMEWORKS:
         raise ConfigError(f"no framework-native optimizers for '{framework}' "
                           f"(known: {', '.join(FRAMEWORKS)})")
     hp = make(name, **hp).hp  # validated, defaults filled in
     values = list(params.values()) if isinstance(params, Mapping) else list(params)
-    table = _TORCH if FRAMEWORKS[framework] == "torch" else _KERAS
+    table = {"torch": _TORCH, "tensorflow": _KERAS, "jax": _OPTAX}[FRAMEWORKS[framework]]
     if name not in table:
         raise ConfigError(f"optimizer '{name}' has no {FRAMEWORKS[framework]}-native twin; "
                           "use the framework-neutral one")
@@ -47,8 +52,9 @@ def set_lr(optimizer: Any, lr: float) -> None:
         optimizer.learning_rate.assign(lr)
 
 
-def _refuse(name: str, why: str) -> None:
-    raise ConfigError(f"optimizer '{name}' has no Keras twin with these hyperparameters: {why}")
+def _refuse(name: str, why: str, framework: str = "Keras") -> None:
+    raise ConfigError(f"optimizer '{name}' has no {framework} twin with these hyperparameters: "
+                      f"{why}")
 
 
 # -- torch ------------------------------------------------------------------------------------
@@ -135,3 +141,36 @@ def _keras_lamb(values: list[Any], hp: dict[str, Any], name: str) -> Any:
 _KERAS = {"sgd": _keras_sgd, "momentum": _keras_sgd, "nesterov": _keras_sgd,
           "adam": _keras_adam, "adamw": _keras_adamw, "adagrad": _keras_adagrad,
           "lamb": _keras_lamb}
+
+
+# -- optax (JAX): the direction of the update; the trainer applies p += -lr * direction ---------
+def _optax_sgd(values: list[Any], hp: dict[str, Any], name: str) -> Any:
+    import optax
+    parts = [optax.add_decayed_weights(hp["weight_decay"])] if hp["weight_decay"] else []
+    if hp["momentum"]:
+        parts.append(optax.trace(decay=hp["momentum"], nesterov=hp["nesterov"]))
+    return optax.chain(*parts)
+
+
+def _optax_adam(values: list[Any], hp: dict[str, Any], name: str) -> Any:
+    import optax
+    adam = optax.scale_by_adam(b1=hp["beta1"], b2=hp["beta2"], eps=hp["eps"])
+    if not hp["weight_decay"]:
+        return adam
+    decay = optax.add_decayed_weights(hp["weight_decay"])
+    # adam: L2 on the gradient (before the moments); adamw: decoupled (added to the direction)
+    return optax.chain(decay, adam) if name == "adam" else optax.chain(adam, decay)
+
+
+def _optax_adagrad(values: list[Any], hp: dict[str, Any], name: str) -> Any:
+    import optax
+    if hp["lr_decay"]:
+        _refuse(name, "optax's Adagrad has no lr_decay", "optax")
+    parts = [optax.add_decayed_weights(hp["weight_decay"])] if hp["weight_decay"] else []
+    parts.append(optax.scale_by_rss(initial_accumulator_value=hp["initial_accumulator_value"],
+                                    eps=hp["eps"]))
+    return optax.chain(*parts)
+
+
+_OPTAX = {"sgd": _optax_sgd, "momentum": _optax_sgd, "nesterov": _optax_sgd,
+          "adam": _optax_adam, "adamw": _optax_adam, "adagrad": _optax_adagrad}

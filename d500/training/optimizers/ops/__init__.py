@@ -1,5 +1,6 @@
 """The per-framework "ops" namespaces the framework-neutral optimizers are written against: the
-same two dozen small multi-tensor functions in `numpy.py`, `torch.py` and `tensorflow.py`.
+same two dozen small multi-tensor functions in `numpy.py`, `torch.py`, `tensorflow.py` and
+`jax.py` (JAX's arrays are immutable: its in-place ops replace the list entries).
 
 Every function works on *tensor lists* (one entry per parameter, the same order everywhere), so
 torch runs each as one `torch._foreach_*` kernel call and TensorFlow traces it once into the
@@ -42,12 +43,14 @@ MODULES = {
     "reference": "d500.training.optimizers.ops.numpy",
     "torch": "d500.training.optimizers.ops.torch",
     "tensorflow": "d500.training.optimizers.ops.tensorflow",
+    "jax": "d500.training.optimizers.ops.jax",
 }
 
 
 def get(ns: str | ModuleType | Any) -> ModuleType:
     """The ops namespace for a framework or backend name ('numpy', 'reference', 'torch',
-    'tensorflow'); an ops module (or any object with the same functions) is returned as is."""
+    'tensorflow', 'jax'); an ops module (or any object with the same functions) is returned as
+    is."""
     if not isinstance(ns, str):
         return ns
     if ns not in MODULES:
