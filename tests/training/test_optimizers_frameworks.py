@@ -240,7 +240,24 @@ def test_tensorflow_step_traces_once_with_variable_state(tf):
     assert_close(run_numpy(make("adamw", lr=0.02), lrs(0.02)), got)
 
 
-# -- LARS and LAMB: no torch.optim twin; NumPy, torch and TensorFlow agree ----------------------
+# -- JAX: jax.grad and the ops namespace whose in-place ops replace list entries ----------------
+def run_jax(opt, rates: list[float]) -> dict:
+    import jax
+    import jax.numpy as jnp
+    init, x, y = problem()
+
+    def loss(p):
+        logits = jnp.tanh(x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]
+        return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(len(y)), y])
+
+    p = {k: jnp.asarray(v) for k, v in init.items()}
+    state = opt.init(p, "jax")
+    for lr in rates:
+        opt.step(p, jax.grad(loss)(p), state, lr)
+    return {k: np.asarray(v) for k, v in p.items()}
+
+
+# -- LARS and LAMB: no torch.optim twin; NumPy, torch, TensorFlow and JAX agree -----------------
 ACROSS = [
     ("lars", {"lr": 2.0, "eta": 0.01, "weight_decay": 5e-4}),
     ("lars", {"lr": 5.0, "weight_decay": 5e-4, "exclude_1d": False}),
@@ -259,6 +276,7 @@ def test_numpy_torch_tensorflow_agree(tf, name, hp):
     got, _, fn = run_tf(tf, make(name, **hp), rates)
     assert fn.experimental_get_tracing_count() == 1
     assert_close(got, want)
+    assert_close(run_jax(make(name, **hp), rates), want)
 
 
 SIGNUM = '''
@@ -289,6 +307,7 @@ def test_submission_optimizer_runs_on_every_framework(tf, tmp_path):
     got, _, fn = run_tf(tf, cls(lr=0.01), rates)
     assert fn.experimental_get_tracing_count() == 1
     assert_close(got, want)
+    assert_close(run_jax(cls(lr=0.01), rates), want)
 
 
 # -- the native path ----------------------------------------------------------------------------

@@ -143,7 +143,8 @@ class Optimizer:
              lr: Any) -> None:
         """One update of `params` in place from `grads` (same names, no None) at learning rate
         `lr` (a Python float, or a 0-d tensor of the framework; inside a tf.function, a float32
-        tf tensor, so that one trace serves every step)."""
+        tf tensor, so that one trace serves every step). On JAX, whose arrays are immutable,
+        `params` must be a dict: its entries are replaced by the updated arrays."""
         ops = state.ops
         try:
             ps = [params[n] for n in state.names]
@@ -153,3 +154,6 @@ class Optimizer:
                              f"{err.args[0]!r}; init() saw {list(state.names)}") from None
         with ops.no_grad():
             self.update(ops, ps, gs, state.slots, lr, ops.increment(state.count))
+        if getattr(ops, "immutable", False):  # JAX: the updated arrays replaced the list entries
+            for name, value in zip(state.names, ps):
+                params[name] = value
