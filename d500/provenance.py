@@ -1,5 +1,7 @@
 """Where and with what a run ran: hardware, OS, package versions, git state, thread count, measured
-peak FLOP/s; and how busy the machine was (load averages) while a run was timed.
+peak FLOP/s; and how busy the machine was while a run was timed: the load averages at its start
+and end, and, over a run of a second or more, the CPU time other processes took during it
+(/proc/stat's busy time less the CPU time of the run's own processes).
 
 No framework is imported: versions come from importlib.metadata, the MPI library's from
 `mpichversion`/`ompi_info`. The peak is a short calibrated float32 GEMM, cached per machine and
@@ -21,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from d500.errors import UsageError
 from d500.paths import PROJECT_ROOT, cache
 
 PACKAGES = ("d500", "torch", "tensorflow", "tensorflow-cpu", "onnx", "onnxruntime", "openvino",
@@ -30,10 +33,15 @@ _peak_memo: dict[str, dict[str, Any]] = {}  # machine id -> the peak measured by
 
 PEAK_MAX_AGE = 7 * 24 * 3600.0  # seconds: an older cached peak is measured again
 LOADED_RETRY = 600.0  # seconds: a peak measured on a loaded machine is retried at most this often
-# A machine is "loaded" when other processes' load (the 1-minute load average less this
-# process's own CPU use) exceeds this share of the cores d500 may use: on 2 cores, half a core.
+# A machine is "loaded" when other processes took more than this share of the cores d500 may use:
+# measured during the run (/proc/stat) where it lasted MIN_DURING seconds, else from the 1-minute
+# load averages at its start and end (less this process's own share). On 2 cores, half a core.
+# An organiser may set another share (D500_LOADED_SHARE); boards apply the share of the process
+# that draws them to the figures each run recorded, not the flag the run recorded.
 LOADED_SHARE = 0.25
+MIN_DURING = 1.0  # seconds: /proc/stat counts in 10 ms ticks, too coarse for shorter runs
 LOADAVG = Path("/proc/loadavg")
+STAT = Path("/proc/stat")
 
 
 def collect(refresh: bool = False) -> dict[str, Any]:
@@ -295,30 +303,103 @@ def others_load(load: list[float] | None) -> float | None:
     return None if load is None else max(0.0, load[0] - own_load())
 
 
+def loaded_share() -> float:
+    """The share of the usable cores other processes may take before a run counts as loaded."""
+    text = os.environ.get("D500_LOADED_SHARE")
+    if not text:
+        return LOADED_SHARE
+    try:
+        share = float(text)
+    except ValueError:
+        raise UsageError(f"D500_LOADED_SHARE must be a number (a share of the cores), got "
+                         f"{text!r}") from None
+    if not share >= 0:
+        raise UsageError(f"D500_LOADED_SHARE must be >= 0, got {text!r}")
+    return share
+
+
+def is_loaded(record: dict[str, Any] | None) -> bool:
+    """Whether a LoadWatch record says other processes took more than `loaded_share()` of the
+    cores: by "during" where the run measured it, else by the load averages' "others"."""
+    record = record or {}
+    cores = record.get("usable_cores")
+    if not isinstance(cores, (int, float)) or cores <= 0:
+        return bool(record.get("loaded"))
+    during = record.get("during")
+    if isinstance(during, (int, float)):
+        return during > loaded_share() * cores
+    known = [v for v in record.get("others") or [] if isinstance(v, (int, float))]
+    return bool(known) and max(known) > loaded_share() * cores
+
+
+def busy_seconds() -> float | None:
+    """CPU seconds all cores spent busy since boot (everything but idle and iowait), or None."""
+    try:
+        fields = STAT.read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    ticks = [int(v) for v in fields[1:]]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu() -> float:
+    """CPU seconds of this process, its ended children and every live descendant (Linux; this
+    process and its ended children elsewhere): the run's own processes, worker and host
+    included."""
+    t = os.times()
+    total = t.user + t.system + t.children_user + t.children_system
+    try:
+        stats = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                except (OSError, IndexError):
+                    continue
+                stats[int(entry.name)] = (int(fields[1]), sum(int(v) for v in fields[11:15]))
+    except OSError:
+        return total
+    tick = os.sysconf("SC_CLK_TCK")
+    mine = {os.getpid()}
+    grew = True
+    while grew:  # descendants, level by level
+        found = {pid for pid, (ppid, _) in stats.items() if ppid in mine and pid not in mine}
+        grew = bool(found)
+        mine |= found
+    return total + sum(stats[pid][1] for pid in mine if pid != os.getpid()) / tick
+
+
 class LoadWatch:
-    """Load averages around a timed piece of work: made when it starts, `finish()` when it ends.
-    The work ran on a loaded machine when other processes' load (others_load) exceeded
-    LOADED_SHARE of the usable cores at its start or its end."""
+    """How busy the machine was around a timed piece of work: made when it starts, `finish()`
+    when it ends. The work ran on a loaded machine when other processes took more than
+    `loaded_share()` of the usable cores (is_loaded)."""
 
     def __init__(self) -> None:
         self.start = load_average()
         self.start_others = others_load(self.start)
+        self.wall, self.busy, self.cpu = time.monotonic(), busy_seconds(), tree_cpu()
 
-    def finish(self, job_load: float = 0.0) -> dict[str, Any]:
+    def finish(self, job_load: float = 0.0, job_cpu: float = 0.0) -> dict[str, Any]:
         """{"start", "end" (1/5/15-minute load averages), "others" (other processes' load at
-        start and end), "usable_cores", "loaded"}. `job_load`: the load this job's other
-        processes on this host put on it (MPI ranks sharing the work), taken out of the others'
-        and recorded as "job_load"."""
+        start and end), "during" (cores' worth of CPU other processes took during a run of
+        MIN_DURING seconds or more), "usable_cores", "loaded"}. `job_load` (cores) and
+        `job_cpu` (CPU seconds): what this job's processes outside this process's tree on this
+        host used (MPI ranks, parallel tuning's other ranks), taken out of the others'."""
         end = load_average()
-        # rounded before deciding, so "loaded" follows from the "others" the record shows
+        # rounded before deciding, so "loaded" follows from the figures the record shows
         pair = [None if v is None else round(max(0.0, v - job_load), 2)
                 for v in (self.start_others, others_load(end))]
-        cores = usable_cores()
-        known = [v for v in pair if v is not None]
-        out = {"start": self.start, "end": end, "others": pair,
-               "usable_cores": cores, "loaded": bool(known) and max(known) > LOADED_SHARE * cores}
+        out = {"start": self.start, "end": end, "others": pair, "usable_cores": usable_cores()}
+        wall, busy = time.monotonic() - self.wall, busy_seconds()
+        if wall >= MIN_DURING and self.busy is not None and busy is not None:
+            own = tree_cpu() - self.cpu + job_cpu
+            out["during"] = round(max(0.0, (busy - self.busy - own) / wall - job_load), 2)
         if job_load:
             out["job_load"] = round(job_load, 2)
+        out["loaded"] = is_loaded(out)
         return out
 
 

@@ -79,6 +79,7 @@ def fake_load(monkeypatch, *one_minute: float) -> list[float]:
         return f"{value:.2f} 0.50 0.25 1/234 5678\n"
 
     monkeypatch.setattr(provenance, "loadavg_text", read)
+    monkeypatch.setattr(provenance, "busy_seconds", lambda: None)  # no /proc/stat: averages
     return values
 
 
@@ -116,6 +117,7 @@ def test_this_process_own_work_is_not_counted_as_load(tmp_path):
         import time
         from d500 import provenance
         provenance.loadavg_text = lambda: "1.00 0.50 0.25 1/100 1"
+        provenance.busy_seconds = lambda: None
         end = time.process_time() + 1.5
         while time.process_time() < end:
             pass
@@ -133,8 +135,58 @@ def test_this_process_own_work_is_not_counted_as_load(tmp_path):
     assert found["own"] > 0.1 and found["own"] == pytest.approx(found["share"], abs=0.05), found
     for others in found["others"]:
         assert others == pytest.approx(max(0.0, 1.0 - found["own"]), abs=0.05), found
-    limit = provenance.LOADED_SHARE * provenance.usable_cores()
+    limit = provenance.loaded_share() * provenance.usable_cores()
     assert found["loaded"] is any(o > limit for o in found["others"]), found
+
+
+# -- during the run: /proc/stat's busy time less the run's own processes -------------------------
+SPIN = ("import time\nend = time.process_time() + {seconds}\n"
+        "while time.process_time() < end:\n    pass\n")
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="Linux only")
+def test_the_runs_own_processes_are_its_own_and_a_hog_is_others():
+    """A child's CPU time counts as the run's own, alive or ended; a process outside the run's
+    tree that keeps a core busy is others' load during the run, whatever the load averages."""
+    before = provenance.tree_cpu()
+    child = subprocess.Popen([sys.executable, "-c", SPIN.format(seconds=0.6)])
+    time.sleep(0.3)
+    alive = provenance.tree_cpu() - before  # the live child, read from /proc
+    child.wait(timeout=60)
+    assert provenance.tree_cpu() - before >= 0.6  # the ended child, from os.times
+    assert alive > 0.0
+    # a hog started outside the run's tree (by a process that then exits) is others'
+    out = subprocess.run([sys.executable, "-c", (
+        "import subprocess, sys\n"
+        f"p = subprocess.Popen([sys.executable, '-c', {SPIN.format(seconds=3)!r}], "
+        "start_new_session=True)\nprint(p.pid)")], capture_output=True, text=True, timeout=60)
+    orphan = int(out.stdout)
+    try:
+        watch = provenance.LoadWatch()
+        time.sleep(1.5)
+        record = watch.finish()
+    finally:
+        try:
+            os.kill(orphan, 9)
+        except ProcessLookupError:
+            pass
+    assert record["during"] >= 0.5, record  # the hog's core (at least half of it)
+    assert record["loaded"] is (record["during"] > provenance.loaded_share()
+                                * record["usable_cores"])
+
+
+def test_the_loaded_share_is_the_organisers_and_a_bad_one_is_one_line(monkeypatch):
+    record = {"usable_cores": 2, "others": [0.1, 0.1], "during": 0.8}
+    assert provenance.is_loaded(record)  # 0.8 of 2 cores > 0.25 of them
+    monkeypatch.setenv("D500_LOADED_SHARE", "0.5")
+    assert not provenance.is_loaded(record)
+    assert provenance.is_loaded({**record, "during": 1.2})
+    no_during = {"usable_cores": 2, "others": [0.1, 1.5]}
+    assert provenance.is_loaded(no_during)  # the load averages decide where nothing was timed
+    monkeypatch.setenv("D500_LOADED_SHARE", "half")
+    from d500.errors import UsageError
+    with pytest.raises(UsageError, match="D500_LOADED_SHARE must be a number"):
+        provenance.is_loaded(record)
 
 
 def test_a_peak_taken_under_load_is_measured_again(fresh_peak, monkeypatch):

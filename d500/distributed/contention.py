@@ -15,24 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from pathlib import Path
 from typing import Any
-
-STAT = Path("/proc/stat")
-LOADED_SHARE = 0.1  # others used more than this share of the machine: the run was contended
-
-
-def busy_seconds() -> float | None:
-    """CPU seconds all cores spent busy since boot (everything but idle and iowait), or None."""
-    try:
-        fields = STAT.read_text().split("\n", 1)[0].split()
-    except OSError:
-        return None
-    if not fields or fields[0] != "cpu":
-        return None
-    ticks = [int(v) for v in fields[1:]]
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
-    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def process_cpu() -> float:
@@ -51,6 +34,7 @@ class Mark:
 
     @classmethod
     def now(cls) -> Mark:
+        from d500.provenance import busy_seconds
         return cls(time.monotonic(), process_cpu(), busy_seconds())
 
     def own_cpu(self) -> float:
@@ -60,7 +44,7 @@ class Mark:
     def others(self, job_cpu: float) -> dict[str, Any]:
         """{"others_cores": cores' worth of CPU other processes used on this host since the mark,
         "cores", "loaded"} given the CPU seconds of this job's ranks on this host."""
-        from d500.provenance import usable_cores
+        from d500.provenance import busy_seconds, loaded_share, usable_cores
         cores = usable_cores()
         end = busy_seconds()
         wall = max(time.monotonic() - self.wall, 1e-6)
@@ -68,4 +52,4 @@ class Mark:
             return {"others_cores": None, "cores": cores, "loaded": None}
         others = max(0.0, (end - self.busy - job_cpu) / wall)
         return {"others_cores": round(others, 3), "cores": cores,
-                "loaded": others > LOADED_SHARE * cores}
+                "loaded": others > loaded_share() * cores}

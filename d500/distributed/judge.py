@@ -234,10 +234,11 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
     figures.update(figs.scaling(run.ledger, run.id, wl, entry.name, order.backend,
                                 order.world_size, figures.get("time_to_accuracy", math.inf)))
     here = socket.gethostname()
-    job_cpu = sum(r.cpu_seconds for r in stats if r.host == here) + mark.own_cpu()
+    ranks_cpu = sum(r.cpu_seconds for r in stats if r.host == here)
     details = {**_details(order), "ranks": figs.details(stats),
-               "oversubscribed": _oversubscribed(stats), "load_average": _load(watch, stats),
-               "contention": mark.others(job_cpu),
+               "oversubscribed": _oversubscribed(stats),
+               "load_average": _load(watch, stats, ranks_cpu),
+               "contention": mark.others(ranks_cpu + mark.own_cpu()),
                "scheme_figures": stats[0].scheme if stats else {},
                "scheme_details": stats[0].scheme_details if stats else {}}
     run.finish(status, figures=figures, error=why or None, details=details)
@@ -298,11 +299,12 @@ def _oversubscribed(ranks: list[Any]) -> bool:
     return here > usable_cores()
 
 
-def _load(watch: Any, ranks: list[Any]) -> dict[str, Any]:
-    """LoadWatch's record with this job's ranks on this host taken out of the others' load
-    (each keeps a core busy, computing or polling)."""
-    from d500.provenance import LOADED_SHARE
-    out = watch.finish()
+def _load(watch: Any, ranks: list[Any], ranks_cpu: float) -> dict[str, Any]:
+    """LoadWatch's record with this job's ranks on this host taken out of the others': their
+    CPU seconds out of the time others took during the run, a core each out of the load
+    averages (each keeps a core busy, computing or polling)."""
+    from d500.provenance import is_loaded
+    out = watch.finish(job_cpu=ranks_cpu)
     here = sum(1 for r in ranks if r.host == socket.gethostname())
     others = [None if v is None else round(max(0.0, v - here), 2) for v in out["others"]]
     known = [v for v in others if v is not None]

@@ -97,6 +97,7 @@ def d500(home: Path, notes: Path, *args: str, load: float | None = None,
     code = "import sys\nfrom d500 import cli, provenance\n"
     if load is not None:
         code += f"provenance.loadavg_text = lambda: '{load:.2f} 0.50 0.25 1/234 5678'\n"
+        code += "provenance.busy_seconds = lambda: None\n"  # the averages decide, not /proc/stat
     code += f"sys.exit(cli.main({list(args)!r}))\n"
     return subprocess.run([*launcher, sys.executable, "-c", code], capture_output=True,
                           text=True, timeout=600, check=False, cwd=ROOT, env=env)
@@ -253,6 +254,7 @@ def test_load_record_takes_the_jobs_other_ranks_out(monkeypatch):
     from d500.training.trainer import load_record
     cores = provenance.usable_cores()
     monkeypatch.setattr(provenance, "loadavg_text", lambda: f"{10.0 * cores:.2f} 0.50 0.25")
+    monkeypatch.setattr(provenance, "busy_seconds", lambda: None)
     monkeypatch.setenv("MPI_LOCALNRANKS", "2")
     monkeypatch.setattr(threads, "_setting", {"count": 1, "set_by": "--threads"})
     alone = load_record(provenance.LoadWatch())
@@ -260,4 +262,4 @@ def test_load_record_takes_the_jobs_other_ranks_out(monkeypatch):
     assert "job_load" not in alone and shared["job_load"] == 1.0
     assert all(a - s == pytest.approx(1.0, abs=0.05)
                for a, s in zip(alone["others"], shared["others"], strict=True))
-    assert shared["loaded"] is (max(shared["others"]) > provenance.LOADED_SHARE * cores)
+    assert shared["loaded"] is (max(shared["others"]) > provenance.loaded_share() * cores)
