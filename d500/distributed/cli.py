@@ -120,6 +120,7 @@ def _checked(args: Any, world: int) -> tuple[Any, Any, Any]:
         return workload, entry, None
     spec = specs.parse(entry.distributed, entry.path)  # the cheap checks before any framework
     workload.check_world(world)
+    spec.dims(world)  # data x pipeline x tensor == the world size
     workload.check_batch(entry.recipe.batch_size, world, str(entry.path))
     global_recipe = dataclasses.replace(entry.recipe,
                                         batch_size=workload.global_batch(

@@ -1,14 +1,22 @@
 """A level-3 entry's `distributed:` mapping (in its submission.yaml), validated: the scheme and its
-options, the gradient compressor and its parameters, the tensor-fusion bucket size.
+options, the gradient compressor and its parameters, the tensor-fusion bucket size, and how the
+world splits into parallel dimensions.
 
     distributed:
       scheme: sync                 # one of d500's schemes (d500.distributed.schemes) or ddp
       options: {}                  # the scheme's own options (e.g. local_sgd's period)
       compression: {name: topk, density: 0.01}   # a compressor and its parameters (default none)
       bucket_mb: 25                # tensor fusion: bytes per bucket in MiB (torch DDP's default)
+      data: 2                      # the dimensions: data x pipeline x tensor == the world size
+      pipeline: 1                  #   (data defaults to world / (pipeline x tensor); a flat
+      tensor: 1                    #   `scheme:` alone is data parallelism over every rank)
+      shard: zero2                 # none | zero1 | zero2 (| zero3): ZeRO over the data dimension
 
 `ddp` is torch's DistributedDataParallel (gloo), the native baseline: it takes no compression
-and runs on the torch backend only.
+and runs on the torch backend only. The scheme is the data dimension's; `shard` (ZeRO: optimizer
+state, then gradients sharded over the data ranks) goes with `sync` only, as the schemes that
+move whole models (ps, async_ps, ssp, dpsgd, local_sgd) and ddp have nothing to shard.
+Pipeline and tensor parallelism (> 1) and zero3 are declared but not built yet: refused.
 """
 
 from __future__ import annotations
@@ -22,7 +30,11 @@ from d500.errors import ConfigError, UsageError
 
 NATIVE = "ddp"  # torch DistributedDataParallel, d500.distributed.ddp
 DEFAULT_BUCKET_MB = 25.0
-KEYS = ("scheme", "options", "compression", "bucket_mb")
+KEYS = ("scheme", "options", "compression", "bucket_mb", "data", "pipeline", "tensor", "shard")
+DIMENSIONS = ("data", "pipeline", "tensor")
+SHARDS = ("none", "zero1", "zero2", "zero3")
+BUILT_SHARDS = ("none", "zero1", "zero2")
+SHARDABLE = ("sync",)  # the schemes whose update a ZeRO stage can shard
 # MLPerf's lowest_numerical_precision_in_comm per compressor (what crosses the wire)
 PRECISION = {"none": "fp32", "fp16": "fp16", "topk": "fp32", "randomk": "fp32", "qsgd": "int8",
              "efsignsgd": "int1", "powersgd": "fp32"}
@@ -38,6 +50,10 @@ class Spec:
     compression: dict[str, Any] = field(default_factory=dict)  # the compressor's parameters
     bucket_bytes: int = int(DEFAULT_BUCKET_MB * 2**20)
     where: str = "submission.yaml"
+    data: int | None = None  # None: the world size / (pipeline x tensor)
+    pipeline: int = 1
+    tensor: int = 1
+    shard: str = "none"
 
     @property
     def native(self) -> bool:
@@ -48,10 +64,25 @@ class Spec:
         """The lowest precision of what crosses the wire (MLLOG's key)."""
         return PRECISION.get(self.compressor, "fp32")
 
+    def dims(self, world: int) -> dict[str, int]:
+        """{data, pipeline, tensor} at `world` ranks; a UsageError (one line naming the file and
+        the fields) unless data x pipeline x tensor == world."""
+        data = self.data if self.data is not None else world // (self.pipeline * self.tensor)
+        if data * self.pipeline * self.tensor != world or data < 1:
+            shown = "?" if self.data is None else str(self.data)
+            raise UsageError(f"{self.where}: fields 'distributed.data' x 'pipeline' x 'tensor' "
+                             f"= {shown} x {self.pipeline} x {self.tensor} must equal the world "
+                             f"size {world} (mpiexec -n {world})")
+        return {"data": data, "pipeline": self.pipeline, "tensor": self.tensor}
+
     def logged(self) -> dict[str, Any]:
         """The choices as run hyperparameters (ledger and MLLOG)."""
         out: dict[str, Any] = {"scheme": self.scheme, "compressor": self.compressor,
                                "bucket_bytes": self.bucket_bytes}
+        # the dimensions where declared (a flat scheme's record stays what it always was)
+        out.update({k: v for k, v in (("data", self.data), ("pipeline", self.pipeline),
+                                      ("tensor", self.tensor), ("shard", self.shard))
+                    if v not in (None, 1, "none")})
         out.update({f"scheme_{k}": v for k, v in self.options.items()})
         out.update({f"compressor_{k}": v for k, v in self.compression.items()})
         return out
@@ -102,4 +133,42 @@ def parse(mapping: dict[str, Any] | None, path: str | Path) -> Spec:
             math.isfinite(mb) and mb > 0):
         raise ConfigError(f"{where}: field 'distributed.bucket_mb' must be a positive number "
                           f"of MiB, got {mb!r}")
-    return Spec(scheme, dict(options), name, params, max(1, int(mb * 2**20)), where)
+    dims = {k: _dimension(mapping, k, where) for k in DIMENSIONS}
+    shard = mapping.get("shard", "none")
+    if shard not in SHARDS:
+        raise ConfigError(f"{where}: field 'distributed.shard' must be one of "
+                          f"{', '.join(SHARDS)}, got {shard!r}")
+    _refuse_unbuilt(dims, shard, scheme, name, where)
+    return Spec(scheme, dict(options), name, params, max(1, int(mb * 2**20)), where,
+                dims["data"], dims["pipeline"] or 1, dims["tensor"] or 1, shard)
+
+
+def _dimension(mapping: dict[str, Any], key: str, where: str) -> int | None:
+    """The whole number >= 1 of field `distributed.<key>`, or None where it is not given."""
+    value = mapping.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}: field 'distributed.{key}' must be a whole number >= 1, "
+                          f"got {value!r}")
+    return value
+
+
+def _refuse_unbuilt(dims: dict[str, int | None], shard: str, scheme: str, compressor: str,
+                    where: str) -> None:
+    """A UsageError for what the dimensions declare but d500 cannot run yet, or that does not
+    compose (a ZeRO stage with a scheme that moves whole models, or with compression)."""
+    for key in ("pipeline", "tensor"):
+        if (dims[key] or 1) > 1:
+            raise UsageError(f"{where}: field 'distributed.{key}': {key} parallelism is not "
+                             f"built yet in this d500 (use {key}: 1)")
+    if shard not in BUILT_SHARDS:
+        raise UsageError(f"{where}: field 'distributed.shard': {shard} is not built yet "
+                         f"(built: {', '.join(BUILT_SHARDS)})")
+    if shard != "none" and scheme not in SHARDABLE:
+        raise UsageError(f"{where}: field 'distributed.shard': {shard} shards sync's update; "
+                         f"scheme '{scheme}' moves whole models or runs its own (use scheme: "
+                         f"sync, or shard: none)")
+    if shard != "none" and compressor != "none":
+        raise UsageError(f"{where}: field 'distributed.shard': {shard} reduce-scatters dense "
+                         f"gradients; remove 'distributed.compression' or use shard: none")
