@@ -124,9 +124,10 @@ class DDPScheme:
                                            forward_sync_buffers=False)  # synced at start only
         self.ddp.register_comm_hook(self.state, _counting_hook)
 
-    def step(self, feeds: dict[str, np.ndarray], lr: float) -> float:
-        """Forward through DDP, backward (DDP's bucketed allreduce runs inside it), then the
-        entry's optimizer from the averaged param.grad."""
+    def step(self, feeds: dict[str, np.ndarray], lr: float, weight: float = 1.0) -> float:
+        """Forward through DDP, backward of the loss x `weight` (the share's weight, as the
+        d500 schemes' gradients: schemes/base.py; DDP's bucketed allreduce runs inside it),
+        then the entry's optimizer from the averaged param.grad."""
         import torch
         t = self.trainer
         inputs = {name: torch.from_numpy(a) for name, a in
@@ -134,7 +135,7 @@ class DDPScheme:
         model = self.ddp if self.ddp is not None else self.module
         with torch.enable_grad():
             loss = model(**inputs)
-            loss.backward()
+            (loss * weight if weight != 1.0 else loss).backward()
         grads = {n: p.grad.numpy() for n, p in zip(t.names, t.params)}
         t.apply(grads, lr)
         for p in t.params:

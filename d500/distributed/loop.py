@@ -138,11 +138,11 @@ class RankLoop:
         """Steps first..first+count-1 of `epoch` on every rank; rank 0 reports each step's loss
         over the global batch (the ranks' losses weighted by their shares; non-finite where any
         rank's was, naming the first such rank) and, if `want`, the model."""
-        order = list(self.sampler.epoch(epoch))[first:first + count]
+        order = list(self.sampler.shares(epoch))[first:first + count]
         mine = np.empty((2, len(order)), dtype=np.float64)  # loss, share size per step
-        for i, index in enumerate(order):
+        for i, (index, weight) in enumerate(order):
             mine[0, i] = self._step({"input": self.x[index], "labels": self.y[index]},
-                                    self.lr_at(self.step), epoch, val)
+                                    self.lr_at(self.step), epoch, val, weight)
             mine[1, i] = len(index)
         every = self._gathered(mine)
         state = self._handed(want)
@@ -172,11 +172,12 @@ class RankLoop:
             lazy_barrier(self.control)
         return state
 
-    def _step(self, feeds: dict[str, np.ndarray], lr: float, epoch: int, val: Any) -> float:
+    def _step(self, feeds: dict[str, np.ndarray], lr: float, epoch: int, val: Any,
+              weight: float = 1.0) -> float:
         st, comm = self.stats, self.comm
         c = comm.seconds
         t = time.perf_counter()
-        loss = self.scheme.step(feeds, lr)
+        loss = self.scheme.step(feeds, lr, weight)
         dt = time.perf_counter() - t
         st.step_seconds += dt
         self.durations.append((dt, comm.seconds - c))
@@ -215,7 +216,8 @@ class RankLoop:
             st.compute_median = float(np.median(steps[:, 0] - steps[:, 1]))
         if self.reducer is not None:
             st.payload_bytes, st.dense_bytes = self.reducer.sent_bytes, self.reducer.dense_bytes
-        st.scheme = {k: float(v) for k, v in self.scheme.figures().items()}
+        memory = getattr(self.scheme, "memory", dict)()  # bytes held: params, grads, state
+        st.scheme = {k: float(v) for k, v in {**memory, **self.scheme.figures()}.items()}
         st.scheme_details = dict(getattr(self.scheme, "details", dict)())
         if self.control is None:
             return [st]

@@ -129,13 +129,14 @@ class AsyncPS(Scheme):
         else:
             self.have = 0
 
-    def step(self, feeds: Mapping[str, np.ndarray], lr: float) -> float:
+    def step(self, feeds: Mapping[str, np.ndarray], lr: float, weight: float = 1.0
+             ) -> float:
         if not self.started:
             raise UsageError("scheme 'async_ps': call start() before step()")
         self.steps += 1
         if self.rank == 0:
-            return self._server_step(feeds, lr)
-        return self._worker_step(feeds, lr)
+            return self._server_step(feeds, lr, weight)
+        return self._worker_step(feeds, lr, weight)
 
     def _finish(self) -> None:
         """Every rank gets the server's parameters; the idle receives are cancelled."""
@@ -196,7 +197,8 @@ class AsyncPS(Scheme):
         self.comm.broadcast(version, root)
         self._broadcast_version = int(version[0])
 
-    def _worker_step(self, feeds: Mapping[str, np.ndarray], lr: float) -> float:
+    def _worker_step(self, feeds: Mapping[str, np.ndarray], lr: float, weight: float
+                     ) -> float:
         if self.version is None:  # wait for a read: rank 0's parameters at some version
             from mpi4py import MPI
             status = MPI.Status()
@@ -216,7 +218,7 @@ class AsyncPS(Scheme):
                 raise RuntimeError(f"async_ps: rank {self.rank} holds version {self.have}, "
                                    f"rank 0 sent {self.version} without parameters")
             self.have = self.version
-        loss, grads = self.trainer.gradients(feeds)
+        loss, grads = self.gradients(feeds, weight)
         start = time.perf_counter()
         if self.sending is not None:
             self.sending.Wait()
@@ -246,11 +248,12 @@ class AsyncPS(Scheme):
     def _post(self, w: int) -> None:
         self.requests[w] = self.comm.mpi.Irecv(self.boxes[w], source=w, tag=PUSH)
 
-    def _server_step(self, feeds: Mapping[str, np.ndarray], lr: float) -> float:
+    def _server_step(self, feeds: Mapping[str, np.ndarray], lr: float, weight: float
+                     ) -> float:
         self.waiting.append(0)
         self._serve(until=lambda: 0 in self.reads)  # rank 0's own read, first come first served
         version = self.reads[0]
-        loss, grads = self.trainer.gradients(feeds)
+        loss, grads = self.gradients(feeds, weight)
         self.own = (version, lr, grads)
         self._serve(until=lambda: self.own is None)
         return loss

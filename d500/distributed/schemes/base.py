@@ -3,20 +3,27 @@ a Communicator, its validated options, and the registry (`SCHEMES`, `make`).
 
     scheme = make("sync", trainer, comm, reducer=None, bucket_bytes=25 * 2**20)
     scheme.start()                      # every rank from rank 0's parameters
-    for feeds in my_share_of_each_global_batch:
-        loss = scheme.step(feeds, lr)   # this rank's loss
+    for feeds, weight in my_share_of_each_global_batch:
+        loss = scheme.step(feeds, lr, weight)   # this rank's loss
     with scheme.evaluated():            # on every rank at the same step: the scheme's model
         accuracy = evaluate(trainer)
     scheme.settle()                     # on every rank before a collective of the caller's own
     scheme.finish()                     # on every rank after the last step: the final model
     scheme.figures()                    # scheme-specific figures, floats
 
-Every method but `figures`/`details` is collective: every rank calls it the same number of times in
-the same order. Between `step` calls a scheme may leave messages in flight (async_ps does), so the
-caller runs its own collectives (on `comm` or on MPI directly) only inside `evaluated()`, after
-`settle()` or after `finish()`. Traffic counted on `comm` inside `evaluated()` is moved to
-`comm.traffic["evaluate"]`, and what `finish()` sends to hand every rank the final model to
-`comm.traffic["finish"]`, so the other names hold training traffic only (the per-step figures).
+`weight` is the share's size x the data ranks / the global batch's size (1 where the ranks'
+shares are equal; PartitionedSampler.shares gives it): `gradients` scales this rank's mean
+gradient by it, so that the schemes' equal-weight average over ranks is the global batch's mean
+gradient, not the mean of the shares' means (which is SGD on another loss when N does not
+divide the batch).
+
+Every method but `figures`/`details`/`memory` is collective: every rank calls it the same
+number of times in the same order. Between `step` calls a scheme may leave messages in flight
+(async_ps does), so the caller runs its own collectives (on `comm` or on MPI directly) only
+inside `evaluated()`, after `settle()` or after `finish()`. Traffic counted on `comm` inside
+`evaluated()` is moved to `comm.traffic["evaluate"]`, and what `finish()` sends to hand every
+rank the final model to `comm.traffic["finish"]`, so the other names hold training traffic only
+(the per-step figures).
 
 Batch normalisation's running statistics (the trainer's `buffer_names`) are per rank: each rank
 normalises with the batch statistics of its own share and updates its own running statistics, as
@@ -111,10 +118,30 @@ class Scheme:
         """Every rank's parameters become rank 0's (one fused broadcast)."""
         self.broadcast_parameters()
 
-    def step(self, feeds: Mapping[str, np.ndarray], lr: float) -> float:
+    def step(self, feeds: Mapping[str, np.ndarray], lr: float, weight: float = 1.0) -> float:
         """One distributed step on this rank's share `feeds` of the global batch at learning
-        rate `lr`; returns this rank's loss."""
+        rate `lr`, its gradient weighted by `weight` (module docstring); this rank's loss."""
         raise NotImplementedError
+
+    def gradients(self, feeds: Mapping[str, np.ndarray], weight: float = 1.0
+                  ) -> tuple[float, dict[str, np.ndarray]]:
+        """The trainer's (loss, gradients) of `feeds`, the gradients scaled by `weight` in
+        place (the loss is the share's own)."""
+        loss, grads = self.trainer.gradients(feeds)
+        if weight != 1.0:
+            for g in grads.values():
+                g *= np.asarray(weight, dtype=g.dtype)
+        return loss, grads
+
+    def local_step(self, feeds: Mapping[str, np.ndarray], lr: float, weight: float = 1.0
+                   ) -> float:
+        """This rank's own update from its weighted gradient (the trainer's fused `step` where
+        the weight is 1); its loss."""
+        if weight == 1.0:
+            return self.trainer.step(feeds, lr)
+        loss, grads = self.gradients(feeds, weight)
+        self.trainer.apply(grads, lr)
+        return loss
 
     @contextlib.contextmanager
     def evaluated(self) -> Iterator[None]:
@@ -205,6 +232,16 @@ class Scheme:
         finally:
             self.params.put(own)
 
+    def memory(self) -> dict[str, float]:
+        """Bytes this rank holds across a step's update: its parameters, a whole gradient (every
+        data-parallel scheme computes and keeps one) and its optimizer's state as allocated
+        (ps's ranks but 0 allocate one too; it is counted where it exists)."""
+        arrays = self.params.get()
+        p = float(sum(a.nbytes for n, a in arrays.items()
+                      if n not in set(self.params.buffer_names)))
+        return {"param_bytes": p, "grad_bytes": p,
+                "optimizer_bytes": float(state_bytes(getattr(self.trainer, "state", None)))}
+
     def compression_figures(self) -> dict[str, float]:
         """The reducer's payload bytes per step and compression ratio (dense / sent), if any."""
         r = self.reducer
@@ -243,6 +280,18 @@ class Parameters:
             arrays = {n: a for n, a in arrays.items() if n not in set(self.buffer_names)}
         if arrays is not self.views:
             self.trainer.set_parameters(arrays)
+
+
+def state_bytes(state: Any) -> int:
+    """Bytes of an optimizer State's slots (every tensor in them, any framework; 0 for None)."""
+    if state is None:
+        return 0
+    total = 0
+    for slot in state.slots.values():
+        for t in slot if isinstance(slot, (list, tuple)) else [slot]:
+            n = getattr(t, "nbytes", None)
+            total += n if isinstance(n, int) else np.asarray(t).nbytes
+    return total
 
 
 def _move_traffic(comm: Communicator, before: dict[str, Traffic], into: str) -> None:

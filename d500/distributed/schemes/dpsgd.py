@@ -41,13 +41,14 @@ class DPSGD(Scheme):
         self.buckets: Buckets | None = None
         self._received: list[tuple[np.ndarray, np.ndarray]] = []
 
-    def step(self, feeds: Mapping[str, np.ndarray], lr: float) -> float:
+    def step(self, feeds: Mapping[str, np.ndarray], lr: float, weight: float = 1.0
+             ) -> float:
         if self.lian:
-            loss, grads = self.trainer.gradients(feeds)  # at x_i, before the mixing
+            loss, grads = self.gradients(feeds, weight)  # at x_i, before the mixing
             self.mix()
             self.trainer.apply(grads, lr)
         else:
-            loss = self.trainer.step(feeds, lr)
+            loss = self.local_step(feeds, lr, weight)
             self.mix()
         self.steps += 1
         return loss

@@ -27,8 +27,9 @@ class LocalSGD(Scheme):
     options: ClassVar[dict[str, Option]] = {
         "period": Option(4, "count", "local steps between two averagings of the models (H)")}
 
-    def step(self, feeds: Mapping[str, np.ndarray], lr: float) -> float:
-        loss = self.trainer.step(feeds, lr)
+    def step(self, feeds: Mapping[str, np.ndarray], lr: float, weight: float = 1.0
+             ) -> float:
+        loss = self.local_step(feeds, lr, weight)
         self.steps += 1
         if self.steps % self.period == 0:
             self.average_parameters()

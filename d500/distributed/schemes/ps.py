@@ -52,8 +52,9 @@ class ParameterServer(Scheme):
     def _reduce_to_root(self, buffer: np.ndarray) -> np.ndarray:
         return self.comm.reduce(buffer, 0, "sum")
 
-    def step(self, feeds: Mapping[str, np.ndarray], lr: float) -> float:
-        loss, grads = self.trainer.gradients(feeds)
+    def step(self, feeds: Mapping[str, np.ndarray], lr: float, weight: float = 1.0
+             ) -> float:
+        loss, grads = self.gradients(feeds, weight)
         if self.reducer is not None:
             grads = self.reducer.reduce(grads, inplace=True)[0]  # the average on rank 0
         elif self.size > 1:

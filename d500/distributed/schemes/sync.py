@@ -36,8 +36,9 @@ class Sync(Scheme):
         super().__init__(trainer, comm, **kwargs)
         self.buckets: Buckets | None = None
 
-    def step(self, feeds: Mapping[str, np.ndarray], lr: float) -> float:
-        loss, grads = self.trainer.gradients(feeds)
+    def step(self, feeds: Mapping[str, np.ndarray], lr: float, weight: float = 1.0
+             ) -> float:
+        loss, grads = self.gradients(feeds, weight)
         grads = self.average(grads)
         self.trainer.apply(grads, lr)
         self.steps += 1

@@ -82,6 +82,15 @@ class PartitionedSampler:
         return len(self.sampler)
 
     def epoch(self, epoch: int) -> Iterator[np.ndarray]:
+        for share, _ in self.shares(epoch):
+            yield share
+
+    def shares(self, epoch: int) -> Iterator[tuple[np.ndarray, float]]:
+        """This rank's share of each global batch and its weight: len(share) * world /
+        len(batch), so that the mean over ranks of weight x (the share's mean gradient) is the
+        global batch's mean gradient when the world does not divide the batch (1.0 when it
+        does)."""
         for batch in self.sampler.epoch(epoch):
             start = self.rank * len(batch) // self.world
-            yield batch[start:(self.rank + 1) * len(batch) // self.world]
+            share = batch[start:(self.rank + 1) * len(batch) // self.world]
+            yield share, len(share) * self.world / len(batch)
