@@ -116,7 +116,7 @@ def test_apply_refuses_missing_or_misshapen_gradients(backend):
 
 # -- schemes in one process -----------------------------------------------------------------
 def test_registry_and_unknown_scheme():
-    assert set(SCHEMES) == {"sync", "ps", "async_ps", "dpsgd", "local_sgd"}
+    assert set(SCHEMES) == {"sync", "ps", "ssp", "async_ps", "dpsgd", "local_sgd"}
     with pytest.raises(UsageError, match="unknown scheme 'allreduce' \\(known: .*sync"):
         make("allreduce", trainer(), Communicator.single())
 

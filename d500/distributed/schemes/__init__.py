@@ -8,6 +8,7 @@ from d500.distributed.schemes import (  # noqa: F401  (each registers itself)
     dpsgd,
     local_sgd,
     ps,
+    ssp,
     sync,
 )
 from d500.distributed.schemes.base import SCHEMES, Option, Parameters, Scheme, make, make_reducer
