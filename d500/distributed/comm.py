@@ -25,6 +25,9 @@ charges (`ring_counts`, `chain_counts`, `gather_counts` give them without commun
   `counts` first allgathers one int64 length per rank, counted under "allgatherv" too.
 - neighbour_exchange: actual: B to each ring neighbour and B from each (two messages each way,
   also at N = 2 where both neighbours are the same rank).
+- reduce_scatter: the ring's first half with rank r ending on block r: rank r sends every
+  block but its own and receives every block but rank r+1's ((N-1)/N * B each way for equal
+  blocks).
 - reduce (to one root): the broadcast's chain reversed: every rank but the root sends B, every
   rank but the chain's far end (root+N-1) receives B.
 - barrier: no bytes, only time.
@@ -244,6 +247,29 @@ class Communicator:
                 t.sent += sent
                 t.received += received
         return x
+
+    def reduce_scatter(self, x: Buffer, counts: list[int], op: Op = "sum") -> np.ndarray:
+        """The sum (or average) over ranks of block `rank` of `x` (flattened; blocks of
+        `counts` elements in rank order, summing to its length), in a new array
+        (MPI_Reduce_scatter). Counted as the module docstring says."""
+        a = np.ascontiguousarray(as_array(x)).reshape(-1)
+        _check_op(a, op)
+        if len(counts) != self.size or sum(counts) != a.size:
+            raise CommError(f"reduce_scatter: counts {counts} do not split {a.size} elements "
+                            f"among {self.size} ranks")
+        out = np.empty(counts[self.rank], dtype=a.dtype)
+        with self._counting("reduce_scatter") as t:
+            if self.mpi is None:
+                out[:] = a
+                return out
+            if a.size:
+                self.mpi.Reduce_scatter(a, out, recvcounts=list(counts))
+                if op == "average":
+                    out /= self.size
+            blocks = [c * a.itemsize for c in counts]
+            t.sent += a.nbytes - blocks[self.rank]
+            t.received += a.nbytes - blocks[(self.rank + 1) % self.size]
+        return out
 
     def allgather(self, x: Buffer, out: Buffer | None = None) -> Any:
         """Every rank's `x` (equal shapes), stacked: shape (N, *x.shape), rank order

@@ -13,6 +13,8 @@ import math
 import statistics
 from typing import Any
 
+MEMORY = ("param_bytes", "grad_bytes", "optimizer_bytes")  # a scheme's memory(), per rank
+
 
 @dataclasses.dataclass
 class RankStats:
@@ -58,6 +60,10 @@ def aggregate(ranks: list[RankStats]) -> dict[str, float]:
         out["comm_time"] = statistics.fmean(comm)
         out["compute_time"] = statistics.fmean(r.compute_seconds or 0.0 for r in ranks)
         out["comm_share"] = sum(comm) / total if total > 0 else math.nan
+    held = [sum(r.scheme.get(k, 0.0) for k in MEMORY) for r in ranks
+            if all(k in r.scheme for k in MEMORY)]
+    if held and len(held) == len(ranks):
+        out["memory_per_rank"] = max(held)  # the most any rank holds
     payload = sum(r.payload_bytes for r in ranks)
     if payload > 0:
         out["compression_ratio"] = sum(r.dense_bytes for r in ranks) / payload
@@ -68,18 +74,21 @@ def scaling(ledger: Any, run_id: int | None, workload: Any, submission: str, bac
             world: int, time_to_accuracy: float) -> dict[str, float]:
     """scaling_efficiency = (ref * T_ref) / (N * T_N) and speedup = T_ref / T_N, with T_ref the
     median time to accuracy of this entry's succeeded runs of the same workload rules at the
-    reference world size (empty when there is none, or this run missed its target)."""
+    reference world size, on the same hardware at the same per-rank thread count (empty when
+    there is none, or this run missed its target)."""
     ref = workload.reference_ranks
     if not math.isfinite(time_to_accuracy) or time_to_accuracy <= 0:
         return {}
     if world == ref:
         return {"scaling_efficiency": 1.0, "speedup": 1.0}
-    here = None
+    here = threads = None
     if run_id is not None:
         from d500.leaderboard.environments import machine
-        here = machine(ledger.get(run_id)["provenance"])
+        provenance = ledger.get(run_id)["provenance"] or {}
+        here, threads = machine(provenance), (provenance.get("threads") or {}).get("count")
     t_ref = reference_time(ledger, workload.level, workload.name, submission, backend, ref,
-                           exclude=run_id, sha=_sha(workload.path), machine_key=here)
+                           exclude=run_id, sha=_sha(workload.path), machine_key=here,
+                           threads=threads)
     if t_ref is None:
         return {}
     return {"scaling_efficiency": ref * t_ref / (world * time_to_accuracy),
@@ -88,20 +97,25 @@ def scaling(ledger: Any, run_id: int | None, workload: Any, submission: str, bac
 
 def reference_time(ledger: Any, level: int, workload: str, submission: str, backend: str,
                    world: int, exclude: int | None = None, sha: str | None = None,
-                   machine_key: str | None = None) -> float | None:
+                   machine_key: str | None = None, threads: int | None = None
+                   ) -> float | None:
     """Median time to accuracy of the entry's own succeeded runs at `world` ranks (None: none);
     with `machine_key`, only runs on that hardware (a time from another machine is no
-    reference), never runs imported from a package or reproducing one."""
+    reference), with `threads`, only runs at that per-rank thread count (a reference at 2
+    threads a rank against ranks at 1 measures threads, not scaling), never runs imported from
+    a package or reproducing one."""
     from d500.leaderboard.environments import machine
     from d500.leaderboard.ranking import origin
 
-    envs = ledger.environments() if machine_key is not None else {}
+    envs = ledger.environments() if machine_key is not None or threads is not None else {}
     times = [r["figures"]["time_to_accuracy"] for r in ledger.runs(
                  level=level, workload=workload, submission=submission, backend=backend,
                  status="succeeded")
              if r["id"] != exclude and (r["world_size"] or 1) == world
              and (sha is None or r["workload_sha256"] == sha) and origin(r) is None
              and (machine_key is None or machine(envs.get(r["environment"])) == machine_key)
+             and (threads is None or ((envs.get(r["environment"]) or {}).get("threads")
+                                      or {}).get("count") == threads)
              and math.isfinite(r["figures"].get("time_to_accuracy", math.inf))]
     return statistics.median(times) if times else None
 

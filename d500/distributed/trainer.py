@@ -82,11 +82,18 @@ def build(job: Job, seed: int) -> tuple[Any, Any, Any]:
         return trainer, DDPScheme(trainer, comm, bucket_bytes=spec.bucket_bytes,
                                   timeout=job.limit, **spec.options), None
     from d500.distributed import schemes
+    from d500.distributed.grid import Grid
+    # the scheme runs over the data dimension (the world while pipeline = tensor = 1: no split)
+    data = Grid(comm, spec.dims(comm.size)).data
     reducer = None
     if spec.compressor != "none":
-        reducer = schemes.make_reducer(comm, spec.compressor, spec.compression, seed=seed,
+        reducer = schemes.make_reducer(data, spec.compressor, spec.compression, seed=seed,
                                        where=f"{spec.where}: field 'distributed.compression'")
-    scheme = schemes.make(spec.scheme, trainer, comm, reducer=reducer,
+    if spec.shard != "none":
+        from d500.distributed.schemes.zero import Zero
+        return trainer, Zero(trainer, data, stage=int(spec.shard[-1]),
+                             bucket_bytes=spec.bucket_bytes, **spec.options), None
+    scheme = schemes.make(spec.scheme, trainer, data, reducer=reducer,
                           bucket_bytes=spec.bucket_bytes, **spec.options)
     return trainer, scheme, reducer
 

@@ -2,7 +2,8 @@
 (entry, backend) with its scheme and compressor, time to accuracy (median over the runs of its
 required seeds, a miss or an interrupted one counting as infinity; explorations never count),
 test accuracy, bytes per step, communication share, scaling efficiency against its own runs at the
-reference world size, and the ratio of its time to the DDP baseline's; then time to accuracy
+reference world size, the ratio of its time to the DDP baseline's, its parallel dimensions
+(data x pipeline x tensor, and a ZeRO stage) and the memory one rank holds; then time to accuracy
 against ranks per entry (a plot per workload).
 
 When the boards hold runs of several machines (and the organiser did not pass --across-machines),
@@ -40,16 +41,19 @@ class Row:
     machine: str = ""  # hardware key when machines are kept apart, else ""
     scheme: str = "?"
     compressor: str = "none"
+    dims: str = ""  # data x pipeline x tensor, and the shard stage where there is one
     runs: list[dict[str, Any]] = field(default_factory=list)
     oversubscribed: bool = False
     contended: bool = False  # other processes took a share of the machine during a run
     forced: bool = False  # imported past a failing d500 check: listed after every other row
 
-    def median(self, name: str, missing: float | None = None) -> float | None:
-        """Median of a figure over the counted runs (a miss counts as `missing` if given)."""
+    def median(self, name: str, missing: float | None = None, every: bool = False
+               ) -> float | None:
+        """Median of a figure over the counted runs (a miss counts as `missing` if given;
+        `every`: a figure that holds whatever the status, as memory, from every run)."""
         values = []
         for r in self.runs:
-            v = r["figures"].get(name) if r["status"] == "succeeded" else None
+            v = r["figures"].get(name) if every or r["status"] == "succeeded" else None
             if v is None:
                 v = missing
             if v is not None and not math.isnan(v):
@@ -79,6 +83,7 @@ def rows(level: int, boards: Sequence[Any], ledger: Any, per_machine: bool = Fal
         row = found.setdefault(key, Row(*key))
         h = r["hyperparameters"] or {}
         row.scheme, row.compressor = h.get("scheme", row.scheme), h.get("compressor", "none")
+        row.dims = dims(h, key[1])
         row.oversubscribed |= bool((r["details"] or {}).get("oversubscribed"))
         row.contended |= bool(((r["details"] or {}).get("contention") or {}).get("loaded"))
         row.forced |= bool((origin(r) or {}).get("forced"))
@@ -88,6 +93,15 @@ def rows(level: int, boards: Sequence[Any], ledger: Any, per_machine: bool = Fal
     found = {key: row for key, row in found.items() if row.runs}
     return sorted(found.values(), key=lambda x: (x.workload, x.ranks, x.forced, _key(x.time),
                                                  x.submission, x.backend))
+
+
+def dims(hyper: dict[str, Any], world: int) -> str:
+    """"D×P×T" (data, pipeline, tensor) of a run's recorded hyperparameters at `world` ranks,
+    with its ZeRO stage where it has one (a flat scheme: world×1×1)."""
+    p, t = int(hyper.get("pipeline", 1)), int(hyper.get("tensor", 1))
+    d = int(hyper.get("data", world // max(1, p * t)))
+    shard = hyper.get("shard", "none")
+    return f"{d}×{p}×{t}" + ("" if shard == "none" else f" {shard}")
 
 
 def _key(value: float | None) -> float:
@@ -163,8 +177,9 @@ def table_view(every: list[Row], refs: dict[str, int], on: str | None = None) ->
         marks["*"] |= row.oversubscribed
         marks["†"] |= row.contended
         pooled = [] if on else [_fmt("test_accuracy", row.median("test_accuracy")),
-                                _fmt("bytes_per_step", row.median("bytes_per_step"))]
-        out.append([row.workload, ranks, row.submission, row.scheme, row.compressor,
+                                _fmt("bytes_per_step", row.median("bytes_per_step")),
+                                _fmt("memory_per_rank", row.median("memory_per_rank", every=True))]
+        out.append([row.workload, ranks, row.submission, row.scheme, row.dims, row.compressor,
                     row.backend, _fmt("time_to_accuracy", row.time), *pooled,
                     _fmt("comm_share", row.median("comm_share")),
                     _fmt("scaling_efficiency", eff), _fmt("speedup", speed), ratio, counts])
@@ -178,30 +193,34 @@ def table_view(every: list[Row], refs: dict[str, int], on: str | None = None) ->
                  "world size (a missed target counts as ∞); scaling efficiency = ref·T_ref / "
                  "(N·T_N) against the same entry at the workload's reference world size; vs DDP = "
                  "T_N / T_N of the ddp baseline at the same world size and backend; comm share "
-                 "is not measured for DDP (it overlaps communication with the backward pass)")
+                 "is not measured for DDP (it overlaps communication with the backward pass); "
+                 "dims = data×pipeline×tensor ranks (and a ZeRO stage); mem/rank = the most "
+                 "bytes of parameters, gradients and optimizer state one rank holds")
     if on:
         notes.append("rows of this machine only: the reference and DDP runs are this machine's "
                      "too; times measured on different hardware are never compared "
                      "(d500 leaderboard --across-machines pools every machine's runs)")
     return View(f"distributed{_on(on)}: every entry per workload and world size",
-                ["workload", "ranks", "submission", "scheme", "compressor", "backend",
-                 "time to accuracy", *([] if on else ["test acc", "bytes/step"]), "comm share",
+                ["workload", "ranks", "submission", "scheme", "dims", "compressor", "backend",
+                 "time to accuracy", *([] if on else ["test acc", "bytes/step", "mem/rank"]),
+                 "comm share",
                  "scaling eff", "speed-up", "vs DDP", "ok/runs"], out, notes=notes)
 
 
 def pooled_view(every: list[Row]) -> View:
     """What compares across machines, pooled over every machine's runs of an entry: test
     accuracy, bytes per step and epochs to the target."""
-    out = [[row.workload, str(row.ranks), row.submission, row.scheme, row.compressor,
+    out = [[row.workload, str(row.ranks), row.submission, row.scheme, row.dims, row.compressor,
             row.backend, _fmt("test_accuracy", row.median("test_accuracy")),
             _fmt("bytes_per_step", row.median("bytes_per_step")),
+            _fmt("memory_per_rank", row.median("memory_per_rank", every=True)),
             _fmt("epochs", row.median("epochs", math.inf)),
             f"{sum(r['status'] == 'succeeded' for r in row.runs)}/{len(row.runs)}"]
            for row in every]
     return View("distributed over every machine: test accuracy, bytes per step and epochs to "
                 "the target (comparable on any machine: pooled)",
-                ["workload", "ranks", "submission", "scheme", "compressor", "backend",
-                 "test acc", "bytes/step", "epochs", "ok/runs"], out,
+                ["workload", "ranks", "submission", "scheme", "dims", "compressor", "backend",
+                 "test acc", "bytes/step", "mem/rank", "epochs", "ok/runs"], out,
                 notes=[("medians over every machine's runs of the entry at that world size "
                         "(a missed target counts as ∞ epochs)")])
 
