@@ -46,9 +46,10 @@ class RankStats:
         return None if self.comm_seconds is None else self.step_seconds - self.comm_seconds
 
 
-def aggregate(ranks: list[RankStats]) -> dict[str, float]:
+def aggregate(ranks: list[RankStats], param_bytes: int | None = None) -> dict[str, float]:
     """The run's communication figures: means over ranks of per-rank values (every rank's own
-    figures stay in the run's details)."""
+    figures stay in the run's details), and memory_per_rank where the ranks' claims fit the
+    judge's model of `param_bytes` (held_memory)."""
     out: dict[str, float] = {
         "bytes_per_step": statistics.fmean(r.sent / max(1, r.steps) for r in ranks),
         "bytes_received_per_step": statistics.fmean(r.received / max(1, r.steps) for r in ranks),
@@ -60,14 +61,31 @@ def aggregate(ranks: list[RankStats]) -> dict[str, float]:
         out["comm_time"] = statistics.fmean(comm)
         out["compute_time"] = statistics.fmean(r.compute_seconds or 0.0 for r in ranks)
         out["comm_share"] = sum(comm) / total if total > 0 else math.nan
-    held = [sum(r.scheme.get(k, 0.0) for k in MEMORY) for r in ranks
-            if all(k in r.scheme for k in MEMORY)]
-    if held and len(held) == len(ranks):
-        out["memory_per_rank"] = max(held)  # the most any rank holds
+    held = held_memory(ranks, param_bytes)
+    if held is not None:
+        out["memory_per_rank"] = held
     payload = sum(r.payload_bytes for r in ranks)
     if payload > 0:
         out["compression_ratio"] = sum(r.dense_bytes for r in ranks) / payload
     return out
+
+
+def held_memory(ranks: list[RankStats], param_bytes: int | None) -> float | None:
+    """The most bytes any rank says it holds (parameters + gradients + optimizer state), or None
+    when a rank said nothing or the claims do not fit the model the judge holds: every rank
+    holds all B parameter bytes (no stage shards parameters yet) and the ranks' gradients add up
+    to at least one whole gradient (ZeRO-2's blocks cover it once). The ranks run the entry's
+    code, so a claim is checked against what the judge knows; the optimizer state's bytes, which
+    depend on the entry's optimizer, are only checked to be >= 0."""
+    claims = [r.scheme for r in ranks]
+    if not claims or not all(all(k in c for k in MEMORY) for c in claims):
+        return None
+    if param_bytes is not None and (
+            any(c["param_bytes"] != param_bytes for c in claims)
+            or sum(c["grad_bytes"] for c in claims) < param_bytes
+            or any(c["grad_bytes"] > param_bytes or c["optimizer_bytes"] < 0 for c in claims)):
+        return None
+    return max(sum(c[k] for k in MEMORY) for c in claims)
 
 
 def scaling(ledger: Any, run_id: int | None, workload: Any, submission: str, backend: str,

@@ -230,7 +230,8 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
     figures.pop("train_loss", None)
     if losses:
         figures["train_loss"] = float(sum(losses) / len(losses))
-    figures = recorded({**figures, **figs.aggregate(stats)})
+    held = sum(a.nbytes for a in model.trainer.parameters().values())  # memory claims' check
+    figures = recorded({**figures, **figs.aggregate(stats, held)})
     figures.update(figs.scaling(run.ledger, run.id, wl, entry.name, order.backend,
                                 order.world_size, figures.get("time_to_accuracy", math.inf)))
     here = socket.gethostname()
