@@ -1,9 +1,14 @@
-"""Framework-neutral ONNX builders of the reference networks (MLP, LeNet-5, ResNet-20), seeded.
+"""Framework-neutral ONNX builders of the reference networks (MLP, LeNet-5, ResNet-20, a
+decoder-only transformer), seeded.
 
-Every model takes `input` (float32, NCHW, batch dimension "N") and outputs `logits` [N, classes];
-with `loss=True` it also takes `labels` (int64 [N]) and outputs the scalar mean cross-entropy
-`loss` after `logits`. Weights are He-normal (layers followed by ReLU) or Glorot-uniform (the
-classifier), drawn from `numpy.random.default_rng(seed)`; biases are zero.
+Every image model takes `input` (float32, NCHW, batch dimension "N") and outputs `logits`
+[N, classes]; with `loss=True` it also takes `labels` (int64 [N]) and outputs the scalar mean
+cross-entropy `loss` after `logits`. Weights are He-normal (layers followed by ReLU) or
+Glorot-uniform (the classifier), drawn from `numpy.random.default_rng(seed)`; biases are zero.
+
+The language model (`transformer`) takes `input` (int64 tokens [N, T]) and outputs `logits`
+[N, T, vocab]; with `loss=True` it also takes `labels` (the next tokens, int64 [N, T]) and outputs
+`loss`, the mean next-token cross-entropy over all N * T positions (nats: the log-perplexity).
 """
 
 from __future__ import annotations
@@ -81,8 +86,72 @@ class _Graph:
     def maxpool(self, x: str) -> str:
         return self.node("MaxPool", [x], self.name("pool"), kernel_shape=[2, 2], strides=[2, 2])
 
+    def const(self, name: str, value: np.ndarray) -> str:
+        """An integer initializer (a shape): not a parameter."""
+        self.inits.append(numpy_helper.from_array(value, name))
+        return name
+
+    def linear(self, x: str, n_in: int, n_out: int, std: float) -> str:
+        """x @ W + b, W normal(0, std) [n_in, n_out] (x of any rank: MatMul broadcasts)."""
+        name = self.name("linear")
+        w = self.init(f"{name}.weight", self.rng.normal(0.0, std, (n_in, n_out)))
+        y = self.node("MatMul", [x, w], f"{name}.matmul")
+        return self.node("Add", [y, self.init(f"{name}.bias", np.zeros(n_out))], name)
+
+    def layernorm(self, x: str, width: int) -> str:
+        name = self.name("ln")
+        return self.node("LayerNormalization", [
+            x, self.init(f"{name}.scale", np.ones(width)),
+            self.init(f"{name}.bias", np.zeros(width))], name, axis=-1, epsilon=1e-5)
+
     def flatten(self, x: str) -> str:
         return self.node("Flatten", [x], self.name("flatten"), axis=1)
+
+
+def transformer(g: _Graph, x: str, context: int, vocab: int, layers: int = 2, width: int = 64,
+                heads: int = 4, tied: bool = True) -> str:
+    """A decoder-only transformer (GPT-2's layout, Radford et al. 2019): token and position
+    embeddings, then per layer pre-LayerNorm causal self-attention and a pre-LayerNorm GELU MLP
+    (4x wide), each added to the residual stream; a final LayerNorm and the output projection,
+    the token embedding transposed (`tied`) or a matrix of its own. Weights are normal(0, 0.02),
+    the projections into the residual stream 0.02 / sqrt(2 * layers); biases zero, LayerNorm
+    scales one."""
+    if width % heads:
+        raise UsageError(f"transformer: width {width} is not a multiple of heads {heads}")
+    head = width // heads
+    std, out_std = 0.02, 0.02 / np.sqrt(2 * layers)
+    wte = g.init("wte", g.rng.normal(0, std, (vocab, width)))
+    h = g.node("Add", [g.node("Gather", [wte, x], "embed"),
+                       g.init("wpe", g.rng.normal(0, std / 2, (context, width)))], "position")
+    split = g.const("heads.shape", np.array([0, 0, heads, head], np.int64))
+    merge = g.const("merge.shape", np.array([0, 0, width], np.int64))
+    scale = g.node("Constant", [], "attention.scale",
+                   value=numpy_helper.from_array(np.array(1 / np.sqrt(head), np.float32)))
+    mask = g.node("Constant", [], "causal.mask", value=numpy_helper.from_array(
+        np.triu(np.full((context, context), -1e9, np.float32), k=1)))
+    for _ in range(layers):
+        a = g.layernorm(h, width)
+        q, k, v = (g.node("Reshape", [g.linear(a, width, width, std), split], g.name("split"))
+                   for _ in range(3))
+        q = g.node("Transpose", [q], g.name("q"), perm=[0, 2, 1, 3])  # [N, H, T, head]
+        k = g.node("Transpose", [k], g.name("k"), perm=[0, 2, 3, 1])  # [N, H, head, T]
+        v = g.node("Transpose", [v], g.name("v"), perm=[0, 2, 1, 3])
+        s = g.node("Mul", [g.node("MatMul", [q, k], g.name("scores")), scale], g.name("scaled"))
+        p = g.node("Softmax", [g.node("Add", [s, mask], g.name("masked"))], g.name("attention"),
+                   axis=-1)
+        o = g.node("Transpose", [g.node("MatMul", [p, v], g.name("mix"))], g.name("heads"),
+                   perm=[0, 2, 1, 3])
+        o = g.linear(g.node("Reshape", [o, merge], g.name("merge")), width, width, out_std)
+        h = g.node("Add", [h, o], g.name("residual"))
+        m = g.node("Gelu", [g.linear(g.layernorm(h, width), width, 4 * width, std)],
+                   g.name("gelu"))
+        h = g.node("Add", [h, g.linear(m, 4 * width, width, out_std)], g.name("residual"))
+    h = g.layernorm(h, width)
+    if tied:
+        return g.node("MatMul", [h, g.node("Transpose", [wte], "unembed", perm=[1, 0])],
+                      "output")
+    head_w = g.init("output.weight", g.rng.normal(0, std, (width, vocab)))
+    return g.node("MatMul", [h, head_w], "output")
 
 
 def mlp(g: _Graph, x: str, shape: tuple[int, int, int], classes: int,
@@ -140,6 +209,45 @@ def resnet20(g: _Graph, x: str, shape: tuple[int, int, int], classes: int,
 
 Builder = Callable[..., str]
 BUILDERS: dict[str, Builder] = {"mlp": mlp, "lenet5": lenet5, "resnet20": resnet20}
+LANGUAGE = {"transformer": transformer}  # builders of language models over token sequences
+LM_OPSET = 20  # Gelu
+
+
+def build_lm(name: str, context: int, vocab: int, seed: int = 0, loss: bool = False,
+             **options) -> onnx.ModelProto:
+    """The language model `name` ("transformer") over windows of `context` tokens of a
+    vocabulary of `vocab`, checked; `options`: the builder's (layers, width, heads, tied)."""
+    if name not in LANGUAGE:
+        raise UsageError(f"unknown language-model builder '{name}' (known: "
+                         f"{', '.join(LANGUAGE)})")
+    for what, value, lowest in (("context", context, 1), ("vocab", vocab, 2),
+                                *((k, v, 1) for k, v in options.items() if k != "tied")):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < lowest:
+            raise UsageError(f"{name}: {what} must be an integer >= {lowest}, not {value!r}")
+    g = _Graph(seed)
+    LANGUAGE[name](g, "input", int(context), int(vocab), **options)
+    g.nodes[-1].output[0] = "logits"
+    inputs = [helper.make_tensor_value_info("input", TensorProto.INT64, ["N", int(context)])]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT,
+                                             ["N", int(context), int(vocab)])]
+    if loss:
+        flat = g.const("logits.shape", np.array([-1, vocab], np.int64))
+        rows = g.const("labels.shape", np.array([-1], np.int64))
+        g.nodes.append(helper.make_node("Reshape", ["logits", flat], ["logits.flat"],
+                                        name="logits.flat"))
+        g.nodes.append(helper.make_node("Reshape", ["labels", rows], ["labels.flat"],
+                                        name="labels.flat"))
+        g.nodes.append(helper.make_node("SoftmaxCrossEntropyLoss", ["logits.flat", "labels.flat"],
+                                        ["loss"], name="loss", reduction="mean"))
+        inputs.append(helper.make_tensor_value_info("labels", TensorProto.INT64,
+                                                    ["N", int(context)]))
+        outputs.append(helper.make_tensor_value_info("loss", TensorProto.FLOAT, []))
+    graph = helper.make_graph(g.nodes, name, inputs, outputs, g.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", LM_OPSET)],
+                              producer_name="d500.builders")
+    model.ir_version = 9
+    onnx.checker.check_model(model, full_check=True)
+    return model
 # Smallest height/width each network accepts.
 _MIN_SIDE = {"mlp": 1, "lenet5": 8, "resnet20": 4}
 

@@ -203,9 +203,10 @@ def model_source(model: Mapping[str, Any], path: Path, sources: Sequence[str]) -
                           f"(got {', '.join(given) or 'none'})")
     if given[0] == "builder":
         from d500 import builders
-        if model["builder"] not in builders.BUILDERS:
+        known = [*builders.BUILDERS, *builders.LANGUAGE]
+        if model["builder"] not in known:
             raise ConfigError(f"{path}: field 'model.builder' is {model['builder']!r}; known: "
-                              f"{', '.join(builders.BUILDERS)}")
+                              f"{', '.join(known)}")
     return given[0]
 
 

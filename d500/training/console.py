@@ -62,7 +62,8 @@ def line(workload: Any, seed_: int, result: Any) -> str:
     f = result.figures
     parts = [f"run {result.run_id}", f"seed {seed_}", result.status]
     for name in ("time_to_accuracy", "epochs", "val_accuracy", "test_accuracy",
-                 "final_test_accuracy", "samples_per_second"):
+                 "final_test_accuracy", "val_log_perplexity", "test_log_perplexity",
+                 "final_test_log_perplexity", "test_perplexity", "samples_per_second"):
         if name in f:
             parts.append(f"{name} {metrics.get(name).format(f[name])}")
     if result.error:
@@ -97,7 +98,9 @@ class progress_bar:  # noqa: N801 - used as a context manager, like a function
         self.progress.stop()
 
     def __call__(self, state: dict[str, Any]) -> None:
-        val = state.get("val_accuracy")
-        info = f"loss {state['loss']:.4f}" + (f", val acc {val:.4f}" if val is not None else "")
+        val, what = state.get("val_accuracy"), "val acc"
+        if "val_log_perplexity" in state:
+            val, what = state["val_log_perplexity"], "val log-ppl"
+        info = f"loss {state['loss']:.4f}" + (f", {what} {val:.4f}" if val is not None else "")
         self.progress.update(self.task, completed=state["step"], total=state["total"],
                              info=info)

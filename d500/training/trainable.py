@@ -50,7 +50,7 @@ def trainable_model(workload: Workload, seed: int = 0) -> onnx.ModelProto:
     from d500.backends.training_graph import running_statistics, training_graph
     from d500.training.data.dataset import shape_of
 
-    shape, classes = shape_of(workload.dataset["name"])
+    shape, classes = shape_of(workload.dataset)
     where = source(workload)
     try:
         model = workload.build_model(seed, shape, classes)

@@ -36,6 +36,7 @@ from d500.training.recipe import Recipe
 from d500.training.workloads import Workload
 
 EVAL_BATCH = 1024  # samples per forward pass when evaluating (does not change the accuracy)
+EVAL_TOKENS = 8192  # tokens per forward pass when evaluating a language model
 Progress = Callable[[dict[str, Any]], None]
 
 
@@ -73,6 +74,20 @@ def accuracy(predict: Callable[[dict[str, np.ndarray]], np.ndarray], x: np.ndarr
         logits = predict({"input": x[i:i + EVAL_BATCH]})
         correct += int(np.sum(np.argmax(logits, axis=1) == y[i:i + EVAL_BATCH]))
     return correct / len(y)
+
+
+def log_perplexity(predict: Callable[..., np.ndarray], x: np.ndarray, y: np.ndarray) -> float:
+    """Mean next-token cross-entropy (nats) over every position of the windows x [M, T] (labels
+    y [M, T]): the model's `loss` output per batch of EVAL_TOKENS tokens, weighted by its size."""
+    rows = max(1, EVAL_TOKENS // x.shape[1])
+    total = 0.0
+    for i in range(0, len(y), rows):
+        loss = predict({"input": x[i:i + rows], "labels": y[i:i + rows]}, "loss")
+        total += float(loss) * len(y[i:i + rows])
+    return total / len(y)
+
+
+QUALITY = {"accuracy": accuracy, "log_perplexity": log_perplexity}  # Workload.quality -> measure
 
 
 def train(workload: Workload, recipe: Recipe, backend: str, seed: int, *, ledger: Any = None,
@@ -137,7 +152,7 @@ def ready(workload: Workload, recipe: Recipe, backend: str, data_dir: str | None
     from d500.training.trainable import trainable_model
 
     recipe.check(workload)
-    check_present(workload.dataset["name"], data_dir)
+    check_present(workload.dataset, data_dir)
     backend_cls = backends.get(backend)
     if not getattr(backend_cls, "trainable", True):
         raise D500Error(f"backend '{backend}' cannot train (inference only); choose one of "
@@ -206,8 +221,8 @@ class Judge:
         if t.buffer_names:
             t.set_buffers({n: state[n] for n in t.buffer_names})
 
-    def predict(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        return self.trainer.predict(feeds)
+    def predict(self, feeds: dict[str, np.ndarray], output: str = "logits") -> np.ndarray:
+        return self.trainer.predict(feeds, output)
 
 
 @dataclass
@@ -228,16 +243,15 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
     returns (figures, status, why). Raises Diverged at a non-finite loss."""
     from d500.training.data import dataset as datasets
     from d500.training.data.samplers import EpochSampler
-    from d500.training.data.splits import split
 
     layout = layout or Layout(recipe.batch_size)
-    shape, _ = datasets.shape_of(workload.dataset["name"])
+    shape, _ = datasets.shape_of(workload.dataset)
     log = run.mllog
     clock = Clock(start=run.begin())  # init_stop, run_start: the clock runs from here
 
     # -- data, inside the clock: the worker gets the training split only
     t0 = clock.read()
-    parts = split(datasets.load(workload.dataset["name"], data_dir), workload.split_spec())
+    parts, _ = datasets.parts(workload.dataset, data_dir)
     sampler = EpochSampler(len(parts.train.y), layout.batch, seed, workload.drop_last)
     steps_per_epoch = len(sampler)
     total_steps = workload.max_epochs * steps_per_epoch
@@ -260,23 +274,24 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
         meta = {mllog.EPOCH_NUM: epoch, mllog.SAMPLES_COUNT: state["step"] * layout.batch}
         log.start(mllog.EVAL_START, metadata=meta)
         t = clock.read()
-        val = accuracy(judge.predict, parts.validation.x, parts.validation.y)
+        measure = QUALITY[workload.quality]
+        val = measure(judge.predict, parts.validation.x, parts.validation.y)
         clock.evaluation += clock.read() - t
         log.event(mllog.EVAL_ACCURACY, val, metadata=meta)
         at, stamp = clock.now(), time.time() * 1e3  # eval_stop at the clock's reading
         log.end(mllog.EVAL_STOP, metadata=meta, time_ms=stamp)
         t = clock.read()
-        test = accuracy(judge.predict, parts.test.x, parts.test.y)
+        test = measure(judge.predict, parts.test.x, parts.test.y)
         clock.paused += clock.read() - t
         losses = state["losses"]
         train_loss = float(np.mean(losses)) if losses else math.nan
         state["losses"] = []
         state.update(val=val, test=test, train_loss=train_loss, evaluated=state["step"])
-        met = val >= workload.target and state["reached"] is None
+        met = workload.met(val) and state["reached"] is None
         if met:
             state["reached"] = (at, epoch, state["step"])
             state["test_at_target"] = test
-        metrics = {"val_accuracy": val, "test_accuracy": test}
+        metrics = {f"val_{workload.quality}": val, f"test_{workload.quality}": test}
         if math.isfinite(train_loss):
             metrics["train_loss"] = train_loss
         run.evaluation(step=state["step"], epoch=epoch, metrics=metrics, wall_time=at)
@@ -285,11 +300,15 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
     def remaining() -> float:
         return workload.max_seconds - clock.now()
 
+    def shown() -> dict[str, Any]:
+        """The last validation figure, for a progress display."""
+        return {f"val_{workload.quality}": state["val"]}
+
     def tick(epoch: int) -> Callable[[int, float], None] | None:
         if progress is None:
             return None
         return lambda step, loss: progress({"step": step, "total": total_steps, "loss": loss,
-                                            "val_accuracy": state["val"], "epoch": epoch + 1})
+                                            **shown(), "epoch": epoch + 1})
 
     every = workload.every_steps
     status, stop = "missed", False
@@ -318,7 +337,7 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
                 state["loaded"] = state["step"]
             if progress is not None and chunk.losses:
                 progress({"step": state["step"], "total": total_steps,
-                          "loss": chunk.losses[-1], "val_accuracy": state["val"],
+                          "loss": chunk.losses[-1], **shown(),
                           "epoch": epoch + 1})
             first += len(chunk.losses)
             if every and state["step"] % every == 0 and chunk.losses:
@@ -366,19 +385,22 @@ def run_figures(workload: Workload, state: dict[str, Any], clock: Clock, batch: 
     if reached is not None and reached[0] > workload.max_seconds:
         reached = None  # met, but after the budget: a miss
     samples = state["step"] * batch
+    quality = workload.quality
     figures = {
         "time_to_accuracy": reached[0] if reached else math.inf,
         "epochs": reached[1] if reached else math.inf,
         "steps": float(reached[2]) if reached else math.inf,
-        "val_accuracy": state["val"],
-        "final_test_accuracy": state["test"],
+        f"val_{quality}": state["val"],
+        f"final_test_{quality}": state["test"],
         "samples_per_second": samples / clock.train if clock.train > 0 else math.nan,
         "train_time": clock.train,
         "eval_time": clock.evaluation,
         "data_time": clock.data,
     }
     if state["test_at_target"] is not None:
-        figures["test_accuracy"] = state["test_at_target"]
+        figures[f"test_{quality}"] = state["test_at_target"]
+        if quality == "log_perplexity":
+            figures["test_perplexity"] = math.exp(state["test_at_target"])
     return figures
 
 
@@ -391,7 +413,8 @@ def recorded(figures: dict[str, Any]) -> dict[str, float]:
 def _why(workload: Workload, state: dict[str, Any], status: str) -> str:
     if status != "missed":
         return ""
-    return (f"validation accuracy {state['val']:.4f} after {state['step']} steps did not reach "
+    what = workload.quality.replace("_", "-")
+    return (f"validation {what} {state['val']:.4f} after {state['step']} steps did not reach "
             f"the target {workload.target} within the budget ({workload.max_epochs} epochs, "
             f"{workload.max_seconds:g} s)")
 

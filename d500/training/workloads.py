@@ -5,10 +5,16 @@
     batch_size: {min: 8, max: 256}      # what a submission may choose within
     drop_last: true
     evaluation: {every_epochs: 1}       # or {every_steps: N}: the validation cadence
-    target: {metric: val_accuracy, value: 0.97}   # read on validation only
+    target: {metric: val_accuracy, value: 0.97}   # read on validation only (or
+                                                  # val_log_perplexity, lower is better)
     budget: {max_epochs: 30, max_seconds: 300}    # the target not met within it: missed
     tuning: {studies: 3, trials: 5, seed: 0}      # AlgoPerf-style external tuning (level 2)
     seeds: 3                                       # runs per entry for the variance figures
+
+A language-model workload reads a text corpus (d500.training.data.lm): `dataset` counts documents
+and adds `context` (tokens per window) and `vocab` (the byte-level BPE's size); its `model` is a
+language-model builder (`transformer`, with layers, width, heads, tied); its target is
+`val_log_perplexity`, the mean next-token cross-entropy in nats on the validation documents.
 
 The model's weights are initialised from the run's seed (a builder's `seed`), so the spread over
 seeds includes initialisation as well as data order.
@@ -23,13 +29,19 @@ from typing import Any
 
 from d500 import workload as _workload
 from d500.errors import ConfigError
+from d500.training.data.dataset import KNOWN, TEXT
 from d500.workload import COMMON, Field
 
 # What `d500 train` measures; a workload lists a subset of these.
 MEASURED = ("time_to_accuracy", "val_accuracy", "test_accuracy", "final_test_accuracy",
-            "train_loss", "epochs", "steps", "samples_per_second", "train_time", "eval_time",
-            "data_time")
-TARGET_METRICS = ("val_accuracy",)  # what a stop rule may read: validation only
+            "val_log_perplexity", "test_log_perplexity", "final_test_log_perplexity",
+            "test_perplexity", "train_loss", "epochs", "steps", "samples_per_second",
+            "train_time", "eval_time", "data_time")
+# What a stop rule may read (validation only) -> the quality it measures: the run records
+# val_<quality> at every evaluation, test_<quality> at the target, final_test_<quality> at the end.
+QUALITIES = {"val_accuracy": "accuracy", "val_log_perplexity": "log_perplexity"}
+TARGET_METRICS = tuple(QUALITIES)
+LM_OPTIONS = ("layers", "width", "heads", "tied")  # a language-model builder's fields
 
 MODEL = {
     "builder": Field(str, help="a d500 builder: mlp, lenet5, resnet20"),
@@ -37,13 +49,20 @@ MODEL = {
     "classes": Field(int, help="builder: number of classes; default: the dataset's"),
     "file": Field("path", help="an ONNX file with inputs (input, labels) and outputs "
                                "(logits, loss), relative to the workload file"),
+    "layers": Field(int, help="transformer: decoder layers"),
+    "width": Field(int, help="transformer: model width"),
+    "heads": Field(int, help="transformer: attention heads"),
+    "tied": Field(bool, help="transformer: output projection = token embedding transposed"),
 }
 DATASET = {
-    "name": Field(str, required=True, choices=("digits", "mnist", "fashion-mnist", "cifar10")),
+    "name": Field(str, required=True, choices=KNOWN),
     "train": Field(int, required=True),
     "validation": Field(int, required=True),
     "test": Field(int, required=True),
     "split_seed": Field(int, default=0),
+    "context": Field(int, help="text: tokens per window"),
+    "vocab": Field(int, help="text: the byte-level BPE's vocabulary size"),
+    "tokens_sha256": Field(str, help="text: sha256 of the prepared tokens (lm.tokens_digest)"),
 }
 SCHEMA = {
     **COMMON,
@@ -98,6 +117,26 @@ class Workload:
         """Whether the workload has tuning studies for `d500 tune` (level 3 has none)."""
         return self.studies > 0
 
+    @property
+    def text(self) -> bool:
+        """Whether the workload is a language model over a text corpus."""
+        return self.dataset["name"] in TEXT
+
+    @property
+    def quality(self) -> str:
+        """What an evaluation measures: "accuracy" or "log_perplexity" (QUALITIES)."""
+        return QUALITIES[self.target_metric]
+
+    @property
+    def lower_is_better(self) -> bool:
+        """The target metric's direction, as its definition in metrics/ says."""
+        from d500 import metrics
+        return metrics.get(self.target_metric).lower_is_better
+
+    def met(self, value: float) -> bool:
+        """Whether a validation figure meets the target (at or beyond it, in its direction)."""
+        return value <= self.target if self.lower_is_better else value >= self.target
+
     def split_spec(self) -> Any:
         from d500.training.data.splits import SplitSpec
         d = self.dataset
@@ -116,7 +155,32 @@ class Workload:
             raise ConfigError(f"{self.path}: field 'model.input_shape' is {list(shape)} but the "
                               f"dataset '{self.dataset['name']}' has {list(input_shape)}")
         n = m.get("classes") or classes
+        if self.text:
+            options = {k: m[k] for k in LM_OPTIONS if m.get(k) is not None}
+            return builders.build_lm(m["builder"], shape[0], n, seed=seed, loss=True, **options)
         return builders.build(m["builder"], input_shape=shape, classes=n, seed=seed, loss=True)
+
+
+def _check_text(d: dict[str, Any], m: dict[str, Any], path: Path) -> None:
+    """The fields a text corpus needs (context, vocab, a language-model builder), and that an
+    image dataset has none of them."""
+    from d500.builders import LANGUAGE
+    if d["name"] in TEXT:
+        for key in ("context", "vocab"):
+            if d[key] is None or d[key] < 1:
+                raise ConfigError(f"{path}: field 'dataset.{key}' must be a positive integer for "
+                                  f"the text corpus '{d['name']}'")
+        if m.get("file") is None and m.get("builder") not in LANGUAGE:
+            raise ConfigError(f"{path}: field 'model.builder' must be a language-model builder "
+                              f"({', '.join(LANGUAGE)}) for the text corpus '{d['name']}'")
+        return
+    for key in ("context", "vocab", "tokens_sha256"):
+        if d[key] is not None:
+            raise ConfigError(f"{path}: field 'dataset.{key}' is for text corpora, not "
+                              f"'{d['name']}'")
+    for key in LM_OPTIONS:
+        if m.get(key) is not None:
+            raise ConfigError(f"{path}: field 'model.{key}' is for language-model builders")
 
 
 def load(path: str | Path, level: int = 2, text: str | bytes | None = None) -> Workload:
@@ -148,10 +212,18 @@ def from_data(path: Path, data: dict[str, Any], level: int,
     if len(cadence) != 1 or ev[cadence[0]] < 1:
         raise ConfigError(f"{path}: field 'evaluation' needs exactly one of every_epochs, "
                           f"every_steps, at least 1")
+    _check_text(d, m, path)
     t = data["target"]
-    if not 0 < t["value"] <= 1:
+    if QUALITIES[t["metric"]] == "accuracy" and not 0 < t["value"] <= 1:
         raise ConfigError(f"{path}: field 'target.value' must be an accuracy in (0, 1], "
                           f"got {t['value']}")
+    if not (t["value"] > 0 and math.isfinite(t["value"])):
+        raise ConfigError(f"{path}: field 'target.value' must be a positive number, got "
+                          f"{t['value']}")
+    if (t["metric"] == "val_log_perplexity") != (d["name"] in TEXT):
+        raise ConfigError(f"{path}: field 'target.metric' {t['metric']} does not fit dataset "
+                          f"'{d['name']}' (val_log_perplexity for a text corpus, val_accuracy "
+                          f"for images)")
     bud = data["budget"]
     if bud["max_epochs"] < 1:
         raise ConfigError(f"{path}: field 'budget.max_epochs' must be at least 1")

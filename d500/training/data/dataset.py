@@ -14,13 +14,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from d500.errors import DatasetError
 from d500.training.data import registry
 
-KNOWN = ("digits", "mnist", "fashion-mnist", "cifar10")
+TEXT = ("python-stdlib",)  # token-sequence corpora (d500.training.data.lm)
+KNOWN = ("digits", "mnist", "fashion-mnist", "cifar10", *TEXT)
 # (C, H, W) of a sample and the number of classes: what a model is built for before any data
 # is touched (the trainer's clock starts after the model is built).
 SHAPES = {"digits": ((1, 8, 8), 10), "mnist": ((1, 28, 28), 10),
@@ -124,17 +126,55 @@ def load(name: str, data_dir: str | os.PathLike | None = None) -> Dataset:
     return _from_files(name, registry.data_dir(data_dir))
 
 
-def shape_of(name: str) -> tuple[tuple[int, int, int], int]:
-    """((C, H, W), classes) of dataset `name`, without reading it."""
+def text_spec(fields: dict[str, Any]) -> Any:
+    """The TextSpec of a workload's `dataset` fields (a text corpus)."""
+    from d500.training.data.lm import TextSpec
+    return TextSpec(fields["name"], fields["train"], fields["validation"], fields["test"],
+                    fields.get("split_seed", 0), fields["context"], fields["vocab"],
+                    fields.get("tokens_sha256"))
+
+
+def shape_of(dataset: str | dict[str, Any]) -> tuple[tuple[int, ...], int]:
+    """((C, H, W), classes) of an image dataset, or ((context,), vocabulary) of a text corpus
+    (given as the workload's `dataset` fields), without reading it."""
+    name = dataset if isinstance(dataset, str) else dataset["name"]
+    if name in TEXT:
+        if isinstance(dataset, str) or dataset.get("context") is None:
+            raise DatasetError(f"text corpus '{name}' needs its context and vocab fields")
+        return (int(dataset["context"]),), int(dataset["vocab"])
     if name not in SHAPES:
         raise DatasetError(f"unknown dataset '{name}' (known: {', '.join(KNOWN)})")
     return SHAPES[name]
 
 
-def check_present(name: str, data_dir: str | os.PathLike | None = None) -> None:
-    """A cheap check before a run is recorded: a file dataset's directory is given and holds
-    every published file (or its unpacked form); digests are checked when it is loaded. A
-    missing dataset is a one-line DatasetError saying how to get it."""
+def parts(fields: dict[str, Any], data_dir: str | os.PathLike | None = None
+          ) -> tuple[Any, dict[str, str]]:
+    """The Splits of a workload's `dataset` fields and the files read ("name": "sha256:<hex>"):
+    samples split by d500.training.data.splits, or a text corpus's windows (lm.splits)."""
+    from d500.training.data.splits import split
+    if fields["name"] in TEXT:
+        from d500.training.data import lm
+        return lm.splits(text_spec(fields))
+    from d500.training.data.splits import SplitSpec
+    ds = load(fields["name"], data_dir)
+    spec = SplitSpec(fields["train"], fields["validation"], fields["test"],
+                     fields.get("split_seed", 0))
+    return split(ds, spec), ds.files
+
+
+def check_present(name: str | dict[str, Any], data_dir: str | os.PathLike | None = None
+                  ) -> None:
+    """A check before a run is recorded: a file dataset's directory is given and holds every
+    published file (or its unpacked form); digests are checked when it is loaded. A missing
+    dataset is a one-line DatasetError saying how to get it. A text corpus (given as the
+    workload's `dataset` fields) is checked and its tokens prepared (d500.training.data.lm), so
+    that no run's clock includes training its tokenizer."""
+    if not isinstance(name, str):
+        if name["name"] in TEXT:
+            from d500.training.data import lm
+            lm.prepare(text_spec(name))
+            return
+        name = name["name"]
     if name == "digits":
         return
     spec = registry.spec(name)

@@ -1,0 +1,168 @@
+"""Language-model splits of a text corpus: documents split by a seeded permutation (never by
+line), a byte-level BPE trained on the training documents alone, each split tokenized, and cut
+into windows of `context` tokens whose labels are the next tokens.
+
+The tokenizer and the token ids are prepared once per (corpus, split, vocabulary, `tokenizers`
+version) under $D500_HOME/cache/text/, before a run opens (`prepare`), so that no run's clock
+includes training a tokenizer. A workload may record the sha256 of the prepared tokens
+(`dataset.tokens_sha256`): a cache that does not match is rebuilt, and a rebuild that does not
+match either is refused by name (another `tokenizers` version, or an edited corpus).
+
+    spec = TextSpec("python-stdlib", train=152, validation=8, test=8, seed=0, context=64,
+                    vocab=1024)
+    parts = splits(spec)    # d500.training.data.splits.Splits; x, y: int64 [windows, context]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from d500.errors import DatasetError
+from d500.training.data import shuffle
+from d500.training.data.splits import Part, Splits, SplitSpec
+
+PARTS = ("train", "validation", "test")
+
+
+@dataclass(frozen=True)
+class TextSpec:
+    """The text split a workload fixes: document counts, seed, window length, vocabulary."""
+
+    name: str
+    train: int
+    validation: int
+    test: int
+    seed: int
+    context: int
+    vocab: int
+    tokens_sha256: str | None = None
+
+    def split(self) -> SplitSpec:
+        return SplitSpec(self.train, self.validation, self.test, self.seed)
+
+
+def _corpus(name: str):
+    from d500.training.data import text
+    if name != text.NAME:
+        raise DatasetError(f"unknown text corpus '{name}' (known: {text.NAME})")
+    return text
+
+
+def corpus(name: str) -> list[tuple[str, str]]:
+    """The documents of a text corpus, its file checked against its recorded sha256."""
+    return _corpus(name).documents()
+
+
+def corpus_file(name: str) -> dict[str, str]:
+    """{file name: "sha256:<hex>"} of a text corpus, after checking the file's digest."""
+    text = _corpus(name)
+    text.checked()
+    return {text.FILE: f"sha256:{text.SHA256}"}
+
+
+def document_split(count: int, spec: SplitSpec) -> tuple[list[int], list[int], list[int]]:
+    """(train, validation, test) document indices, each sorted: one seeded permutation, test
+    first, then validation, then train (as d500.training.data.splits does for samples)."""
+    total = spec.train + spec.validation + spec.test
+    if total > count:
+        from d500.errors import ConfigError
+        raise ConfigError(f"split: train {spec.train} + validation {spec.validation} + test "
+                          f"{spec.test} = {total} documents exceeds the corpus's {count}")
+    order = shuffle.permutation(count, "documents", spec.seed)
+    test = order[:spec.test]
+    validation = order[spec.test:spec.test + spec.validation]
+    train = order[spec.test + spec.validation:total]
+    return sorted(map(int, train)), sorted(map(int, validation)), sorted(map(int, test))
+
+
+def _key(spec: TextSpec, digest: str, version: str) -> str:
+    fields = [spec.name, digest, spec.train, spec.validation, spec.test, spec.seed, spec.vocab,
+              version]
+    return hashlib.sha256(json.dumps(fields).encode()).hexdigest()[:32]
+
+
+def tokens_digest(arrays: dict[str, np.ndarray]) -> str:
+    """sha256 over the three splits' token ids (int32, little-endian), in PARTS order."""
+    h = hashlib.sha256()
+    for part in PARTS:
+        h.update(part.encode() + b"|" + np.ascontiguousarray(arrays[part], "<i4").tobytes())
+    return h.hexdigest()
+
+
+def _build(spec: TextSpec) -> tuple[dict[str, np.ndarray], str]:
+    from d500.training.data import tokenizer
+    docs = corpus(spec.name)
+    picked = document_split(len(docs), spec.split())
+    texts = {part: [docs[i][1] for i in idx] for part, idx in zip(PARTS, picked)}
+    tok = tokenizer.train(texts["train"], spec.vocab)
+    return {part: tokenizer.encode(tok, texts[part]) for part in PARTS}, tok.to_str()
+
+
+def prepare(spec: TextSpec) -> Path:
+    """The cached tokens of `spec` (built when missing, or not matching the workload's
+    tokens_sha256), as the path of an .npz with arrays train, validation, test; the tokenizer's
+    JSON is beside it."""
+    from d500 import paths
+    from d500.training.data import tokenizer
+    digest = next(iter(corpus_file(spec.name).values()))
+    folder = paths.cache("text")
+    file = folder / f"{spec.name}-{_key(spec, digest, tokenizer.version())}.npz"
+    if file.is_file() and (spec.tokens_sha256 is None
+                           or tokens_digest(_read(file)) == spec.tokens_sha256):
+        return file
+    arrays, tok = _build(spec)
+    got = tokens_digest(arrays)
+    if spec.tokens_sha256 is not None and got != spec.tokens_sha256:
+        raise DatasetError(
+            f"{spec.name}: the tokens prepared here have sha256 {got}, not the workload's "
+            f"tokens_sha256 {spec.tokens_sha256} (another tokenizers version than "
+            f"{tokenizer.version()}, or another corpus)")
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    temporary = file.with_suffix(".tmp")
+    temporary.write_bytes(buffer.getvalue())
+    temporary.replace(file)
+    file.with_suffix(".tokenizer.json").write_text(tok, encoding="utf-8")
+    return file
+
+
+def _read(file: Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(file) as data:
+            return {part: np.asarray(data[part], np.int32) for part in PARTS}
+    except (OSError, ValueError, KeyError) as err:
+        raise DatasetError(f"{file}: an unreadable token cache ({err}); delete it") from err
+
+
+def windows(ids: np.ndarray, context: int) -> tuple[np.ndarray, np.ndarray]:
+    """Non-overlapping windows of `context` tokens (int64 [M, context]) and their next tokens."""
+    count = (len(ids) - 1) // context
+    if count < 1:
+        raise DatasetError(f"a split of {len(ids)} tokens is shorter than one window of "
+                           f"{context} + 1")
+    x = ids[:count * context].reshape(count, context).astype(np.int64)
+    y = ids[1:count * context + 1].reshape(count, context).astype(np.int64)
+    return x, y
+
+
+def splits(spec: TextSpec) -> tuple[Splits, dict[str, str]]:
+    """The three parts as windows, and the files they came from with their digests (the corpus
+    is checked again: the cache is only as good as the file it was made from)."""
+    files = corpus_file(spec.name)
+    file = prepare(spec)
+    arrays = _read(file)
+    got = tokens_digest(arrays)
+    if spec.tokens_sha256 is not None and got != spec.tokens_sha256:
+        raise DatasetError(f"{file}: token sha256 {got} is not the workload's tokens_sha256 "
+                           f"{spec.tokens_sha256} (the cache changed after it was prepared)")
+    parts = []
+    for part in PARTS:
+        x, y = windows(arrays[part], spec.context)
+        parts.append(Part(x, y, np.arange(len(x), dtype=np.int64)))
+    return Splits(spec.name, spec.split(), *parts, None), {**files, file.name: f"sha256:{got}"}

@@ -1,0 +1,14 @@
+"""val_log_perplexity: a language model's mean next-token cross-entropy on the validation split
+(the one the stopping rule reads), MLPerf's LLM quality figure."""
+
+NAME = "val_log_perplexity"
+UNIT = "nats"
+DIRECTION = "lower"  # which way is better: "lower" or "higher"
+AGGREGATE = "median"  # over repetitions and seeds (a workload may ask for olympic_mean)
+MISSING = None  # what a run that did not record this metric counts as (None: not counted)
+FORMAT = ".4f"
+MACHINE_DEPENDENT = False  # a model's quality on fixed data, not timed
+MEASURED = (
+    "mean cross-entropy (natural log) of every next token of the validation documents' windows, "
+    "at the end of the run (or when the target was met)"
+)
