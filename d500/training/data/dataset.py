@@ -1,5 +1,6 @@
 """The Dataset the trainer consumes and `load(name)`, which reads one by name: the embedded digits
-or a checked file dataset from a data directory (--data DIR or $D500_DATA).
+or a checked file dataset from a data directory (--data DIR or $D500_DATA); `parts` gives a
+workload's splits of either those or a shipped text corpus (d500.training.data.lm).
 
 How each dataset is normalised (to float32, NCHW), decided here once for every workload:
 - digits: values 0..16 divided by 16 (exact in float32), so inputs lie in [0, 1];
@@ -21,8 +22,9 @@ import numpy as np
 from d500.errors import DatasetError
 from d500.training.data import registry
 
+IMAGES = ("digits", "mnist", "fashion-mnist", "cifar10")  # what `load` reads
 TEXT = ("python-stdlib",)  # token-sequence corpora (d500.training.data.lm)
-KNOWN = ("digits", "mnist", "fashion-mnist", "cifar10", *TEXT)
+KNOWN = (*IMAGES, *TEXT)
 # (C, H, W) of a sample and the number of classes: what a model is built for before any data
 # is touched (the trainer's clock starts after the model is built).
 SHAPES = {"digits": ((1, 8, 8), 10), "mnist": ((1, 28, 28), 10),
@@ -121,8 +123,11 @@ def load(name: str, data_dir: str | os.PathLike | None = None) -> Dataset:
         x, y = digits.load()
         return Dataset("digits", x, y, digits.CLASSES, "scale", 16.0,
                        files={digits.FILE: f"sha256:{digits.sha256()}"})
-    if name not in KNOWN:
-        raise DatasetError(f"unknown dataset '{name}' (known: {', '.join(KNOWN)})")
+    if name in TEXT:
+        raise DatasetError(f"'{name}' is a text corpus, read as windows of tokens "
+                           f"(d500.training.data.lm), not as a dataset of samples")
+    if name not in IMAGES:
+        raise DatasetError(f"unknown dataset '{name}' (known: {', '.join(IMAGES)})")
     return _from_files(name, registry.data_dir(data_dir))
 
 
