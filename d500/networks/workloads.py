@@ -37,8 +37,8 @@ from d500.workload import COMMON, Field
 LEVEL = _level.LEVEL.number
 FOLDER = _level.LEVEL.rulebook()
 # What `d500 net bench` measures; a workload lists a subset of these.
-MEASURED = ("translate_time", "first_call_time", "latency", "throughput", "train_step_time",
-            "agreement")
+MEASURED = ("translate_time", "first_call_time", "compile_time", "latency", "throughput",
+            "train_step_time", "agreement")
 
 MODEL = {
     "onnx_package": Field(str, help="a model file inside onnx/backend/test/data/light/"),

@@ -296,6 +296,8 @@ class TorchExecutable(Executable):
 class TorchBackend(Backend):
     name = "torch"
     about = "eager: the ONNX graph walked op by op in torch, IEEE float32"
+    modes = {"compiled": "the graph traced once into a static torch.fx program (shape-deciding "
+                         "inputs baked), compiled by torch.compile (Inductor, one graph)"}
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
@@ -305,4 +307,7 @@ class TorchBackend(Backend):
 
     @classmethod
     def _prepare(cls, model: onnx.ModelProto, device: str, **kwargs: Any) -> Executable:
+        if cls.mode == "compiled":
+            from d500.backends.torch.compiled import CompiledExecutable
+            return CompiledExecutable(model, device)
         return TorchExecutable(model, device)

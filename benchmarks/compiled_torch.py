@@ -1,0 +1,75 @@
+"""torch eager, torch:compiled and onnxruntime on one network, side by side, interleaved.
+
+Each backend prepares the workload's model (light ResNet-50 by default: random weights, batch 1)
+and is timed on the same input in rounds whose order rotates, so that a burst of load from other
+processes hits every backend alike. It prints the compile time of torch:compiled's first call
+(Inductor's cache under $D500_HOME makes a second process faster: run it twice to see both),
+then each backend's median latency and the median of the per-round ratios to onnxruntime, with
+their quartiles.
+
+    .venv/bin/python benchmarks/compiled_torch.py [--workload light-resnet50] [--rounds 15]
+        [--number 3] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from d500 import threads  # noqa: E402
+from d500.backends import get  # noqa: E402
+from d500.networks import workloads  # noqa: E402
+from d500.networks.inputs import make  # noqa: E402
+
+BACKENDS = ("torch", "torch:compiled", "onnxruntime")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workload", default="light-resnet50")
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--number", type=int, default=3, help="calls per backend per round")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    threads.configure(args.threads, threads.frameworks(BACKENDS))
+    workload = workloads.load(workloads.find(args.workload))
+    model, _ = workload.onnx_model()
+    feeds = make(model, workload.seed, batch=workload.batch_size)
+    runs = {}
+    for name in BACKENDS:
+        t0 = time.perf_counter()
+        exe = get(name).prepare(model)
+        exe.run(feeds)
+        first = time.perf_counter() - t0
+        compiled = getattr(exe, "compile_time", None)
+        print(f"{name:<16} prepare + first call {first:7.2f} s"
+              + (f"   (compile {compiled:.2f} s)" if compiled is not None else ""), flush=True)
+        runs[name] = exe
+    times = {name: [] for name in BACKENDS}
+    for r in range(args.rounds):
+        order = BACKENDS[r % len(BACKENDS):] + BACKENDS[:r % len(BACKENDS)]
+        for name in order:
+            start = time.perf_counter()
+            for _ in range(args.number):
+                runs[name].run(feeds)
+            times[name].append((time.perf_counter() - start) / args.number)
+    base = times["onnxruntime"]
+    eager = times["torch"]
+    print(f"\n{args.workload}, batch {workload.batch_size}, {args.threads} thread(s), "
+          f"{args.rounds} rounds x {args.number} calls, load {os.getloadavg()[0]:.2f}")
+    for name in BACKENDS:
+        ratios = [t / b for t, b in zip(times[name], base)]
+        q = statistics.quantiles(ratios, n=4, method="inclusive")
+        print(f"{name:<16} {1e3 * statistics.median(times[name]):8.2f} ms   "
+              f"/ onnxruntime {statistics.median(ratios):.3f} (IQR {q[0]:.3f}-{q[2]:.3f})")
+    speedup = [e / c for e, c in zip(eager, times["torch:compiled"])]
+    print(f"torch eager / torch:compiled {statistics.median(speedup):.3f} (median per round)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+"""torch:compiled: the ONNX graph traced once into a static torch.fx program, then torch.compile'd.
+
+The walker (`executable.Plan`) runs once under `make_fx` on real inputs: what comes out is one
+aten-level `torch.fx.GraphModule` with no walker, no op functions and no Python branches left.
+Its parameters stay the executable's own tensors (so `set_parameters` reaches it). Graph inputs
+whose *values* the walk read (Reshape targets, Slice bounds, TopK's K, a NonZero's input, ...)
+are baked into the program as constants, and the program is keyed by them: a new value (or a
+new input shape) is a new program, never a silently stale one. `torch.compile` then sees one
+graph (fullgraph, static shapes), which Inductor compiles once; its artefacts are cached under
+$D500_HOME/torch-inductor, so a second process reuses them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch._inductor.config
+import torch.fx
+from torch.fx.experimental import proxy_tensor
+from torch.overrides import TorchFunctionMode
+
+from d500.backends.torch.executable import TorchExecutable
+from d500.errors import UsageError
+
+# Tensor methods that hand a tensor's values to Python: a trace that calls them on a value
+# computed from a graph input has burnt that value in.
+_READS = {torch.Tensor.tolist, torch.Tensor.item, torch.Tensor.numpy, torch.Tensor.__bool__,
+          torch.Tensor.__int__, torch.Tensor.__float__, torch.Tensor.__index__,
+          torch.Tensor.__array__, torch.Tensor.__complex__}
+
+
+def inductor_cache() -> str:
+    """Inductor's cache directory (its generated code, compiled kernels, FX-graph and
+    AOTAutograd caches): $D500_HOME/cache/torch-inductor unless the user set
+    TORCHINDUCTOR_CACHE_DIR to a folder of their own (Inductor itself sets it to its default
+    under /tmp when imported); set before each compile, so a second process reuses it."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    from d500.paths import cache
+    given = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if given and given != default_cache_dir() and given not in _SET:
+        return given
+    folder = str(cache("torch-inductor"))
+    _SET.add(folder)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+    return folder
+
+
+_SET: set[str] = set()  # the folders inductor_cache chose (a later D500_HOME replaces them)
+
+
+def _placeholders(node: torch.fx.Node) -> set[torch.fx.Node]:
+    """The placeholders (graph inputs) a traced value is computed from."""
+    seen, todo, found = set(), [node], set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "placeholder":
+            found.add(n)
+        todo.extend(n.all_input_nodes)
+    return found
+
+
+class _ValueReads(TorchFunctionMode):
+    """Inside a make_fx trace: the graph inputs whose values Python read (through tolist, item,
+    numpy, bool, ...), found by the placeholders the read tensor was computed from."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read: set[torch.fx.Node] = set()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in _READS and args and isinstance(args[0], torch.Tensor):
+            mode = proxy_tensor.get_innermost_proxy_mode()
+            slot = proxy_tensor.get_proxy_slot(args[0], mode.tracer, None) if mode else None
+            if slot is not None:
+                self.read |= _placeholders(slot.proxy.node)
+        return func(*args, **(kwargs or {}))
+
+
+def _data_dependent(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
+    """Placeholders that decide the shape of a traced value (NonZero, Unique, masked selects):
+    the trace burnt that shape in, so their values are part of the program."""
+    found: set[torch.fx.Node] = set()
+    for node in gm.graph.nodes:
+        tags = getattr(node.target, "tags", ()) if node.op == "call_function" else ()
+        if torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags:
+            found |= _placeholders(node)
+    return found
+
+
+def trace(forward: Any, feeds: dict[str, Any]) -> tuple[torch.fx.GraphModule, list[str]]:
+    """`forward(**feeds)` as a static fx program over the feeds it does not bake, and the names
+    it baked (the inputs whose values decided the program; non-tensor inputs always)."""
+    baked = {n for n, v in feeds.items() if not isinstance(v, torch.Tensor)}
+    while True:
+        free = [n for n in feeds if n not in baked]
+        reads = _ValueReads()
+
+        def static(*values: torch.Tensor) -> Any:
+            env = {n: feeds[n] for n in baked}
+            env.update(zip(free, values))
+            with reads:
+                return forward(**env)
+
+        with torch.no_grad():
+            gm = proxy_tensor.make_fx(static, tracing_mode="real")(*[feeds[n] for n in free])
+        places = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        named = dict(zip(places, free))
+        more = {named[p] for p in reads.read | _data_dependent(gm) if p in named}
+        if not more:
+            return gm, sorted(baked)
+        baked |= more
+
+
+def key(feeds: dict[str, Any], baked: Sequence[str]) -> tuple:
+    """What a static program is specialised to: every input's dtype and shape, and the values
+    of the inputs it baked."""
+    def one(name: str, value: Any) -> tuple:
+        if isinstance(value, torch.Tensor):
+            shape = (str(value.dtype), tuple(value.shape), value.device.type)
+            if name in baked:
+                data = value.detach().cpu().contiguous().view(-1)
+                shape += (hashlib.sha256(data.view(torch.uint8).numpy().tobytes()
+                                         if data.numel() else b"").hexdigest(),)
+            return shape
+        return (type(value).__name__, repr(_plain(value)))
+    return tuple(one(n, v) for n, v in sorted(feeds.items()))
+
+
+def _plain(value: Any) -> Any:
+    """A non-tensor input as something whose repr identifies it (lists of tensors, arrays)."""
+    if isinstance(value, torch.Tensor):
+        return (str(value.dtype), tuple(value.shape), value.tolist())
+    if isinstance(value, np.ndarray):
+        return (str(value.dtype), value.shape, value.tolist())
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+class Compiled:
+    """The static programs of one executable, one per key, each compiled by torch.compile;
+    `compile_time` is the seconds the first call of the newest one took (trace + compile)."""
+
+    def __init__(self, forward: Any, backend: str = "inductor", freezing: bool = True):
+        self.forward = forward
+        self.backend = backend
+        self.freezing = freezing
+        self.programs: dict[tuple, tuple[Any, list[str], list[str]]] = {}
+        self.baked: dict[tuple, list[str]] = {}  # key without values -> names it baked
+        self.compile_time: float | None = None
+        self.built_at = self.version()
+
+    def version(self) -> int:
+        """The sum of the parameters' and buffers' in-place version counters: it grows with every
+        write to them (set_parameters, an optimizer step on `native`), which freezing would not
+        see in a compiled program."""
+        return sum(t._version for t in self.forward.values.values()
+                   if isinstance(t, torch.Tensor))
+
+    def __call__(self, feeds: dict[str, Any]) -> Any:
+        version = self.version()
+        if version != self.built_at:  # a parameter changed in place: frozen programs are stale
+            self.programs.clear()
+            self.built_at = version
+        shapes = key(feeds, ())
+        baked = self.baked.get(shapes)
+        if baked is not None:
+            found = self.programs.get(key(feeds, baked))
+            if found is not None:
+                fn, free, _ = found
+                return fn(*[feeds[n] for n in free])
+        return self._build(feeds, shapes)
+
+    def _build(self, feeds: dict[str, Any], shapes: tuple) -> Any:
+        inductor_cache()
+        t0 = time.perf_counter()
+        try:
+            gm, baked = trace(self.forward, feeds)
+        except UsageError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the one line says what could not be traced
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise UsageError(f"backend 'torch:compiled': the model cannot be traced into a "
+                             f"static program: {first}") from err
+        free = [n for n in feeds if n not in baked]
+        fn = torch.compile(gm, backend=self.backend, fullgraph=True, dynamic=False)
+        with torch.no_grad(), torch._inductor.config.patch(freezing=self.freezing):
+            out = fn(*[feeds[n] for n in free])
+        self.compile_time = time.perf_counter() - t0
+        self.baked[shapes] = baked
+        self.programs[key(feeds, baked)] = (fn, free, baked)
+        return out
+
+
+class CompiledExecutable(TorchExecutable):
+    """A torch executable whose `run` is the compiled static program. Inference only for now:
+    `gradients` and `trainer` refuse (eager's would run under this mode's name)."""
+
+    backend_name = "torch:compiled"
+
+    def __init__(self, model: Any, device: str = "CPU"):
+        super().__init__(model, device)
+        self._compiled = Compiled(self._module)
+
+    @property
+    def compile_time(self) -> float | None:
+        """Seconds the newest static program's first call took: trace, torch.compile and
+        Inductor's code generation (or its cache's answer)."""
+        return self._compiled.compile_time
+
+    def run(self, inputs: Any, **kwargs: Any) -> list[np.ndarray]:
+        feeds = self._feeds(inputs)
+        with torch.no_grad():
+            return self._outputs(self._compiled(feeds))
+
+    def gradients(self, inputs: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("torch:compiled compiles inference only (so far): "
+                                  "gradients and training run on the backend 'torch'")
+
+    def trainer(self, optimizer: Any, loss: str = "loss", native: bool = False) -> Any:
+        raise UsageError("backend 'torch:compiled' compiles inference only (so far): train on "
+                         "'torch', whose eager training step it would otherwise be")
+
+    def settings(self) -> dict[str, Any]:
+        return {"compiler": "torch.compile", "backend": self._compiled.backend,
+                "fullgraph": True, "dynamic": False, "freezing": self._compiled.freezing}

@@ -1,0 +1,138 @@
+"""torch:compiled: the ONNX graph as one static fx program that torch.compile compiles once.
+
+One tiny model (MatMul, Add, Relu, Reshape) keeps the compiles few and small; Inductor's cache
+under the test's D500_HOME serves the repeats.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch._dynamo
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+from d500.backends import get
+from d500.errors import UsageError
+from d500.networks.compare import compare
+
+pytestmark = pytest.mark.slow  # each first compile takes seconds (Inductor builds C++)
+
+
+def tiny(shape_input: bool = False):
+    """y = reshape(relu(x @ w + b), shape): the shape an initializer, or a graph input."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 6)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(6).astype(np.float32), "b")]
+    inputs = [helper.make_tensor_value_info("x", T.FLOAT, [2, 4])]
+    if shape_input:
+        inputs.append(helper.make_tensor_value_info("shape", T.INT64, [2]))
+    else:
+        inits.append(numpy_helper.from_array(np.array([3, 4], np.int64), "shape"))
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Add", ["h", "b"], ["a"]),
+             helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Reshape", ["r", "shape"], ["y"])]
+    out = helper.make_tensor_value_info("y", T.FLOAT, ["p", "q"])
+    graph = helper.make_graph(nodes, "tiny", inputs, [out], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def x(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((2, 4)).astype(np.float32)
+
+
+def test_one_graph_compiled_once_agrees_with_eager_and_never_recompiles(home):
+    model = tiny()
+    eager, compiled = get("torch").prepare(model), get("torch:compiled").prepare(model)
+    torch._dynamo.utils.counters.clear()
+    for seed in range(4):  # the same shape, other values: no recompile
+        [got], [want] = compiled.run([x(seed)]), eager.run([x(seed)])
+        assert got.shape == (3, 4)
+        assert compare("y", got, want).ok
+    stats = torch._dynamo.utils.counters["stats"]
+    assert stats["unique_graphs"] == 1 and stats["calls_captured"] > 0
+    assert not torch._dynamo.utils.counters["recompiles"]
+    assert compiled.compile_time > 0
+    [(program, free, baked)] = compiled._compiled.programs.values()
+    assert free == ["x"] and baked == []
+    explained = torch._dynamo.explain(program._orig_mod)(torch.from_numpy(x(0)))
+    assert explained.graph_count == 1 and explained.graph_break_count == 0
+    assert (home / "cache" / "torch-inductor").is_dir()
+    assert compiled.settings()["fullgraph"] is True
+
+
+def test_an_input_that_decides_a_shape_is_baked_and_each_value_has_its_program(home):
+    compiled = get("torch:compiled").prepare(tiny(shape_input=True))
+    eager = get("torch").prepare(tiny(shape_input=True))
+    for shape in ([3, 4], [12, 1], [3, 4], [2, 6]):
+        feeds = [x(1), np.array(shape, np.int64)]
+        [got], [want] = compiled.run(feeds), eager.run(feeds)
+        assert got.shape == tuple(shape)  # a stale program would keep the first shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert len(compiled._compiled.programs) == 3
+    assert all(baked == ["shape"] for _, _, baked in compiled._compiled.programs.values())
+
+
+def test_new_parameters_reach_the_frozen_program(home):
+    compiled, eager = get("torch:compiled").prepare(tiny()), get("torch").prepare(tiny())
+    compiled.run([x(2)])
+    for scale in (2.0, -1.0):
+        values = {n: v * scale for n, v in eager.parameters().items()}
+        compiled.set_parameters(values)
+        eager.set_parameters(values)
+        np.testing.assert_allclose(compiled.run([x(2)])[0], eager.run([x(2)])[0], rtol=1e-5)
+    with torch.no_grad():  # a write through the native module, as an optimizer step makes
+        compiled.native.values["w"].mul_(3.0)
+        eager.native.values["w"].mul_(3.0)
+    np.testing.assert_allclose(compiled.run([x(2)])[0], eager.run([x(2)])[0], rtol=1e-5)
+
+
+def test_training_is_refused_rather_than_run_eagerly_under_its_name(home):
+    compiled = get("torch:compiled").prepare(tiny())
+    with pytest.raises(NotImplementedError, match="inference only"):
+        compiled.gradients([x(0)], output="y")
+    with pytest.raises(UsageError, match="torch:compiled"):
+        compiled.trainer(None)
+
+
+CHILD = """
+import json, sys, numpy as np, onnx
+from d500.backends import get
+exe = get("torch:compiled").prepare(onnx.load(sys.argv[1]))
+exe.run([np.ones((2, 4), np.float32)])
+print(json.dumps({"compile_time": exe.compile_time}))
+"""
+
+
+def test_a_second_process_reuses_the_compiled_kernels_under_d500_home(tmp_path):
+    """With freezing, Inductor's FX-graph cache steps aside (oneDNN-packed weights do not
+    pickle): the second process traces and lowers again, but builds no C++ kernel anew."""
+    import onnx
+    path = tmp_path / "tiny.onnx"
+    onnx.save(tiny(), path)
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    env["D500_HOME"] = str(tmp_path / "home")
+    cache = tmp_path / "home" / "cache" / "torch-inductor"
+
+    def child() -> tuple[float, set]:
+        done = subprocess.run([sys.executable, "-c", CHILD, str(path)], env=env,
+                              capture_output=True, text=True, timeout=600, check=True)
+        built = {p.relative_to(cache) for p in cache.rglob("*.so")}
+        return json.loads(done.stdout.strip().splitlines()[-1])["compile_time"], built
+
+    (first, built), (second, rebuilt) = child(), child()
+    assert built and rebuilt == built  # kernels were built once, into D500_HOME
+    assert first > 0 and second > 0
