@@ -95,8 +95,9 @@ def test_formatting():
 
 DEPENDENT = {"latency", "backward_latency", "time_to_accuracy", "comm_time", "compute_time",
              "step_time", "train_time", "eval_time", "data_time", "translate_time",
-             "first_call_time", "train_step_time", "throughput", "samples_per_second", "gflops",
-             "speedup", "scaling_efficiency", "comm_share", "peak_fraction"}
+             "first_call_time", "compile_time", "train_step_time", "throughput",
+             "samples_per_second", "gflops", "speedup", "scaling_efficiency", "comm_share",
+             "peak_fraction"}
 
 
 # -- the machine-dependent flag ------------------------------------------------------------------

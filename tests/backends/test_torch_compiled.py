@@ -136,3 +136,22 @@ def test_a_second_process_reuses_the_compiled_kernels_under_d500_home(tmp_path):
     (first, built), (second, rebuilt) = child(), child()
     assert built and rebuilt == built  # kernels were built once, into D500_HOME
     assert first > 0 and second > 0
+
+
+def test_a_bench_records_the_compile_time_apart_from_the_first_call(tmp_path, home):
+    from d500.ledger import Ledger
+    from d500.networks import workloads
+    from d500.networks.bench import bench
+    from tests.helpers import tiny_mlp
+    path = tmp_path / "tiny.yaml"
+    path.write_text(tiny_mlp(metrics=["latency", "agreement", "first_call_time"],
+                             batch_size=2, budget=0.05))
+    result = bench(workloads.load(path), ["torch", "torch:compiled"])
+    assert result.exit_code == 0, [r.error for r in result.results]
+    runs = {r["backend"]: r for r in Ledger().runs(level=1, workload="tiny-mlp")}
+    compiled, eager = runs["torch:compiled"], runs["torch"]
+    assert "compile_time" not in eager["figures"]
+    figures = compiled["figures"]
+    assert 0 < figures["compile_time"] <= figures["first_call_time"]
+    assert figures["agreement"] < 1e-5 and figures["latency"] > 0
+    assert compiled["details"]["settings"]["freezing"] is True
