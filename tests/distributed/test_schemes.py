@@ -15,7 +15,7 @@ from d500 import backends
 from d500.builders import build
 from d500.distributed.comm import Communicator
 from d500.distributed.schemes import SCHEMES, make, make_reducer
-from d500.distributed.schemes.async_ps import Flat
+from d500.distributed.schemes.server import Flat
 from d500.errors import ConfigError, UsageError
 from d500.training.optimizers.registry import make as make_optimizer
 

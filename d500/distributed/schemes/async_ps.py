@@ -30,93 +30,36 @@ sends <= (N-1)(16 + 4n); rank 0's own gradient does not travel.
 from __future__ import annotations
 
 import collections
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import numpy as np
 
-from d500.distributed.comm import Traffic
-from d500.distributed.schemes.base import Option, Scheme, register
-from d500.errors import ConfigError, UsageError
-
-PUSH, PULL = 31, 32  # message tags
-HEADER = 16  # bytes: int64 version, float64 learning rate
-
-
-class Flat:
-    """A fixed layout of named float32 arrays in one byte buffer after a 16-byte header."""
-
-    def __init__(self, arrays: Mapping[str, np.ndarray]):
-        for name, a in arrays.items():
-            if a.dtype != np.float32:
-                raise ConfigError(f"scheme 'async_ps' sends float32 parameters; '{name}' is "
-                                  f"{a.dtype}")
-        self.shapes = {n: a.shape for n, a in arrays.items()}
-        self.offsets, n = {}, 0
-        for name, a in arrays.items():
-            self.offsets[name] = n
-            n += a.size
-        self.elements = n
-        self.nbytes = HEADER + 4 * n
-
-    def buffer(self) -> np.ndarray:
-        return np.zeros(self.nbytes, dtype=np.uint8)
-
-    def views(self, buffer: np.ndarray) -> dict[str, np.ndarray]:
-        """The arrays inside `buffer` (writable views, no copy)."""
-        data = buffer[HEADER:].view(np.float32)
-        return {n: data[o:o + int(np.prod(s, dtype=np.int64))].reshape(s)
-                for (n, s), o in zip(self.shapes.items(), self.offsets.values())}
-
-    def pack(self, buffer: np.ndarray, arrays: Mapping[str, np.ndarray], version: int,
-             lr: float = 0.0) -> None:
-        buffer[:8].view(np.int64)[0] = version
-        buffer[8:16].view(np.float64)[0] = lr
-        for name, view in self.views(buffer).items():
-            np.copyto(view, arrays[name])
-
-    @staticmethod
-    def header(buffer: np.ndarray) -> tuple[int, float]:
-        return int(buffer[:8].view(np.int64)[0]), float(buffer[8:16].view(np.float64)[0])
+from d500.distributed.schemes.base import Option, register
+from d500.distributed.schemes.server import Flat, Served
+from d500.errors import UsageError
 
 
 @register
-class AsyncPS(Scheme):
+class AsyncPS(Served):
     """Asynchronous parameter server at rank 0 (server and worker) with staleness <= K."""
 
     name = "async_ps"
+    PUSH, PULL = 31, 32  # message tags
     options: ClassVar[dict[str, Option]] = {
         "max_staleness": Option(4, "whole", "most versions a gradient may be behind when it "
                                             "is applied (K)")}
 
     def __init__(self, trainer: Any, comm: Any, **kwargs: Any):
         super().__init__(trainer, comm, **kwargs)
-        self.flat = Flat(trainer.parameters())
-        self.wait_seconds = 0.0  # blocked: a worker for its parameters, rank 0 for gradients
         self.staleness: list[int] = []  # rank 0: of every applied gradient, in order
         self.started = False
         if self.rank == 0:
             self._server_init()
         else:
-            self.inbox = self.flat.buffer()  # parameters from rank 0
-            self.outbox = self.flat.buffer()  # this rank's gradient
-            self.sending: Any = None  # the Isend of outbox
             self.version: int | None = None  # the read this rank holds (None: wait for one)
             self.have = 0  # the version of the parameters in the model
-
-    # ------------------------------------------------------------------ traffic
-    def _count(self, name: str, sent: int = 0, received: int = 0, seconds: float = 0.0,
-               calls: int = 1) -> None:
-        """Count a message (or a wait: calls=0) under comm.traffic[name]."""
-        t = self.comm.traffic.get(name)
-        if t is None:
-            t = self.comm.traffic[name] = Traffic()
-        t.calls += calls
-        t.sent += sent
-        t.received += received
-        t.seconds += seconds
 
     # ------------------------------------------------------------------ the interface
     def start(self) -> None:
@@ -141,19 +84,7 @@ class AsyncPS(Scheme):
     def _finish(self) -> None:
         """Every rank gets the server's parameters; the idle receives are cancelled."""
         self._share_model()
-        if self.rank == 0:
-            for w, request in self.requests.items():
-                if request is not None:
-                    request.Cancel()
-                    request.Wait()
-                    self.requests[w] = None
-            for w, request in self.replying.items():
-                if request is not None:
-                    request.Wait()
-                    self.replying[w] = None
-        elif self.rank != 0 and self.sending is not None:
-            self.sending.Wait()
-            self.sending = None
+        self._close()
         self.started = False
 
     def settle(self) -> None:
@@ -200,31 +131,9 @@ class AsyncPS(Scheme):
     def _worker_step(self, feeds: Mapping[str, np.ndarray], lr: float, weight: float
                      ) -> float:
         if self.version is None:  # wait for a read: rank 0's parameters at some version
-            from mpi4py import MPI
-            status = MPI.Status()
-            start = time.perf_counter()
-            self.comm.mpi.Recv(self.inbox, source=0, tag=PULL, status=status)
-            waited = time.perf_counter() - start
-            self.wait_seconds += waited
-            size = status.Get_count(MPI.BYTE)
-            self.version = Flat.header(self.inbox)[0]
-            self._count("ps_pull", received=size, seconds=waited)
-            if size > HEADER:
-                arrays = self.params.get()
-                for name, view in self.flat.views(self.inbox).items():
-                    np.copyto(arrays[name], view)
-                self.params.put(arrays)
-            elif self.version != self.have:
-                raise RuntimeError(f"async_ps: rank {self.rank} holds version {self.have}, "
-                                   f"rank 0 sent {self.version} without parameters")
-            self.have = self.version
+            self.version = self.have = self._pull(self.have)
         loss, grads = self.gradients(feeds, weight)
-        start = time.perf_counter()
-        if self.sending is not None:
-            self.sending.Wait()
-        self.flat.pack(self.outbox, grads, self.version, lr)
-        self.sending = self.comm.mpi.Isend(self.outbox, dest=0, tag=PUSH)
-        self._count("ps_push", sent=self.flat.nbytes, seconds=time.perf_counter() - start)
+        self._push(grads, self.version, lr)
         self.version = None
         return loss
 
@@ -235,18 +144,11 @@ class AsyncPS(Scheme):
         self.reads: dict[int, int] = {}  # worker (0 = rank 0's own) -> version of its read
         self.waiting: collections.deque[int] = collections.deque()  # workers wanting a read
         self.next_step = dict.fromkeys(workers, 1)  # the step a worker's next read is for
-        self.boxes = {w: self.flat.buffer() for w in workers}  # their gradients land here
-        self.requests: dict[int, Any] = dict.fromkeys(workers)  # the Irecv into each box
         self.arrived: list[int] = []  # workers whose gradient waits in its box, by arrival
-        self.replies = {w: self.flat.buffer() for w in workers}  # parameters sent to each
-        self.replying: dict[int, Any] = dict.fromkeys(workers)
         self.sent_version: dict[int, int] = dict.fromkeys(workers, 0)
         self.applied = dict.fromkeys(workers, 0)  # gradients applied per worker
         self.own: tuple[int, float, dict[str, np.ndarray]] | None = None
         self.waiting.extend(workers)
-
-    def _post(self, w: int) -> None:
-        self.requests[w] = self.comm.mpi.Irecv(self.boxes[w], source=w, tag=PUSH)
 
     def _server_step(self, feeds: Mapping[str, np.ndarray], lr: float, weight: float
                      ) -> float:
@@ -263,45 +165,16 @@ class AsyncPS(Scheme):
         `self.steps`); no read for a later step is issued."""
         self._serve(until=lambda: all(n == self.steps for n in self.applied.values()))
 
-    def _serve(self, until: Any) -> None:
-        """Receive, apply and hand out reads until `until()` holds, blocking when nothing can
-        be done (a gradient that will come is then awaited)."""
-        while True:
-            progress = self._receive(block=False)
-            progress = self._apply_ready() or progress
-            progress = self._issue_reads() or progress
-            if until():
-                return
-            if not progress:
-                start = time.perf_counter()
-                if not self._receive(block=True):
-                    raise RuntimeError(f"async_ps: rank 0 waits with nothing to come (reads "
-                                       f"{self.reads}, waiting {list(self.waiting)}, applied "
-                                       f"{self.applied}, steps {self.steps})")
-                waited = time.perf_counter() - start
-                self.wait_seconds += waited
-                self._count("ps_push", seconds=waited, calls=0)
+    def _stuck(self) -> str:
+        return (f"async_ps: rank 0 waits with nothing to come (reads {self.reads}, waiting "
+                f"{list(self.waiting)}, applied {self.applied}, steps {self.steps})")
 
     def _receive(self, block: bool) -> bool:
         """Gradients that have arrived (block: wait for one); whether any did."""
-        if self.comm.mpi is None:
-            return False
-        from mpi4py import MPI
         expected = [w for w, r in self.requests.items()
                     if r is not None and w in self.reads and w not in self.arrived]
-        if not expected:
-            return False
-        requests = [self.requests[w] for w in expected]
-        if block:
-            index = MPI.Request.Waitany(requests)
-            done = [index]
-        else:
-            done = MPI.Request.Testsome(requests) or []
-        for i in done:
-            w = expected[i]
-            self.requests[w] = None
-            self.arrived.append(w)
-            self._count("ps_push", received=self.flat.nbytes)
+        done = self._arrivals(expected, block)
+        self.arrived.extend(done)
         return bool(done)
 
     def _feasible(self, versions: list[int], at: int) -> bool:
@@ -351,7 +224,7 @@ class AsyncPS(Scheme):
             self._post(w)
             self.waiting.append(w)
 
-    def _issue_reads(self) -> bool:
+    def _hand_out(self) -> bool:
         """Hand out reads to waiting workers, first come first served, while the bound allows;
         a worker's read for step j waits until rank 0 has entered its step j."""
         issued = False
@@ -368,16 +241,5 @@ class AsyncPS(Scheme):
         return issued
 
     def _send_read(self, w: int) -> None:
-        start = time.perf_counter()
-        if self.replying[w] is not None:
-            self.replying[w].Wait()
-        box = self.replies[w]
-        if self.sent_version[w] == self.version_now:  # it holds these parameters already
-            box[:8].view(np.int64)[0] = self.version_now
-            size = HEADER
-        else:
-            self.flat.pack(box, self.params.get(), self.version_now)
-            size = self.flat.nbytes
-        self.replying[w] = self.comm.mpi.Isend(box[:size], dest=w, tag=PULL)
+        self._send(w, self.version_now, held=self.sent_version[w] == self.version_now)
         self.sent_version[w] = self.version_now
-        self._count("ps_pull", sent=size, seconds=time.perf_counter() - start)

@@ -3,15 +3,14 @@ update of clock c is, as ps's, the average of every rank's gradient of step c, a
 order; but a rank may compute step c on parameters that miss the last s clocks (bounded staleness
 s), so it waits for the server only when it is more than s clocks ahead of the slowest rank.
 
-Rank 0 is server and worker (as in async_ps). Version V = clocks applied. A rank computes step c
-on parameters of some version v >= c - 1 - s, the gradient's staleness being (c - 1) - v <= s
-(0: it saw every earlier clock, as ps). With s = 0 every step is ps's step exactly. After its
-push of step c, a worker waits for the server's reply for step c + 1: sent once rank 0 has entered
-step c + 1 and V >= c - s, holding the parameters if V moved since that worker's last copy, else a
-16-byte header ("keep yours"). Rank 0 waits likewise for V >= c - 1 - s before its own step c.
-Messages are Isend/Irecv of NumPy buffers (async_ps's Flat: int64 version, float64 lr, float32
-arrays; never pickled). `evaluated()` and `finish()` drain (every clock taken so far applied)
-and broadcast the server's parameters.
+Rank 0 is server and worker (as in async_ps; the messages and buffers are server.py's). Version V =
+clocks applied. A rank computes step c on parameters of some version v >= c - 1 - s, the gradient's
+staleness being (c - 1) - v <= s (0: it saw every earlier clock, as ps). With s = 0 every step is
+ps's step exactly. After its push of step c, a worker waits for the server's reply for step c + 1:
+sent once rank 0 has entered step c + 1 and V >= c - s, holding the parameters if V moved since that
+worker's last copy, else a 16-byte header ("keep yours"). Rank 0 waits likewise for V >= c - 1 - s
+before its own step c. `evaluated()` and `finish()` drain (every clock taken so far applied) and
+broadcast the server's parameters.
 
 Bytes per step, model of n float32 parameters: a rank r > 0 sends 16 + 4n ("ps_push") and
 receives 16 + 4n or 16 ("ps_pull"); rank 0 receives (N-1)(16 + 4n) and sends at most as much.
@@ -22,46 +21,35 @@ application), staleness_mean, and the bound s itself; rank r > 0: wait_seconds f
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import numpy as np
 
-from d500.distributed.schemes.async_ps import HEADER, Flat
-from d500.distributed.schemes.base import Option, Scheme, register
-
-PUSH, PULL = 41, 42  # message tags
+from d500.distributed.schemes.base import Option, register
+from d500.distributed.schemes.server import Flat, Served
 
 
 @register
-class StaleSynchronousPS(Scheme):
+class StaleSynchronousPS(Served):
     """Stale-synchronous parameter server at rank 0 with staleness <= s (module docstring)."""
 
     name = "ssp"
+    PUSH, PULL = 41, 42  # message tags
     options: ClassVar[dict[str, Option]] = {
         "staleness": Option(2, "whole", "most clocks a rank's parameters may miss (s)")}
 
     def __init__(self, trainer: Any, comm: Any, **kwargs: Any):
         super().__init__(trainer, comm, **kwargs)
-        self.flat = Flat(trainer.parameters())
-        self.wait_seconds = 0.0
         self.stale: list[int] = []  # rank 0: every applied gradient's staleness
         workers = range(1, self.size)
         self.version = 0  # rank 0: clocks applied; elsewhere: the version of the model held
         if self.rank == 0:
             self.sums: dict[int, tuple[dict[str, np.ndarray], int, float]] = {}
             self.pushed = dict.fromkeys(workers, 0)  # steps whose gradient arrived, per worker
-            self.boxes = {w: self.flat.buffer() for w in workers}
-            self.requests: dict[int, Any] = dict.fromkeys(workers)
-            self.replies = {w: self.flat.buffer() for w in workers}
-            self.replying: dict[int, Any] = dict.fromkeys(workers)
             self.held = dict.fromkeys(workers, 0)  # the version each worker holds
             self.owed: dict[int, int] = {}  # worker -> the step its next reply is for
-        else:
-            self.inbox, self.outbox = self.flat.buffer(), self.flat.buffer()
-            self.sending: Any = None
 
     # ------------------------------------------------------------------ the interface
     def start(self) -> None:
@@ -80,14 +68,10 @@ class StaleSynchronousPS(Scheme):
             self._add(c, grads, self.version, lr)
             self._serve(until=lambda: True)
             return loss
-        if c > 1:
-            self._pull()
+        if c > 1:  # the reply for this step: parameters, or "keep yours"
+            self.version = self._pull(self.version)
         loss, grads = self.gradients(feeds, weight)
-        if self.sending is not None:
-            self.sending.Wait()
-        self.flat.pack(self.outbox, grads, self.version, lr)
-        self.sending = self.comm.mpi.Isend(self.outbox, dest=0, tag=PUSH)
-        self._count("ps_push", sent=self.flat.nbytes)
+        self._push(grads, self.version, lr)
         return loss
 
     def settle(self) -> None:
@@ -102,17 +86,7 @@ class StaleSynchronousPS(Scheme):
 
     def _finish(self) -> None:
         self._share()
-        if self.rank == 0:
-            for r in self.requests.values():
-                if r is not None:
-                    r.Cancel()
-                    r.Wait()
-            for r in self.replying.values():
-                if r is not None:
-                    r.Wait()
-        elif self.sending is not None:
-            self.sending.Wait()
-            self.sending = None
+        self._close()
 
     def figures(self) -> dict[str, float]:
         out = {"wait_seconds": self.wait_seconds, "max_staleness": float(self.staleness)}
@@ -135,38 +109,7 @@ class StaleSynchronousPS(Scheme):
         else:
             self.version = self.steps
 
-    def _count(self, name: str, sent: int = 0, received: int = 0, seconds: float = 0.0) -> None:
-        from d500.distributed.comm import Traffic
-        t = self.comm.traffic.setdefault(name, Traffic())
-        t.calls += 1
-        t.sent, t.received, t.seconds = t.sent + sent, t.received + received, t.seconds + seconds
-
-    # ------------------------------------------------------------------ a worker (rank > 0)
-    def _pull(self) -> None:
-        """Wait for the server's reply for this step: parameters, or "keep yours"."""
-        from mpi4py import MPI
-        status = MPI.Status()
-        start = time.perf_counter()
-        self.comm.mpi.Recv(self.inbox, source=0, tag=PULL, status=status)
-        waited = time.perf_counter() - start
-        self.wait_seconds += waited
-        size = status.Get_count(MPI.BYTE)
-        self._count("ps_pull", received=size, seconds=waited)
-        version = Flat.header(self.inbox)[0]
-        if size > HEADER:
-            arrays = self.params.get()
-            for name, view in self.flat.views(self.inbox).items():
-                np.copyto(arrays[name], view)
-            self.params.put(arrays)
-        elif version != self.version:
-            raise RuntimeError(f"ssp: rank {self.rank} holds version {self.version}, rank 0 "
-                               f"sent {version} without parameters")
-        self.version = version
-
     # ------------------------------------------------------------------ the server (rank 0)
-    def _post(self, w: int) -> None:
-        self.requests[w] = self.comm.mpi.Irecv(self.boxes[w], source=w, tag=PUSH)
-
     def _add(self, step: int, grads: Mapping[str, np.ndarray], read: int, lr: float) -> None:
         """Step `step`'s gradient of one rank, computed on version `read`, into its clock's sum
         (rank 0's learning rate is the clock's)."""
@@ -184,39 +127,19 @@ class StaleSynchronousPS(Scheme):
             total[n] += g
         self.sums[step] = (total, count + 1, rate)
 
-    def _serve(self, until: Any) -> None:
-        """Receive pushes, apply complete clocks and send the replies due until `until()`
-        holds, blocking on the next push when nothing can be done."""
-        while True:
-            progress = self._receive(block=False)
-            progress = self._apply_complete() or progress
-            progress = self._reply() or progress
-            if until():
-                return
-            if not progress:
-                start = time.perf_counter()
-                self._receive(block=True)
-                self.wait_seconds += time.perf_counter() - start
-
     def _receive(self, block: bool) -> bool:
-        if self.size == 1:
-            return False
-        from mpi4py import MPI
-        workers = [w for w, r in self.requests.items() if r is not None]
-        requests = [self.requests[w] for w in workers]
-        done = [MPI.Request.Waitany(requests)] if block else (
-            MPI.Request.Testsome(requests) or [])
-        for i in done:
-            w = workers[i]
+        """Pushes that have arrived (block: wait for one) into their clocks' sums; each makes
+        a reply owed to its worker."""
+        done = self._arrivals([w for w, r in self.requests.items() if r is not None], block)
+        for w in done:
             self.pushed[w] += 1
             read, lr = Flat.header(self.boxes[w])
-            self._count("ps_push", received=self.flat.nbytes)
             self._add(self.pushed[w], self.flat.views(self.boxes[w]), read, lr)
             self.owed[w] = self.pushed[w] + 1
             self._post(w)
         return bool(done)
 
-    def _apply_complete(self) -> bool:
+    def _apply_ready(self) -> bool:
         """Apply, in clock order, every clock whose gradients all arrived."""
         applied = False
         while (found := self.sums.get(self.version + 1)) is not None and found[1] == self.size:
@@ -228,24 +151,14 @@ class StaleSynchronousPS(Scheme):
             applied = True
         return applied
 
-    def _reply(self) -> bool:
+    def _hand_out(self) -> bool:
         """Send each reply that is due: its step entered by rank 0 and V within s of it."""
         sent = False
         for w, step in list(self.owed.items()):
             if step > self.steps or self.version < step - 1 - self.staleness:
                 continue
             del self.owed[w]
-            if self.replying[w] is not None:
-                self.replying[w].Wait()
-            box = self.replies[w]
-            if self.held[w] == self.version:
-                box[:8].view(np.int64)[0] = self.version
-                size = HEADER
-            else:
-                self.flat.pack(box, self.params.get(), self.version)
-                size = self.flat.nbytes
-            self.replying[w] = self.comm.mpi.Isend(box[:size], dest=w, tag=PULL)
+            self._send(w, self.version, held=self.held[w] == self.version)
             self.held[w] = self.version
-            self._count("ps_pull", sent=size)
             sent = True
         return sent
