@@ -143,6 +143,9 @@ class DDPScheme:
         self._steps += 1
         return float(loss.item())
 
+    def settle(self) -> None:
+        """DDP leaves nothing in flight between steps."""
+
     @contextmanager
     def evaluated(self) -> Any:
         """Every rank holds the same model under DDP: nothing to do."""

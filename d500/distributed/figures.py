@@ -61,6 +61,9 @@ def aggregate(ranks: list[RankStats], param_bytes: int | None = None) -> dict[st
         out["comm_time"] = statistics.fmean(comm)
         out["compute_time"] = statistics.fmean(r.compute_seconds or 0.0 for r in ranks)
         out["comm_share"] = sum(comm) / total if total > 0 else math.nan
+    stale = [r.scheme["staleness_max"] for r in ranks if "staleness_max" in r.scheme]
+    if stale:  # a parameter server's (async_ps, ssp): the stalest gradient it applied
+        out["staleness_max"] = max(stale)
     held = held_memory(ranks, param_bytes)
     if held is not None:
         out["memory_per_rank"] = held

@@ -144,6 +144,7 @@ class RankLoop:
             mine[0, i] = self._step({"input": self.x[index], "labels": self.y[index]},
                                     self.lr_at(self.step), epoch, val, weight)
             mine[1, i] = len(index)
+        self.scheme.settle()  # a server's replies still owed, before the collective below
         every = self._gathered(mine)
         state = self._handed(want)
         if self.judge is None:

@@ -33,7 +33,7 @@ from d500.workload import Field
 # What a level-3 run measures on top of level 2's.
 MEASURED = (*level2.MEASURED, "bytes_per_step", "bytes_received_per_step", "step_time",
             "comm_time", "compute_time", "comm_share", "compression_ratio",
-            "scaling_efficiency", "speedup", "memory_per_rank")
+            "scaling_efficiency", "speedup", "memory_per_rank", "staleness_max")
 BATCH_MODES = ("global", "per_rank")
 DISTRIBUTED = {
     "ranks": Field(list, required=True, items=int, help="allowed world sizes"),

@@ -66,3 +66,18 @@ def test_unequal_shares_train_as_one_process_and_zero_records_its_memory(tmp_pat
     assert "mem/rank" in board.stdout and rows, board.stdout
     assert all("2×1×1 zero2" in line for line in rows), rows
     assert any(shown in line for line in rows), (shown, rows)
+
+
+def test_ssp_trains_under_d500_train_within_its_bound(tmp_path):
+    """The ssp entry end to end (rank 0 may run s clocks ahead of a worker up to a chunk's end:
+    the loop settles the scheme before its own collectives, else the worker waits for a reply
+    rank 0 never sends); the stalest gradient is a figure of the run."""
+    home = tmp_path / "home"
+    wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 2})
+    out = jobs.train(home, 2, wl, jobs.ENTRIES / "ssp", "--seed", "0", timeout=180)
+    assert out.returncode in (0, 1), out.stderr[-2000:]
+    run = Ledger(home / "ledger.sqlite").runs(level=3)[-1]
+    assert run["status"] in ("succeeded", "missed"), run["error"]
+    server = run["details"]["ranks"][0]
+    assert 0 <= run["figures"]["staleness_max"] == server["scheme"]["staleness_max"] <= 2
+    assert server["scheme"]["gradients_applied"] == 2 * server["steps"]

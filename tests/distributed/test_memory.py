@@ -34,3 +34,10 @@ def test_claims_that_do_not_fit_the_model_are_not_recorded():
     silent = ranks((B, B, 0), (B, B, 0))
     silent[1].scheme = {}  # a rank that said nothing (ddp)
     assert held_memory(silent, B) is None and "memory_per_rank" not in aggregate(silent, B)
+
+
+def test_the_stalest_gradient_is_the_servers():
+    served = ranks((B, B, 0), (B, B, 0))
+    served[0].scheme["staleness_max"] = 2.0
+    assert aggregate(served, B)["staleness_max"] == 2.0
+    assert "staleness_max" not in aggregate(ranks((B, B, 0), (B, B, 0)), B)
