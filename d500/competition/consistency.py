@@ -104,8 +104,13 @@ def rules(text: str | bytes | None, where: str) -> Rules:
     target, budget, split = (data.get(k) if isinstance(data.get(k), Mapping) else {}
                              for k in ("target", "budget", "dataset"))
     train, validation = (split.get(k) for k in ("train", "validation"))
+    from d500.training.workloads import QUALITIES
+    quality = QUALITIES.get(target.get("metric"), "accuracy")
+    if quality != "accuracy":  # a text corpus: its split sizes count documents, not windows
+        train = validation = None
     return Rules(number(target.get("value")), number(budget.get("max_seconds")),
-                 train if is_int(train) else None, validation if is_int(validation) else None)
+                 train if is_int(train) else None, validation if is_int(validation) else None,
+                 quality, quality == "log_perplexity")
 
 
 def log_problems(run: Any, records: list[dict[str, Any]], workload: Rules) -> list[str]:

@@ -10,12 +10,13 @@ the test set is evaluated with the run clock paused and the evaluation row writt
   failed or was interrupted may have logged one evaluation it did not live to record;
 - micro_batch_size (level 2: batch_size; level 3: per_rank_batch_size), data_parallelism (the
   world size), d500_target and train_samples/eval_samples against the workload's rules;
-- status, epochs, steps, time_to_accuracy: the first eval_accuracy at or above the workload's
+- status, epochs, steps, time_to_accuracy: the first eval_accuracy at or beyond the workload's
   target decides them as the trainer does (succeeded when its wall time is within max_seconds,
   missed otherwise; epochs = its epoch_num, steps = its samples_count / global batch,
   time_to_accuracy = its evaluation's wall time; infinity when missed); val_accuracy the last
   logged eval_accuracy, final_test_accuracy the last evaluation's test accuracy, test_accuracy
-  that of the evaluation meeting the target;
+  that of the evaluation meeting the target (a language model's: val_log_perplexity and
+  test_log_perplexity, its target met at or below the value: Rules.quality, Rules.lower);
 - time: the trainer's clock starts at run_start's timestamp and reads its time (`wall_time`,
   time_to_accuracy) at eval_stop's (both stamped with the wall time read together with the
   clock: Run.begin, the trainers' evaluate), less the test evaluations, which lie between an
@@ -55,6 +56,13 @@ class Rules:
     max_seconds: float | None = None
     train: int | None = None
     validation: int | None = None
+    quality: str = "accuracy"  # figures val_<quality>, test_<quality>, final_test_<quality>
+    lower: bool = False  # the target is met at or below it (log-perplexity)
+
+    def met(self, value: float | None) -> bool:
+        if value is None or self.target is None:
+            return False
+        return value <= self.target if self.lower else value >= self.target
 
 
 class Training:
@@ -110,12 +118,13 @@ class Training:
             line = self.records[i]
             epoch, count = (line["metadata"].get(k) for k in (mllog.EPOCH_NUM,
                                                               mllog.SAMPLES_COUNT))
-            val = row["metrics"].get("val_accuracy")
+            name = f"val_{self.rules.quality}"
+            val = row["metrics"].get(name)
             where = f"evaluation {n} (epoch {row['epoch']})"
             if not same(number(epoch), row["epoch"]):
                 self.out.append(f"{where}: its MLLOG's eval_accuracy {n} is at epoch {epoch}")
             if not same(val, number(line["value"])):
-                self.out.append(f"{where}: val_accuracy {val!r}, but its MLLOG's eval_accuracy "
+                self.out.append(f"{where}: {name} {val!r}, but its MLLOG's eval_accuracy "
                                 f"says {line['value']!r}")
             step = number(row["step"])
             if (self.batch is not None and row["step"] is not None
@@ -179,19 +188,21 @@ class Training:
         run, figures, target = self.run, self.run.figures, self.rules.target
         last = self.rows[-1] if self.rows else None
         if last is not None and run.status in ("succeeded", "missed"):
-            for name, want in (("val_accuracy", self.records[self.evals[-1]]["value"]),
-                               ("final_test_accuracy", last["metrics"].get("test_accuracy"))):
+            q = self.rules.quality
+            for name, want in ((f"val_{q}", self.records[self.evals[-1]]["value"]),
+                               (f"final_test_{q}", last["metrics"].get(f"test_{q}"))):
                 if name in figures and not same(figures[name], number(want)):
                     self.out.append(f"figure {name} is {figures[name]!r}, but its last "
                                     f"evaluation says {want!r}")
         if target is None or run.status not in ("succeeded", "missed"):
             return
         met = next((n for n, i in enumerate(self.evals)
-                    if (number(self.records[i]["value"]) or 0.0) >= target), None)
+                    if self.rules.met(number(self.records[i]["value"]))), None)
         if met is None:
             if run.status == "succeeded":
-                best = max((number(self.records[i]["value"]) or 0.0 for i in self.evals),
-                           default=None)
+                logged = [v for i in self.evals
+                          if (v := number(self.records[i]["value"])) is not None]
+                best = (min if self.rules.lower else max)(logged, default=None)
                 self.out.append(f"status 'succeeded', but no eval_accuracy in its MLLOG reaches "
                                 f"the target {target:g} (best {best!r})")
             self._missed(figures)
@@ -213,7 +224,7 @@ class Training:
         want = {"epochs": number(line["metadata"].get(mllog.EPOCH_NUM)),
                 "steps": None if count is None or not self.batch else count / self.batch,
                 "time_to_accuracy": row["wall_time"],
-                "test_accuracy": row["metrics"].get("test_accuracy")}
+                f"test_{self.rules.quality}": row["metrics"].get(f"test_{self.rules.quality}")}
         for name, value in want.items():
             if name in figures and value is not None and not same(figures[name], value):
                 self.out.append(f"figure {name} is {figures[name]!r}, but {at} (its {name}: "

@@ -4,6 +4,7 @@ backends) and level-2 runs of a tiny text workload with a lower-is-better target
 
 from __future__ import annotations
 
+import json
 import math
 from math import erf
 from pathlib import Path
@@ -288,6 +289,26 @@ def test_a_text_run_meets_a_lower_is_better_target_and_records_perplexity(prepar
     values = [r["value"] for r in mllog.parse(path) if r["key"] == "eval_accuracy"]
     assert values == [e["metrics"]["val_log_perplexity"] for e in evals]
     assert ledger.verify() == []
+    # d500 check's consistency step reads the record and the log the same way (a forged
+    # test_log_perplexity or an eval_accuracy line above the target disagree)
+    from types import SimpleNamespace
+
+    from d500.competition import consistency, consistency_training
+    record = ledger.get(result.run_id)
+    rules = consistency.rules(wl.path.read_text(), wl.path.name)
+    assert rules.lower and rules.quality == "log_perplexity" and rules.train is None
+
+    def problems(figures: dict, records: list) -> list[str]:
+        run = SimpleNamespace(status="succeeded", figures=figures, level=2, world_size=None,
+                              hyperparameters=record["hyperparameters"], evaluations=[
+                                  [e["step"], e["epoch"], e["wall_time"],
+                                   json.dumps(e["metrics"]), e["recorded"]] for e in evals])
+        return consistency_training.Training(run, records, rules).problems()
+
+    records = mllog.parse(path)
+    assert problems(f, records) == []
+    assert any("test_log_perplexity" in p for p in problems(
+        {**f, "test_log_perplexity": f["test_log_perplexity"] - 0.5}, records))
     # against an unreachable target the run would miss, saying what it measured
     state = {"val": f["val_log_perplexity"], "step": 7}
     assert supervisor._why(wl, state, "missed").startswith(
