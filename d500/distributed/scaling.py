@@ -11,22 +11,23 @@ time and the scaling efficiency at 8 ... 1,024 ranks for each scheme and compres
 A profile's buffer sizes come from its measured bytes per call, read back through the formula
 its collective was counted with (comm.py): allreduce 2(N0-1)/N0 * B per rank, allgather (N0-1) * C,
 broadcast and reduce B (received by a non-root, sent to the root), neighbour exchange 2B, a
-parameter-server message B. Time of one call at N ranks (Thakur, Rabenseifner and Gropp 2005;
-Patarasuk and Yuan 2009):
+parameter-server message B, ZeRO's reduce-scatter and allgatherv of blocks (N0-1)/N0 * B. Time of
+one call at N ranks (Thakur, Rabenseifner and Gropp 2005; Patarasuk and Yuan 2009):
 
     allreduce (ring)                       2(N-1) alpha + 2(N-1)/N B beta
     allgather (ring), C bytes per rank      (N-1) alpha + (N-1) C beta
     broadcast, reduce (scatter + ring)     (log2 N + N - 1) alpha + 2(N-1)/N B beta
     neighbour exchange (both neighbours)   2 alpha + 2 B beta
     point-to-point message (ps push/pull)  alpha + B beta
+    reduce-scatter, allgather of B/N blocks (N-1) alpha + (N-1)/N B beta
 
-Scheme rules on top: dpsgd averages with both ring neighbours from 3 ranks on (an allreduce of
-the model at 2); async_ps steps no faster than its server, which takes one push and sends one
+Scheme rules on top: dpsgd averages with both ring neighbours from 3 ranks on (an allreduce of the
+model at 2); async_ps and ssp step no faster than their server, which takes one push and sends one
 pull per worker and step: max(compute + push + pull, (N-1)(push + pull)). Compute time per step
-scales with the per-rank batch (strong scaling: the global batch is fixed and cut into N shares,
-so a step at N ranks costs compute(N0) * N0 / N; weak scaling keeps the per-rank batch). The
-efficiency is throughput's: (samples per second at N) / (N * samples per second at 1 rank), i.e.
-at a fixed global batch T(1) / (N T(N)); it says nothing of convergence at other batch sizes.
+scales with the per-rank batch (strong scaling: the global batch is fixed and cut into N shares, so
+a step at N ranks costs compute(N0) * N0 / N; weak scaling keeps the per-rank batch). The efficiency
+is throughput's: (samples per second at N) / (N * samples per second at 1 rank), i.e. at a fixed
+global batch T(1) / (N T(N)); it says nothing of convergence at other batch sizes.
 """
 
 from __future__ import annotations
@@ -42,9 +43,11 @@ from d500.errors import UsageError
 SIZES = tuple(2**k for k in range(3, 11))  # 8 ... 1,024 ranks
 KINDS = {  # a collective's traffic name -> how the model times it
     "allreduce": "allreduce", "ring_allreduce": "allreduce", "ddp_allreduce": "allreduce",
-    "allgather": "allgather", "allgatherv": "allgather", "broadcast": "tree", "reduce": "tree",
+    "allgather": "allgather", "broadcast": "tree", "reduce": "tree",
     "neighbour_exchange": "neighbour", "ps_push": "p2p", "ps_pull": "p2p",
+    "reduce_scatter": "blocks", "allgatherv": "blocks",  # ZeRO: B cut into N blocks
 }
+SERVED = ("async_ps", "ssp")  # a server at rank 0 takes every worker's push and pull
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +107,8 @@ class Profile:
         h = run.get("hyperparameters") or {}
         scheme, compressor = h.get("scheme", d.get("scheme", "?")), h.get("compressor", "none")
         label = scheme if compressor in ("none", None) else f"{scheme} / {compressor}"
+        if h.get("shard", "none") != "none":
+            label = f"{label} / {h['shard']}"
         return cls(label, scheme, compressor or "none", n0, compute,
                    sum(steps) / len(steps), int(d.get("global_batch") or h.get("batch_size", 1)),
                    d.get("batch_mode", "global"), tuple(collectives), rid)
@@ -119,6 +124,8 @@ def _buffer(name: str, per_rank: list[dict[str, float]], calls: float, n0: int) 
         return sent * n0 / (2 * (n0 - 1))
     if kind == "allgather":
         return sent / (n0 - 1)
+    if kind == "blocks":  # rank r sends B less one block: the ranks together (N0-1) * B
+        return sum(p.get("sent", 0.0) for p in per_rank) / calls / (n0 - 1)
     if kind == "neighbour":
         return sent / 2
     return max(sent, received)  # tree (root or non-root: B) and point-to-point messages
@@ -133,6 +140,8 @@ def call_time(kind: str, nbytes: float, n: int, net: Network) -> float:
         return 2 * (n - 1) * a + 2 * (n - 1) / n * nbytes * b
     if kind == "allgather":
         return (n - 1) * a + (n - 1) * nbytes * b
+    if kind == "blocks":
+        return (n - 1) * a + (n - 1) / n * nbytes * b
     if kind == "tree":
         return (math.log2(n) + n - 1) * a + 2 * (n - 1) / n * nbytes * b
     if kind == "neighbour":
@@ -179,7 +188,7 @@ def step_time(profile: Profile, n: int, net: Network, weak: bool = False) -> flo
     if n < 2:
         return compute
     comm = comm_time(profile, n, net)
-    if profile.scheme == "async_ps":  # the server takes every worker's push and pull
+    if profile.scheme in SERVED:  # the server takes every worker's push and pull
         return max(compute + comm, (n - 1) * comm)
     return compute + comm
 

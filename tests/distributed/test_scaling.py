@@ -63,6 +63,34 @@ def test_buffer_sizes_come_back_from_the_communicators_counts(n0):
     assert got["allgather"].nbytes == 1400 and got["broadcast"].nbytes == nbytes
 
 
+@pytest.mark.parametrize("n0", [2, 3])
+def test_zero_blocks_read_back_the_whole_model_and_scale_as_ring_halves(n0):
+    """ZeRO's reduce-scatter and allgatherv of uneven whole-tensor blocks (comm.py's counts)
+    give the model's bytes back; a call at N ranks costs (N-1) alpha + (N-1)/N B beta."""
+    blocks = [40000, 28904] if n0 == 2 else [30000, 20000, 18904]
+    b = sum(blocks)
+    per_rank = []
+    for r in range(n0):
+        gs, gr = gather_counts(blocks, r)
+        rs, rr = b - blocks[r], b - blocks[(r + 1) % n0]
+        per_rank.append({"allgatherv": {"calls": 1, "sent": gs, "received": gr, "seconds": 0},
+                         "reduce_scatter": {"calls": 1, "sent": rs, "received": rr,
+                                            "seconds": 0}})
+    record = run_record("sync", n0, per_rank)
+    record["hyperparameters"]["shard"] = "zero2"
+    profile = scaling.Profile.from_run(record)
+    assert profile.label == "sync / zero2"
+    assert {c.name: c.nbytes for c in profile.collectives} == {"allgatherv": b,
+                                                               "reduce_scatter": b}
+    assert scaling.call_time("blocks", b, 64, NET) == pytest.approx(
+        63 * NET.alpha + 63 / 64 * b * NET.beta)
+    ssp = scaling.Profile("ssp", "ssp", "none", 2, 1e-3, 2e-3, 64, "per_rank",
+                          (scaling.Collective("ps_push", 1, b),
+                           scaling.Collective("ps_pull", 1, b)))
+    one = 2 * scaling.call_time("p2p", b, 64, NET)
+    assert scaling.step_time(ssp, 64, NET) == pytest.approx(max(1e-3 + one, 63 * one))
+
+
 def test_scheme_rules_and_efficiency():
     model = 4e6
     sync = scaling.Profile("sync", "sync", "none", 2, 1e-3, 2e-3, 64, "global",
