@@ -1,4 +1,5 @@
-"""JaxExecutable: an ONNX graph jitted whole (`jax.jit`) over its parameters and inputs.
+"""JaxExecutable: an ONNX graph jitted whole (`jax.jit`) over its parameters and inputs (in the
+mode jax:eager, the same function run op by op, unjitted).
 
 Float initializers are the parameters, arguments of the jitted function (setting them never
 retraces); other initializers are constants of the trace. Graph inputs whose *values* decide
@@ -74,8 +75,9 @@ def _small(value: Any) -> bool:
 class JaxExecutable(Executable):
     backend_name = "jax"
 
-    def __init__(self, model: onnx.ModelProto, device: str = "CPU"):
+    def __init__(self, model: onnx.ModelProto, device: str = "CPU", jit: bool = True):
         super().__init__(model, device)
+        self.jit = jit  # False in the mode jax:eager: every op runs as it is called
         self._device = jax.devices("gpu" if device.upper().startswith("CUDA") else "cpu")[0]
         with x64():
             self.program = translate(model)
@@ -136,8 +138,13 @@ class JaxExecutable(Executable):
                         result.append(None)
                 return result
 
-            entry = self._functions[baked] = (jax.jit(call), static_outs)
+            entry = self._functions[baked] = (self.compile(call), static_outs)
         return entry
+
+    def compile(self, fn: Any) -> Any:
+        """`fn` jitted (jax.jit) in the mode jax, as it is in jax:eager (its ops run one by one,
+        each dispatched by JAX as it is called)."""
+        return jax.jit(fn) if self.jit else fn
 
     def _fold(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """The values computed from constants alone (Constant, ConstantOfShape weights, ...),
@@ -247,6 +254,16 @@ class JaxExecutable(Executable):
         """The initializers that are not parameters (integer tensors, ...) by name."""
         return self._constants
 
+    def pure(self) -> tuple[Any, dict[str, Any]]:
+        """(f, parameters): f(parameters, feeds) -> the outputs, the graph as a pure JAX function
+        for a caller's jax.jit or jax.grad (it computes with 64-bit types on, as `run` does),
+        and the parameters as they are now. Inputs that decide shapes must be given as NumPy."""
+        def f(params: dict[str, Any], feeds: dict[str, Any]) -> list[Any]:
+            with x64():
+                env = {**self._constants, **self._folded, **self._large, **params, **feeds}
+                return self._run_program(env)
+        return f, dict(self._params)
+
     def trainer(self, optimizer: Any, loss: str = "loss", native: bool = False) -> Any:
         from d500.backends.jax.trainer import JaxTrainer
         return JaxTrainer(self, optimizer, loss, native)
@@ -293,6 +310,8 @@ class JaxBackend(Backend):
     name = "jax"
     about = ("jit: the whole translated graph as one jax.jit function (one per baked input "
              "value); training: one jitted step over jax.value_and_grad")
+    modes = {"eager": "eager: the same functions op by op, no jax.jit (each op dispatched as it "
+                      "is called: inference, gradients and the training step)"}
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
@@ -305,5 +324,5 @@ class JaxBackend(Backend):
 
     @classmethod
     def _prepare(cls, model: onnx.ModelProto, device: str, **kwargs: Any) -> Executable:
-        return JaxExecutable(model, device)
+        return JaxExecutable(model, device, jit=cls.mode != "eager")
 

@@ -7,7 +7,8 @@ state, batch, learning rate) -> (loss, new parameters, new statistics, new state
 trainer keeps what it returns: the parameters and running statistics in the executable's own
 dict (`JaxExecutable.native`), so `run`, `parameters` and `predict` see every update. jax.jit
 traces once per batch shape (a last short batch once more) and never for a new learning rate
-(a float32 argument). Like the executable, the trainer computes with JAX's 64-bit types on.
+(a float32 argument); in the mode jax:eager nothing is jitted (each op runs as it is called).
+Like the executable, the trainer computes with JAX's 64-bit types on.
 """
 
 from __future__ import annotations
@@ -94,10 +95,11 @@ class JaxTrainer(Trainer):
             else:
                 self.slots = Slots(optimizer.init_state(self.ops, params, self.names))
                 self.opt_state = (self.slots.arrays, self.ops.counter().n)
-        self.traces = 0  # how many times the step function was traced
-        self.step_function = jax.jit(self._step)
-        self.gradient_function = jax.jit(self._gradients)
-        self.apply_function = jax.jit(self._apply)
+        self.traces = 0  # how many times the step function was traced (eager: called)
+        jit = executable.compile  # jax.jit; in jax:eager, the functions as they are
+        self.step_function = jit(self._step)
+        self.gradient_function = jit(self._gradients)
+        self.apply_function = jit(self._apply)
         self.predictors: dict[str, tuple[Any, list[str]]] = {}
 
     # -- the pure functions jitted --------------------------------------------------------------
@@ -196,7 +198,7 @@ class JaxTrainer(Trainer):
                 env = {**self.constants, **values, **feeds}
                 return run_steps(self.program, steps, env, [output])[0]
 
-            found = self.predictors[output] = (jax.jit(forward), inputs)
+            found = self.predictors[output] = (self.executable.compile(forward), inputs)
         function, inputs = found
         out = self._traced(function, dict(self.values), self._feeds(feeds, inputs))
         return self.executable.output_array(output, out)
