@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any
 
+from d500 import children
 from d500.errors import D500Error, Diverged, describe
 from d500.training.worker import START, Trainee, WorkerError
 
@@ -122,15 +123,7 @@ class Judge:
                 pass  # the judge is gone (it ended, or recorded the run already)
 
     def close(self) -> None:
-        try:
-            self.conn.send(("exit",))
-        except (OSError, ValueError):
-            pass
-        self.process.join(timeout=30)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(timeout=5)
-        self.conn.close()
+        children.end(self.conn, self.process, wait=30)
         self._lost.close()
 
 
@@ -176,9 +169,9 @@ def main(conn: Any, lost: Any) -> None:
     meant for the ranks (^C, hydra's SIGUSR1 notice that a rank ended)."""
     import signal
 
-    from d500.training.worker import _bound_to_parent
+    from d500.children import bound_to_parent
     if threading.current_thread() is threading.main_thread():  # (a test may run it in a thread)
-        _bound_to_parent()
+        bound_to_parent()
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     order: Order = conn.recv()
     run, ranks = None, Ranks(conn, lost)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from d500 import children
 from d500.errors import D500Error, UsageError
 
 ROUND_TRIP = 0.05  # seconds of timed calls per round trip at least
@@ -68,15 +69,7 @@ class Host:
         return value
 
     def close(self) -> None:
-        try:
-            self.conn.send(("exit",))
-        except (OSError, ValueError):
-            pass
-        self.process.join(timeout=5)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(timeout=5)
-        self.conn.close()
+        children.end(self.conn, self.process)
 
 
 class RemoteClass:
@@ -180,8 +173,8 @@ class Batched:
 
 def main(conn: Any) -> None:
     """The host process: import the file, then answer requests until told to exit."""
-    from d500.training.worker import _bound_to_parent
-    _bound_to_parent()
+    from d500.children import bound_to_parent
+    bound_to_parent()
     file, name, recorded = conn.recv()
     try:
         cls = _load(Path(file), name, recorded)

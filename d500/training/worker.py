@@ -11,8 +11,11 @@ The worker holds the model, the optimizer (the submission's code: its file is im
 here) and the training split, which the supervisor (d500.training.trainer) sends after its clock
 started. It never holds the validation or test split, the ledger, the MLLOG or the clock that
 scores the run: code that walks the stack or patches `time.perf_counter` finds none of them.
-It is spawned, not forked, so nothing of the supervisor's memory is copied into it, and it ends
-with its supervisor (PR_SET_PDEATHSIG on Linux; EOF on its pipe elsewhere).
+It is never forked from the supervisor, so nothing of the supervisor's memory is copied into it:
+it is a fresh fork of d500's forkserver, which preloaded torch and holds nothing else, or a
+spawned interpreter (d500.children), new for every run. It takes the supervisor's environment
+from the job, and ends with its supervisor (PR_SET_PDEATHSIG on Linux; EOF on its pipe
+elsewhere).
 
 The protocol, over one multiprocessing Pipe: the supervisor sends the Job, ("data", x, y,
 total_steps), then ("train", epoch, first, count, want, val) per chunk (the steps up to the next
@@ -27,16 +30,16 @@ speaks the same protocol with its rank 0 (d500.distributed.judge), whose ranks t
 from __future__ import annotations
 
 import math
-import multiprocessing
 import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from d500 import children
 from d500.errors import D500Error
 
 TICK = 0.25  # seconds between progress messages from the worker
@@ -59,6 +62,7 @@ class Job:
     seed: int
     threads: dict[str, Any] | None  # the supervisor's d500.threads.recorded()
     drop_last: bool
+    env: dict[str, str] | None = None  # the worker's environment (None: the supervisor's now)
 
 
 @dataclass
@@ -160,7 +164,11 @@ class Worker(Trainee):
     """The supervisor's handle on one worker process."""
 
     def __init__(self, job: Job):
-        ctx = multiprocessing.get_context("spawn")
+        if job.env is None:
+            job = replace(job, env=children.environment())
+        from d500.backends import framework
+        known = framework(job.backend)  # (an unknown framework is spawned)
+        ctx = children.context([known[0] if known else job.backend])
         conn, child = ctx.Pipe()
         super().__init__(conn)
         self.process = ctx.Process(target=main, args=(child,), name="d500-worker", daemon=True)
@@ -173,15 +181,7 @@ class Worker(Trainee):
 
     def close(self) -> None:
         """End the worker (politely, then by force)."""
-        try:
-            self.conn.send(("exit",))
-        except (OSError, ValueError):
-            pass
-        self.process.join(timeout=5)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(timeout=5)
-        self.conn.close()
+        children.end(self.conn, self.process)
 
     def _ended(self) -> str:
         self.process.join(timeout=5)
@@ -191,10 +191,11 @@ class Worker(Trainee):
 def main(conn: Any) -> None:
     """The worker process: receive the job, build, receive the training split, train chunk by
     chunk."""
-    _bound_to_parent()
+    children.bound_to_parent()
     from d500.errors import describe
     try:
         job = conn.recv()
+        children.take_environment(job.env)
         trainer = _build(job)
         conn.send(("ready",))
         message = conn.recv()
@@ -265,15 +266,3 @@ def _build(job: Job) -> Any:
     trainer = exe.trainer(job.recipe.optimizer(backend_cls.name), loss="loss",
                           native=job.recipe.native)
     return trainer
-
-
-def _bound_to_parent() -> None:
-    """Die with the supervisor (Linux: PR_SET_PDEATHSIG), and leave ^C to it."""
-    import signal
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass

@@ -13,8 +13,8 @@ from pathlib import Path as _Path
 
 def meet(step, ranks=2):
     """At the first update of a rank's first trial, when $D500_MEET_DIR is set: note the rank's
-    process there (the parent of the worker that trains), then wait (at most 300 s) until
-    `ranks` processes have."""
+    process there (the parent of the worker that trains: the rank or its forkserver), then wait
+    (at most 300 s) until `ranks` processes have."""
     folder = _os.environ.get("D500_MEET_DIR")
     if not folder or int(step) != 1:
         return

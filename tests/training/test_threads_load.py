@@ -27,9 +27,9 @@ CORES = len(os.sched_getaffinity(0))
 
 NOTING = '''\
 """Momentum SGD that writes, at its first update, the thread counts the frameworks of its own
-training process report (a worker of the d500 process: to $NOTE_DIR/<the d500 process's
-pid>.json, once per d500 process); under $D500_MEET_DIR the ranks' first trials overlap
-(tests/training/rendezvous.py)."""
+training process report (a worker of the d500 process: to $NOTE_DIR/<the worker's parent's
+pid>.json, the d500 process or its forkserver, once per d500 process); under $D500_MEET_DIR the
+ranks' first trials overlap (tests/training/rendezvous.py)."""
 
 import json
 import os

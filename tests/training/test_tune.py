@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 HOLDING = '''
 """AdamW that, in a process with D500_HOLD_DIR set, notes each trial it starts training (a file
-per trial in that folder: its pid and its parent's) and holds the second one at its first update
-until it is killed."""
+per trial in that folder: its pid, its parent's, its parent's parent's and its parent's command
+line) and holds the second one at its first update until it is killed."""
 
 import os
 import time
@@ -37,7 +37,10 @@ class Holding(AdamW):
         if folder and int(t) == 1:
             trial = len(list(Path(folder).iterdir())) + 1
             note = Path(folder) / f".{trial}"
-            note.write_text(f"{os.getpid()} {os.getppid()}")
+            parent = os.getppid()
+            grandparent = Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()[1]
+            command = Path(f"/proc/{parent}/cmdline").read_bytes().replace(b"\\0", b" ")
+            note.write_text(f"{os.getpid()} {parent} {grandparent} {command.decode()}")
             note.replace(Path(folder) / str(trial))  # seen whole, or not at all
             if trial == 2:
                 time.sleep(600)  # killed here, mid-trial, by the test
@@ -100,8 +103,11 @@ def test_a_killed_tuning_resumes_with_nothing_lost(tmp_path):
     finally:
         proc.kill()
         proc.wait()
-    worker, parent = map(int, (held / "2").read_text().split())
-    assert parent == proc.pid and worker != proc.pid  # held in the tuning's worker process,
+    worker, parent, grandparent, line = (held / "2").read_text().split(" ", 3)
+    worker, parent, grandparent = int(worker), int(parent), int(grandparent)
+    assert worker != proc.pid  # held in the tuning's worker process: its child, or a child of
+    assert parent == proc.pid or (grandparent == proc.pid and "forkserver" in line), \
+        (proc.pid, parent, grandparent, line)  # its forkserver (d500.children),
     for _ in range(50):  # which ends with the tuning process (PR_SET_PDEATHSIG)
         if not Path(f"/proc/{worker}").exists() or "Z" in _state(worker):
             break

@@ -1,0 +1,122 @@
+"""The processes that run an entry's code apart from the judge: started clean, bound to their
+parent, ended politely and then by force.
+
+    ctx = children.context(["torch"])   # how to start one (a forkserver where it is safe)
+    process = ctx.Process(target=main, args=(child,), daemon=True); process.start()
+    children.bound_to_parent()          # first thing in the child
+    children.take_environment(env)      # then the judge's environment, sent with the job
+    children.end(conn, process)         # "exit" on its pipe, then a kill
+
+A child is never forked from the judge, nor from any process that ran an entry's code: it is
+either spawned (a fresh interpreter) or forked by multiprocessing's forkserver, a fresh
+interpreter that this module starts once per judge process, from its main thread, with only
+`PRELOAD` imported (NumPy, ONNX, torch and d500's torch backend: ~2.5 s that every spawned
+level-2 worker imported again), for children that run torch or NumPy only (others are spawned:
+a TensorFlow worker holds no torch). The forkserver holds nothing of the judge's memory (no
+clock, no data), and each child is a new fork of it, so no child sees another's state. It dies
+with the judge (d500.forkserver), and its children with it. A forkserver keeps the environment
+it started with and its children do too: the judge sends its environment with each job, and
+falls back to spawning when the variables the preloaded libraries read as they load
+(`LOADED`: OpenMP, BLAS, torch, the dynamic linker, Python's own) differ from the forkserver's.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import threading
+from typing import Any
+
+PRELOAD = ["d500.forkserver", "numpy", "onnx", "torch", "d500.backends.torch",
+           "d500.training.worker", "d500.training.optimizers", "d500.training.data.samplers"]
+PRELOADED = ("numpy", "torch")  # the frameworks (d500.backends.framework) in PRELOAD
+LOADED = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "TORCH", "PYTORCH_", "LD_", "PYTHON",
+          "MALLOC_")
+METHOD: str | None = None  # a start method to force ("spawn", "forkserver"): benchmarks/
+_server_env: dict[str, str] | None = None  # the LOADED variables the forkserver started with
+
+
+def context(frameworks: list[str] | tuple[str, ...] = (), method: str | None = None) -> Any:
+    """The multiprocessing context to start a child that runs `frameworks` (module names) with:
+    the forkserver (started here on first use), or spawn where a forkserver is not available,
+    would run with another environment than this process's, or would hold a framework the child
+    does not run (a TensorFlow worker holds no torch); `method`, else METHOD, forces one."""
+    global _server_env
+    method = method or METHOD
+    if method is None:
+        fits = set(frameworks) <= set(PRELOADED) and _forkserver_fits()
+        method = "forkserver" if fits else "spawn"
+    if method == "forkserver" and _server_env is None:
+        _start_forkserver()
+        _server_env = _loaded(os.environ)
+    return multiprocessing.get_context(method)
+
+
+def environment() -> dict[str, str]:
+    """This process's environment, for a child to take as its own (a forked child of the
+    forkserver would have the forkserver's)."""
+    return dict(os.environ)
+
+
+def take_environment(env: dict[str, str] | None) -> None:
+    """In the child: the judge's environment replaces the one it was started with."""
+    if env is not None and env != os.environ:
+        os.environ.clear()
+        os.environ.update(env)
+
+
+def bound_to_parent() -> None:
+    """Die with the parent (Linux: PR_SET_PDEATHSIG; a forkserver's child dies with the
+    forkserver, which ends when the judge does), and leave ^C to it."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def end(conn: Any, process: Any, wait: float = 5.0) -> None:
+    """End a child: "exit" on its pipe, `wait` s for it to go, then a kill; its pipe closed."""
+    try:
+        conn.send(("exit",))
+    except (OSError, ValueError):
+        pass
+    process.join(timeout=wait)
+    if process.is_alive():
+        process.kill()
+        process.join(timeout=5)
+    conn.close()
+
+
+def _start_forkserver() -> None:
+    """Start the forkserver, importing what it preloads from this process's sys.path (Python
+    3.11's forkserver ignores the sys.path it is given: PYTHONPATH carries it for the start)."""
+    from multiprocessing import forkserver
+    forkserver.set_forkserver_preload(PRELOAD)
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
+    try:
+        forkserver.ensure_running()
+    finally:
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
+
+
+def _forkserver_fits() -> bool:
+    """A forkserver is started only from the main thread: it dies with the thread that started
+    it (d500.forkserver), which must outlive every child it forks."""
+    if "forkserver" not in multiprocessing.get_all_start_methods() or sys.platform != "linux":
+        return False
+    if _server_env is None:
+        return threading.current_thread() is threading.main_thread()
+    return _server_env == _loaded(os.environ)
+
+
+def _loaded(env: Any) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(LOADED)}

@@ -1,0 +1,93 @@
+"""The processes that hold an entry's code (d500.children): forked by a clean forkserver, never by
+the judge, each new; they take the judge's environment and directory of the moment, a changed
+load-time variable falls back to spawning, and `end` ends a child that ignores "exit"."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from d500 import children
+
+_MINE: str | None = None  # set by a child in its own memory; a later child must not see it
+
+
+def report(conn, env) -> None:
+    """A child: takes `env`, answers what it sees, remembers a mark, then waits for "exit" (or,
+    after "stubborn", for nothing)."""
+    global _MINE
+    children.bound_to_parent()
+    children.take_environment(env)
+    parent = os.getppid()
+    stat = Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()
+    conn.send({"pid": os.getpid(), "parent": parent, "grandparent": int(stat[1]),
+               "parent_line": Path(f"/proc/{parent}/cmdline").read_bytes().decode(),
+               "cwd": os.getcwd(), "probe": os.environ.get("D500_CHILD_PROBE"),
+               "seen": _MINE, "torch": "torch" in sys.modules})
+    _MINE = f"child {os.getpid()}"
+    while True:
+        message = conn.recv()
+        if message == ("stubborn",):
+            conn.send("ok")
+            while True:  # reads nothing more
+                time.sleep(1)
+        if message == ("exit",):
+            return
+
+
+def _start(ctx):
+    conn, child = ctx.Pipe()
+    process = ctx.Process(target=report, args=(child, children.environment()), daemon=True)
+    process.start()
+    child.close()
+    assert conn.poll(300), "the child never answered"
+    return conn, process, conn.recv()
+
+
+def test_children_are_new_forks_of_the_forkserver_with_the_judges_environment_now(
+        tmp_path, monkeypatch):
+    ctx = children.context()
+    assert ctx.get_start_method() == "forkserver"
+    monkeypatch.setenv("D500_CHILD_PROBE", "after the forkserver started")  # (it has not this)
+    monkeypatch.chdir(tmp_path)
+    seen = []
+    for _ in range(2):
+        conn, process, info = _start(children.context())
+        children.end(conn, process)
+        assert process.exitcode == 0
+        seen.append(info)
+    for info in seen:
+        assert info["parent"] != os.getpid()  # never forked from this (the judge's) process,
+        assert info["grandparent"] == os.getpid() and "forkserver" in info["parent_line"]
+        assert info["probe"] == "after the forkserver started"
+        assert Path(info["cwd"]) == tmp_path
+        assert info["torch"]  # preloaded there, not imported again
+        assert info["seen"] is None  # nothing of an earlier child's memory
+    assert seen[0]["pid"] != seen[1]["pid"] and seen[0]["parent"] == seen[1]["parent"]
+
+
+def test_a_child_of_another_framework_is_spawned():
+    """A TensorFlow or JAX worker holds no torch: it does not come from the forkserver."""
+    assert children.context(["torch"]).get_start_method() == "forkserver"
+    for frameworks in (["tensorflow"], ["jax"], ["torch", "tensorflow"], ["an-unknown-one"]):
+        assert children.context(frameworks).get_start_method() == "spawn"
+
+
+def test_a_changed_load_time_variable_spawns(monkeypatch):
+    children.context()  # the forkserver running, with this environment's OMP_NUM_THREADS
+    monkeypatch.setenv("OMP_NUM_THREADS", str(int(os.environ.get("OMP_NUM_THREADS", "1")) + 1))
+    ctx = children.context()
+    assert ctx.get_start_method() == "spawn"
+    conn, process, info = _start(ctx)
+    children.end(conn, process)
+    assert info["parent"] == os.getpid()
+
+
+def test_end_kills_a_child_that_does_not_exit():
+    conn, process, _ = _start(children.context())
+    conn.send(("stubborn",))
+    assert conn.recv() == "ok"
+    children.end(conn, process, wait=0.5)  # "exit" is read, but the child goes on
+    assert not process.is_alive()
