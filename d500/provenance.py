@@ -26,8 +26,8 @@ from typing import Any
 from d500.errors import UsageError
 from d500.paths import PROJECT_ROOT, cache
 
-PACKAGES = ("d500", "torch", "tensorflow", "tensorflow-cpu", "onnx", "onnxruntime", "openvino",
-            "numpy", "mpi4py", "mpich")
+PACKAGES = ("d500", "torch", "tensorflow", "tensorflow-cpu", "jax", "jaxlib", "optax", "onnx",
+            "onnxruntime", "openvino", "numpy", "mpi4py", "mpich")
 _collected: dict[str, Any] | None = None
 _peak_memo: dict[str, dict[str, Any]] = {}  # machine id -> the peak measured by this process
 
@@ -87,7 +87,7 @@ def summary(provenance: dict[str, Any]) -> str:
     gib = (provenance.get("memory_bytes") or 0) / 2**30
     gpu = ", ".join(g.get("name", "?") for g in provenance.get("gpus") or []) or "no GPU"
     pk = provenance.get("packages", {})
-    vers = ", ".join(f"{k} {pk[k]}" for k in ("torch", "tensorflow", "tensorflow-cpu",
+    vers = ", ".join(f"{k} {pk[k]}" for k in ("torch", "tensorflow", "tensorflow-cpu", "jax",
                                                "onnxruntime", "openvino", "numpy") if pk.get(k))
     peak = provenance.get("peak_flops")
     peak_txt = f", peak {peak / 1e9:.0f} GFLOP/s" if peak else ""

@@ -1,7 +1,7 @@
-"""The Trainer split (gradients + apply = step on torch, tensorflow and reference; torch's zero-copy
-param.grad and parameter views) and the schemes in one process: option and compressor refusals,
-each scheme at 1 rank equal to plain training, evaluation traffic kept apart. The multi-rank
-checks are in test_schemes_mpi.py."""
+"""The Trainer split (gradients + apply = step on torch, tensorflow, jax and reference; torch's
+zero-copy param.grad and parameter views) and the schemes in one process: option and compressor
+refusals, each scheme at 1 rank equal to plain training, evaluation traffic kept apart. The
+multi-rank checks are in test_schemes_mpi.py."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from d500.distributed.schemes.server import Flat
 from d500.errors import ConfigError, UsageError
 from d500.training.optimizers.registry import make as make_optimizer
 
-TRAINABLE = ["torch", "tensorflow", "reference"]
+TRAINABLE = ["torch", "tensorflow", "jax", "reference"]
 LR = 0.05
 
 

@@ -149,7 +149,7 @@ def _optax_sgd(values: list[Any], hp: dict[str, Any], name: str) -> Any:
     parts = [optax.add_decayed_weights(hp["weight_decay"])] if hp["weight_decay"] else []
     if hp["momentum"]:
         parts.append(optax.trace(decay=hp["momentum"], nesterov=hp["nesterov"]))
-    return optax.chain(*parts)
+    return optax.chain(*parts) if parts else optax.identity()
 
 
 def _optax_adam(values: list[Any], hp: dict[str, Any], name: str) -> Any:
