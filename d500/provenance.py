@@ -372,6 +372,33 @@ def tree_cpu() -> float:
     return total + sum(stats[pid][1] for pid in mine if pid != os.getpid()) / tick
 
 
+def others_now(seconds: float = MIN_DURING) -> float | None:
+    """Cores' worth of CPU other processes (outside this process's tree) take now, over a
+    window of `seconds`; None where /proc/stat does not say."""
+    busy, own, wall = busy_seconds(), tree_cpu(), time.monotonic()
+    time.sleep(seconds)
+    end = busy_seconds()
+    if busy is None or end is None:
+        return None
+    return round(max(0.0, (end - busy - (tree_cpu() - own)) / (time.monotonic() - wall)), 2)
+
+
+def wait_for_quiet(limit: float, note: Any = None) -> float | None:
+    """Wait, up to `limit` seconds, until other processes take at most `loaded_share()` of the
+    usable cores (`note(text)` says why it waits); the last reading (None: not measurable)."""
+    cores, start = usable_cores(), time.monotonic()
+    while True:
+        others = others_now()
+        if others is None or others <= loaded_share() * cores:
+            return others
+        left = limit - (time.monotonic() - start)
+        if left <= 0:
+            return others
+        if note is not None:
+            note(f"waiting for a quiet machine: other processes take {others:.1f} of {cores} "
+                 f"cores ({left:.0f} s left)")
+
+
 class LoadWatch:
     """How busy the machine was around a timed piece of work: made when it starts, `finish()`
     when it ends. The work ran on a loaded machine when other processes took more than

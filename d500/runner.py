@@ -1,6 +1,8 @@
 """`d500 run`, the main job: a quick suite over every registered level (each level plans its part
 and executes it through its own library, which records in the ledger), then the leaderboard.
 
+Before each level it waits, up to --quiet-wait seconds, for other processes to leave the cores
+(what they took is measured on every timed run all the same, and a loaded run is ranked apart).
 Every level shows a progress bar on stderr; results go to the ledger; at the end the leaderboard
 boards of what ran are printed as tables on stdout and the whole leaderboard is written as HTML
 under $D500_HOME. Exit 1 when something failed (a backend disagreed, lacked an operator, an
@@ -22,6 +24,7 @@ from d500.levels import Context, Item, Level, RunOptions, all_levels
 
 BUDGET = 0.5  # seconds of timing per measurement and implementation
 QUICK_BUDGET = 0.1
+QUIET_WAIT = 60.0  # seconds a level waits for other processes to leave the cores
 
 
 @dataclass
@@ -30,6 +33,7 @@ class Plan:
 
     stages: list[tuple[Level, list[Item]]] = field(default_factory=list)
     options: RunOptions = field(default_factory=RunOptions)
+    quiet_wait: float = 0.0  # seconds each level waits for a quiet machine (0: none)
 
 
 def main(argv: list[str], prog: str = "d500 run") -> int:
@@ -46,9 +50,16 @@ def main(argv: list[str], prog: str = "d500 run") -> int:
     parser.add_argument("--budget", type=seconds,
                         help=f"seconds of timing per measurement (default {BUDGET})")
     parser.add_argument("--no-html", action="store_true", help="do not write the HTML leaderboard")
+    parser.add_argument("--quiet-wait", type=float, default=QUIET_WAIT, metavar="SECONDS",
+                        help="before each level, wait up to this long for other processes to "
+                             f"leave the cores (default {QUIET_WAIT:.0f}; 0: do not wait); "
+                             "runs timed on a loaded machine are ranked apart")
     threads.add_option(parser)
     args = parser.parse_args(argv)
+    if not args.quiet_wait >= 0:
+        parser.error(f"--quiet-wait: expected seconds >= 0, got {args.quiet_wait}")
     plan = make_plan(args)
+    plan.quiet_wait = args.quiet_wait
     from d500 import backends
     threads.configure(args.threads, threads.frameworks(plan.options.backends
                                                        or backends.installed()))
@@ -135,6 +146,8 @@ def execute(plan: Plan, html: bool = True) -> int:
         for level, items in plan.stages:
             t0 = time.perf_counter()
             stage = progress(level.title, len(items))
+            if plan.quiet_wait > 0:
+                _quiet(plan.quiet_wait, stage, err)
 
             def write(text: str) -> None:
                 log.write(text.rstrip() + "\n")
@@ -174,6 +187,16 @@ def execute(plan: Plan, html: bool = True) -> int:
     for line in problems:
         out.print(f"[red]problem:[/] {line}", highlight=False)
     return 1 if problems else 0
+
+
+def _quiet(limit: float, stage: Any, err: Any) -> None:
+    """Wait for a quiet machine before a level is timed; say so when it stayed loaded."""
+    from d500.provenance import loaded_share, usable_cores, wait_for_quiet
+    others = wait_for_quiet(limit, stage.note)
+    if others is not None and others > loaded_share() * usable_cores():
+        err.print(f"the machine stayed loaded for {limit:.0f} s (other processes take "
+                  f"{others:.1f} of {usable_cores()} cores): timing anyway; its runs are marked "
+                  "loaded and ranked apart", highlight=False)
 
 
 class _Stage:

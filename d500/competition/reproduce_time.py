@@ -52,10 +52,13 @@ def too_fast(recorded: float, reproduced: float, slowdown: float = 1.0) -> bool:
 
 
 def slowdown(load: dict[str, Any] | None) -> float:
-    """The most a reproduction's LoadWatch record says load slowed it: 1 + others' load / usable
-    cores when it marked the machine loaded, else 1."""
+    """The most a reproduction's LoadWatch record says load slowed it: 1 + others' load (what
+    they took during it, where measured, else the load averages') / usable cores when it marked
+    the machine loaded, else 1."""
     load = load or {}
-    others = [v for v in load.get("others") or [] if isinstance(v, (int, float))]
+    during = load.get("during")
+    others = [during] if isinstance(during, (int, float)) else [
+        v for v in load.get("others") or [] if isinstance(v, (int, float))]
     cores = load.get("usable_cores")
     if not load.get("loaded") or not others or not isinstance(cores, (int, float)) or cores <= 0:
         return 1.0

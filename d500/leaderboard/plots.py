@@ -63,7 +63,7 @@ def board_plots(board: Board, ledger: Any = None, legend: Legend | None = None
 def entry_name(board: Board, entry: Entry, legend: Legend | None = None) -> str:
     """"submission / backend", marked when its runs came in a package or reproduce one (so no
     two rows read alike), with its environment labels when the board spans machines."""
-    name = f"{entry.submission} / {entry.backend}"
+    name = f"{entry.submission} / {entry.label}"
     sha = ((entry.package or {}).get("sha256") or "")[:8]
     if entry.package:
         name += (f" (reproduction of {sha})" if entry.package.get("reproduction")

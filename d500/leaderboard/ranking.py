@@ -35,6 +35,9 @@ class Entry:
     backend: str
     machine: str = ""  # hardware key of its runs' environment ("" when none was recorded)
     package: dict[str, Any] | None = None  # {"id", "entry", "sha256", "forced"} when imported
+    threads: int | None = None  # the thread count its runs ran at (runs at another: another row)
+    loaded: bool = False  # its runs were timed on a loaded machine: ranked apart, never a winner
+    variant: str = ""  # what tells it from a row of the same name ("1 thread"), else ""
     runs: list[dict[str, Any]] = field(default_factory=list)
     trials: list[dict[str, Any]] = field(default_factory=list)
     values: dict[str, list[float]] = field(default_factory=dict)
@@ -46,6 +49,11 @@ class Entry:
     problems: list[str] = field(default_factory=list)
     environments: list[dict[str, Any]] = field(default_factory=list)  # distinct, run order
     environment_ids: list[int] = field(default_factory=list)  # their ledger ids, same order
+
+    @property
+    def label(self) -> str:
+        """The backend as the row names it, with its variant when another row shares it."""
+        return f"{self.backend} · {self.variant}" if self.variant else self.backend
 
     @property
     def counts(self) -> Counter:
@@ -199,15 +207,17 @@ def _board(level: int | None, name: str, sha: str | None, group: list[dict[str, 
     rules = _rules(group)
     known = _defined(rules.names)
     rank_by = next((m for m in known if m.name == rules.rank_by), None)
-    entries: dict[tuple[str, str, str, Any], Entry] = {}
+    entries: dict[tuple, Entry] = {}
     for r in group:
         package = origin(r)  # from a competition package, or reproducing one
-        key = (r["submission"] or "", r["backend"] or "", machine(envs.get(r["environment"])),
-               package.get("id", package.get("sha256")) if package else None)
-        entry = entries.setdefault(key, Entry(*key[:3], package=package))
+        env = envs.get(r["environment"])
+        key = (r["submission"] or "", r["backend"] or "", machine(env),
+               package.get("id", package.get("sha256")) if package else None,
+               ((env or {}).get("threads") or {}).get("count"), run_loaded(r))
+        entry = entries.setdefault(key, Entry(*key[:3], package=package, threads=key[4],
+                                              loaded=key[5]))
         (entry.trials if r["study"] is not None else entry.runs).append(r)
         entry.problems += per_run.get(r["id"], [])
-        env = envs.get(r["environment"])
         if env and env not in entry.environments:
             entry.environments.append(env)
             entry.environment_ids.append(r["environment"])
@@ -225,8 +235,28 @@ def _board(level: int | None, name: str, sha: str | None, group: list[dict[str, 
     board = Board(level, name, sha, known, rank_by, rules.how or "per-metric default", [],
                   description=rules.description, rules_problem=rules.problem,
                   across_machines=across_machines)
+    _name_variants(list(entries.values()))
     board.entries = _ranked(list(entries.values()), rank_by, across_machines)
     return board
+
+
+def run_loaded(run: dict[str, Any]) -> bool:
+    """Whether a run was timed on a loaded machine, by the share of the process that draws the
+    board (d500.provenance.is_loaded on the figures the run recorded, not its own flag)."""
+    from d500.provenance import is_loaded
+    load = (run.get("details") or {}).get("load_average")
+    return isinstance(load, dict) and is_loaded(load)
+
+
+def _name_variants(entries: list[Entry]) -> None:
+    """Rows of one submission and backend at different thread counts say their count."""
+    counts: dict[tuple, set] = {}
+    for e in entries:
+        counts.setdefault((e.submission, e.backend, e.machine), set()).add(e.threads)
+    for e in entries:
+        if len(counts[(e.submission, e.backend, e.machine)]) > 1:
+            e.variant = ("threads: default" if e.threads is None
+                         else f"{e.threads} thread{'s' * (e.threads != 1)}")
 
 
 def origin(run: dict[str, Any]) -> dict[str, Any] | None:
@@ -264,6 +294,7 @@ def submission_label(submission: str, source: dict[str, Any] | None) -> str:
 def _ranked(entries: list[Entry], rank_by: Metric | None, across_machines: bool) -> list[Entry]:
     """Entries ranked and ordered: by machine first (machines in the order of their first run)
     when a machine-dependent metric ranks entries of several machines, else all together;
+    entries timed on a loaded machine after the clean ones, ranked among themselves (apart);
     entries forced in past `d500 check` after the others, without rank or ratio; `d500
     reproduce` runs never ranked either, each entry of them right after the one it reproduces."""
     copies = [e for e in entries if reproduction(e)]
@@ -274,11 +305,11 @@ def _ranked(entries: list[Entry], rank_by: Metric | None, across_machines: bool)
         first_run[e.machine] = min(first_run.get(e.machine, start), start)
     by_machine = (rank_by is not None and machine_dependent(rank_by) and not across_machines
                   and len(first_run) > 1)
-    groups: dict[str, list[Entry]] = {}
+    groups: dict[tuple[str, bool], list[Entry]] = {}
     for e in entries:
-        groups.setdefault(e.machine if by_machine else "", []).append(e)
+        groups.setdefault((e.machine if by_machine else "", e.loaded), []).append(e)
     ordered: list[Entry] = []
-    for key in sorted(groups, key=lambda k: (first_run.get(k, 0), k)):
+    for key in sorted(groups, key=lambda k: (first_run.get(k[0], 0), k[0], k[1])):
         ranked = sorted(groups[key], key=lambda e: (
             forced(e), rank_by.sort_key(e.aggregate.get(rank_by.name)) if rank_by else 0,
             e.submission, e.backend, first_run[e.machine], e.machine))

@@ -13,7 +13,8 @@ A workload counts when its board ranks (its rules name rank_by) and some entry h
 figure; only the newest rules version of each workload counts. An entry's "times the best" on a
 workload is its board's ratio (Board/Entry in ranking.py: the aggregate of the ranking metric
 against the best entry's, in the metric's own direction, so >= 1). At level 1 a backend with
-several entries on one board (of one machine) takes the best of them.
+several entries on one board (of one machine) takes the best of them. Entries timed on a loaded
+machine (ranked apart on their boards) count only where every entry of the board was.
 
 When the boards hold entries of several machines, some workload is ranked by a machine-dependent
 metric and the organiser did not pass --across-machines, there is one summary per machine, headed
@@ -128,8 +129,9 @@ def summarise(boards: Sequence[Board], by_submission: bool,
         if board.rank_by is None or all(e.ratio is None for e in entries):
             continue
         rank_by[board.workload] = board.rank_by
+        every_loaded = all(e.loaded for e in entries)
         for e in entries:
-            if reproduction(e):  # a re-check of a package's result, never an entry
+            if reproduction(e) or (e.loaded and not every_loaded):  # load: ranked apart
                 continue
             name = submission_label(e.submission, e.package)  # a package's rows apart
             key = f"{name} / {e.backend}" if by_submission or e.package else e.backend

@@ -13,6 +13,7 @@ from d500 import metrics as _metrics
 from d500.leaderboard.environments import Legend, hardware_text, machine_columns
 from d500.leaderboard.ranking import Board, Entry, submission_label
 from d500.metrics import Metric
+from d500.provenance import is_loaded
 
 STATUS_ORDER = ("succeeded", "missed", "failed", "diverged", "timeout", "interrupted", "running")
 EXCLUDED_HEADERS = ["run", "submission", "backend", "status", "seed", "kind", "error"]
@@ -81,7 +82,7 @@ def row(board: Board, entry: Entry, compact: bool = False, legend: Legend | None
     repeats the runs column. The env cell names the entry's environments by their labels in
     `legend` (the leaderboard's; by default one of this board alone)."""
     legend = legend if legend is not None else Legend.of([board])
-    cells = ["—" if entry.rank is None else str(entry.rank), submission(entry), entry.backend]
+    cells = [rank_cell(entry), submission(entry), entry.label]
     cells += [cell(entry, m, count=not compact) for m in columns(board)]
     if board.rank_by is not None:
         cells.insert(4, ratio(entry))
@@ -100,6 +101,14 @@ def _kept(board: Board, cols: list[str], compact: bool) -> list[int]:
     if all(e.submission == e.backend and not e.package for e in board.entries):
         drop.add("submission")
     return [i for i, h in enumerate(cols) if h not in drop]
+
+
+def rank_cell(entry: Entry) -> str:
+    """The rank as shown: in parentheses for a row timed on a loaded machine (ranked apart, among
+    such rows only), "—" for an unranked one."""
+    if entry.rank is None:
+        return "—"
+    return f"({entry.rank})" if entry.loaded else str(entry.rank)
 
 
 def submission(entry: Entry) -> str:
@@ -126,7 +135,7 @@ def load_notes(entries: Sequence[Entry]) -> list[str]:
     for e in entries:
         mark = load_mark(e)
         if mark:
-            rows.setdefault(mark, []).append(f"{submission(e)} / {e.backend}")
+            rows.setdefault(mark, []).append(f"{submission(e)} / {e.label}")
     if len(rows) == 1 and len(next(iter(rows.values()))) == len(entries) > 1:
         return [f"{next(iter(rows))} (every row)"]
     return [f"{mark} ({', '.join(names)})" for mark, names in rows.items()]
@@ -163,7 +172,7 @@ def load_note(entries: Sequence[Entry]) -> str:
     if len(marks) == 1:
         return f"{marks.pop()}: every row of this table"
     return ("⚠ loaded machine, every row of this table: " + "; ".join(
-        f"{submission(e)} / {e.backend}: {load[0]} of {load[1]} timed run(s)"
+        f"{submission(e)} / {e.label}: {load[0]} of {load[1]} timed run(s)"
         for e, load in found if load is not None) + f"; {how}")
 
 
@@ -300,8 +309,9 @@ def load_mark(entry: Entry) -> str:
     if load is None:
         return ""
     loaded, timed, others, cores = load
+    apart = "; ranked apart, rank in parentheses" if entry.loaded and entry.rank else ""
     return (f"⚠ loaded machine: {loaded} of {timed} timed run(s), other processes' "
-            f"load up to {others:.1f} on {cores} cores")
+            f"load up to {others:.1f} on {cores} cores{apart}")
 
 
 def _load(entry: Entry) -> tuple[int, int, float, Any] | None:
@@ -309,8 +319,9 @@ def _load(entry: Entry) -> tuple[int, int, float, Any] | None:
     runs timed on a loaded machine; None without one."""
     timed = [r["details"]["load_average"] for r in entry.runs
              if isinstance(r.get("details", {}).get("load_average"), dict)]
-    loaded = [w for w in timed if w.get("loaded")]
+    loaded = [w for w in timed if is_loaded(w)]
     if not loaded:
         return None
-    others = max((v for w in loaded for v in w.get("others") or [] if v is not None), default=0)
+    others = max((v for w in loaded for v in ([w["during"]] if isinstance(
+        w.get("during"), (int, float)) else w.get("others") or []) if v is not None), default=0)
     return len(loaded), len(timed), float(others), loaded[0].get("usable_cores", "?")

@@ -7,7 +7,9 @@ the same rows at the top of the leaderboard, above every table.
         rows[0].workload, rows[0].winner, rows[0].figure, rows[0].margin, rows[0].seeds
 
 Only each workload's newest rules version counts (older versions are ranked apart below).
-Reproductions and forced imports are never ranked, so never win. The seed verdict compares the
+Reproductions and forced imports are never ranked, so never win; entries timed on a loaded
+machine are ranked apart, never a winner or a runner-up beside a clean one (where every entry
+was, the winner is said with that mark). The seed verdict compares the
 [min – max] spread the board shows of the two rows' figures over the seeds the rules chose: the
 margin is significant when the ranges do not overlap (every seed of the winner beats every seed
 of the runner-up), not significant when they do, not assessed below two seeds each. Levels 0 and
@@ -96,7 +98,9 @@ def rows(board: Board, legend: Legend) -> list[Row]:
 
 def _row(board: Board, where: str, group: list[Entry], metric: Metric,
          labels: tuple[str, ...]) -> Row:
-    ranked = sorted((e for e in group if e.rank is not None), key=lambda e: e.rank or 0)
+    candidates = [e for e in group if e.rank is not None]
+    every_loaded = all(e.loaded for e in candidates)  # then they are compared, and marked
+    ranked = sorted((e for e in candidates if e.loaded == every_loaded), key=lambda e: e.rank)
     if not ranked:
         return Row(board, where, "—", f"no ranked entry ({metric.name})", "—", "—", labels)
     best, runner = ranked[0], (ranked[1] if len(ranked) > 1 else None)
@@ -105,13 +109,14 @@ def _row(board: Board, where: str, group: list[Entry], metric: Metric,
         return Row(board, where, "—", f"no entry has a finite {metric.name}: every one is "
                    f"{metric.format(value)} (e.g. the target missed)", "—", "—", labels)
     figure = f"{metric.name} {metric.format(value)} ({_how(board, best, metric)}; " \
-             f"{metric.direction} is better)"
+             f"{metric.direction} is better)" + (
+                 " ⚠ every entry was timed on a loaded machine" if best.loaded else "")
     return Row(board, where, name(best), figure, _margin(metric, runner),
                _seeds(board, metric, best, runner), labels)
 
 
 def name(entry: Entry) -> str:
-    return f"{submission_label(entry.submission, entry.package)} / {entry.backend}"
+    return f"{submission_label(entry.submission, entry.package)} / {entry.label}"
 
 
 def _how(board: Board, entry: Entry, metric: Metric) -> str:

@@ -185,12 +185,14 @@ def test_the_leaderboard_marks_a_level2_run_on_a_loaded_machine(setup, tmp_path)
     assert by_seed[1]["loaded"] is True and by_seed[1]["start"][0] == round(3.0 * CORES, 2)
     ledger = Ledger(home / "ledger.sqlite")
     [board] = ranking.build(ledger, level=2)
-    [entry] = board.entries
-    assert text.load_mark(entry).startswith("⚠ loaded machine: 1 of 2 timed run(s), other "
-                                            "processes' load up to ")
-    assert text.load_mark(entry).endswith(f"on {CORES} cores")
+    clean, loaded = board.entries  # never pooled: the loaded run is a row apart, after
+    assert [r["seed"] for r in clean.runs] == [0] and [r["seed"] for r in loaded.runs] == [1]
+    assert not clean.loaded and loaded.loaded and text.load_mark(clean) == ""
+    assert text.load_mark(loaded).startswith("⚠ loaded machine: 1 of 1 timed run(s), other "
+                                             "processes' load up to ")
+    assert text.load_mark(loaded).endswith(f"on {CORES} cores")
     shown = render(ledger, level=2, fmt="md")
-    assert "⚠ loaded machine: 1 of 2 timed run(s)" in shown and "· 1 thread ·" in shown
+    assert "⚠ loaded machine: 1 of 1 timed run(s)" in shown and "· 1 thread ·" in shown
 
 
 # -- each rank's share of the cores, as level 3 gives it ---------------------------------------
