@@ -1,8 +1,8 @@
 """Level-3 training runs on real MPI ranks: `mpiexec -n 1, 2, 4 d500 train digits-mlp --submission
 sync`, the DDP baseline and a compressed entry at 2 ranks. Each job reaches the target and is ONE
 ledger run recorded by rank 0 (world size, every rank's figures, the MLLOG keys of a distributed
-run); the 2- and 4-rank runs are scaled against the 1-rank run; the level-3 leaderboard shows
-them per world size."""
+run); the 2- and 4-rank runs are scaled against the 1-rank run at the same per-rank thread count;
+the level-3 leaderboard shows them per world size."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def runs(tmp_path_factory):
     out = {}
     for key, ranks, entry in (("sync1", 1, "sync"), ("sync2", 2, "sync"), ("sync4", 4, "sync"),
                               ("ddp2", 2, "ddp-baseline"), ("topk2", 2, "sync-topk")):
-        result = jobs.train(home, ranks, MLP, jobs.ENTRIES / entry, "--seeds", "1")
+        result = jobs.train(home, ranks, MLP, jobs.ENTRIES / entry, "--seeds", "1",
+                            "--threads", "1")  # one per rank at every size: scaled like for like
         out[key] = result
     return home, out
 
@@ -88,6 +89,15 @@ def test_bytes_per_rank_are_the_algorithms_counts(runs):
         t1 = one["figures"]["time_to_accuracy"]
         assert f["scaling_efficiency"] == pytest.approx(t1 / (size * f["time_to_accuracy"]))
         assert f["speedup"] == pytest.approx(t1 / f["time_to_accuracy"])
+    from d500.distributed import figures
+    two = ledger.get(_one(out["sync2"])["run_id"])
+    assert two["provenance"]["threads"]["count"] == one["provenance"]["threads"]["count"] == 1
+    kwargs = dict(exclude=two["id"], sha=two["workload_sha256"])
+    assert figures.reference_time(ledger, 3, "digits-mlp", "sync", "torch", 1, threads=1,
+                                  **kwargs) == t1
+    # a reference at another per-rank thread count is no reference: no efficiency from it
+    assert figures.reference_time(ledger, 3, "digits-mlp", "sync", "torch", 1, threads=2,
+                                  **kwargs) is None
     four = ledger.get(_one(out["sync4"])["run_id"])
     assert four["details"]["oversubscribed"] is (jobs.os.cpu_count() < 4)
 
