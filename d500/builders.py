@@ -242,12 +242,7 @@ def build_lm(name: str, context: int, vocab: int, seed: int = 0, loss: bool = Fa
         inputs.append(helper.make_tensor_value_info("labels", TensorProto.INT64,
                                                     ["N", int(context)]))
         outputs.append(helper.make_tensor_value_info("loss", TensorProto.FLOAT, []))
-    graph = helper.make_graph(g.nodes, name, inputs, outputs, g.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", LM_OPSET)],
-                              producer_name="d500.builders")
-    model.ir_version = 9
-    onnx.checker.check_model(model, full_check=True)
-    return model
+    return _checked(g, name, inputs, outputs, LM_OPSET, ir_version=9)
 # Smallest height/width each network accepts.
 _MIN_SIDE = {"mlp": 1, "lenet5": 8, "resnet20": 4}
 
@@ -283,9 +278,15 @@ def build(name: str, input_shape: Sequence[int] = (1, 28, 28), classes: int = 10
                                         ["loss"], name="loss", reduction="mean"))
         inputs.append(helper.make_tensor_value_info("labels", TensorProto.INT64, ["N"]))
         outputs.append(helper.make_tensor_value_info("loss", TensorProto.FLOAT, []))
+    return _checked(g, name, inputs, outputs, OPSET, ir_version=8)
+
+
+def _checked(g: _Graph, name: str, inputs: list, outputs: list, opset: int, ir_version: int
+             ) -> onnx.ModelProto:
+    """The graph written into `g` as a model of `opset`, checked by onnx (full check)."""
     graph = helper.make_graph(g.nodes, name, inputs, outputs, g.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="d500.builders")
-    model.ir_version = 8
+    model.ir_version = ir_version
     onnx.checker.check_model(model, full_check=True)
     return model
