@@ -2,8 +2,10 @@
 
 A metric file sets NAME (= its file name), UNIT, DIRECTION ("lower"/"higher" is better),
 AGGREGATE ("median" or "olympic_mean", over repetitions and seeds), MISSING (what a run that
-did not record it counts as: None or float("inf")), FORMAT (a format spec or "duration"),
-MEASURED (how it is measured) and MACHINE_DEPENDENT (whether its value depends on the hardware
+did not record it counts as: None or float("inf")), FORMAT (a format spec, "duration" or "bytes"),
+MEASURED (how it is measured), optionally REPETITIONS (the run details that hold the timing of
+its repetitions, d500.timing.Timing.summary(): a row says when they spread widely) and
+MACHINE_DEPENDENT (whether its value depends on the hardware
 that measured it: times, rates and ratios of times such as a speed-up; by default true exactly
 when UNIT is "s" or a unit per second). The leaderboard ranks and formats only through these.
 """
@@ -39,6 +41,7 @@ class Metric:
     description: str
     path: Path
     machine_dependent: bool = False  # only comparable between runs on the same hardware
+    repetitions: tuple[str, ...] = ()  # run details holding the timing of its repetitions
 
     @property
     def lower_is_better(self) -> bool:
@@ -181,7 +184,7 @@ def _load(path: Path) -> Metric:
         aggregate=getattr(module, "AGGREGATE", "median"),
         missing=None if missing is None else float(missing), format_spec=fmt,
         measured=need("MEASURED", str), description=(module.__doc__ or "").strip(), path=path,
-        machine_dependent=dependent)
+        machine_dependent=dependent, repetitions=tuple(getattr(module, "REPETITIONS", ())))
 
 
 def aggregate(values: Sequence[float], how: str) -> float | None:

@@ -83,6 +83,20 @@ class Timing:
         return asdict(self)
 
 
+UNSTABLE = 0.1  # interquartile range over median: above it, the repetitions spread widely
+
+
+def unstable(summary: Any) -> bool:
+    """Whether a Timing.summary() says its repetitions spread widely (interquartile range above
+    UNSTABLE of the median; pyperf warns likewise when the standard deviation passes 10% of the
+    mean, d500 takes the robust spread)."""
+    if not isinstance(summary, dict):
+        return False
+    iqr, median = summary.get("iqr"), summary.get("median")
+    return (isinstance(iqr, (int, float)) and isinstance(median, (int, float)) and median > 0
+            and iqr / median > UNSTABLE)
+
+
 def median_ci(samples: list[float], z: float = Z95) -> tuple[float, float]:
     """A distribution-free confidence interval of the median (order statistics; Le Boudec,
     "Performance Evaluation of Computer and Communication Systems", 2.1). With fewer than six

@@ -13,3 +13,4 @@ MEASURED = (
     "GradientTape's gradient; the NumPy reference's VJP), repeated after warm-up; the median "
     "of the timed repetitions of a run, timed interleaved with the forward"
 )
+REPETITIONS = ("backward_timing",)  # run details: the timing of the repetitions

@@ -11,3 +11,4 @@ MEASURED = (
     "time.perf_counter around one call, repeated after warm-up; the median of the timed "
     "repetitions of a run"
 )
+REPETITIONS = ("latency", "timing")  # run details with its repetitions: level 1, level 0

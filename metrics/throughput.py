@@ -10,3 +10,4 @@ MACHINE_DEPENDENT = True  # a rate: the hardware sets it
 MEASURED = (
     "batch size divided by the median latency of one call (inference or training step) in a run"
 )
+REPETITIONS = ("throughput",)  # run details: the timing of the repetitions

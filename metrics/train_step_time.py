@@ -11,3 +11,4 @@ MEASURED = (
     "time.perf_counter around one full step on a fixed batch, repeated after warm-up; the "
     "median of the timed repetitions"
 )
+REPETITIONS = ("train_step",)  # run details: the timing of the repetitions

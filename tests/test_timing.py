@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from d500 import timing
 from d500.timing import measure, measure_interleaved, median_ci
 
 
@@ -60,3 +61,31 @@ def test_interleaved_gives_each_its_own_timing_and_errors_propagate():
 
     with pytest.raises(RuntimeError, match="kaput"):
         measure_interleaved({"ok": make("ok", 0), "bad": boom}, budget=0.1)
+
+
+def test_repetitions_that_spread_widely_are_marked_unstable_on_the_board(tmp_path, monkeypatch):
+    """A call that takes 1 ms or 6 ms by turns is unstable (its interquartile range is most of
+    its median, as pyperf would warn); a row timed so says it, with a note under the table."""
+    from d500.leaderboard import ranking, render, text
+    from d500.ledger import Ledger
+
+    calls = iter(range(10**6))
+    jumpy = timing.measure(lambda: time.sleep(0.001 if next(calls) % 2 else 0.006),
+                           budget=0.3, warmup_time=0.0)
+    assert timing.unstable(jumpy.summary())
+    assert not timing.unstable(timing.Timing([0.01, 0.0101, 0.0099, 0.01]).summary())
+    monkeypatch.setenv("D500_HOME", str(tmp_path))
+    wf = tmp_path / "net.yaml"
+    wf.write_text("name: net\nlevel: 1\nmetrics: [latency]\nrank_by: latency\n")
+    ledger = Ledger()
+    steady = timing.Timing([0.004, 0.0041, 0.0039, 0.004])
+    for backend, t in (("onnxruntime", steady), ("torch", jumpy)):
+        with ledger.start_run(level=1, workload="net", submission=backend, backend=backend,
+                              workload_file=wf) as run:
+            run.record(figures={"latency": t.median}, details={"latency": t.summary()})
+    [board] = ranking.build(ledger, level=1)
+    cells = {e.backend: text.row(board, e)[3] for e in board.entries}
+    assert cells["torch"].endswith("~unstable") and "unstable" not in cells["onnxruntime"]
+    md = render(ledger, level=1, fmt="md")
+    assert ("~unstable: a run's timed repetitions spread widely (interquartile range above 10% "
+            "of the median)") in md

@@ -162,6 +162,9 @@ def _board(board: Board, ledger: Any, anchor: str, legend: Legend | None = None)
         if note:
             out.append(f"<p class='note loaded'>{esc(heading + ': ' if heading else '')}"
                        f"{esc(note)}</p>")
+    unstable = text.unstable_note(board.entries, text.columns(board))
+    if unstable:
+        out.append(f"<p class='note'>{esc(unstable)}</p>")
     out += [_figure(caption, data) for caption, data in plots.board_plots(board, ledger, legend)]
     excluded = text.excluded_rows(board)
     if excluded:

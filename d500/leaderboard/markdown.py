@@ -99,6 +99,9 @@ def _board(board: Board, legend: Legend | None = None) -> list[str]:
         note = text.load_note(entries)
         if note:
             out += ["", f"_{_md(note)}_"]
+    unstable = text.unstable_note(board.entries, text.columns(board))
+    if unstable:
+        out += ["", f"_{_md(unstable)}_"]
     excluded = text.excluded_rows(board)
     if excluded:
         out += ["", f"Runs not counted as success ({len(excluded)}):", ""]

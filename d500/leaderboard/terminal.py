@@ -41,6 +41,7 @@ def table(board: Board, compact: bool = False, legend: Legend | None = None) -> 
         for _, entries in sections:  # what it means, or (every row loaded) the note, once here
             caption += (text.load_notes(entries) if text.load_separates(entries)
                         else [note for note in [text.load_note(entries)] if note])
+    caption += [n for n in [text.unstable_note(board.entries, text.columns(board))] if n]
     out = Table(title=Text(text.title(board)), caption=Text("\n".join(caption)),
                 title_justify="left", caption_justify="left")
     for h in headers:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from d500 import metrics as _metrics
+from d500 import timing
 from d500.leaderboard.environments import Legend, hardware_text, machine_columns
 from d500.leaderboard.ranking import Board, Entry, submission_label
 from d500.metrics import Metric
@@ -269,7 +270,25 @@ def cell(entry: Entry, metric: Metric, count: bool = True) -> str:
     lo_hi = entry.spread.get(metric.name)
     if lo_hi and len(vals) > 1 and lo_hi[0] != lo_hi[1]:
         text += f" [{metric.format(lo_hi[0], unit=False)} – {metric.format(lo_hi[1], unit=False)}]"
-    return f"{text} (n={len(vals)})" if count else text
+    text = f"{text} (n={len(vals)})" if count else text
+    return f"{text} {UNSTABLE_MARK}" if unstable(entry, metric) else text
+
+
+UNSTABLE_MARK = "~unstable"
+
+
+def unstable(entry: Entry, metric: Metric) -> bool:
+    """Whether some run of the entry timed `metric` with repetitions that spread widely."""
+    return any(timing.unstable((r.get("details") or {}).get(key))
+               for r in entry.runs for key in metric.repetitions)
+
+
+def unstable_note(entries: Sequence[Entry], metrics: Sequence[Metric]) -> str:
+    """The line under a table that has an unstable cell, saying what the mark means."""
+    if not any(unstable(e, m) for e in entries for m in metrics):
+        return ""
+    return (f"{UNSTABLE_MARK}: a run's timed repetitions spread widely (interquartile range "
+            f"above {timing.UNSTABLE:.0%} of the median): its figure is not a stable one")
 
 
 def counts(entry: Entry) -> str:
