@@ -75,8 +75,8 @@ class Metric:
             return "—"
         if math.isinf(value):
             return "∞" if value > 0 else "-∞"
-        if self.format_spec == "duration":
-            return format_duration(value)
+        if self.format_spec in NAMED_FORMATS:
+            return NAMED_FORMATS[self.format_spec](value)
         text = format(value, self.format_spec)
         return f"{text} {self.unit}" if unit and self.unit else text
 
@@ -84,6 +84,14 @@ class Metric:
     def label(self) -> str:
         arrow = "↓" if self.lower_is_better else "↑"
         return f"{self.name} ({self.unit}) {arrow}" if self.unit else f"{self.name} {arrow}"
+
+
+def format_bytes(n: float) -> str:
+    """Bytes with a decimal prefix: 950 B, 207 kB, 1.5 MB, 3.2 GB."""
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {prefix}B"
+    return f"{n:.3g} B"
 
 
 def format_duration(seconds: float) -> str:
@@ -102,6 +110,9 @@ def format_duration(seconds: float) -> str:
     if a < 6000:
         return f"{seconds / 60:.3g} min"
     return f"{seconds / 3600:.3g} h"
+
+
+NAMED_FORMATS = {"duration": format_duration, "bytes": format_bytes}  # FORMAT names, not specs
 
 
 def folders() -> list[Path]:
@@ -168,12 +179,12 @@ def _load(path: Path) -> Metric:
     if missing is not None and not isinstance(missing, (int, float)):
         raise ConfigError(f"{path}: MISSING must be None or a number")
     fmt = getattr(module, "FORMAT", ".4g")
-    if fmt != "duration":
+    if fmt not in NAMED_FORMATS:
         try:
             format(1.0, fmt)
         except (ValueError, TypeError):
-            raise ConfigError(f"{path}: FORMAT = {fmt!r} is not a format spec or 'duration'"
-                              ) from None
+            raise ConfigError(f"{path}: FORMAT = {fmt!r} is not a format spec or one of "
+                              f"{', '.join(map(repr, NAMED_FORMATS))}") from None
     unit = need("UNIT", str)
     dependent = getattr(module, "MACHINE_DEPENDENT", timed_unit(unit))
     if not isinstance(dependent, bool):

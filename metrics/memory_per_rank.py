@@ -6,7 +6,7 @@ UNIT = "B"
 DIRECTION = "lower"  # which way is better: "lower" or "higher"
 AGGREGATE = "median"  # over repetitions and seeds (a workload may ask for olympic_mean)
 MISSING = None  # what a run that did not record this metric counts as (None: not counted)
-FORMAT = ".4g"
+FORMAT = "bytes"  # 950 B, 207 kB, 1.5 MB (d500.metrics.format_bytes)
 MACHINE_DEPENDENT = False  # counted from the arrays each rank holds, not timed
 MEASURED = (
     "each rank's scheme counts the bytes it holds across a step's update: its parameters, its "

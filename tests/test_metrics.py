@@ -97,7 +97,7 @@ DEPENDENT = {"latency", "backward_latency", "time_to_accuracy", "comm_time", "co
              "step_time", "train_time", "eval_time", "data_time", "translate_time",
              "first_call_time", "compile_time", "train_step_time", "throughput",
              "samples_per_second", "gflops", "speedup", "scaling_efficiency", "comm_share",
-             "peak_fraction"}
+             "peak_fraction", "staleness_max"}
 
 
 # -- the machine-dependent flag ------------------------------------------------------------------
@@ -111,6 +111,12 @@ def test_every_metric_says_whether_it_depends_on_the_machine():
     for name in ("epochs", "steps", "test_accuracy", "bytes_per_step", "compression_ratio",
                  "forward_error", "agreement"):
         assert not environments.machine_dependent(metrics.get(name)), name
+
+
+def test_bytes_print_with_a_decimal_prefix():
+    mem = metrics.get("memory_per_rank")
+    assert [mem.format(v) for v in (950, 140152, 1.5e6, 3.2e9)] == [
+        "950 B", "140 kB", "1.5 MB", "3.2 GB"]
 
 
 def test_the_flag_defaults_from_the_unit_and_is_checked(tmp_path, monkeypatch):

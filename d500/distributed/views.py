@@ -3,8 +3,8 @@
 required seeds, a miss or an interrupted one counting as infinity; explorations never count),
 test accuracy, bytes per step, communication share, scaling efficiency against its own runs at the
 reference world size, the ratio of its time to the DDP baseline's, its parallel dimensions
-(data x pipeline x tensor, and a ZeRO stage) and the memory one rank holds; then time to accuracy
-against ranks per entry (a plot per workload).
+(data x pipeline x tensor and a ZeRO stage, beside the scheme where an entry declares them) and
+the memory one rank holds; then time to accuracy against ranks per entry (a plot per workload).
 
 When the boards hold runs of several machines (and the organiser did not pass --across-machines),
 the time-based figures (time to accuracy, communication share, scaling efficiency, speed-up, vs
@@ -41,7 +41,7 @@ class Row:
     machine: str = ""  # hardware key when machines are kept apart, else ""
     scheme: str = "?"
     compressor: str = "none"
-    dims: str = ""  # data x pipeline x tensor, and the shard stage where there is one
+    dims: str = ""  # "D×P×T" and the shard stage, where the entry declared dimensions
     runs: list[dict[str, Any]] = field(default_factory=list)
     oversubscribed: bool = False
     contended: bool = False  # other processes took a share of the machine during a run
@@ -59,6 +59,11 @@ class Row:
             if v is not None and not math.isnan(v):
                 values.append(float(v))
         return statistics.median(values) if values else None
+
+    @property
+    def label(self) -> str:
+        """The scheme, with the dimensions where the entry declared them."""
+        return f"{self.scheme} {self.dims}" if self.dims else self.scheme
 
     @property
     def time(self) -> float | None:
@@ -97,7 +102,9 @@ def rows(level: int, boards: Sequence[Any], ledger: Any, per_machine: bool = Fal
 
 def dims(hyper: dict[str, Any], world: int) -> str:
     """"D×P×T" (data, pipeline, tensor) of a run's recorded hyperparameters at `world` ranks,
-    with its ZeRO stage where it has one (a flat scheme: world×1×1)."""
+    with its ZeRO stage where it has one; "" for a flat scheme (data parallel over every rank)."""
+    if not any(k in hyper for k in ("data", "pipeline", "tensor", "shard")):
+        return ""
     p, t = int(hyper.get("pipeline", 1)), int(hyper.get("tensor", 1))
     d = int(hyper.get("data", world // max(1, p * t)))
     shard = hyper.get("shard", "none")
@@ -179,7 +186,7 @@ def table_view(every: list[Row], refs: dict[str, int], on: str | None = None) ->
         pooled = [] if on else [_fmt("test_accuracy", row.median("test_accuracy")),
                                 _fmt("bytes_per_step", row.median("bytes_per_step")),
                                 _fmt("memory_per_rank", row.median("memory_per_rank", every=True))]
-        out.append([row.workload, ranks, row.submission, row.scheme, row.dims, row.compressor,
+        out.append([row.workload, ranks, row.submission, row.label, row.compressor,
                     row.backend, _fmt("time_to_accuracy", row.time), *pooled,
                     _fmt("comm_share", row.median("comm_share")),
                     _fmt("scaling_efficiency", eff), _fmt("speedup", speed), ratio, counts])
@@ -194,14 +201,15 @@ def table_view(every: list[Row], refs: dict[str, int], on: str | None = None) ->
                  "(N·T_N) against the same entry at the workload's reference world size; vs DDP = "
                  "T_N / T_N of the ddp baseline at the same world size and backend; comm share "
                  "is not measured for DDP (it overlaps communication with the backward pass); "
-                 "dims = data×pipeline×tensor ranks (and a ZeRO stage); mem/rank = the most "
-                 "bytes of parameters, gradients and optimizer state one rank holds")
+                 "a scheme's D×P×T = data×pipeline×tensor ranks (and a ZeRO stage) where the "
+                 "entry declares dimensions; mem/rank = the most bytes of parameters, gradients "
+                 "and optimizer state one rank holds")
     if on:
         notes.append("rows of this machine only: the reference and DDP runs are this machine's "
                      "too; times measured on different hardware are never compared "
                      "(d500 leaderboard --across-machines pools every machine's runs)")
     return View(f"distributed{_on(on)}: every entry per workload and world size",
-                ["workload", "ranks", "submission", "scheme", "dims", "compressor", "backend",
+                ["workload", "ranks", "submission", "scheme", "compressor", "backend",
                  "time to accuracy", *([] if on else ["test acc", "bytes/step", "mem/rank"]),
                  "comm share",
                  "scaling eff", "speed-up", "vs DDP", "ok/runs"], out, notes=notes)
@@ -210,7 +218,7 @@ def table_view(every: list[Row], refs: dict[str, int], on: str | None = None) ->
 def pooled_view(every: list[Row]) -> View:
     """What compares across machines, pooled over every machine's runs of an entry: test
     accuracy, bytes per step and epochs to the target."""
-    out = [[row.workload, str(row.ranks), row.submission, row.scheme, row.dims, row.compressor,
+    out = [[row.workload, str(row.ranks), row.submission, row.label, row.compressor,
             row.backend, _fmt("test_accuracy", row.median("test_accuracy")),
             _fmt("bytes_per_step", row.median("bytes_per_step")),
             _fmt("memory_per_rank", row.median("memory_per_rank", every=True)),
@@ -219,7 +227,7 @@ def pooled_view(every: list[Row]) -> View:
            for row in every]
     return View("distributed over every machine: test accuracy, bytes per step and epochs to "
                 "the target (comparable on any machine: pooled)",
-                ["workload", "ranks", "submission", "scheme", "dims", "compressor", "backend",
+                ["workload", "ranks", "submission", "scheme", "compressor", "backend",
                  "test acc", "bytes/step", "mem/rank", "epochs", "ok/runs"], out,
                 notes=[("medians over every machine's runs of the entry at that world size "
                         "(a missed target counts as ∞ epochs)")])
