@@ -75,7 +75,7 @@ def test_the_terminal_level2_board_keeps_env_to_one_line_a_row_at_100_columns(ho
     body = [line for line in table.splitlines() if line.startswith("│")]
     env_cells = [line.rstrip().rstrip("│").rsplit("│", 1)[1].strip() for line in body]
     assert [c for c in env_cells if c] == ["E1"] * len(entries), table
-    assert board.count("loaded machine") == 2  # "⚠ loaded machine: all ... on a loaded machine"
+    assert table.count("loaded machine") == 2  # "⚠ loaded machine: all ... on a loaded machine"
     note = ("⚠ loaded machine: all of this table's runs ran on a loaded machine (9 timed run(s), "
             "other processes' load up to 2.5 on 2 cores)")
     assert note in " ".join(table.split())

@@ -98,6 +98,20 @@ def test_the_markdown_board_opens_with_the_winners_of_every_level(home, tmp_path
                                          "9 s] against [5 s – 8 s]")
 
 
+def test_the_terminal_board_opens_with_the_winners_too(home, tmp_path):
+    ledger = Ledger()
+    level0(ledger, tmp_path, {})
+    level2(ledger, tmp_path)
+    term = leaderboard.render(ledger, fmt="terminal")
+    ledger.close()
+    start = term.index("Winners")
+    assert start < term.index("level 0 · gemm") and start < term.index("level 2 · digits")
+    top = " ".join(term[start:term.index("level 0 · gemm")].split())
+    assert "level 0: operators" in top and "level 2: training" in top
+    assert "fast / numpy" in top and "3.00×: runner-up slow / numpy" in top
+    assert "significant: every seed of the winner" in top  # the cell wraps over lines
+
+
 def test_the_loaded_mark_shows_only_where_it_separates_rows(home, tmp_path):
     ledger = Ledger()  # every row loaded: no row marked, one note under the table
     level0(ledger, tmp_path, {"fast": LOADED, "slow": LOADED, "slowest": LOADED})

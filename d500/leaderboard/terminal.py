@@ -1,8 +1,8 @@
 """The leaderboard as rich tables for a terminal: `table(board)` for one board (compact for the
-summary `d500 run` prints), `renderables(...)` for the whole leaderboard with the legend of
-environments last, `plain(...)` as text. A board ranked per machine separates each machine's rows
-by a line and names the machines in its caption. A view's plots cannot show in a terminal: each
-is listed by caption and size."""
+summary `d500 run` prints), `renderables(...)` for the whole leaderboard with the winners of
+every level first and the legend of environments last, `plain(...)` as text. A board ranked per
+machine separates each machine's rows by a line and names the machines in its caption. A view's
+plots cannot show in a terminal: each is listed by caption and size."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import io
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from d500.leaderboard import plots, text
+from d500.leaderboard import plots, text, winners
 from d500.leaderboard.environments import Legend
 from d500.leaderboard.parts import parts
 from d500.leaderboard.ranking import Board
@@ -95,6 +95,8 @@ def renderables(boards: Sequence[Board], ledger: Any = None, source: str = ""
     if not boards:
         out.append(Text(text.NO_RUNS))
     legend = Legend.of(boards)
+    if boards:
+        out += winners_renderables(boards, legend)
     for part in parts(boards, ledger):
         out.append(Rule(Text(part.title)))
         for view in part.views:
@@ -103,6 +105,24 @@ def renderables(boards: Sequence[Board], ledger: Any = None, source: str = ""
             out += _board(board, legend)
     if legend:
         out += legend_renderables(boards, legend)
+    return out
+
+
+def winners_renderables(boards: Sequence[Board], legend: Legend) -> list[RenderableType]:
+    """The winners of every level, first (d500.leaderboard.winners): one table per level."""
+    from rich.rule import Rule
+    from rich.table import Table
+    from rich.text import Text
+
+    out: list[RenderableType] = [Rule(Text(winners.TITLE))]
+    for _, title, rows in winners.levels(boards, legend):
+        tab = Table(title=Text(title, style="bold"), title_justify="left")
+        for h in winners.HEADERS:
+            tab.add_column(Text(h), overflow="fold")
+        for row in rows:
+            tab.add_row(*(Text(c) for c in row.cells))
+        out.append(tab)
+    out.append(Text(winners.NOTE, style="dim"))
     return out
 
 
