@@ -126,6 +126,16 @@ def test_the_token_cache_is_checked_against_the_workloads_digest(home):
         lm.prepare(wrong)
 
 
+@pytest.mark.slow
+def test_the_shipped_workloads_tokens_rebuild_to_their_recorded_digest(home):
+    """A fresh tokenizer and tokens for text-lm (17 s here): what every machine with the pinned
+    tokenizers version prepares, so the workload's tokens_sha256 holds there too."""
+    from d500.training.data.dataset import text_spec
+    spec = text_spec(workloads.load(TEXT_LM).dataset)
+    assert spec.tokens_sha256 is not None
+    assert lm.tokens_digest(lm._read(lm.prepare(spec))) == spec.tokens_sha256
+
+
 # -- the builder -------------------------------------------------------------------------------
 def _layernorm(x, scale, bias):
     mean = x.mean(-1, keepdims=True)

@@ -69,20 +69,25 @@ def _placeholders(node: torch.fx.Node) -> set[torch.fx.Node]:
     return found
 
 
-class _ValueReads(TorchFunctionMode):
-    """Inside a make_fx trace: the graph inputs whose values Python read (through tolist, item,
-    numpy, bool, ...), found by the placeholders the read tensor was computed from."""
+class _ReadsInputs(Exception):  # noqa: N818 - not an error: the trace starts again
+    """A trace stopped where Python read values computed from graph inputs (their positions)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.read: set[torch.fx.Node] = set()
+    def __init__(self, positions: set[int]):
+        super().__init__(sorted(positions))
+        self.positions = positions
+
+
+class _ValueReads(TorchFunctionMode):
+    """Inside a make_fx trace: stops it (_ReadsInputs) where Python reads the values of a tensor
+    computed from graph inputs (through tolist, item, numpy, bool, ...), naming those inputs."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if func in _READS and args and isinstance(args[0], torch.Tensor):
             mode = proxy_tensor.get_innermost_proxy_mode()
             slot = proxy_tensor.get_proxy_slot(args[0], mode.tracer, None) if mode else None
-            if slot is not None:
-                self.read |= _placeholders(slot.proxy.node)
+            if slot is not None and (read := _placeholders(slot.proxy.node)):
+                places = [n for n in mode.tracer.graph.nodes if n.op == "placeholder"]
+                raise _ReadsInputs({places.index(p) for p in read})
         return func(*args, **(kwargs or {}))
 
 
@@ -97,25 +102,44 @@ def _data_dependent(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     return found
 
 
+def _read_in_a_kernel(err: BaseException | None) -> bool:
+    """Whether make_fx stopped a trace because a kernel read a traced tensor's value."""
+    while err is not None:
+        if isinstance(err, RuntimeError) and "_local_scalar_dense" in str(err):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
 def trace(forward: Any, feeds: dict[str, Any]) -> tuple[torch.fx.GraphModule, list[str]]:
     """`forward(**feeds)` as a static fx program over the feeds it does not bake, and the names
     it baked (the inputs whose values decided the program; non-tensor inputs always)."""
     baked = {n for n, v in feeds.items() if not isinstance(v, torch.Tensor)}
     while True:
         free = [n for n in feeds if n not in baked]
-        reads = _ValueReads()
 
         def static(*values: torch.Tensor) -> Any:
             env = {n: feeds[n] for n in baked}
             env.update(zip(free, values))
-            with reads:
+            with _ValueReads():
                 return forward(**env)
 
-        with torch.no_grad():
-            gm = proxy_tensor.make_fx(static, tracing_mode="real")(*[feeds[n] for n in free])
+        try:
+            with torch.no_grad():
+                gm = proxy_tensor.make_fx(static, tracing_mode="real",
+                                          _error_on_data_dependent_ops=False)(
+                    *[feeds[n] for n in free])
+        except _ReadsInputs as read:
+            baked |= {free[i] for i in read.positions}
+            continue
+        except Exception as err:
+            if free and _read_in_a_kernel(err):  # a kernel read a value (one_hot's range check):
+                baked |= set(free)  # which input it came from is unknown, so all are baked
+                continue
+            raise
         places = [n for n in gm.graph.nodes if n.op == "placeholder"]
         named = dict(zip(places, free))
-        more = {named[p] for p in reads.read | _data_dependent(gm) if p in named}
+        more = {named[p] for p in _data_dependent(gm) if p in named}
         if not more:
             return gm, sorted(baked)
         baked |= more
