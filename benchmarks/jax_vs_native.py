@@ -6,8 +6,8 @@ inference form) and as ONNX (NCHW, OIHW, as ONNX is), which d500's JAX backend p
 jitted and run on the same input (NHWC for native, its NCHW transpose for d500) in alternating
 repetitions: inference, and forward+backward (jax.grad of the summed logits with respect to every
 parameter and the input). It prints the throughput ratio d500/native (median over repetitions,
-quartiles of the per-repetition ratios) over JAX arrays, and at the Executable API (`run`, NumPy
-in and out; the native side then also returns a NumPy array).
+quartiles of the per-repetition ratios) over JAX arrays, and at the Executable API (`run` and
+`gradients`, NumPy in and out; the native side then also returns NumPy arrays).
 
     .venv/bin/python benchmarks/jax_vs_native.py [--batch 32] [--repetitions 15]
 """
@@ -160,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
                                                lambda: ready(native_grad(params, xj_nhwc))),
         "inference (Executable.run, NumPy)": (
             lambda: rep.run([x_nchw]), lambda: np.asarray(native_infer(params, x_nhwc))),
+        "forward+backward (gradients, NumPy)": (
+            lambda: rep.gradients([x_nchw]),
+            lambda: jax.tree_util.tree_map(np.asarray, native_grad(params, x_nhwc))),
     }
     for d500_call, native_call in cases.values():  # warm up (tracing, compiling)
         d500_call(), native_call()

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import onnx
 from onnx import helper
@@ -120,13 +121,16 @@ class JaxExecutable(Executable):
                 env[name] = np.frombuffer(raw, dtype=np.dtype(dtype)).reshape(shape).copy()
         return env
 
-    def _function(self, baked: tuple):
-        entry = self._functions.get(baked)
+    def _function(self, baked: tuple, grad: tuple | None = None):
+        """The jitted function for the baked inputs `baked`: the outputs; with `grad` (the
+        differentiated output's index or None, the output gradients' indices, the names
+        differentiated), (the outputs, the gradients of the objective `gradients` documents)."""
+        entry = self._functions.get((baked, grad))
         if entry is None:
             fixed = {**self._constants, **self._baked_values(baked)}
             static_outs: dict[int, Any] = {}
 
-            def call(params, large, feeds):
+            def forward(params, large, feeds):
                 env = {**fixed, **self._folded, **params, **large, **feeds}
                 outs = self._run_program(env)
                 result = []
@@ -138,7 +142,23 @@ class JaxExecutable(Executable):
                         result.append(None)
                 return result
 
-            entry = self._functions[baked] = (self.compile(call), static_outs)
+            def differentiated(params, large, feeds, g_out):
+                index, given, wrt = grad
+
+                def objective(targets):
+                    outs = forward({**params, **targets}, large, {**feeds, **targets})
+                    if given:
+                        total = sum(jnp.sum(outs[i] * g) for i, g in zip(given, g_out))
+                    else:
+                        total = jnp.sum(outs[index])
+                    return total, outs
+
+                targets = {n: params[n] if n in params else feeds[n] for n in wrt}
+                grads, outs = jax.grad(objective, has_aux=True)(targets)
+                return outs, grads
+
+            call = forward if grad is None else differentiated
+            entry = self._functions[baked, grad] = (self.compile(call), static_outs)
         return entry
 
     def compile(self, fn: Any) -> Any:
@@ -196,15 +216,19 @@ class JaxExecutable(Executable):
         finally:
             program.scope = saved
 
-    def _call(self, feeds: Mapping[str, Any]) -> list[Any]:
+    def _call(self, feeds: Mapping[str, Any], grad: tuple | None = None,
+              g_out: Sequence[Any] = ()) -> Any:
+        """The outputs for `feeds` (with `grad`, see `_function`: the outputs and gradients),
+        baking the inputs a trace finds it needs as values and tracing again."""
         while True:
             dynamic, baked = self._split(feeds)
-            fn, static_outs = self._function(baked)
+            fn, static_outs = self._function(baked, grad)
             try:
                 with x64():
-                    outs = fn(self._params, self._large, dynamic)
+                    args = (self._params, self._large, dynamic)
+                    outs = fn(*args) if grad is None else fn(*args, list(g_out))
             except NeedsStatic as err:
-                self._functions.pop(baked, None)
+                self._functions.pop((baked, grad), None)
                 new = {n for n in err.names if n in feeds} - self._bake
                 if not new:
                     new = {n for n, v in feeds.items() if _small(v)} - self._bake
@@ -212,6 +236,9 @@ class JaxExecutable(Executable):
                     raise err.error from None
                 self._bake |= new
                 continue
+            if grad is not None:
+                outs, grads = outs
+                return [static_outs.get(i, o) for i, o in enumerate(outs)], grads
             return [static_outs.get(i, o) for i, o in enumerate(outs)]
 
     # -- the contract ---------------------------------------------------------------------
@@ -241,8 +268,23 @@ class JaxExecutable(Executable):
                   grad_outputs: Mapping[str, np.ndarray] | None = None,
                   wrt: Sequence[str] | None = None,
                   ) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
-        raise UsageError("backend 'jax' differentiates only inside its trainer "
-                         "(Executable.trainer) for now, not through Executable.gradients")
+        feeds = self.bind(inputs)
+        named = output or self.output_names[0]
+        for name in grad_outputs or [named]:
+            self.output_index(name)
+        wrt = self.gradient_targets(feeds, wrt)
+        baked = [n for n in wrt if n in self._bake]
+        if baked:
+            raise UsageError(f"cannot differentiate with respect to '{baked[0]}': it decides a "
+                             f"shape")
+        given = sorted(grad_outputs or {})
+        grad = (None if given else self.output_index(named),
+                tuple(self.output_index(n) for n in given), tuple(wrt))
+        g_out = [np.asarray(grad_outputs[n]) for n in given]
+        outs, grads = self._call(feeds, grad, g_out)
+        with x64():
+            return ([self._to_numpy(n, o) for n, o in zip(self.output_names, outs)],
+                    {n: np.array(grads[n]) for n in wrt})
 
     @property
     def native(self) -> dict[str, Any]:
