@@ -70,6 +70,10 @@ def test_the_installed_wheel_works_from_any_directory(installed, tmp_path):
                             "print(d500.__file__); print(d500.paths.rulebook())"],
                            cwd=tmp_path, capture_output=True, text=True, check=True).stdout
     assert str(ROOT) not in where, where  # the wheel's copy, not the checkout
+    corpus = subprocess.run([str(installed / "python"), "-c", "from d500.training.data import "
+                             "text; print(len(text.documents()), text.path())"],
+                            cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert corpus.startswith("168 ") and str(ROOT) not in corpus  # text-lm's corpus, checked
     (tmp_path / "my_op.py").write_text(textwrap.dedent(MY_OP))
 
     result = run(installed, tmp_path, "op", "validate", "my_op.py:MyRelu", "--input-shape", "4,64")
