@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
-from ratio import interleave, report
+from ratio import compare
 
 WIDTHS = (16, 32, 64)
 EPS = 1e-5
@@ -164,11 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             lambda: rep.gradients([x_nchw]),
             lambda: jax.tree_util.tree_map(np.asarray, native_grad(params, x_nhwc))),
     }
-    for d500_call, native_call in cases.values():  # warm up (tracing, compiling)
-        d500_call(), native_call()
-    ratios = {label: report(label, *interleave(d, n, args.repetitions, args.number), args.batch)
-              for label, (d, n) in cases.items()}
-    print(f"lowest ratio {min(ratios.values()):.3f} (target >= 0.95)")
+    compare(cases, args.repetitions, args.number, args.batch)
     return 0
 
 

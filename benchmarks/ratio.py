@@ -32,3 +32,16 @@ def report(label: str, d500_times: list[float], native_times: list[float], batch
           f"d500 {batch / statistics.median(d500_times):8.1f}/s   ratio d500/native "
           f"{ratio:.3f} (IQR {q[0]:.3f}-{q[2]:.3f}, {len(ratios)} reps)")
     return ratio
+
+
+def compare(cases: dict[str, tuple[Callable[[], object], Callable[[], object]]],
+            repetitions: int, number: int, batch: int) -> float:
+    """Warm each (d500, native) pair of `cases` up (tracing, compiling), time them interleaved,
+    print each ratio and the lowest; returns the lowest."""
+    for d500_call, native_call in cases.values():
+        d500_call(), native_call()
+    ratios = {label: report(label, *interleave(d, n, repetitions, number), batch)
+              for label, (d, n) in cases.items()}
+    lowest = min(ratios.values())
+    print(f"lowest ratio {lowest:.3f} (target >= 0.95)")
+    return lowest

@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from ratio import interleave, report  # noqa: E402
+from ratio import compare  # noqa: E402
 
 WIDTHS = (16, 32, 64)
 EPS = 1e-5
@@ -184,11 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             lambda: rep.gradients([x_nchw]),
             lambda: [g.numpy() for g in native_grad(tf.constant(x_nhwc))]),
     }
-    for d500_call, native_call in cases.values():  # warm up (tracing)
-        d500_call(), native_call()
-    ratios = {label: report(label, *interleave(d, n, args.repetitions, args.number), args.batch)
-              for label, (d, n) in cases.items()}
-    print(f"lowest ratio {min(ratios.values()):.3f} (target >= 0.95)")
+    compare(cases, args.repetitions, args.number, args.batch)
     return 0
 
 
