@@ -116,6 +116,9 @@ def prepare(spec: TextSpec) -> Path:
     if file.is_file() and (spec.tokens_sha256 is None
                            or tokens_digest(_read(file)) == spec.tokens_sha256):
         return file
+    from d500.say import say
+    say(f"{spec.name}: training a {spec.vocab}-token byte-level BPE on {spec.train} documents "
+        f"and tokenizing the splits (once; cached in {folder})")
     arrays, tok = _build(spec)
     got = tokens_digest(arrays)
     if spec.tokens_sha256 is not None and got != spec.tokens_sha256:
