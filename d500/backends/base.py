@@ -155,7 +155,7 @@ class Executable(onnx.backend.base.BackendRep):
         framework-neutral d500 `optimizer` (native=True: its framework-native twin instead).
         An inference-only backend has none: a UsageError naming it."""
         raise UsageError(f"backend '{self.backend_name}' is inference-only: it cannot train "
-                         f"(train on a trainable backend: torch, tensorflow or reference)")
+                         f"(train on a trainable backend: torch, tensorflow, jax or reference)")
 
 
 class Backend(onnx.backend.base.Backend):
