@@ -1,5 +1,8 @@
 """torch eager, torch:compiled and onnxruntime on one network, side by side, interleaved.
 
+A fourth contender, "torch fx", is torch:compiled's static fx program run uncompiled (eager
+kernels, no graph walker): what the static translation alone gives eager torch.
+
 Each backend prepares the workload's model (light ResNet-50 by default: random weights, batch 1)
 and is timed on the same input in rounds whose order rotates, so that a burst of load from other
 processes hits every backend alike. It prints the compile time of torch:compiled's first call
@@ -27,6 +30,22 @@ from d500.networks import workloads  # noqa: E402
 from d500.networks.inputs import make  # noqa: E402
 
 BACKENDS = ("torch", "torch:compiled", "onnxruntime")
+CONTENDERS = ("torch", "torch fx", "torch:compiled", "onnxruntime")
+
+
+def static_fx(exe, feeds):
+    """torch:compiled's static program for `feeds`, uncompiled, as a callable on NumPy feeds."""
+    import torch
+
+    from d500.backends.torch.compiled import trace
+    tensors = exe._feeds(feeds)
+    program, baked = trace(exe.native, tensors)
+    free = [n for n in tensors if n not in baked]
+
+    def run():
+        with torch.no_grad():
+            return exe._outputs(program(*[exe._feeds(feeds)[n] for n in free]))
+    return run
 
 
 def main() -> None:
@@ -49,26 +68,29 @@ def main() -> None:
         compiled = getattr(exe, "compile_time", None)
         print(f"{name:<16} prepare + first call {first:7.2f} s"
               + (f"   (compile {compiled:.2f} s)" if compiled is not None else ""), flush=True)
-        runs[name] = exe
-    times = {name: [] for name in BACKENDS}
+        runs[name] = lambda exe=exe: exe.run(feeds)
+    runs["torch fx"] = static_fx(get("torch").prepare(model), feeds)
+    times = {name: [] for name in CONTENDERS}
     for r in range(args.rounds):
-        order = BACKENDS[r % len(BACKENDS):] + BACKENDS[:r % len(BACKENDS)]
+        order = CONTENDERS[r % len(CONTENDERS):] + CONTENDERS[:r % len(CONTENDERS)]
         for name in order:
             start = time.perf_counter()
             for _ in range(args.number):
-                runs[name].run(feeds)
+                runs[name]()
             times[name].append((time.perf_counter() - start) / args.number)
     base = times["onnxruntime"]
     eager = times["torch"]
     print(f"\n{args.workload}, batch {workload.batch_size}, {args.threads} thread(s), "
           f"{args.rounds} rounds x {args.number} calls, load {os.getloadavg()[0]:.2f}")
-    for name in BACKENDS:
+    for name in CONTENDERS:
         ratios = [t / b for t, b in zip(times[name], base)]
         q = statistics.quantiles(ratios, n=4, method="inclusive")
         print(f"{name:<16} {1e3 * statistics.median(times[name]):8.2f} ms   "
               f"/ onnxruntime {statistics.median(ratios):.3f} (IQR {q[0]:.3f}-{q[2]:.3f})")
     speedup = [e / c for e, c in zip(eager, times["torch:compiled"])]
     print(f"torch eager / torch:compiled {statistics.median(speedup):.3f} (median per round)")
+    speedup = [e / c for e, c in zip(eager, times["torch fx"])]
+    print(f"torch eager / torch fx       {statistics.median(speedup):.3f} (median per round)")
 
 
 if __name__ == "__main__":

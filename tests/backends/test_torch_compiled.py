@@ -82,7 +82,7 @@ def test_an_input_that_decides_a_shape_is_baked_and_each_value_has_its_program(h
         [got], [want] = compiled.run(feeds), eager.run(feeds)
         assert got.shape == tuple(shape)  # a stale program would keep the first shape
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    assert len(compiled._compiled.programs) == 3
+    assert len(compiled._compiled.programs) == 3 and compiled.baked_inputs == ["shape"]
     assert all(baked == ["shape"] for _, _, baked in compiled._compiled.programs.values())
 
 
@@ -155,3 +155,19 @@ def test_a_bench_records_the_compile_time_apart_from_the_first_call(tmp_path, ho
     assert 0 < figures["compile_time"] <= figures["first_call_time"]
     assert figures["agreement"] < 1e-5 and figures["latency"] > 0
     assert compiled["details"]["settings"]["freezing"] is True
+    assert "baked_inputs" not in compiled["details"]  # the MLP's input stays an input
+
+
+def test_a_bench_records_a_baked_data_input(tmp_path, home):
+    """A model whose output shape depends on its image's values (a NonZero) has the image baked
+    into its program: repeated on one input, Inductor may fold it all; the run says so."""
+    from d500.networks.bench import BackendBench, first_call
+    nodes = [helper.make_node("NonZero", ["x"], ["n"])]
+    graph = helper.make_graph(nodes, "nz", [helper.make_tensor_value_info("x", T.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("n", T.INT64, [2, "k"])])
+    import onnx
+    path = tmp_path / "nz.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    r = BackendBench("torch:compiled")
+    assert first_call(r, get("torch:compiled"), path, {"x": x(3)}) is not None
+    assert r.details["baked_inputs"] == ["x"] and r.figures["compile_time"] > 0

@@ -91,14 +91,21 @@ class _ValueReads(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+def _data_dependent_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    """The traced calls whose output shape or value depends on their inputs' values (NonZero,
+    Unique, masked selects)."""
+    def tags(node: torch.fx.Node) -> Sequence[Any]:
+        return getattr(node.target, "tags", ()) if node.op == "call_function" else ()
+    return [n for n in gm.graph.nodes if torch.Tag.dynamic_output_shape in tags(n)
+            or torch.Tag.data_dependent_output in tags(n)]
+
+
 def _data_dependent(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     """Placeholders that decide the shape of a traced value (NonZero, Unique, masked selects):
     the trace burnt that shape in, so their values are part of the program."""
     found: set[torch.fx.Node] = set()
-    for node in gm.graph.nodes:
-        tags = getattr(node.target, "tags", ()) if node.op == "call_function" else ()
-        if torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags:
-            found |= _placeholders(node)
+    for node in _data_dependent_nodes(gm):
+        found |= _placeholders(node)
     return found
 
 
@@ -199,7 +206,7 @@ class Compiled:
         shapes = key(feeds, ())
         baked = self.baked.get(shapes)
         if baked is not None:
-            found = self.programs.get(key(feeds, baked))
+            found = self.programs.get(key(feeds, baked) if baked else shapes)
             if found is not None:
                 fn, free, _ = found
                 return fn(*[feeds[n] for n in free])
@@ -218,7 +225,10 @@ class Compiled:
                              f"static program: {first}") from err
         free = [n for n in feeds if n not in baked]
         fn = torch.compile(gm, backend=self.backend, fullgraph=True, dynamic=False)
-        with torch.no_grad(), torch._inductor.config.patch(freezing=self.freezing):
+        # Freezing folds a NonZero of constants into a constant whose unbacked size Inductor
+        # then loses (an assertion in torch 2.13): such programs compile unfrozen.
+        freeze = self.freezing and not _data_dependent_nodes(gm)
+        with torch.no_grad(), torch._inductor.config.patch(freezing=freeze):
             out = fn(*[feeds[n] for n in free])
         self.compile_time = time.perf_counter() - t0
         self.baked[shapes] = baked
@@ -241,6 +251,13 @@ class CompiledExecutable(TorchExecutable):
         """Seconds the newest static program's first call took: trace, torch.compile and
         Inductor's code generation (or its cache's answer)."""
         return self._compiled.compile_time
+
+    @property
+    def baked_inputs(self) -> list[str]:
+        """The inputs whose values some program was specialised to. A timed run records them:
+        a data input baked (a NonZero on the image) lets Inductor fold the whole model into
+        constants for the one input a benchmark repeats, a speed no new input would see."""
+        return sorted({n for names in self._compiled.baked.values() for n in names})
 
     def run(self, inputs: Any, **kwargs: Any) -> list[np.ndarray]:
         feeds = self._feeds(inputs)
