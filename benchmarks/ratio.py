@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from collections.abc import Callable
+
+import numpy as np
 
 
 def interleave(a: Callable[[], object], b: Callable[[], object], repetitions: int,
@@ -45,3 +48,13 @@ def compare(cases: dict[str, tuple[Callable[[], object], Callable[[], object]]],
     lowest = min(ratios.values())
     print(f"lowest ratio {lowest:.3f} (target >= 0.95)")
     return lowest
+
+
+def agree(label: str, got: np.ndarray, expected: np.ndarray) -> bool:
+    """Print `label` with the max relative difference of d500's output from native's; False
+    (said on stderr) when it exceeds 1e-4, where a timing comparison would be meaningless."""
+    err = float(np.max(np.abs(got - expected)) / (np.max(np.abs(expected)) + 1e-12))
+    print(f"{label}; max relative output difference {err:.2e}")
+    if err > 1e-4:
+        print("outputs differ: the comparison would be meaningless", file=sys.stderr)
+    return err <= 1e-4
