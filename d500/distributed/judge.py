@@ -301,7 +301,6 @@ def _load(watch: Any, ranks: list[Any], ranks_cpu: float) -> dict[str, Any]:
     out = watch.finish(job_cpu=ranks_cpu)
     here = sum(1 for r in ranks if r.host == socket.gethostname())
     others = [None if v is None else round(max(0.0, v - here), 2) for v in out["others"]]
-    known = [v for v in others if v is not None]
-    out.update(others=others, job_ranks_here=here,
-               loaded=bool(known) and max(known) > LOADED_SHARE * out["usable_cores"])
+    out.update(others=others, job_ranks_here=here)
+    out["loaded"] = is_loaded(out)
     return out
