@@ -91,3 +91,26 @@ def test_end_kills_a_child_that_does_not_exit():
     assert conn.recv() == "ok"
     children.end(conn, process, wait=0.5)  # "exit" is read, but the child goes on
     assert not process.is_alive()
+
+
+def test_a_forked_worker_not_ready_in_time_is_replaced_by_a_spawned_one(tmp_path, monkeypatch,
+                                                                        capfd):
+    """The fallback for a forked worker that never becomes ready (seen once in a whole suite):
+    with no time allowed to the fork, a spawned worker trains the run, which succeeds."""
+    from d500.ledger import Ledger
+    from d500.training import submission, trainer, worker, workloads
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(worker, "FORKED_READY", 0.0)
+    monkeypatch.setattr(children, "METHOD", "forkserver")  # whatever earlier tests changed
+    started = []
+    real = worker.Worker._start
+    monkeypatch.setattr(worker.Worker, "_start", lambda self, ctx: (
+        started.append(ctx.get_start_method()), real(self, ctx))[1])
+    wl = workloads.load(root / "levels" / "2-training" / "digits-mlp.yaml")
+    entry = submission.load(root / "submissions" / "sgd-momentum")
+    result = trainer.train(wl, entry.recipe, "torch", 0, ledger=Ledger(), submission="sgd")
+    assert result.status == "succeeded", result.error
+    assert started == ["forkserver", "spawn"]
+    assert "a forked worker was not ready within 0 s; starting a spawned one" in capfd.readouterr(
+        ).err

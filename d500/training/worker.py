@@ -46,6 +46,10 @@ TICK = 0.25  # seconds between progress messages from the worker
 GRACE = 30.0  # seconds a worker may take to stop after the budget ran out (one step's worth)
 POLL = 0.005  # seconds between the worker's looks for a stop message (a look costs ~30 us)
 START = 600.0  # seconds a worker may take to start and build the model and optimizer
+# seconds a worker forked from the forkserver may take to be ready (~1 s; a spawned one, ~20 s
+# at load 9) before a spawned worker replaces it: once, in a whole suite at load 8-12, a forked
+# worker never became ready, and its run waited START
+FORKED_READY = 120.0
 
 
 class WorkerError(D500Error):
@@ -168,16 +172,30 @@ class Worker(Trainee):
             job = replace(job, env=children.environment())
         from d500.backends import framework
         known = framework(job.backend)  # (an unknown framework is spawned)
-        ctx = children.context([known[0] if known else job.backend])
+        self.job = job
+        self._start(children.context([known[0] if known else job.backend]))
+
+    def _start(self, ctx: Any) -> None:
         conn, child = ctx.Pipe()
         super().__init__(conn)
+        self.method = ctx.get_start_method()
         self.process = ctx.Process(target=main, args=(child,), name="d500-worker", daemon=True)
         self.process.start()
         child.close()
         try:  # the job goes over our pipe: a spawned child that dies while it reads its start-up
-            self.conn.send(job)  # data can hang its parent when that data exceeds a pipe buffer
+            self.conn.send(self.job)  # data can hang its parent when it exceeds a pipe buffer
         except (OSError, ValueError):
             pass  # the worker died at once: ready() says so
+
+    def ready(self) -> None:
+        """Wait until the worker built the model and the optimizer; a forked worker not ready
+        within FORKED_READY s is replaced by a spawned one (said on stderr)."""
+        if self.method == "forkserver" and not self._poll(FORKED_READY):
+            children.end(self.conn, self.process, wait=1.0)
+            sys.stderr.write(f"d500: a forked worker was not ready within {FORKED_READY:g} s; "
+                             "starting a spawned one\n")
+            self._start(children.context(method="spawn"))
+        super().ready()
 
     def close(self) -> None:
         """End the worker (politely, then by force)."""
