@@ -1,6 +1,6 @@
 """Where and with what a run ran: hardware, OS, package versions, git state, thread count, measured
 peak FLOP/s; and how busy the machine was while a run was timed: the load averages at its start
-and end, and, over a run of a second or more, the CPU time other processes took during it
+and end, and, over a run of 0.1 s or more, the CPU time other processes took during it
 (/proc/stat's busy time less the CPU time of the run's own processes).
 
 No framework is imported: versions come from importlib.metadata, the MPI library's from
@@ -34,12 +34,15 @@ _peak_memo: dict[str, dict[str, Any]] = {}  # machine id -> the peak measured by
 PEAK_MAX_AGE = 7 * 24 * 3600.0  # seconds: an older cached peak is measured again
 LOADED_RETRY = 600.0  # seconds: a peak measured on a loaded machine is retried at most this often
 # A machine is "loaded" when other processes took more than this share of the cores d500 may use:
-# measured during the run (/proc/stat) where it lasted MIN_DURING seconds, else from the 1-minute
-# load averages at its start and end (less this process's own share). On 2 cores, half a core.
+# measured during the run (/proc/stat) where it lasted MIN_DURING seconds (10 ms ticks: a 0.1 s
+# run's reading is within ~0.2 cores), else from the 1-minute load averages at its start and end
+# (less this process's own share), which lag: they still hold work that ended a minute ago.
+# On 2 cores, half a core.
 # An organiser may set another share (D500_LOADED_SHARE); boards apply the share of the process
 # that draws them to the figures each run recorded, not the flag the run recorded.
 LOADED_SHARE = 0.25
-MIN_DURING = 1.0  # seconds: /proc/stat counts in 10 ms ticks, too coarse for shorter runs
+MIN_DURING = 0.1  # seconds: /proc/stat counts in 10 ms ticks, too coarse for shorter runs
+QUIET_WINDOW = 1.0  # seconds over which others_now() reads what other processes take
 LOADAVG = Path("/proc/loadavg")
 STAT = Path("/proc/stat")
 
@@ -372,7 +375,7 @@ def tree_cpu() -> float:
     return total + sum(stats[pid][1] for pid in mine if pid != os.getpid()) / tick
 
 
-def others_now(seconds: float = MIN_DURING) -> float | None:
+def others_now(seconds: float = QUIET_WINDOW) -> float | None:
     """Cores' worth of CPU other processes (outside this process's tree) take now, over a
     window of `seconds`; None where /proc/stat does not say."""
     busy, own, wall = busy_seconds(), tree_cpu(), time.monotonic()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from d500 import cli, leaderboard, levels, provenance
+from d500 import cli, leaderboard, levels, provenance, threads
 from d500.errors import Diverged
 from d500.leaderboard import text
 from d500.ledger import Ledger
@@ -50,6 +50,9 @@ LEVEL = SummaryLevel()
 @pytest.fixture
 def home(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
+    # runs recorded here and in a fresh process (kill_mid_run) record the same thread setting:
+    # none, whatever an earlier test in this process configured (another count: another row)
+    monkeypatch.setattr(threads, "_setting", None)
     return tmp_path / "home"
 
 
