@@ -17,7 +17,7 @@ command's later seeds in a process already warm: --warm measures that case, both
 process after a discarded run of each.
 
     .venv/bin/python benchmarks/isolation.py [--case both|mlp|resnet20] [--pairs 5]
-        [--threads 1] [--warm]
+        [--threads 1] [--warm] [--start forkserver|spawn]
     .venv/bin/python benchmarks/isolation.py --case operators [--budget 5]   # level 0
 """
 
@@ -124,11 +124,13 @@ def case(name: str) -> Any:
     return workloads.load(path)
 
 
-def one(name: str, seed: int, inprocess: bool, threads_: int) -> dict[str, float]:
-    """One run in a fresh process: its figures."""
+def one(name: str, seed: int, inprocess: bool, threads_: int,
+        method: str | None = None) -> dict[str, float]:
+    """One run in a fresh process (its worker started by `method`, else as d500 chooses): its
+    figures."""
     code = (f"import sys, json; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
             f"import isolation as b; print(json.dumps(b.fresh({name!r}, {seed}, {inprocess}, "
-            f"{threads_})))")
+            f"{threads_}, {method!r})))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=False)
     if done.returncode != 0:
@@ -136,11 +138,13 @@ def one(name: str, seed: int, inprocess: bool, threads_: int) -> dict[str, float
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def fresh(name: str, seed: int, inprocess: bool, threads_: int) -> dict[str, float]:
+def fresh(name: str, seed: int, inprocess: bool, threads_: int,
+          method: str | None = None) -> dict[str, float]:
     """In the fresh process of `one`."""
     home = tempfile.TemporaryDirectory(prefix="d500-isolation-")
     os.environ["D500_HOME"] = home.name
-    from d500 import threads
+    from d500 import children, threads
+    children.METHOD = method
     from d500.training import submission
     threads.configure(threads_, ["torch"])
     recipe = submission.load(ROOT / "submissions" / "sgd-momentum").recipe
@@ -199,6 +203,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--warm", action="store_true",
                    help="both sides in this process, after a discarded run of each")
+    p.add_argument("--start", choices=("forkserver", "spawn"),
+                   help="how the worker starts (default: as d500 chooses, a fork of the "
+                        "forkserver for torch)")
     args = p.parse_args()
     home = tempfile.TemporaryDirectory(prefix="d500-isolation-")
     os.environ["D500_HOME"] = home.name
@@ -212,6 +219,7 @@ def main() -> None:
         operators(args.budget)
         return
     where = "one process, warm" if args.warm else "a fresh process per run"
+    where += f", workers started by {args.start or 'd500s choice'}"
     print(f"torch, {args.threads} thread(s), {where}, load average {os.getloadavg()[0]:.2f} "
           f"at start")
     for name in (("mlp", "resnet20") if args.case == "both" else (args.case,)):
@@ -223,7 +231,8 @@ def main() -> None:
             seed = 100 + i
             order = (True, False) if i % 2 == 0 else (False, True)
             got = {inproc: (run(workload, recipe, seed, inproc) if args.warm
-                            else one(name, seed, inproc, args.threads)) for inproc in order}
+                            else one(name, seed, inproc, args.threads, args.start))
+                   for inproc in order}
             a, b = got[True], got[False]
             if a["epochs"] != b["epochs"]:
                 raise SystemExit(f"seed {seed}: {a['epochs']} epochs in-process, "
