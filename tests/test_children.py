@@ -9,9 +9,22 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from d500 import children
 
 _MINE: str | None = None  # set by a child in its own memory; a later child must not see it
+
+
+@pytest.fixture(autouse=True)
+def forks(monkeypatch):
+    """The forkserver as D500_WORKER_START=forkserver asks for it (d500 spawns by default)."""
+    monkeypatch.setattr(children, "FORK", True)
+
+
+def test_workers_are_spawned_unless_the_user_asks_for_forks(monkeypatch):
+    monkeypatch.setattr(children, "FORK", False)
+    assert children.context(["torch"]).get_start_method() == "spawn"
 
 
 def report(conn, env) -> None:
