@@ -1,6 +1,6 @@
 """Where and with what a run ran: hardware, OS, package versions, git state, thread count, measured
 peak FLOP/s; and how busy the machine was while a run was timed: the load averages at its start
-and end, and, over a run of 0.1 s or more, the CPU time other processes took during it
+and end, and the CPU time other processes took during it (over 0.25 s at least)
 (/proc/stat's busy time less the CPU time of the run's own processes).
 
 No framework is imported: versions come from importlib.metadata, the MPI library's from
@@ -34,14 +34,14 @@ _peak_memo: dict[str, dict[str, Any]] = {}  # machine id -> the peak measured by
 PEAK_MAX_AGE = 7 * 24 * 3600.0  # seconds: an older cached peak is measured again
 LOADED_RETRY = 600.0  # seconds: a peak measured on a loaded machine is retried at most this often
 # A machine is "loaded" when other processes took more than this share of the cores d500 may use:
-# measured during the run (/proc/stat) where it lasted MIN_DURING seconds (10 ms ticks: a 0.1 s
-# run's reading is within ~0.2 cores), else from the 1-minute load averages at its start and end
-# (less this process's own share), which lag: they still hold work that ended a minute ago.
+# measured during the run (/proc/stat; a run shorter than MIN_DURING is read over MIN_DURING s,
+# its tail idle: 10 ms ticks make a 0.25 s reading good to ~0.1 core), else (no /proc/stat) from
+# the 1-minute load averages at its start and end (less this process's own share), which lag.
 # On 2 cores, half a core.
 # An organiser may set another share (D500_LOADED_SHARE); boards apply the share of the process
 # that draws them to the figures each run recorded, not the flag the run recorded.
 LOADED_SHARE = 0.25
-MIN_DURING = 0.1  # seconds: /proc/stat counts in 10 ms ticks, too coarse for shorter runs
+MIN_DURING = 0.25  # seconds: /proc/stat counts in 10 ms ticks; a shorter run is read this long
 QUIET_WINDOW = 1.0  # seconds over which others_now() reads what other processes take
 LOADAVG = Path("/proc/loadavg")
 STAT = Path("/proc/stat")
@@ -414,19 +414,23 @@ class LoadWatch:
 
     def finish(self, job_load: float = 0.0, job_cpu: float = 0.0) -> dict[str, Any]:
         """{"start", "end" (1/5/15-minute load averages), "others" (other processes' load at
-        start and end), "during" (cores' worth of CPU other processes took during a run of
-        MIN_DURING seconds or more), "usable_cores", "loaded"}. `job_load` (cores) and
+        start and end), "during" (cores' worth of CPU other processes took during the run, or
+        the first MIN_DURING s from its start), "usable_cores", "loaded"}. `job_load` (cores) and
         `job_cpu` (CPU seconds): what this job's processes outside this process's tree on this
         host used (MPI ranks, parallel tuning's other ranks), taken out of the others'."""
         end = load_average()
         # rounded before deciding, so "loaded" follows from the figures the record shows
         pair = [None if v is None else round(max(0.0, v - job_load), 2)
                 for v in (self.start_others, others_load(end))]
-        out = {"start": self.start, "end": end, "others": pair, "usable_cores": usable_cores()}
+        cores = usable_cores()
+        out = {"start": self.start, "end": end, "others": pair, "usable_cores": cores}
+        if self.busy is not None:  # a short run is read over MIN_DURING s, its tail idle
+            time.sleep(max(0.0, MIN_DURING - (time.monotonic() - self.wall)))
         wall, busy = time.monotonic() - self.wall, busy_seconds()
-        if wall >= MIN_DURING and self.busy is not None and busy is not None:
+        if self.busy is not None and busy is not None:
             own = tree_cpu() - self.cpu + job_cpu
-            out["during"] = round(max(0.0, (busy - self.busy - own) / wall - job_load), 2)
+            others = (busy - self.busy - own) / wall - job_load
+            out["during"] = round(min(float(cores), max(0.0, others)), 2)  # ticks: +-2 of them
         if job_load:
             out["job_load"] = round(job_load, 2)
         out["loaded"] = is_loaded(out)
