@@ -22,7 +22,7 @@ from d500.competition.check import check_package
 from d500.competition.layout import SUBMISSION_FILES
 from d500.competition.package import Package
 from d500.competition.reproduce_compare import Series, compare, show
-from d500.competition.reproduce_time import slowdown, too_fast
+from d500.competition.reproduce_time import RATIO, SLACK_S, slowdown, too_fast
 from d500.distributed.launcher import launch_train, mpiexec
 from d500.ledger import Ledger
 from d500.ledger.store import dumps
@@ -162,7 +162,9 @@ def test_a_time_halved_and_resealed_is_caught_on_the_same_hardware(digits_packag
                                                                    tmp_path, run_d500):
     """Time to accuracy halved in the figures, the evaluations and the MLLOG alike, re-sealed:
     reproduced on the run's own hardware, its times disagree on a machine its LoadWatch does
-    not mark loaded. On a loaded one (this suite's shared machine ran the fixture's run in 9 to
+    not mark loaded, where the run is long enough for the tolerance to resolve 2x (a digits run
+    of 0.23 s halved to 0.11 s reproduced in 0.22 s: within 1.5x + 0.05 s, not caught). On a
+    loaded one (this suite's shared machine ran the fixture's run in 9 to
     19 s) the tolerance widens by the load, which can hide the 2x: the checks then follow it,
     and everything but the times still agrees."""
     target = _seed_runs(digits_package)[0]
@@ -187,7 +189,11 @@ def test_a_time_halved_and_resealed_is_caught_on_the_same_hardware(digits_packag
         c = by[name]
         assert c["agrees"] is not too_fast(c["recorded"], c["reproduced"], load), c
         assert not c["inconclusive"], c
-    if load == 1.0:  # not loaded: the spread of repeated runs is far below 2x
+    # caught for sure only where the tolerance resolves 2x with a quarter to spare for the
+    # honest spread: RATIO * T/2 + SLACK_S is then well under T, i.e. T of a second or more
+    resolves = true.figures["time_to_accuracy"] >= 1.25 * (
+        RATIO * run.figures["time_to_accuracy"] + SLACK_S)
+    if load == 1.0 and resolves:  # not loaded: the spread of repeated runs is below 2x
         assert report["verdict"] == "disagrees", report
         assert not by["time_to_accuracy"]["agrees"] and not by["evaluation times"]["agrees"]
     assert result.returncode == (0 if report["verdict"] == "agrees" else 1), result.stderr
