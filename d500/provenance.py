@@ -378,12 +378,9 @@ def tree_cpu() -> float:
 def others_now(seconds: float = QUIET_WINDOW) -> float | None:
     """Cores' worth of CPU other processes (outside this process's tree) take now, over a
     window of `seconds`; None where /proc/stat does not say."""
-    busy, own, wall = busy_seconds(), tree_cpu(), time.monotonic()
+    watch = LoadWatch()
     time.sleep(seconds)
-    end = busy_seconds()
-    if busy is None or end is None:
-        return None
-    return round(max(0.0, (end - busy - (tree_cpu() - own)) / (time.monotonic() - wall)), 2)
+    return watch.finish().get("during")
 
 
 def wait_for_quiet(limit: float, note: Any = None) -> float | None:
