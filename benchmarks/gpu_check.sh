@@ -7,7 +7,7 @@ set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 LOG=${OUT:-/tmp}/gpu_check.log
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD D500_HOME=${D500_HOME:-/tmp/d500-home}
+export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1 PYTHONPATH=$PWD D500_HOME=${D500_HOME:-/tmp/d500-home}
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "no nvidia-smi"
