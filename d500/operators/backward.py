@@ -5,6 +5,8 @@ its forward's saved state, the way each framework runs it inside a model.
   the graph recorded once and retained;
 - tensorflow: a persistent `tf.GradientTape` around one call of the translated module, then its
   `gradient` per call;
+- jax, jax:eager: the pullback of `jax.vjp` over the translated graph (`Executable.pure`), its
+  residuals saved by one forward, applied per call (jitted in the mode jax, as the backend jits);
 - reference: the NumPy VJP of the node (`d500.backends.reference`'s table) on the forward's
   values; an operator the table differentiates through its ONNX function expansion
   (LayerNormalization) is timed as `Executable.gradients` (forward and backward), and the
@@ -47,6 +49,8 @@ def builtin_backward(name: str, exe: Any, case: Any, inputs: Sequence[np.ndarray
         return _torch(exe, inputs, seeds, wrt)
     if name == "tensorflow":
         return _tensorflow(exe, inputs, seeds, wrt)
+    if name.partition(":")[0] == "jax":
+        return _jax(exe, inputs, seeds, wrt)
     if name == "reference":
         return _reference(exe, case, inputs, seeds, wrt)
     return None
@@ -88,6 +92,34 @@ def _tensorflow(exe: Any, inputs: Sequence[np.ndarray], seeds: dict[str, np.ndar
     sources = [xs[n] for n in wrt]
     return BackwardCall(lambda: tape.gradient(ys, sources, output_gradients=gs),
                         method="a persistent tf.GradientTape's gradient")
+
+
+def _jax(exe: Any, inputs: Sequence[np.ndarray], seeds: dict[str, np.ndarray],
+         wrt: list[str]) -> BackwardCall:
+    import jax
+    import jax.numpy as jnp
+
+    from d500.backends.jax.executable import x64
+    f, params = exe.pure()
+    fixed = {n: x for n, x in zip(exe.input_names, inputs) if n not in wrt}
+    index = [exe.output_names.index(n) for n in seeds]
+
+    def seeded(*xs):
+        outs = f(params, {**fixed, **dict(zip(wrt, xs))})
+        return [outs[k] for k in index]
+
+    with x64():
+        feeds = dict(zip(exe.input_names, inputs))
+        outs, pull = jax.vjp(seeded, *[jnp.asarray(feeds[n]) for n in wrt])
+        gs = [jnp.asarray(g, dtype=o.dtype) for o, g in zip(outs, seeds.values())]
+    apply = exe.compile(lambda pull, gs: pull(gs))
+
+    def call():
+        with x64():
+            return jax.block_until_ready(apply(pull, gs))
+    how = "jitted" if exe.jit else "op by op"
+    return BackwardCall(call, method=f"jax.vjp's pullback on the translated graph ({how}), "
+                                     f"residuals saved once")
 
 
 def _reference(exe: Any, case: Any, inputs: Sequence[np.ndarray], seeds: dict[str, np.ndarray],

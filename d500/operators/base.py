@@ -1,6 +1,7 @@
 """CustomOperator, the level-0 operator interface, and loading an operator from `FILE.py:Class`.
 
-An operator implements one ONNX operator (default domain) in NumPy, PyTorch, TensorFlow or C/C++.
+An operator implements one ONNX operator (default domain) in NumPy, PyTorch, TensorFlow, JAX or
+C/C++.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any, ClassVar
 
 from d500.errors import UsageError
 
-FRAMEWORKS = ("numpy", "torch", "tensorflow", "c")
+FRAMEWORKS = ("numpy", "torch", "tensorflow", "jax", "c")
+AUTOGRAD = ("torch", "tensorflow", "jax")  # without a backward, d500 differentiates the forward
 
 
 class CustomOperator:
@@ -24,13 +26,15 @@ class CustomOperator:
 
     class MyConv(CustomOperator):
         op_type = "Conv"         # the ONNX operator whose semantics it implements
-        framework = "numpy"      # "numpy" | "torch" | "tensorflow" | "c"
+        framework = "numpy"      # "numpy" | "torch" | "tensorflow" | "jax" | "c"
         def __init__(self, **attributes): ...           # the node's attributes
         def forward(self, *inputs): ...                 # an array, or a tuple of arrays
         def backward(self, grad_outputs, inputs, outputs): ...  # one gradient per input
 
-    numpy operators take and return NumPy arrays; torch/tensorflow operators take and return
-    framework tensors (without `backward`, their gradient is the framework's autograd). A "c"
+    numpy operators take and return NumPy arrays; torch/tensorflow/jax operators take and return
+    framework tensors (without `backward`, their gradient is the framework's autograd; a jax
+    operator's forward is jitted by d500, so it must be traceable, its attributes Python values,
+    and its backward becomes a jax.custom_vjp rule). A "c"
     operator sets `source` to a C/C++ file implementing d500_operator.h (relative to the Python
     file) and `num_outputs`; d500 compiles it and supplies forward/backward.
     """

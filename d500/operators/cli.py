@@ -184,7 +184,7 @@ def _bench(loaded: Any, cases: list, args: Any) -> int:
     names = default_backends() if args.backends is None else _backends.select(args.backends)
     for b in names:
         _backends.get(b)  # not installed: a usage error now, not mid-run
-    own = [loaded.cls.framework] if loaded.cls.framework in ("numpy", "torch", "tensorflow") else []
+    own = [] if loaded.cls.framework == "c" else [loaded.cls.framework]
     threads.configure(args.threads, threads.frameworks(names, own))
     peak = peak_flops()
     results = []
