@@ -1,6 +1,6 @@
 """One intra-op thread count for every framework d500 times (torch, TensorFlow's intra- and inter-op
-pools, onnxruntime's sessions, OpenVINO's compiled models, NumPy's BLAS), set once per process:
-comparisons are fair only then.
+pools, onnxruntime's sessions, OpenVINO's compiled models, JAX's XLA CPU pool, NumPy's BLAS), set
+once per process: comparisons are fair only then.
 
     from d500 import threads
     threads.configure(4, threads.frameworks(["torch", "tensorflow"]))  # before anything runs
@@ -15,7 +15,8 @@ anything; if it already ran with another count, the count cannot change in this 
 configure() raises a UsageError saying so (TensorFlow's own default, one thread per usable core,
 counts as the default count). The count is set through each framework's API, not
 the environment: child processes (MPI ranks sharing the cores, d500.distributed.launch) keep
-choosing their own.
+choosing their own. XLA has no such API: its CPU client sizes its intra-op pool once, when JAX first
+computes (see `_jax`); a count given after that raises a UsageError, as TensorFlow's does.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ def add_option(parser: argparse.ArgumentParser, mpi: bool = False) -> None:
     shared = "; under mpiexec, each rank's share of its host's cores" if mpi else ""
     parser.add_argument("--threads", type=parse, metavar="N",
                         help="intra-op threads for every framework: torch, TensorFlow (intra- "
-                             "and inter-op), onnxruntime, NumPy's BLAS (default: the cores "
-                             f"this process may use, here {default()}{shared})")
+                             "and inter-op), onnxruntime, JAX's XLA, NumPy's BLAS (default: the "
+                             f"cores this process may use, here {default()}{shared})")
 
 
 def frameworks(backends: Iterable[str], extra: Iterable[str] = ()) -> list[str]:
@@ -79,7 +80,7 @@ def configure(count: int | None = None, modules: Iterable[str] = (), *,
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise UsageError(f"thread count must be an integer >= 1, got {n!r}")
     _setting = {"count": n, "set_by": why}
-    loaded = [m for m in ("torch", "tensorflow") if m in sys.modules]
+    loaded = [m for m in ("torch", "tensorflow") if m in sys.modules]  # jax: only when asked
     for module in dict.fromkeys([*modules, *loaded, "numpy"]):  # BLAS last: the frameworks
         apply(module, n)  # may have brought BLAS libraries of their own (scipy's OpenBLAS)
     return n
@@ -94,6 +95,8 @@ def apply(module: str, n: int) -> None:
         torch.set_num_threads(n)
     elif module == "tensorflow":
         _tensorflow(n)
+    elif module == "jax":
+        _jax(n)
     elif module in ("onnxruntime", "openvino"):
         pass  # per session or compiled model: each reads recorded()'s count when it is made
 
@@ -127,6 +130,48 @@ def _tensorflow(n: int) -> None:
                 f"(give --threads to a new d500 process)") from None
 
 
+def _jax(n: int) -> None:
+    """Start JAX's CPU client with an intra-op pool of n threads. jaxlib 0.10.2's XLA sizes that
+    pool (its "XLAEigen" threads, which run every op's parallel work) from the environment
+    variable NPROC when the client starts (XLA's DefaultThreadPoolSize), else from the usable
+    cores; XLA_FLAGS' `intra_op_parallelism_threads=1` and `--xla_cpu_multi_thread_eigen=false`
+    change nothing there (measured: CPU/wall time 1.75 with them on this 2-core machine, 0.98 with
+    NPROC=1). So NPROC is n while the client starts, and put back after: child processes choose
+    their own."""
+    now = xla_pool()
+    if now is not None:
+        if now != n:
+            raise UsageError(
+                f"JAX already runs with {now} XLA threads in this process and cannot change to "
+                f"{n}: the thread count must be set before JAX computes anything (give --threads "
+                f"to a new d500 process)")
+        return
+    saved = os.environ.get("NPROC")
+    os.environ["NPROC"] = str(n)
+    try:
+        importlib.import_module("jax").devices()  # the client (and its pool) starts here
+    finally:
+        if saved is None:
+            del os.environ["NPROC"]
+        else:
+            os.environ["NPROC"] = saved
+
+
+def xla_pool() -> int | None:
+    """How many threads XLA's CPU pool has in this process (its threads are named "XLAEigen"),
+    read from /proc/self/task; None before JAX's client started (or off Linux)."""
+    if "jax" not in sys.modules or not os.path.isdir("/proc/self/task"):
+        return None
+    count = 0
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm", encoding="utf-8") as f:
+                count += "XLAEigen" in f.read()
+        except OSError:
+            continue  # a thread that ended meanwhile
+    return count or None
+
+
 def session_options(options: Any) -> Any:
     """An onnxruntime SessionOptions with the configured count (unchanged when none is)."""
     if _setting is not None:
@@ -154,6 +199,8 @@ def actual() -> dict[str, Any]:
         found["tensorflow"] = {"intra": threading.get_intra_op_parallelism_threads(),
                                "inter": threading.get_inter_op_parallelism_threads()}
     found["onnxruntime"] = None if _setting is None else _setting["count"]
+    if "jax" in sys.modules:  # XLA's CPU pool as this process's threads show it
+        found["jax"] = xla_pool()
     if "openvino" in sys.modules:  # INFERENCE_NUM_THREADS of each compiled model
         found["openvino"] = None if _setting is None else _setting["count"]
     return found
