@@ -97,7 +97,7 @@ DEPENDENT = {"latency", "backward_latency", "time_to_accuracy", "comm_time", "co
              "step_time", "train_time", "eval_time", "data_time", "translate_time",
              "first_call_time", "compile_time", "train_step_time", "throughput",
              "samples_per_second", "gflops", "speedup", "scaling_efficiency", "comm_share",
-             "peak_fraction", "staleness_max"}
+             "peak_fraction", "staleness_max", "bubble_fraction"}
 
 
 # -- the machine-dependent flag ------------------------------------------------------------------

@@ -64,6 +64,8 @@ def _suggested_ranks(allowed: Any) -> tuple[int, str]:
 def train(args: Any, argv: list[str], prog: str) -> int:
     """The level-3 runs of one `d500 train` command on this rank."""
     from d500.training.console import resolve
+    if getattr(args, "show_partition", False):
+        return show_partition(args)
     if not launched_by_mpi():
         workload, _ = resolve(args)
         n, note = _suggested_ranks(getattr(workload, "ranks", (2,)))
@@ -90,6 +92,30 @@ def train(args: Any, argv: list[str], prog: str) -> int:
         from d500.training.cli import train_level2
         return train_level2(args, workload, entry)
     return _run(args, world, workload, entry, spec)
+
+
+def show_partition(args: Any) -> int:
+    """`d500 train WORKLOAD --submission DIR --show-partition`: the entry's pipeline cut of the
+    workload's model, printed (the cut each run records in its details); nothing trains."""
+    from d500.distributed import spec as specs
+    from d500.distributed.pipeline.partition import partition
+    from d500.training.console import resolve
+    from d500.training.data import dataset as datasets
+    workload, entry = resolve(args)
+    if workload.level != 3:
+        raise UsageError(f"{workload.path}: --show-partition shows a level-3 entry's pipeline "
+                         f"stages; '{workload.name}' is a level-{workload.level} workload")
+    spec = specs.parse(entry.distributed, entry.path)
+    if spec.pipeline < 2:
+        raise UsageError(f"{entry.path}: field 'distributed.pipeline' is {spec.pipeline}: "
+                         f"there is no cut to show (declare pipeline: 2 or more)")
+    shape, classes = datasets.shape_of(workload.dataset["name"])
+    model = workload.build_model(0, shape, classes)
+    part = partition(model, spec.pipeline, where=f"{spec.where}: field 'distributed.pipeline'")
+    print(f"{workload.name} / {entry.name}: {spec.pipeline} stages, {spec.micro_batches} "
+          f"micro-batches, {spec.schedule}")
+    print(part.show())
+    return 0
 
 
 def _workload_file(args: Any) -> Path:

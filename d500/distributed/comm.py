@@ -354,6 +354,38 @@ class Communicator:
             if self.mpi is not None:
                 self.mpi.Barrier()
 
+    # ------------------------------------------------------------------ point to point
+    def isend(self, x: Buffer, dest: int, tag: int = 0) -> Any:
+        """Start sending `x` to rank `dest` (MPI_Isend) and return its request (None at one
+        rank); `x` must stay unchanged until `wait` on it returns. Counted under "send"."""
+        a = np.ascontiguousarray(as_array(x))
+        with self._counting("send") as t:
+            if self.mpi is None:
+                return None
+            t.sent += a.nbytes
+            return self.mpi.Isend(a.reshape(-1), dest=dest, tag=tag)
+
+    def recv(self, out: Buffer, source: int, tag: int = 0, poll: float = 0.0) -> Buffer:
+        """Receive into `out` from rank `source` (MPI_Irecv, then tests `poll` s apart: a
+        waiting rank sleeps instead of spinning a core another rank needs). Counted under
+        "recv", the waiting included."""
+        with self._counting("recv") as t, _Flat(_writable(out)) as flat:
+            if self.mpi is not None:
+                request = self.mpi.Irecv(flat, source=source, tag=tag)
+                while not request.Test():
+                    time.sleep(poll)
+                t.received += flat.nbytes
+        return out
+
+    def wait(self, requests: list[Any]) -> None:
+        """Complete `isend`s (its seconds counted under "send", no call)."""
+        pending = [r for r in requests if r is not None]
+        if pending:
+            t = self.traffic.setdefault("send", Traffic())
+            start = time.perf_counter()
+            _waitall(pending)
+            t.seconds += time.perf_counter() - start
+
     # ------------------------------------------------------------------ helpers
     def _sendrecv(self, send: np.ndarray, recv: np.ndarray, tag: int, t: Traffic) -> None:
         self.mpi.Sendrecv(send, dest=self.right, sendtag=tag, recvbuf=recv, source=self.left,

@@ -90,6 +90,7 @@ class DDPScheme:
     """torch DDP as a level-3 scheme (the Scheme interface of d500.distributed.schemes)."""
 
     name: ClassVar[str] = "ddp"
+    holds_loss = True
 
     def __init__(self, trainer: Any, comm: Communicator, *, reducer: Any = None,
                  bucket_bytes: int = 25 * 2**20, timeout: float = 60.0, **options: Any):
@@ -150,6 +151,10 @@ class DDPScheme:
     def evaluated(self) -> Any:
         """Every rank holds the same model under DDP: nothing to do."""
         yield
+
+    def handed(self) -> dict[str, np.ndarray]:
+        from d500.distributed.schemes.base import model_state
+        return model_state(self.trainer)
 
     def finish(self) -> None:
         """Every rank already holds the final model; the process group is closed on every rank

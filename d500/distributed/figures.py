@@ -46,10 +46,12 @@ class RankStats:
         return None if self.comm_seconds is None else self.step_seconds - self.comm_seconds
 
 
-def aggregate(ranks: list[RankStats], param_bytes: int | None = None) -> dict[str, float]:
+def aggregate(ranks: list[RankStats], param_bytes: int | None = None,
+              stages: dict[int, int] | None = None) -> dict[str, float]:
     """The run's communication figures: means over ranks of per-rank values (every rank's own
     figures stay in the run's details), and memory_per_rank where the ranks' claims fit the
-    judge's model of `param_bytes` (held_memory)."""
+    judge's model of `param_bytes` (held_memory; `stages`: a pipeline's parameter bytes per
+    rank)."""
     out: dict[str, float] = {
         "bytes_per_step": statistics.fmean(r.sent / max(1, r.steps) for r in ranks),
         "bytes_received_per_step": statistics.fmean(r.received / max(1, r.steps) for r in ranks),
@@ -64,7 +66,11 @@ def aggregate(ranks: list[RankStats], param_bytes: int | None = None) -> dict[st
     stale = [r.scheme["staleness_max"] for r in ranks if "staleness_max" in r.scheme]
     if stale:  # a parameter server's (async_ps, ssp): the stalest gradient it applied
         out["staleness_max"] = max(stale)
-    held = held_memory(ranks, param_bytes)
+    bubble = [r.scheme["bubble_measured"] for r in ranks if "bubble_measured" in r.scheme]
+    if bubble:  # a pipeline's stages: waiting for their neighbours, and the theory's figure
+        out["bubble_fraction"] = statistics.fmean(bubble)
+        out["bubble_theory"] = ranks[0].scheme["bubble_theory"]
+    held = held_memory(ranks, param_bytes, stages)
     if held is not None:
         out["memory_per_rank"] = held
     payload = sum(r.payload_bytes for r in ranks)
@@ -73,21 +79,26 @@ def aggregate(ranks: list[RankStats], param_bytes: int | None = None) -> dict[st
     return out
 
 
-def held_memory(ranks: list[RankStats], param_bytes: int | None) -> float | None:
+def held_memory(ranks: list[RankStats], param_bytes: int | None,
+                stages: dict[int, int] | None = None) -> float | None:
     """The most bytes any rank says it holds (parameters + gradients + optimizer state), or None
     when a rank said nothing or the claims do not fit the model the judge holds: every rank
-    holds all B parameter bytes (no stage shards parameters yet) and the ranks' gradients add up
-    to at least one whole gradient (ZeRO-2's blocks cover it once). The ranks run the entry's
-    code, so a claim is checked against what the judge knows; the optimizer state's bytes, which
-    depend on the entry's optimizer, are only checked to be >= 0."""
+    holds all B parameter bytes (ZeRO 1/2 shard no parameters), or, in a pipeline, exactly its
+    stage's (`stages`: rank -> bytes, from the judge's own cut of the model), no more gradient
+    than that, and the ranks' gradients add up to at least one whole gradient (ZeRO-2's blocks
+    cover it once). The ranks run the entry's code, so a claim is checked against what the judge
+    knows; the optimizer state's bytes, which depend on the entry's optimizer, are only checked
+    to be >= 0."""
     claims = [r.scheme for r in ranks]
     if not claims or not all(all(k in c for k in MEMORY) for c in claims):
         return None
-    if param_bytes is not None and (
-            any(c["param_bytes"] != param_bytes for c in claims)
-            or sum(c["grad_bytes"] for c in claims) < param_bytes
-            or any(c["grad_bytes"] > param_bytes or c["optimizer_bytes"] < 0 for c in claims)):
-        return None
+    if param_bytes is not None:
+        own = [param_bytes if stages is None else stages.get(r.rank, -1) for r in ranks]
+        if (any(c["param_bytes"] != b for c, b in zip(claims, own))
+                or sum(c["grad_bytes"] for c in claims) < param_bytes
+                or any(c["grad_bytes"] > b or c["optimizer_bytes"] < 0
+                       for c, b in zip(claims, own))):
+            return None
     return max(sum(c[k] for k in MEMORY) for c in claims)
 
 

@@ -33,10 +33,7 @@ class Grid:
                              f"{dims.get('pipeline', 1)} x {dims.get('tensor', 1)} do not "
                              f"multiply to the world size {comm.size}")
         self.world, self.sizes = comm, dict(zip(ORDER, sizes))
-        rest, coords = comm.rank, {}
-        for key in reversed(ORDER):
-            rest, coords[key] = divmod(rest, self.sizes[key])
-        self.coords = {k: coords[k] for k in ORDER}
+        self.coords = coordinates(comm.rank, self.sizes)
         self._comms = {k: self._split(k) for k in ORDER}
 
     def _split(self, key: str) -> Communicator:
@@ -58,6 +55,15 @@ class Grid:
         for c in self._comms.values():
             if c is not self.world and c.mpi is not None:
                 c.mpi.Free()
+
+
+def coordinates(rank: int, sizes: dict[str, int]) -> dict[str, int]:
+    """Rank `rank`'s coordinate in each dimension of `sizes` (the layout of the module
+    docstring)."""
+    rest, coords = rank, {}
+    for key in reversed(ORDER):
+        rest, coords[key] = divmod(rest, sizes.get(key, 1))
+    return {k: coords[k] for k in ORDER}
 
 
 def _stride(sizes: dict[str, int], key: str) -> int:

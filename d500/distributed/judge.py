@@ -136,6 +136,18 @@ class Ranks(Trainee):
     def __init__(self, conn: Any, lost: Any):
         super().__init__(conn)
         self.lost = lost
+        self.audit: Any = None  # a pipeline's (d500.distributed.pipeline.audit.Audit)
+
+    def give(self, x: Any, y: Any, total_steps: int) -> None:
+        if self.audit is not None:
+            self.audit.given(x, y)
+        super().give(x, y, total_steps)
+
+    def train(self, epoch: int, first: int, count: int, *args: Any, **kwargs: Any) -> Any:
+        chunk = super().train(epoch, first, count, *args, **kwargs)
+        if self.audit is not None:  # on the clock: the judge's own time in training
+            self.audit.check(epoch, first, chunk.losses, chunk.state is not None)
+        return chunk
 
     def _poll(self, timeout: float | None) -> bool:
         ready = wait([self.conn, self.lost], timeout)
@@ -209,7 +221,14 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
 
     wl, entry = order.workload, order.entry
     shape, classes = datasets.shape_of(wl.dataset["name"])
-    model = Model(backends.get(order.backend), wl.build_model(order.seed, shape, classes))
+    onnx_model = wl.build_model(order.seed, shape, classes)
+    model = Model(backends.get(order.backend), onnx_model)
+    stages = None
+    if order.spec.pipeline > 1:  # its ranks each hold a stage: audited, and their memory
+        from d500.distributed.pipeline.audit import Audit
+        from d500.distributed.pipeline.partition import stage_bytes
+        ranks.audit = Audit(model, order.global_batch, order.seed, wl.drop_last)
+        stages = stage_bytes(onnx_model, order.spec, order.world_size)
     ranks.ready()
     watch, mark = LoadWatch(), Mark.now()
     try:
@@ -224,7 +243,7 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
     if losses:
         figures["train_loss"] = float(sum(losses) / len(losses))
     held = sum(a.nbytes for a in model.trainer.parameters().values())  # memory claims' check
-    figures = recorded({**figures, **figs.aggregate(stats, held)})
+    figures = recorded({**figures, **figs.aggregate(stats, held, stages)})
     figures.update(figs.scaling(run.ledger, run.id, wl, entry.name, order.backend,
                                 order.world_size, figures.get("time_to_accuracy", math.inf)))
     here = socket.gethostname()
@@ -235,6 +254,8 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
                "contention": mark.others(ranks_cpu + mark.own_cpu()),
                "scheme_figures": stats[0].scheme if stats else {},
                "scheme_details": stats[0].scheme_details if stats else {}}
+    if ranks.audit is not None:
+        details["audited_steps"] = ranks.audit.audited
     run.finish(status, figures=figures, error=why or None, details=details)
     ranks.conn.send(("result", status, why, figures))
 
@@ -253,13 +274,19 @@ def _open(order: Order) -> Any:
         from d500.competition.reproduce_job import Stamped
         ledger = Stamped(ledger, order.stamp)
     hyper = {**entry.recipe.hyperparameters_logged(), "batch_size": order.global_batch,
-             "per_rank_batch_size": math.ceil(order.global_batch / order.world_size),
+             "per_rank_batch_size": math.ceil(order.global_batch / data_ranks(order)),
              **spec.logged()}
     return ledger.start_run(level=wl.level, workload=wl.name, submission=entry.name,
                             backend=order.backend, seed=order.seed, hyperparameters=hyper,
                             workload_file=wl.path, submission_files=list(entry.files),
                             group=order.group or None, rank=0, world_size=order.world_size,
                             begin=False)
+
+
+def data_ranks(order: Any) -> int:
+    """The ranks that share each global batch (the data dimension; a pipeline's stages and a
+    tensor group's ranks all see the same samples)."""
+    return order.spec.dims(order.world_size)["data"]
 
 
 def _details(order: Order) -> dict[str, Any]:

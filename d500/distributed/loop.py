@@ -65,10 +65,13 @@ def bcast_arrays(mpi: Any, arrays: list[np.ndarray] | None) -> list[np.ndarray]:
 
 def layout(order: Any) -> Layout:
     """How the ranks split each global batch, and its MLLOG keys (the judge logs them)."""
+    from d500.distributed.judge import data_ranks
+    data = data_ranks(order)
+
     def keys(log: Any) -> None:
         log.event(PRECISION_COMM, order.spec.comm_precision)
-        log.event(DATA_PARALLELISM, order.world_size)
-    return Layout(order.global_batch, math.ceil(order.global_batch / order.world_size), keys)
+        log.event(DATA_PARALLELISM, data)
+    return Layout(order.global_batch, math.ceil(order.global_batch / data), keys)
 
 
 class RankLoop:
@@ -89,6 +92,7 @@ class RankLoop:
             self.stats.comm_seconds = None
         self.durations: list[tuple[float, float]] = []  # per step: wall, in collectives
         self.step = 0
+        self.shown_loss = math.nan  # the last global loss rank 0 knows (a pipeline's stage 0)
 
     # ------------------------------------------------------------------ the relay
     def run(self) -> tuple[str, str, dict[str, float]]:
@@ -106,8 +110,9 @@ class RankLoop:
         x, y, total = bcast_arrays(self.control, data)
         self.total = int(total[0])
         self.lr_at = self.job.entry.recipe.schedule(self.total)
-        self.sampler = PartitionedSampler(len(y), self.job.global_batch, self.seed, comm.rank,
-                                          comm.size, self.wl.drop_last)
+        data = self.scheme.comm  # the data dimension: its ranks share each global batch
+        self.sampler = PartitionedSampler(len(y), self.job.global_batch, self.seed, data.rank,
+                                          data.size, self.wl.drop_last)
         self.x, self.y = x, y
         while True:
             command = lazy_bcast(self.control, self._next() if judge is not None else None)
@@ -143,13 +148,14 @@ class RankLoop:
         for i, (index, weight) in enumerate(order):
             mine[0, i] = self._step({"input": self.x[index], "labels": self.y[index]},
                                     self.lr_at(self.step), epoch, val, weight)
-            mine[1, i] = len(index)
+            mine[1, i] = len(index) if self.scheme.holds_loss else 0  # its weight
         self.scheme.settle()  # a server's replies still owed, before the collective below
         every = self._gathered(mine)
         state = self._handed(want)
         if self.judge is None:
             return
         losses, where = _global_losses(every)
+        self.shown_loss = losses[-1] if losses else self.shown_loss
         self.judge.send(("trained", losses, state, self.judge.pending_stop(), where))
 
     def _gathered(self, mine: np.ndarray) -> np.ndarray | None:
@@ -167,9 +173,7 @@ class RankLoop:
         state = None
         with self.scheme.evaluated():  # a decentralised scheme's average, for instance
             if self.comm.rank == 0:
-                t = self.trainer
-                state = {n: np.array(v, copy=True)
-                         for n, v in {**t.parameters(), **t.buffers()}.items()}
+                state = self.scheme.handed()
             lazy_barrier(self.control)
         return state
 
@@ -184,11 +188,12 @@ class RankLoop:
         self.durations.append((dt, comm.seconds - c))
         st.steps += 1
         self.step += 1
-        if math.isfinite(loss):
+        if math.isfinite(loss) and self.scheme.holds_loss:
             st.loss_sum += loss
             st.loss_count += 1
         if self.progress is not None:
-            self.progress({"step": self.step, "total": self.total, "loss": loss,
+            shown = loss if self.scheme.holds_loss else self.shown_loss
+            self.progress({"step": self.step, "total": self.total, "loss": shown,
                            "val_accuracy": val, "epoch": epoch + 1})
         return loss
 

@@ -11,12 +11,16 @@ world splits into parallel dimensions.
       pipeline: 1                  #   (data defaults to world / (pipeline x tensor); a flat
       tensor: 1                    #   `scheme:` alone is data parallelism over every rank)
       shard: zero2                 # none | zero1 | zero2 (| zero3): ZeRO over the data dimension
+      micro_batches: 4             # pipeline > 1: micro-batches per step (distributed.pipeline)
+      schedule: 1f1b               #   and their order: gpipe | 1f1b
 
 `ddp` is torch's DistributedDataParallel (gloo), the native baseline: it takes no compression
 and runs on the torch backend only. The scheme is the data dimension's; `shard` (ZeRO: optimizer
 state, then gradients sharded over the data ranks) goes with `sync` only, as the schemes that
 move whole models (ps, async_ps, ssp, dpsgd, local_sgd) and ddp have nothing to shard.
-Pipeline and tensor parallelism (> 1) and zero3 are declared but not built yet: refused.
+A pipeline (> 1 stages) composes with the data dimension through sync's allreduce of each
+stage's gradients (no shard, no compression). Tensor parallelism (> 1) and zero3 are declared
+but not built yet: refused.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from d500.errors import ConfigError, UsageError
 
 NATIVE = "ddp"  # torch DistributedDataParallel, d500.distributed.ddp
 DEFAULT_BUCKET_MB = 25.0
-KEYS = ("scheme", "options", "compression", "bucket_mb", "data", "pipeline", "tensor", "shard")
+KEYS = ("scheme", "options", "compression", "bucket_mb", "data", "pipeline", "tensor", "shard",
+        "micro_batches", "schedule")
+PIPELINE_SCHEDULES = ("gpipe", "1f1b")  # d500.distributed.pipeline.schedule
 DIMENSIONS = ("data", "pipeline", "tensor")
 SHARDS = ("none", "zero1", "zero2", "zero3")
 BUILT_SHARDS = ("none", "zero1", "zero2")
@@ -54,6 +60,8 @@ class Spec:
     pipeline: int = 1
     tensor: int = 1
     shard: str = "none"
+    micro_batches: int = 1  # a pipeline's micro-batches per step, and their schedule
+    schedule: str = "gpipe"
 
     @property
     def native(self) -> bool:
@@ -83,6 +91,8 @@ class Spec:
         out.update({k: v for k, v in (("data", self.data), ("pipeline", self.pipeline),
                                       ("tensor", self.tensor), ("shard", self.shard))
                     if v not in (None, 1, "none")})
+        if self.pipeline > 1:
+            out.update(micro_batches=self.micro_batches, schedule=self.schedule)
         out.update({f"scheme_{k}": v for k, v in self.options.items()})
         out.update({f"compressor_{k}": v for k, v in self.compression.items()})
         return out
@@ -138,9 +148,14 @@ def parse(mapping: dict[str, Any] | None, path: str | Path) -> Spec:
     if shard not in SHARDS:
         raise ConfigError(f"{where}: field 'distributed.shard' must be one of "
                           f"{', '.join(SHARDS)}, got {shard!r}")
+    micro = _dimension(mapping, "micro_batches", where) or 1
+    schedule = mapping.get("schedule", "gpipe")
+    if schedule not in PIPELINE_SCHEDULES:
+        raise ConfigError(f"{where}: field 'distributed.schedule' must be one of "
+                          f"{', '.join(PIPELINE_SCHEDULES)}, got {schedule!r}")
     _refuse_unbuilt(dims, shard, scheme, name, where)
     return Spec(scheme, dict(options), name, params, max(1, int(mb * 2**20)), where,
-                dims["data"], dims["pipeline"] or 1, dims["tensor"] or 1, shard)
+                dims["data"], dims["pipeline"] or 1, dims["tensor"] or 1, shard, micro, schedule)
 
 
 def _dimension(mapping: dict[str, Any], key: str, where: str) -> int | None:
@@ -158,10 +173,15 @@ def _refuse_unbuilt(dims: dict[str, int | None], shard: str, scheme: str, compre
                     where: str) -> None:
     """A UsageError for what the dimensions declare but d500 cannot run yet, or that does not
     compose (a ZeRO stage with a scheme that moves whole models, or with compression)."""
-    for key in ("pipeline", "tensor"):
-        if (dims[key] or 1) > 1:
-            raise UsageError(f"{where}: field 'distributed.{key}': {key} parallelism is not "
-                             f"built yet in this d500 (use {key}: 1)")
+    if (dims["tensor"] or 1) > 1:
+        raise UsageError(f"{where}: field 'distributed.tensor': tensor parallelism is not "
+                         f"built yet in this d500 (use tensor: 1)")
+    if (dims["pipeline"] or 1) > 1 and (scheme != "sync" or shard != "none"
+                                        or compressor != "none"):
+        raise UsageError(f"{where}: field 'distributed.pipeline': a pipeline's stages average "
+                         f"their gradients over the data dimension with scheme: sync, "
+                         f"uncompressed, shard: none (got scheme '{scheme}', shard {shard}, "
+                         f"compression {compressor})")
     if shard not in BUILT_SHARDS:
         raise UsageError(f"{where}: field 'distributed.shard': {shard} is not built yet "
                          f"(built: {', '.join(BUILT_SHARDS)})")

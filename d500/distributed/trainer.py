@@ -74,8 +74,15 @@ def build(job: Job, seed: int) -> tuple[Any, Any, Any]:
     wl, spec, comm = job.workload, job.spec, job.comm
     shape, classes = datasets.shape_of(wl.dataset["name"])
     backend_cls = backends.get(job.backend)
-    exe = backend_cls.prepare(wl.build_model(seed, shape, classes))
+    model = wl.build_model(seed, shape, classes)
     recipe = job.entry.recipe
+    if spec.pipeline > 1:  # this rank translates its own stage only
+        from d500.distributed.grid import Grid
+        from d500.distributed.pipeline.scheme import build as pipeline
+        scheme = pipeline(model, spec, Grid(comm, spec.dims(comm.size)), backend_cls,
+                          recipe.optimizer(job.backend), recipe.native)
+        return scheme.trainer, scheme, None
+    exe = backend_cls.prepare(model)
     trainer = exe.trainer(recipe.optimizer(job.backend), loss="loss", native=recipe.native)
     if spec.native:
         from d500.distributed.ddp import DDPScheme

@@ -83,6 +83,7 @@ class Scheme:
     name: ClassVar[str] = ""
     options: ClassVar[dict[str, Option]] = {}
     compressible: ClassVar[bool] = False  # accepts a CompressedReducer
+    holds_loss: bool = True  # step() returns this rank's loss (a pipeline's last stage only)
 
     def __init__(self, trainer: Any, comm: Communicator, *, reducer: Any = None,
                  bucket_bytes: int = DEFAULT_BUCKET_BYTES, **options: Any):
@@ -149,12 +150,13 @@ class Scheme:
         the traffic it costs is counted under `comm.traffic["evaluate"]` (what `settle`
         completes of training first is not)."""
         self.settle()
-        before = {k: dataclasses.replace(t) for k, t in self.comm.traffic.items()}
+        before = self._traffic()
         try:
             with self._evaluate():
                 yield
         finally:
-            _move_traffic(self.comm, before, EVALUATE)
+            for comm, then in before:
+                _move_traffic(comm, then, EVALUATE)
 
     def finish(self) -> None:
         """After the last step, on every rank: complete the training traffic in flight
@@ -162,11 +164,17 @@ class Scheme:
         average of the models for dpsgd and local_sgd, the server's for async_ps), counted
         under `comm.traffic["finish"]`."""
         self.settle()
-        before = {k: dataclasses.replace(t) for k, t in self.comm.traffic.items()}
+        before = self._traffic()
         try:
             self._finish()
         finally:
-            _move_traffic(self.comm, before, FINISH)
+            for comm, then in before:
+                _move_traffic(comm, then, FINISH)
+
+    def handed(self) -> dict[str, np.ndarray]:
+        """Inside `evaluated()`, on rank 0: the model it hands to the judge, parameters and
+        running statistics by name, as copies (a pipeline's: every stage's, gathered)."""
+        return model_state(self.trainer)
 
     def figures(self) -> dict[str, float]:
         """Scheme-specific figures of this rank (e.g. staleness, compression ratio)."""
@@ -177,6 +185,14 @@ class Scheme:
         return {}
 
     # ------------------------------------------------------------------ for subclasses
+    communicators: tuple[str, ...] = ("comm",)  # attributes whose traffic evaluated() sorts
+
+    def _traffic(self) -> list[tuple[Communicator, dict[str, Traffic]]]:
+        """A copy of the traffic counted so far on each of the scheme's communicators."""
+        found = {id(c): c for c in (getattr(self, a) for a in self.communicators)}
+        return [(c, {k: dataclasses.replace(t) for k, t in c.traffic.items()})
+                for c in found.values()]
+
     def settle(self) -> None:
         """On every rank at the same step: complete the training traffic still in flight, so
         that a collective of the caller's own can follow (default: there is none). Call it
@@ -280,6 +296,12 @@ class Parameters:
             arrays = {n: a for n, a in arrays.items() if n not in set(self.buffer_names)}
         if arrays is not self.views:
             self.trainer.set_parameters(arrays)
+
+
+def model_state(trainer: Any) -> dict[str, np.ndarray]:
+    """A trainer's parameters and running statistics by name, as copies."""
+    return {n: np.array(v, copy=True)
+            for n, v in {**trainer.parameters(), **trainer.buffers()}.items()}
 
 
 def state_bytes(state: Any) -> int:

@@ -1,0 +1,178 @@
+"""Pipeline parallelism as a level-3 scheme: each rank holds one stage of the cut model and runs
+its share of a step as M micro-batches in the schedule's order; activations go forward and their
+gradients back over the pipeline dimension's communicator; a stage's gradients, summed over the
+micro-batches, are averaged over the data dimension (sync's allreduce) and the entry's optimizer
+updates the stage's parameters.
+
+    scheme = Pipeline(stage, grid, micro_batches=4, schedule="1f1b")
+    loss = scheme.step(feeds, lr, weight)     # the last stage's: the share's loss; others 0.0
+
+Micro-batch i of n_i samples out of the share's n is seeded at the last stage with n_i/n x the
+share's weight, so the summed gradient is the share's weighted mean gradient: the update of one
+process on the whole batch (to float rounding). The first stage reads `input`, the last reads
+`labels`: every rank of a pipeline holds its data group's share of each batch.
+
+Bytes per step, per rank: stage s sends each micro-batch's crossing tensors forward (n x the
+partition's bytes per sample, "send") and receives their gradients back (as many, "recv").
+`bubble_measured` is the time a stage waited for its neighbours over the time of its pipeline
+passes (step minus the data allreduce and the update), beside `bubble_theory` (P-1)/(M+P-1).
+For an evaluation every stage's parameters are sent to rank 0 ("evaluate" traffic, on the
+judge's clock), which hands the whole model over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from d500.distributed.pipeline import schedule as schedules
+from d500.distributed.pipeline.partition import MAX_CROSSING
+from d500.distributed.pipeline.stage import StageModel
+from d500.distributed.schemes.sync import Sync
+
+POLL = 0.00005  # seconds between tests of a stage waiting for a neighbour
+GATHER = 1 << 20  # tags of the evaluation's gather (above any step's)
+
+
+class Pipeline(Sync):
+    """Stage `stage` on this rank of `grid` (see the module docstring)."""
+
+    name = "pipeline"
+    communicators = ("comm", "pipe")
+
+    def __init__(self, stage: StageModel, grid: Any, micro_batches: int, schedule: str,
+                 **kwargs: Any):
+        super().__init__(stage.trainer, grid.data, **kwargs)
+        self.stage, self.grid, self.pipe = stage, grid, grid.pipeline
+        self.index, self.stages = stage.index, len(stage.part.stages)
+        self.micro, self.schedule = micro_batches, schedule
+        self.ops = schedules.ops(schedule, self.index, self.stages, micro_batches)
+        self.holds_loss = stage.last
+        self.idle = self.busy = 0.0  # seconds waiting for neighbours, seconds of passes
+        self.stash_peak = 0  # bytes of stashed micro-batch inputs, at most
+        self.gathered: dict[str, np.ndarray] | None = None
+
+    # ------------------------------------------------------------------ one step
+    def step(self, feeds: Mapping[str, np.ndarray], lr: float, weight: float = 1.0) -> float:
+        start = time.perf_counter()
+        waited = self._waited()
+        n = len(next(iter(feeds.values())))
+        cuts = np.linspace(0, n, min(self.micro, n) + 1).astype(int)
+        micro = [{k: v[a:b] for k, v in feeds.items()} for a, b in zip(cuts[:-1], cuts[1:])]
+        grads: dict[str, np.ndarray] = {}
+        stash: dict[int, Any] = {}
+        requests: list[Any] = []
+        loss, held = 0.0, 0
+        st, s = self.stage, self.index
+        ops = self.ops if len(micro) == self.micro else schedules.ops(
+            self.schedule, s, self.stages, len(micro))  # a share smaller than M samples
+        for kind, i in ops:
+            size = len(next(iter(micro[i].values())))
+            if kind == "F":
+                received = self._receive(st.info.receives, size, s - 1, 2 * i)
+                inputs = st.inputs(received, micro[i])
+                if st.last:
+                    part, g, back = st.loss(inputs, weight * size / n)
+                    loss += part * size / n
+                    _accumulate(grads, g)
+                    stash[i] = back
+                else:
+                    stash[i] = inputs
+                    requests += self._send(st.forward(inputs), s + 1, 2 * i)
+                held += sum(a.nbytes for a in (stash[i].values() if isinstance(stash[i], dict)
+                                               else stash[i]))
+                self.stash_peak = max(self.stash_peak, held)
+            else:
+                kept = stash.pop(i)
+                held -= sum(a.nbytes for a in (kept.values() if isinstance(kept, dict)
+                                               else kept))
+                if st.last:
+                    back = kept
+                else:
+                    out = self._receive(st.info.sends, size, s + 1, 2 * i + 1)
+                    g, back = st.backward(kept, out)
+                    _accumulate(grads, g)
+                if s > 0:
+                    requests += self._send(back, s - 1, 2 * i + 1)
+        self.pipe.wait(requests)
+        self.idle += self._waited() - waited
+        self.busy += time.perf_counter() - start
+        self.trainer.apply(self.average(grads), lr)
+        self.steps += 1
+        return loss
+
+    def _receive(self, names: list[str], size: int, source: int, tag: int) -> list[np.ndarray]:
+        return [self.pipe.recv(self.stage.part.buffer(t, size), source,
+                               tag * MAX_CROSSING + j, POLL) for j, t in enumerate(names)]
+
+    def _send(self, arrays: list[np.ndarray], dest: int, tag: int) -> list[Any]:
+        return [self.pipe.isend(a, dest, tag * MAX_CROSSING + j) for j, a in enumerate(arrays)]
+
+    def _waited(self) -> float:
+        """Seconds this stage has spent waiting for its neighbours (receives, sends' ends)."""
+        t = self.pipe.traffic
+        return sum(t[k].seconds for k in ("recv", "send") if k in t)
+
+    # ------------------------------------------------------------------ the whole model
+    @contextlib.contextmanager
+    def _evaluate(self) -> Iterator[None]:
+        """Every stage's parameters sent to rank 0 (data and tensor coordinate 0)."""
+        self.gathered = self._gather() if self.grid.coords["data"] == 0 else None
+        yield
+
+    def _gather(self) -> dict[str, np.ndarray] | None:
+        part, shapes = self.stage.part, self._shapes()
+        mine = self.params.get()
+        if self.index != 0:
+            self.pipe.wait([self.pipe.isend(np.ascontiguousarray(mine[n]), 0, GATHER + j)
+                            for j, n in enumerate(self.stage.params)])
+            return None
+        whole = {n: np.array(a, copy=True) for n, a in mine.items()}
+        for s in part.stages[1:]:
+            for j, name in enumerate(s.params):
+                shape, dtype = shapes[name]
+                whole[name] = self.pipe.recv(np.empty(shape, dtype), s.index, GATHER + j, POLL)
+        return whole
+
+    def _shapes(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        from onnx import helper
+        return {t.name: (tuple(t.dims), np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)))
+                for t in self.stage.part.model_proto.graph.initializer}
+
+    def handed(self) -> dict[str, np.ndarray]:
+        if self.gathered is None:
+            raise RuntimeError("handed() outside evaluated() or off rank 0")
+        return self.gathered
+
+    # ------------------------------------------------------------------ figures
+    def figures(self) -> dict[str, float]:
+        return {"bubble_measured": self.idle / self.busy if self.busy else 0.0,
+                "bubble_theory": schedules.bubble(self.stages, self.micro),
+                "pipeline_stage": float(self.index),
+                "stash_bytes_peak": float(self.stash_peak)}
+
+    def details(self) -> dict[str, Any]:
+        return {"partition": self.stage.part.record(), "schedule": self.schedule,
+                "micro_batches": self.micro}
+
+
+def _accumulate(total: dict[str, np.ndarray], grads: Mapping[str, np.ndarray]) -> None:
+    for name, g in grads.items():
+        if name in total:
+            total[name] += g
+        else:
+            total[name] = np.array(g, dtype=g.dtype, copy=True)
+
+
+def build(model: Any, spec: Any, grid: Any, backend_cls: Any, optimizer: Any, native: bool
+          ) -> Pipeline:
+    """This rank's Pipeline: `model` cut into spec.pipeline stages, its own stage translated."""
+    from d500.distributed.pipeline.partition import partition
+    part = partition(model, spec.pipeline, where=f"{spec.where}: field 'distributed.pipeline'")
+    stage = StageModel(part, grid.coords["pipeline"], backend_cls, optimizer, native)
+    return Pipeline(stage, grid, spec.micro_batches, spec.schedule,
+                    bucket_bytes=spec.bucket_bytes, **spec.options)

@@ -1,0 +1,136 @@
+"""The pipeline's cut of an ONNX graph (d500.distributed.pipeline.partition), its schedules and its
+spec fields, in one process: stages balanced by FLOPs at cuts where few float tensors cross, the
+stages' sub-models chained stage to stage computing what the whole model computes (a tensor
+crossing two cuts passed through), and every impossible cut refused in one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from d500 import backends
+from d500.builders import build
+from d500.distributed.pipeline import schedule
+from d500.distributed.pipeline.partition import PASS, partition
+from d500.distributed.spec import parse
+from d500.errors import ConfigError, UsageError
+
+X = np.random.default_rng(0).random((5, 1, 8, 8), dtype=np.float32)
+Y = np.arange(5, dtype=np.int64)
+
+
+def chained(part, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The last stage's outputs, each stage fed the tensors the one before sent (reference
+    backend: ONNX's own evaluator)."""
+    reference = backends.get("reference")
+    sent: list[np.ndarray] = []
+    for s in part.stages:
+        sub = part.model(s.index)
+        onnx.checker.check_model(sub, full_check=True)
+        inputs = {**dict(zip(s.receives, sent)), **{n: feeds[n] for n in s.feeds}}
+        outs = reference.prepare(sub).run(inputs)
+        sent = outs
+    return sent
+
+
+@pytest.mark.parametrize("builder", ["mlp", "lenet5"])
+def test_stages_chained_compute_the_whole_model(builder):
+    model = build(builder, (1, 8, 8), 10, seed=1, loss=True)
+    whole = backends.get("reference").prepare(model).run({"input": X, "labels": Y})
+    for stages in (2, 3):
+        part = partition(model, stages)
+        assert [i for s in part.stages for i in s.nodes] == list(range(len(model.graph.node)))
+        assert all(s.params for s in part.stages)  # every stage has something to train
+        last = chained(part, {"input": X, "labels": Y})
+        for a, b in zip(last, whole):
+            np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_the_cut_balances_flops_and_is_recorded():
+    part = partition(build("mlp", (1, 8, 8), 10, seed=1, loss=True), 2)
+    first, second = part.stages
+    # 64x128 + 128x64 + 64x10 multiply-adds: the cut after the first Gemm's Relu is closest
+    assert first.sends == ["relu1"] == second.receives and first.feeds == ["input"]
+    assert second.feeds == ["labels"]
+    # Flatten (no formula: one per output element), Gemm (+ bias), Relu
+    assert first.cost == pytest.approx(64 + 2 * 64 * 128 + 128 + 128)
+    assert part.imbalance < 1.05
+    assert part.nbytes["relu1"] == 128 * 4
+    record = part.record()
+    assert record["stages"][0]["nodes"][-1] == "Relu#2 relu1"
+    assert record["stages"][0]["send_bytes_per_sample"] == 512
+    shown = part.show()
+    assert "relu1 (512 B/sample)" in shown and "imbalance" in shown
+
+
+def _skip_model() -> onnx.ModelProto:
+    """x -> h = x W1; a = relu(h); b = a W2; c = b + h; loss-free, one output: h crosses the
+    cuts after a and after b, so a middle stage passes it through."""
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array(rng.random((4, 4), dtype=np.float32), n)
+             for n in ("w1", "w2", "w3")]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
+             helper.make_node("Relu", ["h"], ["a"]),
+             helper.make_node("MatMul", ["a", "w2"], ["b"]),
+             helper.make_node("Add", ["b", "h"], ["c"]),
+             helper.make_node("MatMul", ["c", "w3"], ["out"])]
+    graph = helper.make_graph(
+        nodes, "skip", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 4])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_tensor_crossing_two_cuts_passes_through_the_stage_between():
+    model = _skip_model()
+    part = partition(model, 3)
+    middle = part.stages[1]
+    assert "h" in middle.receives and "h" in middle.sends
+    assert any(n.op_type == "Identity" and n.output[0] == "h" + PASS
+               for n in part.model(1).graph.node)
+    x = np.random.default_rng(3).random((3, 4), dtype=np.float32)
+    (out,) = chained(part, {"x": x})
+    (whole,) = backends.get("reference").prepare(model).run({"x": x})
+    np.testing.assert_allclose(out, whole, rtol=1e-6)
+
+
+def test_impossible_cuts_are_one_line_each():
+    mlp = build("mlp", (1, 8, 8), 10, seed=1, loss=True)
+    with pytest.raises(UsageError, match="8 pipeline stages for a graph of 7 nodes"):
+        partition(mlp, 8, where="e.yaml")
+    with pytest.raises(UsageError, match="leaves a parameter in every stage"):
+        partition(mlp, 4)  # the loss node alone would be a stage with nothing to train
+    shared = _skip_model()
+    shared.graph.node[2].input[1] = "w1"  # w1 read by the first and the third MatMul
+    with pytest.raises(UsageError, match="parameter 'w1' is read in two pipeline stages"):
+        partition(shared, 3)
+
+
+def test_schedules_run_every_pass_once_in_order():
+    for name in schedule.SCHEDULES:
+        for stage in range(4):
+            ops = schedule.ops(name, stage, 4, 6)
+            assert sorted(ops) == sorted([(k, i) for k in "FB" for i in range(6)])
+            assert all(ops.index(("F", i)) < ops.index(("B", i)) for i in range(6))
+    assert schedule.ops("1f1b", 0, 2, 4) == [("F", 0), ("F", 1), ("B", 0), ("F", 2), ("B", 1),
+                                             ("F", 3), ("B", 2), ("B", 3)]
+    assert schedule.stashed("gpipe", 0, 4, 8) == 8 and schedule.stashed("1f1b", 0, 4, 8) == 4
+    assert schedule.bubble(4, 12) == pytest.approx(3 / 15)
+
+
+def test_the_spec_takes_a_pipeline_with_sync_only():
+    spec = parse({"scheme": "sync", "pipeline": 2, "micro_batches": 4, "schedule": "1f1b"},
+                 "e.yaml")
+    assert spec.dims(2) == {"data": 1, "pipeline": 2, "tensor": 1}
+    assert spec.logged()["micro_batches"] == 4 and spec.logged()["schedule"] == "1f1b"
+    with pytest.raises(UsageError, match="scheme: sync, uncompressed, shard: none"):
+        parse({"scheme": "ps", "pipeline": 2}, "e.yaml")
+    with pytest.raises(UsageError, match="shard: none"):
+        parse({"scheme": "sync", "pipeline": 2, "shard": "zero1"}, "e.yaml")
+    with pytest.raises(ConfigError, match="'distributed.schedule' must be one of gpipe, 1f1b"):
+        parse({"scheme": "sync", "pipeline": 2, "schedule": "zigzag"}, "e.yaml")
+    with pytest.raises(ConfigError, match="'distributed.micro_batches' must be a whole number"):
+        parse({"scheme": "sync", "pipeline": 2, "micro_batches": 0}, "e.yaml")
+    with pytest.raises(UsageError, match="tensor parallelism is not built yet"):
+        parse({"scheme": "sync", "tensor": 2}, "e.yaml")
