@@ -24,15 +24,10 @@ def main(argv: list[str], prog: str = "d500 train") -> int:
                         "(default: all of them; the rules choose the seeds)")
     p.add_argument("--repeat", action="store_true",
                    help="allow --seed to repeat a seed already recorded")
-    args = p.parse_args(argv)
     p.add_argument("--show-partition", action="store_true",
                    help="level 3, an entry with pipeline > 1: print how the model is cut into "
                         "stages (nodes, FLOPs, tensors crossing) and train nothing")
-    from d500.training.resume import every
-    p.add_argument("--checkpoint-every", type=every, metavar="K",
-                   help="write a checkpoint every K epochs under the run's folder (level 2)")
-    p.add_argument("--resume", type=int, metavar="RUN",
-                   help="continue the killed or interrupted run RUN from its last checkpoint")
+    args = p.parse_args(argv)
     from d500.distributed import cli as distributed
     if distributed.wanted(args):  # a level-3 workload, or any `d500 train` under mpiexec
         return distributed.train(args, argv, prog)
