@@ -229,6 +229,12 @@ class Backend(onnx.backend.base.Backend):
             return str(getattr(module, "__version__", "?"))
 
     @classmethod
+    def compiled_programs(cls) -> set[str] | None:
+        """The programs this mode's compile cache holds now, by key (d500.training.compiling
+        marks a run warm with them); None for a mode that does not compile."""
+        return None
+
+    @classmethod
     def prepare(cls, model: onnx.ModelProto | str, device: str = "CPU",
                 **kwargs: Any) -> Executable:
         from d500.model import load

@@ -162,6 +162,11 @@ class Trainer:
             if wrong:
                 raise UsageError(f"'{wrong[0]}' is {what}")
 
+    def compile_record(self) -> dict[str, Any] | None:
+        """What compiling its step cost so far, for a compiling mode's trainer (torch:compiled:
+        compile_time, cache, keys); None for one that does not compile."""
+        return None
+
     # -- shared by the backends' trainers ---------------------------------------------------
     def batch(self, feeds: Mapping[str, Any], needed: Sequence[str]) -> dict[str, np.ndarray]:
         """The inputs `needed` from `feeds` as contiguous arrays of the declared dtype, checked:

@@ -202,6 +202,7 @@ class Judge:
 
     def __init__(self, backend_cls: Any, model: Any):
         from d500.training.optimizers import make
+        self.backend_cls = backend_cls
         self.trainer = backend_cls.prepare(model).trainer(make("sgd", lr=1.0), loss="loss")
         self.shapes = {**self.trainer.parameter_shapes(),  # what every hand-over must match
                        **{n: tuple(np.shape(v)) for n, v in self.trainer.buffers().items()}}
@@ -256,6 +257,8 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
     steps_per_epoch = len(sampler)
     total_steps = workload.max_epochs * steps_per_epoch
     worker.give(parts.train.x, parts.train.y, total_steps)
+    from d500.training import compiling  # what a compiling mode's cache held at the start
+    compiled = {"before": compiling.cached_programs(judge.backend_cls), "figures": {}}
     clock.data += clock.read() - t0
     log_run_keys(log, workload, recipe, len(parts.train.y), len(parts.validation.y), shape,
                  layout.micro_batch)
@@ -335,6 +338,8 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
             if chunk.state is not None:
                 judge.load(chunk.state)
                 state["loaded"] = state["step"]
+            if chunk.compiled is not None:  # its compile: on the clock, recorded apart too
+                compiled["figures"] = compiling.record(run, chunk.compiled, compiled["before"])
             if progress is not None and chunk.losses:
                 progress({"step": state["step"], "total": total_steps,
                           "loss": chunk.losses[-1], **shown(),
@@ -365,7 +370,8 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
     reached = state["reached"]
     if reached is not None and reached[0] <= workload.max_seconds:
         status = "succeeded"
-    return _figures(workload, state, clock, layout.batch), status, _why(workload, state, status)
+    return ({**_figures(workload, state, clock, layout.batch), **compiled["figures"]}, status,
+            _why(workload, state, status))
 
 
 def _figures(workload: Workload, state: dict[str, Any], clock: Clock, batch: int

@@ -73,12 +73,14 @@ class Job:
 class Chunk:
     """What one chunk of training ended with: the losses of its steps, the model's parameters
     and running statistics by name (None when not asked for), whether the worker stopped early
-    (budget, divergence), and where a non-finite loss came from (level 3: " on rank N")."""
+    (budget, divergence), where a non-finite loss came from (level 3: " on rank N"), and what
+    compiling the step cost (a compiling mode's Trainer.compile_record, else None)."""
 
     losses: list[float]
     state: dict[str, np.ndarray] | None
     stopped: bool
     where: str = ""
+    compiled: dict[str, Any] | None = None  # a compiling mode's compile_record, as it says
 
 
 class Trainee:
@@ -125,7 +127,7 @@ class Trainee:
                     tick(message[1], message[2])
             elif message[0] == "trained":
                 return Chunk(list(message[1]), message[2], stop_sent or message[3],
-                             str(message[4]))
+                             str(message[4]), message[5] if len(message) > 5 else None)
             else:
                 raise WorkerError(f"the worker sent '{message[0]}' during training")
 
@@ -252,7 +254,8 @@ def main(conn: Any) -> None:
                 if time.perf_counter() - last >= TICK:
                     conn.send(("tick", steps, loss))
                     last = time.perf_counter()
-            conn.send(("trained", losses, _state(trainer) if want else None, stopped, ""))
+            conn.send(("trained", losses, _state(trainer) if want else None, stopped, "",
+                       trainer.compile_record()))
     except (EOFError, OSError, KeyboardInterrupt):
         return  # the supervisor went away
     except Exception as err:  # noqa: BLE001 - the submission's or backend's failure, as a line

@@ -19,7 +19,6 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 from d500.backends import get
-from d500.errors import UsageError
 from d500.networks.compare import compare
 
 pytestmark = pytest.mark.slow  # each first compile takes seconds (Inductor builds C++)
@@ -100,12 +99,11 @@ def test_new_parameters_reach_the_frozen_program(home):
     np.testing.assert_allclose(compiled.run([x(2)])[0], eager.run([x(2)])[0], rtol=1e-5)
 
 
-def test_training_is_refused_rather_than_run_eagerly_under_its_name(home):
+def test_level_0_gradients_are_refused_rather_than_run_eagerly_under_its_name(home):
+    """(Its training step compiles: tests/backends/test_torch_compiled_training.py.)"""
     compiled = get("torch:compiled").prepare(tiny())
-    with pytest.raises(NotImplementedError, match="inference only"):
+    with pytest.raises(NotImplementedError, match="level 0"):
         compiled.gradients([x(0)], output="y")
-    with pytest.raises(UsageError, match="torch:compiled"):
-        compiled.trainer(None)
 
 
 CHILD = """

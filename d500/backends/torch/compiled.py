@@ -39,20 +39,21 @@ def inductor_cache() -> str:
     """Inductor's cache directory (its generated code, compiled kernels, FX-graph and
     AOTAutograd caches): $D500_HOME/cache/torch-inductor unless the user set
     TORCHINDUCTOR_CACHE_DIR to a folder of their own (Inductor itself sets it to its default
-    under /tmp when imported); set before each compile, so a second process reuses it."""
+    under /tmp when imported); set before each compile, so a second process reuses it. The
+    folder d500 chose is named in D500_TORCHINDUCTOR_CACHE_DIR, so that a later D500_HOME
+    replaces it in this process and in the workers that inherit its environment."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     from d500.paths import cache
     given = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if given and given != default_cache_dir() and given not in _SET:
+    if given and given not in (default_cache_dir(), os.environ.get(_CHOSEN)):
         return given
     folder = str(cache("torch-inductor"))
-    _SET.add(folder)
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.environ[_CHOSEN] = folder
     return folder
 
 
-_SET: set[str] = set()  # the folders inductor_cache chose (a later D500_HOME replaces them)
+_CHOSEN = "D500_TORCHINDUCTOR_CACHE_DIR"  # the folder inductor_cache chose (not the user)
 
 
 def _placeholders(node: torch.fx.Node) -> set[torch.fx.Node]:
@@ -118,9 +119,12 @@ def _read_in_a_kernel(err: BaseException | None) -> bool:
     return False
 
 
-def trace(forward: Any, feeds: dict[str, Any]) -> tuple[torch.fx.GraphModule, list[str]]:
+def trace(forward: Any, feeds: dict[str, Any], grad: bool = False
+          ) -> tuple[torch.fx.GraphModule, list[str]]:
     """`forward(**feeds)` as a static fx program over the feeds it does not bake, and the names
-    it baked (the inputs whose values decided the program; non-tensor inputs always)."""
+    it baked (the inputs whose values decided the program; non-tensor inputs always). `grad`:
+    trace with autograd on, so that a `torch.autograd.grad` inside `forward` is traced into
+    the program as its backward ops."""
     baked = {n for n, v in feeds.items() if not isinstance(v, torch.Tensor)}
     while True:
         free = [n for n in feeds if n not in baked]
@@ -132,7 +136,7 @@ def trace(forward: Any, feeds: dict[str, Any]) -> tuple[torch.fx.GraphModule, li
                 return forward(**env)
 
         try:
-            with torch.no_grad():
+            with torch.set_grad_enabled(grad):
                 gm = proxy_tensor.make_fx(static, tracing_mode="real",
                                           _error_on_data_dependent_ops=False)(
                     *[feeds[n] for n in free])
@@ -237,8 +241,8 @@ class Compiled:
 
 
 class CompiledExecutable(TorchExecutable):
-    """A torch executable whose `run` is the compiled static program. Inference only for now:
-    `gradients` and `trainer` refuse (eager's would run under this mode's name)."""
+    """A torch executable whose `run` is the compiled static program and whose `trainer`'s step
+    is one too; `gradients` (level 0) refuses (eager's would run under this mode's name)."""
 
     backend_name = "torch:compiled"
 
@@ -265,12 +269,17 @@ class CompiledExecutable(TorchExecutable):
             return self._outputs(self._compiled(feeds))
 
     def gradients(self, inputs: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("torch:compiled compiles inference only (so far): "
-                                  "gradients and training run on the backend 'torch'")
+        raise NotImplementedError("torch:compiled compiles inference and the training step "
+                                  "(trainer); level 0's gradients run on the backend 'torch'")
 
-    def trainer(self, optimizer: Any, loss: str = "loss", native: bool = False) -> Any:
-        raise UsageError("backend 'torch:compiled' compiles inference only (so far): train on "
-                         "'torch', whose eager training step it would otherwise be")
+    def trainer(self, optimizer: Any, loss: str = "loss", native: bool = False,
+                precision: str = "fp32") -> Any:
+        """The compiled training step (d500.backends.torch.compiled_trainer), in float32."""
+        if precision != "fp32":
+            raise UsageError(f"backend 'torch:compiled' trains in fp32 only; precision "
+                             f"'{precision}' trains on the backend 'torch'")
+        from d500.backends.torch.compiled_trainer import CompiledTrainer
+        return CompiledTrainer(self, optimizer, loss, native)
 
     def settings(self) -> dict[str, Any]:
         return {"compiler": "torch.compile", "backend": self._compiled.backend,

@@ -297,7 +297,15 @@ class TorchBackend(Backend):
     name = "torch"
     about = "eager: the ONNX graph walked op by op in torch, IEEE float32"
     modes = {"compiled": "the graph traced once into a static torch.fx program (shape-deciding "
-                         "inputs baked), compiled by torch.compile (Inductor, one graph)"}
+                         "inputs baked), compiled by torch.compile (Inductor, one graph); its "
+                         "training step's forward and backward likewise"}
+
+    @classmethod
+    def compiled_programs(cls) -> set[str] | None:
+        if cls.mode != "compiled":
+            return None
+        from d500.backends.torch.compile_cache import snapshot
+        return snapshot()
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
