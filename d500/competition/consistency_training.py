@@ -96,7 +96,8 @@ class Training:
                 "d500_target": rules.target, mllog.TRAIN_SAMPLES: rules.train,
                 mllog.EVAL_SAMPLES: rules.validation}
         if run.level == 3:
-            want["data_parallelism"] = run.world_size or 1
+            from d500.distributed.spec import data_ranks
+            want["data_parallelism"] = data_ranks(run.world_size or 1, hyper)
         for key, value in want.items():
             line = self.first.get(key)
             if value is not None and line is not None and not same(number(line["value"]),

@@ -124,9 +124,10 @@ def rebuild(entry: Any, workload: Any, run: Any) -> dict[str, Any]:
         if world:
             from d500.distributed import spec as specs
             total = workload.global_batch(recipe.batch_size, world)
+            spec = specs.parse(entry.distributed, entry.path).logged()
             logged = {**logged, "batch_size": total,
-                      "per_rank_batch_size": math.ceil(total / world),
-                      **specs.parse(entry.distributed, entry.path).logged()}
+                      "per_rank_batch_size": math.ceil(total / specs.data_ranks(world, spec)),
+                      **spec}
     except D500Error as err:
         raise Unreproducible(f"its recorded hyperparameters do not fit the packaged submission "
                              f"({err})") from None

@@ -284,9 +284,9 @@ def _open(order: Order) -> Any:
 
 
 def data_ranks(order: Any) -> int:
-    """The ranks that share each global batch (the data dimension; a pipeline's stages and a
-    tensor group's ranks all see the same samples)."""
-    return order.spec.dims(order.world_size)["data"]
+    """The ranks that share each global batch (spec.data_ranks)."""
+    from d500.distributed.spec import data_ranks as ranks
+    return ranks(order.world_size, order.spec.logged())
 
 
 def _details(order: Order) -> dict[str, Any]:

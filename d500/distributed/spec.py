@@ -98,6 +98,12 @@ class Spec:
         return out
 
 
+def data_ranks(world: int, logged: dict[str, Any]) -> int:
+    """The ranks that share each global batch at `world` ranks, from a run's hyperparameters
+    (`Spec.logged`: pipeline and tensor where > 1): a pipeline's stages see the same samples."""
+    return world // (int(logged.get("pipeline", 1)) * int(logged.get("tensor", 1)))
+
+
 def known_schemes() -> list[str]:
     """d500's schemes and the native baseline."""
     from d500.distributed.schemes import SCHEMES

@@ -2,8 +2,9 @@
 mpi_pipeline_checks.py (GPipe and 1F1B equal one process within 1e-5 after 20 steps of the digits
 MLP and LeNet-5, unequal micro-batches, 1F1B's smaller stash), each its own test; then
 `d500 train` of the pipeline entries under the judge: the cut is recorded, the bubble beside its
-theory, memory per rank from the judge's own cut; and the attack: an entry whose stages train on
-half of each batch is recorded failed by the judge's audit."""
+theory, memory per rank from the judge's own cut, its MLLOG consistent with its record; and the
+attack: an entry whose stages train on half of each batch is recorded failed by the judge's
+audit."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from d500.competition.check import check
+from d500.competition.export import build
+from d500.competition.package import Package
 from d500.ledger import Ledger
 from tests.distributed import level3_jobs as jobs
 from tests.distributed.mpi_jobs import CheckJob
@@ -77,6 +81,10 @@ def test_a_pipeline_entry_trains_under_the_judge_and_records_its_cut(tmp_path):
             for r in details["ranks"]]
     assert params[0] != params[1] and figures["memory_per_rank"] == max(held)
     assert run["hyperparameters"]["per_rank_batch_size"] == 32  # both stages see the batch
+    # its MLLOG (micro batch 32, data_parallelism 1) agrees with its record
+    package = build(jobs.ENTRIES / "pipeline-1f1b", tmp_path / "p.tar.gz", home / "ledger.sqlite")
+    problems = check(Package.open(package)).problems
+    assert not [p for p in problems if p.startswith("consistency:")], problems
     shown = jobs.plain_d500(home, "train", str(wl), "--submission",
                             str(jobs.ENTRIES / "pipeline-1f1b"), "--show-partition")
     assert shown.returncode == 0, shown.stderr
