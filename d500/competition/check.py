@@ -135,7 +135,7 @@ def check(pkg: Any, rules_dir: Path | None = None, trusted: Sequence[str] = ()) 
                     seeds=sum(1 for r in runs if is_seed_run(r)))
     from d500.competition.identity import check_identity
     for step in (check_integrity, check_rules, check_completeness, check_logs,
-                 check_consistency, check_convergence, check_identity):
+                 check_consistency, check_restarts, check_convergence, check_identity):
         step(ctx, report)
     return report
 
@@ -363,6 +363,15 @@ def check_logs(ctx: Context, report: Report) -> None:
             checked += 1
     report.checked.append(f"logs: {checked} MLLOG(s) by MLPerf Training {compliance.RULESET}'s "
                           f"compliance checker")
+
+
+def check_restarts(ctx: Context, report: Report) -> None:
+    """Resumed runs listed with their segments; a checkpoint resumed twice, a hidden segment
+    or a segment's time left off flagged (d500.competition.restarts)."""
+    from d500.competition import restarts
+    found, listed = restarts.problems(ctx.runs)
+    report.problems += [f"restarts: {p}" for p in found]
+    report.checked += [f"restarts: {line}" for line in listed]
 
 
 def check_consistency(ctx: Context, report: Report) -> None:

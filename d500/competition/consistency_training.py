@@ -76,6 +76,8 @@ class Training:
         self.evals = [i for i, r in enumerate(records) if r["key"] == mllog.EVAL_ACCURACY]
         self.rows = [evaluation(e) for e in run.evaluations]
         self.batch = number((self.first.get(mllog.GLOBAL_BATCH_SIZE) or {}).get("value"))
+        # a resumed run's clock starts at what its earlier segments took (its log's does not)
+        self.before = number((run.details.get("resumed") or {}).get("before")) or 0.0
         self.out: list[str] = []
 
     def problems(self) -> list[str]:
@@ -158,6 +160,7 @@ class Training:
         found = self.bounds(n)
         if found is None or not finite(value):
             return None
+        value -= self.before
         low, high = found
         slack = TOLERANCE_S + TOLERANCE_REL * high
         if low - slack <= value <= high + slack:

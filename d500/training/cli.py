@@ -27,9 +27,17 @@ def main(argv: list[str], prog: str = "d500 train") -> int:
     p.add_argument("--show-partition", action="store_true",
                    help="level 3, an entry with pipeline > 1: print how the model is cut into "
                         "stages (nodes, FLOPs, tensors crossing) and train nothing")
+    from d500.training.resume import every
+    p.add_argument("--checkpoint-every", type=every, metavar="K",
+                   help="write a checkpoint every K epochs under the run's folder (level 2)")
+    p.add_argument("--resume", type=int, metavar="RUN",
+                   help="continue the killed or interrupted run RUN from its last checkpoint")
     args = p.parse_args(argv)
     from d500.distributed import cli as distributed
     if distributed.wanted(args):  # a level-3 workload, or any `d500 train` under mpiexec
+        if args.checkpoint_every or args.resume is not None:
+            raise UsageError("--checkpoint-every and --resume are level 2's (a level-3 run "
+                             "cannot checkpoint yet)")
         return distributed.train(args, argv, prog)
     from d500 import backends
 
@@ -46,7 +54,9 @@ def train_level2(args: Any, workload: Any, entry: Any) -> int:
     configure_threads(args)  # after the cheap checks, before the framework runs anything
     preflight(workload, entry.recipe, args.backend, args.data)  # bad input: one line, no run
     ledger = Ledger()
-    seeds = choose_seeds(ledger, workload, entry, args)
+    checkpoints, resumed = restarts(ledger, workload, entry, args)
+    seeds = ([resumed.meta["seed"]] if resumed is not None
+             else choose_seeds(ledger, workload, entry, args))
     out = stdout_console()
     if not seeds:
         done_line(workload, args)
@@ -55,7 +65,10 @@ def train_level2(args: Any, workload: Any, entry: Any) -> int:
         with progress_bar(f"{workload.name} / {entry.name} / {args.backend} seed {s}") as bar:
             result = train(workload, entry.recipe, args.backend, s, ledger=ledger,
                            data_dir=args.data, submission=entry.name,
-                           submission_files=entry.files, progress=bar)
+                           submission_files=entry.files, progress=bar,
+                           checkpoints=checkpoints, resume=resumed)
+        if checkpoints is not None:
+            checkpoints = type(checkpoints)(checkpoints.every)  # the next seed's own
         results.append((s, result))
         if not args.json:
             out.print(line(workload, s, result) + note(workload, entry, args.backend, s),
@@ -71,6 +84,31 @@ def train_level2(args: Any, workload: Any, entry: Any) -> int:
         raise CheckFailed(f"{len(bad)} of {len(results)} run(s) did not reach the target; "
                           f"seed {s}: {r.status}: {r.error}")
     return 0
+
+
+def restarts(ledger: Any, workload: Any, entry: Any, args: Any) -> tuple[Any, Any]:
+    """--checkpoint-every and --resume, checked before anything is recorded: (Checkpoints or
+    None, Resumed or None) (d500.training.resume)."""
+    import os
+
+    from d500.training import checkpoint, resume
+    if (args.checkpoint_every or args.resume is not None) and entry.recipe.native:
+        checkpoint.supported(args.backend, entry.recipe.native)
+    checkpoints = None
+    if args.checkpoint_every:
+        runs = ledger.root / "runs"
+        probe = runs if runs.is_dir() else ledger.root
+        if not os.access(probe, os.W_OK):
+            raise UsageError(f"{probe}: cannot write checkpoints there (not writable)")
+        checkpoints = resume.Checkpoints(args.checkpoint_every)
+    if args.resume is None:
+        return checkpoints, None
+    if args.seed is not None or args.seeds is not None:
+        raise UsageError("--resume continues its run's seed: give no --seed or --seeds")
+    resumed = resume.plan(ledger, args.resume, workload, entry, args.backend)
+    if checkpoints is None:  # a resumed run checkpoints as its first segment did
+        checkpoints = resume.Checkpoints(int(resumed.meta["every"]))
+    return checkpoints, resumed
 
 
 def choose_seeds(ledger: Any, workload: Any, entry: Any, args: Any, world: int = 1

@@ -61,9 +61,10 @@ class Clock:
     train: float = 0.0
     evaluation: float = 0.0
     read: Callable[[], float] = time.perf_counter
+    before: float = 0.0  # what a resumed run's earlier segments took (d500.training.resume)
 
     def now(self) -> float:
-        return self.read() - self.start - self.paused
+        return self.read() - self.start - self.paused + self.before
 
 
 def accuracy(predict: Callable[[dict[str, np.ndarray]], np.ndarray], x: np.ndarray,
@@ -93,12 +94,14 @@ QUALITY = {"accuracy": accuracy, "log_perplexity": log_perplexity}  # Workload.q
 def train(workload: Workload, recipe: Recipe, backend: str, seed: int, *, ledger: Any = None,
           data_dir: str | None = None, submission: str = "", submission_files: list = (),
           study: Any = None, trial: int | None = None, progress: Progress | None = None,
-          run_kwargs: dict[str, Any] | None = None) -> Result:
+          run_kwargs: dict[str, Any] | None = None, checkpoints: Any = None,
+          resume: Any = None) -> Result:
     """Run one training run and record it; returns its status and figures. Bad input (a recipe
     outside the rules, an unknown backend, a model no trainer can train: see `preflight`)
     raises before any run is recorded; anything that goes wrong after the run opened (a crash
     in the submission's optimizer, an operator the backend lacks, a corrupt dataset file) ends
-    the run `failed` with the error."""
+    the run `failed` with the error. `checkpoints` (d500.training.resume.Checkpoints): write
+    one every K epochs; `resume` (resume.Resumed, from resume.plan): continue a killed run."""
     from d500.ledger import Ledger
     from d500.provenance import LoadWatch
 
@@ -116,10 +119,17 @@ def train(workload: Workload, recipe: Recipe, backend: str, seed: int, *, ledger
     with ledger.start_run(level=workload.level, workload=workload.name, submission=submission,
                           backend=backend, seed=seed, hyperparameters=hyper,
                           workload_file=workload.path, submission_files=list(submission_files),
-                          study=study, trial=trial, begin=False, **(run_kwargs or {})) as run:
+                          study=study, trial=trial, begin=False,
+                          parent=None if resume is None else resume.parent,
+                          **(run_kwargs or {})) as run:
+        if resume is not None:
+            run.record(details=resume.details(ledger))  # at once: a kill keeps it
+        if checkpoints is not None:
+            checkpoints.identity = {"workload": workload.name, "submission": submission,
+                                    "backend": backend, "seed": seed, "run": run.id}
         try:
             figures, status, error = _train(run, workload, recipe, backend_cls, model, seed,
-                                            data_dir, progress)
+                                            data_dir, progress, checkpoints, resume)
         except Diverged as err:
             run.finish("diverged", figures=missed_figures(workload), error=str(err),
                        details=ended())
@@ -178,8 +188,8 @@ def missed_figures(workload: Workload) -> dict[str, float]:
 
 
 def _train(run: Any, workload: Workload, recipe: Recipe, backend_cls: Any, model: Any,
-           seed: int, data_dir: str | None, progress: Progress | None
-           ) -> tuple[dict[str, float], str, str]:
+           seed: int, data_dir: str | None, progress: Progress | None, checkpoints: Any = None,
+           resume: Any = None) -> tuple[dict[str, float], str, str]:
     """The supervisor's side of a run (its worker, d500.training.worker, trains)."""
     from d500 import threads
     from d500.training.worker import Job, Worker
@@ -192,7 +202,8 @@ def _train(run: Any, workload: Workload, recipe: Recipe, backend_cls: Any, model
     try:
         judge = Judge(backend_cls, model)
         worker.ready()
-        return _supervise(run, workload, recipe, seed, data_dir, progress, worker, judge)
+        return _supervise(run, workload, recipe, seed, data_dir, progress, worker, judge,
+                          checkpoints=checkpoints, resume=resume)
     finally:
         worker.close()
 
@@ -238,10 +249,12 @@ class Layout:
 
 def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir: str | None,
                progress: Progress | None, worker: Any, judge: Judge,
-               layout: Layout | None = None) -> tuple[dict[str, float], str, str]:
+               layout: Layout | None = None, checkpoints: Any = None, resume: Any = None
+               ) -> tuple[dict[str, float], str, str]:
     """The judge's loop, at level 2 and 3 alike: the clock, the data, chunk after chunk of
     training by `worker` (d500.training.worker's protocol), the evaluations and the stop rule;
-    returns (figures, status, why). Raises Diverged at a non-finite loss."""
+    returns (figures, status, why). Raises Diverged at a non-finite loss. Level 2 may write
+    `checkpoints` and start from `resume`'s (d500.training.resume)."""
     from d500.training.data import dataset as datasets
     from d500.training.data.samplers import EpochSampler
 
@@ -249,6 +262,12 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
     shape, _ = datasets.shape_of(workload.dataset)
     log = run.mllog
     clock = Clock(start=run.begin())  # init_stop, run_start: the clock runs from here
+    if resume is not None:
+        clock.before = resume.before  # every earlier segment's time, its checkpoint read too
+    heart = None
+    if checkpoints is not None or resume is not None:
+        from d500.training.resume import Heartbeat
+        heart = Heartbeat(run.dir)
 
     # -- data, inside the clock: the worker gets the training split only
     t0 = clock.read()
@@ -268,6 +287,29 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
     state: dict[str, Any] = {"step": 0, "losses": [], "val": None, "reached": None,
                              "test_at_target": None, "test": None, "evaluated": None,
                              "loaded": None}
+    begin = 0
+    if resume is not None:  # on the clock: the worker takes the checkpoint's state
+        worker.restore(resume.state)
+        state.update(step=int(resume.meta["step"]), **resume.meta["judge"])
+        begin = resume.epoch
+
+    def save(epoch: int) -> None:
+        """A checkpoint after `epoch` epochs, on the clock, its sha256 in the ledger at once."""
+        from d500.training import checkpoint
+        from d500.training import resume as resuming
+        t = clock.read()
+        got = worker.save()
+        judge.load(got["model"])  # the names and shapes checked as at an evaluation
+        state["loaded"] = state["step"]
+        judged = {k: state[k] for k in ("losses", "val", "test", "evaluated")}
+        meta = {**checkpoints.identity, "step": state["step"], "judge": judged,
+                "every": checkpoints.every}
+        path, digest = checkpoint.write(run.dir / resuming.FOLDER, epoch, got, meta)
+        checkpoints.written.append({"epoch": epoch, "step": state["step"],
+                                    "file": run.store_path(path), "sha256": digest,
+                                    "seconds": clock.read() - t, "clock": clock.now()})
+        resuming.record(run, checkpoints.written)
+        heart.beat(clock.now(), force=True)
 
     def evaluate(epoch: float) -> bool:
         """Validation (on the clock), then test (off the clock); True when the target is met."""
@@ -301,7 +343,10 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
         return met
 
     def remaining() -> float:
-        return workload.max_seconds - clock.now()
+        now = clock.now()
+        if heart is not None:
+            heart.beat(now)
+        return workload.max_seconds - now
 
     def shown() -> dict[str, Any]:
         """The last validation figure, for a progress display."""
@@ -315,7 +360,7 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
 
     every = workload.every_steps
     status, stop = "missed", False
-    for epoch in range(workload.max_epochs):
+    for epoch in range(begin, workload.max_epochs):
         log.start(mllog.EPOCH_START, metadata={mllog.EPOCH_NUM: epoch + 1})
         first = 0
         while first < steps_per_epoch:  # chunks: the steps up to the next evaluation
@@ -359,6 +404,9 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
                 break
         if stop or remaining() < 0:
             break
+        if checkpoints is not None and (epoch + 1) % checkpoints.every == 0 \
+                and epoch + 1 < workload.max_epochs:
+            save(epoch + 1)
     last = state["reached"] is None and state["evaluated"] != state["step"]
     t = clock.read()
     final = worker.finish(last)  # the trainee's final model (level 3: the scheme's)

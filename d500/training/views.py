@@ -98,7 +98,9 @@ def seeds_view(entries: list[score.Entry], on: str | None = None) -> View:
         tta = score.over_seeds([score.time_to_target(r) for r in e.seeds])
         ci = tta.ci95
         test = [] if on else [_fmt("test_accuracy", _median_test(e.seeds))]
-        rows.append([e.workload, e.submission, e.backend, str(tta.n),
+        again = sum(1 for r in e.seeds if r.get("details", {}).get("resumed"))
+        rows.append([e.workload, e.submission, e.backend,
+                     str(tta.n) + (f" ({again} resumed)" if again else ""),
                      _fmt("time_to_accuracy", tta.median),
                      _fmt("time_to_accuracy", tta.olympic_mean),
                      "—" if ci is None else f"{_fmt('time_to_accuracy', ci[0])} – "
@@ -108,7 +110,22 @@ def seeds_view(entries: list[score.Entry], on: str | None = None) -> View:
                 f"bootstrap 95% interval of the median; a miss counts as ∞){tail}",
                 ["workload", "submission", "backend", "seeds", "median", "olympic mean",
                  "95% interval", *([] if on else ["test acc"])], rows,
-                notes=([APART] if on else []) + explorations_notes(entries))
+                notes=([APART] if on else []) + explorations_notes(entries)
+                + resumed_notes(entries))
+
+
+def resumed_notes(entries: list[score.Entry]) -> list[str]:
+    """One note per resumed seed run (d500.training.resume): its segments, all on its clock."""
+    out = []
+    for e in entries:
+        for r in e.seeds:
+            info = r.get("details", {}).get("resumed")
+            if info:
+                out.append(f"resumed: {e.workload} / {e.submission} / {e.backend}: run "
+                           f"{r.get('id')} continued run {info['from_run']} from its epoch "
+                           f"{info['epoch']} checkpoint; its time counts all "
+                           f"{len(info.get('segments', [])) + 1} segments")
+    return out
 
 
 def explorations_notes(entries: list[score.Entry]) -> list[str]:

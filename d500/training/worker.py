@@ -20,9 +20,11 @@ elsewhere).
 The protocol, over one multiprocessing Pipe: the supervisor sends the Job, ("data", x, y,
 total_steps), then ("train", epoch, first, count, want, val) per chunk (the steps up to the next
 evaluation; `want`: hand the model over at its end) and ("stop",) when the time budget runs out
-mid-chunk, and at the end ("finish", want); the worker answers ("ready",), ("tick", step, loss)
-at most every TICK seconds, ("trained", losses, state or None, stopped, where) at the end of a
-chunk, ("state", state or None) to "finish", ("error", line) when anything failed. What the
+mid-chunk, and at the end ("finish", want); ("save",) and ("restore", state) for checkpoints
+(d500.training.resume); the worker answers ("ready",), ("tick", step, loss) at most every TICK
+seconds, ("trained", losses, state or None, stopped, where) at the end of a chunk, ("state",
+state or None) to "finish", ("saved", state) and ("restored",), ("error", line) when anything
+failed. What the
 worker says of its own time is never used: the supervisor times each round trip itself. Level 3
 speaks the same protocol with its rank 0 (d500.distributed.judge), whose ranks train together.
 """
@@ -136,6 +138,16 @@ class Trainee:
         self.conn.send(("finish", want))
         return self._expect("state", START)[1]
 
+    def save(self) -> dict[str, Any]:
+        """The trainee's state for a checkpoint (d500.training.checkpoint.capture)."""
+        self.conn.send(("save",))
+        return self._expect("saved", START)[1]
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Put a checkpoint's state back into the trainee (after `give`)."""
+        self.conn.send(("restore", state))
+        self._expect("restored", START)
+
     def close(self) -> None:
         raise NotImplementedError
 
@@ -231,6 +243,14 @@ def main(conn: Any) -> None:
                 continue  # a stop that crossed the end of its chunk
             if message[0] == "finish":
                 conn.send(("state", _state(trainer) if message[1] else None))
+                continue
+            if message[0] in ("save", "restore"):  # a checkpoint (d500.training.checkpoint)
+                from d500.training import checkpoint
+                if message[0] == "save":
+                    conn.send(("saved", checkpoint.capture(trainer, steps)))
+                else:
+                    steps = checkpoint.restore(trainer, message[1])
+                    conn.send(("restored",))
                 continue
             if message[0] != "train":
                 return  # exit (or anything else): the supervisor is done with us
