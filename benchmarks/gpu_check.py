@@ -4,6 +4,8 @@ Each stage prints its findings as it goes and a failure in one stage does not st
 1. the environment (GPU, torch, onnxruntime's providers, TensorFlow if installed);
 2. training on CUDA: 50 steps of the digits MLP and 20 of LeNet-5, losses against the CPU run
    (the cross-framework bounds, 1e-4 and 1e-3 relative);
+   mixed precision (`--only precision`): the digits MLP and a text-lm-shaped transformer in
+   bf16 and in fp16 with dynamic loss scaling against fp32, the loss-scale history, step times;
 3. the nine light models of the onnx package on CUDA, outputs against the CPU run;
 4. level-1 latency of light ResNet-50 at batch 1 on torch CUDA, torch CPU and onnxruntime
    (CPU, and CUDA where its provider is installed), interleaved, medians;
@@ -152,6 +154,81 @@ def training(device: str, quick: bool) -> None:
               f"{'ok' if rel <= bound else 'OVER THE BOUND'}")
 
 
+def scale(name: str, s) -> None:
+    """One line on an fp16 run's LossScale (d500.training.precision)."""
+    print(f"{name} fp16 loss scale: {s.skipped} of {s.steps} steps skipped; history "
+          f"(step, scale) {s.history}; now {s.value:g}")
+
+
+def _lm_batches(steps: int, batch: int = 16, context: int = 64, vocab: int = 1024
+                ) -> list[dict[str, np.ndarray]]:
+    """Learnable token windows for text-lm's shape (no corpus: tokenizers is not in the GPU
+    image): each window counts up by a stride of its own, so the next token is predictable."""
+    rng = np.random.default_rng(0)
+    out = []
+    for _ in range(steps):
+        start = rng.integers(0, vocab, (batch, 1))
+        stride = rng.integers(1, 8, (batch, 1))
+        tokens = (start + stride * np.arange(context + 1)) % vocab
+        out.append({"input": tokens[:, :-1].astype(np.int64),
+                    "labels": tokens[:, 1:].astype(np.int64)})
+    return out
+
+
+@stage("mixed precision on CUDA: bf16 and fp16 (dynamic loss scaling) against fp32")
+def precision(device: str, quick: bool) -> None:
+    import torch
+
+    from d500.builders import build_lm
+    from d500.training.optimizers.registry import make
+    from d500.training.precision import BF16_LOSS_RTOL, LossScale, loss_gap
+    x, y = _digits()
+    digits = [{"input": x[i * 32:(i + 1) * 32], "labels": y[i * 32:(i + 1) * 32].astype(
+        np.int64)} for i in range(50)]
+    cases = [("digits mlp", build("mlp", (1, 8, 8), 10, seed=0, loss=True), digits,
+              ("momentum", {"lr": 0.05}), 0.05)]
+    if not quick:
+        cases.append(("text-lm shape (2 layers, width 64)", build_lm(
+            "transformer", 64, 1024, seed=0, loss=True, layers=2, width=64, heads=4, tied=True),
+            _lm_batches(30), ("adamw", {"lr": 3e-3}), 3e-3))
+    kinds = backends.get("torch").precisions(device)
+    print(f"torch trains in {', '.join(kinds)} on {device}")
+    for name, model, feeds, (opt, hp), lr in cases:
+        losses, times = {}, {}
+        for low in ("fp32", "bf16", "fp16"):
+            if low not in kinds:
+                print(f"{name}: {low} refused on {device} (as it should on a CPU)")
+                continue
+            trainer = backends.get("torch").prepare(model, device).trainer(
+                make(opt, **hp), loss="loss", precision=low)
+            trainer.step(feeds[0], lr)  # warm-up (kernels, autocast caches), not timed
+            if device.upper().startswith("CUDA"):
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            losses[low] = np.array([trainer.step(f, lr) for f in feeds[1:]], np.float64)
+            times[low] = (time.perf_counter() - t0) / (len(feeds) - 1)
+            print(f"{name} {low}: loss {losses[low][0]:.4f} -> {losses[low][-1]:.4f}, "
+                  f"{times[low] * 1e3:.2f} ms/step")
+            if trainer.scale is not None:
+                scale(name, trainer.scale)
+                # again from a scale that overflows at first, with a short growth interval:
+                # the backoff and the growth show in the history
+                trainer = backends.get("torch").prepare(model, device).trainer(
+                    make(opt, **hp), loss="loss", precision=low)
+                trainer.scale = LossScale(value=2.0 ** 24, interval=10)
+                stressed = [trainer.step(f, lr) for f in feeds]
+                scale(f"{name} (from 2^24, interval 10)", trainer.scale)
+                print(f"  its losses {stressed[0]:.4f} -> {stressed[-1]:.4f}, all finite: "
+                      f"{bool(np.all(np.isfinite(stressed)))}")
+        for low in losses:
+            if low == "fp32":
+                continue
+            rel = loss_gap(losses[low], losses["fp32"])
+            print(f"{name}: {low}/fp32 largest loss difference {rel:.2e} of the first loss (bound "
+                  f"{BF16_LOSS_RTOL:g}) {'ok' if rel <= BF16_LOSS_RTOL else 'OVER THE BOUND'}; "
+                  f"step time {low}/fp32 {times[low] / times['fp32']:.2f}")
+
+
 @stage("level-1 latency, light ResNet-50, batch 1 (interleaved medians)")
 def latency(device: str, quick: bool) -> None:
     import onnxruntime
@@ -273,7 +350,8 @@ def main() -> int:
     skip = set(filter(None, args.skip.split(",")))
     only = set(filter(None, args.only.split(",")))
     environment(args.device)
-    for name, fn in (("training", training), ("light", light_models), ("latency", latency),
+    for name, fn in (("training", training), ("precision", precision),
+                     ("light", light_models), ("latency", latency),
                      ("nccl", nccl), ("compiled", compiled), ("jax", jax_cuda),
                      ("nodes", node_suite), ("isolation", isolation)):  # the longest last
         if name not in skip and (not only or name in only):

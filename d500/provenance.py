@@ -122,8 +122,10 @@ def cpu() -> dict[str, Any]:
     if sys.platform == "darwin":
         model = _run(["sysctl", "-n", "machdep.cpu.brand_string"]) or model
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    from d500.training.precision import cpu_flags
+    # native bf16 arithmetic (avx512_bf16, amx_bf16): without it a bf16 run is emulated, slower
     return {"model": model, "logical_cores": os.cpu_count(), "physical_cores":
-            len(physical) or None, "usable_cores": affinity}
+            len(physical) or None, "usable_cores": affinity, "bf16": cpu_flags()}
 
 
 def memory_bytes() -> int | None:

@@ -150,12 +150,22 @@ class Executable(onnx.backend.base.BackendRep):
         level-1 run. Empty when the backend has nothing to say."""
         return {}
 
-    def trainer(self, optimizer: Any, loss: str = "loss", native: bool = False) -> Trainer:
+    def trainer(self, optimizer: Any, loss: str = "loss", native: bool = False,
+                precision: str = "fp32") -> Trainer:
         """A Trainer of this model on its backend: minimise the scalar output `loss` with the
-        framework-neutral d500 `optimizer` (native=True: its framework-native twin instead).
-        An inference-only backend has none: a UsageError naming it."""
+        framework-neutral d500 `optimizer` (native=True: its framework-native twin instead),
+        its linear layers computing in `precision` (d500.training.precision; the backend's
+        `precisions` say which it can). An inference-only backend has none: a UsageError
+        naming it."""
         raise UsageError(f"backend '{self.backend_name}' is inference-only: it cannot train "
                          f"(train on a trainable backend: torch, tensorflow, jax or reference)")
+
+    def check_precision(self, precision: str) -> str:
+        """`precision` when this backend can train in it on this device, else a UsageError."""
+        from d500 import backends
+        from d500.training.precision import check_backend
+        check_backend(precision, backends.get(self.backend_name), self.device)
+        return precision
 
 
 class Backend(onnx.backend.base.Backend):
@@ -250,6 +260,11 @@ class Backend(onnx.backend.base.Backend):
     @classmethod
     def supports_device(cls, device: str) -> bool:
         return str(device).upper().startswith("CPU")
+
+    @classmethod
+    def precisions(cls, device: str = "CPU") -> tuple[str, ...]:
+        """The precisions its trainer can train in on `device` (d500.training.precision)."""
+        return ("fp32",)
 
     @classmethod
     def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU",

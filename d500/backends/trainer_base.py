@@ -40,6 +40,8 @@ class Trainer:
     node (MLP, LeNet-5) train exactly as before.
     """
 
+    precision = "fp32"  # what its linear layers compute in (d500.training.precision)
+
     def __init__(self, executable: Executable, optimizer: Any, loss: str = "loss",
                  native: bool = False):
         from d500.training.optimizers.base import Optimizer

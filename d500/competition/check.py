@@ -386,11 +386,13 @@ def check_convergence(ctx: Context, report: Report) -> None:
     """Each result's succeeded required seed runs (explorations apart) against its workload's
     reference; every succeeded training run's test accuracy against its validation accuracy."""
     from d500.competition import convergence
-    results: dict[tuple[int, str, str, int], list[Any]] = {}
+    from d500.training.precision import precision_of
+    results: dict[tuple[int, str, str, int, str], list[Any]] = {}
     trained = [r for r in ctx.runs if r.level in TRAINING_LEVELS and not is_rank_row(r)]
-    for run in trained:
+    for run in trained:  # a result per precision: each against a reference of its own
         if is_seed_run(run) and run.origin_id not in ctx.explorations:
-            results.setdefault((run.level, run.workload, run.backend, world(run)), []).append(run)
+            results.setdefault((run.level, run.workload, run.backend, world(run),
+                                precision_of(run)), []).append(run)
     rules: dict[tuple[int, str], Any] = {}
     packed = ctx.pkg.workload_files()
     files = {(r.level, r.workload): run_workload(r, packed) for r in trained}
@@ -400,18 +402,18 @@ def check_convergence(ctx: Context, report: Report) -> None:
         except D500Error as err:
             report.problems.append(f"convergence: {err}")
     tested, unchecked = 0, set()
-    for (level, workload, backend, ranks), runs in sorted(results.items()):
+    for (level, workload, backend, ranks, low), runs in sorted(results.items()):
         if (level, workload) not in rules:
             continue
         ref = rules[level, workload].reference
-        if ref is None:
-            unchecked.add(f"{workload} (level {level})")
+        if ref is None or ref.precision != low:
+            unchecked.add(f"{workload} (level {level})" + ("" if low == "fp32" else f" in {low}"))
             continue
         done = [r for r in runs if r.status == "succeeded"]
         batches = {r.hyperparameters.get("batch_size") for r in done}
         verdict = convergence.check_epochs(
             ref, [r.figures.get(ref.metric) for r in done],
-            batch_size=batches.pop() if len(batches) == 1 else None)
+            batch_size=batches.pop() if len(batches) == 1 else None, precision=low)
         tested += verdict.status != convergence.NOT_CHECKED
         if verdict.flagged:
             report.problems.append(f"convergence: {result_name(level, workload, backend, ranks)}"

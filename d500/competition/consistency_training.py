@@ -107,6 +107,16 @@ class Training:
                 self.out.append(f"its MLLOG's '{key}' is {line['value']!r}, but "
                                 f"{'its record' if key == mllog.MICRO_BATCH_SIZE else 'the rules'}"
                                 f" say {value!r}")
+        self.precision()
+
+    def precision(self) -> None:
+        """The precision the judge logged (what the worker's trainer computed in, checked
+        against the recipe when the run started) against the one its record names."""
+        from d500.training.precision import MLLOG, precision_of
+        line, recorded = self.first.get(mllog.PRECISION_LINEAR), precision_of(self.run)
+        if line is not None and line["value"] != MLLOG.get(recorded, recorded):
+            self.out.append(f"its MLLOG's '{mllog.PRECISION_LINEAR}' is {line['value']!r}, but "
+                            f"its record says precision {recorded}")
 
     def pairs(self) -> bool:
         """Evaluation rows against eval_accuracy lines, one to one; False when they cannot pair."""

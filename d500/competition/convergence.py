@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from d500.errors import ConfigError
+from d500.training.precision import PRECISIONS
 from d500.workload import Field
 
 ALPHA = 0.05  # the issue's level for "implausibly fast" (MLPerf's rcp_checker uses the same)
@@ -67,6 +68,9 @@ BLOCK = {
                      help=f"the reference runs' figures (at least {MIN_SAMPLES})"),
     "batch_size": Field(int, help="the reference entry's (global) batch size"),
     "ranks": Field(int, help="level 3: the world size it was measured at"),
+    "precision": Field(str, default="fp32", choices=PRECISIONS,
+                       help="what the reference runs computed in: runs of another precision "
+                            "have no reference (d500.training.precision)"),
 }
 KEY = "reference_convergence"
 NOT_CHECKED, OK, FLAGGED = "not checked", "ok", "flagged"
@@ -83,6 +87,7 @@ class Reference:
     samples: tuple[float, ...]
     batch_size: int | None = None
     ranks: int | None = None
+    precision: str = "fp32"
 
 
 @dataclass(frozen=True)
@@ -133,7 +138,7 @@ def parse_reference(block: Any, where: str | Path) -> Reference:
             raise ConfigError(f"{path}: field '{KEY}.{name}' must be at least 1, "
                               f"got {data[name]}")
     return Reference(data["metric"], data["entry"], data["backend"], data["command"],
-                     tuple(samples), data["batch_size"], data["ranks"])
+                     tuple(samples), data["batch_size"], data["ranks"], data["precision"])
 
 
 def read(text: str | bytes, where: str | Path) -> Rules:
@@ -151,12 +156,17 @@ def read(text: str | bytes, where: str | Path) -> Rules:
 
 
 def check_epochs(reference: Reference | None, values: Sequence[float], *,
-                 batch_size: int | None = None, alpha: float = ALPHA) -> Verdict:
+                 batch_size: int | None = None, alpha: float = ALPHA,
+                 precision: str = "fp32") -> Verdict:
     """Whether a result's succeeded runs reached the target implausibly faster than the
     reference runs: a one-sided permutation test of the mean (see the module docstring).
-    `values`: their epochs (or the reference's metric) to target; `batch_size`: theirs."""
+    `values`: their epochs (or the reference's metric) to target; `batch_size`: theirs;
+    `precision`: theirs (a reference of another precision is none: not checked)."""
     if reference is None:
         return Verdict(NOT_CHECKED, "the workload has no reference_convergence: not checked")
+    if reference.precision != precision:
+        return Verdict(NOT_CHECKED, f"no reference convergence in {precision} (the workload's "
+                                    f"reference runs are {reference.precision}): not checked")
     what = f"{reference.metric} to target"
     if not values:
         return Verdict(NOT_CHECKED, f"{what}: no succeeded runs to compare: not checked")

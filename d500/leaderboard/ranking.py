@@ -21,6 +21,7 @@ from d500 import workload as _workload
 from d500.errors import ConfigError, D500Error
 from d500.leaderboard.environments import machine, machine_dependent
 from d500.metrics import Metric
+from d500.training.precision import precision_of
 
 NOT_COUNTED = ("interrupted", "running")  # no outcome yet (or never): listed, never aggregated
 
@@ -38,6 +39,7 @@ class Entry:
     threads: int | None = None  # the thread count its runs ran at (runs at another: another row)
     loaded: bool = False  # its runs were timed on a loaded machine: ranked apart, never a winner
     variant: str = ""  # what tells it from a row of the same name ("1 thread"), else ""
+    precision: str = "fp32"  # what its runs computed in: a bf16 run never shares an fp32 row
     runs: list[dict[str, Any]] = field(default_factory=list)
     trials: list[dict[str, Any]] = field(default_factory=list)
     values: dict[str, list[float]] = field(default_factory=dict)
@@ -213,9 +215,10 @@ def _board(level: int | None, name: str, sha: str | None, group: list[dict[str, 
         env = envs.get(r["environment"])
         key = (r["submission"] or "", r["backend"] or "", machine(env),
                package.get("id", package.get("sha256")) if package else None,
-               ((env or {}).get("threads") or {}).get("count"), run_loaded(r))
+               ((env or {}).get("threads") or {}).get("count"), run_loaded(r),
+               precision_of(r))
         entry = entries.setdefault(key, Entry(*key[:3], package=package, threads=key[4],
-                                              loaded=key[5]))
+                                              loaded=key[5], precision=key[6]))
         (entry.trials if r["study"] is not None else entry.runs).append(r)
         entry.problems += per_run.get(r["id"], [])
         if env and env not in entry.environments:
@@ -249,7 +252,8 @@ def run_loaded(run: dict[str, Any]) -> bool:
 
 
 def _name_variants(entries: list[Entry]) -> None:
-    """Rows of one submission and backend at different thread counts say their count."""
+    """Rows of one submission and backend at different thread counts say their count; a row
+    trained in another precision than fp32 says it always."""
     counts: dict[tuple, set] = {}
     for e in entries:
         counts.setdefault((e.submission, e.backend, e.machine), set()).add(e.threads)
@@ -257,6 +261,8 @@ def _name_variants(entries: list[Entry]) -> None:
         if len(counts[(e.submission, e.backend, e.machine)]) > 1:
             e.variant = ("threads: default" if e.threads is None
                          else f"{e.threads} thread{'s' * (e.threads != 1)}")
+        if e.precision != "fp32":
+            e.variant = ", ".join(v for v in (e.variant, e.precision) if v)
 
 
 def origin(run: dict[str, Any]) -> dict[str, Any] | None:

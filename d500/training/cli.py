@@ -10,6 +10,7 @@ from typing import Any
 from d500.cli import seed, stdout_console
 from d500.errors import CheckFailed, UsageError
 from d500.training.console import configure_threads, line, parser, progress_bar, resolve
+from d500.training.precision import precision_of
 
 
 def main(argv: list[str], prog: str = "d500 train") -> int:
@@ -119,7 +120,8 @@ def choose_seeds(ledger: Any, workload: Any, entry: Any, args: Any, world: int =
     from d500.training.seeds import ENDED, required
     runs = [r for r in ledger.runs(level=workload.level, workload=workload.name)
             if r["submission"] == entry.name and r["backend"] == args.backend
-            and r["study"] is None and r["seed"] is not None]
+            and r["study"] is None and r["seed"] is not None
+            and precision_of(r) == entry.recipe.precision]  # another precision: another row
     used = {r["seed"]: r["id"] for r in runs}
     if args.seed is not None:
         if args.seeds is not None:

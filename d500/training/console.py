@@ -4,11 +4,13 @@ bar and a result line."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from d500 import paths, threads
 from d500.cli import ArgumentParser
 from d500.errors import ConfigError
+from d500.training.precision import PRECISIONS
 
 
 def parser(prog: str, what: str) -> ArgumentParser:
@@ -20,6 +22,9 @@ def parser(prog: str, what: str) -> ArgumentParser:
     p.add_argument("--backend", default="torch", help="a trainable backend (default torch)")
     p.add_argument("--data", metavar="DIR", help="where dataset files are (default $D500_DATA)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="what the linear layers compute in, in place of the entry's `precision` "
+                        "(fp16: CUDA only; the workload's lowest_precision bounds it)")
     threads.add_option(p, mpi=True)
     return p
 
@@ -41,6 +46,8 @@ def resolve(args: Any) -> tuple[Any, Any]:
     from d500 import levels
     from d500.training import submission as submissions
     entry = submissions.load(args.submission)
+    if getattr(args, "precision", None) is not None:  # recorded with every run it makes
+        entry.recipe = dataclasses.replace(entry.recipe, precision=args.precision)
     registered = {lv.number for lv in levels.all_levels()}
     level = levels.get(entry.level if entry.level in registered else 2)
     path = level.find(args.workload)

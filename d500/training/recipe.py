@@ -23,6 +23,7 @@ class Recipe:
     native: bool = False
     entry: Any = None  # d500.training.entry.EntryOptimizer, for a submission's own file
     where: str = "submission"  # the file the recipe came from, for error messages
+    precision: str = "fp32"  # what the linear layers compute in (d500.training.precision)
 
     def make_optimizer(self) -> Any:
         """A fresh optimizer with the recipe's hyperparameters (validated). For an entry's own
@@ -63,6 +64,8 @@ class Recipe:
             raise ConfigError(f"{self.where}: batch_size {self.batch_size} is outside the "
                               f"limits of workload '{workload.name}' ({workload.batch_min} to "
                               f"{workload.batch_max})")
+        from d500.training.precision import allowed
+        allowed(self.precision, workload, self.where)
         if self.native and self.entry is not None:
             raise ConfigError(f"{self.where}: 'native: true' needs a built-in optimizer; a "
                               f"submission's own optimizer class has no framework-native twin")
@@ -86,4 +89,6 @@ class Recipe:
               "batch_size": self.batch_size, "native": self.native}
         hp.update({f"schedule_{k}" if k != "name" else "schedule": v
                    for k, v in self.schedule_spec.items()})
+        if self.precision != "fp32":  # absent: fp32, as every run before the field existed
+            hp["precision"] = self.precision
         return hp

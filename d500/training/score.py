@@ -100,13 +100,15 @@ class Entry:
 def entries(runs: Iterable[dict[str, Any]]) -> list[Entry]:
     """Group level-2/3 runs into entries: tuning trials by study, the other runs as seeds."""
     from d500.leaderboard.ranking import origin, submission_label
+    from d500.training.precision import precision_of
 
     found: dict[tuple[str, str, str], Entry] = {}
     outside: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in runs:  # a package's runs and reproductions apart from the ledger's own
         source = origin(r)
+        low = precision_of(r)  # another precision than fp32 is another entry, named so
         key = (r["workload"] or "", submission_label(r["submission"] or "", source),
-               r["backend"] or "")
+               (r["backend"] or "") + ("" if low == "fp32" else f" · {low}"))
         entry = found.setdefault(key, Entry(*key, reproduction=bool(
             source and source.get("reproduction")), name=r["submission"] or ""))
         study = r.get("study")

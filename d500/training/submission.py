@@ -6,6 +6,7 @@ its search space for tuning; trials drawn quasi-randomly (scrambled Halton, scip
     workloads: [digits-mlp, digits-lenet]
     optimizer: momentum            # a built-in (d500.training.optimizers) or FILE.py:Class
     native: false                  # true: the framework's own optimizer (torch.optim, Keras)
+    precision: fp32                # fp32 | bf16 | fp16: what the linear layers compute in
     batch_size: 32
     hyperparameters: {lr: 0.05, momentum: 0.9}
     schedule: {name: cosine, warmup: 0.05}
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from d500.errors import ConfigError
+from d500.training.precision import PRECISIONS
 from d500.training.recipe import Recipe
 from d500.workload import Field
 from d500.workload import load as load_yaml
@@ -36,6 +38,7 @@ SCHEMA = {
     "workloads": Field(list, required=True, items=str, help="the workload names it enters"),
     "optimizer": Field(str, required=True),
     "native": Field(bool, default=False),
+    "precision": Field(str, default="fp32", choices=PRECISIONS),
     "batch_size": Field(int, required=True),
     "hyperparameters": Field(dict, default={}),
     "schedule": Field(dict, default={"name": "constant"}),
@@ -73,7 +76,7 @@ class Submission:
             else:
                 hp[key] = value
         return Recipe(self.recipe.optimizer_name, hp, schedule, batch, self.recipe.native,
-                      self.recipe.entry, where=str(self.path))
+                      self.recipe.entry, where=str(self.path), precision=self.recipe.precision)
 
     def validate(self, points: list[dict[str, Any]]) -> None:
         """Every point's recipe has valid optimizer hyperparameters (an entry's own optimizer:
@@ -146,7 +149,7 @@ def load(path: str | Path) -> Submission:
         entry.probe([dict(data["hyperparameters"])])
         name = entry.name
     recipe = Recipe(name, dict(data["hyperparameters"]), dict(schedule), data["batch_size"],
-                    data["native"], entry, where=where)
+                    data["native"], entry, where=where, precision=data["precision"])
     recipe.hp()
     recipe.make_schedule()
     space = {k: _check_dimension(path, k, v, recipe) for k, v in data["search_space"].items()}

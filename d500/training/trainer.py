@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from d500 import mllog
-from d500.errors import D500Error, Diverged, describe
+from d500.errors import D500Error, Diverged, UsageError, describe
+from d500.training.precision import MLLOG as PRECISION_NAMES
 from d500.training.recipe import Recipe
 from d500.training.workloads import Workload
 
@@ -167,6 +168,11 @@ def ready(workload: Workload, recipe: Recipe, backend: str, data_dir: str | None
     if not getattr(backend_cls, "trainable", True):
         raise D500Error(f"backend '{backend}' cannot train (inference only); choose one of "
                         f"the trainable backends")
+    from d500.training.precision import check_backend
+    check_backend(recipe.precision, backend_cls)
+    if workload.level == 3 and recipe.precision != "fp32":
+        raise UsageError(f"{recipe.where}: level 3 trains in fp32 only (so far); precision "
+                         f"{recipe.precision} trains at level 2")
     return backend_cls, trainable_model(workload, seed)
 
 
@@ -484,7 +490,11 @@ def log_run_keys(log: Any, workload: Workload, recipe: Recipe, train_samples: in
     log.event(mllog.EVAL_SAMPLES, eval_samples)
     log.event(mllog.MICRO_BATCH_SIZE, recipe.batch_size if micro_batch is None else micro_batch)
     log.event(mllog.GRADIENT_ACCUMULATION_STEPS, 1)
-    log.event(mllog.PRECISION_LINEAR, "fp32")  # every builder model computes in float32
+    # the precision the worker's trainer reported and Worker.ready checked against the recipe
+    low = PRECISION_NAMES[recipe.precision]
+    log.event(mllog.PRECISION_LINEAR, low)
+    if workload.text:  # attention's matmuls compute in the same precision
+        log.event(mllog.PRECISION_ATTN, low)
     for key in (mllog.TENSOR_PARALLELISM, mllog.PIPELINE_PARALLELISM,
                 mllog.CONTEXT_PARALLELISM, mllog.EXPERT_PARALLELISM):
         log.event(key, 1)  # one process holds the whole model

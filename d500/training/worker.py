@@ -96,8 +96,10 @@ class Trainee:
         self.conn = conn
 
     def ready(self) -> None:
-        """Wait until the worker built the model and the optimizer (a WorkerError if not)."""
-        self._expect("ready", START)
+        """Wait until the worker built the model and the optimizer (a WorkerError if not);
+        `precision` is then the one its trainer computes in (d500.training.precision)."""
+        message = self._expect("ready", START)
+        self.precision = str(message[1]) if len(message) > 1 else "fp32"
 
     def give(self, x: np.ndarray, y: np.ndarray, total_steps: int) -> None:
         """The training split (the only data the worker ever holds) and the run's step count
@@ -210,6 +212,11 @@ class Worker(Trainee):
                              "starting a spawned one\n")
             self._start(children.context(method="spawn"))
         super().ready()
+        want = self.job.recipe.precision
+        if self.precision != want:  # what it computes in is what the run records, or no run
+            self.close()
+            raise WorkerError(f"the worker's trainer computes in {self.precision}, but the "
+                              f"recipe says {want}")
 
     def close(self) -> None:
         """End the worker (politely, then by force)."""
@@ -229,7 +236,7 @@ def main(conn: Any) -> None:
         job = conn.recv()
         children.take_environment(job.env)
         trainer = _build(job)
-        conn.send(("ready",))
+        conn.send(("ready", trainer.precision))  # what it computes in: the judge logs it
         message = conn.recv()
         if message[0] != "data":
             return
@@ -305,5 +312,5 @@ def _build(job: Job) -> Any:
     backend_cls = backends.get(job.backend)
     exe = backend_cls.prepare(onnx.load_from_string(job.model))
     trainer = exe.trainer(job.recipe.optimizer(backend_cls.name), loss="loss",
-                          native=job.recipe.native)
+                          native=job.recipe.native, precision=job.recipe.precision)
     return trainer

@@ -30,6 +30,7 @@ from typing import Any
 from d500 import workload as _workload
 from d500.errors import ConfigError
 from d500.training.data.dataset import KNOWN, TEXT
+from d500.training.precision import PRECISIONS
 from d500.workload import COMMON, Field
 
 # What `d500 train` measures; a workload lists a subset of these.
@@ -82,6 +83,9 @@ SCHEMA = {
                     default={"studies": 3, "trials": 5, "seed": 0}),
     "seeds": Field(int, default=3),
     "reference_convergence": Field(dict, help="d500.competition.convergence: reference runs"),
+    "lowest_precision": Field(str, default="fp32", choices=PRECISIONS,
+                              help="the lowest precision a recipe may train in "
+                                   "(d500.training.precision)"),
 }
 
 
@@ -111,6 +115,7 @@ class Workload:
     trials: int
     tuning_seed: int
     seeds: int
+    lowest_precision: str = "fp32"  # a recipe's precision may not be lower (precision.py)
 
     @property
     def tuned(self) -> bool:
@@ -247,4 +252,5 @@ def from_data(path: Path, data: dict[str, Any], level: int,
         every_epochs=ev.get("every_epochs"), every_steps=ev.get("every_steps"),
         target_metric=t["metric"], target=t["value"], max_epochs=bud["max_epochs"],
         max_seconds=bud["max_seconds"], studies=tu["studies"], trials=tu["trials"],
-        tuning_seed=tu["seed"], seeds=data["seeds"])
+        tuning_seed=tu["seed"], seeds=data["seeds"],
+        lowest_precision=data.get("lowest_precision") or "fp32")

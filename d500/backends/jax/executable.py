@@ -306,8 +306,10 @@ class JaxExecutable(Executable):
                 return self._run_program(env)
         return f, dict(self._params)
 
-    def trainer(self, optimizer: Any, loss: str = "loss", native: bool = False) -> Any:
+    def trainer(self, optimizer: Any, loss: str = "loss", native: bool = False,
+                precision: str = "fp32") -> Any:
         from d500.backends.jax.trainer import JaxTrainer
+        self.check_precision(precision)
         return JaxTrainer(self, optimizer, loss, native)
 
     def output_array(self, name: str, value: Any) -> Any:

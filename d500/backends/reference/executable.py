@@ -213,8 +213,10 @@ class ReferenceExecutable(Executable):
     def native(self) -> ReferenceEvaluator:
         return self._evaluator
 
-    def trainer(self, optimizer: Any, loss: str = "loss", native: bool = False) -> Trainer:
+    def trainer(self, optimizer: Any, loss: str = "loss", native: bool = False,
+                precision: str = "fp32") -> Trainer:
         from d500.backends.reference.trainer import ReferenceTrainer
+        self.check_precision(precision)
         return ReferenceTrainer(self, optimizer, loss, native)
 
 

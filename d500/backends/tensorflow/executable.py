@@ -218,9 +218,11 @@ class TensorFlowExecutable(Executable):
     def settings(self) -> dict[str, Any]:
         return {"jit_compile": bool(self._jit)}
 
-    def trainer(self, optimizer: Any, loss: str = "loss", native: bool = False) -> Trainer:
+    def trainer(self, optimizer: Any, loss: str = "loss", native: bool = False,
+                precision: str = "fp32") -> Trainer:
         from d500.backends.tensorflow.trainer import TensorFlowTrainer
         return TensorFlowTrainer(self, optimizer, loss, native, program=self.program,
+                                 precision=self.check_precision(precision),
                                  constants=self._constants, device=self._device,
                                  baked=self._bake, to_numpy=self._to_numpy, jit=self._jit)
 
@@ -287,6 +289,12 @@ class TensorFlowBackend(Backend):
     about = "graph: the translated model as a tf.function (traced once per input signature)"
     modes = {"xla": "XLA: the same tf.functions compiled with jit_compile=True (inference, "
                     "gradients and the training step)"}
+
+    @classmethod
+    def precisions(cls, device: str = "CPU") -> tuple[str, ...]:
+        """bf16 (mixed_bfloat16's rule on the translated graph: linear ops in bf16, variables
+        float32); fp16's loss scaling is built on torch only."""
+        return ("fp32", "bf16")
 
     @classmethod
     def supports_device(cls, device: str) -> bool:

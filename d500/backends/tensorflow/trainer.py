@@ -9,6 +9,10 @@ once, not every epoch (`Traced`). Convolutions run channels-last inside the grap
 them as they are, and outputs leave through `plain`. `step` and `gradients` run the model's
 training form and assign BatchNormalization's updated running statistics to their (non-trainable)
 variables inside the same function; `predict` runs the model as written.
+
+bf16 (d500.training.precision) is Keras' mixed_bfloat16 policy applied to the translated graph:
+the linear operators (precision.LINEAR_OPS) compute in bfloat16 on their float32 inputs cast
+down, their outputs cast back up; the variables, the gradients and the optimizer stay float32.
 """
 
 from __future__ import annotations
@@ -20,10 +24,33 @@ import numpy as np
 import tensorflow as tf
 
 from d500.backends.graph import Program
-from d500.backends.tensorflow.core import plain
+from d500.backends.tensorflow.core import ChannelsLast, plain
 from d500.backends.tensorflow.executable import translate
 from d500.backends.trainer_base import Trainer
 from d500.errors import UnsupportedOperator, UsageError
+from d500.training.precision import LINEAR_OPS
+
+_LOW = {"bf16": tf.bfloat16}  # precision -> the dtype the linear operators compute in
+
+
+def _cast(x: Any, source: tf.DType, target: tf.DType) -> Any:
+    """`x` cast from `source` to `target` when it is a tensor (or a channels-last one) of
+    `source`; anything else as it is."""
+    if isinstance(x, ChannelsLast):
+        return ChannelsLast(_cast(x.t, source, target))
+    if isinstance(x, (tf.Tensor, tf.Variable)) and x.dtype == source:
+        return tf.cast(x, target)
+    return x
+
+
+def lowered(fn: Callable[..., Any], dtype: tf.DType) -> Callable[..., Any]:
+    """An operator that computes in `dtype` on float32 inputs and gives float32 outputs."""
+    def run(node: Any, *inputs: Any) -> Any:
+        out = fn(node, *[_cast(x, tf.float32, dtype) for x in inputs])
+        if isinstance(out, tuple):
+            return tuple(_cast(o, dtype, tf.float32) for o in out)
+        return _cast(out, dtype, tf.float32)
+    return run
 
 
 class Traced:
@@ -68,7 +95,7 @@ class TensorFlowTrainer(Trainer):
     def __init__(self, executable: Any, optimizer: Any, loss: str = "loss", native: bool = False,
                  *, program: Program, constants: Mapping[str, np.ndarray], device: str,
                  baked: set[str], to_numpy: Callable[[str, Any], Any],
-                 jit: Mapping[str, Any] | None = None):
+                 jit: Mapping[str, Any] | None = None, precision: str = "fp32"):
         super().__init__(executable, optimizer, loss, native)
         self.jit = dict(jit or {})  # {"jit_compile": True} in the mode tensorflow:xla
         self.program, self.constants, self.device = program, dict(constants), device
@@ -87,7 +114,10 @@ class TensorFlowTrainer(Trainer):
         if shaped:
             raise UsageError(f"input '{shaped[0]}' decides a shape in the graph: the "
                              f"TensorFlow trainer needs every input as a tensor of data")
-        self.train_steps = [train.steps[i] for i in keep]
+        self.precision = precision
+        low = _LOW.get(precision)
+        self.train_steps = [(node, lowered(fn, low) if low is not None and node.op_type in
+                             LINEAR_OPS else fn) for node, fn in (train.steps[i] for i in keep)]
         made = {o for node, _ in self.train_steps for o in node.outputs}
         updates = [s for s, out in self.training.updates.items() if out in made]
         self.train_outputs = [loss, *(self.training.updates[s] for s in updates)]

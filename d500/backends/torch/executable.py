@@ -288,9 +288,10 @@ class TorchExecutable(Executable):
     def native(self) -> GraphModule:
         return self._module
 
-    def trainer(self, optimizer: Any, loss: str = "loss", native: bool = False) -> Trainer:
+    def trainer(self, optimizer: Any, loss: str = "loss", native: bool = False,
+                precision: str = "fp32") -> Trainer:
         from d500.backends.torch.trainer import TorchTrainer
-        return TorchTrainer(self, optimizer, loss, native)
+        return TorchTrainer(self, optimizer, loss, native, self.check_precision(precision))
 
 
 class TorchBackend(Backend):
@@ -312,6 +313,16 @@ class TorchBackend(Backend):
         if str(device).upper().startswith("CUDA"):
             return torch.cuda.is_available()
         return super().supports_device(device)
+
+    @classmethod
+    def precisions(cls, device: str = "CPU") -> tuple[str, ...]:
+        """autocast: bf16 on a CPU; fp16 (with dynamic loss scaling) and bf16 on CUDA (the
+        compiled mode's training step: fp32)."""
+        if cls.mode == "compiled":
+            return ("fp32",)
+        if str(device).upper().startswith("CUDA"):
+            return ("fp32", "bf16", "fp16")
+        return ("fp32", "bf16")
 
     @classmethod
     def _prepare(cls, model: onnx.ModelProto, device: str, **kwargs: Any) -> Executable:

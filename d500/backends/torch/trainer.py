@@ -2,12 +2,16 @@
 torch.optim twin) updating the module's parameters in place; only the batch and the loss cross
 to NumPy.
 The loss comes from the model's training form (`TrainStep`, the module DDP wraps too), which
-overwrites BatchNormalization's running statistics, buffers of the module, in place."""
+overwrites BatchNormalization's running statistics, buffers of the module, in place.
+Mixed precision (d500.training.precision): the training forward runs under torch.autocast in
+bf16 or fp16, over the float32 parameters, so gradients and the optimizer stay float32; fp16
+scales the loss (LossScale) and skips a step whose gradients are not finite."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -17,6 +21,8 @@ from d500.backends.graph import Program
 from d500.backends.torch.dtypes import from_numpy, to_numpy
 from d500.backends.torch.executable import GraphModule, Plan, TorchExecutable, translate
 from d500.backends.trainer_base import Trainer
+from d500.errors import UsageError
+from d500.training.precision import LossScale
 
 # NumPy dtypes torch stores as they are: a batch of these goes in by torch.from_numpy (no copy).
 _DIRECT = {np.dtype(t) for t in (np.float32, np.float64, np.float16, np.int64, np.int32,
@@ -24,6 +30,7 @@ _DIRECT = {np.dtype(t) for t in (np.float32, np.float64, np.float16, np.int64, n
 # torch float dtype -> NumPy's: what a gradient array given to `apply` is made into
 _NUMPY_DTYPES = {torch.float16: np.dtype(np.float16), torch.float32: np.dtype(np.float32),
                  torch.float64: np.dtype(np.float64)}
+_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}  # precision -> autocast's dtype
 
 
 def pruned_plan(program: Program, keep: list[int], outputs: list[str]) -> Plan:
@@ -65,15 +72,28 @@ class TrainStep(torch.nn.Module):
         return outs[0]
 
 
+def _own_precision(method: Callable[..., Any]) -> Callable[..., Any]:
+    """`method` with autocast off (the training forward turns on its own): the backward and
+    the update compute in float32 whatever autocast someone else switched on (an entry's file
+    in the worker), so a run computes in the precision it records."""
+    @functools.wraps(method)
+    def run(self: TorchTrainer, *args: Any, **kwargs: Any) -> Any:
+        with torch.autocast(self.device.type, enabled=False):
+            return method(self, *args, **kwargs)
+    return run
+
+
 class TorchTrainer(Trainer):
     """Forward of the loss, torch.autograd.grad of it, and the optimizer step under no_grad on
     the very parameter tensors of the executable's module (updated in place, never replaced)."""
 
     def __init__(self, executable: TorchExecutable, optimizer: Any, loss: str = "loss",
-                 native: bool = False):
+                 native: bool = False, precision: str = "fp32"):
         super().__init__(executable, optimizer, loss, native)
         module = executable.native
         self.device = executable.torch_device
+        self.precision = precision
+        self.scale = LossScale() if precision == "fp16" else None  # fp16: dynamic loss scale
         self.values = module.values  # name -> parameter/buffer/constant of the module
         self.names = list(self.parameter_names)
         self.params = [self.values[n] for n in self.names]
@@ -106,11 +126,25 @@ class TorchTrainer(Trainer):
                 env[name] = from_numpy(array, self.device)
         return env
 
+    def autocast(self) -> Any:
+        """The training forward's precision, always set: fp32 turns off an autocast that
+        someone else (an entry's file) switched on, so a run computes in what it records."""
+        dtype = _AUTOCAST.get(self.precision)
+        return torch.autocast(self.device.type, dtype=dtype or torch.bfloat16,
+                              enabled=dtype is not None)
+
+    def forward(self, env: dict[str, Any]) -> torch.Tensor:
+        """The training loss on `env` at the trainer's precision, as a float32 scalar."""
+        with self.autocast():
+            loss = self.train_module.run(env)
+        return loss.float()
+
+    @_own_precision
     def step(self, feeds: Mapping[str, np.ndarray], lr: float) -> float:
         env = self._env(feeds, self.train_inputs)
         with torch.enable_grad():
-            loss = self.train_module.run(env)
-            if self.native:
+            loss = self.forward(env)
+            if self.native and self.scale is None:
                 optimizer = self.torch_optimizer
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -118,19 +152,47 @@ class TorchTrainer(Trainer):
                     group["lr"] = lr
                 optimizer.step()
                 return loss.item()
-            grads = torch.autograd.grad(loss, self.params, allow_unused=True)
-        if any(g is None for g in grads):  # a parameter the loss does not depend on
-            grads = [torch.zeros_like(p) if g is None else g for p, g in zip(self.params, grads)]
+            grads, skip = self.backward(loss)
+        if skip:  # fp16: inf or nan in the gradients; the scale backed off
+            return loss.item()
+        if self.native:
+            for p, g in zip(self.params, grads):
+                p.grad = g
+            for group in self.torch_optimizer.param_groups:
+                group["lr"] = lr
+            self.torch_optimizer.step()
+            return loss.item()
         self.optimizer.step(self.named, dict(zip(self.names, grads)), self.state, lr)
         return loss.item()
 
+    def backward(self, loss: torch.Tensor) -> tuple[list[torch.Tensor], bool]:
+        """The float32 gradients of `loss` (a zero one for a parameter it does not depend on),
+        and whether the update must be skipped: in fp16 the backward runs on the loss times
+        the scale, the gradients are unscaled, and inf or nan in any of them skips the step
+        (torch.amp.GradScaler's rule)."""
+        scale = self.scale
+        grads = list(torch.autograd.grad(loss if scale is None else loss * scale.value,
+                                         self.params, allow_unused=True))
+        if any(g is None for g in grads):  # a parameter the loss does not depend on
+            grads = [torch.zeros_like(p) if g is None else g for p, g in zip(self.params, grads)]
+        if scale is None:
+            return grads, False
+        inverse = 1.0 / scale.value
+        grads = [g.float() * inverse for g in grads]
+        finite = bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
+        return grads, scale.update(not finite)
+
     # -- the split for distributed schemes (step above does not use it) ---------------------
+    @_own_precision
     def gradients(self, feeds: Mapping[str, np.ndarray]) -> tuple[float, dict[str, np.ndarray]]:
         """Forward and torch.autograd.grad; each gradient becomes `param.grad` (no copy) and is
         returned as a zero-copy NumPy view of it (CPU; a copy from another device)."""
+        if self.scale is not None:
+            raise UsageError("fp16 trains through `step` only: a loss-scaled step that a "
+                             "distributed scheme splits could not be skipped on every rank")
         env = self._env(feeds, self.train_inputs)
         with torch.enable_grad():
-            loss = self.train_module.run(env)
+            loss = self.forward(env)
             grads = torch.autograd.grad(loss, self.params, allow_unused=True)
         views: dict[str, np.ndarray] = {}
         for name, p, g in zip(self.names, self.params, grads):
@@ -142,6 +204,7 @@ class TorchTrainer(Trainer):
         self._grad_views = views
         return loss.item(), views
 
+    @_own_precision
     def apply(self, grads: Mapping[str, np.ndarray], lr: float) -> None:
         """The update from `grads`: views from `gradients` are used as the `param.grad` they
         share memory with; other arrays are wrapped by torch.from_numpy (no copy on CPU)."""
