@@ -7,10 +7,13 @@ updates the stage's parameters.
     scheme = Pipeline(stage, grid, micro_batches=4, schedule="1f1b")
     loss = scheme.step(feeds, lr, weight)     # the last stage's: the share's loss; others 0.0
 
-Micro-batch i of n_i samples out of the share's n is seeded at the last stage with n_i/n x the
-share's weight, so the summed gradient is the share's weighted mean gradient: the update of one
-process on the whole batch (to float rounding). The first stage reads `input`, the last reads
-`labels`: every rank of a pipeline holds its data group's share of each batch.
+The last stage runs a micro-batch's forward and backward at once and sends its gradients back
+at its forward's turn (its backward turns are empty), so the stage before never waits on the
+schedule's order of the last stage's backwards. Micro-batch i of n_i samples out of the share's
+n is seeded at the last stage with n_i/n x the share's weight, so the summed gradient is the
+share's weighted mean gradient: the update of one process on the whole batch (to float
+rounding). The first stage reads `input`, the last reads `labels`: every rank of a pipeline
+holds its data group's share of each batch.
 
 Bytes per step, per rank: stage s sends each micro-batch's crossing tensors forward (n x the
 partition's bytes per sample, "send") and receives their gradients back (as many, "recv").
@@ -75,27 +78,22 @@ class Pipeline(Sync):
             if kind == "F":
                 received = self._receive(st.info.receives, size, s - 1, 2 * i)
                 inputs = st.inputs(received, micro[i])
-                if st.last:
+                if st.last:  # forward and backward at once, the gradients sent back now
                     part, g, back = st.loss(inputs, weight * size / n)
                     loss += part * size / n
                     _accumulate(grads, g)
-                    stash[i] = back
-                else:
-                    stash[i] = inputs
-                    requests += self._send(st.forward(inputs), s + 1, 2 * i)
-                held += sum(a.nbytes for a in (stash[i].values() if isinstance(stash[i], dict)
-                                               else stash[i]))
+                    requests += self._send(back, s - 1, 2 * i + 1)
+                    continue
+                stash[i] = inputs
+                requests += self._send(st.forward(inputs), s + 1, 2 * i)
+                held += sum(a.nbytes for a in inputs.values())
                 self.stash_peak = max(self.stash_peak, held)
-            else:
+            elif not st.last:
                 kept = stash.pop(i)
-                held -= sum(a.nbytes for a in (kept.values() if isinstance(kept, dict)
-                                               else kept))
-                if st.last:
-                    back = kept
-                else:
-                    out = self._receive(st.info.sends, size, s + 1, 2 * i + 1)
-                    g, back = st.backward(kept, out)
-                    _accumulate(grads, g)
+                held -= sum(a.nbytes for a in kept.values())
+                out = self._receive(st.info.sends, size, s + 1, 2 * i + 1)
+                g, back = st.backward(kept, out)
+                _accumulate(grads, g)
                 if s > 0:
                     requests += self._send(back, s - 1, 2 * i + 1)
         self.pipe.wait(requests)

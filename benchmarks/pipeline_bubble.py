@@ -1,0 +1,118 @@
+"""The pipeline's measured bubble beside its theory (P-1)/(M+P-1), at 2 ranks (2 stages), for GPipe
+and 1F1B at several micro-batch counts, interleaved in one run. Target (issue 20): measured within
+20 % of the theory.
+
+Every rank builds the model from the same seed, cuts it in 2 stages (d500.distributed.pipeline)
+and trains its stage on random (seeded) batches of `--batch` samples, the same every step; for
+each (schedule, M) in turn, round after round, it runs `--steps` steps and reads the stage's wait
+for its neighbour over its pipeline passes (`bubble_measured`, as a run records it). A stage
+cut costlier than the other waits less: the theory assumes equal stages, so the partition's
+imbalance (costliest / mean stage FLOPs) is printed too. Printed: each stage's median bubble
+over rounds, their mean, the theory, mean/theory, and rank 0's median time of a step's
+pipeline passes.
+
+    .venv/bin/python benchmarks/pipeline_bubble.py [--model lenet5|mlp] [--batch 256]
+    .venv/bin/python benchmarks/pipeline_bubble.py --model mlp --batch 256 --sleep 100
+
+--sleep makes every pass of both stages sleep in proportion to its samples (3x for the last
+stage's forward-and-backward, 2x for a backward, 1x for a forward): equal stages that do not
+compete for a core, so the schedule and its messages are measured apart from the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import numpy as np
+from _mpi import parse_under_mpiexec
+
+from d500.distributed.launch import share_cores
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="lenet5", choices=("lenet5", "mlp"))
+    parser.add_argument("--batch", type=int, default=256, help="samples per step")
+    parser.add_argument("--steps", type=int, default=10, help="steps per round and setting")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--micro", default="1,2,4,8", help="micro-batch counts")
+    parser.add_argument("--sleep", type=float, default=0.0, metavar="US",
+                        help="add US microseconds of sleep per sample to every forward (twice "
+                             "to every backward) of both stages: stages of equal cost that "
+                             "need no core, to see the schedule apart from CPU contention")
+    args = parse_under_mpiexec(parser, argv, __file__)
+    share_cores()
+    from mpi4py import MPI
+
+    from d500 import backends
+    from d500.builders import build
+    from d500.distributed.comm import Communicator
+    from d500.distributed.grid import Grid
+    from d500.distributed.pipeline.scheme import build as pipeline
+    from d500.distributed.spec import parse
+    from d500.training.optimizers.registry import make
+
+    if args.sleep:
+        _synthetic(args.sleep * 1e-6)
+    c = Communicator(MPI.COMM_WORLD)
+    model = build(args.model, (1, 8, 8), 10, seed=0, loss=True)
+    rng = np.random.default_rng(0)
+    feeds = {"input": rng.random((args.batch, 1, 8, 8), dtype=np.float32),
+             "labels": rng.integers(0, 10, args.batch).astype(np.int64)}
+    settings = [(s, int(m)) for m in args.micro.split(",") for s in ("gpipe", "1f1b")]
+    schemes = {}
+    for schedule, m in settings:
+        spec = parse({"scheme": "sync", "pipeline": c.size, "micro_batches": m,
+                      "schedule": schedule}, "benchmark")
+        schemes[schedule, m] = pipeline(model, spec, Grid(c, spec.dims(c.size)),
+                                        backends.get("torch"), make("sgd", lr=0.01), False)
+    seen: dict[tuple[str, int], list[float]] = {k: [] for k in settings}
+    took: dict[tuple[str, int], list[float]] = {k: [] for k in settings}
+    for _ in range(args.rounds):
+        for key in settings:
+            scheme = schemes[key]
+            scheme.step(feeds, 0.01)  # warm: not counted
+            scheme.idle = scheme.busy = 0.0
+            for _ in range(args.steps):
+                scheme.step(feeds, 0.01)
+            seen[key].append(scheme.figures()["bubble_measured"])
+            took[key].append(scheme.busy / args.steps)
+    every = c.mpi.gather({k: statistics.median(v) for k, v in seen.items()}, root=0)
+    step = {k: statistics.median(v) for k, v in took.items()}
+    if c.rank == 0:
+        part = next(iter(schemes.values())).stage.part
+        print(f"{args.model}, batch {args.batch}, {c.size} stages, imbalance "
+              f"{part.imbalance:.3f}, {args.rounds} rounds x {args.steps} steps")
+        print(f"{'schedule':>8} {'M':>3} " + " ".join(f"{'stage ' + str(r):>8}"
+                                                     for r in range(c.size))
+              + f" {'mean':>7} {'theory':>7} {'ratio':>6} {'pass ms':>8}")
+        for key in settings:
+            stages = [e[key] for e in every]
+            mean = statistics.fmean(stages)
+            theory = schemes[key].figures()["bubble_theory"]
+            print(f"{key[0]:>8} {key[1]:>3} " + " ".join(f"{b:>8.3f}" for b in stages)
+                  + f" {mean:>7.3f} {theory:>7.3f} {mean / theory:>6.2f} "
+                  f"{1e3 * step[key]:>8.2f}")
+    return 0
+
+
+def _synthetic(per_sample: float) -> None:
+    """Every stage pass sleeps per_sample x its samples (backward: twice) before computing."""
+    import time
+
+    from d500.distributed.pipeline.stage import StageModel
+
+    def slowed(fn, times):
+        def run(self, feeds, *rest):
+            time.sleep(times * per_sample * len(next(iter(feeds.values()))))
+            return fn(self, feeds, *rest)
+        return run
+    StageModel.forward = slowed(StageModel.forward, 1)
+    StageModel.loss = slowed(StageModel.loss, 3)  # the last stage's forward and backward
+    StageModel.backward = slowed(StageModel.backward, 2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
