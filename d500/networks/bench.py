@@ -208,6 +208,9 @@ def first_call(r: BackendBench, backend: type[Backend], model_path: Path,
             r.figures["first_call_time"] = time.perf_counter() - t0
             if (compiled := getattr(r.exe, "compile_time", None)) is not None:
                 r.figures["compile_time"] = compiled  # its part of first_call_time
+            if cache := getattr(r.exe, "compile_cache", None):  # an earlier run's compile?
+                from d500.training.compiling import DETAIL
+                r.details[DETAIL] = {"cache": cache}
             if baked := getattr(r.exe, "baked_inputs", None):  # values the program is made for
                 r.details["baked_inputs"] = baked
     except Exception as err:  # noqa: BLE001 - recorded as this backend's failure

@@ -54,9 +54,11 @@ class NetworksLevel(Level):
         return _bench(wl, names, context)
 
     def views(self, boards: Sequence[Any], ledger: Any) -> list[View]:
-        """The organiser's summary over the networks: one row per backend."""
-        from d500.leaderboard import summary
-        return summary.views(boards, ledger, by_submission=False)
+        """The organiser's summary over the networks: one row per backend; then each framework
+        at its best mode, with compile time (d500.leaderboard.modes)."""
+        from d500.leaderboard import modes, summary
+        best = modes.view(boards)
+        return summary.views(boards, ledger, by_submission=False) + ([best] if best else [])
 
 
 def _check(wl: Any, names: list[str], context: Context) -> Outcome:

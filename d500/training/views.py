@@ -29,6 +29,12 @@ POOLED = ("medians over every machine's runs of the entry; a seed run that misse
 
 def views(level: int, boards: Sequence[Any], ledger: Any) -> list[View]:
     """The summary views over the runs of these boards (each board one workload's rules)."""
+    from d500.leaderboard import modes
+    best = modes.view(boards)  # each framework at its best mode (torch or torch:compiled)
+    return _views(level, boards, ledger) + ([best] if best else [])
+
+
+def _views(level: int, boards: Sequence[Any], ledger: Any) -> list[View]:
     wanted = {(b.workload, b.workload_sha256) for b in boards}
     runs = [r for r in ledger.runs(level=level) if (r["workload"], r["workload_sha256"]) in wanted]
     if not runs:

@@ -154,6 +154,11 @@ def test_a_bench_records_the_compile_time_apart_from_the_first_call(tmp_path, ho
     assert figures["agreement"] < 1e-5 and figures["latency"] > 0
     assert compiled["details"]["settings"]["freezing"] is True
     assert "baked_inputs" not in compiled["details"]  # the MLP's input stays an input
+    assert compiled["details"]["compile"] == {"cache": "cold"}  # a fresh D500_HOME
+    from d500.leaderboard import modes, ranking
+    [row] = modes.view(ranking.build(Ledger(), level=1)).rows  # torch at its best mode
+    assert row[1] == "torch" and row[3] in ("torch", "torch:compiled")
+    assert "torch:compiled" in row[6] and "(compile " in row[6] and "0 / 1 warm cache" in row[6]
 
 
 def test_a_bench_records_a_baked_data_input(tmp_path, home):

@@ -193,6 +193,7 @@ class Compiled:
         self.programs: dict[tuple, tuple[Any, list[str], list[str]]] = {}
         self.baked: dict[tuple, list[str]] = {}  # key without values -> names it baked
         self.compile_time: float | None = None
+        self.cache: str | None = None  # the newest program's: 'warm' when compiled here before
         self.built_at = self.version()
 
     def version(self) -> int:
@@ -232,9 +233,14 @@ class Compiled:
         # Freezing folds a NonZero of constants into a constant whose unbacked size Inductor
         # then loses (an assertion in torch 2.13): such programs compile unfrozen.
         freeze = self.freezing and not _data_dependent_nodes(gm)
+        from d500.backends.torch import compile_cache
+        program = compile_cache.program_key(gm, {"backend": self.backend, "freezing": freeze})
+        warm = compile_cache.seen(program)
         with torch.no_grad(), torch._inductor.config.patch(freezing=freeze):
             out = fn(*[feeds[n] for n in free])
+        compile_cache.mark(program)
         self.compile_time = time.perf_counter() - t0
+        self.cache = "warm" if warm else "cold"
         self.baked[shapes] = baked
         self.programs[key(feeds, baked)] = (fn, free, baked)
         return out
@@ -255,6 +261,12 @@ class CompiledExecutable(TorchExecutable):
         """Seconds the newest static program's first call took: trace, torch.compile and
         Inductor's code generation (or its cache's answer)."""
         return self._compiled.compile_time
+
+    @property
+    def compile_cache(self) -> str | None:
+        """'warm' when the newest program was compiled before in the cache under $D500_HOME
+        (d500.backends.torch.compile_cache), else 'cold'."""
+        return self._compiled.cache
 
     @property
     def baked_inputs(self) -> list[str]:
