@@ -77,7 +77,8 @@ class Training:
         self.rows = [evaluation(e) for e in run.evaluations]
         self.batch = number((self.first.get(mllog.GLOBAL_BATCH_SIZE) or {}).get("value"))
         # a resumed run's clock starts at what its earlier segments took (its log's does not)
-        self.before = number((run.details.get("resumed") or {}).get("before")) or 0.0
+        resumed = (getattr(run, "details", None) or {}).get("resumed") or {}
+        self.before = number(resumed.get("before")) or 0.0
         self.out: list[str] = []
 
     def problems(self) -> list[str]:
