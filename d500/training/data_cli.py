@@ -19,7 +19,7 @@ D500_FASHION_MNIST_URL, D500_CIFAR10_URL), else the dataset's usual location."""
 
 
 def main(argv: list[str], prog: str = "d500 data") -> int:
-    from d500.training.data import KNOWN
+    from d500.training.data import registry
     parser = ArgumentParser(prog=prog, description="Level 2: the training datasets.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -29,8 +29,8 @@ def main(argv: list[str], prog: str = "d500 data") -> int:
     p_list.add_argument("--json", action="store_true", help="print the table as JSON")
     p_get = sub.add_parser("download", help="download a dataset's files, checked",
                            description=DOWNLOAD_HELP)
-    p_get.add_argument("name", choices=[name for name in KNOWN if name != "digits"],
-                       metavar="NAME", help="mnist, fashion-mnist or cifar10")
+    p_get.add_argument("name", choices=list(registry.REGISTRY), metavar="NAME",
+                       help=", ".join(registry.REGISTRY))
     p_get.add_argument("--to", metavar="DIR", help="the data directory (default: $D500_DATA)")
     p_get.add_argument("--url-base", metavar="URL", help="where to fetch the files from")
     p_get.add_argument("--timeout", type=float, default=60.0,

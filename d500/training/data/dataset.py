@@ -20,10 +20,11 @@ from typing import Any
 import numpy as np
 
 from d500.errors import DatasetError
-from d500.training.data import registry
+from d500.training.data import corpora, registry
 
 IMAGES = ("digits", "mnist", "fashion-mnist", "cifar10")  # what `load` reads
-TEXT = ("python-stdlib",)  # token-sequence corpora (d500.training.data.lm)
+# token-sequence corpora (d500.training.data.lm): the shipped one, and those read from files
+TEXT = ("python-stdlib", *corpora.NAMES)
 KNOWN = (*IMAGES, *TEXT)
 # (C, H, W) of a sample and the number of classes: what a model is built for before any data
 # is touched (the trainer's clock starts after the model is built).
@@ -159,7 +160,7 @@ def parts(fields: dict[str, Any], data_dir: str | os.PathLike | None = None
     from d500.training.data.splits import split
     if fields["name"] in TEXT:
         from d500.training.data import lm
-        return lm.splits(text_spec(fields))
+        return lm.splits(text_spec(fields), data_dir)
     from d500.training.data.splits import SplitSpec
     ds = load(fields["name"], data_dir)
     spec = SplitSpec(fields["train"], fields["validation"], fields["test"],
@@ -177,7 +178,7 @@ def check_present(name: str | dict[str, Any], data_dir: str | os.PathLike | None
     if not isinstance(name, str):
         if name["name"] in TEXT:
             from d500.training.data import lm
-            lm.prepare(text_spec(name))
+            lm.prepare(text_spec(name), data_dir)
             return
         name = name["name"]
     if name == "digits":

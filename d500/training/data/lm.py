@@ -48,9 +48,10 @@ class TextSpec:
 
 
 def _corpus(name: str):
-    from d500.training.data import text
+    from d500.training.data import corpora, text
     if name != text.NAME:
-        raise DatasetError(f"unknown text corpus '{name}' (known: {text.NAME})")
+        raise DatasetError(f"unknown text corpus '{name}' (known: {text.NAME}, "
+                           f"{', '.join(corpora.NAMES)})")
     return text
 
 
@@ -59,8 +60,12 @@ def corpus(name: str) -> list[tuple[str, str]]:
     return _corpus(name).documents()
 
 
-def corpus_file(name: str) -> dict[str, str]:
-    """{file name: "sha256:<hex>"} of a text corpus, after checking the file's digest."""
+def corpus_file(name: str, data_dir: str | Path | None = None) -> dict[str, str]:
+    """{file name: "sha256:<hex>"} of a text corpus, after checking the file's digest (a corpus
+    users bring is read from `data_dir`: d500.training.data.corpora)."""
+    from d500.training.data import corpora
+    if name in corpora.NAMES:
+        return corpora.files(name, data_dir)
     text = _corpus(name)
     text.checked()
     return {text.FILE: f"sha256:{text.SHA256}"}
@@ -95,22 +100,44 @@ def tokens_digest(arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def _build(spec: TextSpec) -> tuple[dict[str, np.ndarray], str]:
-    from d500.training.data import tokenizer
-    docs = corpus(spec.name)
+def texts(spec: TextSpec, data_dir: str | Path | None = None) -> dict[str, list[str]]:
+    """The documents of each part: WikiText's first N articles of each of its own split files,
+    else the workload's seeded permutation of the corpus's documents (document_split)."""
+    from d500.training.data import corpora
+    if spec.name not in corpora.NAMES:
+        docs = corpus(spec.name)
+    else:
+        found = corpora.documents(spec.name, data_dir)
+        docs = found.get("all", [])
+        if "all" not in found:
+            from d500.errors import ConfigError
+            out = {}
+            for part in PARTS:
+                want, have = getattr(spec, part), len(found[part])
+                if want > have:
+                    raise ConfigError(f"split: {part} {want} documents exceeds the {have} "
+                                      f"articles of {spec.name}'s {part} file")
+                out[part] = [text for _, text in found[part][:want]]
+            return out
     picked = document_split(len(docs), spec.split())
-    texts = {part: [docs[i][1] for i in idx] for part, idx in zip(PARTS, picked)}
-    tok = tokenizer.train(texts["train"], spec.vocab)
-    return {part: tokenizer.encode(tok, texts[part]) for part in PARTS}, tok.to_str()
+    return {part: [docs[i][1] for i in idx] for part, idx in zip(PARTS, picked)}
 
 
-def prepare(spec: TextSpec) -> Path:
+def _build(spec: TextSpec, data_dir: str | Path | None = None
+           ) -> tuple[dict[str, np.ndarray], str]:
+    from d500.training.data import tokenizer
+    texts_ = texts(spec, data_dir)
+    tok = tokenizer.train(texts_["train"], spec.vocab)
+    return {part: tokenizer.encode(tok, texts_[part]) for part in PARTS}, tok.to_str()
+
+
+def prepare(spec: TextSpec, data_dir: str | Path | None = None) -> Path:
     """The cached tokens of `spec` (built when missing, or not matching the workload's
     tokens_sha256), as the path of an .npz with arrays train, validation, test; the tokenizer's
     JSON is beside it."""
     from d500 import paths
     from d500.training.data import tokenizer
-    digest = next(iter(corpus_file(spec.name).values()))
+    digest = next(iter(corpus_file(spec.name, data_dir).values()))
     folder = paths.cache("text")
     file = folder / f"{spec.name}-{_key(spec, digest, tokenizer.version())}.npz"
     if file.is_file() and (spec.tokens_sha256 is None
@@ -119,7 +146,7 @@ def prepare(spec: TextSpec) -> Path:
     from d500.say import say
     say(f"{spec.name}: training a {spec.vocab}-token byte-level BPE on {spec.train} documents "
         f"and tokenizing the splits (once; cached in {folder})")
-    arrays, tok = _build(spec)
+    arrays, tok = _build(spec, data_dir)
     got = tokens_digest(arrays)
     if spec.tokens_sha256 is not None and got != spec.tokens_sha256:
         raise DatasetError(
@@ -154,11 +181,12 @@ def windows(ids: np.ndarray, context: int) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def splits(spec: TextSpec) -> tuple[Splits, dict[str, str]]:
+def splits(spec: TextSpec, data_dir: str | Path | None = None
+           ) -> tuple[Splits, dict[str, str]]:
     """The three parts as windows, and the files they came from with their digests (the corpus
     is checked again: the cache is only as good as the file it was made from)."""
-    files = corpus_file(spec.name)
-    file = prepare(spec)
+    files = corpus_file(spec.name, data_dir)
+    file = prepare(spec, data_dir)
     arrays = _read(file)
     got = tokens_digest(arrays)
     if spec.tokens_sha256 is not None and got != spec.tokens_sha256:

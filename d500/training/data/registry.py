@@ -15,6 +15,12 @@ Where each digest comes from (a digest is only as good as its publication):
   and torchvision's prototype datasets (`_builtin/cifar.py`), which agree.
 - the extracted `cifar-10-batches-py/` files: torchvision publishes only their MD5
   (`torchvision/datasets/cifar.py`, `train_list`/`test_list`); those are checked.
+- `wikitext-2-raw-v1.zip`, `wikitext-103-raw-v1.zip`: the sha256 and byte sizes in Hugging Face
+  datasets' `datasets/wikitext/dataset_infos.json` (`download_checksums`). The unpacked
+  `wiki.*.raw` files have no published sha256 (torchtext lists only their line counts), so
+  WikiText is read from the zip alone (d500.training.data.corpora).
+- TinyShakespeare's `input.txt`: the sha256 and size in TensorFlow Datasets'
+  `tensorflow_datasets/datasets/tiny_shakespeare/checksums.tsv`.
 """
 
 from __future__ import annotations
@@ -141,6 +147,31 @@ REGISTRY: dict[str, Spec] = {
             Unpacked(f"{CIFAR_FOLDER}/{name}", "md5", md5) for name, md5 in _CIFAR_MD5.items())},
     ),
 }
+
+
+_WIKITEXT = "https://s3.amazonaws.com/research.metamind.io/wikitext"
+_HF = "https://huggingface.co/datasets/Salesforce/wikitext"
+REGISTRY.update({
+    # datasets/wikitext/dataset_infos.json (Hugging Face datasets), download_checksums
+    "wikitext-2-raw": Spec(
+        name="wikitext-2-raw", homepage=_HF, url_base=_WIKITEXT,
+        files=(File("wikitext-2-raw-v1.zip",
+                    "ef7edb566e3e2b2d31b29c1fdb0c89a4cc683597484c3dc2517919c615435a11",
+                    4721645),)),
+    "wikitext-103-raw": Spec(
+        name="wikitext-103-raw", homepage=_HF, url_base=_WIKITEXT,
+        files=(File("wikitext-103-raw-v1.zip",
+                    "91c00ae287f0d699e18605c84afc9e45c192bc6b7797ff8837e5474655a33794",
+                    191984949),)),
+    # tensorflow_datasets/datasets/tiny_shakespeare/checksums.tsv
+    "tinyshakespeare": Spec(
+        name="tinyshakespeare", homepage="https://github.com/karpathy/char-rnn",
+        url_base="https://raw.githubusercontent.com/karpathy/char-rnn/master/data/"
+                 "tinyshakespeare",
+        files=(File("input.txt",
+                    "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+                    1115394),)),
+})
 
 
 def spec(name: str) -> Spec:
