@@ -1,6 +1,7 @@
 """Pipeline parallelism (issue 20 item 2) on real `mpiexec -n 2` ranks: the checks of
 mpi_pipeline_checks.py (GPipe and 1F1B equal one process within 1e-5 after 20 steps of the digits
-MLP and LeNet-5, unequal micro-batches, 1F1B's smaller stash), each its own test; then
+MLP and LeNet-5, unequal micro-batches, 1F1B's smaller stash), each its own test, and all of
+them again at 4 ranks as data 2 x pipeline 2; then
 `d500 train` of the pipeline entries under the judge: the cut is recorded, the bubble beside its
 theory, memory per rank from the judge's own cut, its MLLOG consistent with its record; and the
 attack: an entry whose stages train on half of each batch is recorded failed by the judge's
@@ -56,6 +57,14 @@ def test_on_two_ranks(name):
     report = JOB.report(name, 2)
     assert report["ok"] is True and report["size"] == 2
     print(f"\n{name}: {json.dumps(report)}")
+
+
+def test_data_and_pipeline_compose_at_four_ranks():
+    """{data: 2, pipeline: 2}: each stage's gradients averaged over its data pair; the same
+    checks (one job of 4 ranks, oversubscribing a 2-core machine: ~20 s)."""
+    for name in JOB.names:
+        report = JOB.report(name, 4)
+        assert report["ok"] is True and report["size"] == 4, report
 
 
 def _last_run(home: Path) -> dict:
