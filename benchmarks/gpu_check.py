@@ -11,13 +11,13 @@ Each stage prints its findings as it goes and a failure in one stage does not st
    (CPU, and CUDA where its provider is installed), interleaved, medians;
 5. a one-rank NCCL process group (the collective DDP would use on GPUs);
 6. torch:compiled on CUDA (Inductor's Triton kernels): outputs against eager CUDA, compile time,
-   latency beside eager CUDA;
+   latency beside eager CUDA; its training step's losses against eager CUDA;
 7. the JAX backend on CUDA: light models against torch on the CPU, the digits MLP's training
    losses against torch on the CPU, latency;
 8. the ONNX node suite on torch with device CUDA, against the CPU's pinned failures;
-9. `--isolation`: not a CUDA path, the GPU machine's idle CPU cores: issue 17's overhead of the
-   judge/worker split (benchmarks/isolation.py), which this shared 2-core machine is too loaded
-   to resolve to 2 % (last: the longest).
+9. the stage `isolation`, not a CUDA path but the GPU machine's idle CPU cores: issue 17's
+   overhead of the judge/worker split on digits-mlp (benchmarks/isolation.py, each run a fresh
+   process, then --warm), which this shared 2-core machine is too loaded to resolve to 2 %.
 
     benchmarks/gpu_check.sh          # on the GPU machine; or, to rehearse here on the CPU:
     .venv/bin/python benchmarks/gpu_check.py --device CPU --quick
@@ -291,6 +291,29 @@ def compiled(device: str, quick: bool) -> None:
               f"({times['compiled'].median / times['eager'].median:.2f}x eager)")
 
 
+@stage("torch:compiled training on CUDA: the digits MLP and LeNet-5 against eager CUDA")
+def compiled_training(device: str, quick: bool) -> None:
+    from d500.training.optimizers.registry import make
+    x, y = _digits()
+    for model in ("mlp",) if quick else ("mlp", "lenet5"):
+        feeds = [{"input": x[i * 32:(i + 1) * 32], "labels": y[i * 32:(i + 1) * 32].astype(
+            np.int64)} for i in range(20)]
+        losses, times = {}, {}
+        for name in ("torch", "torch:compiled"):
+            exe = backends.get(name).prepare(build(model, (1, 8, 8), 10, seed=0, loss=True),
+                                             device)
+            trainer = exe.trainer(make("momentum", lr=0.05), loss="loss")
+            t0 = time.perf_counter()
+            losses[name] = np.array([trainer.step(f, 0.05) for f in feeds], np.float64)
+            times[name] = time.perf_counter() - t0
+        rel = float(np.max(np.abs(losses["torch:compiled"] - losses["torch"])
+                           / np.abs(losses["torch"])))
+        print(f"{model} 20 steps on {device}: compiled/eager max relative loss difference "
+              f"{rel:.1e} (bound 1e-5) {'ok' if rel <= 1e-5 else 'OVER THE BOUND'}; eager "
+              f"{times['torch']:.2f} s, compiled {times['torch:compiled']:.2f} s (its compile "
+              "included)")
+
+
 @stage("JAX backend on CUDA: light models and training against torch on the CPU")
 def jax_cuda(device: str, quick: bool) -> None:
     import jax
@@ -335,9 +358,9 @@ def isolation(device: str, quick: bool) -> None:
     import subprocess
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
     script = str(Path(__file__).resolve().parent / "isolation.py")
-    for case, pairs in (("mlp", 3 if quick else 10), ("resnet20", 1 if quick else 6)):
-        subprocess.run([sys.executable, script, "--case", case, "--pairs", str(pairs),
-                        "--threads", "1"], env=env, check=False)
+    for warm, pairs in (("", 3 if quick else 8), ("--warm", 2 if quick else 4)):
+        subprocess.run([sys.executable, script, "--case", "mlp", "--pairs", str(pairs),
+                        "--threads", "1", *filter(None, [warm])], env=env, check=False)
 
 
 def main() -> int:
@@ -352,7 +375,8 @@ def main() -> int:
     environment(args.device)
     for name, fn in (("training", training), ("precision", precision),
                      ("light", light_models), ("latency", latency),
-                     ("nccl", nccl), ("compiled", compiled), ("jax", jax_cuda),
+                     ("nccl", nccl), ("compiled", compiled),
+                     ("compiled-training", compiled_training), ("jax", jax_cuda),
                      ("nodes", node_suite), ("isolation", isolation)):  # the longest last
         if name not in skip and (not only or name in only):
             fn(args.device, args.quick)

@@ -86,7 +86,7 @@ class SharedJudge:
     """Evaluates the in-process trainer itself (nothing handed over)."""
 
     def __init__(self, backend_cls: Any, model: Any):
-        pass
+        self.backend_cls = backend_cls
 
     def load(self, state: Any) -> None:
         pass
@@ -194,6 +194,12 @@ def operators(budget: float) -> None:
               f"{100 * statistics.median(trips):.2f} % of it", flush=True)
 
 
+def _parts(figures: dict[str, float]) -> str:
+    """Where a run's time to accuracy went: training steps, evaluations, data."""
+    return " ".join(f"{k.removesuffix('_time')} {figures[k]:.3f}"
+                    for k in ("train_time", "eval_time", "data_time") if k in figures)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--case", choices=("both", "mlp", "resnet20", "operators"), default="both")
@@ -238,8 +244,9 @@ def main() -> None:
                 raise SystemExit(f"seed {seed}: {a['epochs']} epochs in-process, "
                                  f"{b['epochs']} in a worker: not the same run")
             ratios.append(b["time_to_accuracy"] / a["time_to_accuracy"])
-            print(f"  {workload.name} seed {seed}: in-process {a['time_to_accuracy']:.3f} s, "
-                  f"worker {b['time_to_accuracy']:.3f} s, {a['epochs']:g} epochs", flush=True)
+            print(f"  {workload.name} seed {seed}: in-process {a['time_to_accuracy']:.3f} s "
+                  f"({_parts(a)}), worker {b['time_to_accuracy']:.3f} s ({_parts(b)}), "
+                  f"{a['epochs']:g} epochs", flush=True)
         q = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else \
             [ratios[0]] * 3
         print(f"{workload.name:<18} time to accuracy worker/in-process: median "
