@@ -11,5 +11,6 @@ MACHINE_DEPENDENT = True  # waiting depends on the stages' speeds and the networ
 MEASURED = (
     "every stage times its waits for a neighbour (receiving an activation or a gradient, and the "
     "end of its sends) over the time of its pipeline passes in each step (the data allreduce and "
-    "the update left out); the mean over the ranks (each rank's own in the run's details)"
+    "the update left out); the mean over the ranks (each rank's own in the run's details), as "
+    "the ranks report it: the entry's code runs there and the judge cannot check it"
 )

@@ -15,7 +15,9 @@ level 2's `_supervise`, so the two levels keep one clock, one evaluation and one
 inside `scheme.evaluated()` where an evaluation follows, and at the end the ranks' figures
 (figures.RankStats, as they report them: step and communication times are the ranks' own;
 every scored time is the judge's). Failures reach the judge on a second pipe (`lost`), which
-it reads whenever it waits, and it records the run failed before it answers.
+it reads whenever it waits, and it records the run failed before it answers. A pipeline's ranks
+hand over the model their stages gathered, and the judge audits their work
+(d500.distributed.pipeline.audit: the first step after each hand-over recomputed).
 """
 
 from __future__ import annotations

@@ -41,19 +41,21 @@ def feeds(index: np.ndarray) -> dict[str, np.ndarray]:
     return {"input": x[index], "labels": y[index]}
 
 
-def one_process(model, optimizer: str, batch: int, **hp) -> dict[str, np.ndarray]:
-    t = backends.get("torch").prepare(model).trainer(make_optimizer(optimizer, lr=LR, **hp))
+def one_process(model, optimizer: str, batch: int, backend: str = "torch", **hp
+                ) -> dict[str, np.ndarray]:
+    t = backends.get(backend).prepare(model).trainer(make_optimizer(optimizer, lr=LR, **hp))
     for index, _ in batches(batch):
         t.step(feeds(index), LR)
     return t.parameters()
 
 
-def piped(c: Communicator, model, distributed: dict, optimizer: str, batch: int, **hp):
+def piped(c: Communicator, model, distributed: dict, optimizer: str, batch: int,
+          backend: str = "torch", **hp):
     """The pipeline's parameters after STEPS steps, gathered on rank 0 (None elsewhere), and
     the scheme."""
     spec = parse({"scheme": "sync", **distributed}, "pipeline.yaml")
     grid = Grid(c, spec.dims(c.size))
-    scheme = pipeline(model, spec, grid, backends.get("torch"),
+    scheme = pipeline(model, spec, grid, backends.get(backend),
                       make_optimizer(optimizer, lr=LR, **hp), False)
     scheme.start()
     for index, weight in batches(batch, grid.coords["data"], grid.sizes["data"]):
@@ -64,17 +66,17 @@ def piped(c: Communicator, model, distributed: dict, optimizer: str, batch: int,
 
 
 def _compare(c: Communicator, builder: str, schedule: str, optimizer: str, batch: int,
-             micro: int, **hp) -> dict:
+             micro: int, backend: str = "torch", **hp) -> dict:
     model = build(builder, (1, 8, 8), 10, seed=3, loss=True)
     state, scheme = piped(c, model, {"pipeline": 2, "micro_batches": micro,
-                                     "schedule": schedule}, optimizer, batch, **hp)
+                                     "schedule": schedule}, optimizer, batch, backend, **hp)
     gathered = scheme.pipe.traffic.get("evaluate")  # data coordinate 0's stages send theirs
     out = {"bubble_measured": scheme.figures()["bubble_measured"],
            "bubble_theory": scheme.figures()["bubble_theory"],
            "stash_bytes_peak": scheme.figures()["stash_bytes_peak"],
            "evaluate_bytes": gathered.sent + gathered.received if gathered else 0}
     if c.rank == 0:
-        reference = one_process(model, optimizer, batch, **hp)
+        reference = one_process(model, optimizer, batch, backend, **hp)
         assert set(state) == set(reference), (sorted(state), sorted(reference))
         out["relative"] = relative(state, reference)
         assert out["relative"] <= 1e-5, out
@@ -98,6 +100,12 @@ def one_f_one_b_on_lenet_equals_one_process(c: Communicator) -> dict:
 def unequal_micro_batches_weigh_by_size(c: Communicator) -> dict:
     """A global batch of 30 in 4 micro-batches (7, 8, 7, 8 samples)."""
     return _compare(c, "mlp", "1f1b", "adam", 30, 4)
+
+
+@check
+def the_reference_backend_pipelines_too(c: Communicator) -> dict:
+    """Stages translated by another backend (NumPy: its own gradients(grad_outputs=...))."""
+    return _compare(c, "mlp", "1f1b", "sgd", 32, 4, "reference")
 
 
 @check
