@@ -135,3 +135,27 @@ def test_d500_train_on_torch_compiled_counts_the_compile_and_marks_a_warm_rerun(
         assert run["details"]["compile"]["counts_in_time_to_accuracy"] is True
     assert not compiling.warm(first) and compiling.warm(second)
     assert second["details"]["compile"]["in_cache_at_clock_start"]  # the supervisor saw it
+
+
+def test_a_step_that_reads_the_batch_values_is_refused_in_one_line(home):
+    """A NonZero of the labels has a shape their values decide: the trace bakes them, so the
+    program would be rebuilt for every batch; training says so rather than recompile each step."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+    nodes = [helper.make_node("MatMul", ["input", "w"], ["logits"]),
+             helper.make_node("Mul", ["logits", "logits"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq"], ["fit"], keepdims=0),
+             helper.make_node("NonZero", ["labels"], ["nz"]),
+             helper.make_node("Cast", ["nz"], ["nzf"], to=T.FLOAT),
+             helper.make_node("ReduceSum", ["nzf"], ["count"], keepdims=0),
+             helper.make_node("Add", ["fit", "count"], ["loss"])]
+    graph = helper.make_graph(
+        nodes, "nonzero", [helper.make_tensor_value_info("input", T.FLOAT, ["n", 4]),
+                           helper.make_tensor_value_info("labels", T.INT64, ["n"])],
+        [helper.make_tensor_value_info("logits", T.FLOAT, ["n", 3]),
+         helper.make_tensor_value_info("loss", T.FLOAT, [])],
+        [numpy_helper.from_array(np.ones((4, 3), np.float32), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    trainer = get("torch:compiled").prepare(model).trainer(make("sgd", lr=0.1), loss="loss")
+    with pytest.raises(UsageError, match="reads the values of 'labels'"):
+        trainer.step({"input": np.ones((2, 4), np.float32), "labels": np.array([0, 2])}, 0.1)

@@ -156,6 +156,19 @@ def trace(forward: Any, feeds: dict[str, Any], grad: bool = False
         baked |= more
 
 
+def static_program(forward: Any, feeds: dict[str, Any], what: str, grad: bool = False
+                   ) -> tuple[torch.fx.GraphModule, list[str]]:
+    """`trace`, its failure one UsageError line naming `what` could not be traced."""
+    try:
+        return trace(forward, feeds, grad)
+    except UsageError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the one line says what could not be traced
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UsageError(f"backend 'torch:compiled': {what} cannot be traced into a static "
+                         f"program: {first}") from err
+
+
 def key(feeds: dict[str, Any], baked: Sequence[str]) -> tuple:
     """What a static program is specialised to: every input's dtype and shape, and the values
     of the inputs it baked."""
@@ -220,14 +233,7 @@ class Compiled:
     def _build(self, feeds: dict[str, Any], shapes: tuple) -> Any:
         inductor_cache()
         t0 = time.perf_counter()
-        try:
-            gm, baked = trace(self.forward, feeds)
-        except UsageError:
-            raise
-        except Exception as err:  # noqa: BLE001 - the one line says what could not be traced
-            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-            raise UsageError(f"backend 'torch:compiled': the model cannot be traced into a "
-                             f"static program: {first}") from err
+        gm, baked = static_program(self.forward, feeds, "the model")
         free = [n for n in feeds if n not in baked]
         fn = torch.compile(gm, backend=self.backend, fullgraph=True, dynamic=False)
         # Freezing folds a NonZero of constants into a constant whose unbacked size Inductor

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from d500.backends.torch import compile_cache
-from d500.backends.torch.compiled import inductor_cache, key, trace
+from d500.backends.torch.compiled import inductor_cache, key, static_program
 from d500.backends.torch.trainer import TorchTrainer
 from d500.errors import UsageError
 
@@ -81,14 +81,7 @@ class CompiledTrainer(TorchTrainer):
         (the compile happens in that call)."""
         inductor_cache()
         t0 = time.perf_counter()
-        try:
-            gm, baked = trace(self._joint, feeds, grad=True)
-        except UsageError:
-            raise
-        except Exception as err:  # noqa: BLE001 - the one line says what could not be traced
-            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-            raise UsageError(f"backend 'torch:compiled': the training step cannot be traced "
-                             f"into a static program: {first}") from err
+        gm, baked = static_program(self._joint, feeds, "the training step", grad=True)
         if baked:
             raise UsageError(f"backend 'torch:compiled': the training step reads the values of "
                              f"{', '.join(map(repr, baked))}, so its program would be rebuilt "
