@@ -38,12 +38,16 @@ def _batches() -> list[dict[str, np.ndarray]]:
             for i in range(STEPS)]
 
 
-def _losses(backend: str, low: str, trainer_cls: type | None = None) -> list[float]:
+def _trainer(backend: str, low: str, optimizer: str = "momentum", **hp) -> object:
     exe = backends.get(backend).prepare(build("mlp", (1, 8, 8), 10, seed=0, loss=True))
-    optimizer = make("momentum", lr=0.05, momentum=0.9)
-    trainer = (exe.trainer(optimizer, loss="loss", precision=low) if trainer_cls is None
-               else trainer_cls(exe, optimizer, "loss", False, low))
-    return [trainer.step(b, 0.05) for b in _batches()]
+    return exe.trainer(make(optimizer, **(hp or {"lr": 0.05, "momentum": 0.9})), loss="loss",
+                       precision=low)
+
+
+def _losses(backend: str, low: str, optimizer: str = "momentum", lr: float = 0.05,
+            **hp) -> list[float]:
+    trainer = _trainer(backend, low, optimizer, lr=lr, **hp)
+    return [trainer.step(b, lr) for b in _batches()]
 
 
 @pytest.mark.parametrize("backend", ["torch", "tensorflow"])
@@ -53,6 +57,28 @@ def test_bf16_trains_close_to_fp32_and_not_in_fp32(backend):
     assert loss_gap(bf16, fp32) <= BF16_LOSS_RTOL, (bf16, fp32)
     assert bf16 != fp32  # the linear layers really computed in bf16
     assert bf16[-1] < 0.8 * bf16[0]  # and it learns
+
+
+@pytest.mark.parametrize("backend", ["torch", "tensorflow"])
+@pytest.mark.parametrize("optimizer, hp", [("lars", {"lr": 1.0, "momentum": 0.9}),
+                                           ("lamb", {"lr": 0.01})])
+def test_lars_and_lamb_see_float32_gradients_and_keep_float32_state_in_bf16(backend, optimizer,
+                                                                          hp):
+    """Master weights, gradients and optimizer state stay float32 under bf16, so the trust
+    ratio ||w|| / ||g|| is computed in float32; the run stays close to float32's."""
+    trainer = _trainer(backend, "bf16", optimizer, **hp)
+    batch = _batches()[0]
+    _, grads = trainer.gradients(batch)
+    assert {g.dtype for g in grads.values()} == {np.dtype(np.float32)}
+    trainer.apply(grads, hp["lr"])
+    assert {v.dtype for v in trainer.parameters().values()} == {np.dtype(np.float32)}
+    slots = trainer.state.slots  # framework tensors (lists or a vector) by slot name
+    tensors = [t for v in slots.values() for t in (v if isinstance(v, list) else [v])
+               if hasattr(t, "dtype")]
+    assert tensors and {np.asarray(t).dtype for t in tensors} == {np.dtype(np.float32)}
+    fp32 = _losses(backend, "fp32", optimizer, **hp)
+    bf16 = _losses(backend, "bf16", optimizer, **hp)
+    assert loss_gap(bf16, fp32) <= BF16_LOSS_RTOL and bf16 != fp32
 
 
 def test_an_autocast_switched_on_elsewhere_does_not_lower_an_fp32_run():
