@@ -13,11 +13,13 @@ Optimizer state: a d500 optimizer's slots and step counter (torch, TensorFlow, N
 torch.optim's state (native: true on torch); Keras' and optax's native state are not read, so
 those recipes cannot checkpoint (`supported` says why). RNG states: Python's `random`, NumPy's
 global generator and torch's CPU generator where torch is loaded (the sampler is a function of
-the seed and the epoch, d500.training.data.samplers, so its position is the epoch alone).
+the seed and the epoch, d500.training.data.samplers, so its position is the epoch alone); and
+fp16's dynamic loss scale (d500.training.precision.LossScale).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -53,8 +55,10 @@ def supported(backend: str, native: bool) -> None:
 
 # -- the worker's side -----------------------------------------------------------------------
 def _numpy(tensor: Any) -> np.ndarray:
-    if hasattr(tensor, "detach"):
-        tensor = tensor.detach().cpu()
+    if hasattr(tensor, "detach"):  # torch
+        return tensor.detach().cpu().numpy().copy()
+    if hasattr(tensor, "numpy") and not isinstance(tensor, np.ndarray):  # TensorFlow
+        tensor = tensor.numpy()
     return np.array(tensor)
 
 
@@ -149,13 +153,19 @@ def _set_rng(arrays: dict[str, np.ndarray], header: dict[str, Any]) -> None:
         torch.set_rng_state(torch.from_numpy(np.array(arrays["torch"], np.uint8)))
 
 
+def _loss_scale(trainer: Any) -> dict[str, Any] | None:
+    """fp16's dynamic loss scale (d500.training.precision.LossScale) as JSON, if it has one."""
+    scale = getattr(trainer, "scale", None)
+    return None if scale is None else dataclasses.asdict(scale)
+
+
 def capture(trainer: Any, steps: int) -> dict[str, Any]:
     """The worker's state after `steps` steps: {"model", "optimizer", "rng": {name: array}},
-    "rng_header" and "steps"."""
+    "rng_header", "loss_scale" (fp16) and "steps"."""
     rng, header = _rng()
     return {"model": {**trainer.parameters(), **trainer.buffers()},
             "optimizer": _optimizer(trainer), "rng": rng, "rng_header": header,
-            "steps": int(steps)}
+            "loss_scale": _loss_scale(trainer), "steps": int(steps)}
 
 
 def restore(trainer: Any, state: dict[str, Any]) -> int:
@@ -166,6 +176,11 @@ def restore(trainer: Any, state: dict[str, Any]) -> int:
         trainer.set_buffers({n: model[n] for n in trainer.buffer_names})
     _set_optimizer(trainer, state["optimizer"])
     _set_rng(state["rng"], state["rng_header"])
+    scale, saved = getattr(trainer, "scale", None), state.get("loss_scale")
+    if (scale is None) != (saved is None):
+        raise CheckpointError("the checkpoint's loss scale does not fit this trainer's precision")
+    for key, value in (saved or {}).items():
+        setattr(scale, key, [tuple(v) for v in value] if key == "history" else value)
     return int(state["steps"])
 
 
@@ -174,7 +189,7 @@ def _flatten(state: dict[str, Any], meta: dict[str, Any]) -> dict[str, np.ndarra
     arrays = {f"{part}/{key}": np.asarray(value)
               for part in ("model", "optimizer", "rng") for key, value in state[part].items()}
     header = {**meta, "format": FORMAT, "steps": state["steps"],
-              "rng_header": state["rng_header"]}
+              "rng_header": state["rng_header"], "loss_scale": state.get("loss_scale")}
     arrays["meta"] = np.frombuffer(json.dumps(header, sort_keys=True).encode(), np.uint8)
     return arrays
 
@@ -217,5 +232,6 @@ def read(path: Path, sha256: str) -> tuple[dict[str, Any], dict[str, Any]]:
             if key != "meta":
                 part, rest = key.split("/", 1)
                 state[part][rest] = npz[key]
-    state["steps"], state["rng_header"] = meta["steps"], meta["rng_header"]
+    state.update(steps=meta["steps"], rng_header=meta["rng_header"],
+                 loss_scale=meta.get("loss_scale"))
     return state, meta

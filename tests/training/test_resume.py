@@ -182,3 +182,37 @@ def test_two_continuations_of_one_checkpoint_are_flagged_by_check(setup, monkeyp
     assert any(c.startswith("restarts: run") and f"run {first} (interrupted" in c
                for c in report.checked)
     assert not [p for p in report.problems if p.startswith("consistency")], report.problems
+
+
+@pytest.mark.parametrize("backend, optimizer, native", [
+    ("torch", "adam", False), ("torch", "adam", True), ("reference", "momentum", False),
+    ("tensorflow", "lamb", False)])
+def test_a_restored_trainer_continues_as_the_one_that_was_saved(tmp_path, backend, optimizer,
+                                                                native):
+    """capture -> write -> read -> restore into a fresh trainer: the next steps' losses are the
+    saved trainer's, bit for bit (model, optimizer slots and step count, RNG states)."""
+    from d500 import backends
+    from d500.training.data import dataset
+    from d500.training.optimizers import make
+    from d500.training.trainable import trainable_model
+    wl = workloads.load(ROOT / "levels" / "2-training" / "digits-mlp.yaml")
+    parts, _ = dataset.parts(wl.dataset)
+    batches = [{"input": parts.train.x[i:i + 16], "labels": parts.train.y[i:i + 16]}
+               for i in range(0, 160, 16)]
+    cls = backends.get(backend)
+
+    def fresh():
+        return cls.prepare(trainable_model(wl, 0)).trainer(make(optimizer, lr=0.01),
+                                                           loss="loss", native=native)
+    saved = fresh()
+    for b in batches[:5]:
+        saved.step(b, 0.01)
+    state = checkpoint.capture(saved, 5)
+    path, digest = checkpoint.write(tmp_path, 1, state, {"seed": 0})
+    again, meta = checkpoint.read(path, digest)
+    restored = fresh()
+    assert checkpoint.restore(restored, again) == 5 and meta["epoch"] == 1
+    for b in batches[5:]:
+        assert restored.step(b, 0.01) == saved.step(b, 0.01)
+    with pytest.raises(checkpoint.CheckpointError, match="sealed in the ledger"):
+        checkpoint.read(path, "0" * 64)
