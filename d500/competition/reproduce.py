@@ -32,6 +32,7 @@ ledger's file hashes can verify them later.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import subprocess
@@ -49,7 +50,13 @@ from d500.competition.reproduce_prepare import (
     prepare,
     write_submission,
 )
-from d500.competition.reproduce_time import hardware_note, odds, slowdown, time_checks
+from d500.competition.reproduce_time import (
+    hardware_note,
+    odds,
+    pooled,
+    slowdown,
+    time_checks,
+)
 from d500.errors import D500Error, UsageError
 from d500.ledger.lifecycle import study_number, trial_label
 
@@ -85,6 +92,7 @@ class RunReport:
     threads: str = ""
     timing: str = ""  # why the run depends on timing (an asynchronous scheme), or ""
     times: str = ""  # whether its times were compared (the same hardware) or why not
+    timed: tuple[float, float, float] | None = None  # (recorded, reproduced, slowdown) there
 
     @property
     def agrees(self) -> bool:
@@ -123,11 +131,12 @@ class Reproduction:
     runs: list[RunReport] = field(default_factory=list)
     split_seed: int | None = None
     split: list[Check] = field(default_factory=list)  # per workload, under split_seed
+    pooled: list[Check] = field(default_factory=list)  # the draw's times on their hardware
 
     @property
     def agrees(self) -> bool:
         return bool(self.runs) and all(r.agrees for r in self.runs) and all(
-            c.agrees for c in self.split)
+            c.agrees for c in self.split + self.pooled)
 
     def odds(self) -> dict[str, Any]:
         """How likely this draw was to hold a forged run (d500.competition.reproduce_time)."""
@@ -260,6 +269,9 @@ def report_of(prepared: Prepared, result: dict[str, Any], ledger: Any,
         load = slowdown((local.get("details") or {}).get("load_average"))
         rep.checks += time_checks(run.figures, result.get("figures") or {},
                                   (run.evaluations, local["evaluations"]), load)
+        a, b = (f.get("time_to_accuracy") for f in (run.figures, result.get("figures") or {}))
+        if all(isinstance(v, (int, float)) and math.isfinite(v) for v in (a, b)):
+            rep.timed = (a, b, load)
         if load > 1.0:
             rep.times += (f"; this machine was loaded while reproducing: the tolerance is "
                           f"widened {load:.2f}x, which can hide a forged time (reproduce on an "
@@ -329,9 +341,11 @@ def reproduce(pkg: Any, runs: int = 2, seed: int | None = None, ledger: str | Pa
         note(f"[{i}/{len(ready)}] run {run.origin_id}: reproduced as run {report.run_id}: "
              + report.verdict)
     if split_seed is not None:
-        from d500.competition.reproduce_split import pooled
-        result.split = [pooled(name, found, reference, split_seed)
+        from d500.competition import reproduce_split
+        result.split = [reproduce_split.pooled(name, found, reference, split_seed)
                         for name, (reference, found) in pairs.items()]
+    together = pooled([r.timed for r in result.runs if r.timed is not None])
+    result.pooled = [together] if together is not None else []
     return result
 
 

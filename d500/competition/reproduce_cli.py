@@ -128,6 +128,9 @@ def render(result: Any) -> None:
         verdict = "inconclusive" if check.inconclusive else (
             "agrees" if check.agrees else "DISAGREES")
         out(f"{verdict} under a fresh split: {check.line()}")
+    for check in result.pooled:
+        out(f"{'agrees' if check.agrees else 'DISAGREES'}, the drawn runs' times together: "
+            f"{check.line()}")
     bad = [r for r in result.runs if not r.agrees]
     out(f"{len(result.runs) - len(bad)} of {len(result.runs)} run(s) agree with the package "
         "(what must not depend on the machine: status, steps and epochs to the target, "
@@ -144,6 +147,9 @@ def as_json(result: Any) -> dict[str, Any]:
             "split": [{"check": c.name, "recorded": c.recorded, "reproduced": c.reproduced,
                        "agrees": c.agrees, "inconclusive": c.inconclusive, "note": c.note}
                       for c in result.split],
+            "pooled": [{"check": c.name, "recorded": c.recorded, "reproduced": c.reproduced,
+                        "tolerance": c.tolerance, "agrees": c.agrees, "note": c.note}
+                       for c in result.pooled],
             "runs": [{"origin_run": r.origin_id, "level": r.level, "workload": r.workload,
                       "backend": r.backend, "seed": r.seed, "trial": r.trial,
                       "world_size": r.world_size, "run_id": r.run_id, "agrees": r.agrees,

@@ -45,10 +45,11 @@ def hardware_note(origin: dict[str, Any] | None, here: dict[str, Any] | None) ->
                    f"{theirs or '-'})")
 
 
-def too_fast(recorded: float, reproduced: float, slowdown: float = 1.0) -> bool:
+def too_fast(recorded: float, reproduced: float, slowdown: float = 1.0,
+             slack: float = SLACK_S) -> bool:
     """Whether a recorded time is faster than its reproduction allows, the reproduction slowed
     by load at most `slowdown` times."""
-    return reproduced > RATIO * slowdown * recorded + SLACK_S
+    return reproduced > RATIO * slowdown * recorded + slack
 
 
 def slowdown(load: dict[str, Any] | None) -> float:
@@ -100,6 +101,26 @@ def time_checks(recorded: dict[str, Any], reproduced: dict[str, Any],
                             f"reproduced {slope:.2f}x the recorded wall times (least squares "
                             f"over {len(common)} common evaluations)"))
     return checks
+
+
+def pooled(pairs: Sequence[tuple[float, float, float]]) -> Check | None:
+    """The draw's runs timed on their own hardware, judged together: (recorded, reproduced,
+    slowdown) per run, their times to accuracy summed. One run's SLACK_S cannot resolve a
+    halved time on a run of a fraction of a second (0.11 s recorded, 0.22 s reproduced: within
+    1.5x + 0.05 s); a sender halves every run alike to keep the package consistent, and the sum
+    of K such runs grows as K while the scheduler noise of K independent runs grows as sqrt(K),
+    so the slack of the sum is SLACK_S x sqrt(K). None for fewer than two runs."""
+    if len(pairs) < 2:
+        return None
+    recorded, reproduced = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+    load, slack = max(p[2] for p in pairs), SLACK_S * math.sqrt(len(pairs))
+    widened = "" if load == 1.0 else f"x{load:.2f} (loaded while reproducing)"
+    return Check(f"time_to_accuracy, {len(pairs)} runs summed", recorded, reproduced,
+                 f"reproduced at most {RATIO:g}x{widened} recorded + {slack:.3f} s "
+                 f"({SLACK_S:g} s x sqrt({len(pairs)}); same hardware)",
+                 not too_fast(recorded, reproduced, load, slack),
+                 f"reproduced {reproduced / recorded:.2f}x the recorded time"
+                 if recorded > 0 else "")
 
 
 def at_least_one(n: int, k: int, forged: int) -> float:

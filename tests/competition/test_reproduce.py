@@ -158,6 +158,16 @@ def _halved(target: int) -> Callable[[dict[str, bytes]], None]:
     return edit
 
 
+def _quiet(watched: dict | None) -> bool:
+    """Whether a LoadWatch record says other processes took at most d500's default share of the
+    cores (not the share this suite sets for its boards)."""
+    from d500.provenance import LOADED_SHARE
+    watched = watched or {}
+    during, cores = watched.get("during"), watched.get("usable_cores")
+    return isinstance(during, (int, float)) and isinstance(cores, (int, float)) and \
+        during <= LOADED_SHARE * cores
+
+
 def test_a_time_halved_and_resealed_is_caught_on_the_same_hardware(digits_package, rules_dir,
                                                                    tmp_path, run_d500):
     """Time to accuracy halved in the figures, the evaluations and the MLLOG alike, re-sealed:
@@ -167,24 +177,26 @@ def test_a_time_halved_and_resealed_is_caught_on_the_same_hardware(digits_packag
     loaded one (this suite's shared machine ran the fixture's run in 9 to
     19 s) the tolerance widens by the load, which can hide the 2x: the checks then follow it,
     and everything but the times still agrees."""
-    target = _seed_runs(digits_package)[0]
-    forged = repack(digits_package, tmp_path / "halved.tar.gz", _halved(target))
+    target, other = _seed_runs(digits_package)[:2]
+    forged = repack(digits_package, tmp_path / "halved1.tar.gz", _halved(other))
+    forged = repack(forged, tmp_path / "halved.tar.gz", _halved(target))
     pkg = Package.open(forged)
     assert pkg.member_problems() == [] and pkg.chain_problems() == []
     run = next(r for r in pkg.runs() if r.origin_id == target)
     true = next(r for r in Package.open(digits_package).runs() if r.origin_id == target)
     assert run.figures["time_to_accuracy"] == true.figures["time_to_accuracy"] / 2
-    seed = draw_seed(forged, 1, {target})
-    result = run_d500(None, "reproduce", str(forged), "--runs", "1", "--seed", str(seed),
+    seed = draw_seed(forged, 2, {target, other})
+    result = run_d500(None, "reproduce", str(forged), "--runs", "2", "--seed", str(seed),
                       "--rules", str(rules_dir), "--ledger", str(tmp_path / "l.sqlite"),
                       "--json")
-    (report,) = json.loads(result.stdout)["runs"]
+    found = json.loads(result.stdout)
+    report, second = sorted(found["runs"], key=lambda r: r["origin_run"] != target)
     assert report["times"].startswith("times compared: this machine's hardware is the run's")
     by = {c["name"]: c for c in report["checks"]}
     assert by["time_to_accuracy"]["recorded"] == run.figures["time_to_accuracy"]
     assert all(c["agrees"] for c in report["checks"] if "time" not in c["name"]), report
-    load = slowdown(Ledger(tmp_path / "l.sqlite").get(report["run_id"])["details"][
-        "load_average"])
+    watched = Ledger(tmp_path / "l.sqlite").get(report["run_id"])["details"]["load_average"]
+    load = slowdown(watched)
     for name in ("time_to_accuracy", "evaluation times"):
         c = by[name]
         assert c["agrees"] is not too_fast(c["recorded"], c["reproduced"], load), c
@@ -193,10 +205,24 @@ def test_a_time_halved_and_resealed_is_caught_on_the_same_hardware(digits_packag
     # honest spread: RATIO * T/2 + SLACK_S is then well under T, i.e. T of a second or more
     resolves = true.figures["time_to_accuracy"] >= 1.25 * (
         RATIO * run.figures["time_to_accuracy"] + SLACK_S)
-    if load == 1.0 and resolves:  # not loaded: the spread of repeated runs is below 2x
+    quiet = all(_quiet(r) for r in (watched, true._json("details").get("load_average")))
+    if load == 1.0 and resolves and quiet:  # quiet: the spread of repeated runs is below 2x
+        # (by d500's own share: the suite's share of the whole machine lets a loaded origin,
+        # slowed by this suite's neighbours, be reproduced faster than it ran)
         assert report["verdict"] == "disagrees", report
         assert not by["time_to_accuracy"]["agrees"] and not by["evaluation times"]["agrees"]
-    assert result.returncode == (0 if report["verdict"] == "agrees" else 1), result.stderr
+    # both runs halved: their times judged together too, the slack of the sum SLACK_S x sqrt 2
+    (together,) = found["pooled"]
+    pairs = [(c["recorded"], c["reproduced"]) for r in (report, second) for c in r["checks"]
+             if c["name"] == "time_to_accuracy"]
+    loads = [slowdown(Ledger(tmp_path / "l.sqlite").get(r["run_id"])["details"]["load_average"])
+             for r in (report, second)]
+    assert together["recorded"] == pytest.approx(sum(a for a, _ in pairs))
+    assert together["agrees"] is not too_fast(sum(a for a, _ in pairs), sum(b for _, b in pairs),
+                                              max(loads), SLACK_S * 2 ** 0.5), together
+    bad = any(not r["agrees"] for r in (report, second)) or not together["agrees"]
+    assert found["agrees"] is not bad
+    assert result.returncode == (1 if bad else 0), result.stderr
 
 
 def test_a_submission_changed_after_its_runs_is_not_reproducible(digits_package, rules_dir,

@@ -16,6 +16,7 @@ from d500.competition.reproduce_time import (
     hardware_note,
     odds,
     odds_line,
+    pooled,
     runs_for,
     slowdown,
     time_checks,
@@ -127,3 +128,21 @@ def test_reproduces_json_and_report_carry_the_odds():
     assert data["odds"]["drawn"] == 2 and data["odds"]["of"] == 6
     assert data["odds"]["at_least_one_forged"]["1"] == pytest.approx(1 / 3)
     assert data["odds"]["runs_for_95"] == {"1": 6, "2": 5, "3": 3}
+
+
+def test_runs_too_short_for_one_slack_are_judged_together():
+    """Runs of 0.2 s halved to 0.1 s: each alone is within 1.5x + 0.05 s (0.2 s); four together
+    disagree (1.5 x 0.4 + 0.05 x 2 = 0.7 < 0.8), while the measured honest spread, pooled
+    either way, agrees."""
+    halved = [(0.1, 0.2, 1.0)] * 4
+    short = ((0.1, [0.1]), (0.2, [0.2]))
+    assert all(c.agrees for c in _checks(short[1], short[1], scale=0.5).values())
+    together = pooled(halved)
+    assert together.name == "time_to_accuracy, 4 runs summed"
+    assert not together.agrees and together.note == "reproduced 2.00x the recorded time"
+    assert together.tolerance == ("reproduced at most 1.5x recorded + 0.100 s (0.05 s x "
+                                  "sqrt(4); same hardware)")
+    honest = [(FAST[0], SLOW[0], 1.0), (SLOW[0], FAST[0], 1.0), (FAST[0], SLOW[0], 1.0)]
+    assert pooled(honest).agrees
+    assert pooled(halved[:1]) is None  # one run: its own check says it all
+    assert pooled([(0.1, 0.2, 1.9)] * 4).agrees  # a loaded reproduction widens it
