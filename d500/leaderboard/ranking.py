@@ -243,6 +243,13 @@ def _board(level: int | None, name: str, sha: str | None, group: list[dict[str, 
     return board
 
 
+def comparable(entries: list[Entry]) -> list[Entry]:
+    """The entries a winner or a summary may compare: those timed on a quiet machine, or all of
+    them where every one was timed on a loaded machine (then each one shows its mark)."""
+    every_loaded = all(e.loaded for e in entries)
+    return [e for e in entries if e.loaded == every_loaded]
+
+
 def run_loaded(run: dict[str, Any]) -> bool:
     """Whether a run was timed on a loaded machine, by the share of the process that draws the
     board (d500.provenance.is_loaded on the figures the run recorded, not its own flag)."""

@@ -43,7 +43,7 @@ from d500.leaderboard.environments import (
     machine_dependent,
 )
 from d500.leaderboard.environments import machine as machine_key
-from d500.leaderboard.ranking import Board, reproduction, submission_label
+from d500.leaderboard.ranking import Board, comparable, reproduction, submission_label
 from d500.levels import View
 from d500.metrics import Metric
 
@@ -129,10 +129,7 @@ def summarise(boards: Sequence[Board], by_submission: bool,
         if board.rank_by is None or all(e.ratio is None for e in entries):
             continue
         rank_by[board.workload] = board.rank_by
-        every_loaded = all(e.loaded for e in entries)
-        for e in entries:
-            if reproduction(e) or (e.loaded and not every_loaded):  # load: ranked apart
-                continue
+        for e in comparable([e for e in entries if not reproduction(e)]):  # load: apart
             name = submission_label(e.submission, e.package)  # a package's rows apart
             key = f"{name} / {e.backend}" if by_submission or e.package else e.backend
             names.setdefault(key, (name if by_submission or e.package else None, e.backend))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from d500 import levels as _levels
 from d500.leaderboard.environments import Legend
-from d500.leaderboard.ranking import Board, Entry, submission_label
+from d500.leaderboard.ranking import Board, Entry, comparable, submission_label
 from d500.metrics import Metric
 
 TITLE = "Winners"
@@ -98,9 +98,7 @@ def rows(board: Board, legend: Legend) -> list[Row]:
 
 def _row(board: Board, where: str, group: list[Entry], metric: Metric,
          labels: tuple[str, ...]) -> Row:
-    candidates = [e for e in group if e.rank is not None]
-    every_loaded = all(e.loaded for e in candidates)  # then they are compared, and marked
-    ranked = sorted((e for e in candidates if e.loaded == every_loaded), key=lambda e: e.rank)
+    ranked = sorted(comparable([e for e in group if e.rank is not None]), key=lambda e: e.rank)
     if not ranked:
         return Row(board, where, "—", f"no ranked entry ({metric.name})", "—", "—", labels)
     best, runner = ranked[0], (ranked[1] if len(ranked) > 1 else None)
