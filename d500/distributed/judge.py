@@ -214,7 +214,6 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
     """The run: level 2's loop over the ranks, their figures, the record, the result to rank 0."""
     from d500 import backends
     from d500.distributed import figures as figs
-    from d500.distributed.contention import Mark
     from d500.distributed.loop import layout
     from d500.provenance import LoadWatch
     from d500.training.data import dataset as datasets
@@ -232,7 +231,7 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
         ranks.audit = Audit(model, order.global_batch, order.seed, wl.drop_last)
         stages = stage_bytes(onnx_model, order.spec, order.world_size)
     ranks.ready()
-    watch, mark = LoadWatch(), Mark.now()
+    watch = LoadWatch()
     try:
         figures, status, why = _supervise(run, wl, entry.recipe, order.seed, order.data_dir,
                                           None, ranks, model, layout(order))
@@ -253,7 +252,6 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
     details = {**_details(order), "ranks": figs.details(stats),
                "oversubscribed": _oversubscribed(stats),
                "load_average": _load(watch, stats, ranks_cpu),
-               "contention": mark.others(ranks_cpu + mark.own_cpu()),
                "scheme_figures": stats[0].scheme if stats else {},
                "scheme_details": stats[0].scheme_details if stats else {}}
     if ranks.audit is not None:

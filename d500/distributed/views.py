@@ -22,8 +22,9 @@ from typing import Any
 
 from d500 import metrics
 from d500.leaderboard.environments import apart, hardware_text, machine
-from d500.leaderboard.ranking import origin, submission_label
+from d500.leaderboard.ranking import origin, run_loaded, submission_label
 from d500.levels import View
+from d500.provenance import loaded_share
 from d500.training import seeds
 
 NATIVE = "ddp"
@@ -90,7 +91,7 @@ def rows(level: int, boards: Sequence[Any], ledger: Any, per_machine: bool = Fal
         row.scheme, row.compressor = h.get("scheme", row.scheme), h.get("compressor", "none")
         row.dims = dims(h, key[1])
         row.oversubscribed |= bool((r["details"] or {}).get("oversubscribed"))
-        row.contended |= bool(((r["details"] or {}).get("contention") or {}).get("loaded"))
+        row.contended |= run_loaded(r)
         row.forced |= bool((origin(r) or {}).get("forced"))
         row.runs.append(r)
     for row in found.values():  # the required seeds only (an interrupted one: a miss)
@@ -194,8 +195,9 @@ def table_view(every: list[Row], refs: dict[str, int], on: str | None = None) ->
         notes.append("* more ranks than the machine has cores (oversubscribed): times at this "
                      "world size measure contention as much as scaling")
     if marks["†"]:
-        notes.append("† other processes took more than a tenth of the machine's CPU during a run "
-                     "of this row (its details: contention): its times are not comparable")
+        notes.append(f"† other processes took more than {loaded_share():g} of the machine's cores "
+                     "during a run of this row (its details: load_average, during): its times are "
+                     "not comparable")
     notes.append("time to accuracy and the other figures: median over the entry's runs at that "
                  "world size (a missed target counts as ∞); scaling efficiency = ref·T_ref / "
                  "(N·T_N) against the same entry at the workload's reference world size; vs DDP = "

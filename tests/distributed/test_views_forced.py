@@ -27,3 +27,18 @@ def test_a_forced_row_comes_after_a_complete_one(monkeypatch):
     found = views.rows(3, boards, ledger)
     assert [(r.forced, r.time) for r in found] == [(False, 10.0), (True, 0.1)]
     assert "forced" in found[1].submission and "forced" not in found[0].submission
+
+
+def test_a_row_timed_while_others_took_the_machine_is_marked_by_what_the_run_recorded(
+        monkeypatch):
+    """The mark follows the CPU other processes took during the run (its LoadWatch record's
+    `during`) under the board's own share, not a flag the sender wrote."""
+    monkeypatch.setattr(views.seeds, "split", lambda runs: (list(runs), []))
+    monkeypatch.setenv("D500_LOADED_SHARE", "0.25")
+    busy, quiet = run(1, "busy", 1.0, False), run(2, "quiet", 2.0, False)
+    busy["details"] = {"load_average": {"during": 1.2, "usable_cores": 2, "loaded": False}}
+    quiet["details"] = {"load_average": {"during": 0.1, "usable_cores": 2, "loaded": True}}
+    ledger = SimpleNamespace(runs=lambda level: [busy, quiet])
+    boards = [SimpleNamespace(workload="w", workload_sha256="s")]
+    found = {r.submission.split(" ")[0]: r for r in views.rows(3, boards, ledger)}
+    assert found["busy"].contended and not found["quiet"].contended
