@@ -100,14 +100,7 @@ class CompiledTrainer(TorchTrainer):
 
     def step(self, feeds: Mapping[str, np.ndarray], lr: float) -> float:
         loss, grads = self._loss_and_grads(feeds)
-        if self.native:
-            for p, g in zip(self.params, grads):
-                p.grad = g
-            for group in self.torch_optimizer.param_groups:
-                group["lr"] = lr
-            self.torch_optimizer.step()
-            return loss.item()
-        self.optimizer.step(self.named, dict(zip(self.names, grads)), self.state, lr)
+        self.update(grads, lr)
         return loss.item()
 
     def gradients(self, feeds: Mapping[str, np.ndarray]) -> tuple[float, dict[str, np.ndarray]]:

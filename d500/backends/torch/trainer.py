@@ -153,17 +153,21 @@ class TorchTrainer(Trainer):
                 optimizer.step()
                 return loss.item()
             grads, skip = self.backward(loss)
-        if skip:  # fp16: inf or nan in the gradients; the scale backed off
-            return loss.item()
+        if not skip:  # fp16: inf or nan in the gradients; the scale backed off
+            self.update(grads, lr)
+        return loss.item()
+
+    def update(self, grads: list[torch.Tensor], lr: float) -> None:
+        """The optimizer's step on the parameters in place from `grads` (in their order): the
+        d500 optimizer's, or (native) its torch.optim twin's with the learning rate set."""
         if self.native:
             for p, g in zip(self.params, grads):
                 p.grad = g
             for group in self.torch_optimizer.param_groups:
                 group["lr"] = lr
             self.torch_optimizer.step()
-            return loss.item()
+            return
         self.optimizer.step(self.named, dict(zip(self.names, grads)), self.state, lr)
-        return loss.item()
 
     def backward(self, loss: torch.Tensor) -> tuple[list[torch.Tensor], bool]:
         """The float32 gradients of `loss` (a zero one for a parameter it does not depend on),
