@@ -1,7 +1,10 @@
 """compile_time: what a compiling mode (torch:compiled) spent making its program on the first call.
 
-Part of first_call_time, recorded apart so that steady-state latency and compile cost are
-never confused; a cached compile (a second process) is smaller, and the run says which."""
+Level 1: part of first_call_time, recorded apart so that steady-state latency and compile cost
+are never confused. Level 2: the worker's compile of its training step, on the clock (inside
+time_to_accuracy, which the supervisor times), recorded apart as the worker reports it. A
+compile that found its program in the cache under $D500_HOME is smaller: the run's detail
+`compile.cache` says 'warm' (d500.training.compiling)."""
 
 NAME = "compile_time"
 UNIT = "s"
@@ -13,5 +16,6 @@ MACHINE_DEPENDENT = True  # a time: the hardware sets it
 MEASURED = (
     "time.perf_counter around the static program's trace and torch.compile's first call "
     "(Dynamo, AOTAutograd, Inductor's code generation and C++ build, or their cache's "
-    "answer), inside the first Executable.run; the executable reports it (compile_time)"
+    "answer), inside the first Executable.run (level 1) or the first training step (level 2: "
+    "the worker's Trainer.compile_record); the executable or the worker reports it"
 )
