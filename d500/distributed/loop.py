@@ -85,6 +85,10 @@ class RankLoop:
         self.control = control  # an mpi4py communicator of its own (None: one rank)
         self.mark = mark  # contention.Mark of the run's start on this rank
         self.comm, self.wl = job.comm, job.workload
+        # every communicator traffic is counted on: the world's, and the scheme's own where they
+        # are split from it (a pipeline's data and pipeline dimensions at 4 ranks)
+        own = getattr(scheme, "counted", list)()
+        self.comms = list({id(c): c for c in [self.comm, *own]}.values())
         self.stats = figs.RankStats(self.comm.rank, socket.gethostname(), os.getpid())
         own = getattr(scheme, "traffic", None)  # ddp: counted by its hook, no seconds
         self.own_traffic = own if own is not None and not callable(own) else None
@@ -100,7 +104,8 @@ class RankLoop:
 
         comm, judge = self.comm, self.judge
         self.scheme.start()  # every rank from rank 0's parameters (init, before the clock)
-        comm.reset()
+        for c in self.comms:
+            c.reset()
         lazy_barrier(self.control)
         data = None
         if judge is not None:  # run_start: the judge's clock runs from here
@@ -179,13 +184,13 @@ class RankLoop:
 
     def _step(self, feeds: dict[str, np.ndarray], lr: float, epoch: int, val: Any,
               weight: float = 1.0) -> float:
-        st, comm = self.stats, self.comm
-        c = comm.seconds
+        st = self.stats
+        c = sum(x.seconds for x in self.comms)
         t = time.perf_counter()
         loss = self.scheme.step(feeds, lr, weight)
         dt = time.perf_counter() - t
         st.step_seconds += dt
-        self.durations.append((dt, comm.seconds - c))
+        self.durations.append((dt, sum(x.seconds for x in self.comms) - c))
         st.steps += 1
         self.step += 1
         if math.isfinite(loss) and self.scheme.holds_loss:
@@ -209,7 +214,7 @@ class RankLoop:
             st.traffic = {"ddp_allreduce": {"calls": t.calls, "sent": t.sent,
                                             "received": t.received}}
         else:
-            counted = comm.counters()
+            counted = _merged([c.counters() for c in self.comms])
             st.traffic = {n: t for n, t in counted.items() if n not in (EVALUATE, FINISH)}
             st.eval_traffic = {n: t for n, t in counted.items() if n in (EVALUATE, FINISH)}
             st.sent = int(sum(t["sent"] for t in st.traffic.values()))
@@ -229,6 +234,17 @@ class RankLoop:
             return [st]
         every = self.control.gather(st, root=0)
         return every if comm.rank == 0 else []
+
+
+def _merged(counters: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Communicators' counts summed per collective name."""
+    out: dict[str, dict[str, float]] = {}
+    for one in counters:
+        for name, t in one.items():
+            into = out.setdefault(name, dict.fromkeys(t, 0))
+            for k, v in t.items():
+                into[k] += v
+    return out
 
 
 def _global_losses(every: np.ndarray) -> tuple[list[float], str]:

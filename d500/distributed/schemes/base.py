@@ -187,11 +187,14 @@ class Scheme:
     # ------------------------------------------------------------------ for subclasses
     communicators: tuple[str, ...] = ("comm",)  # attributes whose traffic evaluated() sorts
 
+    def counted(self) -> list[Communicator]:
+        """The scheme's communicators, each once (a pipeline's: its data and pipeline ones)."""
+        return list({id(c): c for c in (getattr(self, a) for a in self.communicators)}.values())
+
     def _traffic(self) -> list[tuple[Communicator, dict[str, Traffic]]]:
         """A copy of the traffic counted so far on each of the scheme's communicators."""
-        found = {id(c): c for c in (getattr(self, a) for a in self.communicators)}
         return [(c, {k: dataclasses.replace(t) for k, t in c.traffic.items()})
-                for c in found.values()]
+                for c in self.counted()]
 
     def settle(self) -> None:
         """On every rank at the same step: complete the training traffic still in flight, so
