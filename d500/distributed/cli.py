@@ -98,9 +98,7 @@ def show_partition(args: Any) -> int:
     """`d500 train WORKLOAD --submission DIR --show-partition`: the entry's pipeline cut of the
     workload's model, printed (the cut each run records in its details); nothing trains."""
     from d500.distributed import spec as specs
-    from d500.distributed.pipeline.partition import partition
     from d500.training.console import resolve
-    from d500.training.data import dataset as datasets
     workload, entry = resolve(args)
     if workload.level != 3:
         raise UsageError(f"{workload.path}: --show-partition shows a level-3 entry's pipeline "
@@ -109,13 +107,21 @@ def show_partition(args: Any) -> int:
     if spec.pipeline < 2:
         raise UsageError(f"{entry.path}: field 'distributed.pipeline' is {spec.pipeline}: "
                          f"there is no cut to show (declare pipeline: 2 or more)")
-    shape, classes = datasets.shape_of(workload.dataset["name"])
-    model = workload.build_model(0, shape, classes)
-    part = partition(model, spec.pipeline, where=f"{spec.where}: field 'distributed.pipeline'")
+    part = cut(workload, spec)
     print(f"{workload.name} / {entry.name}: {spec.pipeline} stages, {spec.micro_batches} "
           f"micro-batches, {spec.schedule}")
     print(part.show())
     return 0
+
+
+def cut(workload: Any, spec: Any) -> Any:
+    """The workload's model cut into the entry's spec.pipeline stages (a Partition; shapes
+    alone decide it, so any seed's model gives the same); a UsageError where it cannot be."""
+    from d500.distributed.pipeline.partition import partition
+    from d500.training.data import dataset as datasets
+    shape, classes = datasets.shape_of(workload.dataset["name"])
+    return partition(workload.build_model(0, shape, classes), spec.pipeline,
+                     where=f"{spec.where}: field 'distributed.pipeline'")
 
 
 def _workload_file(args: Any) -> Path:
@@ -147,6 +153,8 @@ def _checked(args: Any, world: int) -> tuple[Any, Any, Any]:
     spec = specs.parse(entry.distributed, entry.path)  # the cheap checks before any framework
     workload.check_world(world)
     spec.dims(world)  # data x pipeline x tensor == the world size
+    if spec.pipeline > 1:
+        cut(workload, spec)  # a cut that cannot be made: refused before any framework
     workload.check_batch(entry.recipe.batch_size, world, str(entry.path))
     global_recipe = dataclasses.replace(entry.recipe,
                                         batch_size=workload.global_batch(
