@@ -98,6 +98,10 @@ def test_a_pipeline_entry_trains_under_the_judge_and_records_its_cut(tmp_path):
                             str(jobs.ENTRIES / "pipeline-1f1b"), "--show-partition")
     assert shown.returncode == 0, shown.stderr
     assert "relu1 (512 B/sample)" in shown.stdout and "imbalance" in shown.stdout
+    flat = jobs.plain_d500(home, "train", str(wl), "--submission", str(jobs.ENTRIES / "sync"),
+                           "--show-partition")
+    assert flat.returncode == 2 and len(flat.stderr.strip().splitlines()) == 1, flat.stderr
+    assert "'distributed.pipeline' is 1: there is no cut to show" in flat.stderr
 
 
 def test_stages_that_skip_half_their_micro_batches_are_caught_by_the_judge(tmp_path):
