@@ -131,7 +131,8 @@ def _set_optimizer(trainer: Any, arrays: dict[str, np.ndarray]) -> None:
             _put(state.slots, slot, value, arrays[f"slot/{slot}"])
 
 
-def _rng() -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def rng_state() -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Python's, NumPy's and (when loaded) torch's global RNG states: (arrays, header)."""
     version, words, gauss = random.getstate()
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     arrays = {"python": np.asarray(words, np.uint64), "numpy": np.asarray(keys, np.uint32)}
@@ -143,7 +144,8 @@ def _rng() -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     return arrays, header
 
 
-def _set_rng(arrays: dict[str, np.ndarray], header: dict[str, Any]) -> None:
+def set_rng_state(arrays: dict[str, np.ndarray], header: dict[str, Any]) -> None:
+    """Put back what `rng_state` returned."""
     version, gauss = header["python"]
     random.setstate((version, tuple(int(w) for w in arrays["python"]), gauss))
     kind, pos, has_gauss, cached = header["numpy"]
@@ -162,7 +164,7 @@ def _loss_scale(trainer: Any) -> dict[str, Any] | None:
 def capture(trainer: Any, steps: int) -> dict[str, Any]:
     """The worker's state after `steps` steps: {"model", "optimizer", "rng": {name: array}},
     "rng_header", "loss_scale" (fp16) and "steps"."""
-    rng, header = _rng()
+    rng, header = rng_state()
     return {"model": {**trainer.parameters(), **trainer.buffers()},
             "optimizer": _optimizer(trainer), "rng": rng, "rng_header": header,
             "loss_scale": _loss_scale(trainer), "steps": int(steps)}
@@ -175,7 +177,7 @@ def restore(trainer: Any, state: dict[str, Any]) -> int:
     if trainer.buffer_names:
         trainer.set_buffers({n: model[n] for n in trainer.buffer_names})
     _set_optimizer(trainer, state["optimizer"])
-    _set_rng(state["rng"], state["rng_header"])
+    set_rng_state(state["rng"], state["rng_header"])
     scale, saved = getattr(trainer, "scale", None), state.get("loss_scale")
     if (scale is None) != (saved is None):
         raise CheckpointError("the checkpoint's loss scale does not fit this trainer's precision")

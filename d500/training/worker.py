@@ -302,15 +302,19 @@ def _state(trainer: Any) -> dict[str, np.ndarray]:
 
 
 def _build(job: Job) -> Any:
-    """Threads as the supervisor set them, the model translated, the optimizer built."""
+    """Threads as the supervisor set them, the model translated, the optimizer built, a copy
+    of both stepped once on zeros (d500.training.warmup)."""
     import onnx
 
     from d500 import backends, threads
     if job.threads is not None:
         threads.configure(modules=threads.frameworks([job.backend]),
                           fallback=(job.threads["count"], job.threads["set_by"]))
+    from d500.training import warmup
     backend_cls = backends.get(job.backend)
-    exe = backend_cls.prepare(onnx.load_from_string(job.model))
+    model = onnx.load_from_string(job.model)
+    exe = backend_cls.prepare(model)
     trainer = exe.trainer(job.recipe.optimizer(backend_cls.name), loss="loss",
                           native=job.recipe.native, precision=job.recipe.precision)
+    warmup.train_step(job, backend_cls, model)  # before the clock, on zeros and a copy
     return trainer

@@ -153,8 +153,9 @@ def test_an_optimizer_searching_the_stack_and_heap_finds_no_held_out_data(home, 
     train_rows = _hashes(parts.train.x)
     held_out = (_hashes(parts.validation.x) | _hashes(parts.test.x)) - train_rows
     looks = [set(json.loads(line)) for line in found.read_text().splitlines()]
-    assert len(looks) == 2  # the search ran, twice
-    for seen in looks:
+    assert len(looks) == 3  # the search ran three times: in the warm-up's step of a copy on
+    assert looks[0] & (train_rows | held_out) == set()  # zeros (before the clock: no data yet)
+    for seen in looks[1:]:  # and at steps 1 and 30 of the run
         assert len(seen & train_rows) >= len(train_rows) * 0.9  # it does find what it holds
         assert seen & held_out == set()  # and nothing of the validation or test split
     # the control: the same search in a process holding the splits finds every held-out image
