@@ -245,6 +245,13 @@ class Backend(onnx.backend.base.Backend):
         return None
 
     @classmethod
+    def traces_step(cls) -> bool:
+        """Whether this mode traces or compiles its training step on its first call (a
+        tf.function, jax.jit, Inductor): work d500 keeps on the clock, so nothing warms the
+        mode up before it (d500.training.warmup)."""
+        return cls.compiled_programs() is not None
+
+    @classmethod
     def prepare(cls, model: onnx.ModelProto | str, device: str = "CPU",
                 **kwargs: Any) -> Executable:
         from d500.model import load

@@ -8,8 +8,9 @@ machine, digits-mlp's time to accuracy was 1.27x with workers against that warm 
 (benchmarks/isolation.py --warm, before this warm-up). The judge's own copy of the model had
 likewise never run when it met its first evaluation. Both warm-ups run d500's code on zeros
 only: no data reaches the worker before the clock, the model and optimizer that train are not
-the ones stepped, and the RNG states are put back, so the run is the run it was. A compiling
-mode is not warmed: its compile counts in time to accuracy (d500.training.compiling).
+the ones stepped, and the RNG states are put back, so the run is the run it was. A mode that
+traces or compiles its step (tensorflow, jax, torch:compiled: Backend.traces_step) is not
+warmed: that work counts in time to accuracy (d500.training.compiling).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def zeros(model: onnx.ModelProto, rows: int) -> dict[str, np.ndarray]:
 def train_step(job: Any, backend_cls: Any, model: onnx.ModelProto) -> None:
     """One step, at the schedule's first learning rate, of a copy of the job's model and
     optimizer on a batch of zeros; every RNG state as it was before."""
-    if backend_cls.compiled_programs() is not None:
+    if backend_cls.traces_step():
         return
     from d500.training import checkpoint
     arrays, header = checkpoint.rng_state()

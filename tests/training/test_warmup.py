@@ -28,7 +28,7 @@ def test_zeros_follow_the_model_inputs():
     assert not any(v.any() for v in lm.values())
 
 
-@pytest.mark.parametrize("name", ["torch", "tensorflow"])
+@pytest.mark.parametrize("name", ["torch", "jax:eager"])
 def test_a_warm_up_leaves_the_run_as_it_was(name):
     """The trained model's next step after a warm-up equals a fresh one's without it, and the
     RNG states are those before it."""
@@ -54,13 +54,19 @@ def test_a_warm_up_leaves_the_run_as_it_was(name):
     assert (trainer.step(batch, 0.05), trainer.step(batch, 0.05)) == plain
 
 
-def test_a_compiling_mode_compiles_nothing_before_the_clock(monkeypatch):
-    compiled = backends.get("torch:compiled")
+@pytest.mark.parametrize("name", ["torch:compiled", "tensorflow", "tensorflow:xla", "jax"])
+def test_a_mode_that_traces_its_step_traces_nothing_before_the_clock(name, monkeypatch):
+    traced = backends.get(name)
+    assert traced.traces_step()
 
     def refuse(*args, **kwargs):
-        raise AssertionError("a compiling mode's model was built for a warm-up")
+        raise AssertionError(f"{name}'s model was built for a warm-up")
 
-    monkeypatch.setattr(compiled, "prepare", refuse)
+    monkeypatch.setattr(traced, "prepare", refuse)
     recipe = submission.load(ROOT / "submissions" / "sgd-momentum").recipe
-    warmup.train_step(SimpleNamespace(recipe=recipe), compiled,
+    warmup.train_step(SimpleNamespace(recipe=recipe), traced,
                       build("mlp", (1, 8, 8), 10, seed=0, loss=True))
+
+
+def test_eager_modes_warm_up():
+    assert not any(backends.get(n).traces_step() for n in ("torch", "jax:eager", "reference"))

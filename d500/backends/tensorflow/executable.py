@@ -291,6 +291,10 @@ class TensorFlowBackend(Backend):
                     "gradients and the training step)"}
 
     @classmethod
+    def traces_step(cls) -> bool:
+        return True  # every mode: the step is a tf.function (XLA-compiled in tensorflow:xla)
+
+    @classmethod
     def precisions(cls, device: str = "CPU") -> tuple[str, ...]:
         """bf16 (mixed_bfloat16's rule on the translated graph: linear ops in bf16, variables
         float32); fp16's loss scaling is built on torch only."""
