@@ -118,6 +118,7 @@ def rebuild(entry: Any, workload: Any, run: Any) -> dict[str, Any]:
         batch = batch // world if isinstance(batch, int) else batch
     if batch is not None:
         params["batch_size"] = batch
+    params["precision"] = hyper.get("precision", "fp32")  # recorded only when not fp32
     try:
         recipe = entry.recipe_with(params)
         logged = recipe.hyperparameters_logged()

@@ -67,16 +67,18 @@ class Submission:
         """The default recipe with a trial's parameters put in."""
         hp = dict(self.recipe.hyperparameters)
         schedule = dict(self.recipe.schedule_spec)
-        batch = self.recipe.batch_size
+        batch, low = self.recipe.batch_size, self.recipe.precision
         for key, value in params.items():
             if key == "batch_size":
                 batch = int(value)
+            elif key == "precision":  # a run's own (d500 train --precision), when reproduced
+                low = str(value)
             elif key.startswith("schedule."):
                 schedule[key.split(".", 1)[1]] = value
             else:
                 hp[key] = value
         return Recipe(self.recipe.optimizer_name, hp, schedule, batch, self.recipe.native,
-                      self.recipe.entry, where=str(self.path), precision=self.recipe.precision)
+                      self.recipe.entry, where=str(self.path), precision=low)
 
     def validate(self, points: list[dict[str, Any]]) -> None:
         """Every point's recipe has valid optimizer hyperparameters (an entry's own optimizer:

@@ -266,3 +266,19 @@ def test_a_bf16_run_recorded_as_fp32_disagrees_with_its_log(runs, tmp_path):
     assert problems == [f"consistency: run {origin}: its MLLOG's "
                         f"'lowest_numerical_precision_in_linear' is 'bfloat16', but its record "
                         f"says precision fp32"]
+
+
+def test_a_bf16_run_is_reproduced_in_bf16(runs, tmp_path):
+    """`d500 reproduce` rebuilds a run's recipe from its record: the precision too (a run made
+    with --precision bf16 from an entry whose file says fp32)."""
+    from d500.competition.export import build as pack
+    from d500.competition.package import Package
+    from d500.competition.reproduce_prepare import rebuild
+    _, ledger, _ = runs
+    entry, wl = submission.load(SGD), workloads.load(MLP)
+    assert entry.recipe.precision == "fp32"
+    packed = Package.open(pack(SGD, tmp_path / "p.tar.gz", ledger.path)).runs()
+    assert {precision.precision_of(r) for r in packed} == {"fp32", "bf16"}
+    for run in packed:
+        assert entry.recipe_with(rebuild(entry, wl, run)).precision == precision.precision_of(
+            run)
