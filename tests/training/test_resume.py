@@ -183,6 +183,18 @@ def test_two_continuations_of_one_checkpoint_are_flagged_by_check(setup, monkeyp
                for c in report.checked)
     assert not [p for p in report.problems if p.startswith("consistency")], report.problems
 
+    # a forger who re-seals a resumed run with its earlier segment's time left off is flagged
+    from tests.competition.packages import repack, reseal
+    second = max(r.origin_id for r in Package.open(out).runs())
+
+    def forget(rec: dict) -> None:
+        details = json.loads(rec["row"]["details"])
+        details["resumed"]["before"] = 0.0
+        rec["row"]["details"] = json.dumps(details)
+    forged = repack(out, tmp / "forged.d500", reseal(second, record=forget))
+    found = check(Package.open(forged), tmp / "rules").problems
+    assert any("a segment's time left off" in p and f"run {second}" in p for p in found), found
+
 
 @pytest.mark.parametrize("backend, optimizer, native", [
     ("torch", "adam", False), ("torch", "adam", True), ("reference", "momentum", False),
