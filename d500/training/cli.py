@@ -90,7 +90,7 @@ def train_level2(args: Any, workload: Any, entry: Any) -> int:
 def restarts(ledger: Any, workload: Any, entry: Any, args: Any) -> tuple[Any, Any]:
     """--checkpoint-every and --resume, checked before anything is recorded: (Checkpoints or
     None, Resumed or None) (d500.training.resume)."""
-    import os
+    import tempfile
 
     from d500.training import checkpoint, resume
     if (args.checkpoint_every or args.resume is not None) and entry.recipe.native:
@@ -98,9 +98,13 @@ def restarts(ledger: Any, workload: Any, entry: Any, args: Any) -> tuple[Any, An
     checkpoints = None
     if args.checkpoint_every:
         runs = ledger.root / "runs"
-        probe = runs if runs.is_dir() else ledger.root
-        if not os.access(probe, os.W_OK):
-            raise UsageError(f"{probe}: cannot write checkpoints there (not writable)")
+        try:  # a real write: permissions, a read-only disk, a file where the folder goes
+            runs.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=runs):
+                pass
+        except OSError as err:
+            raise UsageError(f"{runs}: cannot write checkpoints there "
+                             f"({err.strerror or err})") from None
         checkpoints = resume.Checkpoints(args.checkpoint_every)
     if args.resume is None:
         return checkpoints, None

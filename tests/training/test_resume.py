@@ -228,3 +228,15 @@ def test_a_restored_trainer_continues_as_the_one_that_was_saved(tmp_path, backen
         assert restored.step(b, 0.01) == saved.step(b, 0.01)
     with pytest.raises(checkpoint.CheckpointError, match="sealed in the ledger"):
         checkpoint.read(path, "0" * 64)
+
+
+def test_a_checkpoint_folder_that_cannot_be_written_is_one_line(tmp_path):
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "runs").write_text("a file where the runs' folder goes")
+    done = subprocess.run([sys.executable, "-m", "d500.cli", "train", "digits-mlp",
+                           "--submission", "sgd-momentum", "--seed", "1",
+                           "--checkpoint-every", "1"], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path, env=_env(tmp_path))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"{tmp_path / 'home' / 'runs'}: cannot write checkpoints there" in done.stderr
+    assert Ledger(tmp_path / "home" / "ledger.sqlite").runs() == []  # nothing recorded
