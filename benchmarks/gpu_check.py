@@ -154,6 +154,36 @@ def training(device: str, quick: bool) -> None:
               f"{'ok' if rel <= bound else 'OVER THE BOUND'}")
 
 
+@stage("a checkpoint of a CUDA trainer restored into a fresh one (adam, digits MLP)")
+def checkpoint(device: str, quick: bool) -> None:
+    import tempfile
+
+    from d500.training import checkpoint as ckpt
+    from d500.training.optimizers.registry import make
+    x, y = _digits()
+    feeds = [{"input": x[i * 32:(i + 1) * 32], "labels": y[i * 32:(i + 1) * 32].astype(np.int64)}
+             for i in range(10)]
+
+    def fresh():
+        exe = backends.get("torch").prepare(build("mlp", (1, 8, 8), 10, seed=0, loss=True),
+                                            device)
+        return exe.trainer(make("adam", lr=0.01), loss="loss")
+    saved = fresh()
+    for f in feeds[:5]:
+        saved.step(f, 0.01)
+    with tempfile.TemporaryDirectory() as folder:
+        t0 = time.perf_counter()
+        path, digest = ckpt.write(Path(folder), 1, ckpt.capture(saved, 5), {})
+        state, _ = ckpt.read(path, digest)
+        restored = fresh()
+        ckpt.restore(restored, state)
+        took = time.perf_counter() - t0
+    after = [(restored.step(f, 0.01), saved.step(f, 0.01)) for f in feeds[5:]]
+    same = all(a == b for a, b in after)
+    print(f"write + read + restore {took * 1e3:.1f} ms; the next 5 losses "
+          f"{'equal bit for bit' if same else 'DIFFER'}: {after}")
+
+
 def scale(name: str, s) -> None:
     """One line on an fp16 run's LossScale (d500.training.precision)."""
     print(f"{name} fp16 loss scale: {s.skipped} of {s.steps} steps skipped; history "
@@ -373,7 +403,8 @@ def main() -> int:
     skip = set(filter(None, args.skip.split(",")))
     only = set(filter(None, args.only.split(",")))
     environment(args.device)
-    for name, fn in (("training", training), ("precision", precision),
+    for name, fn in (("training", training), ("checkpoint", checkpoint),
+                     ("precision", precision),
                      ("light", light_models), ("latency", latency),
                      ("nccl", nccl), ("compiled", compiled),
                      ("compiled-training", compiled_training), ("jax", jax_cuda),

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from d500.backends.graph import registry
+from d500.backends.jax.core import ChannelsLast, to_last
 
 OPS, op = registry()
 
@@ -54,17 +55,39 @@ def _conv_dtype(x, w):
     return x, w.astype(x.dtype), None
 
 
+def channels_last_numbers(n: int) -> lax.ConvDimensionNumbers:
+    """N,*spatial,C inputs and outputs; ONNX's O,I,*spatial kernels (XLA moves those)."""
+    last = (0, n + 1, *range(1, n + 1))
+    return lax.ConvDimensionNumbers(last, tuple(range(n + 2)), last)
+
+
 @op
 def Conv(node, x, w, b=None):
+    """Float convolutions run channels-last (x: a ChannelsLast or NC...; the output a
+    ChannelsLast, see core.ChannelsLast); integer ones in ONNX's layout."""
     kernel = list(w.shape[2:])
-    strides, dilations, begin, end = window_geometry(node, x, kernel)
+    last = isinstance(x, ChannelsLast) or (len(kernel) > 0 and jnp.issubdtype(x.dtype,
+                                                                             jnp.floating))
+    if last:
+        x = to_last(x)
+    shape = (x.shape[0], x.shape[-1], *x.shape[1:-1]) if last else x.shape
+    strides, dilations, begin, end = window_geometry(node, _Shaped(shape), kernel)
     x, w, back = _conv_dtype(x, w)
     y = lax.conv_general_dilated(
         x, w, strides, list(zip(begin, end)), rhs_dilation=dilations,
-        dimension_numbers=dimension_numbers(len(kernel)),
+        dimension_numbers=(channels_last_numbers if last else dimension_numbers)(len(kernel)),
         feature_group_count=node.attr("group", 1), precision=_precision(x))
+    if last:
+        return ChannelsLast(y if b is None else y + b.astype(y.dtype))
     y = _bias(y, b)
     return y if back is None else jnp.round(y).astype(back)
+
+
+class _Shaped:
+    """A stand-in with the NC... shape that window_geometry reads."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.shape = shape
 
 
 @op

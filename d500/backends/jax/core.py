@@ -17,6 +17,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto as T
 
+from d500.backends import layout
+
 # ONNX element type -> the NumPy/JAX dtype holding it (JAX computes in every one of these once
 # 64-bit types are enabled, see executable.py; strings stay NumPy object arrays, known at trace).
 DTYPES: dict[int, Any] = {
@@ -142,3 +144,43 @@ def out_type(node: Any, i: int = 0) -> int:
 
 def in_type(node: Any, i: int = 0) -> int:
     return elem_type(node, node.inputs[i]) if i < len(node.inputs) and node.inputs[i] else 0
+
+
+@jax.tree_util.register_pytree_node_class
+class ChannelsLast(layout.ChannelsLast):
+    """A channels-first (NC...) ONNX value held channels-last (N...C), as XLA's CPU convolutions
+    want it. XLA runs an NCHW convolution channels-last inside, and in a jitted backward it
+    moved activations between the two layouts around every convolution (56 more transposes
+    than the same network written channels-last, benchmarks/jax_vs_native.py). Conv, batch
+    norm and global pooling produce these; elementwise operators keep them; every other
+    operator receives `layout.plain(value)` (ops.py). A pytree, so it crosses jax.jit and lax
+    control flow as its array."""
+
+    __slots__ = ()
+
+    def nchw(self) -> Any:
+        r = self.t.ndim
+        return jnp.transpose(self.t, (0, r - 1, *range(1, r - 1)))
+
+    def tree_flatten(self) -> tuple[tuple[Any], None]:
+        return (self.t,), None
+
+    @classmethod
+    def tree_unflatten(cls, _: None, children: tuple[Any]) -> ChannelsLast:
+        return cls(*children)
+
+
+def to_last(x: Any) -> Any:
+    """x channels-last: the held array of a ChannelsLast, else a transposed NC... array."""
+    if isinstance(x, ChannelsLast):
+        return x.t
+    return jnp.transpose(x, (0, *range(2, x.ndim), 1))
+
+
+def broadcast_last(y: Any, r: int) -> Any:
+    """A plain operand broadcastable against a rank-r NC... value, moved to channels-last."""
+    if y is None or isinstance(y, ChannelsLast) or not hasattr(y, "ndim"):
+        return y
+    if y.ndim < r:
+        y = jnp.reshape(y, (1,) * (r - y.ndim) + tuple(y.shape))
+    return jnp.transpose(y, (0, *range(2, r), 1))

@@ -28,6 +28,7 @@ from d500.backends.base import Backend, Executable, to_numpy
 from d500.backends.graph import Program
 from d500.backends.jax.core import is_tracer
 from d500.backends.jax.ops import OPS, NeedsStatic
+from d500.backends.layout import plain
 from d500.errors import D500Error, UsageError
 
 # When a trace needs a value that no node names as a graph input (it reaches a shape through
@@ -184,7 +185,7 @@ class JaxExecutable(Executable):
                     out = fn(node, *[known[n] if n else None for n in node.inputs])
                 except Exception:  # noqa: BLE001 - left to the trace, which reports it
                     continue
-                out = out if isinstance(out, tuple) else (out,)
+                out = plain(out) if isinstance(out, tuple) else (plain(out),)
                 for name, value in zip(node.outputs, out):
                     if not name:
                         continue
@@ -212,7 +213,7 @@ class JaxExecutable(Executable):
                 for name, value in zip(node.outputs, out):
                     if name:
                         env[name] = value
-            return [env[name] for name in program.output_names]
+            return [plain(env[name]) for name in program.output_names]
         finally:
             program.scope = saved
 

@@ -6,7 +6,12 @@ one dict, each function wrapped once:
   concrete, and shape arithmetic (Shape -> Gather -> Concat -> Reshape, as in
   function-expanded operators) stays static; what depends on a traced value is staged;
 - a value an operator needs while tracing but gets only at run time (`core.NotStatic`) becomes
-  an UnsupportedOperator naming the node's traced inputs, which the executable then bakes.
+  an UnsupportedOperator naming the node's traced inputs, which the executable then bakes;
+- layout: values produced channels-last (`core.ChannelsLast`, from Conv, batch norm and global
+  pooling) stay so through elementwise operators (their other operands moved to channels-last
+  too) and the layout-aware ones; any other operator gets them back in ONNX's NC... layout, and
+  its outputs (a subgraph's, for control flow) are given back in it, as the TensorFlow backend
+  does.
 """
 
 from __future__ import annotations
@@ -36,7 +41,11 @@ from d500.backends.jax import (
     spectral,
     strings,
 )
-from d500.backends.jax.core import NotStatic, array, is_tracer
+from d500.backends.jax.core import ChannelsLast, NotStatic, array, broadcast_last, is_tracer
+from d500.backends.layout import ELEMENTWISE, plain
+
+# operators that take ChannelsLast values themselves
+LAYOUT_AWARE = {"Conv", "BatchNormalization", "GlobalAveragePool", "GlobalMaxPool"}
 
 
 class NeedsStatic(Exception):
@@ -59,13 +68,39 @@ def _jaxed(x: Any) -> Any:
     return x
 
 
+def _elementwise_last(fn, node, args):
+    """fn on channels-last operands when one is channels-last and the others broadcast."""
+    r = max(a.t.ndim for a in args if isinstance(a, ChannelsLast))
+    if any(a is not None and not isinstance(a, ChannelsLast) and (
+            not hasattr(a, "ndim") or a.ndim > r) for a in args):
+        return fn(node, *[plain(a) for a in args])
+    out = fn(node, *[a.t if isinstance(a, ChannelsLast) else broadcast_last(a, r)
+                     for a in args])
+    return ChannelsLast(out)
+
+
+def _laid_out(name: str, fn):
+    """fn with the layout handling the module docstring describes."""
+    if name in LAYOUT_AWARE:
+        return fn
+    elementwise = name in ELEMENTWISE
+
+    def op(node, *args):
+        if elementwise and any(isinstance(a, ChannelsLast) for a in args):
+            return _elementwise_last(fn, node, args)
+        return plain(fn(node, *plain(args)))
+    return op
+
+
 def wrapped(name: str, fn):
+    laid_out = _laid_out(name, fn)
+
     @functools.wraps(fn)
     def op(node, *args):
         try:
             # operations on concrete values run now (folding); those on tracers are staged
             with jax.ensure_compile_time_eval():
-                return fn(node, *[_jaxed(a) for a in args])
+                return laid_out(node, *[_jaxed(a) for a in args])
         except NotStatic as err:
             traced = [n for n, a in zip(node.inputs, args) if n and _traced(a)]
             named = [n for n, a in zip(node.inputs, args) if n and a is err.value]

@@ -10,7 +10,7 @@ from jax import lax
 
 from d500.backends.graph import registry
 from d500.backends.jax.conv import window_geometry
-from d500.backends.jax.core import ints
+from d500.backends.jax.core import ChannelsLast, ints
 
 OPS, op = registry()
 
@@ -105,12 +105,19 @@ def LpPool(node, x):
 
 @op
 def GlobalAveragePool(node, x):
-    return jnp.mean(x, axis=tuple(range(2, x.ndim)), keepdims=True)
+    return _global(jnp.mean, x)
 
 
 @op
 def GlobalMaxPool(node, x):
-    return jnp.max(x, axis=tuple(range(2, x.ndim)), keepdims=True)
+    return _global(jnp.max, x)
+
+
+def _global(reduce, x):
+    """reduce over the spatial axes, of a channels-last value too (it stays one)."""
+    if isinstance(x, ChannelsLast):
+        return ChannelsLast(reduce(x.t, axis=tuple(range(1, x.t.ndim - 1)), keepdims=True))
+    return reduce(x, axis=tuple(range(2, x.ndim)), keepdims=True)
 
 
 @op

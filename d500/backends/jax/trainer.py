@@ -23,6 +23,7 @@ import numpy as np
 from d500.backends.graph import Program
 from d500.backends.jax.executable import translate, x64
 from d500.backends.jax.ops import NeedsStatic
+from d500.backends.layout import plain
 from d500.backends.trainer_base import Trainer
 from d500.errors import UsageError
 from d500.training.optimizers import ops as ops_registry
@@ -39,7 +40,7 @@ def run_steps(program: Program, steps: list, env: dict[str, Any],
             for name, value in zip(node.outputs, out):
                 if name:
                     env[name] = value
-        return [env[name] for name in outputs]
+        return [plain(env[name]) for name in outputs]  # ONNX's layout (core.ChannelsLast)
     finally:
         program.scope = saved
 

@@ -10,6 +10,9 @@ import onnx
 import tensorflow as tf
 from tensorflow.python.framework import dtypes as _dtypes
 
+from d500.backends import layout
+from d500.backends.layout import plain  # noqa: F401 - the TF modules take it from here
+
 # Inputs (by op type) whose *values* decide shapes: a graph input feeding one of these positions
 # is baked into the traced function as a constant (the function is retraced per distinct value).
 SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
@@ -140,17 +143,14 @@ def with_kernel(fn, x: tf.Tensor, missing: tuple[tf.DType, ...], via: tf.DType, 
     return fn(x, *rest)
 
 
-class ChannelsLast:
+class ChannelsLast(layout.ChannelsLast):
     """A channels-first (NC...) ONNX value held channels-last (N...C), as TF's CPU kernels want.
 
     Convolutions and pooling produce these; layout-aware operators (elementwise, batch norm,
     pooling, channel concat) keep them; every other operator receives `plain(value)`.
     """
 
-    __slots__ = ("t",)
-
-    def __init__(self, t: tf.Tensor):
-        self.t = t
+    __slots__ = ()
 
     def nchw(self) -> tf.Tensor:
         r = self.t.shape.rank
@@ -163,15 +163,6 @@ def to_last(x: Any) -> tf.Tensor:
         return x.t
     r = x.shape.rank
     return tf.transpose(x, [0, *range(2, r), 1])
-
-
-def plain(x: Any) -> Any:
-    """x in ONNX's own layout (lists and tuples converted element by element)."""
-    if isinstance(x, ChannelsLast):
-        return x.nchw()
-    if isinstance(x, (list, tuple)):
-        return type(x)(plain(v) for v in x)
-    return x
 
 
 def broadcast_last(y: Any, r: int) -> Any:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from d500.backends.layout import ELEMENTWISE
 from d500.backends.tensorflow import (
     activations,
     control,
@@ -45,14 +46,6 @@ NOT_FOLDED = {"If", "Loop", "Scan", "SequenceMap", "Unique"}
 # operators that take ChannelsLast values themselves
 LAYOUT_AWARE = {"Conv", "BatchNormalization", "MaxPool", "AveragePool", "GlobalAveragePool",
                 "GlobalMaxPool", "Concat", "LRN"}
-# elementwise operators: run on channels-last data as they are
-ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Relu",
-               "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "Clip", "Elu", "Selu", "Celu",
-               "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Exp", "Log", "Sqrt", "Neg",
-               "Abs", "Erf", "Identity", "Gelu", "Mish", "Swish", "ThresholdedRelu", "Where",
-               "Reciprocal"}
-
-
 def _constant(value: Any) -> Any:
     if isinstance(value, (tf.Tensor, tf.Variable)):
         return tf.constant(value.numpy())
