@@ -368,10 +368,10 @@ class JaxBackend(Backend):
         return super().supports_device(device)
 
     @classmethod
-    @classmethod
     def traces_step(cls) -> bool:
         return cls.mode != "eager"  # jax: one jitted step
 
+    @classmethod
     def _prepare(cls, model: onnx.ModelProto, device: str, **kwargs: Any) -> Executable:
         return JaxExecutable(model, device, jit=cls.mode != "eager")
 
