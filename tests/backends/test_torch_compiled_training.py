@@ -159,3 +159,34 @@ def test_a_step_that_reads_the_batch_values_is_refused_in_one_line(home):
     trainer = get("torch:compiled").prepare(model).trainer(make("sgd", lr=0.1), loss="loss")
     with pytest.raises(UsageError, match="reads the values of 'labels'"):
         trainer.step({"input": np.ones((2, 4), np.float32), "labels": np.array([0, 2])}, 0.1)
+
+
+def test_batch_normalisation_running_statistics_leave_the_program_as_eager_writes_them(home):
+    """The training form's BatchNormalization: its running statistics go into the program and
+    come out updated; the trainer writes them back into the module, as eager torch does."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w"),
+             *(numpy_helper.from_array(np.full(3, v, np.float32), n)
+               for n, v in (("scale", 1.0), ("bias", 0.0), ("mean", 0.0), ("var", 1.0)))]
+    nodes = [helper.make_node("MatMul", ["input", "w"], ["h"]),
+             helper.make_node("BatchNormalization", ["h", "scale", "bias", "mean", "var"],
+                              ["logits"]),
+             helper.make_node("SoftmaxCrossEntropyLoss", ["logits", "labels"], ["loss"])]
+    graph = helper.make_graph(
+        nodes, "bn", [helper.make_tensor_value_info("input", T.FLOAT, ["n", 4]),
+                      helper.make_tensor_value_info("labels", T.INT64, ["n"])],
+        [helper.make_tensor_value_info("logits", T.FLOAT, ["n", 3]),
+         helper.make_tensor_value_info("loss", T.FLOAT, [])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = [{"input": rng.standard_normal((8, 4)).astype(np.float32),
+              "labels": rng.integers(0, 3, 8)} for _ in range(3)]
+    trainers = {b: get(b).prepare(model).trainer(make("sgd", lr=0.1), loss="loss")
+                for b in ("torch", "torch:compiled")}
+    losses = {b: [t.step(f, 0.1) for f in feeds] for b, t in trainers.items()}
+    np.testing.assert_allclose(losses["torch:compiled"], losses["torch"], rtol=1e-5)
+    eager, compiled = (trainers[b].buffers() for b in ("torch", "torch:compiled"))
+    assert set(compiled) == {"mean", "var"} and not np.allclose(compiled["mean"], 0)
+    for name, value in eager.items():
+        np.testing.assert_allclose(compiled[name], value, rtol=1e-5, atol=1e-7)
