@@ -14,6 +14,7 @@ rebuilt every step. `compile_record()` says what compiling cost and whether the 
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -79,7 +80,11 @@ class CompiledTrainer(TorchTrainer):
     def _build(self, feeds: dict[str, Any], shapes: tuple) -> Any:
         """Trace and compile the program for `feeds`' shapes; returns its first call's outputs
         (the compile happens in that call)."""
-        inductor_cache()
+        folder = inductor_cache()
+        shape = "x".join(map(str, feeds[self.train_inputs[0]].shape)) if self.train_inputs else ""
+        sys.stderr.write(f"d500: torch:compiled compiles its training step for batches of "
+                         f"{shape} (up to minutes with a cold cache; the cache: {folder})\n")
+        sys.stderr.flush()
         t0 = time.perf_counter()
         gm, baked = static_program(self._joint, feeds, "the training step", grad=True)
         if baked:
