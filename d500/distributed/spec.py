@@ -19,8 +19,9 @@ and runs on the torch backend only. The scheme is the data dimension's; `shard` 
 state, then gradients sharded over the data ranks) goes with `sync` only, as the schemes that
 move whole models (ps, async_ps, ssp, dpsgd, local_sgd) and ddp have nothing to shard.
 A pipeline (> 1 stages) composes with the data dimension through sync's allreduce of each
-stage's gradients (no shard, no compression). Tensor parallelism (> 1) and zero3 are declared
-but not built yet: refused.
+stage's gradients (no shard, no compression). zero3 is declared but not built yet: refused.
+Tensor parallelism (> 1, d500.distributed.tensor) composes with the
+data dimension as a pipeline does (sync, no shard, no compression), not with a pipeline yet.
 """
 
 from __future__ import annotations
@@ -179,9 +180,12 @@ def _refuse_unbuilt(dims: dict[str, int | None], shard: str, scheme: str, compre
                     where: str) -> None:
     """A UsageError for what the dimensions declare but d500 cannot run yet, or that does not
     compose (a ZeRO stage with a scheme that moves whole models, or with compression)."""
-    if (dims["tensor"] or 1) > 1:
-        raise UsageError(f"{where}: field 'distributed.tensor': tensor parallelism is not "
-                         f"built yet in this d500 (use tensor: 1)")
+    if (dims["tensor"] or 1) > 1 and ((dims["pipeline"] or 1) > 1 or scheme != "sync"
+                                      or shard != "none" or compressor != "none"):
+        raise UsageError(f"{where}: field 'distributed.tensor': tensor parallelism composes "
+                         f"with the data dimension through scheme: sync, uncompressed, shard: "
+                         f"none, pipeline: 1 (got scheme '{scheme}', shard {shard}, "
+                         f"compression {compressor}, pipeline {dims['pipeline'] or 1})")
     if (dims["pipeline"] or 1) > 1 and (scheme != "sync" or shard != "none"
                                         or compressor != "none"):
         raise UsageError(f"{where}: field 'distributed.pipeline': a pipeline's stages average "
