@@ -95,8 +95,9 @@ def train(args: Any, argv: list[str], prog: str) -> int:
 
 
 def show_partition(args: Any) -> int:
-    """`d500 train WORKLOAD --submission DIR --show-partition`: the entry's pipeline cut of the
-    workload's model, printed (the cut each run records in its details); nothing trains."""
+    """`d500 train WORKLOAD --submission DIR --show-partition`: the entry's pipeline cut (or
+    tensor split) of the workload's model, printed (as each run records it in its details);
+    nothing trains."""
     from d500.distributed import spec as specs
     from d500.training.console import resolve
     workload, entry = resolve(args)
@@ -104,9 +105,14 @@ def show_partition(args: Any) -> int:
         raise UsageError(f"{workload.path}: --show-partition shows a level-3 entry's pipeline "
                          f"stages; '{workload.name}' is a level-{workload.level} workload")
     spec = specs.parse(entry.distributed, entry.path)
+    if spec.tensor > 1:
+        print(f"{workload.name} / {entry.name}: tensor parallel, {spec.tensor} ways")
+        print(tensor_split(workload, spec).show())
+        return 0
     if spec.pipeline < 2:
         raise UsageError(f"{entry.path}: field 'distributed.pipeline' is {spec.pipeline}: "
-                         f"there is no cut to show (declare pipeline: 2 or more)")
+                         f"there is no cut to show (declare pipeline: 2 or more, or tensor: 2 "
+                         f"or more)")
     part = cut(workload, spec)
     print(f"{workload.name} / {entry.name}: {spec.pipeline} stages, {spec.micro_batches} "
           f"micro-batches, {spec.schedule}")
@@ -122,6 +128,16 @@ def cut(workload: Any, spec: Any) -> Any:
     shape, classes = datasets.shape_of(workload.dataset["name"])
     return partition(workload.build_model(0, shape, classes), spec.pipeline,
                      where=f"{spec.where}: field 'distributed.pipeline'")
+
+
+def tensor_split(workload: Any, spec: Any) -> Any:
+    """The workload's model split spec.tensor ways (a tensor.split.Split); a UsageError where it
+    has nothing to split."""
+    from d500.distributed.tensor.split import find
+    from d500.training.data import dataset as datasets
+    shape, classes = datasets.shape_of(workload.dataset["name"])
+    return find(workload.build_model(0, shape, classes), spec.tensor,
+                where=f"{spec.where}: field 'distributed.tensor'")
 
 
 def _workload_file(args: Any) -> Path:
@@ -155,6 +171,8 @@ def _checked(args: Any, world: int) -> tuple[Any, Any, Any]:
     spec.dims(world)  # data x pipeline x tensor == the world size
     if spec.pipeline > 1:
         cut(workload, spec)  # a cut that cannot be made: refused before any framework
+    if spec.tensor > 1:
+        tensor_split(workload, spec)  # likewise a model with nothing to split
     workload.check_batch(entry.recipe.batch_size, world, str(entry.path))
     global_recipe = dataclasses.replace(entry.recipe,
                                         batch_size=workload.global_batch(

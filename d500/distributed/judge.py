@@ -16,7 +16,7 @@ inside `scheme.evaluated()` where an evaluation follows, and at the end the rank
 (figures.RankStats, as they report them: step and communication times are the ranks' own;
 every scored time is the judge's). Failures reach the judge on a second pipe (`lost`), which
 it reads whenever it waits, and it records the run failed before it answers. A pipeline's ranks
-hand over the model their stages gathered, and the judge audits their work
+(or tensor shards) hand over the model their stages gathered, and the judge audits their work
 (d500.distributed.pipeline.audit: the first step after each hand-over recomputed).
 """
 
@@ -225,11 +225,14 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
     onnx_model = wl.build_model(order.seed, shape, classes)
     model = Model(backends.get(order.backend), onnx_model)
     stages = None
-    if order.spec.pipeline > 1:  # its ranks each hold a stage: audited, and their memory
-        from d500.distributed.pipeline.audit import Audit
-        from d500.distributed.pipeline.partition import stage_bytes
+    if order.spec.pipeline > 1 or order.spec.tensor > 1:  # ranks each hold a part: audited,
+        from d500.distributed.pipeline.audit import Audit  # and their memory checked
         ranks.audit = Audit(model, order.global_batch, order.seed, wl.drop_last)
-        stages = stage_bytes(onnx_model, order.spec, order.world_size)
+        if order.spec.pipeline > 1:
+            from d500.distributed.pipeline.partition import stage_bytes as held
+        else:
+            from d500.distributed.tensor.split import split_bytes as held
+        stages = held(onnx_model, order.spec, order.world_size)
     ranks.ready()
     watch = LoadWatch()
     try:

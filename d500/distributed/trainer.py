@@ -82,6 +82,12 @@ def build(job: Job, seed: int) -> tuple[Any, Any, Any]:
         scheme = pipeline(model, spec, Grid(comm, spec.dims(comm.size)), backend_cls,
                           recipe.optimizer(job.backend), recipe.native)
         return scheme.trainer, scheme, None
+    if spec.tensor > 1:  # this rank translates its own shard only
+        from d500.distributed.grid import Grid
+        from d500.distributed.tensor.scheme import build as tensor
+        scheme = tensor(model, spec, Grid(comm, spec.dims(comm.size)), backend_cls,
+                        recipe.optimizer(job.backend), recipe.native)
+        return scheme.trainer, scheme, None
     exe = backend_cls.prepare(model)
     trainer = exe.trainer(recipe.optimizer(job.backend), loss="loss", native=recipe.native)
     if spec.native:

@@ -27,7 +27,8 @@ def main(argv: list[str], prog: str = "d500 train") -> int:
                    help="allow --seed to repeat a seed already recorded")
     p.add_argument("--show-partition", action="store_true",
                    help="level 3, an entry with pipeline > 1: print how the model is cut into "
-                        "stages (nodes, FLOPs, tensors crossing) and train nothing")
+                        "stages (nodes, FLOPs, tensors crossing); with tensor > 1: which "
+                        "weights are split how; and train nothing")
     from d500.training.resume import every
     p.add_argument("--checkpoint-every", type=every, metavar="K",
                    help="write a checkpoint every K epochs under the run's folder (level 2)")

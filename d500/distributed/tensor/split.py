@@ -138,13 +138,14 @@ class Split:
 
     def show(self) -> str:
         """Which weights are split how, one line each, then the bytes per rank."""
-        lines = [f"{'weight':<24} {'shape':<14} {'split':<28} per rank"]
+        lines = []
         nodes = self.model_proto.graph.node
         for i, b in enumerate(self.blocks):
             cols = ", ".join(nodes[c].name for c in b.columns)
-            lines.append(f"block {i}: columns {cols} -> row {nodes[b.row].name} "
-                         f"(allreduce of {b.partial} forward, of the gradient of "
-                         f"{', '.join(b.inputs)} backward)")
+            lines.append(f"block {i}: {cols} (column) -> {nodes[b.row].name} (row): allreduce "
+                         f"{b.partial} forward, the gradient of {', '.join(b.inputs)} backward "
+                         f"(where a weight precedes it)")
+        lines.append(f"{'weight':<24} {'shape':<14} {'split':<28} per rank")
         for t in self.model_proto.graph.initializer:
             dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
             if dtype.kind != "f":
