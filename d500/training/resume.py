@@ -27,12 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from d500.errors import UsageError
+from d500.ledger.lifecycle import FINAL
 from d500.training import checkpoint
 
 HEARTBEAT = 1.0  # seconds between writes of the supervisor's clock reading
 CLOCK = "clock.json"
 FOLDER = "checkpoints"
-FINISHED = ("succeeded", "missed", "diverged", "failed", "timeout")
+FINISHED = tuple(s for s in FINAL if s != "interrupted")  # what cannot be resumed
 
 
 @dataclass
