@@ -102,7 +102,7 @@ class Partition:
         last stage, the graph's outputs it computes; its parameters as initializers."""
         m, s = self.model_proto, self.stages[index]
         g = m.graph
-        types = _value_infos(m)
+        types = value_infos(m)
         nodes = [g.node[i] for i in s.nodes]
         made = {o for n in nodes for o in n.output}
         outputs = []
@@ -134,7 +134,7 @@ def partition(model: onnx.ModelProto, stages: int, where: str = "the model") -> 
     if stages < 1 or stages > n:
         raise UsageError(f"{where}: {stages} pipeline stages for a graph of {n} nodes (a stage "
                          f"holds at least one node: at most {n})")
-    shapes, dtypes = _shapes(model)
+    shapes, dtypes = shapes_at_one(model)
     costs = [_cost(node, shapes) for node in g.node]
     crossing = _crossings(model)
     nbytes = {t: int(math.prod(shapes[t]) * dtypes[t].itemsize)
@@ -239,7 +239,7 @@ def _parameters(model: onnx.ModelProto) -> list[str]:
             if helper.tensor_dtype_to_np_dtype(t.data_type).kind == "f"]
 
 
-def _shapes(model: onnx.ModelProto) -> tuple[dict[str, tuple[int, ...]], dict[str, np.dtype]]:
+def shapes_at_one(model: onnx.ModelProto) -> tuple[dict[str, tuple[int, ...]], dict[str, np.dtype]]:
     """Every tensor's shape at a batch of one (symbolic dimensions set to 1) and dtype."""
     one = onnx.ModelProto()
     one.CopyFrom(model)
@@ -275,7 +275,7 @@ def _cost(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]) -> float:
     return float(found) if found is not None else float(sum(math.prod(o) for o in outs))
 
 
-def _value_infos(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
+def value_infos(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
     """Every tensor's ValueInfo with its symbolic batch kept (for a sub-model's inputs)."""
     inferred = onnx.shape_inference.infer_shapes(model)
     g = inferred.graph

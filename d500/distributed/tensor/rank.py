@@ -29,6 +29,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from d500.distributed.pipeline.partition import value_infos
 from d500.distributed.tensor.split import Split
 from d500.errors import UsageError
 
@@ -61,7 +62,7 @@ class RankModel:
         floats = {t.name for t in model.graph.initializer
                   if helper.tensor_dtype_to_np_dtype(t.data_type).kind == "f"}
         diff = _differentiable(model, floats)
-        types = _types(model)
+        types = value_infos(model)
         for seg in self.segments:
             seg.exe = backend_cls.prepare(_submodel(model, seg, types))
             seg.params = [n for n in seg.exe.parameter_names if n in floats]
@@ -221,12 +222,6 @@ def _differentiable(model: onnx.ModelProto, params: set[str]) -> set[str]:
         if any(i in out for i in n.input):
             out.update(o for o in n.output if o)
     return out
-
-
-def _types(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
-    """Every tensor's ValueInfo by shape inference, the symbolic batch kept."""
-    g = onnx.shape_inference.infer_shapes(model).graph
-    return {v.name: v for v in [*g.input, *g.value_info, *g.output]}
 
 
 def _submodel(model: onnx.ModelProto, seg: Segment, types: dict[str, onnx.ValueInfoProto]

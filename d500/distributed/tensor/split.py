@@ -168,9 +168,9 @@ class Split:
 def find(model: onnx.ModelProto, ways: int, where: str = "the model") -> Split:
     """`model`'s column -> row blocks split `ways` ways (module docstring); a UsageError naming
     `where` if it has none, or a block's width does not divide by `ways`."""
-    from d500.distributed.pipeline.partition import _shapes
+    from d500.distributed.pipeline.partition import shapes_at_one
     g = model.graph
-    shapes, _ = _shapes(model)
+    shapes, _ = shapes_at_one(model)
     inits = {t.name: t for t in g.initializer}
     producer = {o: k for k, n in enumerate(g.node) for o in n.output if o}
     readers: dict[str, list[int]] = {}
