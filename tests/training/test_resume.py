@@ -109,7 +109,9 @@ def _plan(tmp: Path, ledger: Ledger, run_id: int, workload: str = "digits-ck.yam
 def test_a_killed_run_resumes_and_matches_the_unbroken_run(setup, monkeypatch):
     tmp = setup
     ledger = _ledger(tmp, monkeypatch)
-    full = _train(tmp, ledger, 3)
+    from d500.training.seeds import required
+    seed = required(2, "digits-ck", "ck-entry", "torch", 3)[0]  # scored: on the seeds board
+    full = _train(tmp, ledger, seed)
     written = ledger.get(full)["details"]["checkpoints"]
     assert [c["epoch"] for c in written] == [2, 4, 6]
     for c in written:  # each file is what the ledger sealed
@@ -119,7 +121,7 @@ def test_a_killed_run_resumes_and_matches_the_unbroken_run(setup, monkeypatch):
     with pytest.raises(UsageError, match=f"run {full} finished \\(missed\\)"):
         _plan(tmp, ledger, full)
 
-    first = killed(tmp, 3)
+    first = killed(tmp, seed)
     dead = ledger.get(first)
     assert dead["status"] == "interrupted" and len(dead["details"]["checkpoints"]) >= 2
     last = dead["details"]["checkpoints"][-1]
@@ -144,7 +146,7 @@ def test_a_killed_run_resumes_and_matches_the_unbroken_run(setup, monkeypatch):
     second = json.loads(resumed.stdout)[0]["run_id"]
     row = ledger.get(second)
     info = row["details"]["resumed"]
-    assert row["parent"] == first and row["seed"] == 3 and info["epoch"] == last["epoch"]
+    assert row["parent"] == first and row["seed"] == seed and info["epoch"] == last["epoch"]
     # every evaluation after the checkpoint equals the unbroken run's, bit for bit
     after = _series(ledger, second)
     reference = _series(ledger, full)
@@ -159,6 +161,13 @@ def test_a_killed_run_resumes_and_matches_the_unbroken_run(setup, monkeypatch):
     # the same run resumed again: refused (one checkpoint continues once)
     with pytest.raises(UsageError, match=f"already resumed by run {second}"):
         _plan(tmp, ledger, first)
+
+    # the seeds board marks it and notes its segments
+    from d500.training import score, views
+    view = views.seeds_view(score.entries(ledger.runs(workload="digits-ck")))
+    assert any("(1 resumed)" in cell for row in view.rows for cell in row), view.rows
+    assert any(n.startswith("resumed:") and f"run {second} continued run {first}" in n
+               for n in view.notes), view.notes
 
 
 def test_two_continuations_of_one_checkpoint_are_flagged_by_check(setup, monkeypatch):
