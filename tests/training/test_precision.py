@@ -282,3 +282,19 @@ def test_a_bf16_run_is_reproduced_in_bf16(runs, tmp_path):
     for run in packed:
         assert entry.recipe_with(rebuild(entry, wl, run)).precision == precision.precision_of(
             run)
+
+
+def test_level3_refuses_a_lower_precision_before_any_run(tmp_path):
+    """Level 3 trains in fp32 only (so far), even where its workload would allow bf16."""
+    import dataclasses
+
+    from d500.distributed import workloads as level3
+    from d500.training.trainer import preflight
+    text = (ROOT / "levels" / "3-distributed" / "digits-mlp.yaml").read_text()
+    recipe = dataclasses.replace(submission.load(SGD).recipe, precision="bf16")
+    with pytest.raises(ConfigError, match="its lowest_precision is fp32"):
+        preflight(level3.load(ROOT / "levels" / "3-distributed" / "digits-mlp.yaml"), recipe,
+                  "torch", None)
+    (tmp_path / "digits-mlp.yaml").write_text(text + "\nlowest_precision: bf16\n")
+    with pytest.raises(UsageError, match="level 3 trains in fp32 only"):
+        preflight(level3.load(tmp_path / "digits-mlp.yaml"), recipe, "torch", None)
