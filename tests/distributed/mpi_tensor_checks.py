@@ -1,9 +1,9 @@
 """Tensor parallelism on real MPI ranks, run by test_tensor_mpi.py as
 `mpiexec -n 2 python mpi_tensor_checks.py [CHECK ...]` (mpi_scheme_checks.main: one JSON line per
 check passed, the first failure ends the job): the digits MLP and a small transformer language
-model split 2 ways ({tensor: 2}), trained for STEPS steps with momentum, give one process's
-losses on the same batches within 1e-5 relative, and the whole model gathered to rank 0 (as the
-judge receives it) equals one process's parameters.
+model split 2 ways ({tensor: 2}; at 4 ranks {data: 2, tensor: 2}), trained for STEPS steps with
+momentum, give one process's losses on the same batches within 1e-5 relative, and the whole
+model gathered to rank 0 (as the judge receives it) equals one process's parameters.
 """
 
 from __future__ import annotations
@@ -44,12 +44,16 @@ def lm_batches() -> list[dict[str, np.ndarray]]:
 
 def compare(c: Communicator, model, batches) -> dict:
     """TENSOR=2's losses and gathered model against one process's after STEPS steps."""
-    spec = parse({"scheme": "sync", "tensor": c.size}, "tensor.yaml")
+    spec = parse({"scheme": "sync", "tensor": 2}, "tensor.yaml")
     grid = Grid(c, spec.dims(c.size))
     opt = make_optimizer("momentum", lr=LR, momentum=0.9)
     scheme = tensor(model, spec, grid, backends.get("torch"), opt, False)
     scheme.start()
-    losses = [scheme.step(b, LR) for b in batches]
+    d, n = grid.coords["data"], grid.sizes["data"]  # each data rank its equal share
+    losses = [scheme.step({k: v[d * len(v) // n:(d + 1) * len(v) // n] for k, v in b.items()},
+                          LR) for b in batches]
+    if n > 1:  # the global batch's loss: the mean of the data ranks' shares' losses
+        losses = list(c.mpi.allreduce(np.array(losses)) / c.size)
     with scheme.evaluated():
         state = scheme.handed() if c.rank == 0 else None
     one = backends.get("torch").prepare(model).trainer(

@@ -53,6 +53,15 @@ def test_on_two_ranks(name):
     print(f"\n{name}: {json.dumps(report)}")
 
 
+@pytest.mark.slow
+def test_data_and_tensor_compose_at_four_ranks():
+    """{data: 2, tensor: 2}: the same checks, each tensor pair on half of each batch, their
+    gradients averaged over the data pair (one job of 4 ranks on a 2-core machine)."""
+    for name in JOB.names:
+        report = JOB.report(name, 4)
+        assert report["ok"] is True and report["size"] == 4, report
+
+
 def _last_run(home: Path) -> dict:
     return Ledger(home / "ledger.sqlite").runs(level=3)[-1]
 
