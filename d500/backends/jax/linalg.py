@@ -10,6 +10,7 @@ from d500.backends.graph import registry
 from d500.backends.jax import dtypes
 from d500.backends.jax.conv import Conv
 from d500.backends.jax.core import in_type, norm_axis, onnx_type, out_type
+from d500.backends.layout import plain
 
 OPS, op = registry()
 _HIGHEST = lax.Precision.HIGHEST
@@ -71,7 +72,7 @@ def MatMulInteger(node, a, b, a_zero=None, b_zero=None):
 def ConvInteger(node, x, w, x_zero=None, w_zero=None):
     xc = _centered(x, x_zero).astype(jnp.float64)
     wc = _centered(w, w_zero, 0).astype(jnp.float64)
-    return jnp.round(Conv(node, xc, wc)).astype(jnp.int32)
+    return jnp.round(plain(Conv(node, xc, wc))).astype(jnp.int32)
 
 
 def _scale_shape(x, scale, axis, block):
@@ -165,7 +166,7 @@ def QLinearConv(node, x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, b
     b = None
     if bias is not None:
         b = bias.astype(f) * (x_scale.astype(f) * w_scale.astype(f))
-    y = jnp.round(Conv(node, xf, wf, b) / y_scale.astype(f)) + y_zero.astype(f)
+    y = jnp.round(plain(Conv(node, xf, wf, b)) / y_scale.astype(f)) + y_zero.astype(f)
     low, high = _INT_RANGE[out_type(node) or T.UINT8]
     return jnp.clip(y, low, high).astype(y_zero.dtype)
 
