@@ -137,6 +137,14 @@ def test_a_killed_run_resumes_and_matches_the_unbroken_run(setup, monkeypatch):
     assert len(ledger.runs()) == runs
     path.write_bytes(good)
 
+    # an entry whose files changed since (another optimizer file, a yaml edit) is refused
+    yaml_file = tmp / "entry" / "submission.yaml"
+    text = yaml_file.read_text()
+    yaml_file.write_text(text + "# changed after the kill\n")
+    with pytest.raises(UsageError, match=f"the entry's files changed since run {first}"):
+        _plan(tmp, ledger, first)
+    yaml_file.write_text(text)
+
     # another workload's resume is refused
     with pytest.raises(UsageError, match="is a run of workload 'digits-ck', not 'digits-ck2'"):
         _plan(tmp, ledger, first, "digits-ck2.yaml")
