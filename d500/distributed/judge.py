@@ -225,14 +225,17 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
     onnx_model = wl.build_model(order.seed, shape, classes)
     model = Model(backends.get(order.backend), onnx_model)
     stages = None
-    if order.spec.pipeline > 1 or order.spec.tensor > 1:  # ranks each hold a part: audited,
-        from d500.distributed.pipeline.audit import Audit  # and their memory checked
+    spec = order.spec
+    if spec.pipeline > 1 or spec.tensor > 1 or spec.shard == "zero3":  # ranks each hold a
+        from d500.distributed.pipeline.audit import Audit  # part: audited, memory checked
         ranks.audit = Audit(model, order.global_batch, order.seed, wl.drop_last)
-        if order.spec.pipeline > 1:
+        if spec.pipeline > 1:
             from d500.distributed.pipeline.partition import stage_bytes as held
-        else:
+        elif spec.tensor > 1:
             from d500.distributed.tensor.split import split_bytes as held
-        stages = held(onnx_model, order.spec, order.world_size)
+        else:  # ZeRO-3: each rank its block of the judge's own copy of the model
+            from d500.distributed.schemes.zero import shard_bytes as held
+        stages = held(onnx_model, spec, order.world_size)
     ranks.ready()
     watch = LoadWatch()
     try:

@@ -10,7 +10,7 @@ world splits into parallel dimensions.
       data: 2                      # the dimensions: data x pipeline x tensor == the world size
       pipeline: 1                  #   (data defaults to world / (pipeline x tensor); a flat
       tensor: 1                    #   `scheme:` alone is data parallelism over every rank)
-      shard: zero2                 # none | zero1 | zero2 (| zero3): ZeRO over the data dimension
+      shard: zero2                 # none | zero1 | zero2 | zero3: ZeRO over the data dimension
       micro_batches: 4             # pipeline > 1: micro-batches per step (distributed.pipeline)
       schedule: 1f1b               #   and their order: gpipe | 1f1b
 
@@ -19,7 +19,7 @@ and runs on the torch backend only. The scheme is the data dimension's; `shard` 
 state, then gradients sharded over the data ranks) goes with `sync` only, as the schemes that
 move whole models (ps, async_ps, ssp, dpsgd, local_sgd) and ddp have nothing to shard.
 A pipeline (> 1 stages) composes with the data dimension through sync's allreduce of each
-stage's gradients (no shard, no compression). zero3 is declared but not built yet: refused.
+stage's gradients (no shard, no compression). zero3 (parameters sharded too) runs on torch only.
 Tensor parallelism (> 1, d500.distributed.tensor) composes with the
 data dimension as a pipeline does (sync, no shard, no compression), not with a pipeline yet.
 """
@@ -40,7 +40,6 @@ KEYS = ("scheme", "options", "compression", "bucket_mb", "data", "pipeline", "te
 PIPELINE_SCHEDULES = ("gpipe", "1f1b")  # d500.distributed.pipeline.schedule
 DIMENSIONS = ("data", "pipeline", "tensor")
 SHARDS = ("none", "zero1", "zero2", "zero3")
-BUILT_SHARDS = ("none", "zero1", "zero2")
 SHARDABLE = ("sync",)  # the schemes whose update a ZeRO stage can shard
 # MLPerf's lowest_numerical_precision_in_comm per compressor (what crosses the wire)
 PRECISION = {"none": "fp32", "fp16": "fp16", "topk": "fp32", "randomk": "fp32", "qsgd": "int8",
@@ -192,9 +191,6 @@ def _refuse_unbuilt(dims: dict[str, int | None], shard: str, scheme: str, compre
                          f"their gradients over the data dimension with scheme: sync, "
                          f"uncompressed, shard: none (got scheme '{scheme}', shard {shard}, "
                          f"compression {compressor})")
-    if shard not in BUILT_SHARDS:
-        raise UsageError(f"{where}: field 'distributed.shard': {shard} is not built yet "
-                         f"(built: {', '.join(BUILT_SHARDS)})")
     if shard != "none" and scheme not in SHARDABLE:
         raise UsageError(f"{where}: field 'distributed.shard': {shard} shards sync's update; "
                          f"scheme '{scheme}' moves whole models or runs its own (use scheme: "
