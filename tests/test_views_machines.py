@@ -132,7 +132,7 @@ def test_level2_times_per_machine_accuracies_pooled(level2):
 
     # seeds: each machine's own times (pooled, A on w1 would be the median of 3, 4, 6, 8 s)
     seeds_here, seeds_there = one(views, "seeds on", here), one(views, "seeds on", OTHER_CPU)
-    assert "test acc" not in seeds_here.headers
+    assert "test" not in seeds_here.headers
     assert cells(seeds_here, "w1", "A", "torch")["median"] == "6 s"
     assert cells(seeds_here, "w1", "A", "torch")["seeds"] == "3"
     assert cells(seeds_there, "w1", "A", "torch")["median"] == "3 s"
@@ -167,9 +167,9 @@ def test_level2_times_per_machine_accuracies_pooled(level2):
     # what compares anywhere: pooled over both machines' runs
     acc = one(views, "accuracy over every machine")
     row = cells(acc, "w1", "A", "torch")
-    assert row["seeds"] == "4" and row["test acc"] == "0.9300"  # 0.90 .92 .94 here, .96 there
+    assert row["seeds"] == "4" and row["test"] == "0.9300"  # 0.90 .92 .94 here, .96 there
     assert row["epochs to target"] == "5.5"  # 5 6 7 here, 4 there
-    assert row["test acc at target"] == "0.9400"  # fastest trials: 0.91 here, 0.97 there
+    assert row["test at target"] == "0.9400"  # fastest trials: 0.91 here, 0.97 there
     assert row["studies"] == "2"
 
     # wall-time curves: one plot per machine
@@ -193,7 +193,7 @@ def test_level2_across_machines_pools_as_before(level2):
     assert not any(" on " in t.split(":")[0] for t in titles)
     seeds = part.views[1]
     assert cells(seeds, "w1", "A", "torch")["median"] == "5 s"  # 3 4 6 8: both machines
-    assert cells(seeds, "w1", "A", "torch")["test acc"] == "0.9300"
+    assert cells(seeds, "w1", "A", "torch")["test"] == "0.9300"
 
 
 # -- level 3 -------------------------------------------------------------------------------------
@@ -240,7 +240,7 @@ def test_level3_scaling_and_baseline_per_machine(home, tmp_path):
     here = here_cpu()
     table_here = one(part.views, "distributed on", here, "every entry")
     table_there = one(part.views, "distributed on", OTHER_CPU, "every entry")
-    assert "test acc" not in table_here.headers and "bytes/step" not in table_here.headers
+    assert "test" not in table_here.headers and "bytes/step" not in table_here.headers
     mine = cells(table_here, "dist", "2", "sync")
     assert (mine["time to accuracy"], mine["scaling eff"], mine["speed-up"], mine["vs DDP"]) == (
         "6 s", "0.833", "1.67 x", "1.20")
@@ -256,14 +256,14 @@ def test_level3_scaling_and_baseline_per_machine(home, tmp_path):
 
     pooled = one(part.views, "distributed over every machine")
     row = cells(pooled, "dist", "2", "sync")
-    assert (row["test acc"], row["bytes/step"], row["epochs"], row["ok/runs"]) == (
+    assert (row["test"], row["bytes/step"], row["epochs"], row["ok/runs"]) == (
         "0.9600", "1000 B", "6", "2/2")
 
     across = leaderboard.build(ledger, level=3, across_machines=True)
     [part] = leaderboard.parts(across, ledger)
     table = one(part.views, "distributed: every entry")  # pooled: medians of both machines
     row = cells(table, "dist", "2", "sync")
-    assert (row["time to accuracy"], row["scaling eff"], row["test acc"]) == (
+    assert (row["time to accuracy"], row["scaling eff"], row["test"]) == (
         "4.5 s", f"{7 / 9:.3f}", "0.9600")
 
 

@@ -125,7 +125,7 @@ def cut(workload: Any, spec: Any) -> Any:
     alone decide it, so any seed's model gives the same); a UsageError where it cannot be."""
     from d500.distributed.pipeline.partition import partition
     from d500.training.data import dataset as datasets
-    shape, classes = datasets.shape_of(workload.dataset["name"])
+    shape, classes = datasets.shape_of(workload.dataset)
     return partition(workload.build_model(0, shape, classes), spec.pipeline,
                      where=f"{spec.where}: field 'distributed.pipeline'")
 
@@ -135,7 +135,7 @@ def tensor_split(workload: Any, spec: Any) -> Any:
     has nothing to split."""
     from d500.distributed.tensor.split import find
     from d500.training.data import dataset as datasets
-    shape, classes = datasets.shape_of(workload.dataset["name"])
+    shape, classes = datasets.shape_of(workload.dataset)
     return find(workload.build_model(0, shape, classes), spec.tensor,
                 where=f"{spec.where}: field 'distributed.tensor'")
 

@@ -221,7 +221,7 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
     from d500.training.trainer import _supervise, missed_figures, recorded
 
     wl, entry = order.workload, order.entry
-    shape, classes = datasets.shape_of(wl.dataset["name"])
+    shape, classes = datasets.shape_of(wl.dataset)
     onnx_model = wl.build_model(order.seed, shape, classes)
     model = Model(backends.get(order.backend), onnx_model)
     stages = None

@@ -199,7 +199,7 @@ class RankLoop:
         if self.progress is not None:
             shown = loss if self.scheme.holds_loss else self.shown_loss
             self.progress({"step": self.step, "total": self.total, "loss": shown,
-                           "val_accuracy": val, "epoch": epoch + 1})
+                           f"val_{self.wl.quality}": val, "epoch": epoch + 1})
         return loss
 
     # ------------------------------------------------------------------ the end

@@ -72,7 +72,7 @@ def build(job: Job, seed: int) -> tuple[Any, Any, Any]:
     from d500 import backends
     from d500.training.data import dataset as datasets
     wl, spec, comm = job.workload, job.spec, job.comm
-    shape, classes = datasets.shape_of(wl.dataset["name"])
+    shape, classes = datasets.shape_of(wl.dataset)
     backend_cls = backends.get(job.backend)
     model = wl.build_model(seed, shape, classes)
     recipe = job.entry.recipe

@@ -70,6 +70,13 @@ class Row:
     def time(self) -> float | None:
         return self.median("time_to_accuracy", math.inf)
 
+    def test(self) -> str:
+        """The median test quality, formatted: accuracy, or a language model's test
+        log-perplexity in nats (d500.training.score.test_name)."""
+        from d500.training.score import test_name
+        name = test_name(self.runs[0]) if self.runs else "test_accuracy"
+        return _fmt(name, self.median(name))
+
 
 def rows(level: int, boards: Sequence[Any], ledger: Any, per_machine: bool = False
          ) -> list[Row]:
@@ -184,7 +191,7 @@ def table_view(every: list[Row], refs: dict[str, int], on: str | None = None) ->
             (" †" if row.contended else "")
         marks["*"] |= row.oversubscribed
         marks["†"] |= row.contended
-        pooled = [] if on else [_fmt("test_accuracy", row.median("test_accuracy")),
+        pooled = [] if on else [row.test(),
                                 _fmt("bytes_per_step", row.median("bytes_per_step")),
                                 _fmt("memory_per_rank", row.median("memory_per_rank", every=True))]
         out.append([row.workload, ranks, row.submission, row.label, row.compressor,
@@ -205,14 +212,15 @@ def table_view(every: list[Row], refs: dict[str, int], on: str | None = None) ->
                  "is not measured for DDP (it overlaps communication with the backward pass); "
                  "a scheme's D×P×T = data×pipeline×tensor ranks (and a ZeRO stage) where the "
                  "entry declares dimensions; mem/rank = the most bytes of parameters, gradients "
-                 "and optimizer state one rank holds")
+                 "and optimizer state one rank holds; test = test accuracy, or a language "
+                 "model's test log-perplexity (nats, lower is better)")
     if on:
         notes.append("rows of this machine only: the reference and DDP runs are this machine's "
                      "too; times measured on different hardware are never compared "
                      "(d500 leaderboard --across-machines pools every machine's runs)")
     return View(f"distributed{_on(on)}: every entry per workload and world size",
                 ["workload", "ranks", "submission", "scheme", "compressor", "backend",
-                 "time to accuracy", *([] if on else ["test acc", "bytes/step", "mem/rank"]),
+                 "time to accuracy", *([] if on else ["test", "bytes/step", "mem/rank"]),
                  "comm share",
                  "scaling eff", "speed-up", "vs DDP", "ok/runs"], out, notes=notes)
 
@@ -221,16 +229,16 @@ def pooled_view(every: list[Row]) -> View:
     """What compares across machines, pooled over every machine's runs of an entry: test
     accuracy, bytes per step and epochs to the target."""
     out = [[row.workload, str(row.ranks), row.submission, row.label, row.compressor,
-            row.backend, _fmt("test_accuracy", row.median("test_accuracy")),
+            row.backend, row.test(),
             _fmt("bytes_per_step", row.median("bytes_per_step")),
             _fmt("memory_per_rank", row.median("memory_per_rank", every=True)),
             _fmt("epochs", row.median("epochs", math.inf)),
             f"{sum(r['status'] == 'succeeded' for r in row.runs)}/{len(row.runs)}"]
            for row in every]
-    return View("distributed over every machine: test accuracy, bytes per step and epochs to "
+    return View("distributed over every machine: test quality, bytes per step and epochs to "
                 "the target (comparable on any machine: pooled)",
                 ["workload", "ranks", "submission", "scheme", "compressor", "backend",
-                 "test acc", "bytes/step", "mem/rank", "epochs", "ok/runs"], out,
+                 "test", "bytes/step", "mem/rank", "epochs", "ok/runs"], out,
                 notes=[("medians over every machine's runs of the entry at that world size "
                         "(a missed target counts as ∞ epochs)")])
 

@@ -49,6 +49,14 @@ def wall_time(run: dict[str, Any]) -> float:
     return max(0.0, (run.get("stopped_unix") or run["started_unix"]) - run["started_unix"])
 
 
+def test_name(run: dict[str, Any]) -> str:
+    """The figure holding a run's test quality: test_accuracy, or test_log_perplexity for a
+    language model (by the target metric its details record)."""
+    from d500.training.workloads import QUALITIES
+    target = run.get("details", {}).get("target_metric", "val_accuracy")
+    return f"test_{QUALITIES.get(target, 'accuracy')}"
+
+
 @dataclass
 class Entry:
     """One (workload, submission, backend) with its studies and seed runs."""
@@ -80,13 +88,14 @@ class Entry:
     def tuning_cost(self) -> float:
         return sum(wall_time(r) for r in self.trials)
 
-    def test_accuracy(self) -> float | None:
-        """Test accuracy at the target of each study's fastest trial, median over studies."""
+    def test_quality(self) -> float | None:
+        """Test quality (test_name) at the target of each study's fastest trial, median over
+        studies."""
         values = []
         for runs in self.studies.values():
             best = min(runs, key=time_to_target, default=None)
             if best is not None and math.isfinite(time_to_target(best)):
-                values.append(best["figures"].get("test_accuracy"))
+                values.append(best["figures"].get(test_name(best)))
         values = [v for v in values if v is not None]
         return float(statistics.median(values)) if values else None
 

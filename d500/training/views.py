@@ -27,6 +27,10 @@ POOLED = ("medians over every machine's runs of the entry; a seed run that misse
           "machine that ran the study")
 
 
+TEST = ("test: accuracy on the test split, or a language model's test log-perplexity (nats, "
+        "lower is better)")
+
+
 def views(level: int, boards: Sequence[Any], ledger: Any) -> list[View]:
     """The summary views over the runs of these boards (each board one workload's rules)."""
     from d500.leaderboard import modes
@@ -80,18 +84,18 @@ def tuning_view(entries: list[score.Entry], on: str | None = None) -> View:
         c = e.counts()
         counts = " / ".join(str(c.get(s, 0)) for s in ("succeeded", "missed", "diverged",
                                                          "failed", "interrupted"))
-        test = [] if on else [_fmt("test_accuracy", e.test_accuracy())]
+        test = [] if on else [_test(e.trials, e.test_quality())]
         rows.append([e.workload, e.submission, e.backend, _fmt("time_to_accuracy", e.score),
                      _fmt("time_to_accuracy", e.tuning_cost), *test, str(len(e.studies)),
                      counts])
     what = ("the tuning-inclusive cost (wall time of every trial)" if on else
-            "the tuning-inclusive cost (wall time of every trial) and test accuracy at target")
+            "the tuning-inclusive cost (wall time of every trial) and test quality at target")
     return View(f"tuning{_on(on)}: score (median over studies of the fastest trial to the "
                 f"target), {what}",
                 ["workload", "submission", "backend", "score", "tuning cost",
-                 *([] if on else ["test acc"]), "studies",
+                 *([] if on else ["test"]), "studies",
                  "trials ok / missed / diverged / failed / interrupted"], rows,
-                notes=[APART] if on else [])
+                notes=[APART] if on else [TEST])
 
 
 def seeds_view(entries: list[score.Entry], on: str | None = None) -> View:
@@ -103,7 +107,7 @@ def seeds_view(entries: list[score.Entry], on: str | None = None) -> View:
             continue
         tta = score.over_seeds([score.time_to_target(r) for r in e.seeds])
         ci = tta.ci95
-        test = [] if on else [_fmt("test_accuracy", _median_test(e.seeds))]
+        test = [] if on else [_test(e.seeds, _median_test(e.seeds))]
         again = sum(1 for r in e.seeds if r.get("details", {}).get("resumed"))
         rows.append([e.workload, e.submission, e.backend,
                      str(tta.n) + (f" ({again} resumed)" if again else ""),
@@ -111,12 +115,12 @@ def seeds_view(entries: list[score.Entry], on: str | None = None) -> View:
                      _fmt("time_to_accuracy", tta.olympic_mean),
                      "—" if ci is None else f"{_fmt('time_to_accuracy', ci[0])} – "
                                             f"{_fmt('time_to_accuracy', ci[1])}", *test])
-    tail = "" if on else " and median test accuracy"
+    tail = "" if on else " and median test quality"
     return View(f"seeds{_on(on)}: time to accuracy over seeds (median, MLPerf olympic mean, "
                 f"bootstrap 95% interval of the median; a miss counts as ∞){tail}",
                 ["workload", "submission", "backend", "seeds", "median", "olympic mean",
-                 "95% interval", *([] if on else ["test acc"])], rows,
-                notes=([APART] if on else []) + explorations_notes(entries)
+                 "95% interval", *([] if on else ["test"])], rows,
+                notes=([APART] if on else [TEST]) + explorations_notes(entries)
                 + resumed_notes(entries))
 
 
@@ -147,7 +151,13 @@ def explorations_notes(entries: list[score.Entry]) -> list[str]:
 
 
 def _median_test(runs: list[dict[str, Any]]) -> float | None:
-    return score.over_seeds([r["figures"].get("test_accuracy", math.nan) for r in runs]).median
+    return score.over_seeds([r["figures"].get(score.test_name(r), math.nan)
+                             for r in runs]).median
+
+
+def _test(runs: list[dict[str, Any]], value: float | None) -> str:
+    """A test-quality cell, formatted by the runs' own figure (accuracy, or nats)."""
+    return _fmt(score.test_name(runs[0]) if runs else "test_accuracy", value)
 
 
 def accuracy_view(entries: list[score.Entry]) -> View:
@@ -159,14 +169,14 @@ def accuracy_view(entries: list[score.Entry]) -> View:
             continue
         epochs = score.over_seeds([score.to_target(r, "epochs") for r in e.seeds])
         rows.append([e.workload, e.submission, e.backend, str(len(e.seeds)),
-                     _fmt("test_accuracy", _median_test(e.seeds)), _fmt("epochs", epochs.median),
-                     str(len(e.studies)), _fmt("test_accuracy", e.test_accuracy())])
-    return View("accuracy over every machine: test accuracy and epochs to the target over seeds, "
-                "test accuracy at target of each study's fastest trial (comparable on any "
+                     _test(e.seeds, _median_test(e.seeds)), _fmt("epochs", epochs.median),
+                     str(len(e.studies)), _test(e.trials, e.test_quality())])
+    return View("accuracy over every machine: test quality and epochs to the target over seeds, "
+                "test quality at target of each study's fastest trial (comparable on any "
                 "machine: pooled)",
-                ["workload", "submission", "backend", "seeds", "test acc", "epochs to target",
-                 "studies", "test acc at target"], rows,
-                notes=[POOLED])
+                ["workload", "submission", "backend", "seeds", "test", "epochs to target",
+                 "studies", "test at target"], rows,
+                notes=[POOLED, TEST])
 
 
 def profile_view(entries: list[score.Entry], on: str | None = None) -> View | None:

@@ -146,7 +146,7 @@ def test_the_score_is_the_median_over_studies_of_each_studys_fastest_trial():
     assert sorted(entry.study_scores()) == [3.0, 7.0, math.inf]
     assert entry.score == 7.0  # a study that missed counts as infinity, not dropped
     assert entry.tuning_cost == 70.0  # every trial's wall time, failed ones included
-    assert entry.test_accuracy() == pytest.approx(0.9)  # median of 0.95 and 0.85
+    assert entry.test_quality() == pytest.approx(0.9)  # median of 0.95 and 0.85
     assert entry.counts() == {"succeeded": 4, "diverged": 1, "missed": 1, "failed": 1}
     assert [r["id"] for r in entry.seeds] == [8]
 
