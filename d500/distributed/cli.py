@@ -180,8 +180,9 @@ def _checked(args: Any, world: int) -> tuple[Any, Any, Any]:
     backends.get(args.backend)
     preflight(workload, global_recipe, args.backend, args.data)
     if spec.native and args.backend != "torch":
-        raise UsageError(f"{entry.path}: the ddp baseline is torch DistributedDataParallel: "
-                         f"run it with --backend torch, not {args.backend}")
+        raise UsageError(f"{entry.path}: the {spec.scheme} baseline is torch's own "
+                         f"({spec.scheme.upper()}): run it with --backend torch, not "
+                         f"{args.backend}")
     return workload, entry, spec
 
 

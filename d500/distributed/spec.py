@@ -14,10 +14,11 @@ world splits into parallel dimensions.
       micro_batches: 4             # pipeline > 1: micro-batches per step (distributed.pipeline)
       schedule: 1f1b               #   and their order: gpipe | 1f1b
 
-`ddp` is torch's DistributedDataParallel (gloo), the native baseline: it takes no compression
-and runs on the torch backend only. The scheme is the data dimension's; `shard` (ZeRO: optimizer
-state, then gradients sharded over the data ranks) goes with `sync` only, as the schemes that
-move whole models (ps, async_ps, ssp, dpsgd, local_sgd) and ddp have nothing to shard.
+`ddp` is torch's DistributedDataParallel (gloo), the native baseline, and `fsdp` torch's FSDP2
+(fully_shard), the sharded one: they take no compression and run on the torch backend only.
+The scheme is the data dimension's; `shard` (ZeRO: optimizer state, then gradients, then
+parameters sharded over the data ranks) goes with `sync` only, as the schemes that move whole
+models (ps, async_ps, ssp, dpsgd, local_sgd) and the native baselines have nothing to shard.
 A pipeline (> 1 stages) composes with the data dimension through sync's allreduce of each
 stage's gradients (no shard, no compression). zero3 (parameters sharded too) runs on torch only.
 Tensor parallelism (> 1, d500.distributed.tensor) composes with the
@@ -34,6 +35,7 @@ from typing import Any
 from d500.errors import ConfigError, UsageError
 
 NATIVE = "ddp"  # torch DistributedDataParallel, d500.distributed.ddp
+FSDP = "fsdp"  # torch FSDP2 (fully_shard), d500.distributed.fsdp: the sharded native baseline
 DEFAULT_BUCKET_MB = 25.0
 KEYS = ("scheme", "options", "compression", "bucket_mb", "data", "pipeline", "tensor", "shard",
         "micro_batches", "schedule")
@@ -65,7 +67,7 @@ class Spec:
 
     @property
     def native(self) -> bool:
-        return self.scheme == NATIVE
+        return self.scheme in (NATIVE, FSDP)
 
     @property
     def comm_precision(self) -> str:
@@ -107,7 +109,7 @@ def data_ranks(world: int, logged: dict[str, Any]) -> int:
 def known_schemes() -> list[str]:
     """d500's schemes and the native baseline."""
     from d500.distributed.schemes import SCHEMES
-    return [*SCHEMES, NATIVE]
+    return [*SCHEMES, NATIVE, FSDP]
 
 
 def parse(mapping: dict[str, Any] | None, path: str | Path) -> Spec:
@@ -139,9 +141,10 @@ def parse(mapping: dict[str, Any] | None, path: str | Path) -> Spec:
                           f"'name' (a compressor) and its parameters")
     params = {k: v for k, v in compression.items() if k != "name"}
     name = compression["name"]
-    if scheme == NATIVE and name != "none":
-        raise ConfigError(f"{where}: field 'distributed.compression': the ddp baseline runs "
-                          f"torch's own allreduce uncompressed; compress with a d500 scheme")
+    if scheme in (NATIVE, FSDP) and name != "none":
+        raise ConfigError(f"{where}: field 'distributed.compression': the {scheme} baseline "
+                          f"runs torch's own collectives uncompressed; compress with a d500 "
+                          f"scheme")
     from d500.distributed import compression as compressors
     compressors.make(name, params, where=f"{where}: field 'distributed.compression'")
     mb = mapping.get("bucket_mb", DEFAULT_BUCKET_MB)

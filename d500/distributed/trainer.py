@@ -92,8 +92,10 @@ def build(job: Job, seed: int) -> tuple[Any, Any, Any]:
     trainer = exe.trainer(recipe.optimizer(job.backend), loss="loss", native=recipe.native)
     if spec.native:
         from d500.distributed.ddp import DDPScheme
-        return trainer, DDPScheme(trainer, comm, bucket_bytes=spec.bucket_bytes,
-                                  timeout=job.limit, **spec.options), None
+        from d500.distributed.fsdp import FSDPScheme
+        native = FSDPScheme if spec.scheme == "fsdp" else DDPScheme
+        return trainer, native(trainer, comm, bucket_bytes=spec.bucket_bytes,
+                               timeout=job.limit, **spec.options), None
     from d500.distributed import schemes
     from d500.distributed.grid import Grid
     # the scheme runs over the data dimension (the world while pipeline = tensor = 1: no split)
