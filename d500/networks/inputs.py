@@ -7,9 +7,11 @@ samples up, e.g. in batch normalisation, which one sample cannot), every other o
 (net check) or a workload's `batch_size` (net bench) overrides them.
 
 Values: float inputs are standard normal; integer inputs consumed as class labels by
-SoftmaxCrossEntropyLoss / NegativeLogLikelihoodLoss are uniform in [0, classes); other integer
-inputs are uniform in [0, `INT_HIGH`); booleans are fair coin flips. All come from
-`numpy.random.default_rng(seed)`, drawn in graph-input order, so every backend sees the same.
+SoftmaxCrossEntropyLoss / NegativeLogLikelihoodLoss (directly or through a Reshape) are uniform in
+[0, classes), those indexing an initializer's rows by Gather (token ids into an embedding) uniform
+in [0, rows); other integer inputs are uniform in [0, `INT_HIGH`); booleans are fair coin flips.
+All come from `numpy.random.default_rng(seed)`, drawn in graph-input order, so every backend sees
+the same.
 """
 
 from __future__ import annotations
@@ -105,12 +107,17 @@ def label_classes(model: onnx.ModelProto) -> dict[str, int]:
     for value in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
         dims = value.type.tensor_type.shape.dim
         shapes[value.name] = [d.dim_value if d.HasField("dim_value") else None for d in dims]
+    reshaped = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Reshape"}
+    rows = {t.name: t.dims[0] for t in model.graph.initializer if t.dims}
     out = {}
     for node in model.graph.node:
         if node.op_type in _LABEL_OPS and len(node.input) >= 2:
             scores = shapes.get(node.input[0], [])
-            if len(scores) >= 2 and scores[1]:
-                out[node.input[1]] = int(scores[1])
+            if len(scores) >= 2 and scores[1]:  # labels, also as reshaped for the loss
+                out[reshaped.get(node.input[1], node.input[1])] = int(scores[1])
+        if (node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in rows
+                and not any(a.name == "axis" and a.i for a in node.attribute)):
+            out[node.input[1]] = int(rows[node.input[0]])  # token ids into an embedding
     return out
 
 

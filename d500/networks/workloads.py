@@ -4,9 +4,12 @@ names (an ONNX file in the project, a network shipped inside the onnx package, o
     model:                      # exactly one of onnx_package / file / builder
       onnx_package: light_resnet50.onnx   # onnx/backend/test/data/light/ of the installed onnx
       file: models/my.onnx                # relative to the YAML file, inside the project
-      builder: resnet20                   # d500.builders: mlp | lenet5 | resnet20
+      builder: resnet20                   # d500.builders: mlp | lenet5 | resnet20 | transformer
       input_shape: [3, 32, 32]            # builder only (C, H, W)
       classes: 10                         # builder only
+      context: 64                         # transformer only: tokens per window (its input is
+      vocab: 1024                         #   int64 [batch, context]), vocabulary, and the
+      layers: 2                           #   builder's options (layers, width, heads, tied)
       seed: 0                             # builder / random_weights: weight initialisation
       random_weights: true                # file / onnx_package: in-graph constant weights made
                                           # seeded random initializers (d500.networks.weights)
@@ -43,7 +46,7 @@ MEASURED = ("translate_time", "first_call_time", "compile_time", "latency", "thr
 MODEL = {
     "onnx_package": Field(str, help="a model file inside onnx/backend/test/data/light/"),
     "file": Field("path", help="an ONNX file, relative to the workload file"),
-    "builder": Field(str, help="a d500 builder: mlp, lenet5, resnet20"),
+    "builder": Field(str, help="a d500 builder: mlp, lenet5, resnet20, transformer"),
     "input_shape": Field(list, items=int, help="builder: (C, H, W)"),
     "classes": Field(int, help="builder: number of classes (default 10)"),
     "seed": Field(int, help="builder, random_weights: seed of the weights (default 0)"),
@@ -51,7 +54,14 @@ MODEL = {
                             help="file/onnx_package: replace in-graph constant weights by seeded "
                                  "random initializers"),
     "loss": Field(str, help="file/onnx_package: the scalar output training steps differentiate"),
+    "context": Field(int, help="transformer: tokens per window"),
+    "vocab": Field(int, help="transformer: vocabulary size"),
+    "layers": Field(int, help="transformer: layers"),
+    "width": Field(int, help="transformer: width"),
+    "heads": Field(int, help="transformer: attention heads"),
+    "tied": Field(bool, help="transformer: output projection tied to the token embedding"),
 }
+LM_FIELDS = ("context", "vocab", "layers", "width", "heads", "tied")
 
 SCHEMA = {
     **COMMON,
@@ -87,6 +97,8 @@ class Workload:
 
     def model_label(self) -> str:
         m = self.model
+        if _language(m):
+            return f"builder {m['builder']} (context {m['context']}, vocab {m['vocab']})"
         if m.get("builder"):
             return f"builder {m['builder']} {tuple(m['input_shape'])}"
         source = (f"onnx package {m['onnx_package']}" if m.get("onnx_package")
@@ -98,6 +110,12 @@ class Workload:
         """The model (with its loss for `loss=True`) and a file holding it (a builder's model is
         written once under the cache, so the ledger can hash it)."""
         m = self.model
+        if _language(m):
+            from d500 import builders
+            options = {k: m[k] for k in LM_FIELDS[2:] if m.get(k) is not None}
+            proto = builders.build_lm(m["builder"], m["context"], m["vocab"], m["seed"],
+                                      loss=loss, **options)
+            return proto, cached_model(proto, m["builder"])
         if m.get("builder"):
             from d500 import builders
             proto = builders.build(m["builder"], tuple(m["input_shape"]), m["classes"],
@@ -112,6 +130,12 @@ class Workload:
             proto, _ = randomize(proto, m["seed"])
             return proto, cached_model(proto, f"{path.stem}-random{m['seed']}")
         return proto, path
+
+
+def _language(m: dict[str, Any]) -> bool:
+    """Whether the model fields name a language-model builder (d500.builders.LANGUAGE)."""
+    from d500.builders import LANGUAGE
+    return m.get("builder") in LANGUAGE
 
 
 def cached_model(proto: onnx.ModelProto, stem: str) -> Path:
@@ -151,7 +175,14 @@ def load(path: str | Path) -> Workload:
     data = _workload.load(path, SCHEMA)
     _workload.check_level(data, path, LEVEL, "a network workload")
     m = data["model"]
-    if _workload.model_source(m, path, ("onnx_package", "file", "builder")) == "builder":
+    source = _workload.model_source(m, path, ("onnx_package", "file", "builder"))
+    if source == "builder" and _language(m):
+        _check_language(m, path)
+    elif source == "builder":
+        for key in LM_FIELDS:
+            if m.get(key) is not None:
+                raise ConfigError(f"{path}: field 'model.{key}' only applies to a "
+                                  f"language-model builder (transformer)")
         shape = m.get("input_shape") or [1, 28, 28]
         if len(shape) != 3 or any(d < 1 for d in shape):
             raise ConfigError(f"{path}: field 'model.input_shape' must be [C, H, W] with "
@@ -168,7 +199,7 @@ def load(path: str | Path) -> Workload:
             raise ConfigError(f"{path}: field 'model.random_weights' is for file and "
                               f"onnx_package models; a builder's weights are random already")
     else:
-        for key in ("input_shape", "classes"):
+        for key in ("input_shape", "classes", *LM_FIELDS):
             if m.get(key) is not None:
                 raise ConfigError(f"{path}: field 'model.{key}' only applies to model.builder")
         if m.get("seed") is not None and not m.get("random_weights"):
@@ -205,3 +236,16 @@ def find(name_or_path: str) -> Path:
 
 def all_files() -> list[Path]:
     return sorted(FOLDER.glob("*.yaml"))
+
+
+def _check_language(m: dict[str, Any], path: Path) -> None:
+    """A language-model builder's fields: context and vocab given, no image fields."""
+    for key in ("input_shape", "classes"):
+        if m.get(key) is not None:
+            raise ConfigError(f"{path}: field 'model.{key}' is for image builders; "
+                              f"{m['builder']} takes model.context and model.vocab")
+    for key in ("context", "vocab"):
+        if m.get(key) is None or m[key] < (2 if key == "vocab" else 1):
+            raise ConfigError(f"{path}: field 'model.{key}' is required for builder "
+                              f"{m['builder']} (a positive integer)")
+    m["seed"] = 0 if m.get("seed") is None else m["seed"]
