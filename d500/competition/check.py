@@ -73,6 +73,7 @@ class Report:
     not_checked: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # warnings: problems only under --strict
     not_scored: list[str] = field(default_factory=list)  # explorations: listed, not a problem
+    scoring: list[dict[str, Any]] = field(default_factory=list)  # d500.competition.scoring
     runs: int = 0
     studies: int = 0
     seeds: int = 0  # seed runs (runs outside any study) at levels 2 and 3
@@ -133,9 +134,11 @@ def check(pkg: Any, rules_dir: Path | None = None, trusted: Sequence[str] = ()) 
     ctx = Context(pkg, sorted(runs, key=lambda r: r.origin_id), studies, rules_dir, trusted)
     report = Report(runs=len(runs), studies=len(studies),
                     seeds=sum(1 for r in runs if is_seed_run(r)))
+    from d500.competition import scoring
     from d500.competition.identity import check_identity
     for step in (check_integrity, check_rules, check_completeness, check_logs,
-                 check_consistency, check_restarts, check_convergence, check_identity):
+                 check_consistency, check_restarts, check_convergence, check_identity,
+                 scoring.check):
         step(ctx, report)
     return report
 

@@ -89,4 +89,4 @@ def as_json(pkg: Any, report: Any) -> dict[str, Any]:
             "checked": report.checked,
             "not_checked": report.not_checked, "not_scored": report.not_scored,
             "runs": report.runs, "studies": report.studies,
-            "seed_runs": report.seeds}
+            "seed_runs": report.seeds, "scoring": report.scoring}

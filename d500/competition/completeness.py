@@ -81,7 +81,7 @@ class Requirement:
     """What a training workload asks of each entry: seeds, and studies of so many trials (none
     for a workload without `tuning:`: level 3)."""
 
-    seeds: int
+    seeds: int  # every seed to run: M (`seed_runs:`, else `seeds:`)
     studies: int
     trials: int
     tuning_seed: int = 0
@@ -105,7 +105,7 @@ def requirement(text: bytes, where: str, folder: Path | None = None) -> Requirem
         path = folder / where
     loader = level3.load if mapping(text, path).get("level") == 3 else level2.load
     loaded = loader(path, text=text)
-    return Requirement(loaded.seeds, loaded.studies, loaded.trials, loaded.tuning_seed)
+    return Requirement(loaded.seed_runs, loaded.studies, loaded.trials, loaded.tuning_seed)
 
 
 def seed_problems(runs: list[Any], required: list[int]) -> list[str]:

@@ -25,6 +25,17 @@ tested against it all the same (smaller batches take more steps per epoch, so it
 need fewer epochs): when flagged, the line says a reference at its batch size is missing, as
 MLPerf's checker does ("Missing RCP, please submit RCP with BS = ...").
 
+**Scaled to the reference (MLPerf's RCP normalization).** A result that converges in fewer
+epochs than the reference gains nothing from it: its score (time to accuracy over its scored seed
+runs) is multiplied by rcp_scale's factor, the reference's mean over the result's mean epochs to
+target, both olympic means (MLPerf drops the top and bottom of each), when that is above 1; a
+result at or above the reference's mean keeps factor 1. MLPerf Training's rules
+(training_policies, training_rules.adoc, "Reference Convergence Points"): "Accepted submissions
+with mean epochs lower than RCP mean (faster) but within the acceptable speedup range are
+normalized to (potentially interpolated) RCP mean epochs for fairness. New normalized score =
+Submission-olympic-score * (RCP-mean / olympic-submission-epochs)". A result that check_epochs
+flags (implausibly fast: refused by `d500 check`) is scaled all the same where it is shown.
+
 **Test far below validation.** A run's validation and test accuracies (the figures
 `val_accuracy` and `final_test_accuracy`, both from its last evaluation; for a succeeded run
 that is the evaluation that met the target, so `test_accuracy` is the same number) are the
@@ -201,6 +212,43 @@ def check_epochs(reference: Reference | None, values: Sequence[float], *,
         text += (f" (at batch {batch_size}, below the reference's {reference.batch_size}: a "
                  f"reference at batch {batch_size} is missing)")
     return Verdict(FLAGGED, text, test, mean, p)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """RCP normalization of one result: its score is multiplied by `factor` (>= 1); `reason`
+    one line; the two olympic means when they were compared."""
+
+    factor: float
+    reason: str
+    reference_mean: float | None = None
+    result_mean: float | None = None
+
+
+def rcp_scale(reference: Reference | None, values: Sequence[float], *,
+              precision: str = "fp32", verdict: Verdict | None = None) -> Scale:
+    """The factor a result's score is multiplied by: RCP olympic mean / the result's olympic mean
+    epochs (or steps) to target when that is above 1, else 1. `values`: the scored runs' figures
+    (a miss is ∞); `verdict`: its check_epochs verdict, named in the reason."""
+    from d500.metrics import aggregate
+    if reference is None or reference.precision != precision:
+        return Scale(1.0, "no reference convergence for it: not scaled")
+    what = f"{reference.metric} to target"
+    vals = [math.inf if v is None else float(v) for v in values]
+    mean = aggregate(vals, "olympic_mean")
+    ref_mean = float(aggregate(list(reference.samples), "olympic_mean") or 0.0)
+    if mean is None or not math.isfinite(mean) or mean <= 0:
+        return Scale(1.0, f"{what}: its olympic mean is {mean}: not scaled (a miss is already "
+                          f"∞)", ref_mean, mean)
+    if mean >= ref_mean:
+        return Scale(1.0, f"{what}: olympic mean {mean:.4g} at or above the reference's "
+                          f"{ref_mean:.4g}: not scaled", ref_mean, mean)
+    factor = ref_mean / mean
+    how = ("accepted by the convergence check" if verdict is None or not verdict.flagged
+           else "flagged as implausibly fast by the convergence check")
+    return Scale(factor, f"{what}: olympic mean {mean:.4g} below the reference's {ref_mean:.4g} "
+                         f"({how}): score x {factor:.4g} = reference / its mean (MLPerf's RCP "
+                         f"normalization)", ref_mean, mean)
 
 
 def check_gap(figures: Mapping[str, Any], validation: int | None, test: int | None, *,

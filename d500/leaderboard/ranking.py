@@ -371,12 +371,14 @@ def forced(entry: Entry) -> bool:
 def _scored(level: int | None, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The runs a board aggregates: every one, except at the training levels (2, 3), where only
     the runs of the seeds the rules require score (d500.training.seeds; explorations are listed,
-    never aggregated) and a required seed only interrupted counts as a miss."""
+    never aggregated), a required seed only interrupted counts as a miss, and time to accuracy
+    is scaled by MLPerf's RCP normalization (d500.training.score.scaled)."""
     if level not in (2, 3):
         return runs
+    from d500.training.score import scaled
     from d500.training.seeds import split
-    return [{**r, "status": "missed"} if r["status"] == "interrupted" else r
-            for r in split(runs)[0]]
+    return scaled([{**r, "status": "missed"} if r["status"] == "interrupted" else r
+                   for r in split(runs)[0]])
 
 
 def _values(runs: list[dict[str, Any]], metric: Metric) -> list[float]:

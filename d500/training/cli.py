@@ -135,13 +135,13 @@ def choose_seeds(ledger: Any, workload: Any, entry: Any, args: Any, world: int =
             raise UsageError(f"seed {args.seed} was already used by run {used[args.seed]} of "
                              f"this entry; pass --repeat to measure it again")
         return [args.seed]
-    if args.seeds is not None and not 1 <= args.seeds <= workload.seeds:
-        raise UsageError(f"--seeds must be 1 to {workload.seeds}: workload "
-                         f"'{workload.name}' requires {workload.seeds} seed run(s), and a run "
+    if args.seeds is not None and not 1 <= args.seeds <= workload.seed_runs:
+        raise UsageError(f"--seeds must be 1 to {workload.seed_runs}: workload "
+                         f"'{workload.name}' requires {workload.seed_runs} seed run(s), and a run "
                          f"with another seed (--seed S) is an exploration, never scored")
     ended = {r["seed"] for r in runs if r["status"] in ENDED}
     todo = [s for s in required(workload.level, workload.name, entry.name, args.backend,
-                                workload.seeds, world) if s not in ended]
+                                workload.seed_runs, world) if s not in ended]
     return todo[:args.seeds] if args.seeds is not None else todo
 
 
@@ -154,7 +154,7 @@ def note(workload: Any, entry: Any, backend: str, seed_: int, world: int = 1) ->
 def done_line(workload: Any, args: Any) -> None:
     """The line of a `d500 train` with nothing left to run, on stderr."""
     import sys
-    print(f"{workload.name}: every one of its {workload.seeds} required seed run(s) on "
+    print(f"{workload.name}: every one of its {workload.seed_runs} required seed run(s) on "
           f"{args.backend} already ran to an end; `--seed S` runs an exploration (never "
           "scored)", file=sys.stderr)
 
@@ -163,4 +163,4 @@ def exploration(workload: Any, entry: Any, backend: str, seed_: int, world: int 
     """Whether a seed run is an exploration (its seed not one the rules require: not scored)."""
     from d500.training.seeds import required
     return seed_ not in required(workload.level, workload.name, entry.name, backend,
-                                 workload.seeds, world)
+                                 workload.seed_runs, world)

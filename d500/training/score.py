@@ -67,6 +67,8 @@ class Entry:
     studies: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # id -> trial runs
     seeds: list[dict[str, Any]] = field(default_factory=list)  # the required seeds' runs
     explorations: list[dict[str, Any]] = field(default_factory=list)  # other seed runs
+    unscored: list[dict[str, Any]] = field(default_factory=list)  # run, outside the M > N window
+    choice: seeds.Choice | None = None  # the M > N window that scores (None: M = N)
     reproduction: bool = False  # `d500 reproduce` runs: shown beside their package, unranked
     name: str = ""  # the submission's own name (`submission` is its label on the boards)
 
@@ -99,6 +101,10 @@ class Entry:
         values = [v for v in values if v is not None]
         return float(statistics.median(values)) if values else None
 
+    def rcp(self) -> Any:
+        """The RCP normalization of its scored seed runs (rcp_of)."""
+        return rcp_of(self.seeds)
+
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for r in self.trials:
@@ -126,10 +132,46 @@ def entries(runs: Iterable[dict[str, Any]]) -> list[Entry]:
         elif in_budget(r):
             entry.studies.setdefault(study, []).append(r)
     for key, seed_runs in outside.items():
-        found[key].seeds, found[key].explorations = seeds.split(seed_runs)
+        out = seeds.sort_out(seed_runs)
+        found[key].seeds, found[key].explorations = out.scored, out.explorations
+        found[key].unscored, found[key].choice = out.unscored, out.choice
     # a package's rows and their reproductions side by side, per backend
     return sorted(found.values(), key=lambda e: (e.workload, e.name, e.backend,
                                                  e.reproduction, e.submission))
+
+
+def rcp_of(scored: list[dict[str, Any]]) -> Any:
+    """The RCP normalization (d500.competition.convergence.Scale) of one result's scored seed
+    runs, against the reference convergence its recorded workload holds: factor 1 without one."""
+    from d500.competition import convergence
+    from d500.errors import D500Error
+    from d500.training.precision import precision_of
+    if not scored:
+        return convergence.Scale(1.0, "no scored seed runs: not scaled")
+    first = scored[0]
+    try:
+        ref = convergence.read(first.get("workload_text") or "",
+                               first.get("workload_file") or "workload.yaml").reference
+    except D500Error as err:
+        return convergence.Scale(1.0, f"its reference convergence is unreadable ({err}): "
+                                      f"not scaled")
+    low = precision_of(first)
+    metric = ref.metric if ref is not None else "epochs"
+    done = [to_target(r, metric) for r in scored if r["status"] == "succeeded"]
+    verdict = convergence.check_epochs(ref, done, precision=low)
+    return convergence.rcp_scale(ref, [to_target(r, metric) for r in scored], precision=low,
+                                 verdict=verdict)
+
+
+def scaled(scored: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The scored seed runs with their time to accuracy multiplied by rcp_of's factor (copies;
+    the ledger's rows are untouched)."""
+    factor = rcp_of(scored).factor
+    if factor == 1.0:
+        return scored
+    return [{**r, "figures": {**r["figures"], "time_to_accuracy":
+                              r["figures"]["time_to_accuracy"] * factor}}
+            if r["figures"].get("time_to_accuracy") is not None else r for r in scored]
 
 
 def in_budget(run: dict[str, Any]) -> bool:

@@ -1,24 +1,29 @@
 """The seeds the rules choose (never the sender): a result's required seed runs, derived from the
 workload, the entry, the backend (and, at level 3, the world size), and which recorded runs score.
 
-    required(2, "digits-mlp", "sgd-momentum", "torch", 3)     # the 3 seeds that score, in order
-    count(workload_text, workload_file)                       # the workload's `seeds:` (None: bad)
+    required(2, "digits-mlp", "sgd-momentum", "torch", 3)     # the 3 seeds to run, in order
+    count(workload_text, workload_file)                       # M: `seed_runs:` else `seeds:`
+    scoring(workload_text, workload_file)                     # N: its `seeds:` (None: bad)
     tuning_trials(workload_text, workload_file)               # its `tuning: trials` (None: none)
     scored, explorations = split(seed_runs)                   # ledger rows of one result
 
 Only the required seeds score. A seed run with any other seed (`d500 train --seed S`) is an
 exploration: listed, never scored. A required seed whose only runs were interrupted counts as a
-miss (∞) until it is re-run to completion; a run still running counts for nothing yet.
+miss (∞) until it is re-run to completion; a run still running counts for nothing yet. A workload
+with `seed_runs: M` (> its `seeds: N`) requires M seeds, of which the N consecutive by launch time
+closest to their median score (d500.training.window); the other M − N are listed as run, unscored.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from d500.training.tuning import DONE as ENDED  # a seed run's final statuses (it counts)
 from d500.training.tuning import seed_of
+from d500.training.window import Choice, choose
 
 
 def required(level: int, workload: str, entry: str, backend: str, n: int, world: int = 1
@@ -30,8 +35,13 @@ def required(level: int, workload: str, entry: str, backend: str, n: int, world:
 
 
 def count(text: str | None, path: str | None = None) -> int | None:
-    """The number of seed runs a recorded workload text requires (the schema's default when
-    absent); None when there is no text or it cannot be read."""
+    """The number of seed runs a recorded workload text requires, M (its `seed_runs:`, else its
+    `seeds:`, else the schema's default); None when there is no text or it cannot be read."""
+    return _rules(text, path or "workload.yaml")[2] if text is not None else None
+
+
+def scoring(text: str | None, path: str | None = None) -> int | None:
+    """The number of seed runs that score, N (the workload's `seeds:`); None: unreadable."""
     return _rules(text, path or "workload.yaml")[0] if text is not None else None
 
 
@@ -41,10 +51,10 @@ def tuning_trials(text: str | None, path: str | None = None) -> int | None:
 
 
 @functools.lru_cache(maxsize=256)
-def _rules(text: str, path: str) -> tuple[int | None, int | None]:
-    """(seeds, trials per study) of a workload text, as its level's loader reads them; a text
-    the loader refuses (a rules file of another version, a test's sketch) by its own `seeds:`
-    and `tuning:` fields, the level-2 schema's defaults when absent."""
+def _rules(text: str, path: str) -> tuple[int | None, int | None, int | None]:
+    """(seeds, trials per study, seed runs) of a workload text, as its level's loader reads
+    them; a text the loader refuses (a rules file of another version, a test's sketch) by its
+    own `seeds:`, `tuning:` and `seed_runs:` fields, the level-2 schema's defaults when absent."""
     from d500.distributed import workloads as level3
     from d500.errors import D500Error
     from d500.training import workloads as level2
@@ -52,17 +62,20 @@ def _rules(text: str, path: str) -> tuple[int | None, int | None]:
     try:
         raw = mapping(text.encode(), path)
     except D500Error:
-        return None, None
+        return None, None, None
     try:
         loaded = (level3.load if raw.get("level") == 3 else level2.load)(path, text=text)
-        return loaded.seeds, (loaded.trials if loaded.tuned else None)
+        return loaded.seeds, (loaded.trials if loaded.tuned else None), loaded.seed_runs
     except D500Error:
         pass
     seeds = raw.get("seeds", level2.SCHEMA["seeds"].default)
     tuning = raw.get("tuning", level2.SCHEMA["tuning"].default)
     trials = tuning.get("trials", level2.SCHEMA["tuning"].default["trials"]) \
         if isinstance(tuning, dict) and raw.get("level") != 3 else None
-    return (seeds if _positive(seeds) else None), (trials if _positive(trials) else None)
+    seeds = seeds if _positive(seeds) else None
+    runs = raw.get("seed_runs", seeds)
+    runs = runs if _positive(runs) and seeds and runs >= seeds else seeds
+    return seeds, (trials if _positive(trials) else None), runs
 
 
 def _positive(value: Any) -> bool:
@@ -80,11 +93,28 @@ def required_of(run: dict[str, Any]) -> list[int]:
                     run.get("world_size") or 1)
 
 
+@dataclass
+class Sorted:
+    """A result's seed runs sorted out: those that score, those run and not scored (the M − N
+    outside the window), the explorations, and the window's Choice (None when M = N)."""
+
+    scored: list[dict[str, Any]] = field(default_factory=list)
+    unscored: list[dict[str, Any]] = field(default_factory=list)
+    explorations: list[dict[str, Any]] = field(default_factory=list)
+    choice: Choice | None = None
+
+
 def split(runs: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Seed runs (outside any study) split into those that score and the explorations: per
-    required seed its ended runs, else its last interrupted one (a miss); running runs of a
-    required seed are neither."""
-    scored: list[dict[str, Any]] = []
+    """(the runs that score, the explorations) of sort_out."""
+    out = sort_out(runs)
+    return out.scored, out.explorations
+
+
+def sort_out(runs: Iterable[dict[str, Any]]) -> Sorted:
+    """Seed runs (outside any study) of one result sorted out: per required seed its ended runs,
+    else its last interrupted one (a miss); running runs of a required seed are neither; other
+    seeds are explorations. With M > N required, the window of N (d500.training.window) scores."""
+    counted: list[dict[str, Any]] = []
     explorations: list[dict[str, Any]] = []
     by_seed: dict[Any, list[dict[str, Any]]] = {}
     for r in runs:
@@ -95,6 +125,22 @@ def split(runs: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[di
     for same in by_seed.values():
         ended = [r for r in same if r["status"] in ENDED]
         cut = [r for r in same if r["status"] == "interrupted"]
-        scored += ended or cut[-1:]
-    scored.sort(key=lambda r: r.get("id") or 0)
-    return scored, explorations
+        counted += ended or cut[-1:]
+    counted.sort(key=lambda r: r.get("id") or 0)
+    if not counted:
+        return Sorted(explorations=explorations)
+    m = count(counted[0].get("workload_text"), counted[0].get("workload_file")) or 0
+    n = scoring(counted[0].get("workload_text"), counted[0].get("workload_file")) or m
+    if m <= n:
+        return Sorted(counted, [], explorations)
+    from d500.training.score import time_to_target
+    launched = sorted(counted, key=launch)
+    choice = choose([time_to_target(r) for r in launched], n, m)
+    kept = [r for i, r in enumerate(launched) if choice.picks(i)]
+    rest = [r for i, r in enumerate(launched) if not choice.picks(i)]
+    return Sorted(sorted(kept, key=lambda r: r.get("id") or 0), rest, explorations, choice)
+
+
+def launch(run: dict[str, Any]) -> tuple[float, int]:
+    """A run's place in launch order: its sealed start time, then its ledger id."""
+    return (float(run.get("started_unix") or 0.0), int(run.get("id") or 0))

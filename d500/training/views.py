@@ -99,28 +99,42 @@ def tuning_view(entries: list[score.Entry], on: str | None = None) -> View:
 
 
 def seeds_view(entries: list[score.Entry], on: str | None = None) -> View:
-    """Time to accuracy over each entry's seed runs (and, unless `on` one machine, their median
-    test accuracy)."""
-    rows = []
+    """Time to accuracy over each entry's scored seed runs (the M > N window where the workload
+    allows more runs than score; d500.training.window), scaled by MLPerf's RCP normalization
+    (d500.competition.convergence.rcp_scale), and, unless `on` one machine, their median test
+    accuracy."""
+    rows, notes = [], []
     for e in entries:
         if not e.seeds:
             continue
-        tta = score.over_seeds([score.time_to_target(r) for r in e.seeds])
+        scale = e.rcp()
+        tta = score.over_seeds([score.time_to_target(r) * scale.factor for r in e.seeds])
         ci = tta.ci95
         test = [] if on else [_test(e.seeds, _median_test(e.seeds))]
         again = sum(1 for r in e.seeds if r.get("details", {}).get("resumed"))
+        run = len(e.seeds) + len(e.unscored)
         rows.append([e.workload, e.submission, e.backend,
-                     str(tta.n) + (f" ({again} resumed)" if again else ""),
+                     str(tta.n) + (f" of {run}" if e.unscored else "")
+                     + (f" ({again} resumed)" if again else ""),
                      _fmt("time_to_accuracy", tta.median),
                      _fmt("time_to_accuracy", tta.olympic_mean),
                      "—" if ci is None else f"{_fmt('time_to_accuracy', ci[0])} – "
-                                            f"{_fmt('time_to_accuracy', ci[1])}", *test])
+                                            f"{_fmt('time_to_accuracy', ci[1])}",
+                     f"{scale.factor:.3g}", *test])
+        name = f"{e.workload} / {e.submission} / {e.backend}"
+        if e.choice is not None:
+            notes.append(f"scored: {name}: run(s) {', '.join(str(r.get('id')) for r in e.seeds)}"
+                         f" of {run}: {e.choice.reason}; not scored: run(s) "
+                         f"{', '.join(str(r.get('id')) for r in e.unscored)}")
+        if scale.factor != 1.0 or scale.result_mean is not None:
+            notes.append(f"RCP scale: {name}: {scale.reason}")
     tail = "" if on else " and median test quality"
-    return View(f"seeds{_on(on)}: time to accuracy over seeds (median, MLPerf olympic mean, "
-                f"bootstrap 95% interval of the median; a miss counts as ∞){tail}",
+    return View(f"seeds{_on(on)}: time to accuracy over the scored seeds (median, MLPerf olympic "
+                f"mean, bootstrap 95% interval of the median; a miss counts as ∞; times "
+                f"multiplied by the RCP scale){tail}",
                 ["workload", "submission", "backend", "seeds", "median", "olympic mean",
-                 "95% interval", *([] if on else ["test"])], rows,
-                notes=([APART] if on else [TEST]) + explorations_notes(entries)
+                 "95% interval", "RCP scale", *([] if on else ["test"])], rows,
+                notes=([APART] if on else [TEST]) + notes + explorations_notes(entries)
                 + resumed_notes(entries))
 
 

@@ -10,6 +10,8 @@
     budget: {max_epochs: 30, max_seconds: 300}    # the target not met within it: missed
     tuning: {studies: 3, trials: 5, seed: 0}      # AlgoPerf-style external tuning (level 2)
     seeds: 3                                       # runs per entry for the variance figures
+    seed_runs: 6      # optional, MLPerf's M > N: 6 seed runs, the 3 consecutive closest to
+                      # their median score (d500.training.window); default: `seeds`
 
 A language-model workload reads a text corpus (d500.training.data.lm): `dataset` counts documents
 and adds `context` (tokens per window) and `vocab` (the byte-level BPE's size); its `model` is a
@@ -82,6 +84,8 @@ SCHEMA = {
                      "seed": Field(int, default=0)},
                     default={"studies": 3, "trials": 5, "seed": 0}),
     "seeds": Field(int, default=3),
+    "seed_runs": Field(int, help="MLPerf's M > N: seed runs every entry makes, of which "
+                                 "`seeds` consecutive score (default: `seeds`)"),
     "reference_convergence": Field(dict, help="d500.competition.convergence: reference runs"),
     "lowest_precision": Field(str, default="fp32", choices=PRECISIONS,
                               help="the lowest precision a recipe may train in "
@@ -114,7 +118,8 @@ class Workload:
     studies: int  # its `tuning:` (0, 0, 0 for a workload that has none: level 3)
     trials: int
     tuning_seed: int
-    seeds: int
+    seeds: int  # N: seed runs that score
+    seed_runs: int = 0  # M >= N: seed runs the rules derive and every entry makes (0: N)
     lowest_precision: str = "fp32"  # a recipe's precision may not be lower (precision.py)
 
     @property
@@ -241,6 +246,10 @@ def from_data(path: Path, data: dict[str, Any], level: int,
     tu = tu or {"studies": 0, "trials": 0, "seed": 0}
     if data["seeds"] < 1:
         raise ConfigError(f"{path}: field 'seeds' must be at least 1")
+    runs = data["seeds"] if data["seed_runs"] is None else data["seed_runs"]
+    if runs < data["seeds"]:
+        raise ConfigError(f"{path}: field 'seed_runs' ({runs}) must be at least 'seeds' "
+                          f"({data['seeds']}): the N that score are chosen among the M run")
     rank_by = _workload.check_metrics(data, path, measured, data["level"])
     if data["reference_convergence"] is not None:
         from d500.competition.convergence import parse_reference
@@ -252,5 +261,5 @@ def from_data(path: Path, data: dict[str, Any], level: int,
         every_epochs=ev.get("every_epochs"), every_steps=ev.get("every_steps"),
         target_metric=t["metric"], target=t["value"], max_epochs=bud["max_epochs"],
         max_seconds=bud["max_seconds"], studies=tu["studies"], trials=tu["trials"],
-        tuning_seed=tu["seed"], seeds=data["seeds"],
+        tuning_seed=tu["seed"], seeds=data["seeds"], seed_runs=runs,
         lowest_precision=data.get("lowest_precision") or "fp32")

@@ -1,0 +1,107 @@
+"""MLPerf's M > N seed runs (d500.training.window, d500.training.seeds.sort_out): which N
+consecutive runs by launch time score, on hand-made figures: ties, infinities, missing runs,
+M = N, and a launch order that is the ledger's, never the sender's."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from d500.training import seeds
+from d500.training.window import choose, distance
+
+INF = math.inf
+
+
+def test_m_equal_n_scores_every_run():
+    c = choose([3.0, 1.0, 2.0], 3)
+    assert (c.start, c.n, c.mean, c.median) == (0, 3, 2.0, 2.0)
+    assert "all 3 run(s) score" in c.reason
+
+
+def test_the_window_closest_to_the_median_of_the_m():
+    # median of [5, 1, 1, 9, 2, 2] is 2; window means 2.33, 3.67, 4, 4.33: the first is closest
+    c = choose([5, 1, 1, 9, 2, 2], 3)
+    assert (c.start, c.median) == (0, 2.0) and c.mean == pytest.approx(7 / 3)
+    assert [i for i in range(6) if c.picks(i)] == [0, 1, 2]
+    # not the fastest window (that would be a best-of-several): [2, 2] beats [1, 9] and [5, 1]
+    assert choose([5, 1, 9, 2, 2, 1], 2).start == 3  # median 2: window [2, 2]
+
+
+def test_ties_go_to_the_earliest_window():
+    c = choose([1, 3, 1, 3], 2)  # every window's mean is 2, the median 2
+    assert c.start == 0 and "ties: the earliest" in c.reason
+    assert choose([3, 1, 3, 1, 2, 2], 2).start == 0
+
+
+def test_a_miss_is_infinitely_slow():
+    # median of [1, inf, 2, 3] = 2.5; windows [1, inf] and [inf, 2] are infinite: [2, 3] scores
+    c = choose([1, INF, 2, 3], 2)
+    assert (c.start, c.mean, c.median) == (2, 2.5, 2.5)
+    # most runs missed: the median is infinite and so is the window that scores (a miss)
+    c = choose([INF, 1, INF, INF], 2)
+    assert c.start == 0 and math.isinf(c.mean) and math.isinf(c.median)
+    assert distance(INF, INF) == 0.0 and distance(1.0, INF) == INF
+
+
+def test_a_required_seed_never_run_is_infinite_in_the_median():
+    # 3 of M = 5 ran: the median of [1, 2, 3, inf, inf] is 3, so [2, 3] is closest, not [1, 2]
+    assert choose([1, 2, 3], 2, m=5).start == 1
+    assert choose([1, 2, 3], 2).start == 0  # the same runs with M = 3: median 2, tie -> earliest
+    with pytest.raises(ValueError):
+        choose([1.0], 0)
+
+
+TEXT = """\
+level: 2
+name: digits-mlp
+model: {builder: mlp, input_shape: [64], hidden: [32], classes: 10}
+dataset: {name: digits, train: 1197, validation: 300, test: 300, split_seed: 0}
+batch_size: {min: 8, max: 256}
+target: {metric: val_accuracy, value: 0.9}
+budget: {max_epochs: 5, max_seconds: 60}
+seeds: 2
+seed_runs: 4
+"""
+
+
+def rows(times: list[float], started: list[float]) -> list[dict]:
+    """Ledger-shaped rows of the 4 required seeds, ids 1..4, with these times and start times."""
+    req = seeds.required(2, "digits-mlp", "e", "torch", 4)
+    return [{"id": i + 1, "seed": s, "status": "succeeded" if math.isfinite(t) else "missed",
+             "figures": {} if math.isinf(t) else {"time_to_accuracy": t},
+             "started_unix": at, "level": 2, "workload": "digits-mlp", "submission": "e",
+             "backend": "torch", "workload_text": TEXT, "workload_file": "digits-mlp.yaml"}
+            for i, (s, t, at) in enumerate(zip(req, times, started))]
+
+
+def test_sort_out_scores_the_window_by_launch_time():
+    assert (seeds.count(TEXT), seeds.scoring(TEXT)) == (4, 2)
+    # launch order 1, 2, 3, 4; times 10, 1, 3, 4: median 3.5, windows 5.5, 2, 3.5 -> runs 3, 4
+    out = seeds.sort_out(rows([10, 1, 3, 4], [100, 200, 300, 400]))
+    assert [r["id"] for r in out.scored] == [3, 4] and [r["id"] for r in out.unscored] == [1, 2]
+    assert out.choice is not None and out.choice.start == 2
+    # the launch order is the start time's, not the id's: run 1 launched last -> runs 3, 4 again
+    # (order 2, 3, 4, 1: times 1, 3, 4, 10; windows 2, 3.5, 7 -> 3.5 is the median: runs 3, 4)
+    out = seeds.sort_out(rows([10, 1, 3, 4], [500, 200, 300, 400]))
+    assert [r["id"] for r in out.scored] == [3, 4]
+    # a miss counts as infinitely slow, and a run of a seed the rules did not choose never scores
+    extra = {**rows([1], [50])[0], "id": 9, "seed": 123456}
+    out = seeds.sort_out(rows([INF, 2, 3, INF], [1, 2, 3, 4]) + [extra])
+    assert [r["id"] for r in out.explorations] == [9]
+    # half of the M missed: the median is ∞, so an infinite window scores (the result is a miss,
+    # as MLPerf's "the entire result is invalid"), the earliest of the two: runs 1, 2, not 2, 3
+    assert [r["id"] for r in out.scored] == [1, 2] and math.isinf(out.choice.mean)
+    out = seeds.sort_out(rows([INF, 2, 3, 4], [1, 2, 3, 4]))  # median 3.5: [3, 4] scores
+    assert [r["id"] for r in out.scored] == [3, 4]
+
+
+def test_sort_out_with_m_equal_n_is_what_it_was():
+    text = TEXT.replace("seed_runs: 4\n", "")
+    assert (seeds.count(text), seeds.scoring(text)) == (2, 2)
+    runs = [{**r, "workload_text": text} for r in rows([10, 1], [1, 2])[:2]]
+    runs = [{**r, "seed": s} for r, s in zip(runs, seeds.required(2, "digits-mlp", "e",
+                                                                    "torch", 2))]
+    out = seeds.sort_out(runs)
+    assert [r["id"] for r in out.scored] == [1, 2] and out.choice is None and not out.unscored
