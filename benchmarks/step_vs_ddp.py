@@ -13,8 +13,10 @@ the quartiles); >= 0.952 meets the target.
     .venv/bin/python benchmarks/step_vs_ddp.py [--model lenet5|mlp|resnet20] [--batch 64]
     .venv/bin/mpiexec -n 2 .venv/bin/python benchmarks/step_vs_ddp.py
     .venv/bin/python benchmarks/step_vs_ddp.py --model mlp --scheme zero2   # zero1, ssp, ps, ...
+    .venv/bin/python benchmarks/step_vs_ddp.py --model mlp --scheme zero3 --baseline fsdp
 
---scheme zero1/zero2 is sync with ZeRO stage 1/2 (d500.distributed.schemes.zero); ssp runs with
+--scheme zero1/zero2/zero3 is sync with that ZeRO stage (d500.distributed.schemes.zero);
+--baseline fsdp times torch FSDP2 (d500.distributed.fsdp) instead of DDP; ssp runs with
 staleness 2; a parameter server's step time is its rank's, the slowest rank's per repetition.
 
 Inputs are random (seeded) batches of the model's input shape, the same every step; nothing is
@@ -38,7 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="lenet5", choices=sorted(SHAPES))
     parser.add_argument("--batch", type=int, default=64, help="samples per rank and step")
     parser.add_argument("--scheme", default="sync",
-                        help="d500's side: a scheme's name, or zero1 / zero2 (default sync)")
+                        help="d500's side: a scheme's name, or zero1..zero3 (default sync)")
+    parser.add_argument("--baseline", default="ddp", choices=("ddp", "fsdp"),
+                        help="torch's side: DistributedDataParallel or FSDP2 (default ddp)")
     parser.add_argument("--repetitions", type=int, default=15)
     parser.add_argument("--number", type=int, default=10, help="steps per timed repetition")
     args = parse_under_mpiexec(parser, argv, __file__)
@@ -67,13 +71,18 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(comm.rank)
     feeds = {"input": rng.standard_normal((args.batch, *shape)).astype(np.float32),
              "labels": rng.integers(0, 10, args.batch).astype(np.int64)}
-    if args.scheme in ("zero1", "zero2"):
+    if args.scheme in ("zero1", "zero2", "zero3"):
         from d500.distributed.schemes.zero import Zero
         sync = Zero(trainer(), comm, stage=int(args.scheme[-1]))
     else:
         sync = schemes.make(args.scheme, trainer(), comm,
                             **({"staleness": 2} if args.scheme == "ssp" else {}))
-    ddp = DDPScheme(trainer(), comm)
+    if args.baseline == "fsdp":
+        from d500.distributed.fsdp import FSDPScheme
+        ddp = FSDPScheme(trainer(), comm)
+    else:
+        ddp = DDPScheme(trainer(), comm)
+    name = args.baseline.upper()
     sync.start()
     ddp.start()
     for _ in range(5):  # warm up both (allocations, MPI and gloo connections)
@@ -101,11 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.model} {shape}, batch {args.batch} per rank, {comm.size} ranks, "
               f"torch {torch.__version__}, {torch.get_num_threads()} thread(s) per rank; "
               f"{args.repetitions} repetitions x {args.number} steps")
-        print(f"step time: d500 {args.scheme} {statistics.median(d500) * 1e3:.3f} ms, DDP "
+        print(f"step time: d500 {args.scheme} {statistics.median(d500) * 1e3:.3f} ms, {name} "
               f"{statistics.median(native) * 1e3:.3f} ms")
-        ratio = report(f"{args.model} {args.scheme} step vs DDP", d500, native,
+        ratio = report(f"{args.model} {args.scheme} step vs {name}", d500, native,
                        args.batch * comm.size)
-        print(f"d500 step time = {1 / ratio:.3f} x DDP's (target <= 1.05)")
+        print(f"d500 step time = {1 / ratio:.3f} x {name}'s (target <= 1.05)")
     return 0
 
 
