@@ -10,23 +10,15 @@ import pytest
 from d500 import backends
 from d500.builders import build
 from d500.distributed.comm import Communicator
-from d500.distributed.figures import RankStats, held_memory
+from d500.distributed.figures import held_memory
 from d500.distributed.schemes.zero import Zero, shard_bytes
 from d500.distributed.spec import parse
 from d500.errors import UsageError
 from d500.training.optimizers.registry import make as make_optimizer
+from tests.distributed.test_memory import ranks
 
 MLP = build("mlp", (1, 8, 8), 10, seed=0, loss=True)
 SPEC = parse({"scheme": "sync", "shard": "zero3"}, "e.yaml")
-
-
-def claims(*rows: tuple[float, float, float]) -> list[RankStats]:
-    out = []
-    for i, (p, g, o) in enumerate(rows):
-        r = RankStats(i, "host", 100 + i, steps=1)
-        r.scheme = {"param_bytes": p, "grad_bytes": g, "optimizer_bytes": o}
-        out.append(r)
-    return out
 
 
 def test_the_judges_blocks_cover_the_model_once_in_whole_tensors():
@@ -38,13 +30,13 @@ def test_the_judges_blocks_cover_the_model_once_in_whole_tensors():
 
 def test_a_rank_claiming_bytes_it_does_not_hold_is_not_believed():
     b0, b1 = shard_bytes(MLP, SPEC, 2).values()
-    honest = claims((b0, b0, 2 * b0), (b1, b1, 2 * b1))
+    honest = ranks((b0, b0, 2 * b0), (b1, b1, 2 * b1))
     assert held_memory(honest, b0 + b1, {0: b0, 1: b1}) == max(4 * b0, 4 * b1)
-    lean = claims((b0 // 2, b0, 2 * b0), (b1, b1, 2 * b1))  # half its block: "leaner"
+    lean = ranks((b0 // 2, b0, 2 * b0), (b1, b1, 2 * b1))  # half its block: "leaner"
     assert held_memory(lean, b0 + b1, {0: b0, 1: b1}) is None
-    whole = claims((b0 + b1, b0, 0), (b0 + b1, b1, 0))  # never freed the others' blocks
+    whole = ranks((b0 + b1, b0, 0), (b0 + b1, b1, 0))  # never freed the others' blocks
     assert held_memory(whole, b0 + b1, {0: b0, 1: b1}) is None
-    partial = claims((b0, b0 // 2, 0), (b1, b1 // 2, 0))  # gradients that do not cover B
+    partial = ranks((b0, b0 // 2, 0), (b1, b1 // 2, 0))  # gradients that do not cover B
     assert held_memory(partial, b0 + b1, {0: b0, 1: b1}) is None
 
 
