@@ -34,7 +34,10 @@ class Holding(AdamW):
 
     def update(self, ops, params, grads, state, lr, t):
         folder = os.environ.get("D500_HOLD_DIR")
-        if folder and int(t) == 1:
+        if folder and int(t) == 1 and not os.environ.get("HOLDING_WARMED"):
+            os.environ["HOLDING_WARMED"] = "1"  # this worker's first update: its warm-up's
+            # (a copy stepped on zeros before the clock, d500.training.warmup), not the trial's
+        elif folder and int(t) == 1:
             trial = len(list(Path(folder).iterdir())) + 1
             note = Path(folder) / f".{trial}"
             parent = os.getppid()
