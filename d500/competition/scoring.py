@@ -22,8 +22,13 @@ CLOCK_SLACK_S = 1.0  # a wall clock stepped back (NTP) between two launches: not
 def as_row(run: Any, text: bytes | None, rel: str) -> dict[str, Any]:
     """A packaged run as the ledger's row dict the scoring functions read (sealed fields only,
     and the workload text `d500 check` judges it by)."""
-    return {"id": run.origin_id, "status": run.status, "figures": run.figures,
-            "hyperparameters": run.hyperparameters, "details": run.details,
+    def mapping(value: Any) -> dict[str, Any]:  # a malformed field: the consistency check's
+        return value if isinstance(value, dict) else {}
+
+    figures = {k: v for k, v in mapping(run.figures).items()  # numbers only: a forged string
+               if isinstance(v, (int, float)) and not isinstance(v, bool)}  # is a miss here
+    return {"id": run.origin_id, "status": run.status, "figures": figures,
+            "hyperparameters": mapping(run.hyperparameters), "details": mapping(run.details),
             "started_unix": run.row.get("started"), "seed": run.seed, "level": run.level,
             "workload": run.workload, "submission": run.submission, "backend": run.backend,
             "world_size": world(run), "study": None,
