@@ -105,3 +105,17 @@ def test_sort_out_with_m_equal_n_is_what_it_was():
                                                                     "torch", 2))]
     out = seeds.sort_out(runs)
     assert [r["id"] for r in out.scored] == [1, 2] and out.choice is None and not out.unscored
+
+
+def test_seed_runs_below_seeds_is_one_line_naming_the_file_and_field(tmp_path):
+    from d500.errors import ConfigError
+    from d500.paths import rulebook
+    from d500.training import workloads
+    text = (rulebook() / "2-training" / "digits-mlp.yaml").read_text()
+    path = tmp_path / "digits-mlp.yaml"
+    loaded = workloads.load(path, text=text.replace("seeds: 3", "seeds: 3\nseed_runs: 5"))
+    assert (loaded.seeds, loaded.seed_runs) == (3, 5)
+    assert workloads.load(path, text=text).seed_runs == 3  # absent: M = N, as before
+    with pytest.raises(ConfigError, match=r"digits-mlp.yaml: field 'seed_runs' \(2\) must be at "
+                                          r"least 'seeds' \(3\)"):
+        workloads.load(path, text=text.replace("seeds: 3", "seeds: 3\nseed_runs: 2"))
