@@ -101,6 +101,15 @@ def _usage(table: dict[str, tuple[str, str]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """d500's entry point; output cut short by its reader (`d500 ... | head`) ends quietly."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # the reader went away: no traceback, and none at exit's flush
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("D500_DEBUG") == "1"
     argv = [a for a in argv if a != "--debug"]
@@ -128,8 +137,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         say(f"d500 {name}: interrupted")
         return 130
-    except BrokenPipeError:
-        return 0
 
 
 if __name__ == "__main__":

@@ -38,6 +38,15 @@ def test_help_is_instant_and_imports_no_framework():
     assert cpu < 1.0, cpu
 
 
+def test_output_cut_short_by_its_reader_ends_quietly():
+    """`d500 --help | head -1`: the reader closes the pipe early; no traceback, exit 0."""
+    proc = subprocess.Popen([sys.executable, "-m", "d500.cli", "--help"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before d500 writes a line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0 and err == "", err
+
+
 def test_unknown_command():
     out = d500("frobnicate")
     assert out.returncode == 2 and "frobnicate" in out.stderr
