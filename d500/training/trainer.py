@@ -222,7 +222,7 @@ class Judge:
         self.backend_cls = backend_cls
         self.trainer = backend_cls.prepare(model).trainer(make("sgd", lr=1.0), loss="loss")
         from d500.training import warmup  # its first evaluation's code paths, before the clock
-        warmup.evaluation(self.trainer.predict, model, warmup.ROWS)
+        self.trainer.predict(warmup.zeros(model, warmup.ROWS))
         self.shapes = {**self.trainer.parameter_shapes(),  # what every hand-over must match
                        **{n: tuple(np.shape(v)) for n, v in self.trainer.buffers().items()}}
 

@@ -54,7 +54,3 @@ def train_step(job: Any, backend_cls: Any, model: onnx.ModelProto) -> None:
     finally:
         checkpoint.set_rng_state(arrays, header)
 
-
-def evaluation(predict: Any, model: onnx.ModelProto, rows: int) -> None:
-    """One evaluation batch of zeros through `predict` (the judge's copy of the model)."""
-    predict(zeros(model, rows))
