@@ -86,6 +86,27 @@ def init_group(comm: Communicator, timeout: float) -> None:
                             timeout=datetime.timedelta(seconds=max(timeout, 1.0)))
 
 
+def torch_trainer(scheme: str, trainer: Any, reducer: Any, options: dict[str, Any],
+                  own_update: bool = False) -> Any:
+    """The checks every torch-native baseline makes of what it is built with: no options, no
+    compression, a torch Trainer (its training module returned), and where the baseline updates
+    its own shards with d500's optimizers (`own_update`), not a native optimizer."""
+    if options:
+        raise ConfigError(f"scheme '{scheme}' has no option '{min(options)}' (it takes none; "
+                          f"the bucket size is 'bucket_mb')")
+    if reducer is not None:
+        raise ConfigError(f"scheme '{scheme}' takes no compression")
+    module = getattr(trainer, "train_module", None)
+    import torch
+    if not isinstance(module, torch.nn.Module) or not hasattr(trainer, "params"):
+        raise UsageError(f"the {scheme} baseline runs on the torch backend only (--backend "
+                         f"torch)")
+    if own_update and getattr(trainer, "native", False):
+        raise ConfigError(f"the {scheme} baseline updates its shards with d500's optimizers: "
+                          f"use native: false")
+    return module
+
+
 class DDPScheme:
     """torch DDP as a level-3 scheme (the Scheme interface of d500.distributed.schemes)."""
 
@@ -94,15 +115,7 @@ class DDPScheme:
 
     def __init__(self, trainer: Any, comm: Communicator, *, reducer: Any = None,
                  bucket_bytes: int = 25 * 2**20, timeout: float = 60.0, **options: Any):
-        if options:
-            raise ConfigError(f"scheme 'ddp' has no option '{min(options)}' (it takes "
-                              f"none; the bucket size is 'bucket_mb')")
-        if reducer is not None:
-            raise ConfigError("scheme 'ddp' takes no compression")
-        module = getattr(trainer, "train_module", None)
-        import torch
-        if not isinstance(module, torch.nn.Module) or not hasattr(trainer, "params"):
-            raise UsageError("the ddp baseline runs on the torch backend only (--backend torch)")
+        module = torch_trainer("ddp", trainer, reducer, options)
         self.trainer, self.comm, self.module = trainer, comm, module
         self.bucket_bytes, self.timeout = bucket_bytes, timeout
         self.state = _HookState(comm.rank, comm.size)

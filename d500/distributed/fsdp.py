@@ -30,7 +30,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from d500.distributed.comm import Communicator, Traffic
-from d500.errors import ConfigError, UsageError
 
 
 class FSDPScheme:
@@ -41,17 +40,8 @@ class FSDPScheme:
 
     def __init__(self, trainer: Any, comm: Communicator, *, reducer: Any = None,
                  bucket_bytes: int = 25 * 2**20, timeout: float = 60.0, **options: Any):
-        if options:
-            raise ConfigError(f"scheme 'fsdp' has no option '{min(options)}' (it takes none)")
-        if reducer is not None:
-            raise ConfigError("scheme 'fsdp' takes no compression")
-        import torch
-        step = getattr(trainer, "train_module", None)
-        if not isinstance(step, torch.nn.Module) or not hasattr(trainer, "params"):
-            raise UsageError("the fsdp baseline runs on the torch backend only (--backend torch)")
-        if getattr(trainer, "native", False):
-            raise ConfigError("the fsdp baseline updates its shards with d500's optimizers: "
-                              "use native: false")
+        from d500.distributed.ddp import torch_trainer
+        step = torch_trainer("fsdp", trainer, reducer, options, own_update=True)
         self.trainer, self.comm, self.step_module = trainer, comm, step
         self.timeout = timeout
         self.graph = step.graph  # the GraphModule holding the parameters

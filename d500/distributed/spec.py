@@ -14,8 +14,9 @@ world splits into parallel dimensions.
       micro_batches: 4             # pipeline > 1: micro-batches per step (distributed.pipeline)
       schedule: 1f1b               #   and their order: gpipe | 1f1b
 
-`ddp` is torch's DistributedDataParallel (gloo), the native baseline, and `fsdp` torch's FSDP2
-(fully_shard), the sharded one: they take no compression and run on the torch backend only.
+`ddp` is torch's DistributedDataParallel (gloo), the native baseline, `fsdp` torch's FSDP2
+(fully_shard), the sharded one, and `dtensor` torch's DTensor tensor parallelism (with tensor: T
+at T ranks): they take no compression and run on the torch backend only.
 The scheme is the data dimension's; `shard` (ZeRO: optimizer state, then gradients, then
 parameters sharded over the data ranks) goes with `sync` only, as the schemes that move whole
 models (ps, async_ps, ssp, dpsgd, local_sgd) and the native baselines have nothing to shard.
@@ -36,6 +37,8 @@ from d500.errors import ConfigError, UsageError
 
 NATIVE = "ddp"  # torch DistributedDataParallel, d500.distributed.ddp
 FSDP = "fsdp"  # torch FSDP2 (fully_shard), d500.distributed.fsdp: the sharded native baseline
+DTENSOR = "dtensor"  # torch DTensor tensor parallel, d500.distributed.dtensor (tensor: T ranks)
+BASELINES = (NATIVE, FSDP, DTENSOR)  # torch's own: torch backend only, no compression
 DEFAULT_BUCKET_MB = 25.0
 KEYS = ("scheme", "options", "compression", "bucket_mb", "data", "pipeline", "tensor", "shard",
         "micro_batches", "schedule")
@@ -67,7 +70,7 @@ class Spec:
 
     @property
     def native(self) -> bool:
-        return self.scheme in (NATIVE, FSDP)
+        return self.scheme in BASELINES
 
     @property
     def comm_precision(self) -> str:
@@ -109,7 +112,7 @@ def data_ranks(world: int, logged: dict[str, Any]) -> int:
 def known_schemes() -> list[str]:
     """d500's schemes and the native baseline."""
     from d500.distributed.schemes import SCHEMES
-    return [*SCHEMES, NATIVE, FSDP]
+    return [*SCHEMES, *BASELINES]
 
 
 def parse(mapping: dict[str, Any] | None, path: str | Path) -> Spec:
@@ -141,7 +144,7 @@ def parse(mapping: dict[str, Any] | None, path: str | Path) -> Spec:
                           f"'name' (a compressor) and its parameters")
     params = {k: v for k, v in compression.items() if k != "name"}
     name = compression["name"]
-    if scheme in (NATIVE, FSDP) and name != "none":
+    if scheme in BASELINES and name != "none":
         raise ConfigError(f"{where}: field 'distributed.compression': the {scheme} baseline "
                           f"runs torch's own collectives uncompressed; compress with a d500 "
                           f"scheme")
@@ -182,7 +185,14 @@ def _refuse_unbuilt(dims: dict[str, int | None], shard: str, scheme: str, compre
                     where: str) -> None:
     """A UsageError for what the dimensions declare but d500 cannot run yet, or that does not
     compose (a ZeRO stage with a scheme that moves whole models, or with compression)."""
-    if (dims["tensor"] or 1) > 1 and ((dims["pipeline"] or 1) > 1 or scheme != "sync"
+    if scheme == DTENSOR and ((dims["tensor"] or 1) < 2 or (dims["pipeline"] or 1) > 1
+                              or shard != "none"):
+        raise UsageError(f"{where}: field 'distributed.scheme': the dtensor baseline splits the "
+                         f"model over 'distributed.tensor' >= 2 ranks, with pipeline: 1 and "
+                         f"shard: none (got tensor {dims['tensor'] or 1}, pipeline "
+                         f"{dims['pipeline'] or 1}, shard {shard})")
+    if (dims["tensor"] or 1) > 1 and scheme != DTENSOR and (
+            (dims["pipeline"] or 1) > 1 or scheme != "sync"
                                       or shard != "none" or compressor != "none"):
         raise UsageError(f"{where}: field 'distributed.tensor': tensor parallelism composes "
                          f"with the data dimension through scheme: sync, uncompressed, shard: "

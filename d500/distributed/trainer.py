@@ -82,6 +82,10 @@ def build(job: Job, seed: int) -> tuple[Any, Any, Any]:
         scheme = pipeline(model, spec, Grid(comm, spec.dims(comm.size)), backend_cls,
                           recipe.optimizer(job.backend), recipe.native)
         return scheme.trainer, scheme, None
+    if spec.scheme == "dtensor":  # torch DTensor's split of the same blocks (native baseline)
+        from d500.distributed.dtensor import build as dtensor
+        return (*dtensor(model, spec, comm, backend_cls, recipe.optimizer(job.backend),
+                         recipe.native, job.limit), None)
     if spec.tensor > 1:  # this rank translates its own shard only
         from d500.distributed.grid import Grid
         from d500.distributed.tensor.scheme import build as tensor
