@@ -29,7 +29,7 @@ import sys
 import threading
 from typing import Any
 
-PRELOAD = ["d500.forkserver", "numpy", "onnx", "torch", "d500.backends.torch",
+PRELOAD = ["d500.forkserver", "numpy", "onnx", "torch", "d500.backends.torch.executable",
            "d500.training.worker", "d500.training.optimizers", "d500.training.data.samplers"]
 PRELOADED = ("numpy", "torch")  # the frameworks (d500.backends.framework) in PRELOAD
 LOADED = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "TORCH", "PYTORCH_", "LD_", "PYTHON",

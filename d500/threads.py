@@ -15,8 +15,10 @@ anything; if it already ran with another count, the count cannot change in this 
 configure() raises a UsageError saying so (TensorFlow's own default, one thread per usable core,
 counts as the default count). The count is set through each framework's API, not
 the environment: child processes (MPI ranks sharing the cores, d500.distributed.launch) keep
-choosing their own. XLA has no such API: its CPU client sizes its intra-op pool once, when JAX first
-computes (see `_jax`); a count given after that raises a UsageError, as TensorFlow's does.
+choosing their own. XLA has no such API: its CPU client sizes its intra-op pool
+once, when JAX first computes (d500/backends/jax/framework.py); a count given after that raises a
+UsageError, as TensorFlow's does. Each framework's part lives in its FRAMEWORK's thread hooks
+(d500.backends.hooks).
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ _blas_limits: Any = None  # threadpoolctl's limiter, kept for the life of the pr
 
 def default() -> int:
     """The count used without --threads: the cores this process may use."""
+    return usable()
+
+
+def usable() -> int:
+    """The cores this process may use (TensorFlow's own default: one thread per usable core)."""
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0)) or 1
     return os.cpu_count() or 1
@@ -80,96 +87,30 @@ def configure(count: int | None = None, modules: Iterable[str] = (), *,
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise UsageError(f"thread count must be an integer >= 1, got {n!r}")
     _setting = {"count": n, "set_by": why}
-    loaded = [m for m in ("torch", "tensorflow") if m in sys.modules]  # jax: only when asked
+    from d500.backends import frameworks
+    loaded = [fw.module for fw in frameworks()
+              if fw.threads_when_loaded and fw.module in sys.modules]
     for module in dict.fromkeys([*modules, *loaded, "numpy"]):  # BLAS last: the frameworks
         apply(module, n)  # may have brought BLAS libraries of their own (scipy's OpenBLAS)
     return n
 
 
 def apply(module: str, n: int) -> None:
-    """Set one framework's thread count now (importing it)."""
-    if module == "numpy":
-        _blas(n)
-    elif module == "torch":
-        import torch
-        torch.set_num_threads(n)
-    elif module == "tensorflow":
-        _tensorflow(n)
-    elif module == "jax":
-        _jax(n)
-    elif module in ("onnxruntime", "openvino"):
-        pass  # per session or compiled model: each reads recorded()'s count when it is made
+    """Set one framework's thread count now (importing it): its FRAMEWORK's `set_threads`
+    (d500.backends.hooks); NumPy's module is the reference's, whose threads are BLAS's."""
+    from d500.backends import by_module
+    fw = by_module(module)
+    if fw is not None:
+        fw.set_threads(n)
 
 
-def _blas(n: int) -> None:
+def blas(n: int) -> None:
     """Every BLAS library loaded (NumPy's OpenBLAS, and those frameworks brought) through
     threadpoolctl, which changes them after they loaded."""
     global _blas_limits
     from threadpoolctl import threadpool_limits
     importlib.import_module("numpy")
     _blas_limits = threadpool_limits(limits=n, user_api="blas")
-
-
-def _tensorflow(n: int) -> None:
-    from d500.backends import import_quietly
-    threading = import_quietly("tensorflow").config.threading
-    for what, get, set_ in (
-            ("intra-op", threading.get_intra_op_parallelism_threads,
-             threading.set_intra_op_parallelism_threads),
-            ("inter-op", threading.get_inter_op_parallelism_threads,
-             threading.set_inter_op_parallelism_threads)):
-        if get() == n or (get() == 0 and n == default()):
-            continue  # 0: TensorFlow's own choice, one thread per usable core, as d500's default
-        try:
-            set_(n)
-        except RuntimeError:
-            now = get() or "its default"
-            raise UsageError(
-                f"TensorFlow already runs with {now} {what} threads in this process and cannot "
-                f"change to {n}: the thread count must be set before TensorFlow runs anything "
-                f"(give --threads to a new d500 process)") from None
-
-
-def _jax(n: int) -> None:
-    """Start JAX's CPU client with an intra-op pool of n threads. jaxlib 0.10.2's XLA sizes that
-    pool (its "XLAEigen" threads, which run every op's parallel work) from the environment
-    variable NPROC when the client starts (XLA's DefaultThreadPoolSize), else from the usable
-    cores; XLA_FLAGS' `intra_op_parallelism_threads=1` and `--xla_cpu_multi_thread_eigen=false`
-    change nothing there (measured: CPU/wall time 1.75 with them on this 2-core machine, 0.98 with
-    NPROC=1). So NPROC is n while the client starts, and put back after: child processes choose
-    their own."""
-    now = xla_pool()
-    if now is not None:
-        if now != n:
-            raise UsageError(
-                f"JAX already runs with {now} XLA threads in this process and cannot change to "
-                f"{n}: the thread count must be set before JAX computes anything (give --threads "
-                f"to a new d500 process)")
-        return
-    saved = os.environ.get("NPROC")
-    os.environ["NPROC"] = str(n)
-    try:
-        importlib.import_module("jax").devices()  # the client (and its pool) starts here
-    finally:
-        if saved is None:
-            del os.environ["NPROC"]
-        else:
-            os.environ["NPROC"] = saved
-
-
-def xla_pool() -> int | None:
-    """How many threads XLA's CPU pool has in this process (its threads are named "XLAEigen"),
-    read from /proc/self/task; None before JAX's client started (or off Linux)."""
-    if "jax" not in sys.modules or not os.path.isdir("/proc/self/task"):
-        return None
-    count = 0
-    for task in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{task}/comm", encoding="utf-8") as f:
-                count += "XLAEigen" in f.read()
-        except OSError:
-            continue  # a thread that ended meanwhile
-    return count or None
 
 
 def session_options(options: Any) -> Any:
@@ -187,20 +128,12 @@ def recorded() -> dict[str, Any] | None:
 
 
 def actual() -> dict[str, Any]:
-    """What each loaded framework reports now: torch's and TensorFlow's pools, NumPy's BLAS
-    libraries, the count onnxruntime sessions get."""
+    """What each loaded framework reports now (its FRAMEWORK's `threads`): NumPy's BLAS
+    libraries, torch's and TensorFlow's pools, the count onnxruntime sessions get, ..."""
     from threadpoolctl import threadpool_info
+
+    from d500.backends import frameworks
     found: dict[str, Any] = {"blas": sorted({pool["num_threads"] for pool in threadpool_info()
                                              if pool["user_api"] == "blas"})}
-    if "torch" in sys.modules:
-        found["torch"] = sys.modules["torch"].get_num_threads()
-    if "tensorflow" in sys.modules:
-        threading = sys.modules["tensorflow"].config.threading
-        found["tensorflow"] = {"intra": threading.get_intra_op_parallelism_threads(),
-                               "inter": threading.get_inter_op_parallelism_threads()}
-    found["onnxruntime"] = None if _setting is None else _setting["count"]
-    if "jax" in sys.modules:  # XLA's CPU pool as this process's threads show it
-        found["jax"] = xla_pool()
-    if "openvino" in sys.modules:  # INFERENCE_NUM_THREADS of each compiled model
-        found["openvino"] = None if _setting is None else _setting["count"]
+    found.update({fw.name: fw.threads() for fw in frameworks() if fw.reports_threads()})
     return found

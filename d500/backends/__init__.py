@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from functools import cache
 from importlib import import_module
 from importlib.metadata import entry_points
 from types import ModuleType
@@ -19,8 +20,11 @@ from d500.errors import UsageError, describe
 
 if TYPE_CHECKING:
     from d500.backends.base import Backend
+    from d500.backends.hooks import Framework
 
-# Built in; also registered as entry points in pyproject.toml.
+# The registration lines, built in; also the entry points in pyproject.toml. A framework is its
+# folder (or module), which defines FRAMEWORK (d500.backends.hooks: what d500 knows about it,
+# without importing it) and its backend class, plus its one line here.
 BUILTIN = {
     "reference": "d500.backends.reference:ReferenceBackend",
     "torch": "d500.backends.torch:TorchBackend",
@@ -28,17 +32,6 @@ BUILTIN = {
     "onnxruntime": "d500.backends.onnxruntime:OnnxRuntimeBackend",
     "jax": "d500.backends.jax:JaxBackend",
     "openvino": "d500.backends.openvino:OpenVinoBackend",
-}
-
-# The one home of backend -> framework: (the module it imports, the distribution that provides
-# it, whose version is provenance). A third-party backend sets `framework` on its class instead.
-FRAMEWORKS = {
-    "reference": ("numpy", "numpy"),
-    "torch": ("torch", "torch"),
-    "tensorflow": ("tensorflow", "tensorflow-cpu"),
-    "onnxruntime": ("onnxruntime", "onnxruntime"),
-    "jax": ("jax", "jax"),
-    "openvino": ("openvino", "openvino"),
 }
 
 
@@ -49,10 +42,55 @@ def split(name: str) -> tuple[str, str]:
     return base, mode
 
 
+def about(name: str) -> Framework | None:
+    """What d500 knows about the framework backend `name` (any of its modes) runs on: the
+    FRAMEWORK its registered module defines, else (a third-party backend) what its class says;
+    None for a backend nobody registered. Imports the framework only for a third-party backend
+    without a FRAMEWORK."""
+    base = split(name)[0]
+    ref = available().get(base)
+    return None if ref is None else _about(base, ref)
+
+
+@cache
+def _about(base: str, ref: str) -> Framework:
+    from d500.backends.hooks import Framework
+    module, _, attr = ref.partition(":")
+    found = import_module(module)
+    known = getattr(found, "FRAMEWORK", None)
+    if isinstance(known, Framework):
+        return known
+    return Framework.of_backend(getattr(found, attr))
+
+
+def frameworks() -> list[Framework]:
+    """What d500 knows about every registered framework that can be imported here (or whose
+    FRAMEWORK can), in registration order."""
+    found = []
+    for name in available():
+        try:
+            fw = about(name)
+        except ImportError:
+            continue  # a third-party backend whose framework is missing here
+        if fw is not None:
+            found.append(fw)
+    return found
+
+
+def by_module(module: str) -> Framework | None:
+    """The registered framework whose module (or other name: "keras", "optax") is `module`."""
+    return next((fw for fw in frameworks() if module in (fw.module, fw.name, *fw.aliases)),
+                None)
+
+
 def framework(name: str) -> tuple[str, str] | None:
     """(import module, distribution) of the framework backend `name` (any of its modes) runs
-    on, without importing it; None for a backend this table does not know."""
-    return FRAMEWORKS.get(split(name)[0])
+    on, without importing it; None for a backend nobody registered."""
+    try:
+        fw = about(name)
+    except ImportError:
+        return None
+    return None if fw is None else (fw.module, fw.distribution)
 
 
 def quiet_frameworks() -> None:

@@ -172,8 +172,8 @@ class Backend(onnx.backend.base.Backend):
     """A framework backend, found by name in the `d500.backends` entry-point group."""
 
     name: ClassVar[str] = "?"  # "framework" for its default mode, "framework:mode" otherwise
-    # The distribution of the framework it runs on, whose version is provenance. A backend that
-    # d500.backends.FRAMEWORKS knows gets it from there; a third-party one sets it on its class.
+    # The distribution of the framework it runs on, whose version is provenance. A registered
+    # backend gets it from its FRAMEWORK (d500.backends.about); a third-party one may set it here.
     framework: ClassVar[str] = "?"
     trainable: ClassVar[bool] = True  # False for inference-only peers
     # A backend is a framework and a mode. The class registered under the framework's name is

@@ -19,6 +19,7 @@ import onnx.defs
 
 from d500 import threads
 from d500.backends.base import Backend, Executable
+from d500.backends.hooks import Framework
 from d500.errors import ModelError, UnsupportedOperator, UsageError
 
 _IR = re.compile(r"Unsupported model IR version: \d+, max supported IR version: (\d+)")
@@ -77,6 +78,15 @@ def _as_output(x: Any) -> Any:
         return [_as_output(v) for v in x]
     return x if x is None or isinstance(x, dict) else np.asarray(x)
 
+
+class OnnxRuntime(Framework):
+    """Each session gets threads.recorded()'s count as it is made."""
+
+    def reports_threads(self) -> bool:
+        return True  # the count its sessions get, loaded or not
+
+
+FRAMEWORK = OnnxRuntime("onnxruntime", module="onnxruntime", distribution="onnxruntime")
 
 # mode -> onnxruntime's graph optimization level (a GraphOptimizationLevel member's name)
 OPTIMIZATION = {"": "ORT_ENABLE_ALL", "basic": "ORT_ENABLE_BASIC"}

@@ -26,6 +26,7 @@ import onnx
 
 from d500 import threads
 from d500.backends.base import Backend, Executable
+from d500.backends.hooks import Framework
 from d500.errors import ModelError, UnsupportedOperator, UsageError
 
 INFERENCE_ONLY = ("backend 'openvino' is inference-only in d500: it has no {what}; "
@@ -50,6 +51,10 @@ def _as_input(x: Any) -> np.ndarray:
     which OpenVINO refuses for a rank-0 input)."""
     a = np.asarray(x)
     return a if a.flags.c_contiguous else a.copy(order="C")
+
+
+# Each compiled model gets threads.recorded()'s count as its INFERENCE_NUM_THREADS.
+FRAMEWORK = Framework("openvino", module="openvino", distribution="openvino")
 
 
 class OpenVinoExecutable(Executable):

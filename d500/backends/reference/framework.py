@@ -1,0 +1,23 @@
+"""What d500 knows about the NumPy reference without importing it: its packages, threads, hooks."""
+
+from __future__ import annotations
+
+from d500.backends.hooks import Framework
+
+
+class Reference(Framework):
+    """NumPy's BLAS: its threads are threads.configure()'s last step, for every framework."""
+
+    def set_threads(self, n: int) -> None:
+        from d500 import threads
+        threads.blas(n)
+
+    def reports_threads(self) -> bool:
+        return False  # threads.actual() reports the BLAS libraries themselves
+
+
+FRAMEWORK = Reference(
+    "reference", module="numpy", distribution="numpy",
+    optimizer_ops="d500.training.optimizers.ops.numpy",
+    backward="d500.backends.reference.operators:backward",
+    threads_when_loaded=False)  # BLAS is set last by threads.configure, always

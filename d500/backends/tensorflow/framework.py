@@ -1,0 +1,50 @@
+"""What d500 knows about TensorFlow without importing it: its packages, threads and hooks."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from d500.backends.hooks import Framework
+from d500.errors import UsageError
+
+
+class TensorFlow(Framework):
+    """TensorFlow's intra- and inter-op pools, fixed when its runtime starts."""
+
+    def set_threads(self, n: int) -> None:
+        """Set both pools before TensorFlow runs anything; if it already ran with another count,
+        the count cannot change in this process: a UsageError saying so (TensorFlow's own
+        default, one thread per usable core, counts as that count)."""
+        from d500 import threads
+        from d500.backends import import_quietly
+        threading = import_quietly("tensorflow").config.threading
+        for what, get, set_ in (
+                ("intra-op", threading.get_intra_op_parallelism_threads,
+                 threading.set_intra_op_parallelism_threads),
+                ("inter-op", threading.get_inter_op_parallelism_threads,
+                 threading.set_inter_op_parallelism_threads)):
+            if get() == n or (get() == 0 and n == threads.usable()):
+                continue  # 0: TensorFlow's own choice, one thread per usable core
+            try:
+                set_(n)
+            except RuntimeError:
+                now = get() or "its default"
+                raise UsageError(
+                    f"TensorFlow already runs with {now} {what} threads in this process and "
+                    f"cannot change to {n}: the thread count must be set before TensorFlow runs "
+                    f"anything (give --threads to a new d500 process)") from None
+
+    def threads(self) -> Any:
+        threading = sys.modules["tensorflow"].config.threading
+        return {"intra": threading.get_intra_op_parallelism_threads(),
+                "inter": threading.get_inter_op_parallelism_threads()}
+
+
+FRAMEWORK = TensorFlow(
+    "tensorflow", module="tensorflow", distribution="tensorflow-cpu",
+    packages=("tensorflow",), aliases=("keras",),
+    optimizer_ops="d500.training.optimizers.ops.tensorflow",
+    native_optimizers="d500.backends.tensorflow.optimizers:NATIVE", native_label="Keras",
+    backward="d500.backends.tensorflow.operators:backward",
+    operator_runner="d500.backends.tensorflow.operators:TensorFlowRunner")

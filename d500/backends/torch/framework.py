@@ -1,0 +1,27 @@
+"""What d500 knows about torch without importing it: its packages, threads and hooks."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from d500.backends.hooks import Framework
+
+
+class Torch(Framework):
+    """torch's intra-op pool, set and read through torch's API."""
+
+    def set_threads(self, n: int) -> None:
+        import torch
+        torch.set_num_threads(n)
+
+    def threads(self) -> Any:
+        return sys.modules["torch"].get_num_threads()
+
+
+FRAMEWORK = Torch(
+    "torch", module="torch", distribution="torch",
+    optimizer_ops="d500.training.optimizers.ops.torch",
+    native_optimizers="d500.backends.torch.optimizers:NATIVE", native_label="torch",
+    backward="d500.backends.torch.operators:backward",
+    operator_runner="d500.backends.torch.operators:TorchRunner")
