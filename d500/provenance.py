@@ -26,8 +26,8 @@ from typing import Any
 from d500.errors import UsageError
 from d500.paths import PROJECT_ROOT, cache
 
-PACKAGES = ("d500", "torch", "tensorflow", "tensorflow-cpu", "jax", "jaxlib", "optax", "onnx",
-            "onnxruntime", "openvino", "numpy", "mpi4py", "mpich")
+# Recorded besides every registered framework's distributions (its FRAMEWORK, d500.backends.hooks)
+PACKAGES = ("d500", "onnx", "mpi4py", "mpich")
 _collected: dict[str, Any] | None = None
 _peak_memo: dict[str, dict[str, Any]] = {}  # machine id -> the peak measured by this process
 
@@ -90,8 +90,9 @@ def summary(provenance: dict[str, Any]) -> str:
     gib = (provenance.get("memory_bytes") or 0) / 2**30
     gpu = ", ".join(g.get("name", "?") for g in provenance.get("gpus") or []) or "no GPU"
     pk = provenance.get("packages", {})
-    vers = ", ".join(f"{k} {pk[k]}" for k in ("torch", "tensorflow", "tensorflow-cpu", "jax",
-                                               "onnxruntime", "openvino", "numpy") if pk.get(k))
+    from d500.backends import frameworks
+    firsts = (next((d for d in fw.distributions() if pk.get(d)), None) for fw in frameworks())
+    vers = ", ".join(f"{d} {pk[d]}" for d in dict.fromkeys(firsts) if d)
     peak = provenance.get("peak_flops")
     peak_txt = f", peak {peak / 1e9:.0f} GFLOP/s" if peak else ""
     count = (provenance.get("threads") or {}).get("count")
@@ -156,9 +157,11 @@ def gpus() -> list[dict[str, str]]:
 
 
 def versions() -> dict[str, str | None]:
-    """Installed versions of the packages that matter, without importing them."""
+    """Installed versions of the packages that matter (d500's own and every registered
+    framework's), without importing them."""
+    from d500.backends import frameworks
     found: dict[str, str | None] = {}
-    for name in PACKAGES:
+    for name in dict.fromkeys([*PACKAGES, *(d for fw in frameworks() for d in fw.distributions())]):
         try:
             found[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
