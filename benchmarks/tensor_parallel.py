@@ -1,5 +1,5 @@
-"""Tensor parallelism at 2 ranks beside one process, interleaved in one run: a step's time, the
-share of it in the tensor allreduces, and the parameter bytes a rank holds.
+"""Tensor parallelism at 2 ranks beside torch DTensor's and one process, interleaved in one run: a
+step's time, the share of it in the tensor allreduces, and the parameter bytes a rank holds.
 
 Every rank builds the model from the same seed and splits it 2 ways (d500.distributed.tensor);
 round after round, both ranks run `--steps` tensor-parallel steps, then rank 0 runs as many
@@ -8,7 +8,10 @@ Printed: the median over rounds of each step time, their ratio (tensor / one pro
 allreduce share of the tensor step, and the bytes of parameters per rank against the whole
 model's. On a CPU with one core per rank the split's compute halves but the step runs each
 segment's forward twice (backward recomputes it) and one allreduce per block each way, so
-the ratio says what the split costs here, not what it saves on a GPU.
+the ratio says what the split costs here, not what it saves on a GPU. Each round also runs
+`--steps` steps of the tp-baseline (d500.distributed.dtensor: DTensor's ColwiseParallel and
+RowwiseParallel on the same blocks, gloo) on both ranks: the issue's target is d500's step
+<= 1.1x DTensor's.
 
     .venv/bin/python benchmarks/tensor_parallel.py [--model transformer|mlp] [--batch 64]
 """
@@ -40,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     from d500 import backends
     from d500.builders import build, build_lm
     from d500.distributed.comm import Communicator
+    from d500.distributed.dtensor import build as dtensor
     from d500.distributed.grid import Grid
     from d500.distributed.spec import parse
     from d500.distributed.tensor.scheme import build as tensor
@@ -62,7 +66,10 @@ def main(argv: list[str] | None = None) -> int:
                     make("sgd", lr=0.01), False)
     one = backends.get("torch").prepare(model).trainer(make("sgd", lr=0.01)) \
         if c.rank == 0 else None
-    split_t, one_t, share = [], [], []
+    _, native = dtensor(model, parse({"scheme": "dtensor", "tensor": c.size}, "benchmark"), c,
+                        backends.get("torch"), make("sgd", lr=0.01), False, 60.0)
+    native.start()
+    split_t, one_t, share, native_t = [], [], [], []
     for _ in range(args.rounds):
         scheme.step(feeds, 0.01)  # warm: not counted
         c.reset()
@@ -72,6 +79,12 @@ def main(argv: list[str] | None = None) -> int:
         dt = (time.perf_counter() - t) / args.steps
         split_t.append(dt)
         share.append(scheme.tp.seconds / args.steps / dt)
+        c.barrier()
+        native.step(feeds, 0.01)
+        t = time.perf_counter()
+        for _ in range(args.steps):
+            native.step(feeds, 0.01)
+        native_t.append((time.perf_counter() - t) / args.steps)
         c.barrier()
         if one is not None:
             one.step(feeds, 0.01)
@@ -89,7 +102,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"step ms: tensor-parallel {1e3 * a:.2f}, one process {1e3 * b:.2f}, "
               f"ratio {a / b:.2f}; allreduce share of the tensor step "
               f"{statistics.median(share):.2f}")
+        n = statistics.median(native_t)
+        ratios = sorted(s / d for s, d in zip(split_t, native_t))
+        print(f"step ms: DTensor (tp-baseline) {1e3 * n:.2f}; d500 / DTensor {a / n:.2f} (per "
+              f"round {', '.join(f'{r:.2f}' for r in ratios)}; target <= 1.1)")
         print(f"parameter bytes per rank: {int(mine)} of {whole} ({mine / whole:.2f})")
+    native.finish()
     return 0
 
 
