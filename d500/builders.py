@@ -1,14 +1,15 @@
 """Framework-neutral ONNX builders of the reference networks (MLP, LeNet-5, ResNet-20, a
-decoder-only transformer), seeded.
+decoder-only transformer, a BERT-shaped encoder), seeded.
 
 Every image model takes `input` (float32, NCHW, batch dimension "N") and outputs `logits`
 [N, classes]; with `loss=True` it also takes `labels` (int64 [N]) and outputs the scalar mean
 cross-entropy `loss` after `logits`. Weights are He-normal (layers followed by ReLU) or
 Glorot-uniform (the classifier), drawn from `numpy.random.default_rng(seed)`; biases are zero.
 
-The language model (`transformer`) takes `input` (int64 tokens [N, T]) and outputs `logits`
-[N, T, vocab]; with `loss=True` it also takes `labels` (the next tokens, int64 [N, T]) and outputs
-`loss`, the mean next-token cross-entropy over all N * T positions (nats: the log-perplexity).
+The language models (`transformer`, `encoder`) take `input` (int64 tokens [N, T]) and output
+`logits` [N, T, vocab]; with `loss=True` they also take `labels` (the tokens to predict, for the
+transformer the next ones, int64 [N, T]) and output `loss`, the mean cross-entropy over all N * T
+positions (nats: the transformer's log-perplexity).
 """
 
 from __future__ import annotations
@@ -107,6 +108,37 @@ class _Graph:
     def flatten(self, x: str) -> str:
         return self.node("Flatten", [x], self.name("flatten"), axis=1)
 
+    def attention_constants(self, width: int, heads: int) -> None:
+        """The shapes that split and merge `heads` heads, and the scale 1/sqrt(head), once per
+        network (`attention` reads them by name)."""
+        if width % heads:
+            raise UsageError(f"width {width} is not a multiple of heads {heads}")
+        head = width // heads
+        self.const("heads.shape", np.array([0, 0, heads, head], np.int64))
+        self.const("merge.shape", np.array([0, 0, width], np.int64))
+        self.node("Constant", [], "attention.scale",
+                  value=numpy_helper.from_array(np.array(1 / np.sqrt(head), np.float32)))
+
+    def attention(self, x: str, width: int, std: float, out_std: float,
+                  mask: str | None = None) -> str:
+        """Multi-head scaled dot-product self-attention over [N, T, width] (Vaswani et al. 2017):
+        Q, K, V projections (normal(0, std)), softmax(Q K^T / sqrt(head) + mask) V per head, the
+        output projection (normal(0, out_std)); biases zero."""
+        q, k, v = (self.node("Reshape", [self.linear(x, width, width, std), "heads.shape"],
+                             self.name("split")) for _ in range(3))
+        q = self.node("Transpose", [q], self.name("q"), perm=[0, 2, 1, 3])  # [N, H, T, head]
+        k = self.node("Transpose", [k], self.name("k"), perm=[0, 2, 3, 1])  # [N, H, head, T]
+        v = self.node("Transpose", [v], self.name("v"), perm=[0, 2, 1, 3])
+        s = self.node("Mul", [self.node("MatMul", [q, k], self.name("scores")), "attention.scale"],
+                      self.name("scaled"))
+        if mask is not None:
+            s = self.node("Add", [s, mask], self.name("masked"))
+        p = self.node("Softmax", [s], self.name("attention"), axis=-1)
+        o = self.node("Transpose", [self.node("MatMul", [p, v], self.name("mix"))],
+                      self.name("heads"), perm=[0, 2, 1, 3])
+        return self.linear(self.node("Reshape", [o, "merge.shape"], self.name("merge")),
+                           width, width, out_std)
+
 
 def transformer(g: _Graph, x: str, context: int, vocab: int, layers: int = 2, width: int = 64,
                 heads: int = 4, tied: bool = True) -> str:
@@ -116,32 +148,15 @@ def transformer(g: _Graph, x: str, context: int, vocab: int, layers: int = 2, wi
     the token embedding transposed (`tied`) or a matrix of its own. Weights are normal(0, 0.02),
     the projections into the residual stream 0.02 / sqrt(2 * layers); biases zero, LayerNorm
     scales one."""
-    if width % heads:
-        raise UsageError(f"transformer: width {width} is not a multiple of heads {heads}")
-    head = width // heads
     std, out_std = 0.02, 0.02 / np.sqrt(2 * layers)
     wte = g.init("wte", g.rng.normal(0, std, (vocab, width)))
     h = g.node("Add", [g.node("Gather", [wte, x], "embed"),
                        g.init("wpe", g.rng.normal(0, std / 2, (context, width)))], "position")
-    split = g.const("heads.shape", np.array([0, 0, heads, head], np.int64))
-    merge = g.const("merge.shape", np.array([0, 0, width], np.int64))
-    scale = g.node("Constant", [], "attention.scale",
-                   value=numpy_helper.from_array(np.array(1 / np.sqrt(head), np.float32)))
+    g.attention_constants(width, heads)
     mask = g.node("Constant", [], "causal.mask", value=numpy_helper.from_array(
         np.triu(np.full((context, context), -1e9, np.float32), k=1)))
     for _ in range(layers):
-        a = g.layernorm(h, width)
-        q, k, v = (g.node("Reshape", [g.linear(a, width, width, std), split], g.name("split"))
-                   for _ in range(3))
-        q = g.node("Transpose", [q], g.name("q"), perm=[0, 2, 1, 3])  # [N, H, T, head]
-        k = g.node("Transpose", [k], g.name("k"), perm=[0, 2, 3, 1])  # [N, H, head, T]
-        v = g.node("Transpose", [v], g.name("v"), perm=[0, 2, 1, 3])
-        s = g.node("Mul", [g.node("MatMul", [q, k], g.name("scores")), scale], g.name("scaled"))
-        p = g.node("Softmax", [g.node("Add", [s, mask], g.name("masked"))], g.name("attention"),
-                   axis=-1)
-        o = g.node("Transpose", [g.node("MatMul", [p, v], g.name("mix"))], g.name("heads"),
-                   perm=[0, 2, 1, 3])
-        o = g.linear(g.node("Reshape", [o, merge], g.name("merge")), width, width, out_std)
+        o = g.attention(g.layernorm(h, width), width, std, out_std, mask)
         h = g.node("Add", [h, o], g.name("residual"))
         m = g.node("Gelu", [g.linear(g.layernorm(h, width), width, 4 * width, std)],
                    g.name("gelu"))
@@ -152,6 +167,34 @@ def transformer(g: _Graph, x: str, context: int, vocab: int, layers: int = 2, wi
                       "output")
     head_w = g.init("output.weight", g.rng.normal(0, std, (width, vocab)))
     return g.node("MatMul", [h, head_w], "output")
+
+
+def encoder(g: _Graph, x: str, context: int, vocab: int, layers: int = 12, width: int = 768,
+            heads: int = 12, tied: bool = True) -> str:
+    """A bidirectional encoder with BERT's layout (Devlin et al. 2019; BERT-base is 12 layers,
+    width 768, 12 heads, a 4x wide GELU (erf) feed-forward): token and position embeddings and
+    their LayerNorm, then per layer unmasked self-attention and the feed-forward network, each
+    added to the residual stream and followed by a LayerNorm (post-LN), then the output
+    projection, the token embedding transposed (`tied`, as BERT's masked-LM decoder) or a matrix
+    of its own. Weights normal(0, 0.02) (BERT's initializer range), biases zero, LayerNorm
+    scales one. Every token sees every other: for level 1's timings, not next-token training."""
+    std = 0.02
+    wte = g.init("wte", g.rng.normal(0, std, (vocab, width)))
+    h = g.node("Add", [g.node("Gather", [wte, x], "embed"),
+                       g.init("wpe", g.rng.normal(0, std, (context, width)))], "position")
+    h = g.layernorm(h, width)
+    g.attention_constants(width, heads)
+    for _ in range(layers):
+        h = g.layernorm(g.node("Add", [h, g.attention(h, width, std, std)], g.name("residual")),
+                        width)
+        m = g.node("Gelu", [g.linear(h, width, 4 * width, std)], g.name("gelu"))
+        h = g.layernorm(g.node("Add", [h, g.linear(m, 4 * width, width, std)],
+                               g.name("residual")), width)
+    if tied:
+        return g.node("MatMul", [h, g.node("Transpose", [wte], "unembed", perm=[1, 0])],
+                      "output")
+    return g.node("MatMul", [h, g.init("output.weight", g.rng.normal(0, std, (width, vocab)))],
+                  "output")
 
 
 def mlp(g: _Graph, x: str, shape: tuple[int, int, int], classes: int,
@@ -209,13 +252,16 @@ def resnet20(g: _Graph, x: str, shape: tuple[int, int, int], classes: int,
 
 Builder = Callable[..., str]
 BUILDERS: dict[str, Builder] = {"mlp": mlp, "lenet5": lenet5, "resnet20": resnet20}
-LANGUAGE = {"transformer": transformer}  # builders of language models over token sequences
+# Builders over token sequences; CAUSAL: those whose position t sees no later token (next-token
+# training needs one).
+LANGUAGE = {"transformer": transformer, "encoder": encoder}
+CAUSAL = ("transformer",)
 LM_OPSET = 20  # Gelu
 
 
 def build_lm(name: str, context: int, vocab: int, seed: int = 0, loss: bool = False,
              **options) -> onnx.ModelProto:
-    """The language model `name` ("transformer") over windows of `context` tokens of a
+    """The language model `name` ("transformer", "encoder") over windows of `context` tokens of a
     vocabulary of `vocab`, checked; `options`: the builder's (layers, width, heads, tied)."""
     if name not in LANGUAGE:
         raise UsageError(f"unknown language-model builder '{name}' (known: "

@@ -4,10 +4,10 @@ names (an ONNX file in the project, a network shipped inside the onnx package, o
     model:                      # exactly one of onnx_package / file / builder
       onnx_package: light_resnet50.onnx   # onnx/backend/test/data/light/ of the installed onnx
       file: models/my.onnx                # relative to the YAML file, inside the project
-      builder: resnet20                   # d500.builders: mlp | lenet5 | resnet20 | transformer
+      builder: resnet20                   # d500.builders: mlp|lenet5|resnet20|transformer|encoder
       input_shape: [3, 32, 32]            # builder only (C, H, W)
       classes: 10                         # builder only
-      context: 64                         # transformer only: tokens per window (its input is
+      context: 64                         # transformer, encoder: tokens per window (input is
       vocab: 1024                         #   int64 [batch, context]), vocabulary, and the
       layers: 2                           #   builder's options (layers, width, heads, tied)
       seed: 0                             # builder / random_weights: weight initialisation
@@ -46,7 +46,7 @@ MEASURED = ("translate_time", "first_call_time", "compile_time", "latency", "thr
 MODEL = {
     "onnx_package": Field(str, help="a model file inside onnx/backend/test/data/light/"),
     "file": Field("path", help="an ONNX file, relative to the workload file"),
-    "builder": Field(str, help="a d500 builder: mlp, lenet5, resnet20, transformer"),
+    "builder": Field(str, help="a d500 builder: mlp, lenet5, resnet20, transformer, encoder"),
     "input_shape": Field(list, items=int, help="builder: (C, H, W)"),
     "classes": Field(int, help="builder: number of classes (default 10)"),
     "seed": Field(int, help="builder, random_weights: seed of the weights (default 0)"),
@@ -182,7 +182,7 @@ def load(path: str | Path) -> Workload:
         for key in LM_FIELDS:
             if m.get(key) is not None:
                 raise ConfigError(f"{path}: field 'model.{key}' only applies to a "
-                                  f"language-model builder (transformer)")
+                                  f"language-model builder (transformer, encoder)")
         shape = m.get("input_shape") or [1, 28, 28]
         if len(shape) != 3 or any(d < 1 for d in shape):
             raise ConfigError(f"{path}: field 'model.input_shape' must be [C, H, W] with "

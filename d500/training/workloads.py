@@ -174,15 +174,16 @@ class Workload:
 def _check_text(d: dict[str, Any], m: dict[str, Any], path: Path) -> None:
     """The fields a text corpus needs (context, vocab, a language-model builder), and that an
     image dataset has none of them."""
-    from d500.builders import LANGUAGE
+    from d500.builders import CAUSAL
     if d["name"] in TEXT:
         for key in ("context", "vocab"):
             if d[key] is None or d[key] < 1:
                 raise ConfigError(f"{path}: field 'dataset.{key}' must be a positive integer for "
                                   f"the text corpus '{d['name']}'")
-        if m.get("file") is None and m.get("builder") not in LANGUAGE:
-            raise ConfigError(f"{path}: field 'model.builder' must be a language-model builder "
-                              f"({', '.join(LANGUAGE)}) for the text corpus '{d['name']}'")
+        if m.get("file") is None and m.get("builder") not in CAUSAL:
+            raise ConfigError(f"{path}: field 'model.builder' must be a causal language-model "
+                              f"builder ({', '.join(CAUSAL)}) for the text corpus '{d['name']}' "
+                              f"(next-token training; an encoder sees the next token)")
         return
     for key in ("context", "vocab", "tokens_sha256"):
         if d[key] is not None:

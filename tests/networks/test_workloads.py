@@ -32,7 +32,7 @@ def test_every_shipped_workload_loads_and_the_light_models_resolve_in_the_onnx_p
     files = workloads.all_files()
     loaded = [workloads.load(p) for p in files]
     names = [w.name for w in loaded]
-    assert len(set(names)) == len(names) == 13
+    assert len(set(names)) == len(names) == 14
     light = [w for w in loaded if w.model.get("onnx_package")]
     assert sorted(w.model["onnx_package"] for w in light) == workloads.onnx_package_models()
     assert len(light) == 9 and not any(w.train for w in light)

@@ -329,7 +329,9 @@ def test_a_text_run_meets_a_lower_is_better_target_and_records_perplexity(prepar
     ({"target": {"metric": "val_accuracy", "value": 0.5}}, "does not fit dataset"),
     ({"dataset": {"name": "python-stdlib", "train": 10, "validation": 2, "test": 2}},
      "'dataset.context' must be a positive integer"),
-    ({"model": {"builder": "mlp"}}, "must be a language-model builder"),
+    ({"model": {"builder": "mlp"}}, "must be a causal language-model builder"),
+    # the bidirectional encoder would see each next token it is asked to predict
+    ({"model": {"builder": "encoder"}}, "must be a causal language-model builder"),
     ({"dataset": {"name": "digits", "train": 100, "validation": 50, "test": 50,
                   "context": 8}}, "'dataset.context' is for text corpora"),
 ])
