@@ -15,8 +15,9 @@ world splits into parallel dimensions.
       schedule: 1f1b               #   and their order: gpipe | 1f1b
 
 `ddp` is torch's DistributedDataParallel (gloo), the native baseline, `fsdp` torch's FSDP2
-(fully_shard), the sharded one, and `dtensor` torch's DTensor tensor parallelism (with tensor: T
-at T ranks): they take no compression and run on the torch backend only.
+(fully_shard), the sharded one, `dtensor` torch's DTensor tensor parallelism (with tensor: T at
+T ranks) and `pipelining` torch.distributed.pipelining (with pipeline: P, micro_batches and
+schedule, at P ranks): they take no compression and run on the torch backend only.
 The scheme is the data dimension's; `shard` (ZeRO: optimizer state, then gradients, then
 parameters sharded over the data ranks) goes with `sync` only, as the schemes that move whole
 models (ps, async_ps, ssp, dpsgd, local_sgd) and the native baselines have nothing to shard.
@@ -38,7 +39,8 @@ from d500.errors import ConfigError, UsageError
 NATIVE = "ddp"  # torch DistributedDataParallel, d500.distributed.ddp
 FSDP = "fsdp"  # torch FSDP2 (fully_shard), d500.distributed.fsdp: the sharded native baseline
 DTENSOR = "dtensor"  # torch DTensor tensor parallel, d500.distributed.dtensor (tensor: T ranks)
-BASELINES = (NATIVE, FSDP, DTENSOR)  # torch's own: torch backend only, no compression
+PIPELINING = "pipelining"  # torch.distributed.pipelining, d500.distributed.pipelining
+BASELINES = (NATIVE, FSDP, DTENSOR, PIPELINING)  # torch's own: torch backend only, uncompressed
 DEFAULT_BUCKET_MB = 25.0
 KEYS = ("scheme", "options", "compression", "bucket_mb", "data", "pipeline", "tensor", "shard",
         "micro_batches", "schedule")
@@ -185,21 +187,23 @@ def _refuse_unbuilt(dims: dict[str, int | None], shard: str, scheme: str, compre
                     where: str) -> None:
     """A UsageError for what the dimensions declare but d500 cannot run yet, or that does not
     compose (a ZeRO stage with a scheme that moves whole models, or with compression)."""
-    if scheme == DTENSOR and ((dims["tensor"] or 1) < 2 or (dims["pipeline"] or 1) > 1
-                              or shard != "none"):
-        raise UsageError(f"{where}: field 'distributed.scheme': the dtensor baseline splits the "
-                         f"model over 'distributed.tensor' >= 2 ranks, with pipeline: 1 and "
-                         f"shard: none (got tensor {dims['tensor'] or 1}, pipeline "
-                         f"{dims['pipeline'] or 1}, shard {shard})")
+    own = {DTENSOR: "tensor", PIPELINING: "pipeline"}.get(scheme)  # a baseline's dimension
+    if own is not None:
+        other = "pipeline" if own == "tensor" else "tensor"
+        if (dims[own] or 1) < 2 or (dims[other] or 1) > 1 or shard != "none":
+            raise UsageError(f"{where}: field 'distributed.scheme': the {scheme} baseline needs "
+                             f"'distributed.{own}' >= 2 (one part per rank), {other}: 1 and "
+                             f"shard: none (got {own} {dims[own] or 1}, {other} "
+                             f"{dims[other] or 1}, shard {shard})")
     if (dims["tensor"] or 1) > 1 and scheme != DTENSOR and (
-            (dims["pipeline"] or 1) > 1 or scheme != "sync"
-                                      or shard != "none" or compressor != "none"):
+            (dims["pipeline"] or 1) > 1 or scheme != "sync" or shard != "none"
+            or compressor != "none"):
         raise UsageError(f"{where}: field 'distributed.tensor': tensor parallelism composes "
                          f"with the data dimension through scheme: sync, uncompressed, shard: "
                          f"none, pipeline: 1 (got scheme '{scheme}', shard {shard}, "
                          f"compression {compressor}, pipeline {dims['pipeline'] or 1})")
-    if (dims["pipeline"] or 1) > 1 and (scheme != "sync" or shard != "none"
-                                        or compressor != "none"):
+    if (dims["pipeline"] or 1) > 1 and scheme != PIPELINING and (
+            scheme != "sync" or shard != "none" or compressor != "none"):
         raise UsageError(f"{where}: field 'distributed.pipeline': a pipeline's stages average "
                          f"their gradients over the data dimension with scheme: sync, "
                          f"uncompressed, shard: none (got scheme '{scheme}', shard {shard}, "

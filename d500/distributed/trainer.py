@@ -76,6 +76,10 @@ def build(job: Job, seed: int) -> tuple[Any, Any, Any]:
     backend_cls = backends.get(job.backend)
     model = wl.build_model(seed, shape, classes)
     recipe = job.entry.recipe
+    if spec.scheme == "pipelining":  # torch.distributed.pipelining on d500's cut (baseline)
+        from d500.distributed.pipelining import build as pipelining
+        return (*pipelining(model, spec, comm, backend_cls, recipe.optimizer(job.backend),
+                            recipe.native, job.limit, job.global_batch), None)
     if spec.pipeline > 1:  # this rank translates its own stage only
         from d500.distributed.grid import Grid
         from d500.distributed.pipeline.scheme import build as pipeline
