@@ -9,7 +9,10 @@ for its neighbour over its pipeline passes (`bubble_measured`, as a run records 
 cut costlier than the other waits less: the theory assumes equal stages, so the partition's
 imbalance (costliest / mean stage FLOPs) is printed too. Printed: each stage's median bubble
 over rounds, their mean, the theory, mean/theory, and rank 0's median time of a step's
-pipeline passes.
+pipeline passes. Beside each, unless --sleep, the pipelining baseline (torch's ScheduleGPipe or
+Schedule1F1B on the same stages and micro-batches, d500.distributed.pipelining; 1F1B at M >= P):
+the median time of a whole step (passes and update) of each, and their ratio d500 / torch
+(the issue's target: <= 1.1). torch measures no bubble of its own.
 
     .venv/bin/python benchmarks/pipeline_bubble.py [--model lenet5|mlp] [--batch 256]
     .venv/bin/python benchmarks/pipeline_bubble.py --model mlp --batch 256 --sleep 100
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import time
 
 import numpy as np
 from _mpi import parse_under_mpiexec
@@ -51,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from d500.distributed.comm import Communicator
     from d500.distributed.grid import Grid
     from d500.distributed.pipeline.scheme import build as pipeline
+    from d500.distributed.pipelining import build as pipelining
     from d500.distributed.spec import parse
     from d500.training.optimizers.registry import make
 
@@ -68,17 +73,39 @@ def main(argv: list[str] | None = None) -> int:
                       "schedule": schedule}, "benchmark")
         schemes[schedule, m] = pipeline(model, spec, Grid(c, spec.dims(c.size)),
                                         backends.get("torch"), make("sgd", lr=0.01), False)
+    natives = {}
+    for schedule, m in ([] if args.sleep else settings):
+        if schedule == "1f1b" and m < c.size:  # torch's 1F1B needs a micro-batch per stage
+            continue
+        spec = parse({"scheme": "pipelining", "pipeline": c.size, "micro_batches": m,
+                      "schedule": schedule}, "benchmark")
+        natives[schedule, m] = pipelining(model, spec, c, backends.get("torch"),
+                                          make("sgd", lr=0.01), False, 60.0, args.batch)[1]
+    for native in natives.values():  # one process group (init_group), a stage each
+        native.start()
     seen: dict[tuple[str, int], list[float]] = {k: [] for k in settings}
     took: dict[tuple[str, int], list[float]] = {k: [] for k in settings}
+    whole: dict[tuple[str, int], list[float]] = {k: [] for k in settings}
+    torch_step: dict[tuple[str, int], list[float]] = {k: [] for k in natives}
     for _ in range(args.rounds):
         for key in settings:
             scheme = schemes[key]
             scheme.step(feeds, 0.01)  # warm: not counted
             scheme.idle = scheme.busy = 0.0
+            c.barrier()
+            t = time.perf_counter()
             for _ in range(args.steps):
                 scheme.step(feeds, 0.01)
+            whole[key].append((time.perf_counter() - t) / args.steps)
             seen[key].append(scheme.figures()["bubble_measured"])
             took[key].append(scheme.busy / args.steps)
+            if key in natives:
+                natives[key].step(feeds, 0.01)
+                c.barrier()
+                t = time.perf_counter()
+                for _ in range(args.steps):
+                    natives[key].step(feeds, 0.01)
+                torch_step[key].append((time.perf_counter() - t) / args.steps)
     every = c.mpi.gather({k: statistics.median(v) for k, v in seen.items()}, root=0)
     step = {k: statistics.median(v) for k, v in took.items()}
     if c.rank == 0:
@@ -87,15 +114,25 @@ def main(argv: list[str] | None = None) -> int:
               f"{part.imbalance:.3f}, {args.rounds} rounds x {args.steps} steps")
         print(f"{'schedule':>8} {'M':>3} " + " ".join(f"{'stage ' + str(r):>8}"
                                                      for r in range(c.size))
-              + f" {'mean':>7} {'theory':>7} {'ratio':>6} {'pass ms':>8}")
+              + f" {'mean':>7} {'theory':>7} {'ratio':>6} {'pass ms':>8}"
+              + (f" {'d500 ms':>8} {'torch ms':>8} {'d500/torch':>10}" if natives else ""))
         for key in settings:
             stages = [e[key] for e in every]
             mean = statistics.fmean(stages)
             theory = schemes[key].figures()["bubble_theory"]
             print(f"{key[0]:>8} {key[1]:>3} " + " ".join(f"{b:>8.3f}" for b in stages)
                   + f" {mean:>7.3f} {theory:>7.3f} {mean / theory:>6.2f} "
-                  f"{1e3 * step[key]:>8.2f}")
+                  f"{1e3 * step[key]:>8.2f}" + (_versus(whole[key], torch_step[key])
+                                                if key in natives else ""))
+    if natives:
+        next(iter(natives.values())).finish()
     return 0
+
+
+def _versus(d500: list[float], native: list[float]) -> str:
+    """d500's and torch's median whole-step ms and the ratio of the medians."""
+    a, b = statistics.median(d500), statistics.median(native)
+    return f" {1e3 * a:>8.2f} {1e3 * b:>8.2f} {a / b:>10.2f}"
 
 
 def _synthetic(per_sample: float) -> None:

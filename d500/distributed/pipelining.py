@@ -197,9 +197,13 @@ def build(model: Any, spec: Any, comm: Communicator, backend_cls: Any, optimizer
           native: bool, limit: float, batch: int | None = None) -> tuple[Any, PipeliningScheme]:
     """(trainer, scheme) of this rank: `model` cut into spec.pipeline stages (d500's cut), its
     own stage translated, torch's schedule over it; refused where spec.micro_batches does not
-    divide the global `batch`."""
+    divide the global `batch`, or (1F1B) is below the stage count."""
     if batch is not None:
         _equal(batch, spec.micro_batches)
+    if spec.schedule == "1f1b" and spec.micro_batches < spec.pipeline:
+        raise UsageError(f"{spec.where}: field 'distributed.micro_batches': torch's Schedule1F1B "
+                         f"needs at least one micro-batch per stage ({spec.micro_batches} < "
+                         f"{spec.pipeline} stages)")
     from d500.distributed.pipeline.partition import partition
     from d500.distributed.pipeline.stage import StageModel
     part = partition(model, spec.pipeline, where=f"{spec.where}: field 'distributed.pipeline'")
