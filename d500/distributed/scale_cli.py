@@ -137,6 +137,7 @@ def measure_here() -> Any:
 def _profile_json(p: Any) -> dict[str, Any]:
     return {"label": p.label, "run_id": p.run_id, "ranks": p.ranks, "compute_time": p.compute,
             "step_time": p.step, "global_batch": p.global_batch, "batch_mode": p.batch_mode,
+            "tensor": p.tensor, "memory_per_rank": p.memory,
             "collectives": [{"name": c.name, "calls": c.calls, "bytes": c.nbytes}
                             for c in p.collectives]}
 
@@ -156,9 +157,11 @@ def _print(profiles: list[Any], rows: list[Any], net: Any, png: Path, weak: bool
               f"({net.source})", highlight=False)
     for p in profiles:
         coll = ", ".join(f"{c.name} {c.calls:g}x{c.nbytes:,.0f} B" for c in p.collectives)
+        held = "" if p.memory is None else f"; {p.memory:,.0f} B held per rank at any size" \
+            if p.tensor > 1 else f"; {p.memory:,.0f} B held per rank"
         out.print(f"{p.label} (run {p.run_id}, measured at {p.ranks} ranks): compute "
-                  f"{format_duration(p.compute)}/step, step {format_duration(p.step)}; {coll}",
-                  highlight=False)
+                  f"{format_duration(p.compute)}/step, step {format_duration(p.step)}; {coll}"
+                  f"{held}", highlight=False)
     sizes = list(dict.fromkeys(r.ranks for r in rows))
     kind = "weak scaling: per-rank batch kept" if weak else "strong scaling: global batch kept"
     table = Table(title=f"predicted step time / communication share / scaling efficiency "

@@ -28,6 +28,16 @@ scales with the per-rank batch (strong scaling: the global batch is fixed and cu
 a step at N ranks costs compute(N0) * N0 / N; weak scaling keeps the per-rank batch). The efficiency
 is throughput's: (samples per second at N) / (N * samples per second at 1 rank), i.e. at a fixed
 global batch T(1) / (N T(N)); it says nothing of convergence at other batch sizes.
+
+Tensor parallelism (a run at `tensor: T`, data 1): the model keeps T and grows the data dimension,
+D = N / T (N a multiple of T). Each measured allreduce of the tensor ranks (per block, a partial
+output forward and an input's gradient backward: Megatron's g and f) moves activations, which
+shrink with the data group's share of the batch: at D it costs allreduce over T ranks of B / D
+(strong; B weak). The data dimension then allreduces the rank's gradient G (its shard and the
+replicated weights, `grad_bytes`) over D ranks, in ceil(G / bucket) calls. Compute scales as
+1/D; one rank holds the whole model, compute T x the measured (which counts the split's
+recomputed forward: an upper bound). Memory per rank stays what the run measured, params +
+grads + optimizer state of 1/T of the split weights and all the replicated ones.
 """
 
 from __future__ import annotations
@@ -78,6 +88,10 @@ class Profile:
     batch_mode: str
     collectives: tuple[Collective, ...]
     run_id: int | None = None
+    tensor: int = 1  # tensor ranks (> 1: the collectives are the tensor dimension's)
+    grad_bytes: float = 0.0  # a tensor rank's gradient bytes: the data dimension's allreduce
+    bucket_bytes: float = 25 * 2**20
+    memory: float | None = None  # bytes one rank holds (params + grads + optimizer state)
 
     @classmethod
     def from_run(cls, run: dict[str, Any]) -> Profile:
@@ -109,9 +123,21 @@ class Profile:
         label = scheme if compressor in ("none", None) else f"{scheme} / {compressor}"
         if h.get("shard", "none") != "none":
             label = f"{label} / {h['shard']}"
-        return cls(label, scheme, compressor or "none", n0, compute,
-                   sum(steps) / len(steps), int(d.get("global_batch") or h.get("batch_size", 1)),
-                   d.get("batch_mode", "global"), tuple(collectives), rid)
+        tensor = int(h.get("tensor", 1))
+        if tensor > 1 and n0 != tensor:
+            raise UsageError(f"run {rid} splits {tensor} tensor ways at {n0} ranks: the model "
+                             f"reads a tensor run at data 1 (its allreduces are then the "
+                             f"tensor dimension's); model a run at {tensor} ranks")
+        held = [r.get("scheme", {}) for r in ranks]
+        memory = max((sum(m.get(k, 0.0) for k in ("param_bytes", "grad_bytes",
+                                                    "optimizer_bytes")) for m in held),
+                     default=0.0) or None
+        return cls(f"{label} / tensor {tensor}" if tensor > 1 else label, scheme,
+                   compressor or "none", n0, compute, sum(steps) / len(steps),
+                   int(d.get("global_batch") or h.get("batch_size", 1)),
+                   d.get("batch_mode", "global"), tuple(collectives), rid, tensor,
+                   max((m.get("grad_bytes", 0.0) for m in held), default=0.0),
+                   float(h.get("bucket_bytes", 25 * 2**20)), memory)
 
 
 def _buffer(name: str, per_rank: list[dict[str, float]], calls: float, n0: int) -> float:
@@ -151,26 +177,40 @@ def call_time(kind: str, nbytes: float, n: int, net: Network) -> float:
 
 def impossible(profile: Profile, n: int, weak: bool = False) -> str | None:
     """Why the model has no step at `n` ranks (the table's "—", the plot's missing point), or
-    None when it has one: strong scaling cuts the fixed global batch into one share per rank, so
-    it needs at least one sample per rank."""
-    if weak or profile.batch_mode == "per_rank" or profile.global_batch >= n:
+    None when it has one: strong scaling cuts the fixed global batch into one share per data
+    rank, so it needs at least one sample per data rank; a tensor split of T needs N a multiple
+    of T."""
+    t = profile.tensor
+    if t > 1 and n > 1 and n % t:
+        return f"{n} ranks do not hold whole tensor groups of {t}"
+    data = n // t if t > 1 and n > 1 else n
+    if weak or profile.batch_mode == "per_rank" or profile.global_batch >= data:
         return None
     return (f"the global batch of {profile.global_batch} samples is smaller than the rank count "
             f"(strong scaling gives every rank a share of it; --weak keeps the per-rank batch)")
 
 
+def _data(profile: Profile, n: int) -> int:
+    """The data ranks at `n` ranks (a tensor profile's groups of T; one rank: 1)."""
+    return max(1, n // profile.tensor) if n > 1 else 1
+
+
 def compute_time(profile: Profile, n: int, weak: bool) -> float | None:
     """Computation per step at `n` ranks (None when `impossible`: the global batch has fewer
-    samples than ranks)."""
-    if weak or profile.batch_mode == "per_rank":
-        return profile.compute
+    samples than ranks); a tensor profile's one rank computes its T shards."""
     if impossible(profile, n, weak):
         return None
-    return profile.compute * profile.ranks / n
+    whole = profile.compute * (profile.tensor if n == 1 else 1)
+    if weak or profile.batch_mode == "per_rank":
+        return whole
+    measured = profile.ranks // profile.tensor
+    return whole * measured / _data(profile, n)
 
 
-def comm_time(profile: Profile, n: int, net: Network) -> float:
+def comm_time(profile: Profile, n: int, net: Network, weak: bool = False) -> float:
     """Communication per step at `n` ranks (async_ps: the worker's own messages)."""
+    if profile.tensor > 1:
+        return tensor_comm_time(profile, n, net, weak)
     total = 0.0
     for c in profile.collectives:
         kind = c.kind
@@ -187,10 +227,27 @@ def step_time(profile: Profile, n: int, net: Network, weak: bool = False) -> flo
         return None
     if n < 2:
         return compute
-    comm = comm_time(profile, n, net)
+    comm = comm_time(profile, n, net, weak)
     if profile.scheme in SERVED:  # the server takes every worker's push and pull
         return max(compute + comm, (n - 1) * comm)
     return compute + comm
+
+
+def tensor_comm_time(profile: Profile, n: int, net: Network, weak: bool = False) -> float:
+    """A tensor profile's communication per step at `n` ranks (module docstring): its tensor
+    allreduces over T ranks, on activations of the data group's share, then the data dimension's
+    allreduce of the rank's gradient over N / T ranks."""
+    if n < 2:
+        return 0.0
+    data = _data(profile, n)
+    share = 1.0 if weak or profile.batch_mode == "per_rank" else \
+        (profile.ranks // profile.tensor) / data
+    total = sum(c.calls * call_time("allreduce", c.nbytes * share, profile.tensor, net)
+                for c in profile.collectives)
+    if data > 1 and profile.grad_bytes > 0:
+        calls = math.ceil(profile.grad_bytes / profile.bucket_bytes)
+        total += calls * call_time("allreduce", profile.grad_bytes / calls, data, net)
+    return total
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,8 +273,10 @@ def efficiency(profile: Profile, n: int, net: Network, weak: bool = False) -> fl
     if t1 is None or tn is None or tn <= 0:
         return None
     per_rank = weak or profile.batch_mode == "per_rank"
-    samples_n = profile.global_batch / profile.ranks * n if per_rank else profile.global_batch
-    samples_1 = profile.global_batch / profile.ranks if per_rank else profile.global_batch
+    measured = profile.ranks // profile.tensor  # data ranks: each its share of the batch
+    samples_n = profile.global_batch / measured * _data(profile, n) if per_rank else \
+        profile.global_batch
+    samples_1 = profile.global_batch / measured if per_rank else profile.global_batch
     return (samples_n / tn) / (n * samples_1 / t1)
 
 

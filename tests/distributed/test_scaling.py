@@ -247,3 +247,67 @@ def test_the_2_rank_prediction_holds_against_the_measured_step_time(tmp_path):
                         f"cores during the run: predicted {predicted * 1e3:.3f} ms, measured "
                         f"{measured * 1e3:.3f} ms ({error:+.0%})")
     assert math.isfinite(error) and abs(error) <= 0.25
+
+
+def tensor_record(activation: int = 32 * 64 * 4, grads: float = 35880.0) -> dict:
+    """A `tensor: 2` run at 2 ranks: one allreduce of a [32, 64] float32 partial output a step
+    (comm.py's ring counts), each rank holding `grads` bytes of parameters (and as many of
+    gradients and momentum)."""
+    per_rank = []
+    for r in range(2):
+        sent, received = ring_counts(activation // 4, 2, r)
+        per_rank.append({"allreduce": {"calls": 1, "sent": 4 * sent, "received": 4 * received,
+                                       "seconds": 0.0}})
+    run = run_record("sync", 2, per_rank, compute=1e-3, batch=32)
+    run["hyperparameters"].update(tensor=2, bucket_bytes=16384)
+    for rank in run["details"]["ranks"]:
+        rank["scheme"] = {"param_bytes": grads, "grad_bytes": grads, "optimizer_bytes": grads}
+    return run
+
+
+def test_tensor_parallelism_by_hand():
+    """T = 2 kept, D = N / 2 grows: at 8 ranks (D = 4) the step is compute / 4, the tensor
+    allreduce of a quarter of the activation over 2 ranks, and the data allreduce of the rank's
+    35,880 gradient bytes over 4 ranks in ceil(35,880 / 16,384) = 3 buckets."""
+    p = scaling.Profile.from_run(tensor_record())
+    a, b = NET.alpha, NET.beta
+    assert (p.tensor, p.grad_bytes, p.memory, p.label) == (2, 35880, 3 * 35880, "sync / tensor 2")
+    assert p.collectives[0].nbytes == 8192  # the [32, 64] float32 partial output, read back
+    tensor = 2 * a + (8192 / 4) * b  # 2(T-1) alpha + 2(T-1)/T (B/D) beta at T = 2
+    data = 3 * (6 * a + 1.5 * (35880 / 3) * b)  # 3 buckets: 2(D-1) alpha + 2(D-1)/D G beta
+    assert scaling.step_time(p, 8, NET) == pytest.approx(1e-3 / 4 + tensor + data)
+    assert scaling.step_time(p, 2, NET) == pytest.approx(1e-3 + 2 * a + 8192 * b)  # measured
+    assert scaling.step_time(p, 1, NET) == pytest.approx(2e-3)  # one rank: both shards
+    weak = scaling.step_time(p, 8, NET, weak=True)  # each data group keeps its 32 samples
+    assert weak == pytest.approx(1e-3 + 2 * a + 8192 * b + data)
+    assert scaling.efficiency(p, 8, NET, weak=True) == pytest.approx(2e-3 / (2 * weak))
+    assert scaling.step_time(p, 9, NET) is None  # no whole tensor groups
+    assert "do not hold whole tensor groups of 2" in scaling.impossible(p, 9)
+    assert scaling.step_time(p, 128, NET) is None  # 64 data ranks for 32 samples
+    four = tensor_record()
+    four["world_size"] = 4
+    with pytest.raises(UsageError, match="splits 2 tensor ways at 4 ranks"):
+        scaling.Profile.from_run(four)
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.skipif(jobs.MPIEXEC is None, reason="no mpiexec beside Python")
+def test_a_measured_tensor_run_reads_back_its_split(tmp_path):
+    """tensor-parallel on digits-mlp at `mpiexec -n 2`: the model reads one allreduce a step of
+    fc2's [32, 64] float32 partial output (the split's own figure), the memory the judge
+    believed, and predicts every even size up to 64 ranks (the global batch's 32 data ranks
+    x 2)."""
+    home = tmp_path / "home"
+    run = jobs.train(home, 2, jobs.LEVEL3 / "digits-mlp.yaml", jobs.ENTRIES / "tensor-parallel",
+                     "--seed", "0")
+    assert run.returncode == 0, run.stderr[-2000:]
+    run_id = json.loads(run.stdout)[0]["run_id"]
+    from d500.ledger import Ledger
+    recorded = Ledger(home / "ledger.sqlite").get(run_id)
+    p = scaling.Profile.from_run(recorded)
+    assert [(c.name, c.calls, c.nbytes) for c in p.collectives] == [("allreduce", 1, 8192)]
+    assert p.memory == recorded["figures"]["memory_per_rank"] == 107640
+    rows = scaling.predict([p], NET, (8, 128))
+    assert rows[0].step is not None and rows[0].efficiency is not None
+    assert rows[1].step is None  # 32 data ranks at most: 64 at 128 ranks
