@@ -67,6 +67,34 @@ def train(home: Path, ranks: int, workload_path: Path | str, submission: Path | 
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
+def last_run(home: Path) -> dict[str, Any]:
+    """The newest level-3 run in the ledger of `home`."""
+    from d500.ledger import Ledger
+    return Ledger(home / "ledger.sqlite").runs(level=3)[-1]
+
+
+def judged(tmp: Path, submission: Path | str, epochs: int = 2
+           ) -> tuple[subprocess.CompletedProcess, dict[str, Any]]:
+    """`mpiexec -n 2 d500 train` of digits-mlp (at most `epochs` epochs, its copy in `tmp`) by
+    the entry `submission` at seed 0 in tmp/home, and the run its judge recorded."""
+    home = tmp / "home"
+    wl = workload(tmp, "digits-mlp", budget={"max_epochs": epochs})
+    out = train(home, 2, wl, submission, "--seed", "0")
+    return out, last_run(home)
+
+
+def caught(tmp: Path, source: str, name: str, code: str) -> dict[str, Any]:
+    """The run of a copy of entry `source` whose optimizer file `name`.py (class Sgd) is `code`,
+    which cheats on import in every rank, asserted recorded failed by the judge's audit."""
+    entry_dir = entry(tmp, source, folder=name, files={f"{name}.py": code}, name=name,
+                      optimizer=f"{name}.py:Sgd", hyperparameters={"lr": 0.1})
+    out, run = judged(tmp, entry_dir)
+    assert out.returncode != 0
+    assert run["status"] == "failed", (run["status"], run["error"])
+    assert "audit:" in run["error"], run["error"]
+    return run
+
+
 def plain_d500(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """`d500 ARGS` in a plain process (no launcher)."""
     return subprocess.run([sys.executable, "-m", "d500.cli", *args], env=environment(home),

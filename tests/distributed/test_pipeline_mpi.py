@@ -17,7 +17,6 @@ import pytest
 from d500.competition.check import check
 from d500.competition.export import build
 from d500.competition.package import Package
-from d500.ledger import Ledger
 from tests.distributed import level3_jobs as jobs
 from tests.distributed.mpi_jobs import CheckJob
 
@@ -67,16 +66,10 @@ def test_data_and_pipeline_compose_at_four_ranks():
         assert report["ok"] is True and report["size"] == 4, report
 
 
-def _last_run(home: Path) -> dict:
-    return Ledger(home / "ledger.sqlite").runs(level=3)[-1]
-
-
 def test_a_pipeline_entry_trains_under_the_judge_and_records_its_cut(tmp_path):
-    home = tmp_path / "home"
-    wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 2})
-    out = jobs.train(home, 2, wl, jobs.ENTRIES / "pipeline-1f1b", "--seed", "0")
+    home, wl = tmp_path / "home", tmp_path / "digits-mlp.yaml"
+    out, run = jobs.judged(tmp_path, jobs.ENTRIES / "pipeline-1f1b")
     assert out.returncode in (0, 1), out.stderr[-2000:]
-    run = _last_run(home)
     assert run["status"] in ("succeeded", "missed"), run["error"]
     details, figures = run["details"], run["figures"]
     cut = details["scheme_details"]["partition"]["stages"]
@@ -105,12 +98,5 @@ def test_a_pipeline_entry_trains_under_the_judge_and_records_its_cut(tmp_path):
 
 
 def test_stages_that_skip_half_their_micro_batches_are_caught_by_the_judge(tmp_path):
-    home = tmp_path / "home"
-    wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 2})
-    entry = jobs.entry(tmp_path, "pipeline-gpipe", folder="half", files={"half.py": HALF},
-                       name="half", optimizer="half.py:Sgd", hyperparameters={"lr": 0.1})
-    out = jobs.train(home, 2, wl, entry, "--seed", "0")
-    assert out.returncode != 0
-    run = _last_run(home)
-    assert run["status"] == "failed", (run["status"], run["error"])
-    assert "audit:" in run["error"] and "every sample" in run["error"], run["error"]
+    run = jobs.caught(tmp_path, "pipeline-gpipe", "half", HALF)
+    assert "every sample" in run["error"], run["error"]

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from d500.ledger import Ledger
 from tests.distributed import level3_jobs as jobs
 from tests.distributed.mpi_jobs import CheckJob
 
@@ -62,16 +61,10 @@ def test_data_and_tensor_compose_at_four_ranks():
         assert report["ok"] is True and report["size"] == 4, report
 
 
-def _last_run(home: Path) -> dict:
-    return Ledger(home / "ledger.sqlite").runs(level=3)[-1]
-
-
 def test_the_tensor_parallel_entry_trains_under_the_judge_and_records_its_split(tmp_path):
-    home = tmp_path / "home"
-    wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 2})
-    out = jobs.train(home, 2, wl, jobs.ENTRIES / "tensor-parallel", "--seed", "0")
+    home, wl = tmp_path / "home", tmp_path / "digits-mlp.yaml"
+    out, run = jobs.judged(tmp_path, jobs.ENTRIES / "tensor-parallel")
     assert out.returncode in (0, 1), out.stderr[-2000:]
-    run = _last_run(home)
     assert run["status"] in ("succeeded", "missed"), run["error"]
     details, figures = run["details"], run["figures"]
     split = details["scheme_details"]["tensor_split"]
@@ -94,16 +87,7 @@ def test_the_tensor_parallel_entry_trains_under_the_judge_and_records_its_split(
 
 
 def test_ranks_that_skip_their_allreduces_are_caught_by_the_judge(tmp_path):
-    home = tmp_path / "home"
-    wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 2})
-    entry = jobs.entry(tmp_path, "tensor-parallel", folder="alone",
-                       files={"alone.py": ALONE}, name="alone", optimizer="alone.py:Sgd",
-                       hyperparameters={"lr": 0.1})
-    out = jobs.train(home, 2, wl, entry, "--seed", "0")
-    assert out.returncode != 0
-    run = _last_run(home)
-    assert run["status"] == "failed", (run["status"], run["error"])
-    assert "audit:" in run["error"], run["error"]
+    jobs.caught(tmp_path, "tensor-parallel", "alone", ALONE)
 
 
 def test_a_model_with_nothing_to_split_is_one_line_on_every_rank(tmp_path):
