@@ -71,27 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     native.start()
     split_t, one_t, share, native_t = [], [], [], []
     for _ in range(args.rounds):
-        scheme.step(feeds, 0.01)  # warm: not counted
-        c.reset()
-        t = time.perf_counter()
-        for _ in range(args.steps):
-            scheme.step(feeds, 0.01)
-        dt = (time.perf_counter() - t) / args.steps
+        dt = _timed(scheme.step, feeds, args.steps, c.reset)
         split_t.append(dt)
         share.append(scheme.tp.seconds / args.steps / dt)
         c.barrier()
-        native.step(feeds, 0.01)
-        t = time.perf_counter()
-        for _ in range(args.steps):
-            native.step(feeds, 0.01)
-        native_t.append((time.perf_counter() - t) / args.steps)
+        native_t.append(_timed(native.step, feeds, args.steps))
         c.barrier()
         if one is not None:
-            one.step(feeds, 0.01)
-            t = time.perf_counter()
-            for _ in range(args.steps):
-                one.step(feeds, 0.01)
-            one_t.append((time.perf_counter() - t) / args.steps)
+            one_t.append(_timed(one.step, feeds, args.steps))
         c.barrier()
     if c.rank == 0:
         whole = sum(a.nbytes for a in one.parameters().values())
@@ -109,6 +96,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"parameter bytes per rank: {int(mine)} of {whole} ({mine / whole:.2f})")
     native.finish()
     return 0
+
+
+def _timed(step, feeds, steps: int, warmed=lambda: None) -> float:
+    """Seconds per step of `steps` steps after one warm step (then `warmed()`)."""
+    step(feeds, 0.01)  # warm: not counted
+    warmed()
+    t = time.perf_counter()
+    for _ in range(steps):
+        step(feeds, 0.01)
+    return (time.perf_counter() - t) / steps
 
 
 if __name__ == "__main__":

@@ -107,6 +107,15 @@ def torch_trainer(scheme: str, trainer: Any, reducer: Any, options: dict[str, An
     return module
 
 
+def held(tensors: Any, state: Any) -> dict[str, float]:
+    """A torch-native baseline's memory(): the storage bytes of the (local) parameter tensors it
+    holds, as many for their gradients, and the bytes of the optimizer state over them."""
+    from d500.distributed.schemes.base import state_bytes
+    nbytes = float(sum(t.untyped_storage().nbytes() for t in tensors))
+    return {"param_bytes": nbytes, "grad_bytes": nbytes,
+            "optimizer_bytes": float(state_bytes(state))}
+
+
 class DDPScheme:
     """torch DDP as a level-3 scheme (the Scheme interface of d500.distributed.schemes)."""
 

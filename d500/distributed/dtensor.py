@@ -228,10 +228,8 @@ class DTensorScheme:
     def memory(self) -> dict[str, float]:
         """Bytes of the replicated weights and this rank's local shards (parameters, their
         gradients: the same size) and of the optimizer state over them."""
-        from d500.distributed.schemes.base import state_bytes
-        held = float(sum(p.untyped_storage().nbytes() for p in self._local().values()))
-        return {"param_bytes": held, "grad_bytes": held,
-                "optimizer_bytes": float(state_bytes(self.state))}
+        from d500.distributed.ddp import held
+        return held(self._local().values(), self.state)
 
     def figures(self) -> dict[str, float]:
         return {}

@@ -141,10 +141,8 @@ class FSDPScheme:
     def memory(self) -> dict[str, float]:
         """Bytes of this rank's local shards (parameters, last gradients: their size) and the
         optimizer state (module docstring)."""
-        from d500.distributed.schemes.base import state_bytes
-        local = sum(p.to_local().untyped_storage().nbytes() for p in self.sharded.parameters())
-        return {"param_bytes": float(local), "grad_bytes": float(local),
-                "optimizer_bytes": float(state_bytes(self.state))}
+        from d500.distributed.ddp import held
+        return held([p.to_local() for p in self.sharded.parameters()], self.state)
 
     def figures(self) -> dict[str, float]:
         return {}

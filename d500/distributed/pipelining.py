@@ -144,10 +144,8 @@ class PipeliningScheme:
 
     def memory(self) -> dict[str, float]:
         """Bytes of this stage's parameters (their gradients: the same) and optimizer state."""
-        from d500.distributed.schemes.base import state_bytes
-        held = float(sum(p.untyped_storage().nbytes() for p in self.trainer.params))
-        return {"param_bytes": held, "grad_bytes": held,
-                "optimizer_bytes": float(state_bytes(self.trainer.state))}
+        from d500.distributed.ddp import held
+        return held(self.trainer.params, self.trainer.state)
 
     def figures(self) -> dict[str, float]:
         return {"pipeline_stage": float(self.stage.index)}
