@@ -77,6 +77,12 @@ def frameworks() -> list[Framework]:
     return found
 
 
+def trainable() -> list[str]:
+    """The registered frameworks that train (their FRAMEWORK names framework-neutral optimizer
+    ops), by their default mode's name."""
+    return [fw.name for fw in frameworks() if fw.optimizer_ops is not None]
+
+
 def by_module(module: str) -> Framework | None:
     """The registered framework whose module (or other name: "keras", "optax") is `module`."""
     return next((fw for fw in frameworks() if module in (fw.module, fw.name, *fw.aliases)),

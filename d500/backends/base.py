@@ -157,8 +157,9 @@ class Executable(onnx.backend.base.BackendRep):
         its linear layers computing in `precision` (d500.training.precision; the backend's
         `precisions` say which it can). An inference-only backend has none: a UsageError
         naming it."""
+        from d500.backends import trainable
         raise UsageError(f"backend '{self.backend_name}' is inference-only: it cannot train "
-                         f"(train on a trainable backend: torch, tensorflow, jax or reference)")
+                         f"(train on a trainable backend: {', '.join(trainable())})")
 
     def check_precision(self, precision: str) -> str:
         """`precision` when this backend can train in it on this device, else a UsageError."""

@@ -27,12 +27,14 @@ class Framework:
     distribution: str                 # whose version is provenance ("tensorflow-cpu")
     packages: tuple[str, ...] = ()    # further distributions recorded in provenance
     aliases: tuple[str, ...] = ()     # other names users give it ("keras", "optax")
-    optimizer_ops: str | None = None  # module of the framework-neutral optimizers' ops
+    optimizer_ops: str | None = None  # module of the framework-neutral optimizers' ops: a
+    # framework that trains has them (its backend class is `trainable`; a test checks both)
     native_optimizers: str | None = None  # "module:TABLE" of its framework-native twins
-    native_label: str = ""            # what its native optimizers are called ("Keras")
     backward: str | None = None       # "module:function" timing one operator's backward
     operator_runner: str | None = None  # "module:Class" running level-0 operators written in it
+    autograd: bool = False            # it differentiates an operator's forward (no backward given)
     threads_when_loaded: bool = True  # configure() sets its threads whenever it is loaded
+    tie_rank: int | None = None       # net check: who stands for a tied majority (lowest first)
 
     @classmethod
     def of_backend(cls, backend: Any) -> Framework:

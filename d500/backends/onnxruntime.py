@@ -86,7 +86,8 @@ class OnnxRuntime(Framework):
         return True  # the count its sessions get, loaded or not
 
 
-FRAMEWORK = OnnxRuntime("onnxruntime", module="onnxruntime", distribution="onnxruntime")
+FRAMEWORK = OnnxRuntime("onnxruntime", module="onnxruntime", distribution="onnxruntime",
+                        tie_rank=1)
 
 # mode -> onnxruntime's graph optimization level (a GraphOptimizationLevel member's name)
 OPTIMIZATION = {"": "ORT_ENABLE_ALL", "basic": "ORT_ENABLE_BASIC"}

@@ -16,8 +16,6 @@ from d500.errors import D500Error, UnsupportedOperator, describe
 from d500.networks.compare import Comparison, compare
 
 BASELINE = "reference"
-# Who stands for the majority when the reference cannot run a model and backends tie.
-PREFERENCE = ("reference", "onnxruntime", "torch", "tensorflow")
 
 
 @dataclass
@@ -284,9 +282,20 @@ def _baseline(results: dict[str, BackendResult], output_names: list[str],
         return None, "none"
     votes = {r.backend: sum(_agree(r, o, output_names, rtol) for o in ran if o is not r)
              for r in ran}
-    order = {n: i for i, n in enumerate(PREFERENCE)}
-    best = min(ran, key=lambda r: (-votes[r.backend], order.get(r.backend, len(order))))
+    best = min(ran, key=lambda r: (-votes[r.backend], _tie_rank(r.backend)))
     return best.backend, "majority"
+
+
+def _tie_rank(name: str) -> int:
+    """Who stands for the majority when the reference cannot run a model and backends tie:
+    the lower its framework's `tie_rank` (d500.backends.hooks), the sooner; a framework's
+    default mode only, other modes and unranked frameworks last."""
+    from d500 import backends
+    fw = None if backends.split(name)[1] else backends.about(name)
+    return LAST if fw is None or fw.tie_rank is None else fw.tie_rank
+
+
+LAST = 1 << 30  # the tie rank of a backend none is given
 
 
 def _note(report: CheckReport) -> str:

@@ -17,8 +17,22 @@ from typing import Any, ClassVar
 
 from d500.errors import UsageError
 
-FRAMEWORKS = ("numpy", "torch", "tensorflow", "jax", "c")
-AUTOGRAD = ("torch", "tensorflow", "jax")  # without a backward, d500 differentiates the forward
+C = "c"  # an operator in C/C++ (d500 compiles it), beside the registered frameworks
+
+
+def frameworks() -> list[str]:
+    """What an operator's `framework` may be: the module of every registered framework that runs
+    operators (its FRAMEWORK's `operator_runner`: numpy, torch, tensorflow, jax), and "c"."""
+    from d500 import backends
+    return [*(fw.module for fw in backends.frameworks() if fw.operator_runner), C]
+
+
+def autograd(framework: str) -> bool:
+    """Whether d500 differentiates an operator's forward in `framework` when it has no backward
+    (its FRAMEWORK's `autograd`: torch, tensorflow, jax)."""
+    from d500 import backends
+    fw = backends.by_module(framework)
+    return fw is not None and fw.autograd
 
 
 class CustomOperator:
@@ -164,9 +178,10 @@ def _class(file: Path, name: str) -> type[CustomOperator]:
 def check_class(cls: type[CustomOperator], file: Path | str) -> None:
     """The class names a known ONNX operator and framework."""
     import onnx.defs
-    if cls.framework not in FRAMEWORKS:
+    allowed = frameworks()
+    if cls.framework not in allowed:
         raise UsageError(f"{file}: {cls.__name__}.framework is '{cls.framework}' "
-                         f"(allowed: {', '.join(FRAMEWORKS)})")
+                         f"(allowed: {', '.join(allowed)})")
     if not cls.op_type or not onnx.defs.has(cls.op_type):
         raise UsageError(f"{file}: {cls.__name__}.op_type '{cls.op_type}' is not an ONNX "
                          f"operator of the default domain")

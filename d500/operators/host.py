@@ -122,8 +122,8 @@ class RemoteRunner:
 
     def __init__(self, cls: RemoteClass):
         self.host, self.own_backward = cls.host, cls.has_backward()
-        from d500.operators.base import AUTOGRAD
-        self.has_gradients = self.own_backward or cls.framework in AUTOGRAD
+        from d500.operators.base import autograd
+        self.has_gradients = self.own_backward or autograd(cls.framework)
 
     def forward(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         return self.host.ask("forward", [np.asarray(a) for a in arrays])

@@ -12,7 +12,7 @@ from d500.backends.base import Backend
 from d500.backends.graph import registry
 from d500.errors import UsageError
 
-TRAINABLE = ["reference", "torch", "tensorflow"]
+TRAINABLE = backends.trainable()  # every registered framework that trains
 
 
 def gather_model():

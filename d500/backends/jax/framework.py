@@ -59,8 +59,8 @@ class Jax(Framework):
 
 FRAMEWORK = Jax(
     "jax", module="jax", distribution="jax", packages=("jaxlib", "optax"), aliases=("optax",),
-    optimizer_ops="d500.training.optimizers.ops.jax",
-    native_optimizers="d500.backends.jax.optimizers:NATIVE", native_label="optax",
+    optimizer_ops="d500.backends.jax.optimizer_ops",
+    native_optimizers="d500.backends.jax.native_optimizers:NATIVE",
     backward="d500.backends.jax.operators:backward",
-    operator_runner="d500.backends.jax.operators:JaxRunner",
+    operator_runner="d500.backends.jax.operators:JaxRunner", autograd=True,
     threads_when_loaded=False)  # XLA's pool is sized when JAX first computes: only when asked

@@ -18,6 +18,7 @@ class Reference(Framework):
 
 FRAMEWORK = Reference(
     "reference", module="numpy", distribution="numpy",
-    optimizer_ops="d500.training.optimizers.ops.numpy",
+    optimizer_ops="d500.backends.reference.optimizer_ops",
     backward="d500.backends.reference.operators:backward",
-    threads_when_loaded=False)  # BLAS is set last by threads.configure, always
+    operator_runner="d500.operators.adapters:Runner",  # NumPy in, NumPy out
+    threads_when_loaded=False, tie_rank=0)  # BLAS is set last by threads.configure, always

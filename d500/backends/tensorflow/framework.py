@@ -16,7 +16,7 @@ class TensorFlow(Framework):
         """Set both pools before TensorFlow runs anything; if it already ran with another count,
         the count cannot change in this process: a UsageError saying so (TensorFlow's own
         default, one thread per usable core, counts as that count)."""
-        from d500 import threads
+        from d500 import provenance
         from d500.backends import import_quietly
         threading = import_quietly("tensorflow").config.threading
         for what, get, set_ in (
@@ -24,7 +24,7 @@ class TensorFlow(Framework):
                  threading.set_intra_op_parallelism_threads),
                 ("inter-op", threading.get_inter_op_parallelism_threads,
                  threading.set_inter_op_parallelism_threads)):
-            if get() == n or (get() == 0 and n == threads.usable()):
+            if get() == n or (get() == 0 and n == provenance.usable_cores()):
                 continue  # 0: TensorFlow's own choice, one thread per usable core
             try:
                 set_(n)
@@ -44,7 +44,8 @@ class TensorFlow(Framework):
 FRAMEWORK = TensorFlow(
     "tensorflow", module="tensorflow", distribution="tensorflow-cpu",
     packages=("tensorflow",), aliases=("keras",),
-    optimizer_ops="d500.training.optimizers.ops.tensorflow",
-    native_optimizers="d500.backends.tensorflow.optimizers:NATIVE", native_label="Keras",
+    optimizer_ops="d500.backends.tensorflow.optimizer_ops",
+    native_optimizers="d500.backends.tensorflow.native_optimizers:NATIVE",
     backward="d500.backends.tensorflow.operators:backward",
-    operator_runner="d500.backends.tensorflow.operators:TensorFlowRunner")
+    operator_runner="d500.backends.tensorflow.operators:TensorFlowRunner", autograd=True,
+    tie_rank=3)

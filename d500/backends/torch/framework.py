@@ -21,7 +21,7 @@ class Torch(Framework):
 
 FRAMEWORK = Torch(
     "torch", module="torch", distribution="torch",
-    optimizer_ops="d500.training.optimizers.ops.torch",
-    native_optimizers="d500.backends.torch.optimizers:NATIVE", native_label="torch",
+    optimizer_ops="d500.backends.torch.optimizer_ops",
+    native_optimizers="d500.backends.torch.native_optimizers:NATIVE",
     backward="d500.backends.torch.operators:backward",
-    operator_runner="d500.backends.torch.operators:TorchRunner")
+    operator_runner="d500.backends.torch.operators:TorchRunner", autograd=True, tie_rank=2)

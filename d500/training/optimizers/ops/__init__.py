@@ -1,6 +1,7 @@
 """The per-framework "ops" namespaces the framework-neutral optimizers are written against: the
-same two dozen small multi-tensor functions in `numpy.py`, `torch.py`, `tensorflow.py` and
-`jax.py` (JAX's arrays are immutable: its in-place ops replace the list entries).
+same two dozen small multi-tensor functions in each framework's folder, `optimizer_ops.py`
+(d500/backends/reference/ for NumPy, torch/, tensorflow/, jax/: the module its FRAMEWORK names;
+JAX's arrays are immutable: its in-place ops replace the list entries).
 
 Every function works on *tensor lists* (one entry per parameter, the same order everywhere), so
 torch runs each as one `torch._foreach_*` kernel call and TensorFlow traces it once into the
@@ -37,26 +38,19 @@ from typing import Any
 
 from d500.errors import UsageError
 
-# framework or backend name -> the module of its ops (imported on first use)
-MODULES = {
-    "numpy": "d500.training.optimizers.ops.numpy",
-    "reference": "d500.training.optimizers.ops.numpy",
-    "torch": "d500.training.optimizers.ops.torch",
-    "tensorflow": "d500.training.optimizers.ops.tensorflow",
-    "jax": "d500.training.optimizers.ops.jax",
-}
-
 
 def get(ns: str | ModuleType | Any) -> ModuleType:
-    """The ops namespace for a framework or backend name ('numpy', 'reference', 'torch',
-    'tensorflow', 'jax'); an ops module (or any object with the same functions) is returned as
-    is."""
+    """The ops namespace of a framework (by backend name, module or other name: 'reference',
+    'numpy', 'torch', 'tensorflow', 'jax'): the `optimizer_ops` module its FRAMEWORK names; an
+    ops module (or any object with the same functions) is returned as is."""
     if not isinstance(ns, str):
         return ns
-    if ns not in MODULES:
-        raise UsageError(f"no framework-neutral optimizers for '{ns}' "
-                         f"(known: {', '.join(MODULES)})")
+    from d500.backends import by_module, frameworks
+    fw = by_module(ns)
+    if fw is None or fw.optimizer_ops is None:
+        known = [f.name for f in frameworks() if f.optimizer_ops is not None]
+        raise UsageError(f"no framework-neutral optimizers for '{ns}' (known: {', '.join(known)})")
     try:
-        return import_module(MODULES[ns])
+        return import_module(fw.optimizer_ops)
     except ImportError as err:
         raise UsageError(f"framework for '{ns}' is not installed here ({err.name or err})") from err

@@ -1,7 +1,8 @@
 """The optimizer ops on NumPy arrays: the reference the torch and TensorFlow ops are checked
 against.
 
-In-place ops write into the arrays (`out=`), keeping their dtype. Contract: ops/__init__.py.
+In-place ops write into the arrays (`out=`), keeping their dtype. Contract:
+d500/training/optimizers/ops/__init__.py.
 """
 
 from __future__ import annotations

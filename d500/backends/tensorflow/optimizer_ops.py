@@ -2,7 +2,8 @@
 
 State lives in tf.Variables made at init (never inside a trace); in-place ops `assign` them. A
 TensorFlow intermediate is immutable, so an in-place op on one replaces the list entry. Scalar
-tensors of another float dtype are cast to the tensor's dtype. Contract: ops/__init__.py.
+tensors of another float dtype are cast to the tensor's dtype. Contract:
+d500/training/optimizers/ops/__init__.py.
 """
 
 from __future__ import annotations

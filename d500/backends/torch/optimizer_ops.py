@@ -2,7 +2,7 @@
 
 Scalars that are Python numbers go straight to the kernel; a 0-d tensor scalar (rare on torch:
 the schedule gives Python floats) takes a multiply first, since `alpha=` only takes numbers.
-Contract: ops/__init__.py.
+Contract: d500/training/optimizers/ops/__init__.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 JAX arrays are immutable, so every in-place op replaces the list entry with the new value (cast
 to the entry's dtype); the trainer reads the lists back after the update. The counter is a box
-whose value is replaced in the same way. Contract: ops/__init__.py.
+whose value is replaced in the same way. Contract: d500/training/optimizers/ops/__init__.py.
 """
 
 from __future__ import annotations
