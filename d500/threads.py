@@ -7,9 +7,12 @@ once per process: comparisons are fair only then.
     threads.recorded()  # {"count": 4, "set_by": "--threads"}: part of every run's provenance
     threads.actual()    # what each loaded framework reports now
 
-The default is the number of cores this process may use (`os.sched_getaffinity`); a caller may
-give another default with its reason (`d500 train`/`d500 tune` under MPI: each rank's share of
-its host's cores, d500.distributed.launch.core_share). TensorFlow
+The default is the number of cores idle when the run starts: the cores this process may use
+(`os.sched_getaffinity`) less what other processes take then (d500.provenance.others_now, read
+once per process over IDLE_WINDOW s), rounded, at least 1: on a machine others keep busy, more
+threads than idle cores only contend with them. A caller may give another default with its
+reason (`d500 train`/`d500 tune` under MPI: each rank's share of its host's cores,
+d500.distributed.launch.core_share). TensorFlow
 fixes its pools when its runtime starts, so configure() sets them before TensorFlow runs
 anything; if it already ran with another count, the count cannot change in this process and
 configure() raises a UsageError saying so (TensorFlow's own default, one thread per usable core,
@@ -25,28 +28,30 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from collections.abc import Iterable
 from typing import Any
 
 from d500.errors import UsageError
 
-DEFAULT_WHY = "default: the cores this process may use"
+DEFAULT_WHY = "default: the cores idle when the run started"
+USABLE_WHY = "default: the cores this process may use"
+IDLE_WINDOW = 0.25  # seconds over which default() reads what other processes take
 _setting: dict[str, Any] | None = None
+_idle: int | None = None  # default(), once measured
 _blas_limits: Any = None  # threadpoolctl's limiter, kept for the life of the process
 
 
 def default() -> int:
-    """The count used without --threads: the cores this process may use."""
-    return usable()
-
-
-def usable() -> int:
-    """The cores this process may use (TensorFlow's own default: one thread per usable core)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0)) or 1
-    return os.cpu_count() or 1
+    """The count used without --threads: the cores idle when the run starts (the usable cores
+    less what other processes take, rounded; at least 1), measured once per process; the usable
+    cores where the machine does not say (no /proc/stat)."""
+    global _idle
+    if _idle is None:
+        from d500 import provenance
+        cores, others = provenance.usable_cores(), provenance.others_now(IDLE_WINDOW)
+        _idle = cores if others is None else max(1, min(cores, round(cores - others)))
+    return _idle
 
 
 def parse(text: str) -> int:
@@ -59,11 +64,13 @@ def parse(text: str) -> int:
 def add_option(parser: argparse.ArgumentParser, mpi: bool = False) -> None:
     """`--threads N`, as `op bench`, `net bench`, `run`, `train` and `tune` take it (`mpi`: the
     command may run as MPI ranks, which share a host's cores by default)."""
+    from d500 import provenance
     shared = "; under mpiexec, each rank's share of its host's cores" if mpi else ""
     parser.add_argument("--threads", type=parse, metavar="N",
                         help="intra-op threads for every framework: torch, TensorFlow (intra- "
                              "and inter-op), onnxruntime, JAX's XLA, NumPy's BLAS (default: the "
-                             f"cores this process may use, here {default()}{shared})")
+                             "cores idle when the run starts, at least 1, of the "
+                             f"{provenance.usable_cores()} this process may use{shared})")
 
 
 def frameworks(backends: Iterable[str], extra: Iterable[str] = ()) -> list[str]:
@@ -78,21 +85,43 @@ def configure(count: int | None = None, modules: Iterable[str] = (), *,
     """Give every framework `count` threads at once: each of `modules` (framework modules:
     torch, tensorflow, onnxruntime, numpy; imported now), every framework already loaded, and
     NumPy's BLAS. Without `count`: `fallback` (a count and why it was chosen) when given, else
-    `default()`."""
-    global _setting
+    `default()` (the usable cores where a framework this process already ran cannot change to
+    it)."""
     if count is not None:
         n, why = count, "--threads"
     else:
-        n, why = fallback if fallback is not None else (default(), DEFAULT_WHY)
+        n, why = fallback if fallback is not None else _default()
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise UsageError(f"thread count must be an integer >= 1, got {n!r}")
+    from d500 import provenance
+    try:
+        _give(n, why, modules)
+    except UsageError:
+        if count is not None or fallback is not None or n == provenance.usable_cores():
+            raise
+        # a framework this process already ran (in-process use: a test, a notebook) keeps its
+        # own default, the usable cores: the default is then that count, and says so
+        n = provenance.usable_cores()
+        _give(n, f"{USABLE_WHY} ({n}: a framework already running here keeps its own)", modules)
+    return n
+
+
+def _give(n: int, why: str, modules: Iterable[str]) -> None:
+    """Record `n` and why, and give it to `modules`, the loaded frameworks and BLAS."""
+    global _setting
     _setting = {"count": n, "set_by": why}
     from d500.backends import frameworks
     loaded = [fw.module for fw in frameworks()
               if fw.threads_when_loaded and fw.module in sys.modules]
     for module in dict.fromkeys([*modules, *loaded, "numpy"]):  # BLAS last: the frameworks
         apply(module, n)  # may have brought BLAS libraries of their own (scipy's OpenBLAS)
-    return n
+
+
+def _default() -> tuple[int, str]:
+    """default() and why, as recorded: how many cores were idle of how many usable."""
+    from d500 import provenance
+    n = default()
+    return n, f"{DEFAULT_WHY} ({n} of {provenance.usable_cores()} usable)"
 
 
 def apply(module: str, n: int) -> None:

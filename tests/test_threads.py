@@ -63,7 +63,7 @@ def test_the_count_reaches_every_framework(count, tmp_path):
     assert found["actual"]["torch"] == count and found["actual"]["blas"] == [count]
 
 
-def test_without_threads_every_framework_gets_the_usable_cores(tmp_path):
+def test_without_threads_every_framework_gets_the_idle_cores(tmp_path):
     out = python("""
         import json, os
         from d500 import provenance, threads
@@ -75,9 +75,60 @@ def test_without_threads_every_framework_gets_the_usable_cores(tmp_path):
     """, tmp_path)
     assert out.returncode == 0, out.stderr
     n, cores, torch_threads, recorded, provenance = json.loads(out.stdout)
-    assert n == cores == torch_threads
-    assert recorded == provenance == {"count": cores, "set_by": "default: the cores this "
-                                                                  "process may use"}
+    assert 1 <= n <= cores and n == torch_threads
+    assert recorded == provenance == {
+        "count": n, "set_by": f"default: the cores idle when the run started ({n} of {cores} "
+                              f"usable)"}
+
+
+@pytest.mark.parametrize(("others", "idle"), [(0.1, 2), (0.6, 1), (1.3, 1), (7.5, 1), (None, 2)])
+def test_the_default_is_the_usable_cores_less_what_others_take(monkeypatch, others, idle):
+    from d500 import provenance, threads
+    monkeypatch.setattr(provenance, "usable_cores", lambda: 2)
+    monkeypatch.setattr(provenance, "others_now", lambda seconds: others)
+    monkeypatch.setattr(threads, "_idle", None)
+    assert threads.default() == idle
+    monkeypatch.setattr(provenance, "others_now", lambda seconds: 0.0)
+    assert threads.default() == idle  # measured once, when the run starts
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one usable core")
+def test_a_default_tensorflow_already_ran_with_keeps_its_count(tmp_path):
+    """In-process use (a test, a notebook): TensorFlow ran at its own default (the usable cores)
+    before d500 chose fewer idle ones; the default is then TensorFlow's count, and says so."""
+    out = python("""
+        import json, os
+        import tensorflow as tf
+        tf.constant(1.0) + 1.0  # TensorFlow's runtime starts: its pools are fixed now
+        from d500 import threads
+        threads._idle = 1  # fewer idle cores than usable ones
+        print(json.dumps([threads.configure(None), len(os.sched_getaffinity(0)),
+                          threads.recorded()["set_by"]]))
+    """, tmp_path)
+    assert out.returncode == 0, out.stderr
+    n, cores, why = json.loads(out.stdout)
+    assert n == cores and why.startswith("default: the cores this process may use") \
+        and "already running" in why
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one usable core")
+def test_a_cpu_hog_on_every_core_leaves_one_thread(tmp_path):
+    """A busy process per usable core (outside the run's process tree): without --threads the
+    run gets 1 thread, not the cores it may use (the attack: a crowded machine ranking a
+    framework by its contention)."""
+    cores = len(os.sched_getaffinity(0))
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
+    try:
+        out = python("""
+            from d500 import threads
+            print(threads.configure(None, ["numpy"]))
+        """, tmp_path)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1", f"{out.stdout.strip()} threads with {cores} hogs running"
 
 
 def test_tensorflow_already_running_cannot_change_its_count(tmp_path):

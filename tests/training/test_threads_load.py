@@ -131,10 +131,11 @@ def test_train_without_threads_gives_every_framework_the_default(setup, tmp_path
     done = d500(home, tmp_path / "notes", "train", str(setup["workload"]), "--submission",
                 str(setup["entry"]), "--seed", "0")
     assert done.returncode == 0, done.stderr
-    assert notes(tmp_path / "notes") == [{"torch": CORES}]
     (run,) = runs(home)
-    assert run["provenance"]["threads"] == {"count": CORES,
-                                            "set_by": "default: the cores this process may use"}
+    n = run["provenance"]["threads"]["count"]  # the cores idle when it started, at least 1
+    assert 1 <= n <= CORES and notes(tmp_path / "notes") == [{"torch": n}]
+    assert run["provenance"]["threads"]["set_by"] == (
+        f"default: the cores idle when the run started ({n} of {CORES} usable)")
 
 
 def test_train_threads_reaches_tensorflow(setup, tmp_path):
