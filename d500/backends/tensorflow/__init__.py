@@ -10,7 +10,10 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
+from d500.backends import quiet_frameworks
 from d500.backends.tensorflow.framework import FRAMEWORK
+
+quiet_frameworks()  # TensorFlow's C++ log level, for whichever module here imports it first
 
 __all__ = ["FRAMEWORK", "OPS", "OnnxModule", "TensorFlowBackend", "TensorFlowExecutable"]
 
