@@ -93,7 +93,8 @@ def test_the_distributed_mapping_of_an_entry():
     assert spec.parse({"scheme": "sync", "compression": "fp16"}, "e").comm_precision == "fp16"
     assert spec.parse({"scheme": "ddp"}, "e").native
     with pytest.raises(UsageError, match=r"e.yaml: .*unknown scheme 'allreduce' \(known: "
-                                         r"async_ps, dpsgd, local_sgd, ps, ssp, sync, ddp, fsdp\)"):
+                                         r"async_ps, dpsgd, local_sgd, ps, ssp, sync, ddp, fsdp, "
+                                         r"dtensor, pipelining\)"):
         spec.parse({"scheme": "allreduce"}, "e.yaml")
     with pytest.raises(ConfigError, match="the ddp baseline runs torch's own collectives"):
         spec.parse({"scheme": "ddp", "compression": {"name": "fp16"}}, "e.yaml")
@@ -157,7 +158,7 @@ def test_an_unknown_scheme_exits_2_on_every_rank(tmp_path):
     folder = jobs.entry(tmp_path, "sync", distributed={"scheme": "allreduce"})
     result = jobs.train(home, 2, MLP, folder, timeout=120)
     _refused(result, 2, "unknown scheme 'allreduce' (known: async_ps, dpsgd, local_sgd, ps, "
-                        "ssp, sync, ddp, fsdp)", home)
+                        "ssp, sync, ddp, fsdp, dtensor, pipelining)", home)
 
 
 @pytestmark_mpi
