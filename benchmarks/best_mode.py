@@ -1,0 +1,104 @@
+"""Each framework's best d500 mode against the best inference peer, side by side, interleaved.
+
+Issue 18's targets for a level-1 workload (the BERT-base-shaped encoder by default): the best
+d500 mode (a trainable backend: torch, torch:compiled, tensorflow, tensorflow:xla, jax) at or
+below the best peer's latency (an inference-only backend: onnxruntime, openvino), and every
+framework's best mode within 1.5x of the fastest engine.
+
+Every backend prepares the workload's model and is timed on the same input in rounds whose order
+rotates, so a burst of load from other processes hits every backend alike. Each framework's best
+mode and the best peer are the ones with the lowest median; the ratios are medians of the
+per-round ratios, with their quartiles. It prints the load average before and after.
+
+    .venv/bin/python benchmarks/best_mode.py [--workload bert-base-shaped] [--rounds 9]
+        [--number 1] [--threads 1] [--backends torch,torch:compiled,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from d500 import threads  # noqa: E402
+from d500.backends import get, split  # noqa: E402
+from d500.networks import workloads  # noqa: E402
+from d500.networks.inputs import make  # noqa: E402
+
+BACKENDS = "torch,torch:compiled,tensorflow,tensorflow:xla,jax,onnxruntime,openvino"
+
+
+def quartiles(values: list[float]) -> str:
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return f"{statistics.median(values):.3f} (IQR {q[0]:.3f}-{q[2]:.3f})"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workload", default="bert-base-shaped")
+    ap.add_argument("--backends", default=BACKENDS)
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--number", type=int, default=1, help="calls per backend per round")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    names = [n.strip() for n in args.backends.split(",") if n.strip()]
+    threads.configure(args.threads, threads.frameworks(names))
+    workload = workloads.load(workloads.find(args.workload))
+    model, _ = workload.onnx_model()
+    feeds = make(model, workload.seed, batch=workload.batch_size)
+    print(f"{args.workload}, batch {workload.batch_size}, {args.threads} thread(s); load "
+          f"{os.getloadavg()[0]:.2f} before", flush=True)
+    runs, peers, outputs = {}, set(), {}
+    for name in names:
+        t0 = time.perf_counter()
+        exe = get(name).prepare(model)
+        outputs[name] = exe.run(feeds)[0]
+        compiled = getattr(exe, "compile_time", None)
+        print(f"{name:<16} prepare + first call {time.perf_counter() - t0:7.2f} s"
+              + (f"   (compile {compiled:.2f} s)" if compiled is not None else ""), flush=True)
+        runs[name] = lambda exe=exe: exe.run(feeds)
+        if not get(name).trainable:
+            peers.add(name)
+    first = outputs[names[0]]
+    for name in names[1:]:  # a timing of a wrong answer would mean nothing
+        err = float(np.max(np.abs(outputs[name] - first)) / np.max(np.abs(first)))
+        print(f"{name:<16} max relative difference from {names[0]}: {err:.1e}")
+    times = {name: [] for name in names}
+    for r in range(args.rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            start = time.perf_counter()
+            for _ in range(args.number):
+                runs[name]()
+            times[name].append((time.perf_counter() - start) / args.number)
+    median = {name: statistics.median(t) for name, t in times.items()}
+    fastest = min(names, key=median.get)
+    best: dict[str, str] = {}  # framework -> its mode with the lowest median
+    for name in sorted(names, key=median.get):
+        best.setdefault(split(name)[0], name)
+    print(f"\n{args.rounds} rounds x {args.number} calls; load {os.getloadavg()[0]:.2f} after")
+    for name in sorted(names, key=median.get):
+        ratios = [t / f for t, f in zip(times[name], times[fastest])]
+        print(f"{name:<16} {1e3 * median[name]:9.2f} ms   / {fastest} {quartiles(ratios)}"
+              + ("   (peer)" if name in peers else ""))
+    print(f"\neach framework's best d500 mode / the fastest engine ({fastest}; target <= 1.5):")
+    for framework, name in best.items():
+        if name in peers:
+            continue
+        ratios = [t / f for t, f in zip(times[name], times[fastest])]
+        print(f"  {framework:<12} {name:<16} {quartiles(ratios)}")
+    ours = [n for n in best.values() if n not in peers]
+    theirs = [n for n in best.values() if n in peers]
+    if ours and theirs:
+        d500, peer = ours[0], theirs[0]
+        ratios = [t / p for t, p in zip(times[d500], times[peer])]
+        print(f"best d500 mode {d500} / best peer {peer}: {quartiles(ratios)} (target <= 1)")
+
+
+if __name__ == "__main__":
+    main()
