@@ -150,6 +150,19 @@ def workload_member(level: int, workload: str) -> str:
     return f"{level_folder(level)}/{workload}.yaml"
 
 
+def _is_text(ctx: Any, run: Any) -> bool:
+    """Whether a run's workload (the text it recorded, else the rules' file) is a language model,
+    whose MLLOG must state attention's precision; a workload that does not parse reads as not
+    (the consistency step names it)."""
+    from d500.competition.consistency import rules
+    text = run.row.get("workload_text")
+    rel = run_workload(run, ctx.pkg.workload_files())
+    try:
+        return rules(text if text is not None else ctx.rules_text(rel), rel).text
+    except D500Error:
+        return False
+
+
 def run_workload(run: Any, files: dict[str, bytes]) -> str:
     """The path under files/workloads/ of the workload file a run ran under: its record's
     `workload_file` when that names one of the packaged `files` (pkg.workload_files()), else
@@ -362,7 +375,8 @@ def check_logs(ctx: Context, report: Report) -> None:
             path = Path(tmp) / f"{run.origin_id}.mllog.txt"
             path.write_bytes(ctx.pkg.member(run.mllog_member))
             report.problems += [f"logs: run {run.origin_id} ({run.mllog_member}): {p}"
-                                for p in compliance.problems(path, run.level or 0, run.status)]
+                                for p in compliance.problems(path, run.level or 0, run.status,
+                                                             _is_text(ctx, run))]
             checked += 1
     report.checked.append(f"logs: {checked} MLLOG(s) by MLPerf Training {compliance.RULESET}'s "
                           f"compliance checker")

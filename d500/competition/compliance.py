@@ -3,12 +3,14 @@ the rules that cannot apply to d500 left out; `d500 check` and the level-2/3 tes
 
     from d500.competition.compliance import problems
     problems(path, level=2, status="succeeded")   # [] when the checker accepts the log
+    problems(path, level=2, attention=True)       # a language model: _in_attn required too
 
 What is left out of MLPerf Training 6.1.0's common rules, and why:
 - submission_division's POST enqueues closed_common.yaml, whose submission_benchmark must be one
   of MLPerf's own benchmarks (flux1, llama31_8b, ...): a d500 workload is none of them. The POST's
   other half (the 30-minute init limit of the closed division) is kept;
-- lowest_numerical_precision_in_attn: the networks have no attention layers;
+- lowest_numerical_precision_in_attn, except for a language model (`attention`: a workload over a
+  text corpus, whose log has it): the other networks have no attention layers;
 - lowest_numerical_precision_in_comm at level 2: a level-2 run is one process and communicates
   nothing (level 3 logs it, and is held to it);
 - at levels 0 and 1 (a benchmark, not a training run), and for a run that diverged (it stops at
@@ -45,13 +47,14 @@ def available() -> bool:
     return True
 
 
-def rules(level: int, status: str = "succeeded") -> list[dict[str, Any]]:
+def rules(level: int, status: str = "succeeded", attention: bool = False
+          ) -> list[dict[str, Any]]:
     """MLPerf Training 6.1.0's common rules as d500 applies them to a run of `level` that
-    ended `status` (see the module docstring)."""
+    ended `status` (see the module docstring); `attention`: the run's network has attention."""
     import mlperf_logging.compliance_checker as cc
     import yaml
     common = Path(cc.__file__).parent / f"training_{RULESET}" / "common.yaml"
-    dropped = {"lowest_numerical_precision_in_attn"}
+    dropped = set() if attention else {"lowest_numerical_precision_in_attn"}
     if level != 3:
         dropped.add("lowest_numerical_precision_in_comm")
     kept_keys: tuple[str, ...] | None = None  # None: every key
@@ -72,24 +75,26 @@ def rules(level: int, status: str = "succeeded") -> list[dict[str, Any]]:
 
 
 @cache
-def rules_file(level: int, status: str = "succeeded") -> Path:
-    """`rules(level, status)` written once per process to a file the checker reads."""
+def rules_file(level: int, status: str = "succeeded", attention: bool = False) -> Path:
+    """`rules(level, status, attention)` written once per process to a file the checker reads."""
     import yaml
     kind = {"succeeded": "trained", "diverged": "started"}.get(status, "stopped")
     folder = Path(tempfile.mkdtemp(prefix="d500-mlperf-rules-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)  # (it leaked one per process)
-    path = folder / f"d500_training_{RULESET}_level{level}_{kind}.yaml"
-    path.write_text(yaml.safe_dump(rules(level, status)), encoding="utf-8")
+    path = folder / f"d500_training_{RULESET}_level{level}_{kind}{'_attn' * attention}.yaml"
+    path.write_text(yaml.safe_dump(rules(level, status, attention)), encoding="utf-8")
     return path
 
 
-def problems(path: str | Path, level: int = 2, status: str = "succeeded") -> list[str]:
+def problems(path: str | Path, level: int = 2, status: str = "succeeded",
+             attention: bool = False) -> list[str]:
     """What MLPerf's parser and compliance checker find wrong in the MLLOG at `path`, one line
     each (empty: accepted); a log they cannot read through (a record without `value`, metadata
-    that is no mapping, ...) is one line saying what they failed on. Raises ImportError when
-    mlperf_logging is not installed."""
+    that is no mapping, ...) is one line saying what they failed on. `attention`: the run's
+    workload is a language model, whose log must state attention's precision. Raises
+    ImportError when mlperf_logging is not installed."""
     from mlperf_logging.compliance_checker import mlp_compliance, mlp_parser
-    rules_path = str(rules_file(level, _kind(status)))
+    rules_path = str(rules_file(level, _kind(status), attention))
     try:
         loglines, errors = mlp_parser.parse_file(str(path), ruleset=RULESET)
         found = [f"line not parsed ({why}): {line[:80]}" for line, why in errors]

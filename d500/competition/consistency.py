@@ -108,9 +108,10 @@ def rules(text: str | bytes | None, where: str) -> Rules:
     quality = QUALITIES.get(target.get("metric"), "accuracy")
     if quality != "accuracy":  # a text corpus: its split sizes count documents, not windows
         train = validation = None
+    from d500.training.data.dataset import TEXT
     return Rules(number(target.get("value")), number(budget.get("max_seconds")),
                  train if is_int(train) else None, validation if is_int(validation) else None,
-                 quality, quality == "log_perplexity")
+                 quality, quality == "log_perplexity", split.get("name") in TEXT)
 
 
 def log_problems(run: Any, records: list[dict[str, Any]], workload: Rules) -> list[str]:

@@ -58,6 +58,7 @@ class Rules:
     validation: int | None = None
     quality: str = "accuracy"  # figures val_<quality>, test_<quality>, final_test_<quality>
     lower: bool = False  # the target is met at or below it (log-perplexity)
+    text: bool = False  # a language model on a text corpus: its log states attention's precision
 
     def met(self, value: float | None) -> bool:
         if value is None or self.target is None:
