@@ -1,0 +1,59 @@
+"""torch's MatMul at inference: a matrix stored transposed (a tied output projection) runs as
+oneDNN's linear, agrees with NumPy, and differentiates and traces as before (torch.matmul)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+from d500.backends import get
+
+
+def _tied(k: int = 24, n: int = 300, extra: tuple[int, ...] = (2, 5), transposed: bool = True):
+    """y = x @ Transpose(E), E [n, k] an initializer (b is E's transposed view), or, with
+    `transposed=False`, y = x @ W with W = E^T stored [k, n]."""
+    rng = np.random.default_rng(0)
+    e = rng.normal(size=(n, k)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["y"])]
+    if transposed:
+        nodes.insert(0, helper.make_node("Transpose", ["E"], ["W"], perm=[1, 0]))
+    weight = numpy_helper.from_array(e, "E") if transposed else numpy_helper.from_array(
+        np.ascontiguousarray(e.T), "W")
+    graph = helper.make_graph(
+        nodes, "tied", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [*extra, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [*extra, n])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model, e, rng.normal(size=(*extra, k)).astype(np.float32)
+
+
+def _kernels(fn) -> set[str]:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return {e.key for e in prof.key_averages()}
+
+
+@pytest.mark.parametrize("extra", [(2, 5), (7,)])
+def test_a_transposed_weight_runs_as_onednn_linear_and_agrees(extra):
+    model, e, x = _tied(extra=extra)
+    exe = get("torch").prepare(model)
+    kernels = _kernels(lambda: exe.run({"x": x}))
+    assert "mkldnn::_linear_pointwise" in kernels and "aten::mm" not in kernels
+    y = exe.run({"x": x})[0]
+    expected = x.astype(np.float64) @ e.T.astype(np.float64)
+    assert y.shape == (*extra, 300)
+    assert np.max(np.abs(y - expected)) <= 1e-5 * np.max(np.abs(expected))
+
+
+def test_a_weight_stored_as_is_and_gradients_keep_torch_matmul():
+    model, e, x = _tied()
+    exe = get("torch").prepare(model)
+    _, grads = exe.gradients({"x": x}, output="y", wrt=["E"])
+    # d sum(x E^T) / dE = x summed over its batch dimensions, for every row of E
+    expected = np.broadcast_to(x.reshape(-1, x.shape[-1]).sum(0), e.shape)
+    assert np.allclose(grads["E"], expected, rtol=1e-5, atol=1e-4)
+    plain = get("torch").prepare(_tied(transposed=False)[0])
+    assert "mkldnn::_linear_pointwise" not in _kernels(lambda: plain.run({"x": x}))
+    assert np.allclose(plain.run({"x": x})[0], exe.run({"x": x})[0], rtol=1e-5, atol=1e-5)
