@@ -47,16 +47,19 @@ class RankStats:
 
 
 def aggregate(ranks: list[RankStats], param_bytes: int | None = None,
-              stages: dict[int, int] | None = None) -> dict[str, float]:
+              stages: dict[int, int] | None = None,
+              least: dict[int, int] | None = None) -> dict[str, float]:
     """The run's communication figures: means over ranks of per-rank values (every rank's own
     figures stay in the run's details), and memory_per_rank where the ranks' claims fit the
     judge's model of `param_bytes` (held_memory; `stages`: a pipeline's parameter bytes per
-    rank)."""
-    out: dict[str, float] = {
-        "bytes_per_step": statistics.fmean(r.sent / max(1, r.steps) for r in ranks),
-        "bytes_received_per_step": statistics.fmean(r.received / max(1, r.steps) for r in ranks),
-        "step_time": statistics.fmean(r.step_seconds / max(1, r.steps) for r in ranks),
-    }
+    rank). The bytes are left out where a rank says it sent less a step than `least` (rank ->
+    bytes its part of the model must send, from the judge's own cut or split)."""
+    out: dict[str, float] = {"step_time": statistics.fmean(r.step_seconds / max(1, r.steps)
+                                                           for r in ranks)}
+    if least is None or all(r.sent / max(1, r.steps) >= least.get(r.rank, 0) for r in ranks):
+        out["bytes_per_step"] = statistics.fmean(r.sent / max(1, r.steps) for r in ranks)
+        out["bytes_received_per_step"] = statistics.fmean(r.received / max(1, r.steps)
+                                                          for r in ranks)
     if all(r.comm_seconds is not None for r in ranks):
         comm = [r.comm_seconds or 0.0 for r in ranks]
         total = sum(r.step_seconds for r in ranks)

@@ -38,3 +38,29 @@ def test_a_baseline_without_its_dimension_is_one_line(mapping, message):
 def test_a_baseline_takes_no_compression():
     with pytest.raises(ConfigError, match="the pipelining baseline runs torch's own"):
         spec.parse({"scheme": "pipelining", "pipeline": 2, "compression": "fp16"}, "e.yaml")
+
+
+def test_bytes_below_what_the_cut_or_split_must_send_are_not_recorded():
+    """The judge's floor (least_sent) is what d500's schemes and the baselines send on the
+    digits MLP at batch 32 (test_baselines_mpi, test_tensor_mpi: 8,192 and 16,384 B); ranks that
+    say they sent less a step (a baseline's count patched by its entry file, to rank better on
+    bytes) get no bytes figure, the rest of the run stays."""
+    from d500.builders import build
+    from d500.distributed.figures import RankStats, aggregate
+    from d500.distributed.pipeline.partition import least_sent as pipe
+    from d500.distributed.tensor.split import least_sent as tensor
+    mlp = build("mlp", (1, 8, 8), 10, loss=True)
+    floor = tensor(mlp, spec.parse({"scheme": "dtensor", "tensor": 2}, "e"), 2, 32)
+    assert floor == {0: 32 * 64 * 4, 1: 32 * 64 * 4}  # fc2's partial output, ring of 2
+    assert tensor(mlp, spec.parse({"scheme": "sync", "tensor": 2}, "e"), 4, 32)[3] == 4096
+    assert pipe(mlp, spec.parse({"scheme": "pipelining", "pipeline": 2}, "e"), 2, 32) == {
+        0: 32 * 512, 1: 32 * 512}  # relu1 forward, its gradient back
+
+    def ranks(*sent: int) -> list[RankStats]:
+        return [RankStats(i, "host", 100 + i, steps=10, sent=10 * s, received=10 * s,
+                          step_seconds=0.1) for i, s in enumerate(sent)]
+    assert aggregate(ranks(8192, 8192), least=floor)["bytes_per_step"] == 8192
+    assert aggregate(ranks(12288, 12288), least=floor)["bytes_per_step"] == 12288  # DTensor's
+    forged = aggregate(ranks(8192, 0), least=floor)
+    assert "bytes_per_step" not in forged and forged["step_time"] == 0.01
+    assert aggregate(ranks(8192, 0))["bytes_per_step"] == 4096  # no floor: as reported

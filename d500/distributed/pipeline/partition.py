@@ -183,6 +183,21 @@ def stage_bytes(model: onnx.ModelProto, spec: Any, world: int) -> dict[int, int]
             for r in range(world)}
 
 
+def least_sent(model: onnx.ModelProto, spec: Any, world: int, batch: int) -> dict[int, int]:
+    """The bytes each rank must send a step at the least (rank -> bytes): its stage's crossing
+    tensors forward, and the gradients of those it received back, for its data share of the
+    global `batch` (the smaller share where the data ranks do not divide it)."""
+    from d500.distributed.grid import coordinates
+    part = partition(model, spec.pipeline)
+    dims = spec.dims(world)
+    n = batch // dims["data"]
+    out = {}
+    for r in range(world):
+        s = part.stages[coordinates(r, dims)["pipeline"]]
+        out[r] = sum(part.buffer(t, n).nbytes for t in [*s.sends, *s.receives])
+    return out
+
+
 def _balanced(costs: list[float], holds: list[bool], allowed: list[int], stages: int,
               cross: Any) -> list[int] | None:
     """The `stages`-1 cuts from `allowed` (sorted positions) minimising the costliest stage,

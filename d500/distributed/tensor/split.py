@@ -212,6 +212,23 @@ def split_bytes(model: onnx.ModelProto, spec: Any, world: int) -> dict[int, int]
     return {r: held for r in range(world)}
 
 
+def least_sent(model: onnx.ModelProto, spec: Any, world: int, batch: int) -> dict[int, int]:
+    """The bytes each rank must send a step at the least (rank -> bytes): its part of the ring
+    allreduce of every block's partial output (float32) for its data share of the global
+    `batch` (the smaller share where the data ranks do not divide it); backward adds more."""
+    from d500.distributed.comm import ring_counts
+    from d500.distributed.grid import coordinates
+    from d500.distributed.pipeline.partition import shapes_at_one
+    split = find(model, spec.tensor)
+    shapes, _ = shapes_at_one(model)
+    dims = spec.dims(world)
+    n = batch // dims["data"]
+    nodes = model.graph.node
+    sizes = [math.prod(shapes[nodes[b.row].output[0]]) * n for b in split.blocks]
+    return {r: sum(4 * ring_counts(k, spec.tensor, coordinates(r, dims)["tensor"])[0]
+                   for k in sizes) for r in range(world)}
+
+
 # ---------------------------------------------------------------------------- finding blocks
 def _linear(node: onnx.NodeProto, inits: dict[str, Any]) -> int | None:
     """The axis of `node`'s weight that indexes its output features (a linear: MatMul or Gemm
