@@ -65,6 +65,12 @@ class Framework:
         """Whether threads.actual() lists it now (by default: once it is loaded)."""
         return self.module in sys.modules
 
+    def default_threads(self, cpu: dict[str, Any]) -> tuple[int, str] | None:
+        """The thread count the framework picks by itself on a machine `cpu` describes
+        (provenance.cpu()) and what it is; None: its usable cores (reproduce infers the count of
+        a run that recorded none so)."""
+        return None
+
     def threads(self) -> Any:
         """The thread count the loaded framework reports; by default the configured one."""
         from d500 import threads

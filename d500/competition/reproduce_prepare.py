@@ -157,9 +157,11 @@ def origin_threads(env: dict[str, Any] | None, backend: str, world: int | None
     if world and world > 1 and cpu.get("logical_cores"):
         return (max(1, int(cpu["logical_cores"]) // world),
                 f"{inferred}the origin's {cpu['logical_cores']} cores shared by {world} ranks")
-    if backend == "torch" and cpu.get("physical_cores"):
-        return (int(cpu["physical_cores"]),
-                f"{inferred}torch's default on the origin, its physical cores")
+    from d500 import backends
+    fw = backends.about(backend) if backend else None
+    own = fw.default_threads(cpu) if fw is not None else None
+    if own is not None:
+        return own[0], f"{inferred}{fw.name}'s default on the origin, {own[1]}"
     if usable:
         return int(usable), f"{inferred}the framework's default on the origin, its usable cores"
     return None, ("unknown (the origin recorded neither a thread count nor its CPU): this "

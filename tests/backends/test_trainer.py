@@ -18,7 +18,7 @@ from d500.training.optimizers.base import Hyper, Optimizer
 from d500.training.optimizers.registry import make
 
 BATCH = 32
-TRAINABLE = ["torch", "tensorflow", "jax", "reference"]
+TRAINABLE = backends.trainable()  # every registered framework that trains
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +152,8 @@ def test_tensorflow_falls_back_to_one_trace_per_batch_shape_when_a_shape_must_be
 # 0.96 lr in fc2.weight): parameters are compared to within two steps, losses to 1e-4.
 @pytest.mark.parametrize("optimizer,hp", [("momentum", {"lr": 0.05, "momentum": 0.9}),
                                           ("adam", {"lr": 0.003, "eps": 1e-12})])
-@pytest.mark.parametrize("backend", ["torch", "tensorflow", "jax"])
+@pytest.mark.parametrize("backend", [fw.name for fw in backends.frameworks()
+                                     if fw.native_optimizers])  # every one with native twins
 def test_native_twin_matches_the_neutral_optimizer(backend, optimizer, hp, digits):
     feeds = batches(digits, 20)
     hp = dict(hp)

@@ -15,6 +15,10 @@ class Torch(Framework):
         import torch
         torch.set_num_threads(n)
 
+    def default_threads(self, cpu: dict[str, Any]) -> tuple[int, str] | None:
+        cores = cpu.get("physical_cores")
+        return (int(cores), "its physical cores") if cores else None
+
     def threads(self) -> Any:
         return sys.modules["torch"].get_num_threads()
 
