@@ -116,6 +116,13 @@ def held(tensors: Any, state: Any) -> dict[str, float]:
             "optimizer_bytes": float(state_bytes(state))}
 
 
+def with_buffers(full: dict[str, np.ndarray], trainer: Any) -> dict[str, np.ndarray]:
+    """A baseline's hand-over: the full parameters gathered and copies of the trainer's
+    running statistics."""
+    return {**full, **{n: np.array(v.detach().numpy(), copy=True)
+                       for n, v in trainer.buffers().items()}}
+
+
 class DDPScheme:
     """torch DDP as a level-3 scheme (the Scheme interface of d500.distributed.schemes)."""
 

@@ -216,8 +216,8 @@ class DTensorScheme:
             self.full = {}
 
     def handed(self) -> dict[str, np.ndarray]:
-        return {**self.full, **{n: np.array(v.detach().numpy(), copy=True)
-                                for n, v in self.trainer.buffers().items()}}
+        from d500.distributed.ddp import with_buffers
+        return with_buffers(self.full, self.trainer)
 
     def finish(self) -> None:
         """The process group closes on every rank together."""

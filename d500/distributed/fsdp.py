@@ -118,8 +118,8 @@ class FSDPScheme:
             self.full = {}
 
     def handed(self) -> dict[str, np.ndarray]:
-        return {**self.full, **{n: np.array(v.detach().numpy(), copy=True)
-                                for n, v in self.trainer.buffers().items()}}
+        from d500.distributed.ddp import with_buffers
+        return with_buffers(self.full, self.trainer)
 
     def finish(self) -> None:
         """Every rank gets the full model back into its trainer; the process group closes on
