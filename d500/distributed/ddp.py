@@ -107,6 +107,16 @@ def torch_trainer(scheme: str, trainer: Any, reducer: Any, options: dict[str, An
     return module
 
 
+def whole_world(spec: Any, comm: Communicator, dimension: str) -> None:
+    """A UsageError naming the entry's field unless `dimension` (a model-parallel baseline's:
+    tensor, pipeline) spans every rank: the baselines split nothing else (data: 1)."""
+    parts = getattr(spec, dimension)
+    if comm.size != parts:
+        raise UsageError(f"{spec.where}: field 'distributed.{dimension}': the {spec.scheme} "
+                         f"baseline puts one part per rank and splits nothing else (data: 1): "
+                         f"{dimension} {parts} runs at {parts} ranks, not {comm.size}")
+
+
 def held(tensors: Any, state: Any) -> dict[str, float]:
     """A torch-native baseline's memory(): the storage bytes of the (local) parameter tensors it
     holds, as many for their gradients, and the bytes of the optimizer state over them."""

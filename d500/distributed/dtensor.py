@@ -31,7 +31,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from d500.distributed.comm import Communicator, Traffic, ring_counts
-from d500.errors import UsageError
 
 
 class DTensorScheme:
@@ -44,10 +43,6 @@ class DTensorScheme:
                  bucket_bytes: int = 25 * 2**20, timeout: float = 60.0, **options: Any):
         from d500.distributed.ddp import torch_trainer
         torch_trainer("dtensor", trainer, reducer, options, own_update=True)
-        if comm.size != split.ways:
-            raise UsageError(f"the dtensor baseline splits every rank's model {split.ways} "
-                             f"ways and nothing else: run it at {split.ways} ranks (data: 1), "
-                             f"not {comm.size}")
         # every rank trains the whole batch: the data dimension is this rank alone
         self.trainer, self.world, self.split = trainer, comm, split
         self.comm = Communicator.single()
@@ -249,7 +244,9 @@ def build(model: Any, spec: Any, comm: Communicator, backend_cls: Any, optimizer
           native: bool, limit: float) -> tuple[Any, DTensorScheme]:
     """(trainer, scheme) of this rank: `model` split spec.tensor ways, rank t's model
     translated (its Reshape targets), the scheme over it."""
+    from d500.distributed.ddp import whole_world
     from d500.distributed.tensor.split import find
+    whole_world(spec, comm, "tensor")
     split = find(model, spec.tensor, where=f"{spec.where}: field 'distributed.tensor'")
     mine, _ = split.rank_model(comm.rank % spec.tensor)
     trainer = backend_cls.prepare(mine).trainer(optimizer, loss="loss", native=native)

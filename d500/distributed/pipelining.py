@@ -45,10 +45,6 @@ class PipeliningScheme:
                  reducer: Any = None, timeout: float = 60.0, **options: Any):
         from d500.distributed.ddp import torch_trainer
         torch_trainer("pipelining", stage.trainer, reducer, options, own_update=True)
-        stages = len(stage.part.stages)
-        if comm.size != stages:
-            raise UsageError(f"the pipelining baseline runs one stage per rank and nothing "
-                             f"else: run it at {stages} ranks (data: 1), not {comm.size}")
         self.stage, self.world = stage, comm
         self.comm = Communicator.single()  # the data dimension: every stage sees the batch
         self.trainer = stage.trainer
@@ -155,13 +151,14 @@ class PipeliningScheme:
                 "micro_batches": self.micro, "torch_schedule": SCHEDULES[self.schedule_name]}
 
 
-def _equal(batch: int, micro: int) -> None:
+def _equal(batch: int, micro: int, where: str = "the pipelining baseline") -> None:
     """A UsageError unless `micro` divides `batch`: torch's schedule receives every micro-batch
     into buffers shaped as the first one (unequal ones fail inside torch)."""
     if batch % micro:
-        raise UsageError(f"the pipelining baseline needs micro-batches of equal size: batch "
-                         f"{batch} does not divide into 'distributed.micro_batches' {micro} "
-                         f"(torch.distributed.pipelining keeps the first one's shapes)")
+        raise UsageError(f"{where}: field 'distributed.micro_batches': the pipelining baseline "
+                         f"needs micro-batches of equal size: batch {batch} does not divide "
+                         f"into {micro} (torch.distributed.pipelining keeps the first one's "
+                         f"shapes)")
 
 
 def _stage_module() -> Any:
@@ -196,8 +193,10 @@ def build(model: Any, spec: Any, comm: Communicator, backend_cls: Any, optimizer
     """(trainer, scheme) of this rank: `model` cut into spec.pipeline stages (d500's cut), its
     own stage translated, torch's schedule over it; refused where spec.micro_batches does not
     divide the global `batch`, or (1F1B) is below the stage count."""
+    from d500.distributed.ddp import whole_world
+    whole_world(spec, comm, "pipeline")
     if batch is not None:
-        _equal(batch, spec.micro_batches)
+        _equal(batch, spec.micro_batches, spec.where)
     if spec.schedule == "1f1b" and spec.micro_batches < spec.pipeline:
         raise UsageError(f"{spec.where}: field 'distributed.micro_batches': torch's Schedule1F1B "
                          f"needs at least one micro-batch per stage ({spec.micro_batches} < "

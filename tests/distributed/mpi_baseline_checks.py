@@ -150,7 +150,8 @@ def pipelining_1f1b_lenet_equals_one_process(c: Communicator) -> dict:
         pipelining(model, spec, c, backends.get("torch"), momentum(), False, 60.0, batch=30)
         raise AssertionError("batch 30 in 4 micro-batches was not refused")
     except UsageError as err:
-        assert "batch 30 does not divide into 'distributed.micro_batches' 4" in str(err), err
+        assert str(err).startswith("p.yaml: field 'distributed.micro_batches': ") and \
+            "batch 30 does not divide into 4" in str(err), err
     return compare_pipelining(c, model, (mlp_batches() * 2)[:STEPS], "1f1b")
 
 

@@ -64,3 +64,16 @@ def test_bytes_below_what_the_cut_or_split_must_send_are_not_recorded():
     forged = aggregate(ranks(8192, 0), least=floor)
     assert "bytes_per_step" not in forged and forged["step_time"] == 0.01
     assert aggregate(ranks(8192, 0))["bytes_per_step"] == 4096  # no floor: as reported
+
+
+def test_a_baseline_at_more_ranks_than_its_parts_is_one_line():
+    """{tensor: 2} at 4 ranks is data 2 for d500's schemes; the baselines split nothing else."""
+    from d500.distributed.comm import Communicator
+    from d500.distributed.ddp import whole_world
+    four = Communicator.single()
+    four.size = 4  # the size alone is read
+    tp = spec.parse({"scheme": "dtensor", "tensor": 2}, "tp.yaml")
+    with pytest.raises(UsageError, match=r"^tp.yaml: field 'distributed.tensor': the dtensor "
+                                         r"baseline puts one part per rank and splits nothing "
+                                         r"else \(data: 1\): tensor 2 runs at 2 ranks, not 4$"):
+        whole_world(tp, four, "tensor")
