@@ -29,7 +29,7 @@ def _onednn_linear(a, b) -> bool:
     executable's `run`), float32 on the CPU, b a 2-D matrix stored transposed (a tied output
     projection, `Transpose(embedding)`). MKL's sgemm, which torch.matmul calls, falls off as N
     grows on this AVX2 CPU: 13 GFLOP/s against oneDNN's 21 at [128, 768] x [768, 30522] (BERT's
-    vocabulary), 18 against 24 at N = 8192, level at N = 768 (benchmarks/best_mode.py, README).
+    vocabulary), 18 against 24 at N = 8192, level at N = 768 (benchmarks/matmul_kernels.py).
     Never while tracing or differentiating (inference mode is off there)."""
     return (torch.is_inference_mode_enabled() and b.dim() == 2 and a.dim() >= 2
             and a.dtype == b.dtype == torch.float32 and a.device.type == b.device.type == "cpu"
