@@ -48,7 +48,8 @@ class DTensorScheme:
         self.comm = Communicator.single()
         self.timeout = timeout
         self.linears: Any = None
-        self.weights: dict[str, tuple[str, str, bool]] = {}  # onnx name -> (linear, attr, T)
+        # ONNX name -> (its Linear, "weight" or "bias", whether ONNX stores it transposed)
+        self.weights: dict[str, tuple[str, str, bool]] = {}
         self.state: Any = None
         self.full: dict[str, np.ndarray] = {}
         self.traffic = Traffic()  # counted per call (module docstring)
