@@ -28,8 +28,13 @@ lint: install
 	$(BIN)/python -m pip install --quiet -c constraints.txt ruff
 	$(BIN)/ruff check d500 tests benchmarks submissions metrics
 
+# Two passes, both always run: every test not marked `serial` on 2 workers (pytest-xdist; a test
+# file per worker, so its module fixtures are built once), then the `serial` ones alone.
+TEST_WORKERS ?= 2
 test: install browser lint
-	$(BIN)/python -m pytest -q -ra --durations=20
+	$(BIN)/python -m pytest -q -ra --durations=20 -n $(TEST_WORKERS) --dist loadfile -m "not serial"; \
+	  first=$$?; $(BIN)/python -m pytest -q -ra --durations=10 -m serial; \
+	  second=$$?; [ $$first -eq 0 ] && [ $$second -eq 0 ]
 
 clean:
 	rm -rf $(VENV) d500-results

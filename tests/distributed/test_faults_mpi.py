@@ -23,6 +23,7 @@ from d500.ledger import Ledger
 from tests.distributed import level3_jobs as jobs
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow,
+              pytest.mark.serial,  # every rank must exit within LIMIT s of the fault: alone
               pytest.mark.skipif(jobs.MPIEXEC is None, reason="no mpiexec beside Python")]
 
 LIMIT = 30.0  # seconds every rank has to exit after the fault

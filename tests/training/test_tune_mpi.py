@@ -257,6 +257,7 @@ def start_and_stop_rank_1(home: Path, entry: Path, sig: signal.Signals, **extra:
     return proc, time.perf_counter()
 
 
+@pytest.mark.serial  # a fault timed from outside: alone, not beside another test
 def test_a_killed_rank_ends_the_job_and_the_trials_not_recorded_run_again(tmp_path,
                                                                           slow_entry):
     home = tmp_path / "home"
@@ -280,6 +281,7 @@ def test_a_killed_rank_ends_the_job_and_the_trials_not_recorded_run_again(tmp_pa
     print(f"the job ended {ended:.1f} s after rank 1 was killed")
 
 
+@pytest.mark.serial  # a fault timed from outside: alone, not beside another test
 def test_a_silent_rank_is_given_up_and_the_job_ends(tmp_path, slow_entry):
     home = tmp_path / "home"
     proc, stopped = start_and_stop_rank_1(home, slow_entry, signal.SIGSTOP,
