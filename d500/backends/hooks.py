@@ -30,6 +30,7 @@ class Framework:
     optimizer_ops: str | None = None  # module of the framework-neutral optimizers' ops: a
     # framework that trains has them (its backend class is `trainable`; a test checks both)
     native_optimizers: str | None = None  # "module:TABLE" of its framework-native twins
+    native_checkpoints: bool = False  # level-2 checkpoints read its native optimizers' state
     backward: str | None = None       # "module:function" timing one operator's backward
     operator_runner: str | None = None  # "module:Class" running level-0 operators written in it
     autograd: bool = False            # it differentiates an operator's forward (no backward given)

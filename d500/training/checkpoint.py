@@ -46,10 +46,12 @@ def name(epoch: int) -> str:
 
 def supported(backend: str, native: bool) -> None:
     """A ConfigError when a recipe's optimizer state cannot be checkpointed on `backend`."""
-    framework = backend.split(":")[0]
-    if native and framework != "torch":
+    from d500 import backends
+    fw = backends.about(backend)
+    if native and not (fw is not None and fw.native_checkpoints):
+        read = ", ".join(f.name for f in backends.frameworks() if f.native_checkpoints)
         raise ConfigError(f"checkpoints: a native optimizer's state on '{backend}' is not "
-                          f"read by d500 (only torch.optim's); train without --checkpoint-every "
+                          f"read by d500 (only on {read}); train without --checkpoint-every "
                           f"or use d500's optimizer (native: false)")
 
 

@@ -156,3 +156,17 @@ def test_a_backend_class_without_a_framework_object_is_described_by_its_class():
     assert (fw.name, fw.module, fw.distribution) == ("bare", "numpy", "numpy")
     Bare.framework = "?"
     assert Framework.of_backend(Bare).module == __name__
+
+
+def test_native_optimizer_checkpoints_follow_the_framework_hook():
+    from d500.errors import ConfigError
+    from d500.training import checkpoint
+    for name in backends.modes():
+        fw = backends.about(name)
+        if fw.native_checkpoints:
+            checkpoint.supported(name, native=True)  # torch and its modes
+        else:
+            with pytest.raises(ConfigError, match=rf"on '{name}' is not read by d500 \(only on "
+                                                  rf"torch\)"):
+                checkpoint.supported(name, native=True)
+        checkpoint.supported(name, native=False)

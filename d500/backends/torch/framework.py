@@ -26,6 +26,6 @@ class Torch(Framework):
 FRAMEWORK = Torch(
     "torch", module="torch", distribution="torch",
     optimizer_ops="d500.backends.torch.optimizer_ops",
-    native_optimizers="d500.backends.torch.native_optimizers:NATIVE",
+    native_optimizers="d500.backends.torch.native_optimizers:NATIVE", native_checkpoints=True,
     backward="d500.backends.torch.operators:backward",
     operator_runner="d500.backends.torch.operators:TorchRunner", autograd=True, tie_rank=2)
