@@ -61,6 +61,7 @@ def main(argv: list[str], prog: str = "d500 scale") -> int:
                                            "step_time": r.step, "comm_time": r.comm,
                                            "comm_share": r.comm_share,
                                            "scaling_efficiency": r.efficiency,
+                                           "bubble": r.bubble, "memory_per_rank": r.memory,
                                            "not_possible": r.reason} for r in rows]},
                          indent=1))
         return 0
@@ -137,7 +138,9 @@ def measure_here() -> Any:
 def _profile_json(p: Any) -> dict[str, Any]:
     return {"label": p.label, "run_id": p.run_id, "ranks": p.ranks, "compute_time": p.compute,
             "step_time": p.step, "global_batch": p.global_batch, "batch_mode": p.batch_mode,
-            "tensor": p.tensor, "memory_per_rank": p.memory,
+            "tensor": p.tensor, "memory_per_rank": p.memory, "pipeline": p.pipeline,
+            "micro_batches": p.micro, "schedule": p.schedule, "crossing_bytes_per_sample":
+            p.crossing, "stash_bytes_peak": p.activation,
             "collectives": [{"name": c.name, "calls": c.calls, "bytes": c.nbytes}
                             for c in p.collectives]}
 
@@ -159,6 +162,9 @@ def _print(profiles: list[Any], rows: list[Any], net: Any, png: Path, weak: bool
         coll = ", ".join(f"{c.name} {c.calls:g}x{c.nbytes:,.0f} B" for c in p.collectives)
         held = "" if p.memory is None else f"; {p.memory:,.0f} B held per rank at any size" \
             if p.tensor > 1 else f"; {p.memory:,.0f} B held per rank"
+        if p.pipeline > 1:
+            held += (f"; {p.crossing:,.0f} B/sample cross the costliest cut, stash peak "
+                     f"{p.activation:,.0f} B")
         out.print(f"{p.label} (run {p.run_id}, measured at {p.ranks} ranks): compute "
                   f"{format_duration(p.compute)}/step, step {format_duration(p.step)}; {coll}"
                   f"{held}", highlight=False)
@@ -177,6 +183,18 @@ def _print(profiles: list[Any], rows: list[Any], net: Any, png: Path, weak: bool
                          f"{format_duration(r.step)} / {r.comm_share:.2f} / {r.efficiency:.2f}")
         table.add_row(p.label, *cells)
     out.print(table)
+    piped = [p for p in profiles if p.pipeline > 1]
+    if piped:
+        table = Table(title="pipelines: predicted bubble / memory per rank (states + stashed "
+                            "micro-batch inputs)")
+        table.add_column("scheme")
+        for n in sizes:
+            table.add_column(f"{n} ranks", justify="right")
+        for p in piped:
+            cells = [next(("—" if r.bubble is None else f"{r.bubble:.2f} / {r.memory:,.0f} B")
+                          for r in rows if r.profile is p and r.ranks == n) for n in sizes]
+            table.add_row(p.label, *cells)
+        out.print(table)
     for line in scaling.left_out(rows):
         out.print(f"—  {line}", highlight=False)
     out.print(f"plot: {png}", highlight=False)

@@ -38,6 +38,19 @@ replicated weights, `grad_bytes`) over D ranks, in ceil(G / bucket) calls. Compu
 1/D; one rank holds the whole model, compute T x the measured (which counts the split's
 recomputed forward: an upper bound). Memory per rank stays what the run measured, params +
 grads + optimizer state of 1/T of the split weights and all the replicated ones.
+
+Pipeline parallelism (a run at `pipeline: P`, data D0, M micro-batches): the model keeps P and
+grows the data dimension, D = N / P. A data group's share of the batch, b = B / D (strong; B / D0
+weak), is cut into m = min(M, b) micro-batches; the costliest stage's passes of one step, C (the
+measured compute x D0 / D), take C / m a micro-batch, and each micro-batch's crossing activations,
+x = (bytes per sample over the costliest cut, from the run's recorded partition) x b / m, go
+forward and their gradients come back: a slot costs C / m + 2 (alpha + x beta). GPipe and 1F1B
+both flush every step, so the pipeline takes (m + P - 1) slots: the bubble (P - 1)/(m + P - 1) of
+it idle. Then the data allreduce of the stage's gradient over D ranks in buckets (as tensor's).
+One rank holds the whole model: compute P x C / imbalance (the cut's FLOPs). Memory per rank: the
+stage's params + grads + optimizer state (measured), plus the stashed micro-batch inputs: GPipe
+holds all m, 1F1B at most P (schedule.stashed), each b / m samples of the bytes per sample the run
+stashed.
 """
 
 from __future__ import annotations
@@ -92,6 +105,17 @@ class Profile:
     grad_bytes: float = 0.0  # a tensor rank's gradient bytes: the data dimension's allreduce
     bucket_bytes: float = 25 * 2**20
     memory: float | None = None  # bytes one rank holds (params + grads + optimizer state)
+    pipeline: int = 1  # pipeline stages (> 1: P kept, the data dimension grows)
+    micro: int = 1  # a pipeline's micro-batches per step, and their schedule
+    schedule: str = "gpipe"
+    crossing: float = 0.0  # bytes per sample over the costliest cut (the recorded partition)
+    imbalance: float = 1.0  # the cut's costliest stage over the mean stage (FLOPs)
+    activation: float = 0.0  # peak bytes of stashed micro-batch inputs on one rank (measured)
+
+    @property
+    def group(self) -> int:
+        """Ranks of one model replica (tensor x pipeline); the data dimension counts groups."""
+        return self.tensor * self.pipeline
 
     @classmethod
     def from_run(cls, run: dict[str, Any]) -> Profile:
@@ -132,12 +156,33 @@ class Profile:
         memory = max((sum(m.get(k, 0.0) for k in ("param_bytes", "grad_bytes",
                                                     "optimizer_bytes")) for m in held),
                      default=0.0) or None
-        return cls(f"{label} / tensor {tensor}" if tensor > 1 else label, scheme,
-                   compressor or "none", n0, compute, sum(steps) / len(steps),
+        label = f"{label} / tensor {tensor}" if tensor > 1 else label
+        pipe = _pipeline(run, held, n0)
+        if pipe:
+            label = f"{label} / pipeline {pipe['pipeline']} x {pipe['micro']} {pipe['schedule']}"
+        return cls(label, scheme, compressor or "none", n0, compute, sum(steps) / len(steps),
                    int(d.get("global_batch") or h.get("batch_size", 1)),
                    d.get("batch_mode", "global"), tuple(collectives), rid, tensor,
                    max((m.get("grad_bytes", 0.0) for m in held), default=0.0),
-                   float(h.get("bucket_bytes", 25 * 2**20)), memory)
+                   float(h.get("bucket_bytes", 25 * 2**20)), memory, **pipe)
+
+
+def _pipeline(run: dict[str, Any], held: list[dict[str, float]], n0: int) -> dict[str, Any]:
+    """A pipeline run's fields of its profile (none for other runs): P, M and the schedule from
+    its hyperparameters, the cut's crossing bytes and imbalance from its recorded partition, the
+    ranks' peak stash."""
+    h, d = run.get("hyperparameters") or {}, run.get("details") or {}
+    stages = int(h.get("pipeline", 1))
+    if stages < 2:
+        return {}
+    if n0 % stages:
+        raise UsageError(f"run {run.get('id')} cuts {stages} pipeline stages at {n0} ranks")
+    part = (d.get("scheme_details") or {}).get("partition") or {}
+    cuts = [s.get("send_bytes_per_sample", 0.0) for s in part.get("stages", [])]
+    return {"pipeline": stages, "micro": int(h.get("micro_batches", 1)),
+            "schedule": str(h.get("schedule", "gpipe")), "crossing": float(max(cuts, default=0)),
+            "imbalance": float(part.get("imbalance", 1.0)),
+            "activation": max((m.get("stash_bytes_peak", 0.0) for m in held), default=0.0)}
 
 
 def _buffer(name: str, per_rank: list[dict[str, float]], calls: float, n0: int) -> float:
@@ -178,11 +223,13 @@ def call_time(kind: str, nbytes: float, n: int, net: Network) -> float:
 def impossible(profile: Profile, n: int, weak: bool = False) -> str | None:
     """Why the model has no step at `n` ranks (the table's "—", the plot's missing point), or
     None when it has one: strong scaling cuts the fixed global batch into one share per data
-    rank, so it needs at least one sample per data rank; a tensor split of T needs N a multiple
-    of T."""
-    t = profile.tensor
+    rank, so it needs at least one sample per data rank; a tensor split of T (a pipeline of P
+    stages) needs N a multiple of T x P."""
+    t = profile.group
     if t > 1 and n > 1 and n % t:
-        return f"{n} ranks do not hold whole tensor groups of {t}"
+        what = "tensor" if profile.pipeline == 1 else "pipeline" if profile.tensor == 1 else \
+            "tensor x pipeline"
+        return f"{n} ranks do not hold whole {what} groups of {t}"
     data = n // t if t > 1 and n > 1 else n
     if weak or profile.batch_mode == "per_rank" or profile.global_batch >= data:
         return None
@@ -191,19 +238,21 @@ def impossible(profile: Profile, n: int, weak: bool = False) -> str | None:
 
 
 def _data(profile: Profile, n: int) -> int:
-    """The data ranks at `n` ranks (a tensor profile's groups of T; one rank: 1)."""
-    return max(1, n // profile.tensor) if n > 1 else 1
+    """The data ranks at `n` ranks (a tensor or pipeline profile's groups; one rank: 1)."""
+    return max(1, n // profile.group) if n > 1 else 1
 
 
 def compute_time(profile: Profile, n: int, weak: bool) -> float | None:
     """Computation per step at `n` ranks (None when `impossible`: the global batch has fewer
-    samples than ranks); a tensor profile's one rank computes its T shards."""
+    samples than ranks; a pipeline's: its costliest stage's passes); one rank computes a tensor
+    profile's T shards, a pipeline's P stages (P x the costliest / the cut's imbalance)."""
     if impossible(profile, n, weak):
         return None
-    whole = profile.compute * (profile.tensor if n == 1 else 1)
+    whole = profile.compute * (profile.tensor * profile.pipeline / profile.imbalance
+                               if n == 1 else 1)
     if weak or profile.batch_mode == "per_rank":
         return whole
-    measured = profile.ranks // profile.tensor
+    measured = profile.ranks // profile.group
     return whole * measured / _data(profile, n)
 
 
@@ -227,6 +276,8 @@ def step_time(profile: Profile, n: int, net: Network, weak: bool = False) -> flo
         return None
     if n < 2:
         return compute
+    if profile.pipeline > 1:
+        return pipeline_time(profile, n, net, weak)
     comm = comm_time(profile, n, net, weak)
     if profile.scheme in SERVED:  # the server takes every worker's push and pull
         return max(compute + comm, (n - 1) * comm)
@@ -244,10 +295,68 @@ def tensor_comm_time(profile: Profile, n: int, net: Network, weak: bool = False)
         (profile.ranks // profile.tensor) / data
     total = sum(c.calls * call_time("allreduce", c.nbytes * share, profile.tensor, net)
                 for c in profile.collectives)
-    if data > 1 and profile.grad_bytes > 0:
-        calls = math.ceil(profile.grad_bytes / profile.bucket_bytes)
-        total += calls * call_time("allreduce", profile.grad_bytes / calls, data, net)
-    return total
+    return total + data_allreduce(profile, data, net)
+
+
+def data_allreduce(profile: Profile, data: int, net: Network) -> float:
+    """A tensor or pipeline rank's gradient allreduced over the `data` ranks, in buckets."""
+    if data < 2 or profile.grad_bytes <= 0:
+        return 0.0
+    calls = math.ceil(profile.grad_bytes / profile.bucket_bytes)
+    return calls * call_time("allreduce", profile.grad_bytes / calls, data, net)
+
+
+def _samples(profile: Profile, n: int, weak: bool) -> float:
+    """A data group's samples per step at `n` ranks."""
+    measured = profile.ranks // profile.group
+    per_rank = weak or profile.batch_mode == "per_rank"
+    return profile.global_batch / (measured if per_rank else _data(profile, n))
+
+
+def micro_batches(profile: Profile, n: int, weak: bool = False) -> int:
+    """A pipeline's micro-batches per step at `n` ranks: M, fewer where the share is smaller."""
+    return max(1, min(profile.micro, int(_samples(profile, n, weak))))
+
+
+def p2p_bytes(profile: Profile, n: int, weak: bool = False) -> float:
+    """Bytes of one micro-batch's activations over the costliest cut at `n` ranks (as many of
+    their gradients come back)."""
+    return profile.crossing * _samples(profile, n, weak) / micro_batches(profile, n, weak)
+
+
+def bubble(profile: Profile, n: int, weak: bool = False) -> float | None:
+    """A pipeline's idle share of its passes at `n` ranks, (P - 1)/(m + P - 1); None for others."""
+    if profile.pipeline < 2 or impossible(profile, n, weak) or n < 2:
+        return None
+    from d500.distributed.pipeline.schedule import bubble as theory
+    return theory(profile.pipeline, micro_batches(profile, n, weak))
+
+
+def pipeline_time(profile: Profile, n: int, net: Network, weak: bool = False) -> float | None:
+    """A pipeline profile's step at `n` ranks (module docstring): m + P - 1 slots of one
+    micro-batch's passes and its activations forward and gradients back, then the data
+    allreduce of the stage's gradient."""
+    stage = compute_time(profile, n, weak)
+    if stage is None:
+        return None
+    m = micro_batches(profile, n, weak)
+    slot = stage / m + 2 * call_time("p2p", p2p_bytes(profile, n, weak), 2, net)
+    return (m + profile.pipeline - 1) * slot + data_allreduce(profile, _data(profile, n), net)
+
+
+def memory(profile: Profile, n: int, weak: bool = False) -> float | None:
+    """Bytes one rank holds at `n` ranks: the run's params + grads + optimizer state, and for a
+    pipeline its stashed micro-batch inputs (GPipe all m, 1F1B at most P, of b / m samples)."""
+    if profile.pipeline < 2:
+        return profile.memory
+    if profile.memory is None or impossible(profile, n, weak):
+        return None
+    from d500.distributed.pipeline.schedule import stashed
+    p, s = profile.pipeline, profile.schedule
+    held = stashed(s, 0, p, profile.micro) * _samples(profile, profile.ranks, weak) / profile.micro
+    per_sample = profile.activation / held if held else 0.0
+    m = micro_batches(profile, n, weak)
+    return profile.memory + stashed(s, 0, p, m) * _samples(profile, n, weak) / m * per_sample
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,6 +369,8 @@ class Prediction:
     comm: float | None  # the step's time not computing (async_ps: waiting on its server too)
     efficiency: float | None
     reason: str | None = None  # why there is no step (scaling.impossible), when there is none
+    bubble: float | None = None  # a pipeline's idle share of its passes
+    memory: float | None = None  # bytes one rank holds
 
     @property
     def comm_share(self) -> float | None:
@@ -273,7 +384,7 @@ def efficiency(profile: Profile, n: int, net: Network, weak: bool = False) -> fl
     if t1 is None or tn is None or tn <= 0:
         return None
     per_rank = weak or profile.batch_mode == "per_rank"
-    measured = profile.ranks // profile.tensor  # data ranks: each its share of the batch
+    measured = profile.ranks // profile.group  # data ranks: each its share of the batch
     samples_n = profile.global_batch / measured * _data(profile, n) if per_rank else \
         profile.global_batch
     samples_1 = profile.global_batch / measured if per_rank else profile.global_batch
@@ -290,7 +401,8 @@ def predict(profiles: Sequence[Profile], net: Network, sizes: Sequence[int] = SI
             compute = compute_time(p, n, weak)
             c = None if t is None or compute is None else t - compute  # waiting on the server
             out.append(Prediction(p, n, t, c, efficiency(p, n, net, weak),
-                                  impossible(p, n, weak)))  # included
+                                  impossible(p, n, weak), bubble(p, n, weak),
+                                  memory(p, n, weak)))
     return out
 
 

@@ -311,3 +311,57 @@ def test_a_measured_tensor_run_reads_back_its_split(tmp_path):
     rows = scaling.predict([p], NET, (8, 128))
     assert rows[0].step is not None and rows[0].efficiency is not None
     assert rows[1].step is None  # 32 data ranks at most: 64 at 128 ranks
+
+
+def pipeline_record(schedule: str = "1f1b", stash: float = 2 * 8 * 256, n0: int = 2,
+                    grads: float = 10000.0) -> dict:
+    """A `pipeline: 2, micro_batches: 4` run at `n0` ranks of a 32-sample batch: its cut sends
+    256 bytes a sample (a [., 64] float32 hidden layer), the costliest stage 1.25 x the mean,
+    each rank holding `grads` bytes of parameters (as many of gradients and momentum) and
+    `stash` bytes of micro-batch inputs at its peak."""
+    run = run_record("sync", n0, [{} for _ in range(n0)], compute=1e-3, batch=32)
+    run["hyperparameters"].update(pipeline=2, micro_batches=4, schedule=schedule,
+                                  bucket_bytes=16384)
+    run["details"]["scheme_details"] = {"partition": {
+        "stages": [{"stage": 0, "send_bytes_per_sample": 256}, {"stage": 1,
+                                                                 "send_bytes_per_sample": 0}],
+        "imbalance": 1.25}}
+    for rank in run["details"]["ranks"]:
+        rank["scheme"] = {"param_bytes": grads, "grad_bytes": grads, "optimizer_bytes": grads,
+                          "stash_bytes_peak": stash}
+    return run
+
+
+def test_pipeline_by_hand():
+    """P = 2 kept, D = N / 2 grows: at 8 ranks (D = 4) a data group's 8 samples go as 4
+    micro-batches of 2; 5 slots of a quarter of the stage's compute / 4 and a 512-byte message
+    each way, then the stage's 10,000 gradient bytes allreduced over 4 ranks (one bucket); the
+    bubble 1/5; memory: the states and 1F1B's 2 stashed micro-batches of 2 x 256 bytes (GPipe's
+    4). At 64 ranks one sample a group: one micro-batch, bubble 1/2."""
+    p = scaling.Profile.from_run(pipeline_record())
+    a, b = NET.alpha, NET.beta
+    assert (p.pipeline, p.micro, p.schedule, p.crossing, p.group) == (2, 4, "1f1b", 256, 2)
+    assert p.label == "sync / pipeline 2 x 4 1f1b"
+    slot = 1e-3 / 4 / 4 + 2 * (a + 512 * b)
+    data = 6 * a + 1.5 * 10000 * b  # 2(D-1) alpha + 2(D-1)/D G beta, D = 4
+    assert scaling.p2p_bytes(p, 8) == 512
+    assert scaling.step_time(p, 8, NET) == pytest.approx(5 * slot + data)
+    assert scaling.bubble(p, 8) == pytest.approx(1 / 5)
+    assert scaling.memory(p, 8) == pytest.approx(30000 + 2 * 2 * 256)
+    assert scaling.step_time(p, 2, NET) == pytest.approx(5 * (1e-3 / 4 + 2 * (a + 2048 * b)))
+    assert scaling.memory(p, 2) == pytest.approx(30000 + 2 * 8 * 256)  # what the run held
+    assert scaling.step_time(p, 1, NET) == pytest.approx(1e-3 * 2 / 1.25)  # one rank: both
+    one = 1e-3 / 32 + 2 * (a + 256 * b)
+    assert scaling.step_time(p, 64, NET) == pytest.approx(2 * one + 62 * a + 62 / 32 * 1e4 * b)
+    assert scaling.bubble(p, 64) == pytest.approx(1 / 2)
+    assert scaling.memory(p, 64) == pytest.approx(30000 + 1 * 256)  # m = 1: one in flight
+    assert scaling.step_time(p, 128, NET) is None  # 64 data groups for 32 samples
+    assert "whole pipeline groups of 2" in scaling.impossible(p, 9)
+    gpipe = scaling.Profile.from_run(pipeline_record("gpipe", stash=4 * 8 * 256))
+    assert scaling.memory(gpipe, 8) == pytest.approx(30000 + 4 * 2 * 256)  # all M in flight
+    assert scaling.step_time(gpipe, 8, NET) == scaling.step_time(p, 8, NET)  # the same bubble
+    rows = scaling.predict([p], NET, (8, 128))
+    assert (rows[0].bubble, rows[0].memory) == (pytest.approx(0.2), pytest.approx(31024))
+    assert (rows[1].step, rows[1].bubble, rows[1].memory) == (None, None, None)
+    with pytest.raises(UsageError, match="cuts 2 pipeline stages at 3 ranks"):
+        scaling.Profile.from_run(pipeline_record(n0=3))
