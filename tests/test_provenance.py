@@ -109,6 +109,7 @@ def test_load_watch_records_start_and_end_and_whether_others_were_busy(monkeypat
     assert provenance.load_average() is not None  # os.getloadavg() then
 
 
+@pytest.mark.serial  # its CPU share over 0.1: measured alone, not beside another test
 def test_this_process_own_work_is_not_counted_as_load(tmp_path):
     # a fresh process busy on one core for ~1.5 s on a fake machine whose 1-minute load is 1.0:
     # its own share (CPU seconds over its age, whatever the scheduler gave it) is taken out of
