@@ -365,3 +365,47 @@ def test_pipeline_by_hand():
     assert (rows[1].step, rows[1].bubble, rows[1].memory) == (None, None, None)
     with pytest.raises(UsageError, match="cuts 2 pipeline stages at 3 ranks"):
         scaling.Profile.from_run(pipeline_record(n0=3))
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.skipif(jobs.MPIEXEC is None, reason="no mpiexec beside Python")
+def test_a_measured_pipeline_run_reads_back_its_cut_and_bubble(tmp_path):
+    """pipeline-1f1b on digits-mlp (one epoch) at `mpiexec -n 2`, modelled: the
+    model's bytes of a micro-batch over the cut (the recorded partition's 512 bytes a sample x 8
+    samples) x M = 4 are what each stage sent a step (activations forward, their gradients back);
+    1F1B's stash is its bound of P = 2 micro-batches of 8 inputs of 256 bytes; the model's bubble
+    at 2 ranks is the run's theory, 1/5, and the measured bubble is within 20% of it when no
+    other process took the cores (else reported). `d500 scale`'s own run is
+    test_the_2_rank_prediction_holds_against_the_measured_step_time's."""
+    home = tmp_path / "home"
+    wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 1})
+    run = jobs.train(home, 2, wl, jobs.ENTRIES / "pipeline-1f1b", "--seed", "0")
+    run_id = jobs.last_run(home)["id"]
+    from d500.ledger import Ledger
+    recorded = Ledger(home / "ledger.sqlite").get(run_id)
+    ranks = recorded["details"]["ranks"]
+    assert ranks, (run.returncode, run.stderr[-2000:])
+    p = scaling.Profile.from_run(recorded)
+    assert (p.pipeline, p.micro, p.schedule, p.crossing) == (2, 4, "1f1b", 512)
+    assert scaling.p2p_bytes(p, 2) == 512 * 8
+    for r in ranks:  # stage 0 sends activations, stage 1 their gradients: M messages a step
+        assert r["collectives"]["send"]["calls"] == 4
+        assert r["collectives"]["send"]["sent"] == 4 * scaling.p2p_bytes(p, 2)
+    assert p.activation == 2 * 8 * 256  # 1F1B: P micro-batches in flight, not M
+    assert scaling.memory(p, 2) == recorded["figures"]["memory_per_rank"] + 2 * 8 * 256
+    rows = {r.ranks: r for r in scaling.predict([p], NET, (2, 8, 1024))}
+    assert rows[2].bubble == recorded["figures"]["bubble_theory"] == pytest.approx(0.2)
+    assert rows[8].bubble == pytest.approx(0.2)
+    assert rows[8].memory < rows[2].memory  # 4 groups: micro-batches of 2
+    assert rows[1024].step is None  # 512 data groups for 32 samples
+    measured = recorded["figures"]["bubble_fraction"]
+    error = measured / 0.2 - 1
+    print(f"bubble measured {measured:.3f}, theory 0.200 ({error:+.0%})")
+    if abs(error) > 0.2:
+        busy = recorded["details"]["load_average"]
+        if busy["during"] > 0.1 * busy["usable_cores"]:
+            pytest.skip(f"other processes used {busy['during']} of the {busy['usable_cores']} "
+                        f"cores during the run: bubble measured {measured:.3f} against the "
+                        f"theory's 0.200 ({error:+.0%})")
+    assert abs(error) <= 0.2
