@@ -1,5 +1,6 @@
-"""torch's MatMul at inference: a matrix stored transposed (a tied output projection) runs as
-oneDNN's linear, agrees with NumPy, and differentiates and traces as before (torch.matmul)."""
+"""torch's MatMul at inference: a wide matrix stored transposed (a tied output projection over a
+vocabulary) runs as oneDNN's linear and agrees with NumPy; a narrow one, one stored as is, and
+gradients keep torch.matmul."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 from d500.backends import get
+from d500.backends.torch.linalg import WIDE
 
 
-def _tied(k: int = 24, n: int = 300, extra: tuple[int, ...] = (2, 5), transposed: bool = True):
+def _tied(k: int = 8, n: int = WIDE, extra: tuple[int, ...] = (2, 5), transposed: bool = True):
     """y = x @ Transpose(E), E [n, k] an initializer (b is E's transposed view), or, with
     `transposed=False`, y = x @ W with W = E^T stored [k, n]."""
     rng = np.random.default_rng(0)
@@ -43,7 +45,7 @@ def test_a_transposed_weight_runs_as_onednn_linear_and_agrees(extra):
     assert "mkldnn::_linear_pointwise" in kernels and "aten::mm" not in kernels
     y = exe.run({"x": x})[0]
     expected = x.astype(np.float64) @ e.T.astype(np.float64)
-    assert y.shape == (*extra, 300)
+    assert y.shape == (*extra, WIDE)
     assert np.max(np.abs(y - expected)) <= 1e-5 * np.max(np.abs(expected))
 
 
@@ -57,3 +59,5 @@ def test_a_weight_stored_as_is_and_gradients_keep_torch_matmul():
     plain = get("torch").prepare(_tied(transposed=False)[0])
     assert "mkldnn::_linear_pointwise" not in _kernels(lambda: plain.run({"x": x}))
     assert np.allclose(plain.run({"x": x})[0], exe.run({"x": x})[0], rtol=1e-5, atol=1e-5)
+    narrow, _, x = _tied(n=WIDE - 1)
+    assert "aten::mm" in _kernels(lambda: get("torch").prepare(narrow).run({"x": x}))

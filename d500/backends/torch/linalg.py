@@ -24,16 +24,21 @@ def MatMul(node, a, b):
     return torch.matmul(a.to(torch.int64), b.to(torch.int64)).to(a.dtype)
 
 
+WIDE = 8192  # output columns from which oneDNN's linear beats MKL's sgemm here
+
+
 def _onednn_linear(a, b) -> bool:
     """Whether `a @ b` runs as oneDNN's linear on b's [N, K] storage: at inference (the
     executable's `run`), float32 on the CPU, b a 2-D matrix stored transposed (a tied output
-    projection, `Transpose(embedding)`). MKL's sgemm, which torch.matmul calls, falls off as N
-    grows on this AVX2 CPU: 13 GFLOP/s against oneDNN's 21 at [128, 768] x [768, 30522] (BERT's
-    vocabulary), 18 against 24 at N = 8192, level at N = 768 (benchmarks/matmul_kernels.py).
-    Never while tracing or differentiating (inference mode is off there)."""
+    projection, `Transpose(embedding)`) with at least WIDE columns. MKL's sgemm, which
+    torch.matmul calls, falls off as N grows on this AVX2 CPU: at [128, 768] x [768, N], 12-13
+    GFLOP/s against oneDNN's 19-21 at N = 30,522 (BERT's vocabulary), 0.76x the time at N =
+    8,192, no clear winner at N = 768 (benchmarks/matmul_kernels.py). Never while tracing or
+    differentiating (inference mode is off there)."""
     return (torch.is_inference_mode_enabled() and b.dim() == 2 and a.dim() >= 2
-            and a.dtype == b.dtype == torch.float32 and a.device.type == b.device.type == "cpu"
-            and b.t().is_contiguous() and a.numel() > 0 and torch.backends.mkldnn.is_available())
+            and b.shape[1] >= WIDE and a.dtype == b.dtype == torch.float32
+            and a.device.type == b.device.type == "cpu" and b.t().is_contiguous()
+            and a.numel() > 0 and torch.backends.mkldnn.is_available())
 
 
 @op
