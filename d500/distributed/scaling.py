@@ -11,14 +11,15 @@ time and the scaling efficiency at 8 ... 1,024 ranks for each scheme and compres
 A profile's buffer sizes come from its measured bytes per call, read back through the formula
 its collective was counted with (comm.py): allreduce 2(N0-1)/N0 * B per rank, allgather (N0-1) * C,
 broadcast and reduce B (received by a non-root, sent to the root), neighbour exchange 2B, a
-parameter-server message B, ZeRO's reduce-scatter and allgatherv of blocks (N0-1)/N0 * B. Time of
-one call at N ranks (Thakur, Rabenseifner and Gropp 2005; Patarasuk and Yuan 2009):
+parameter-server or a pipeline's micro-batch message B, ZeRO's reduce-scatter and allgatherv of
+blocks (N0-1)/N0 * B. Time of one call at N ranks (Thakur, Rabenseifner and Gropp 2005;
+Patarasuk and Yuan 2009):
 
     allreduce (ring)                       2(N-1) alpha + 2(N-1)/N B beta
     allgather (ring), C bytes per rank      (N-1) alpha + (N-1) C beta
     broadcast, reduce (scatter + ring)     (log2 N + N - 1) alpha + 2(N-1)/N B beta
     neighbour exchange (both neighbours)   2 alpha + 2 B beta
-    point-to-point message (ps push/pull)  alpha + B beta
+    point-to-point (ps, pipeline message)  alpha + B beta
     reduce-scatter, allgather of B/N blocks (N-1) alpha + (N-1)/N B beta
 
 Scheme rules on top: dpsgd averages with both ring neighbours from 3 ranks on (an allreduce of the
@@ -69,6 +70,7 @@ KINDS = {  # a collective's traffic name -> how the model times it
     "allgather": "allgather", "broadcast": "tree", "reduce": "tree",
     "neighbour_exchange": "neighbour", "ps_push": "p2p", "ps_pull": "p2p",
     "reduce_scatter": "blocks", "allgatherv": "blocks",  # ZeRO: B cut into N blocks
+    "send": "p2p", "recv": "p2p",  # a pipeline's micro-batch messages
 }
 SERVED = ("async_ps", "ssp")  # a server at rank 0 takes every worker's push and pull
 

@@ -389,6 +389,8 @@ def test_a_measured_pipeline_run_reads_back_its_cut_and_bubble(tmp_path):
     p = scaling.Profile.from_run(recorded)
     assert (p.pipeline, p.micro, p.schedule, p.crossing) == (2, 4, "1f1b", 512)
     assert scaling.p2p_bytes(p, 2) == 512 * 8
+    assert [(c.name, c.calls, c.nbytes) for c in p.collectives] == [
+        ("recv", 4, 512 * 8), ("send", 4, 512 * 8)]  # read back as point-to-point messages
     for r in ranks:  # stage 0 sends activations, stage 1 their gradients: M messages a step
         assert r["collectives"]["send"]["calls"] == 4
         assert r["collectives"]["send"]["sent"] == 4 * scaling.p2p_bytes(p, 2)
