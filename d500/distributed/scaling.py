@@ -348,10 +348,11 @@ def pipeline_time(profile: Profile, n: int, net: Network, weak: bool = False) ->
 
 def memory(profile: Profile, n: int, weak: bool = False) -> float | None:
     """Bytes one rank holds at `n` ranks: the run's params + grads + optimizer state, and for a
-    pipeline its stashed micro-batch inputs (GPipe all m, 1F1B at most P, of b / m samples)."""
+    pipeline its stashed micro-batch inputs (GPipe all m, 1F1B at most P, of b / m samples);
+    None for a pipeline at one rank (no stage: the whole model's states were not measured)."""
     if profile.pipeline < 2:
         return profile.memory
-    if profile.memory is None or impossible(profile, n, weak):
+    if profile.memory is None or n < 2 or impossible(profile, n, weak):
         return None
     from d500.distributed.pipeline.schedule import stashed
     p, s = profile.pipeline, profile.schedule

@@ -351,6 +351,7 @@ def test_pipeline_by_hand():
     assert scaling.step_time(p, 2, NET) == pytest.approx(5 * (1e-3 / 4 + 2 * (a + 2048 * b)))
     assert scaling.memory(p, 2) == pytest.approx(30000 + 2 * 8 * 256)  # what the run held
     assert scaling.step_time(p, 1, NET) == pytest.approx(1e-3 * 2 / 1.25)  # one rank: both
+    assert scaling.memory(p, 1) is None and scaling.bubble(p, 1) is None  # not a pipeline
     one = 1e-3 / 32 + 2 * (a + 256 * b)
     assert scaling.step_time(p, 64, NET) == pytest.approx(2 * one + 62 * a + 62 / 32 * 1e4 * b)
     assert scaling.bubble(p, 64) == pytest.approx(1 / 2)
