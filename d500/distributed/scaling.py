@@ -171,7 +171,8 @@ class Profile:
 
 def _pipeline(run: dict[str, Any], held: list[dict[str, float]], n0: int) -> dict[str, Any]:
     """A pipeline run's fields of its profile (none for other runs): P, M and the schedule from
-    its hyperparameters, the cut's crossing bytes and imbalance from its recorded partition, the
+    its hyperparameters, the cut's imbalance and crossing bytes per sample from its recorded
+    partition (or what a rank sent a step over its data group's samples, where more), the
     ranks' peak stash."""
     h, d = run.get("hyperparameters") or {}, run.get("details") or {}
     stages = int(h.get("pipeline", 1))
@@ -181,8 +182,12 @@ def _pipeline(run: dict[str, Any], held: list[dict[str, float]], n0: int) -> dic
         raise UsageError(f"run {run.get('id')} cuts {stages} pipeline stages at {n0} ranks")
     part = (d.get("scheme_details") or {}).get("partition") or {}
     cuts = [s.get("send_bytes_per_sample", 0.0) for s in part.get("stages", [])]
+    samples = int(d.get("global_batch") or h.get("batch_size", 1)) / (n0 // stages)
+    sent = [r.get("collectives", {}).get("send", {}).get("sent", 0.0) / samples
+            for r in d.get("ranks", [])]  # counted by the communicator (the judge's least_sent)
     return {"pipeline": stages, "micro": int(h.get("micro_batches", 1)),
-            "schedule": str(h.get("schedule", "gpipe")), "crossing": float(max(cuts, default=0)),
+            "schedule": str(h.get("schedule", "gpipe")),
+            "crossing": float(max([*cuts, *sent, 0])),  # a claimed smaller cut cannot shrink it
             "imbalance": float(part.get("imbalance", 1.0)),
             "activation": max((m.get("stash_bytes_peak", 0.0) for m in held), default=0.0)}
 

@@ -337,7 +337,8 @@ def test_pipeline_by_hand():
     micro-batches of 2; 5 slots of a quarter of the stage's compute / 4 and a 512-byte message
     each way, then the stage's 10,000 gradient bytes allreduced over 4 ranks (one bucket); the
     bubble 1/5; memory: the states and 1F1B's 2 stashed micro-batches of 2 x 256 bytes (GPipe's
-    4). At 64 ranks one sample a group: one micro-batch, bubble 1/2."""
+    4). At 64 ranks one sample a group: one micro-batch, bubble 1/2. Attack: a rank recording
+    a cut of 0 bytes a sample while sending 16,384 bytes a step is modelled by what it sent."""
     p = scaling.Profile.from_run(pipeline_record())
     a, b = NET.alpha, NET.beta
     assert (p.pipeline, p.micro, p.schedule, p.crossing, p.group) == (2, 4, "1f1b", 256, 2)
@@ -364,6 +365,10 @@ def test_pipeline_by_hand():
     rows = scaling.predict([p], NET, (8, 128))
     assert (rows[0].bubble, rows[0].memory) == (pytest.approx(0.2), pytest.approx(31024))
     assert (rows[1].step, rows[1].bubble, rows[1].memory) == (None, None, None)
+    claimed = pipeline_record()  # a rank records a cut of 0 bytes, sending 16,384 a step
+    claimed["details"]["scheme_details"]["partition"]["stages"][0]["send_bytes_per_sample"] = 0
+    claimed["details"]["ranks"][0]["collectives"] = {"send": {"calls": 4, "sent": 16384}}
+    assert scaling.Profile.from_run(claimed).crossing == 512  # what was sent, per sample
     with pytest.raises(UsageError, match="cuts 2 pipeline stages at 3 ranks"):
         scaling.Profile.from_run(pipeline_record(n0=3))
 
