@@ -163,8 +163,9 @@ def _print(profiles: list[Any], rows: list[Any], net: Any, png: Path, weak: bool
         held = "" if p.memory is None else f"; {p.memory:,.0f} B held per rank at any size" \
             if p.tensor > 1 else f"; {p.memory:,.0f} B held per rank"
         if p.pipeline > 1:
-            held += (f"; {p.crossing:,.0f} B/sample cross the costliest cut, stash peak "
-                     f"{p.activation:,.0f} B")
+            held += (f"; {p.crossing:,.0f} B/sample cross the costliest cut, " +
+                     (f"stash peak {p.activation:,.0f} B" if p.activation else
+                      "stash not measured"))
         out.print(f"{p.label} (run {p.run_id}, measured at {p.ranks} ranks): compute "
                   f"{format_duration(p.compute)}/step, step {format_duration(p.step)}; {coll}"
                   f"{held}", highlight=False)

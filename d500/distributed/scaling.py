@@ -162,6 +162,8 @@ class Profile:
         pipe = _pipeline(run, held, n0)
         if pipe:
             label = f"{label} / pipeline {pipe['pipeline']} x {pipe['micro']} {pipe['schedule']}"
+            if n0 > pipe["pipeline"]:  # a hybrid run: its own line beside a data-1 run's
+                label = f"{label} / data {n0 // pipe['pipeline']}"
         return cls(label, scheme, compressor or "none", n0, compute, sum(steps) / len(steps),
                    int(d.get("global_batch") or h.get("batch_size", 1)),
                    d.get("batch_mode", "global"), tuple(collectives), rid, tensor,
