@@ -371,7 +371,7 @@ def test_pipeline_by_hand():
     assert scaling.Profile.from_run(claimed).crossing == 512  # what was sent, per sample
     hybrid = scaling.Profile.from_run(pipeline_record(n0=4))  # data 2 x pipeline 2
     assert hybrid.label == "sync / pipeline 2 x 4 1f1b / data 2"  # its own line in the plot
-    assert scaling.p2p_bytes(hybrid, 4) == 512 * 4  # 16 samples a group, micro-batches of 4
+    assert scaling.p2p_bytes(hybrid, 4) == 256 * 4  # 16 samples a group, micro-batches of 4
     with pytest.raises(UsageError, match="cuts 2 pipeline stages at 3 ranks"):
         scaling.Profile.from_run(pipeline_record(n0=3))
 
