@@ -84,6 +84,24 @@ def test_level3_workloads_have_no_tuning_and_d500_tune_refuses_them(tmp_path):
     assert not (home / "ledger.sqlite").exists()
 
 
+def test_every_level3_entry_runs_at_its_world_size_on_each_of_its_workloads():
+    """An entry that fixes its dimensions (data x pipeline x tensor) lists only workloads whose
+    `distributed.ranks` allow that world size (hybrid-data-pipeline listed digits-lenet, which
+    runs at 1 or 2 ranks, and every rank exited 2 at 4)."""
+    entries = [yaml.safe_load(f.read_text()) | {"where": f}
+               for f in sorted(jobs.ENTRIES.glob("*/submission.yaml"))]
+    checked = 0
+    for e in (e for e in entries if e.get("level") == 3):
+        s = spec.parse(e.get("distributed"), e["where"])
+        world = (s.data or 1) * s.pipeline * s.tensor
+        for name in e["workloads"]:
+            allowed = yaml.safe_load((jobs.LEVEL3 / f"{name}.yaml").read_text())[
+                "distributed"]["ranks"]
+            assert world in allowed, f"{e['where']}: {name} allows {allowed}, not {world}"
+            checked += 1
+    assert checked > 20
+
+
 def test_the_distributed_mapping_of_an_entry():
     s = spec.parse({"scheme": "sync", "compression": {"name": "topk", "density": 0.01},
                     "bucket_mb": 1}, "e.yaml")
