@@ -9,9 +9,11 @@ Every backend prepares the workload's model and is timed on the same input in ro
 rotates, so a burst of load from other processes hits every backend alike. Each framework's best
 mode and the best peer are the ones with the lowest median; the ratios are medians of the
 per-round ratios, with their quartiles. It prints the load average before and after.
+`--mkl-torch` adds the contender "torch mkl": eager torch with every MatMul on torch.matmul
+(MKL's sgemm), as before d500's MatMul ran wide transposed matrices as oneDNN's linear.
 
     .venv/bin/python benchmarks/best_mode.py [--workload bert-base-shaped] [--rounds 9]
-        [--number 1] [--threads 1] [--backends torch,torch:compiled,...]
+        [--number 1] [--threads 1] [--backends torch,torch:compiled,...] [--mkl-torch]
 """
 
 from __future__ import annotations
@@ -39,6 +41,19 @@ def quartiles(values: list[float]) -> str:
     return f"{statistics.median(values):.3f} (IQR {q[0]:.3f}-{q[2]:.3f})"
 
 
+def mkl_only(run):
+    """`run` with torch's MatMul on torch.matmul for every width (d500's oneDNN path off)."""
+    from d500.backends.torch import linalg
+
+    def call():
+        saved, linalg.WIDE = linalg.WIDE, float("inf")
+        try:
+            return run()
+        finally:
+            linalg.WIDE = saved
+    return call
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workload", default="bert-base-shaped")
@@ -46,6 +61,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--number", type=int, default=1, help="calls per backend per round")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--mkl-torch", action="store_true",
+                    help="add eager torch with oneDNN's wide MatMul turned off")
     args = ap.parse_args()
     names = [n.strip() for n in args.backends.split(",") if n.strip()]
     threads.configure(args.threads, threads.frameworks(names))
@@ -65,6 +82,10 @@ def main() -> None:
         runs[name] = lambda exe=exe: exe.run(feeds)
         if not get(name).trainable:
             peers.add(name)
+    if args.mkl_torch and "torch" in runs:
+        runs["torch mkl"] = mkl_only(runs["torch"])
+        outputs["torch mkl"] = runs["torch mkl"]()[0]
+        names.append("torch mkl")
     first = outputs[names[0]]
     for name in names[1:]:  # a timing of a wrong answer would mean nothing
         err = float(np.max(np.abs(outputs[name] - first)) / np.max(np.abs(first)))
@@ -80,7 +101,8 @@ def main() -> None:
     fastest = min(names, key=median.get)
     best: dict[str, str] = {}  # framework -> its mode with the lowest median
     for name in sorted(names, key=median.get):
-        best.setdefault(split(name)[0], name)
+        if name != "torch mkl":  # a variant of torch's mode, not a mode
+            best.setdefault(split(name)[0], name)
     print(f"\n{args.rounds} rounds x {args.number} calls; load {os.getloadavg()[0]:.2f} after")
     for name in sorted(names, key=median.get):
         ratios = [t / f for t, f in zip(times[name], times[fastest])]
@@ -92,6 +114,9 @@ def main() -> None:
             continue
         ratios = [t / f for t, f in zip(times[name], times[fastest])]
         print(f"  {framework:<12} {name:<16} {quartiles(ratios)}")
+    if "torch mkl" in times:
+        ratios = [t / m for t, m in zip(times["torch"], times["torch mkl"])]
+        print(f"torch / torch mkl (oneDNN's wide MatMul on / off): {quartiles(ratios)}")
     ours = [n for n in best.values() if n not in peers]
     theirs = [n for n in best.values() if n in peers]
     if ours and theirs:
