@@ -1,6 +1,7 @@
 """`d500 scale RUN_ID|WORKLOAD [--network 2us,12.5GB/s]`: the alpha-beta model's predicted step
 time, communication share and scaling efficiency at 8 ... 1,024 ranks for each scheme and
-compressor (d500.distributed.scaling), as a table and a PNG plot.
+compressor (d500.distributed.scaling), as a table and a PNG plot; a pipeline's bubble and memory
+per rank in a second table.
 
 RUN_ID models that level-3 run; a WORKLOAD name models the newest succeeded run at 2 or more
 ranks of every (entry, scheme, compressor) recorded on it. The network is `--network
