@@ -53,8 +53,8 @@ def train_level2(args: Any, workload: Any, entry: Any) -> int:
     from d500.ledger import Ledger
     from d500.training.trainer import preflight, train
 
-    configure_threads(args)  # after the cheap checks, before the framework runs anything
-    preflight(workload, entry.recipe, args.backend, args.data)  # bad input: one line, no run
+    configure_threads(args, resumed_threads(args))  # after the cheap checks, before the
+    preflight(workload, entry.recipe, args.backend, args.data)  # framework runs anything
     ledger = Ledger()
     checkpoints, resumed = restarts(ledger, workload, entry, args)
     seeds = ([resumed.meta["seed"]] if resumed is not None
@@ -86,6 +86,24 @@ def train_level2(args: Any, workload: Any, entry: Any) -> int:
         raise CheckFailed(f"{len(bad)} of {len(results)} run(s) did not reach the target; "
                           f"seed {s}: {r.status}: {r.error}")
     return 0
+
+
+def resumed_threads(args: Any) -> tuple[int, str] | None:
+    """--resume without --threads: the thread count the resumed run recorded, and why (the
+    default follows the machine's load, and a resumed run must compute as its first part did);
+    None otherwise, or where the run recorded none (resume.plan judges the run itself)."""
+    if args.resume is None or args.threads is not None:
+        return None
+    from d500.errors import D500Error
+    from d500.ledger import Ledger
+    try:
+        recorded = (Ledger().get(args.resume).get("provenance") or {}).get("threads") or {}
+    except D500Error:
+        return None
+    count = recorded.get("count")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        return None
+    return count, f"the resumed run {args.resume} recorded it ({recorded.get('set_by')})"
 
 
 def restarts(ledger: Any, workload: Any, entry: Any, args: Any) -> tuple[Any, Any]:

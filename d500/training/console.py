@@ -29,13 +29,14 @@ def parser(prog: str, what: str) -> ArgumentParser:
     return p
 
 
-def configure_threads(args: Any) -> int:
+def configure_threads(args: Any, recorded: tuple[int, str] | None = None) -> int:
     """Set the one thread count of every framework this command trains with (d500.threads),
     before the framework starts: --threads, else under an MPI launcher each rank's share of its
-    host's cores as level 3 gives it (d500.distributed.launch.core_share), else d500's default.
-    The count goes into every run's provenance."""
+    host's cores as level 3 gives it (d500.distributed.launch.core_share), else `recorded` (a
+    resumed run's count and why), else d500's default. The count goes into every run's
+    provenance."""
     from d500.distributed.launch import core_share, launched_by_mpi
-    share = core_share() if launched_by_mpi() else None
+    share = core_share() if launched_by_mpi() else recorded
     return threads.configure(args.threads, threads.frameworks([args.backend]), fallback=share)
 
 

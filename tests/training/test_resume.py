@@ -64,7 +64,7 @@ def killed(tmp: Path, seed: int) -> int:
     before = set(home.glob("*")) if home.is_dir() else set()
     proc = subprocess.Popen([sys.executable, "-m", "d500.cli", "train", "digits-ck.yaml",
                              "--submission", str(tmp / "entry"), "--seed", str(seed), "--repeat",
-                             "--checkpoint-every", "2"], cwd=tmp, env=_env(tmp),
+                             "--checkpoint-every", "2", "--threads", "1"], cwd=tmp, env=_env(tmp),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     while proc.poll() is None and time.monotonic() < deadline:
@@ -109,6 +109,10 @@ def _plan(tmp: Path, ledger: Ledger, run_id: int, workload: str = "digits-ck.yam
 def test_a_killed_run_resumes_and_matches_the_unbroken_run(setup, monkeypatch):
     tmp = setup
     ledger = _ledger(tmp, monkeypatch)
+    # the unbroken run computes at the killed run's count; the resume, given none, takes the
+    # count the killed run recorded (the default would follow the machine's load)
+    from d500 import threads
+    monkeypatch.setattr(threads, "_setting", {"count": 1, "set_by": "--threads"})
     from d500.training.seeds import required
     seed = required(2, "digits-ck", "ck-entry", "torch", 3)[0]  # scored: on the seeds board
     full = _train(tmp, ledger, seed)
@@ -155,6 +159,8 @@ def test_a_killed_run_resumes_and_matches_the_unbroken_run(setup, monkeypatch):
     row = ledger.get(second)
     info = row["details"]["resumed"]
     assert row["parent"] == first and row["seed"] == seed and info["epoch"] == last["epoch"]
+    assert row["provenance"]["threads"] == {
+        "count": 1, "set_by": f"the resumed run {first} recorded it (--threads)"}
     # every evaluation after the checkpoint equals the unbroken run's, bit for bit
     after = _series(ledger, second)
     reference = _series(ledger, full)
