@@ -11,6 +11,13 @@ its required seeds, which the rules derive: d500.training.seeds), so a reference
 entry's scored runs and the same command measures the same runs again (training is deterministic
 for a seed on one backend).
 
+A measurement continues what an earlier one recorded (level 2): a seed that already has a run
+of the same rules, entry files, backend and recipe in the ledger, ended (succeeded, missed or
+diverged), intact and not imported from a package, is not trained again; its first such run counts
+(`recorded`), so running the command again never swaps a result for a luckier one, and a
+measurement stopped part-way, in this session or an earlier one, picks up where it was.
+`fresh=True` trains every seed anew.
+
 The runs follow the workload's rules except its wall-clock budget (`budget.max_seconds`), which
 is lifted to LIFTED_SECONDS unless asked to keep it: epochs to target do not depend on the
 machine, but a loaded one cuts the slow runs short (measured here: LeNet-5 at 129 samples/s
@@ -49,6 +56,7 @@ class Measurement:
     results: list[Any] = field(default_factory=list)  # d500.training.trainer.Result per seed
     seconds: float = 0.0  # wall time of the whole measurement
     params: dict[str, Any] = field(default_factory=dict)  # a trial's point (none: the default)
+    reused: list[int] = field(default_factory=list)  # seeds whose earlier run counts (recorded)
 
     @property
     def recipe(self) -> Any:
@@ -83,15 +91,16 @@ def measure(workload: Any, entry: Any, backend: str, runs: int, *, first_seed: i
             ranks: int | None = None, ledger: Any = None, data_dir: str | None = None,
             on_run: Callable[[int, Any], None] = lambda seed, result: None,
             progress: Callable[[str], Any] | None = None,
-            keep_time_budget: bool = False, params: dict[str, Any] | None = None
-            ) -> Measurement:
+            keep_time_budget: bool = False, params: dict[str, Any] | None = None,
+            fresh: bool = False) -> Measurement:
     """Run the entry's default recipe `runs` times (seeds first_seed, first_seed + 1, ...), each
     a ledger run; `on_run(seed, result)` after each. Level 3 launches `mpiexec -n ranks` per
     seed (rank 0 records into the same $D500_HOME ledger). `progress(title)`: a context
     manager taking the trainer's progress dicts (level 2 only). The wall-clock budget is
     lifted (module docstring) unless `keep_time_budget`. `params`: a hyperparameter point (a
     tuning trial's, level 2 only) the runs train at instead of the default recipe
-    (d500.competition.trial_reference)."""
+    (d500.competition.trial_reference). A seed with a run recorded before is not trained again
+    (`recorded`; level 2) unless `fresh`."""
     import time
     if runs < convergence.MIN_SAMPLES:
         raise D500Error(f"a reference needs at least {convergence.MIN_SAMPLES} runs, "
@@ -114,7 +123,11 @@ def measure(workload: Any, entry: Any, backend: str, runs: int, *, first_seed: i
         m.recipe.check(workload)  # a point outside the rules fails before any run
     start = time.perf_counter()
     for seed in range(first_seed, first_seed + runs):
-        if level3:
+        earlier = None if fresh or level3 or ledger is None else recorded(m, seed, ledger)
+        if earlier is not None:
+            result = earlier
+            m.reused.append(seed)
+        elif level3:
             result = _launch(m, seed, data_dir)
         else:
             result = _train(m, seed, ledger, data_dir, progress)
@@ -123,6 +136,48 @@ def measure(workload: Any, entry: Any, backend: str, runs: int, *, first_seed: i
         on_run(seed, result)
     m.seconds = time.perf_counter() - start
     return m
+
+
+ENDED = ("succeeded", "missed", "diverged")  # a reference run's outcomes (failed: a crash)
+
+
+def recorded(m: Measurement, seed: int, ledger: Any) -> Any:
+    """The first run in `ledger` that trained `seed` as `m` would (the same rules, read as
+    YAML, reference_convergence aside; the entry's files by sha256; backend; recipe), ended
+    (ENDED), intact (the ledger's seal and files verify) and not imported from a package, as a
+    trainer Result; else None."""
+    import hashlib
+
+    import yaml
+
+    from d500.training.trainer import Result
+    rules = _rules(Path(m.ran.path).read_text(encoding="utf-8"))
+    files = sorted(hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in m.entry.files)
+    hyper = json.loads(json.dumps(m.recipe.hyperparameters_logged()))
+    for run in ledger.runs(level=m.workload.level, workload=m.workload.name,
+                           submission=m.entry.name, backend=m.backend):
+        if (run["seed"] != seed or run["status"] not in ENDED or run["package"] is not None
+                or run["study"] is not None or run["parent"] is not None
+                or run["hyperparameters"] != hyper
+                or sorted((run["submission_files"] or {}).values()) != files):
+            continue
+        try:
+            same = _rules(run["workload_text"] or "") == rules
+        except yaml.YAMLError:
+            same = False
+        if same and not ledger.verify_runs()[0].get(run["id"]):
+            return Result(run["id"], run["status"], dict(run["figures"] or {}),
+                          run["error"] or "")
+    return None
+
+
+def _rules(text: str) -> Any:
+    """A workload file's rules as `recorded` compares them: its YAML, without a reference block."""
+    import yaml
+    data = yaml.safe_load(text)
+    if isinstance(data, dict):
+        data.pop(convergence.KEY, None)
+    return data
 
 
 def _train(m: Measurement, seed: int, ledger: Any, data_dir: str | None,
@@ -154,7 +209,9 @@ def _launch(m: Measurement, seed: int, data_dir: str | None) -> Any:
 
 def lifted(workload: Any) -> Any:
     """The workload with its wall-clock budget lifted to LIFTED_SECONDS, from a file of its own
-    under $D500_HOME/reference/ whose header names the rulebook file and the change."""
+    under $D500_HOME/reference/ whose header names the rulebook file and the change; a file
+    already there with the same rules is kept as it is (runs recorded its bytes: a block written
+    into the rulebook file since changes no rule)."""
     import hashlib
 
     import yaml
@@ -167,6 +224,8 @@ def lifted(workload: Any) -> Any:
     data.pop(convergence.KEY, None)
     data["budget"] = {**data["budget"], "max_seconds": LIFTED_SECONDS}
     out = home() / "reference" / source.parent.name / source.name
+    if out.is_file() and _rules(out.read_text(encoding="utf-8")) == data:
+        return levels.of_file(out).load(out)  # the same rules: the file earlier runs recorded
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         f"# d500 reference: the rules of {_relative(source)} (sha256 "

@@ -2,6 +2,9 @@
 workload's reference convergence (N seeded runs of an entry's default recipe, each a ledger run)
 and prints the `reference_convergence` block for its workload file (--write puts it there).
 
+A seed already run the same way in this ledger is not trained again (level 2: a measurement
+stopped part-way continues; d500.competition.reference.recorded); --fresh trains every seed anew.
+
 A level-3 workload (given as a path, e.g. levels/3-distributed/digits-mlp.yaml, or by name with a
 level-3 --entry) runs every seed as `mpiexec -n R d500 train` (R: --ranks, default 2).
 
@@ -45,6 +48,9 @@ def main(argv: list[str], prog: str = "d500 reference") -> int:
     p.add_argument("--write", action="store_true",
                    help="also put the block into the workload file (replacing its block); "
                         "with --at/--trials: into <workload>.trials.json beside it")
+    p.add_argument("--fresh", action="store_true",
+                   help="train every seed anew (default: a seed already run the same way, in "
+                        "this ledger, counts as it ended)")
     p.add_argument("--at", action="append", default=[], metavar="K=V", type=_point,
                    help="reference trials: run at this hyperparameter (repeat for a point: "
                         "--at lr=0.1 --at momentum=0.9)")
@@ -68,7 +74,7 @@ def main(argv: list[str], prog: str = "d500 reference") -> int:
         return reference.measure(
             workload, entry, args.backend, args.runs, first_seed=args.first_seed,
             ranks=args.ranks, ledger=Ledger(), data_dir=args.data, progress=progress_bar,
-            keep_time_budget=args.keep_time_budget, params=params,
+            keep_time_budget=args.keep_time_budget, params=params, fresh=args.fresh,
             on_run=lambda s, result: print(line(workload, s, result), file=sys.stderr,
                                            flush=True))
 
@@ -79,6 +85,10 @@ def main(argv: list[str], prog: str = "d500 reference") -> int:
     measured = measure()
     text = reference.block(measured)
     print(f"{len(measured.seeds)} runs in {measured.seconds:.0f} s", file=sys.stderr)
+    if measured.reused:
+        print(f"{len(measured.reused)} of them recorded before (seeds "
+              f"{', '.join(map(str, measured.reused))}; --fresh trains them anew)",
+              file=sys.stderr)
     print(text, end="")
     if args.write:
         reference.write_block(Path(workload.path), text)

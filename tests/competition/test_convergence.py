@@ -277,6 +277,53 @@ def test_d500_reference_measures_records_and_writes_a_block(tmp_path, monkeypatc
     assert written is not None and list(written.samples) == block["samples"]
     workloads.load(path)
     assert path.read_text(encoding="utf-8").startswith(text)  # the rest of the file kept
+    # the same command again trains nothing: every seed's run is recorded (the block written
+    # into the file since is not part of the rules compared), and the block is the same
+    assert reference_cli.main([str(path), "--runs", "10", "--first-seed", "50"]) == 0
+    again = capsys.readouterr()
+    assert again.out == out and "10 of them recorded before" in again.err
+    assert len(Ledger().runs(workload="digits-mlp", submission="sgd-momentum")) == 10
+
+
+def test_a_reference_continues_from_the_runs_it_recorded_and_only_from_those(tmp_path,
+                                                                              monkeypatch):
+    """`d500 reference` stopped part-way picks up where it was: a seed run before under the same
+    rules, entry files, backend and recipe counts (its first run, so running again never swaps
+    in a luckier one); a run edited in the ledger, other rules or another recipe do not."""
+    import sqlite3
+    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
+    path = tmp_path / "digits-mlp.yaml"
+    path.write_text(MLP.read_text(encoding="utf-8").replace("value: 0.97}", "value: 0.5}"),
+                    encoding="utf-8")
+    wl, entry = workloads.load(path), submissions.load(SGD)
+    m = reference.Measurement(wl, entry, "torch", None, ran=reference.lifted(wl))
+    ledger = Ledger()
+    assert reference.recorded(m, 50, ledger) is None
+    first = reference._train(m, 50, ledger, None, None)
+    assert first.status == "succeeded", first.error
+    found = reference.recorded(m, 50, ledger)
+    assert (found.run_id, found.status, found.figures) == (first.run_id, first.status,
+                                                           first.figures)
+    assert reference.recorded(m, 51, ledger) is None  # another seed
+    second = reference._train(m, 50, ledger, None, None)  # --fresh: a second run of seed 50
+    assert reference.recorded(m, 50, ledger).run_id == first.run_id != second.run_id
+    # the attack: a recorded run's epochs edited in the ledger is not reused (its seal breaks);
+    # the next one of the seed is
+    with sqlite3.connect(ledger.path) as db:
+        db.execute("UPDATE runs SET figures = json_set(figures, '$.epochs', 0.01) WHERE id = ?",
+                   (first.run_id,))
+    assert reference.recorded(m, 50, Ledger()).run_id == second.run_id
+    # another recipe, other rules (a target the run never trained for): not the same runs
+    assert reference.recorded(reference.Measurement(wl, entry, "torch", None, ran=m.ran,
+                                                    params={"lr": 0.01}), 50, ledger) is None
+    other = tmp_path / "other" / "digits-mlp.yaml"
+    other.parent.mkdir()
+    other.write_text(path.read_text(encoding="utf-8").replace("value: 0.5}", "value: 0.6}"),
+                     encoding="utf-8")
+    wl_other = workloads.load(other)
+    assert reference.recorded(reference.Measurement(wl_other, entry, "torch", None,
+                                                    ran=reference.lifted(wl_other)),
+                              50, ledger) is None
 
 
 def test_write_block_replaces_a_block_and_its_comment(tmp_path):
