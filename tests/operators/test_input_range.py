@@ -128,6 +128,7 @@ def test_a_padded_border_bug_fails_on_the_big_conv_case():
     assert report.gradient_error > 100 * 1e-6  # far beyond float64's tolerance
 
 
+@pytest.mark.serial  # localised within a wall-clock budget (0.5 s): alone
 def test_a_bug_at_edge_values_only_fails_the_edge_gradient_check():
     report = validate(op("numpy_ops.py", "OverflowingSoftplus"), case("softplus-2d"),
                       Options(localise_budget=0.5))
@@ -147,6 +148,7 @@ def test_edge_gradients_skip_what_the_reference_cannot_differentiate():
     assert edge.method.startswith("joint") and edge.max_rel < 1e-6
 
 
+@pytest.mark.serial  # localised within a wall-clock budget (5 s): alone
 @pytest.mark.parametrize("budget, located", [(0.0, False), (5.0, True)])
 def test_a_failed_directional_check_says_what_was_compared_and_where(budget, located):
     """A derivative 2e-4 off only at |x| > 8 (the x16 set) fails along random directions; the
