@@ -476,9 +476,12 @@ def _why(workload: Workload, state: dict[str, Any], status: str) -> str:
     if status != "missed":
         return ""
     what = workload.quality.replace("_", "-")
+    budget = f"the budget ({workload.max_epochs} epochs, {workload.max_seconds:g} s)"
+    if state["val"] is not None and workload.met(state["val"]):  # the evaluation that ends it
+        return (f"validation {what} {state['val']:.4f} after {state['step']} steps met the "
+                f"target {workload.target} only at the evaluation after {budget} ran out")
     return (f"validation {what} {state['val']:.4f} after {state['step']} steps did not reach "
-            f"the target {workload.target} within the budget ({workload.max_epochs} epochs, "
-            f"{workload.max_seconds:g} s)")
+            f"the target {workload.target} within {budget}")
 
 
 def log_run_keys(log: Any, workload: Workload, recipe: Recipe, train_samples: int,

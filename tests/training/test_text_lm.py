@@ -347,3 +347,15 @@ def test_a_text_run_meets_a_lower_is_better_target_and_records_perplexity(prepar
 def test_bad_text_workloads_are_refused_by_field(tmp_path, change, message):
     with pytest.raises(ConfigError, match=message):
         workloads.load(_tiny_workload(tmp_path, **change))
+
+
+def test_a_run_missed_though_its_last_evaluation_meets_the_target_says_why():
+    """A run whose time budget ran out before the evaluation that met the target is missed; its
+    error says the target was met only after the budget, not that it was not reached."""
+    wl = workloads.load(TEXT_LM)
+    late = supervisor._why(wl, {"val": 4.301, "step": 306}, "missed")
+    assert "met the target 4.5 only at the evaluation after the budget" in late
+    assert "900 s" in late and "did not reach" not in late
+    short = supervisor._why(wl, {"val": 4.678, "step": 200}, "missed")
+    assert "4.6780 after 200 steps did not reach the target 4.5 within the budget" in short
+    assert supervisor._why(wl, {"val": 4.1, "step": 400}, "succeeded") == ""
