@@ -4,6 +4,7 @@ backends) and level-2 runs of a tiny text workload with a lower-is-better target
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from math import erf
@@ -330,7 +331,8 @@ def test_a_text_run_meets_a_lower_is_better_target_and_records_perplexity(prepar
         {**f, "test_log_perplexity": f["test_log_perplexity"] - 0.5}, records))
     # against an unreachable target the run would miss, saying what it measured
     state = {"val": f["val_log_perplexity"], "step": 7}
-    assert supervisor._why(wl, state, "missed").startswith(
+    unreachable = dataclasses.replace(wl, target=round(f["val_log_perplexity"] - 1.0, 4))
+    assert supervisor._why(unreachable, state, "missed").startswith(
         f"validation log-perplexity {f['val_log_perplexity']:.4f} after 7 steps did not reach")
 
 
