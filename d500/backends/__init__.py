@@ -155,21 +155,37 @@ def is_installed(name: str) -> bool:
 
 
 def modes() -> dict[str, tuple[str, bool]]:
-    """Every mode of every known backend: full name -> (one line on what it is, installed).
-    A framework that is not installed shows its default mode alone (its class, which names the
-    modes, cannot be imported)."""
+    """Every mode of every known backend: full name -> (one line on what it is, installed),
+    from each framework's FRAMEWORK (`about`, `modes`): no framework is imported. A third-party
+    backend that declares them on its class alone is described by its class (imported)."""
     found: dict[str, tuple[str, bool]] = {}
     for name in available():
-        if not is_installed(name):
-            found[name] = ("", False)
-            continue
         try:
-            cls = get(name)
-        except Exception as err:  # noqa: BLE001 - a framework that fails to import is listed so
+            fw = about(name)
+        except Exception as err:  # noqa: BLE001 - a backend whose module fails is listed so
             found[name] = (f"cannot be imported here: {describe(err)}", False)
             continue
-        found.update({full: (about, True) for full, about in cls.mode_names().items()})
+        here = is_installed(name)
+        lines = {name: fw.about, **{f"{name}:{mode}": line for mode, line in fw.modes.items()}}
+        if here and not (fw.about or fw.modes):  # a FRAMEWORK that leaves them to its class
+            try:
+                lines = get(name).mode_names()
+            except Exception as err:  # noqa: BLE001 - a framework that fails to import
+                lines, here = {name: f"cannot be imported here: {describe(err)}"}, False
+        found.update({full: (line, here) for full, line in lines.items()})
     return found
+
+
+def version(name: str) -> str | None:
+    """The installed version of the distribution backend `name` runs on, read from its
+    metadata (the framework is not imported); None where it is not installed."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed_version
+    fw = about(name)
+    try:
+        return None if fw is None else installed_version(fw.distribution)
+    except PackageNotFoundError:
+        return None
 
 
 def select(text: str | None) -> list[str]:

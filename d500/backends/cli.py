@@ -9,9 +9,9 @@ from d500.cli import ArgumentParser
 
 def main(argv: list[str], prog: str) -> int:
     ArgumentParser(prog=prog, description=__doc__).parse_args(argv)
-    found = backends.modes()
+    found = backends.modes()  # from the registry: no framework is imported
     width = max(map(len, found), default=0) + 2
     for name, (about, installed) in found.items():
-        state = "installed" if installed else "not installed"
-        print(f"{name:<{width}} {state:<14} {about or backends.available().get(name, '')}")
+        state = (backends.version(name) or "installed") if installed else "not installed"
+        print(f"{name:<{width}} {state:<14} {about}")
     return 0

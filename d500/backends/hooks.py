@@ -13,7 +13,7 @@ third-party backend without one gets `Framework.of_backend(cls)`, from its class
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any
 
@@ -36,6 +36,10 @@ class Framework:
     autograd: bool = False            # it differentiates an operator's forward (no backward given)
     threads_when_loaded: bool = True  # configure() sets its threads whenever it is loaded
     tie_rank: int | None = None       # net check: who stands for a tied majority (lowest first)
+    about: str = ""                   # one line on its default mode (`d500 backends`)
+    # its other modes, each with its one line: what its backend class's `modes` are, readable
+    # without importing the framework
+    modes: dict[str, str] = field(default_factory=dict, hash=False)
 
     @classmethod
     def of_backend(cls, backend: Any) -> Framework:
@@ -43,7 +47,9 @@ class Framework:
         module too), else ("?") the module the class lives in."""
         given = backend.framework
         return cls(backend.name.partition(":")[0], distribution=given,
-                   module=backend.__module__ if given == "?" else given)
+                   module=backend.__module__ if given == "?" else given,
+                   about=getattr(backend, "about", ""),
+                   modes=dict(getattr(backend, "modes", {})))
 
     def distributions(self) -> tuple[str, ...]:
         """Every distribution whose version provenance records for it."""

@@ -86,8 +86,12 @@ class OnnxRuntime(Framework):
         return True  # the count its sessions get, loaded or not
 
 
-FRAMEWORK = OnnxRuntime("onnxruntime", module="onnxruntime", distribution="onnxruntime",
-                        tie_rank=1)
+FRAMEWORK = OnnxRuntime(
+    "onnxruntime", module="onnxruntime", distribution="onnxruntime", tie_rank=1,
+    about="its full graph optimization (ORT_ENABLE_ALL: node fusions, layout changes); "
+          "inference only",
+    modes={"basic": "basic graph optimization only (ORT_ENABLE_BASIC: constant folding, "
+                    "redundant nodes removed, no fusions); inference only"})
 
 # mode -> onnxruntime's graph optimization level (a GraphOptimizationLevel member's name)
 OPTIMIZATION = {"": "ORT_ENABLE_ALL", "basic": "ORT_ENABLE_BASIC"}
@@ -184,10 +188,8 @@ class OnnxRuntimeExecutable(Executable):
 class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
     trainable = False
-    about = ("its full graph optimization (ORT_ENABLE_ALL: node fusions, layout changes); "
-             "inference only")
-    modes = {"basic": "basic graph optimization only (ORT_ENABLE_BASIC: constant folding, "
-                      "redundant nodes removed, no fusions); inference only"}
+    about = FRAMEWORK.about
+    modes = FRAMEWORK.modes
 
     @classmethod
     def supports_device(cls, device: str) -> bool:

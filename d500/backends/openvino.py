@@ -54,7 +54,12 @@ def _as_input(x: Any) -> np.ndarray:
 
 
 # Each compiled model gets threads.recorded()'s count as its INFERENCE_NUM_THREADS.
-FRAMEWORK = Framework("openvino", module="openvino", distribution="openvino")
+FRAMEWORK = Framework(
+    "openvino", module="openvino", distribution="openvino",
+    about="OpenVINO's CPU plugin on the ONNX model, inference precision pinned to f32; "
+          "inference only",
+    modes={"bf16": "OpenVINO's CPU plugin at the inference precision bf16 (f32 where the CPU "
+                   "has no bf16 units), judged at bfloat16's tolerance; inference only"})
 
 
 class OpenVinoExecutable(Executable):
@@ -149,10 +154,12 @@ class OpenVinoExecutable(Executable):
 class OpenVinoBackend(Backend):
     name = "openvino"
     trainable = False
-    about = ("OpenVINO's CPU plugin on the ONNX model, inference precision pinned to f32; "
-             "inference only")
-    modes = {"bf16": "OpenVINO's CPU plugin at the inference precision bf16 (f32 where the "
-                     "CPU has no bf16 units), judged at bfloat16's tolerance; inference only"}
+    about = FRAMEWORK.about
+    modes = FRAMEWORK.modes
+
+    @classmethod
+    def precision(cls) -> str | None:
+        return PRECISION[cls.mode][1]
 
     @classmethod
     def _prepare(cls, model: onnx.ModelProto, device: str, **kwargs: Any) -> Executable:

@@ -78,6 +78,8 @@ def test_every_registered_framework_defines_its_framework_in_its_folder(name):
     fw = backends.about(name)
     assert fw is module.FRAMEWORK and fw.name == name
     assert backends.framework(name) == (fw.module, fw.distribution)
+    cls = backends.get(name)  # its class's modes are its FRAMEWORK's (`d500 backends` reads those)
+    assert (cls.about, cls.modes) == (fw.about, fw.modes) and fw.about
 
 
 @pytest.mark.parametrize("name", REGISTERED)
@@ -108,7 +110,7 @@ def test_d500_backends_lists_a_third_party_framework_and_its_modes(plugin):
     out = run("", plugin, "backends")
     assert out.returncode == 0, out.stderr
     lines = {line.split()[0]: line for line in out.stdout.splitlines()}
-    assert "installed" in lines["tiny"] and "another name" in lines["tiny"]
+    assert " 1.2.3 " in lines["tiny"] and "another name" in lines["tiny"]  # its version
     assert "faster in name only" in lines["tiny:fast"]
     assert "torch" in lines  # beside the built-in ones
 

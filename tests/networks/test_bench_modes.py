@@ -39,12 +39,28 @@ def test_d500_backends_lists_every_mode_with_what_it_is(capsys):
     assert list_backends([], "d500 backends") == 0
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
     for name in ("reference", "torch", "tensorflow", *MODES):
-        assert name in lines and " installed " in lines[name]
+        assert name in lines and backends.version(name) in lines[name]
     assert "ORT_ENABLE_BASIC" in lines["onnxruntime:basic"]
     assert "ORT_ENABLE_ALL" in lines["onnxruntime"] and "eager" in lines["torch"]
     assert "jit_compile=True" in lines["tensorflow:xla"] and "graph" in lines["tensorflow"]
     if backends.is_installed("openvino"):
         assert "f32" in lines["openvino"] and "bf16" in lines["openvino:bf16"]
+
+
+def test_d500_backends_imports_no_framework():
+    """The list comes from each framework's FRAMEWORK (its modes, their lines) and the
+    distributions' metadata (versions): importing torch alone took 7-40 s here."""
+    import subprocess
+    import sys
+    code = ("import sys; from d500.backends.cli import main; main([], 'd500 backends'); "
+            "print(sorted(m for m in ('torch', 'tensorflow', 'jax', 'onnxruntime', 'openvino') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.splitlines()
+    assert out[-1] == "[]"
+    lines = {line.split()[0]: line.split()[1] for line in out[:-1]}
+    assert lines["torch:compiled"] == lines["torch"] == backends.get("torch").version()
+    assert lines["onnxruntime:basic"] == backends.get("onnxruntime").version()
 
 
 @pytest.mark.parametrize("args", [

@@ -27,6 +27,7 @@ from onnx import helper
 from d500.backends.base import Backend, Executable, to_numpy
 from d500.backends.graph import Program
 from d500.backends.jax.core import is_tracer
+from d500.backends.jax.framework import FRAMEWORK
 from d500.backends.jax.ops import OPS, NeedsStatic
 from d500.backends.layout import plain
 from d500.errors import D500Error, UsageError
@@ -353,10 +354,8 @@ class JaxExecutable(Executable):
 
 class JaxBackend(Backend):
     name = "jax"
-    about = ("jit: the whole translated graph as one jax.jit function (one per baked input "
-             "value); training: one jitted step over jax.value_and_grad")
-    modes = {"eager": "eager: the same functions op by op, no jax.jit (each op dispatched as it "
-                      "is called: inference, gradients and the training step)"}
+    about = FRAMEWORK.about
+    modes = FRAMEWORK.modes
 
     @classmethod
     def supports_device(cls, device: str) -> bool:

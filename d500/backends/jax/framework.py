@@ -63,4 +63,8 @@ FRAMEWORK = Jax(
     native_optimizers="d500.backends.jax.native_optimizers:NATIVE",
     backward="d500.backends.jax.operators:backward",
     operator_runner="d500.backends.jax.operators:JaxRunner", autograd=True,
-    threads_when_loaded=False)  # XLA's pool is sized when JAX first computes: only when asked
+    threads_when_loaded=False,  # XLA's pool is sized when JAX first computes: only when asked
+    about=("jit: the whole translated graph as one jax.jit function (one per baked input value); "
+           "training: one jitted step over jax.value_and_grad"),
+    modes={"eager": "eager: the same functions op by op, no jax.jit (each op dispatched as it is "
+                    "called: inference, gradients and the training step)"})

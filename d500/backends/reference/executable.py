@@ -12,6 +12,7 @@ from onnx.reference import ReferenceEvaluator
 
 from d500.backends.base import Backend, Executable, to_numpy
 from d500.backends.reference import math, nn, reduce, shape
+from d500.backends.reference.framework import FRAMEWORK
 from d500.backends.reference.ops import OPS
 from d500.backends.reference.table import Step, attributes
 from d500.backends.trainer_base import Trainer
@@ -222,8 +223,7 @@ class ReferenceExecutable(Executable):
 
 class ReferenceBackend(Backend):
     name = "reference"
-    about = ("NumPy: onnx.reference.ReferenceEvaluator forward, NumPy backward; the baseline "
-             "others are judged against")
+    about = FRAMEWORK.about
 
     @classmethod
     def _prepare(cls, model: onnx.ModelProto, device: str, **kwargs: Any) -> Executable:

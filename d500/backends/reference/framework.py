@@ -21,4 +21,6 @@ FRAMEWORK = Reference(
     optimizer_ops="d500.backends.reference.optimizer_ops",
     backward="d500.backends.reference.operators:backward",
     operator_runner="d500.operators.adapters:Runner",  # NumPy in, NumPy out
-    threads_when_loaded=False, tie_rank=0)  # BLAS is set last by threads.configure, always
+    threads_when_loaded=False, tie_rank=0,  # BLAS is set last by threads.configure, always
+    about=("NumPy: onnx.reference.ReferenceEvaluator forward, NumPy backward; the baseline "
+           "others are judged against"))

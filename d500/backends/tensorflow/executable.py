@@ -20,6 +20,7 @@ from onnx import helper
 from d500.backends.base import Backend, Executable, to_numpy
 from d500.backends.graph import Program
 from d500.backends.tensorflow.core import SHAPE_INPUTS, plain, tensor
+from d500.backends.tensorflow.framework import FRAMEWORK
 from d500.backends.tensorflow.ops import OPS
 from d500.backends.trainer_base import Trainer
 from d500.backends.training_graph import running_statistics
@@ -286,9 +287,8 @@ def _shape_inputs(program: Program) -> set[str]:
 
 class TensorFlowBackend(Backend):
     name = "tensorflow"
-    about = "graph: the translated model as a tf.function (traced once per input signature)"
-    modes = {"xla": "XLA: the same tf.functions compiled with jit_compile=True (inference, "
-                    "gradients and the training step)"}
+    about = FRAMEWORK.about
+    modes = FRAMEWORK.modes
 
     @classmethod
     def traces_step(cls) -> bool:

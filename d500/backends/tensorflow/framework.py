@@ -48,4 +48,7 @@ FRAMEWORK = TensorFlow(
     native_optimizers="d500.backends.tensorflow.native_optimizers:NATIVE",
     backward="d500.backends.tensorflow.operators:backward",
     operator_runner="d500.backends.tensorflow.operators:TensorFlowRunner", autograd=True,
-    tie_rank=3)
+    tie_rank=3,
+    about="graph: the translated model as a tf.function (traced once per input signature)",
+    modes={"xla": "XLA: the same tf.functions compiled with jit_compile=True (inference, "
+                  "gradients and the training step)"})

@@ -33,6 +33,7 @@ from d500.backends.torch import (
 )
 from d500.backends.torch.dtypes import from_numpy
 from d500.backends.torch.dtypes import to_numpy as tensor_to_numpy
+from d500.backends.torch.framework import FRAMEWORK
 from d500.backends.trainer_base import Trainer
 from d500.backends.training_graph import running_statistics
 from d500.errors import D500Error, UsageError
@@ -296,10 +297,8 @@ class TorchExecutable(Executable):
 
 class TorchBackend(Backend):
     name = "torch"
-    about = "eager: the ONNX graph walked op by op in torch, IEEE float32"
-    modes = {"compiled": "the graph traced once into a static torch.fx program (shape-deciding "
-                         "inputs baked), compiled by torch.compile (Inductor, one graph); its "
-                         "training step's forward and backward likewise"}
+    about = FRAMEWORK.about
+    modes = FRAMEWORK.modes
 
     @classmethod
     def compiled_programs(cls) -> set[str] | None:

@@ -28,4 +28,8 @@ FRAMEWORK = Torch(
     optimizer_ops="d500.backends.torch.optimizer_ops",
     native_optimizers="d500.backends.torch.native_optimizers:NATIVE", native_checkpoints=True,
     backward="d500.backends.torch.operators:backward",
-    operator_runner="d500.backends.torch.operators:TorchRunner", autograd=True, tie_rank=2)
+    operator_runner="d500.backends.torch.operators:TorchRunner", autograd=True, tie_rank=2,
+    about="eager: the ONNX graph walked op by op in torch, IEEE float32",
+    modes={"compiled": "the graph traced once into a static torch.fx program (shape-deciding "
+                       "inputs baked), compiled by torch.compile (Inductor, one graph); its "
+                       "training step's forward and backward likewise"})
