@@ -179,6 +179,9 @@ def _checked(args: Any, world: int) -> tuple[Any, Any, Any]:
                                             entry.recipe.batch_size, world))
     backends.get(args.backend)
     preflight(workload, global_recipe, args.backend, args.data)
+    if args.checkpoint_every or args.resume is not None:
+        from d500.distributed.resuming import check
+        check(spec, entry, args.backend)
     if spec.native and args.backend != "torch":
         raise UsageError(f"{entry.path}: the {spec.scheme} baseline is torch's own "
                          f"({spec.scheme.upper()}): run it with --backend torch, not "
@@ -197,26 +200,25 @@ def _run(args: Any, world: Any, workload: Any, entry: Any, spec: Any) -> int:
     rank, size = world.Get_rank(), world.Get_size()
     limit = faults.limit()
     comm = Communicator(world if size > 1 else None)
-    ledger = None
+    job = Job(comm, workload, entry, spec, args.backend, data_dir=args.data, limit=limit,
+              checkpoint_every=args.checkpoint_every)
     seeds: list[int] | D500Error = []
     if rank == 0:
         from d500.ledger import Ledger, iso
         try:
-            ledger = Ledger()
-            seeds = choose_seeds(ledger, workload, entry, args, size)
+            job.ledger = Ledger()
+            seeds = _seeds(job, args)
         except D500Error as err:
             seeds = err
     seeds = world.bcast(seeds, root=0)
     if isinstance(seeds, D500Error):
         raise seeds
+    job.checkpoint_every = world.bcast(job.checkpoint_every, root=0)
     if rank == 0 and not seeds:
         from d500.training.cli import done_line
         done_line(workload, args)
-    group = ""
     if rank == 0:
-        group = f"mpi {iso(time.time())} {socket.gethostname()}:{os.getpid()}"
-    job = Job(comm, workload, entry, spec, args.backend, ledger=ledger, data_dir=args.data,
-              group=group, limit=limit)
+        job.group = f"mpi {iso(time.time())} {socket.gethostname()}:{os.getpid()}"
     results = []
     waiting = judges(job, seeds)  # rank 0: every run's judge, before any entry code ran here
     try:
@@ -250,6 +252,20 @@ def _run(args: Any, world: Any, workload: Any, entry: Any, spec: Any) -> int:
         raise CheckFailed(f"{len(bad)} of {len(results)} run(s) did not reach the target; "
                           f"seed {s}: {r.status}: {r.error}")
     return 0
+
+
+def _seeds(job: Any, args: Any) -> list[int]:
+    """Rank 0: the seeds this command runs, --checkpoint-every and --resume checked (level 2's
+    checks, at this world size); a resumed run's seed alone, its Resumed kept in the job."""
+    from d500.distributed.judge import hyperparameters
+    from d500.training.cli import restarts
+    size = job.comm.size
+    checkpoints, job.resumed = restarts(job.ledger, job.workload, job.entry, args,
+                                        hyperparameters=hyperparameters(job), world_size=size)
+    job.checkpoint_every = checkpoints.every if checkpoints is not None else None
+    if job.resumed is not None:
+        return [job.resumed.meta["seed"]]
+    return choose_seeds(job.ledger, job.workload, job.entry, args, size)
 
 
 def comm_line(f: dict[str, float]) -> str:

@@ -15,9 +15,11 @@ does not stop it. Rank 0 decides a worker is lost when:
 - it sent FAIL with one line (an exception on that rank only: it cannot raise alone, the others
   would wait for it in the next collective).
 
-Then rank 0 calls `on_lost(why)` (the trainer records the run `failed` with `why`, naming the
-rank), prints one line and calls MPI_Abort, which ends every rank. A worker that stops hearing
-from rank 0 (dead, or its own host gone) prints one line and aborts the job itself.
+Then rank 0 calls `on_lost(why, gone)` (the trainer records the run `failed` with `why`, naming
+the rank; `gone`: its process died or went silent, not its code failed, so that the run can be
+resumed from its last checkpoint, d500.training.resume), prints one line and calls MPI_Abort,
+which ends every rank. A worker that stops hearing from rank 0 (dead, or its own host gone)
+prints one line and aborts the job itself.
 
 What a launcher does first matters (measured with MPICH 5.0's hydra): by default mpiexec
 SIGKILLs every other rank, rank 0 included, as soon as one rank dies of a signal, before any
@@ -125,7 +127,8 @@ class Watchdog:
     gathers every rank's process identity: collectives)."""
 
     def __init__(self, mpi: Any, limit: float = DEFAULT_LIMIT,
-                 on_lost: Callable[[str], None] | None = None, beat: float | None = None):
+                 on_lost: Callable[[str, bool], None] | None = None,
+                 beat: float | None = None):
         self.mpi = mpi.Dup()
         self.rank, self.size = self.mpi.Get_rank(), self.mpi.Get_size()
         self.limit = float(limit)
@@ -215,7 +218,7 @@ class Watchdog:
                 next_beat = now + self.beat
                 why = self._dead_here(workers)
                 if why:
-                    return self._lose(why)
+                    return self._lose(why, gone=True)
             while (message := self.mpi.improbe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG,
                                                status=status)) is not None:
                 data = message.recv()
@@ -226,7 +229,7 @@ class Watchdog:
             silent = [r for r in workers if time.monotonic() - heard[r] > self.limit]
             if silent:
                 return self._lose(f"{self.describe(silent[0])} sent nothing for "
-                                  f"{self.limit:g} s: it died or stopped")
+                                  f"{self.limit:g} s: it died or stopped", gone=True)
             self._stop.wait(POLL)
 
     def _watch_root(self) -> None:
@@ -256,11 +259,11 @@ class Watchdog:
                 return f"{self.describe(r)} died (its process is gone)"
         return ""
 
-    def _lose(self, why: str) -> None:
+    def _lose(self, why: str, gone: bool = False) -> None:
         self.lost = why
         if self.on_lost is not None:
             try:
-                self.on_lost(why)
+                self.on_lost(why, gone)
             except BaseException as err:  # noqa: BLE001 - the job must still end
                 say(f"d500: could not record the lost rank: {err}")
         self.abort(why)

@@ -53,6 +53,8 @@ class Order:
     data_dir: str | None
     group: str
     threads: dict[str, Any] | None  # rank 0's d500.threads.recorded(): recorded, and used here
+    checkpoint_every: int | None = None  # epochs between checkpoints (d500.training.resume)
+    resumed: Any = None  # d500.training.resume.Resumed: the checkpoint this run continues
 
 
 class Judge:
@@ -76,7 +78,8 @@ class Judge:
         ledger = job.ledger
         return cls(Order(job.workload, job.entry, job.spec, job.backend, seed, job.comm.size,
                          job.global_batch, str(ledger.path), getattr(ledger, "stamp", None),
-                         job.data_dir, job.group, threads.recorded()))
+                         job.data_dir, job.group, threads.recorded(), job.checkpoint_every,
+                         job.resumed))
 
     def open(self) -> int:
         """Open the ledger run (once every rank built); its id, or the judge's error raised."""
@@ -114,11 +117,12 @@ class Judge:
             stopped = True
         return stopped
 
-    def lost(self, why: str) -> None:
-        """Tell the judge the run failed (any thread; once); wait until it recorded that."""
+    def lost(self, why: str, gone: bool = False) -> None:
+        """Tell the judge the run failed (any thread; once); wait until it recorded that.
+        `gone`: a rank's process died or went silent (the run can be resumed)."""
         with self._lock:
             try:
-                self._lost.send(("lost", why))
+                self._lost.send(("lost", why, gone))
                 if self._lost.poll(LOST_ACK):
                     self._lost.recv()
             except (EOFError, OSError, ValueError):
@@ -155,10 +159,10 @@ class Ranks(Trainee):
         ready = wait([self.conn, self.lost], timeout)
         if self.lost in ready:
             try:
-                _, why = self.lost.recv()
+                _, why, gone = self.lost.recv()
             except (EOFError, OSError):
-                why = "rank 0 ended without a word"
-            raise Lost(why)
+                why, gone = "rank 0 ended without a word", False
+            raise Lost(why, gone)
         return bool(ready)
 
     def stats(self) -> list[Any]:
@@ -174,7 +178,12 @@ class Ranks(Trainee):
 
 
 class Lost(WorkerError):
-    """A rank (or rank 0 itself) failed; the run is recorded failed with this line."""
+    """A rank (or rank 0 itself) failed; the run is recorded failed with this line. `gone`: a
+    rank's process died or went silent (a restart from the last checkpoint may continue it)."""
+
+    def __init__(self, why: str, gone: bool = False):
+        super().__init__(why)
+        self.gone = gone
 
 
 def main(conn: Any, lost: Any) -> None:
@@ -197,7 +206,7 @@ def main(conn: Any, lost: Any) -> None:
         conn.send(("opened", run.id))
         _judge(order, run, ranks)
     except Lost as err:
-        _failed(order, run, str(err))
+        _failed(order, run, str(err), err.gone)
         _ack(lost)
     except (EOFError, OSError, KeyboardInterrupt):
         _failed(order, run, "rank 0 ended without a word")
@@ -244,7 +253,18 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
     watch = LoadWatch()
     try:
         figures, status, why = _supervise(run, wl, entry.recipe, order.seed, order.data_dir,
-                                          None, ranks, model, layout(order))
+    checkpoints = None
+    if order.checkpoint_every:
+        from d500.training.resume import Checkpoints
+        checkpoints = Checkpoints(order.checkpoint_every)
+    from d500.training.resume import opened
+    opened(run, run.ledger, checkpoints, order.resumed,
+           {"workload": wl.name, "submission": entry.name, "backend": order.backend,
+            "seed": order.seed, "world_size": order.world_size})
+    try:
+        figures, status, why = _supervise(run, wl, entry.recipe, order.seed, order.data_dir,
+                                          None, ranks, model, layout(order),
+                                          checkpoints=checkpoints, resume=order.resumed)
     except Diverged as err:
         status, why, figures = "diverged", str(err), missed_figures(wl)
         ranks.finish(False)
@@ -278,25 +298,32 @@ def _open(order: Order) -> Any:
     if order.threads is not None:
         threads.configure(modules=threads.frameworks([order.backend]),
                           fallback=(order.threads["count"], order.threads["set_by"]))
-    wl, entry, spec = order.workload, order.entry, order.spec
+    wl, entry = order.workload, order.entry
     ledger = Ledger(order.ledger_path)
     if order.stamp is not None:
         from d500.competition.reproduce_job import Stamped
         ledger = Stamped(ledger, order.stamp)
-    hyper = {**entry.recipe.hyperparameters_logged(), "batch_size": order.global_batch,
-             "per_rank_batch_size": math.ceil(order.global_batch / data_ranks(order)),
-             **spec.logged()}
     return ledger.start_run(level=wl.level, workload=wl.name, submission=entry.name,
-                            backend=order.backend, seed=order.seed, hyperparameters=hyper,
-                            workload_file=wl.path, submission_files=list(entry.files),
-                            group=order.group or None, rank=0, world_size=order.world_size,
-                            begin=False)
+                            backend=order.backend, seed=order.seed,
+                            hyperparameters=hyperparameters(order), workload_file=wl.path,
+                            submission_files=list(entry.files), group=order.group or None,
+                            rank=0, world_size=order.world_size, begin=False,
+                            parent=None if order.resumed is None else order.resumed.parent)
+
+
+def hyperparameters(order: Any) -> dict[str, Any]:
+    """What a level-3 run logs as its hyperparameters: the recipe's, its global batch and each
+    data rank's share, and its distributed spec (`order`: an Order, or a distributed Job)."""
+    return {**order.entry.recipe.hyperparameters_logged(), "batch_size": order.global_batch,
+            "per_rank_batch_size": math.ceil(order.global_batch / data_ranks(order)),
+            **order.spec.logged()}
 
 
 def data_ranks(order: Any) -> int:
     """The ranks that share each global batch (spec.data_ranks)."""
     from d500.distributed.spec import data_ranks as ranks
-    return ranks(order.world_size, order.spec.logged())
+    world = order.world_size if hasattr(order, "world_size") else order.comm.size
+    return ranks(world, order.spec.logged())
 
 
 def _details(order: Order) -> dict[str, Any]:
@@ -307,13 +334,14 @@ def _details(order: Order) -> dict[str, Any]:
             "compressor": order.spec.compressor}
 
 
-def _failed(order: Order, run: Any, why: str) -> None:
-    """Record the run failed (once: a run already finished stays as it was)."""
+def _failed(order: Order, run: Any, why: str, gone: bool = False) -> None:
+    """Record the run failed (once: a run already finished stays as it was); `gone`: a rank was
+    lost (details "rank_lost": its last checkpoint may be resumed, d500.training.resume)."""
     if run is None:
         return
     from d500.training.trainer import missed_figures
     run.finish("failed", figures=missed_figures(order.workload), error=why,
-               details=_details(order))
+               details={**_details(order), **({"rank_lost": True} if gone else {})})
 
 
 def _ack(lost: Any) -> None:

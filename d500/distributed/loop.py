@@ -3,7 +3,8 @@
 rule). Rank 0 relays the judge's commands to every rank: the training split, each chunk of steps
 (every rank its share of every global batch, through the scheme), the end; it hands the scheme's
 model over inside `scheme.evaluated()` where an evaluation follows, and every rank's figures at
-the end (d500.distributed.trainer opens, guards and ends the run)."""
+the end (d500.distributed.trainer opens, guards and ends the run); every rank's state for a
+checkpoint, and back (d500.distributed.resuming)."""
 
 from __future__ import annotations
 
@@ -120,9 +121,13 @@ class RankLoop:
                                           data.size, self.wl.drop_last)
         self.x, self.y = x, y
         while True:
-            command = lazy_bcast(self.control, self._next() if judge is not None else None)
+            got = self._next() if judge is not None else None
+            # a checkpoint's states go to their ranks by scatter, not with the command
+            command = lazy_bcast(self.control, got[:1] if got and got[0] == "restore" else got)
             if command[0] == "train":
                 self._chunk(*command[1:])
+            elif command[0] in ("save", "restore"):
+                self._checkpoint(command[0], got)
             elif command[0] == "finish":
                 self.scheme.finish()  # the scheme's final model on every rank
                 state = self._handed(command[1])
@@ -135,6 +140,22 @@ class RankLoop:
             elif command[0] == "result":
                 _, status, error, figures = command
                 return status, error or "", figures if comm.rank == 0 else {}
+
+    def _checkpoint(self, what: str, got: tuple[Any, ...] | None) -> None:
+        """A checkpoint (d500.distributed.resuming): every rank's state to the judge ("save"),
+        or the judge's checkpoint back into every rank ("restore")."""
+        from d500.distributed import resuming
+        self.scheme.settle()
+        if what == "save":
+            every = resuming.gather(self.control, resuming.capture(self.scheme, self.step))
+            if self.judge is not None:
+                self.judge.send(("saved", every))
+            return
+        own = resuming.scatter(self.control, got[1] if got is not None else None)
+        self.step = resuming.restore(self.scheme, own)
+        lazy_barrier(self.control)
+        if self.judge is not None:
+            self.judge.send(("restored",))
 
     def _next(self) -> tuple[Any, ...]:
         """The judge's next command (rank 0); a stop that crossed the end of its chunk is

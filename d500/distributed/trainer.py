@@ -52,6 +52,8 @@ class Job:
     data_dir: str | None = None
     group: str = ""
     limit: float = 10.0  # watchdog: seconds of silence before a rank is given up
+    checkpoint_every: int | None = None  # epochs between checkpoints (d500.training.resume)
+    resumed: Any = None  # rank 0: the Resumed checkpoint this command's run continues
 
     @property
     def global_batch(self) -> int:
@@ -170,7 +172,7 @@ def _relay(job: Job, seed: int, trainer: Any, scheme: Any, reducer: Any, judge: 
     """The ranks' side of the run, guarded: a rank that fails ends the job, and rank 0's judge
     records the run failed naming it."""
     comm = job.comm
-    lost = judge.lost if judge is not None else (lambda why: None)
+    lost = judge.lost if judge is not None else (lambda why, gone=False: None)
     watchdog = control = None
     if comm.mpi is not None:  # the run's own decisions never share the scheme's communicator
         from d500.distributed.faults import Watchdog

@@ -14,7 +14,9 @@ torch.optim's state (native: true on torch); Keras' and optax's native state are
 those recipes cannot checkpoint (`supported` says why). RNG states: Python's `random`, NumPy's
 global generator and torch's CPU generator where torch is loaded (the sampler is a function of
 the seed and the epoch, d500.training.data.samplers, so its position is the epoch alone); and
-fp16's dynamic loss scale (d500.training.precision.LossScale).
+fp16's dynamic loss scale (d500.training.precision.LossScale). A level-3 checkpoint holds every
+rank's state in one file: rank 0's where level 2 keeps its one process's, rank R's under
+`ranks/R/`, each with its scheme's own arrays under `scheme/` (d500.distributed.resuming).
 """
 
 from __future__ import annotations
@@ -94,7 +96,14 @@ def _optimizer(trainer: Any) -> dict[str, np.ndarray]:
             raise ConfigError("checkpoints: this trainer's native optimizer state is not read")
         return {f"native/{i}/{k}": _numpy(v) for i, slots in opt.state_dict()["state"].items()
                 for k, v in slots.items()}
-    state = trainer.state
+    return optimizer_arrays(trainer.state)
+
+
+def optimizer_arrays(state: Any) -> dict[str, np.ndarray]:
+    """A d500 optimizer State's step counter and slots as arrays ({} for None: a ZeRO rank's
+    trainer holds none, its scheme holds its block's, d500.distributed.resuming)."""
+    if state is None:
+        return {}
     count = state.count.n if hasattr(state.count, "n") else int(_numpy(state.count))
     out = {"count": np.asarray(count, np.int64)}
     for slot, value in state.slots.items():
@@ -115,12 +124,18 @@ def _set_optimizer(trainer: Any, arrays: dict[str, np.ndarray]) -> None:
             found.setdefault(int(index), {})[slot] = torch.from_numpy(np.array(value))
         opt.load_state_dict({"state": found, "param_groups": opt.state_dict()["param_groups"]})
         return
-    state = trainer.state
-    want = set(_optimizer(trainer))
+    set_optimizer_arrays(trainer.state, arrays)
+
+
+def set_optimizer_arrays(state: Any, arrays: dict[str, np.ndarray]) -> None:
+    """Put `optimizer_arrays`' output back into the State `state` (None takes none)."""
+    want = set(optimizer_arrays(state))
     if set(arrays) != want:
         missing = sorted(want ^ set(arrays))
         raise CheckpointError(f"the checkpoint's optimizer state does not fit this optimizer "
                               f"('{missing[0]}' is in one and not the other)")
+    if state is None:
+        return
     if hasattr(state.count, "n"):
         state.count.n = int(arrays["count"])
     else:
@@ -189,11 +204,26 @@ def restore(trainer: Any, state: dict[str, Any]) -> int:
 
 
 # -- the supervisor's side -------------------------------------------------------------------
+PARTS = ("model", "optimizer", "rng", "scheme")  # a state's arrays ("scheme": level 3's own)
+
+
+def _arrays(state: dict[str, Any], prefix: str = "") -> dict[str, np.ndarray]:
+    return {f"{prefix}{part}/{key}": np.asarray(value)
+            for part in PARTS for key, value in state.get(part, {}).items()}
+
+
 def _flatten(state: dict[str, Any], meta: dict[str, Any]) -> dict[str, np.ndarray]:
-    arrays = {f"{part}/{key}": np.asarray(value)
-              for part in ("model", "optimizer", "rng") for key, value in state[part].items()}
+    """The .npz's arrays: rank 0's (or level 2's one process's) state as `part/name`, every
+    other level-3 rank's as `ranks/R/part/name`, and the JSON header as `meta`."""
+    arrays = _arrays(state)
+    ranks = state.get("ranks") or {}
+    for r, own in ranks.items():
+        arrays.update(_arrays(own, f"ranks/{r}/"))
     header = {**meta, "format": FORMAT, "steps": state["steps"],
               "rng_header": state["rng_header"], "loss_scale": state.get("loss_scale")}
+    if ranks:
+        header["ranks"] = {str(r): {"steps": own["steps"], "rng_header": own["rng_header"]}
+                           for r, own in ranks.items()}
     arrays["meta"] = np.frombuffer(json.dumps(header, sort_keys=True).encode(), np.uint8)
     return arrays
 
@@ -229,13 +259,19 @@ def read(path: Path, sha256: str) -> tuple[dict[str, Any], dict[str, Any]]:
     if got != sha256:
         raise CheckpointError(f"{path}: sha256 {got} is not the {sha256} sealed in the ledger "
                               f"when it was written (the checkpoint was edited or replaced)")
-    state: dict[str, Any] = {"model": {}, "optimizer": {}, "rng": {}}
+    state: dict[str, Any] = {part: {} for part in PARTS}
     with np.load(io.BytesIO(data), allow_pickle=False) as npz:
         meta = json.loads(bytes(npz["meta"]).decode())
+        ranks = {int(r): {"steps": h["steps"], "rng_header": h["rng_header"],
+                          "loss_scale": None, **{part: {} for part in PARTS}}
+                 for r, h in (meta.get("ranks") or {}).items()}
         for key in npz.files:
-            if key != "meta":
+            if key.startswith("ranks/"):
+                _, r, part, rest = key.split("/", 3)
+                ranks[int(r)][part][rest] = npz[key]
+            elif key != "meta":
                 part, rest = key.split("/", 1)
                 state[part][rest] = npz[key]
     state.update(steps=meta["steps"], rng_header=meta["rng_header"],
-                 loss_scale=meta.get("loss_scale"))
+                 loss_scale=meta.get("loss_scale"), ranks=ranks)
     return state, meta

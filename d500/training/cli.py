@@ -31,15 +31,12 @@ def main(argv: list[str], prog: str = "d500 train") -> int:
                         "weights are split how; and train nothing")
     from d500.training.resume import every
     p.add_argument("--checkpoint-every", type=every, metavar="K",
-                   help="write a checkpoint every K epochs under the run's folder (level 2)")
+                   help="write a checkpoint every K epochs under the run's folder")
     p.add_argument("--resume", type=int, metavar="RUN",
                    help="continue the killed or interrupted run RUN from its last checkpoint")
     args = p.parse_args(argv)
     from d500.distributed import cli as distributed
     if distributed.wanted(args):  # a level-3 workload, or any `d500 train` under mpiexec
-        if args.checkpoint_every or args.resume is not None:
-            raise UsageError("--checkpoint-every and --resume are level 2's (a level-3 run "
-                             "cannot checkpoint yet)")
         return distributed.train(args, argv, prog)
     from d500 import backends
 
@@ -106,9 +103,11 @@ def resumed_threads(args: Any) -> tuple[int, str] | None:
     return count, f"the resumed run {args.resume} recorded it ({recorded.get('set_by')})"
 
 
-def restarts(ledger: Any, workload: Any, entry: Any, args: Any) -> tuple[Any, Any]:
+def restarts(ledger: Any, workload: Any, entry: Any, args: Any, **scope: Any
+             ) -> tuple[Any, Any]:
     """--checkpoint-every and --resume, checked before anything is recorded: (Checkpoints or
-    None, Resumed or None) (d500.training.resume)."""
+    None, Resumed or None) (d500.training.resume; `scope`: level 3's hyperparameters and world
+    size, for resume.plan)."""
     import tempfile
 
     from d500.training import checkpoint, resume
@@ -129,7 +128,7 @@ def restarts(ledger: Any, workload: Any, entry: Any, args: Any) -> tuple[Any, An
         return checkpoints, None
     if args.seed is not None or args.seeds is not None:
         raise UsageError("--resume continues its run's seed: give no --seed or --seeds")
-    resumed = resume.plan(ledger, args.resume, workload, entry, args.backend)
+    resumed = resume.plan(ledger, args.resume, workload, entry, args.backend, **scope)
     if checkpoints is None:  # a resumed run checkpoints as its first segment did
         checkpoints = resume.Checkpoints(int(resumed.meta["every"]))
     return checkpoints, resumed

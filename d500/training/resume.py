@@ -1,5 +1,6 @@
 """`d500 train ... --checkpoint-every K` and `--resume RUN`: the supervisor's checkpoints of a
-level-2 run, sealed in its ledger row, and the continuation of a killed or interrupted run.
+level-2 run (level 3: its judge's, every rank's state, d500.distributed.resuming), sealed in its
+ledger row, and the continuation of a killed or interrupted run (level 3: at its world size).
 
 The judge owns all of it; the worker only hands its state over (d500.training.checkpoint):
 - the supervisor writes `runs/<id>/checkpoints/epoch-NNNN.npz` after every K epochs, on the
@@ -13,8 +14,8 @@ The judge owns all of it; the worker only hands its state over (d500.training.ch
   included), its details list every segment (`resumed`), and it continues from RUN's last
   checkpoint after checking the file's sha256 against the ledger's;
 - refused, with one line and nothing recorded: a run that finished or is still running, a run
-  of another workload, entry, backend or seed, an edited or missing checkpoint, and a run that
-  was already resumed (restarting one checkpoint several times to keep the luckiest
+  of another workload, entry, backend, seed or world size, an edited or missing checkpoint, and
+  a run that was already resumed (restarting one checkpoint several times to keep the luckiest
   continuation: `d500 check` also flags a checkpoint that started more than one run).
 """
 
@@ -96,6 +97,16 @@ class Heartbeat:
             temporary.replace(self.file)
 
 
+def opened(run: Any, ledger: Any, checkpoints: Checkpoints | None, resumed: Resumed | None,
+           identity: dict[str, Any]) -> None:
+    """What a run does as it opens: a resumed run records where it started (at once, so that a
+    kill keeps it); a checkpointing one keeps `identity` (what the run is) for its files."""
+    if resumed is not None:
+        run.record(details=resumed.details(ledger))
+    if checkpoints is not None:
+        checkpoints.identity = {**identity, "run": run.id}
+
+
 def record(run: Any, written: list[dict[str, Any]]) -> None:
     """The checkpoints written so far, in the run's details now (a killed run keeps them)."""
     run.record(details={"checkpoints": written})
@@ -133,18 +144,22 @@ def _latest(row: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def plan(ledger: Any, run_id: int, workload: Any, entry: Any, backend: str) -> Resumed:
+def plan(ledger: Any, run_id: int, workload: Any, entry: Any, backend: str,
+         hyperparameters: dict[str, Any] | None = None, world_size: int = 1) -> Resumed:
     """Where `--resume RUN` starts, every check made (a UsageError naming what does not match,
-    before anything is recorded); returns the checkpoint's state, read and checked."""
+    before anything is recorded); returns the checkpoint's state, read and checked. Level 3
+    gives the `hyperparameters` its run logs (its global batch, its scheme) and its world size,
+    which must be RUN's."""
     from d500.ledger.start import hash_files
     ledger.reap()  # a killed run's row is sealed as interrupted, its checkpoints with it
     row = ledger.get(run_id)
     if row["status"] == "running":
         raise _refuse(run_id, f"run {run_id} is still running (pid {row['pid']} on "
                               f"{row['host']})")
-    if row["status"] in FINISHED:
+    lost = row["status"] == "failed" and row["details"].get("rank_lost")  # level 3: a rank died
+    if row["status"] in FINISHED and not lost:
         raise _refuse(run_id, f"run {run_id} finished ({row['status']}); only a killed or "
-                              f"interrupted run can be resumed")
+                              f"interrupted run (level 3: or one whose rank died) can be resumed")
     theirs = {"level": row["level"], "workload": row["workload"],
               "submission": row["submission"], "backend": row["backend"]}
     ours = {"level": workload.level, "workload": workload.name, "submission": entry.name,
@@ -152,13 +167,17 @@ def plan(ledger: Any, run_id: int, workload: Any, entry: Any, backend: str) -> R
     for key, value in theirs.items():
         if value != ours[key]:
             raise _refuse(run_id, f"run {run_id} is a run of {key} '{value}', not '{ours[key]}'")
+    ran = row["world_size"] or 1
+    if workload.level == 3 and ran != world_size:
+        raise _refuse(run_id, f"run {run_id} ran at world size {ran}, not {world_size}: resume "
+                              f"it at the same world size (mpiexec -n {ran})")
     if row["workload_sha256"] and workload.path is not None:
         from d500.ledger import integrity
         if integrity.sha256_file(workload.path) != row["workload_sha256"]:
             raise _refuse(run_id, f"{workload.path} changed since run {run_id} started")
     if hash_files(ledger, entry.files, "submission file") != row["submission_files"]:
         raise _refuse(run_id, f"the entry's files changed since run {run_id} started")
-    if row["hyperparameters"] != entry.recipe.hyperparameters_logged():
+    if row["hyperparameters"] != (hyperparameters or entry.recipe.hyperparameters_logged()):
         raise _refuse(run_id, f"the recipe's hyperparameters are not run {run_id}'s")
     children = [r["id"] for r in ledger.runs(workload=workload.name)
                 if r["parent"] == run_id and "resumed" in r["details"]]
@@ -176,7 +195,9 @@ def plan(ledger: Any, run_id: int, workload: Any, entry: Any, backend: str) -> R
         state, meta = checkpoint.read(path, latest["sha256"])
     except checkpoint.CheckpointError as err:
         raise _refuse(run_id, str(err)) from None
-    for key in ("workload", "submission", "backend", "seed"):
+    keys = ["workload", "submission", "backend", "seed"] + (
+        ["world_size"] if workload.level == 3 else [])
+    for key in keys:
         if meta.get(key) != row[key]:
             raise _refuse(run_id, f"{path} is a checkpoint of {key} '{meta.get(key)}', "
                                   f"not run {run_id}'s '{row[key]}'")

@@ -123,11 +123,9 @@ def train(workload: Workload, recipe: Recipe, backend: str, seed: int, *, ledger
                           study=study, trial=trial, begin=False,
                           parent=None if resume is None else resume.parent,
                           **(run_kwargs or {})) as run:
-        if resume is not None:
-            run.record(details=resume.details(ledger))  # at once: a kill keeps it
-        if checkpoints is not None:
-            checkpoints.identity = {"workload": workload.name, "submission": submission,
-                                    "backend": backend, "seed": seed, "run": run.id}
+        from d500.training.resume import opened
+        opened(run, ledger, checkpoints, resume, {"workload": workload.name, "seed": seed,
+                                                  "submission": submission, "backend": backend})
         try:
             figures, status, error = _train(run, workload, recipe, backend_cls, model, seed,
                                             data_dir, progress, checkpoints, resume)
@@ -261,7 +259,7 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
                ) -> tuple[dict[str, float], str, str]:
     """The judge's loop, at level 2 and 3 alike: the clock, the data, chunk after chunk of
     training by `worker` (d500.training.worker's protocol), the evaluations and the stop rule;
-    returns (figures, status, why). Raises Diverged at a non-finite loss. Level 2 may write
+    returns (figures, status, why). Raises Diverged at a non-finite loss. It may write
     `checkpoints` and start from `resume`'s (d500.training.resume)."""
     from d500.training.data import dataset as datasets
     from d500.training.data.samplers import EpochSampler

@@ -84,6 +84,8 @@ class Scheme:
     options: ClassVar[dict[str, Option]] = {}
     compressible: ClassVar[bool] = False  # accepts a CompressedReducer
     holds_loss: bool = True  # step() returns this rank's loss (a pipeline's last stage only)
+    # why a checkpoint cannot restore this scheme exactly ("": it can, d500.distributed.resuming)
+    unresumable: ClassVar[str] = ""
 
     def __init__(self, trainer: Any, comm: Communicator, *, reducer: Any = None,
                  bucket_bytes: int = DEFAULT_BUCKET_BYTES, **options: Any):
@@ -175,6 +177,15 @@ class Scheme:
         """Inside `evaluated()`, on rank 0: the model it hands to the judge, parameters and
         running statistics by name, as copies (a pipeline's: every stage's, gathered)."""
         return model_state(self.trainer)
+
+    def saved(self) -> dict[str, np.ndarray]:
+        """This rank's state beyond its trainer's, for a checkpoint (after `settle`): its step
+        count (local_sgd averages by it)."""
+        return {"steps": np.asarray(self.steps, np.int64)}
+
+    def restored(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Put back what `saved` returned (after `start`)."""
+        self.steps = int(arrays["steps"])
 
     def figures(self) -> dict[str, float]:
         """Scheme-specific figures of this rank (e.g. staleness, compression ratio)."""

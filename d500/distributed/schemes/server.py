@@ -61,6 +61,8 @@ class Served(Scheme):
 
     PUSH: ClassVar[int] = 0
     PULL: ClassVar[int] = 0
+    unresumable: ClassVar[str] = ("which gradients rank 0 applied, and how stale, depends on the "
+                                  "ranks' timing: no checkpoint continues it as it would have")
 
     def __init__(self, trainer: Any, comm: Any, **kwargs: Any):
         super().__init__(trainer, comm, **kwargs)

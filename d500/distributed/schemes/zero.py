@@ -219,6 +219,18 @@ class Zero(Scheme):
         self._gather()
         self.broadcast_buffers(0)
 
+    def saved(self) -> dict[str, np.ndarray]:
+        """The step count and this rank's block's optimizer state (its trainer holds none)."""
+        from d500.training.checkpoint import optimizer_arrays
+        return {**super().saved(), **{f"block/{k}": v
+                                      for k, v in optimizer_arrays(self.state).items()}}
+
+    def restored(self, arrays: Mapping[str, np.ndarray]) -> None:
+        from d500.training.checkpoint import set_optimizer_arrays
+        super().restored(arrays)
+        set_optimizer_arrays(self.state, {k[len("block/"):]: v for k, v in arrays.items()
+                                          if k.startswith("block/")})
+
     def memory(self) -> dict[str, float]:
         """Bytes this rank holds across an update (module docstring)."""
         block = 4 * self.counts[self.rank]
