@@ -251,8 +251,6 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
             least = least_sent(onnx_model, spec, order.world_size, order.global_batch)
     ranks.ready()
     watch = LoadWatch()
-    try:
-        figures, status, why = _supervise(run, wl, entry.recipe, order.seed, order.data_dir,
     checkpoints = None
     if order.checkpoint_every:
         from d500.training.resume import Checkpoints
