@@ -48,12 +48,14 @@ class RankStats:
 
 def aggregate(ranks: list[RankStats], param_bytes: int | None = None,
               stages: dict[int, int] | None = None,
-              least: dict[int, int] | None = None) -> dict[str, float]:
+              least: dict[int, int] | None = None,
+              peaks: dict[int, int] | None = None) -> dict[str, float]:
     """The run's communication figures: means over ranks of per-rank values (every rank's own
-    figures stay in the run's details), and memory_per_rank where the ranks' claims fit the
-    judge's model of `param_bytes` (held_memory; `stages`: a pipeline's parameter bytes per
-    rank). The bytes are left out where a rank says it sent less a step than `least` (rank ->
-    bytes its part of the model must send, from the judge's own cut or split)."""
+    figures stay in the run's details), and memory_per_rank and peak_param_bytes where the
+    ranks' claims fit the judge's model of `param_bytes` (held_memory; `stages`: a pipeline's
+    parameter bytes per rank; `peaks`: peak_memory's floors). The bytes are left out where a
+    rank says it sent less a step than `least` (rank -> bytes its part of the model must send,
+    from the judge's own cut or split)."""
     out: dict[str, float] = {"step_time": statistics.fmean(r.step_seconds / max(1, r.steps)
                                                            for r in ranks)}
     if least is None or all(r.sent / max(1, r.steps) >= least.get(r.rank, 0) for r in ranks):
@@ -74,8 +76,11 @@ def aggregate(ranks: list[RankStats], param_bytes: int | None = None,
         out["bubble_fraction"] = statistics.fmean(bubble)
         out["bubble_theory"] = ranks[0].scheme["bubble_theory"]
     held = held_memory(ranks, param_bytes, stages)
-    if held is not None:
+    peak = peak_memory(ranks, peaks) if held is not None else None
+    if held is not None and (peaks is None or peak is not None):
         out["memory_per_rank"] = held
+    if peak is not None:
+        out["peak_param_bytes"] = peak
     payload = sum(r.payload_bytes for r in ranks)
     if payload > 0:
         out["compression_ratio"] = sum(r.dense_bytes for r in ranks) / payload
@@ -103,6 +108,20 @@ def held_memory(ranks: list[RankStats], param_bytes: int | None,
                        for c, b in zip(claims, own))):
             return None
     return max(sum(c[k] for k in MEMORY) for c in claims)
+
+
+def peak_memory(ranks: list[RankStats], peaks: dict[int, int] | None = None) -> float | None:
+    """The most parameter bytes any rank says it held at once inside a step, or None when a rank
+    said nothing or claims less than it holds between steps, or than `peaks` (rank -> the bytes
+    its part of the model must hold at once: ZeRO-3's rows and largest layer, from the judge's
+    own copy of the graph)."""
+    claims = [(r.rank, r.scheme) for r in ranks]
+    if not claims or not all("peak_param_bytes" in c and "param_bytes" in c for _, c in claims):
+        return None
+    floor = peaks or {}
+    if any(c["peak_param_bytes"] < max(c["param_bytes"], floor.get(r, 0)) for r, c in claims):
+        return None
+    return max(c["peak_param_bytes"] for _, c in claims)
 
 
 def scaling(ledger: Any, run_id: int | None, workload: Any, submission: str, backend: str,

@@ -233,7 +233,7 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
     shape, classes = datasets.shape_of(wl.dataset)
     onnx_model = wl.build_model(order.seed, shape, classes)
     model = Model(backends.get(order.backend), onnx_model)
-    stages = least = None
+    stages = least = peaks = None  # judge's figures: bytes held, sent, held at a peak
     spec = order.spec
     if spec.pipeline > 1 or spec.tensor > 1 or spec.shard == "zero3":  # ranks each hold a
         from d500.distributed.pipeline.audit import Audit  # part: audited, memory checked
@@ -244,8 +244,10 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
         elif spec.tensor > 1:
             from d500.distributed.tensor.split import least_sent
             from d500.distributed.tensor.split import split_bytes as held
-        else:  # ZeRO-3: each rank its block of the judge's own copy of the model
-            from d500.distributed.schemes.zero import shard_bytes as held
+        else:  # ZeRO-3: each rank its rows of the judge's own copy of the model, and a layer
+            from d500.distributed.schemes.zero3 import peak_bytes
+            from d500.distributed.schemes.zero3 import shard_bytes as held
+            peaks = peak_bytes(onnx_model, spec, order.world_size)
         stages = held(onnx_model, spec, order.world_size)
         if spec.shard != "zero3" and wl.drop_last:  # every step a whole batch: bytes checked
             least = least_sent(onnx_model, spec, order.world_size, order.global_batch)
@@ -272,7 +274,8 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
     if losses:
         figures["train_loss"] = float(sum(losses) / len(losses))
     held = sum(a.nbytes for a in model.trainer.parameters().values())  # memory claims' check
-    figures = recorded({**figures, **figs.aggregate(stats, held, stages, least)})
+    figures = recorded({**figures, **figs.aggregate(stats, held, stages, least,
+                                                        peaks)})
     figures.update(figs.scaling(run.ledger, run.id, wl, entry.name, order.backend,
                                 order.world_size, figures.get("time_to_accuracy", math.inf)))
     here = socket.gethostname()

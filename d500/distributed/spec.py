@@ -22,7 +22,8 @@ The scheme is the data dimension's; `shard` (ZeRO: optimizer state, then gradien
 parameters sharded over the data ranks) goes with `sync` only, as the schemes that move whole
 models (ps, async_ps, ssp, dpsgd, local_sgd) and the native baselines have nothing to shard.
 A pipeline (> 1 stages) composes with the data dimension through sync's allreduce of each
-stage's gradients (no shard, no compression). zero3 (parameters sharded too) runs on torch only.
+stage's gradients (no shard, no compression). zero3 (parameters sharded too) gathers layer by
+layer (d500.distributed.schemes.zero3); a model with running statistics whole, on torch only.
 Tensor parallelism (> 1, d500.distributed.tensor) composes with the
 data dimension as a pipeline does (sync, no shard, no compression), not with a pipeline yet.
 """

@@ -72,6 +72,7 @@ def build(job: Job, seed: int) -> tuple[Any, Any, Any]:
     """(trainer, scheme, reducer) of this rank: the model from `seed`, translated by the backend,
     its trainer and the entry's scheme (construction only: no communication yet)."""
     from d500 import backends
+    from d500.backends.training_graph import running_statistics
     from d500.training.data import dataset as datasets
     wl, spec, comm = job.workload, job.spec, job.comm
     shape, classes = datasets.shape_of(wl.dataset)
@@ -99,6 +100,12 @@ def build(job: Job, seed: int) -> tuple[Any, Any, Any]:
                         recipe.optimizer(job.backend), recipe.native)
         return scheme.trainer, scheme, None
     exe = backend_cls.prepare(model)
+    if spec.shard == "zero3" and not running_statistics(model):  # layer by layer, no whole
+        from d500.distributed.grid import Grid  # model translated
+        from d500.distributed.schemes.zero3 import build as zero3
+        scheme = zero3(model, spec, Grid(comm, spec.dims(comm.size)).data, backend_cls,
+                       recipe.optimizer(job.backend), recipe.native)
+        return scheme.trainer, scheme, None
     trainer = exe.trainer(recipe.optimizer(job.backend), loss="loss", native=recipe.native)
     if spec.native:
         from d500.distributed.ddp import DDPScheme

@@ -11,13 +11,24 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from mpi_parallel_checks import run  # noqa: E402  (steps on this rank's weighted shares)
-from mpi_scheme_checks import CHECKS, check, main, relative, same_everywhere, trainer  # noqa: E402
+from mpi_scheme_checks import (  # noqa: E402
+    CHECKS,
+    LR,
+    check,
+    main,
+    relative,
+    same_everywhere,
+    trainer,
+)
 
 from d500.builders import build  # noqa: E402
 from d500.distributed.comm import Communicator, gather_counts  # noqa: E402
 from d500.distributed.schemes import make  # noqa: E402
 from d500.distributed.schemes.zero import Zero, shard_bytes  # noqa: E402
+from d500.distributed.schemes.zero3 import Zero3, peak_bytes  # noqa: E402
+from d500.distributed.schemes.zero3 import shard_bytes as shard_bytes3  # noqa: E402
 from d500.distributed.spec import parse  # noqa: E402
+from d500.training.optimizers.registry import make as make_optimizer  # noqa: E402
 
 CHECKS.clear()  # this file's checks only
 STEPS = 20
@@ -65,6 +76,46 @@ def zero3_matches_sync_and_holds_its_block(c: Communicator) -> dict:
     assert error < 1e-5, error
     return {"loss_relative_to_sync": loss_error, "params_relative_to_sync": error,
             "held_bytes": held, "model_bytes": b, **memory}
+
+
+@check
+def zero3_by_layer_matches_sync_and_peaks_below_zero2(c: Communicator) -> dict:
+    """Per-layer ZeRO-3: its losses and final parameters equal sync's over 20 unequal steps, its
+    measured peak parameter bytes are its rows plus the largest layer, below ZeRO-2's (the whole
+    model), and the judge's figures from the graph equal what it holds."""
+    from d500 import backends
+    hp = {"weight_decay": 1e-4}
+    sync = make("sync", trainer(optimizer="adam", seed=c.rank, **hp), c)
+    want_losses = run(c, sync, STEPS)
+    sync.finish()
+    want = sync.trainer.parameters()
+    c.reset()
+    zero2 = Zero(trainer(optimizer="adam", seed=c.rank, **hp), c, stage=2)
+    run(c, zero2, 2)
+    c.reset()
+    mlp = build("mlp", (1, 8, 8), 10, seed=c.rank, loss=True)  # rank 0's reaches every rank
+    zero = Zero3(mlp, backends.get("torch"), make_optimizer("adam", lr=LR, **hp), c)
+    losses = run(c, zero, STEPS)
+    loss_error = max(abs(a - w) / abs(w) for a, w in zip(losses, want_losses))
+    assert loss_error < 1e-5, (losses, want_losses)
+    spec = parse({"scheme": "sync", "shard": "zero3"}, "e.yaml")
+    figures = zero.figures()
+    mine = sum(a.nbytes for a in zero.trainer.parameters().values())  # its rows, measured
+    assert figures["param_bytes"] == mine == shard_bytes3(mlp, spec, c.size)[c.rank], figures
+    assert figures["peak_param_bytes"] == peak_bytes(mlp, spec, c.size)[c.rank], figures
+    assert figures["peak_param_bytes"] < zero2.figures()["peak_param_bytes"], figures
+    g, rs = c.traffic["allgatherv"], c.traffic["reduce_scatter"]
+    assert g.calls == STEPS * (2 * len(zero.layers) - 1) and rs.calls == STEPS * len(zero.layers)
+    with zero.evaluated():
+        if c.rank == 0:
+            assert relative(zero.handed(), want) < 1e-5
+    zero.finish()
+    error = relative(zero.trainer.parameters(), want)
+    assert error < 1e-5 and same_everywhere(c, zero.trainer.parameters()), error
+    return {"loss_relative_to_sync": loss_error, "params_relative_to_sync": error,
+            "peak_param_bytes": figures["peak_param_bytes"],
+            "zero2_peak_param_bytes": zero2.figures()["peak_param_bytes"],
+            "param_bytes": figures["param_bytes"], "layers": len(zero.layers)}
 
 
 @check

@@ -1,6 +1,7 @@
 """ZeRO stage 3's parts that need no MPI: the judge's figure of each rank's block (from its own
 copy of the model), the memory claims it believes or not (the attack: a rank that reports
-parameter bytes it does not hold), and the refusals (one line)."""
+parameter bytes it does not hold, or a leaner peak than its rows and a layer), the cut into
+layers, one rank training layer by layer as the whole model does, and the refusals (one line)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import pytest
 from d500 import backends
 from d500.builders import build
 from d500.distributed.comm import Communicator
-from d500.distributed.figures import held_memory
+from d500.distributed.figures import aggregate, held_memory
 from d500.distributed.schemes.zero import Zero, shard_bytes
+from d500.distributed.schemes.zero3 import Zero3, check_elementwise, layered, peak_bytes
+from d500.distributed.schemes.zero3 import build as build_zero3
+from d500.distributed.schemes.zero3 import shard_bytes as rows_bytes
 from d500.distributed.spec import parse
-from d500.errors import UsageError
+from d500.errors import ConfigError, UsageError
 from d500.training.optimizers.registry import make as make_optimizer
 from tests.distributed.test_memory import ranks
 
@@ -62,3 +66,73 @@ def test_one_rank_holds_the_whole_model_and_trains_as_sync():
     for _ in range(3):
         assert zero.step(feeds, 0.1) == pytest.approx(plain.step(feeds, 0.1), rel=1e-6)
     assert zero.memory()["param_bytes"] == sum(a.nbytes for a in plain.parameters().values())
+
+
+WHOLE = 4 * (128 * 64 + 128 + 64 * 128 + 64 + 10 * 64 + 10)
+FC1 = 4 * (128 * 64 + 128)
+
+
+def test_the_mlp_is_cut_into_its_three_layers_and_the_judge_counts_rows_and_a_layer():
+    _, layers, params = layered(MLP)
+    assert [[p for p in params if p in layer.inputs] for layer in layers] == [
+        params[0:2], params[2:4], params[4:6]]
+    assert "loss" in layers[-1].outputs and "labels" in layers[-1].inputs
+    assert rows_bytes(MLP, SPEC, 2) == {0: WHOLE // 2, 1: WHOLE // 2}  # every row count even
+    assert peak_bytes(MLP, SPEC, 2) == {0: WHOLE // 2 + FC1, 1: WHOLE // 2 + FC1}
+    assert max(peak_bytes(MLP, SPEC, 2).values()) < WHOLE  # ZeRO-2 holds the whole model
+    four = peak_bytes(MLP, parse({"scheme": "sync", "shard": "zero3"}, "e.yaml"), 4)
+    assert max(four.values()) < 0.75 * WHOLE
+
+
+@pytest.mark.parametrize("backend", ["torch", "reference"])
+def test_one_rank_layer_by_layer_trains_as_the_whole_model(backend):
+    zero = Zero3(MLP, backends.get(backend), make_optimizer("adam", lr=0.01),
+                 Communicator.single())
+    plain = backends.get("torch").prepare(MLP).trainer(make_optimizer("adam", lr=0.01),
+                                                       loss="loss")
+    zero.start()
+    rng = np.random.default_rng(0)
+    feeds = {"input": rng.standard_normal((8, 1, 8, 8), dtype=np.float32),
+             "labels": rng.integers(0, 10, 8).astype(np.int64)}
+    for _ in range(3):
+        assert zero.step(feeds, 0.01) == pytest.approx(plain.step(feeds, 0.01), rel=1e-5)
+    got, want = zero.trainer.parameters(), plain.parameters()
+    assert all(np.allclose(got[n], want[n], rtol=1e-5, atol=1e-6) for n in want)
+    figures = zero.figures()
+    assert figures["param_bytes"] == WHOLE and figures["layers"] == 3
+    assert figures["peak_param_bytes"] == WHOLE + FC1  # a gathered layer is a copy
+
+
+def test_an_optimizer_whose_update_of_rows_differs_from_the_whole_is_refused():
+    arrays = {n: a.copy() for n, a in torch_trainer().parameters().items()}
+    for name in ("sgd", "momentum", "adam", "adamw"):
+        check_elementwise(make_optimizer(name, lr=0.1), arrays, 2)  # elementwise: equal
+    with pytest.raises(ConfigError, match="optimizer 'lars' updates a part of"):
+        check_elementwise(make_optimizer("lars", lr=0.1), arrays, 2)
+
+
+def test_a_native_optimizer_is_one_line():
+    with pytest.raises(ConfigError, match="zero3 updates each rank's rows"):
+        build_zero3(MLP, SPEC, Communicator.single(), backends.get("torch"),
+                    make_optimizer("sgd", lr=0.1), native=True)
+
+
+def test_a_rank_claiming_a_leaner_peak_than_its_rows_and_a_layer_is_not_believed():
+    """The attack: a rank reports a peak below its rows plus the largest layer (as if it never
+    gathered one); the run gets neither memory_per_rank nor peak_param_bytes."""
+    rows, peaks = rows_bytes(MLP, SPEC, 2), peak_bytes(MLP, SPEC, 2)
+
+    def claims(*peak):
+        out = ranks(*((rows[r], rows[r], 2 * rows[r]) for r in (0, 1)))
+        for r, p in zip(out, peak):
+            r.scheme["peak_param_bytes"] = p
+        return out
+    honest = aggregate(claims(peaks[0], peaks[1]), WHOLE, rows, None, peaks)
+    assert honest["peak_param_bytes"] == peaks[0] < WHOLE
+    assert honest["memory_per_rank"] == 4 * rows[0]
+    lean = aggregate(claims(peaks[0], rows[1]), WHOLE, rows, None, peaks)
+    assert "peak_param_bytes" not in lean and "memory_per_rank" not in lean
+    zero2 = ranks((WHOLE, WHOLE // 2, WHOLE), (WHOLE, WHOLE // 2, WHOLE))
+    for r in zero2:
+        r.scheme["peak_param_bytes"] = WHOLE // 3  # below what it holds between steps
+    assert "peak_param_bytes" not in aggregate(zero2, WHOLE)

@@ -1,8 +1,9 @@
-"""The zero-3 entry under the judge at `mpiexec -n 2`: it trains, the judge audits it (the first
-loss after each hand-over recomputed on the gathered model) and records memory_per_rank from its
-own blocks; the attack: ranks that never free nor gather the others' blocks (each training on its
-own stale copy of them, and holding the whole model) are recorded failed by the audit, their
-memory claim not believed."""
+"""The zero-3 entry under the judge at `mpiexec -n 2`: it trains digits-mlp to its target layer by
+layer, the judge audits it (the first loss after each hand-over recomputed on the gathered model)
+and records memory_per_rank and peak_param_bytes from its own copy of the graph (each rank's rows,
+and a layer). The attacks: ranks that gather each layer once and train on those stale weights
+ever after are recorded failed by the audit; ranks that claim a leaner peak than their rows and
+the largest layer get neither memory figure."""
 
 from __future__ import annotations
 
@@ -10,24 +11,66 @@ from pathlib import Path
 
 import pytest
 
+from d500.builders import build
+from d500.distributed.schemes.zero3 import peak_bytes, shard_bytes
+from d500.distributed.spec import parse
 from d500.ledger import Ledger
 from tests.distributed import level3_jobs as jobs
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow,
               pytest.mark.skipif(jobs.MPIEXEC is None, reason="no mpiexec beside Python")]
 
-# An entry's optimizer file that, on import in every rank, keeps stage 3 from freeing the other
-# ranks' blocks: the gather before each forward then finds the model "gathered" and skips, so
-# each rank trains on its own stale copy of the blocks it does not update.
+# An entry's optimizer file that, on import in every rank, keeps each layer's first gather and
+# hands it back ever after: each rank trains on stale copies of the other rank's rows (saving
+# the allgathers) while the model handed to the judge is gathered afresh.
 STALE = '''
-from d500.distributed.schemes import zero as _zero
+from d500.distributed.schemes import zero3 as _zero3
 from d500.training.optimizers.sgd import Momentum
 
-_zero.Zero._release = lambda self: None
+_gather = _zero3.Zero3._gather
+
+
+def _once(self, index):
+    kept = vars(self).setdefault("_kept", {})
+    if index not in kept:
+        kept[index] = _gather(self, index)
+    return {n: a.copy() for n, a in kept[index].items()}
+
+
+def _whole(self):
+    out = {}
+    for i in range(len(self.layers)):
+        out.update(_gather(self, i))
+    return out
+
+
+_zero3.Zero3._gather = _once
+_zero3.Zero3._whole = _whole
 
 
 class Stale(Momentum):
     name = "stale-momentum"
+'''
+
+# ... one that, on import in every rank, reports half the peak the scheme measured.
+LEAN = '''
+from d500.distributed.schemes import zero3 as _zero3
+from d500.training.optimizers.sgd import Momentum
+
+_figures = _zero3.Zero3.figures
+
+
+def _lean(self):
+    out = _figures(self)
+    out["peak_param_bytes"] = out["param_bytes"]  # "never gathered a layer"
+    return out
+
+
+_zero3.Zero3.figures = _lean
+
+
+class Lean(Momentum):
+    name = "lean-momentum"
 '''
 
 
@@ -35,25 +78,32 @@ def _last_run(home: Path) -> dict:
     return Ledger(home / "ledger.sqlite").runs(level=3)[-1]
 
 
-def test_the_zero3_entry_trains_audited_with_its_memory_from_the_judges_blocks(tmp_path):
+def _judges_figures() -> tuple[dict[int, int], dict[int, int]]:
+    model = build("mlp", (1, 8, 8), 10, seed=0, loss=True)
+    spec = parse({"scheme": "sync", "shard": "zero3"}, "e.yaml")
+    return shard_bytes(model, spec, 2), peak_bytes(model, spec, 2)
+
+
+def test_the_zero3_entry_reaches_its_target_layer_by_layer_with_its_memory_judged(tmp_path):
     home = tmp_path / "home"
-    wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 2})
+    wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 12})
     out = jobs.train(home, 2, wl, jobs.ENTRIES / "zero-3", "--seed", "0")
-    assert out.returncode in (0, 1), out.stderr[-2000:]
+    assert out.returncode == 0, out.stderr[-2000:]
     run = _last_run(home)
-    assert run["status"] in ("succeeded", "missed"), run["error"]
+    assert run["status"] == "succeeded", run["error"]
     details, figures = run["details"], run["figures"]
     assert details["audited_steps"] >= 1
     whole = 4 * (128 * 64 + 128 + 64 * 128 + 64 + 10 * 64 + 10)
-    params = [r["scheme"]["param_bytes"] for r in details["ranks"]]
-    assert sum(params) == whole and max(params) < 0.55 * whole, params
-    assert all(r["scheme"]["peak_param_bytes"] == whole for r in details["ranks"])
+    rows, peaks = _judges_figures()
+    assert [r["scheme"]["param_bytes"] for r in details["ranks"]] == [rows[0], rows[1]]
+    assert [r["scheme"]["peak_param_bytes"] for r in details["ranks"]] == [peaks[0], peaks[1]]
+    assert figures["peak_param_bytes"] == max(peaks.values()) < whole  # ZeRO-2's: whole
     held = [sum(r["scheme"][k] for k in ("param_bytes", "grad_bytes", "optimizer_bytes"))
             for r in details["ranks"]]
     assert figures["memory_per_rank"] == max(held)
 
 
-def test_ranks_on_stale_blocks_are_caught_by_the_judge(tmp_path):
+def test_ranks_on_stale_layers_are_caught_by_the_judge(tmp_path):
     home = tmp_path / "home"
     wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 2})
     entry = jobs.entry(tmp_path, "zero-3", folder="stale", files={"stale.py": STALE},
@@ -63,3 +113,19 @@ def test_ranks_on_stale_blocks_are_caught_by_the_judge(tmp_path):
     run = _last_run(home)
     assert run["status"] == "failed", (run["status"], run["error"])
     assert "audit:" in run["error"], run["error"]
+
+
+def test_ranks_claiming_a_leaner_peak_get_no_memory_figures(tmp_path):
+    home = tmp_path / "home"
+    wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 1})
+    entry = jobs.entry(tmp_path, "zero-3", folder="lean", files={"lean.py": LEAN},
+                       name="lean", optimizer="lean.py:Lean")
+    out = jobs.train(home, 2, wl, entry, "--seed", "0")
+    assert out.returncode in (0, 1), out.stderr[-2000:]
+    run = _last_run(home)
+    assert run["status"] in ("succeeded", "missed"), run["error"]
+    rows, _ = _judges_figures()
+    assert [r["scheme"]["peak_param_bytes"] for r in run["details"]["ranks"]] == [
+        rows[0], rows[1]]  # the lie is in the record, and not believed
+    assert "peak_param_bytes" not in run["figures"]
+    assert "memory_per_rank" not in run["figures"]

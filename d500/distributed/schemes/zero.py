@@ -245,8 +245,7 @@ class Zero(Scheme):
     def figures(self) -> dict[str, float]:
         out = {**self.memory(), "zero_stage": float(self.stage),
                "replicated_optimizer_bytes": float(self.replicated_state)}
-        if self.stage == 3:  # the whole model, gathered inside each step
-            out["peak_param_bytes"] = float(self.param_bytes)
+        out["peak_param_bytes"] = float(self.param_bytes)  # the whole model, inside a step
         return out
 
 

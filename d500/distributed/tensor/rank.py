@@ -58,13 +58,13 @@ class RankModel:
         self.split, self.rank, self.allreduce, self.loss_name = split, rank, allreduce, loss
         model, flags = split.rank_model(rank)
         self.model = model
-        self.segments = _segments(model, flags)
+        self.segments = segments(model, flags)
         floats = {t.name for t in model.graph.initializer
                   if helper.tensor_dtype_to_np_dtype(t.data_type).kind == "f"}
-        diff = _differentiable(model, floats)
+        diff = differentiable(model, floats)
         types = value_infos(model)
         for seg in self.segments:
-            seg.exe = backend_cls.prepare(_submodel(model, seg, types))
+            seg.exe = backend_cls.prepare(submodel(model, seg, types))
             seg.params = [n for n in seg.exe.parameter_names if n in floats]
             seg.wrt = [*seg.params, *(i for i in seg.inputs if i in diff)]
             if seg.params:
@@ -180,7 +180,7 @@ class Shards:
         return sum(state_bytes(getattr(t, "state", None)) for t in self.trainers)
 
 
-def _segments(model: onnx.ModelProto, blocks: list[int]) -> list[Segment]:
+def segments(model: onnx.ModelProto, blocks: list[int]) -> list[Segment]:
     """The rank model's nodes in runs of the same block (-1: none), each with what it reads and
     makes."""
     g = model.graph
@@ -215,7 +215,7 @@ def _segments(model: onnx.ModelProto, blocks: list[int]) -> list[Segment]:
     return segs
 
 
-def _differentiable(model: onnx.ModelProto, params: set[str]) -> set[str]:
+def differentiable(model: onnx.ModelProto, params: set[str]) -> set[str]:
     """The tensors that depend on a float parameter (the ones a gradient flows through)."""
     out = set(params)
     for n in model.graph.node:
@@ -224,7 +224,7 @@ def _differentiable(model: onnx.ModelProto, params: set[str]) -> set[str]:
     return out
 
 
-def _submodel(model: onnx.ModelProto, seg: Segment, types: dict[str, onnx.ValueInfoProto]
+def submodel(model: onnx.ModelProto, seg: Segment, types: dict[str, onnx.ValueInfoProto]
               ) -> onnx.ModelProto:
     """`seg` as an ONNX model of its own, its inputs and outputs typed by `types`."""
     g = model.graph

@@ -1,0 +1,354 @@
+"""ZeRO stage 3 layer by layer (Rajbhandari et al., SC'20; torch FSDP2's schedule): each data rank
+keeps its rows of every parameter; a layer's parameters are allgathered just before its forward
+and again before its backward, and freed after each; its gradients are reduce-scattered at once.
+
+    scheme = Zero3(model, backend_cls, optimizer, comm)   # the ONNX model, cut into layers
+    scheme.start()                                        # rank 0's parameters, then own rows
+    loss = scheme.step(feeds, lr, weight)
+
+A layer is a node that reads parameters (a Gemm, a Conv) with the parameter-free nodes after it
+(the first layer also takes those before it); each is translated by the backend as a sub-model
+whose parameters are inputs (d500.distributed.tensor.rank's segments), so the framework holds no
+weights between calls. Forward runs each layer on the gathered weights, keeping only its inputs;
+backward walks the layers in reverse, gathers each again and runs
+`Executable.gradients(grad_outputs=...)` (a forward recomputed, then the backward), as a pipeline
+stage does. Each parameter's rows are cut as torch FSDP2 cuts them (Shard(0), rank r rows
+n*r//N .. n*(r+1)//N, no padding), so a rank holds about B/N of every layer; the optimizer updates
+each row block as a whole tensor, which equals the whole tensor's update for elementwise rules
+only (SGD, momentum, Adam, AdamW, Adagrad): an optimizer whose update of a part differs (LARS's and
+LAMB's per-tensor norms) is refused with one line, found by running it both ways at the start.
+
+Memory per rank, counted on the NumPy arrays the scheme holds: between steps its rows b_r
+(`param_bytes`), the averaged gradient of them (`grad_bytes`) and the optimizer state over them;
+inside a step at most b_r + the largest layer's parameters (`peak_param_bytes`, the most held
+right after any gather). The judge computes both from its own copy of the graph (`shard_bytes`,
+`peak_bytes`) and believes no rank that claims less. Bytes per step and rank: every layer's
+allgather twice (once for the last, whose forward and backward run at once) and one
+reduce-scatter, as FSDP2's. A model with running statistics (BatchNormalization) is not cut:
+d500.distributed.schemes.zero gathers it whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from d500.distributed.schemes.base import Scheme, state_bytes
+from d500.errors import ConfigError
+
+
+def rows(n: int, ranks: int, rank: int) -> tuple[int, int]:
+    """Rank `rank`'s rows of a tensor of `n` rows (FSDP2's Shard(0) without padding)."""
+    return n * rank // ranks, n * (rank + 1) // ranks
+
+
+def _part(a: np.ndarray, ranks: int, rank: int) -> np.ndarray:
+    """Rank `rank`'s rows of `a` (a 0-d array as one row)."""
+    a = a.reshape(1) if a.ndim == 0 else a
+    lo, hi = rows(a.shape[0], ranks, rank)
+    return a[lo:hi]
+
+
+def layered(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[Any], list[str]]:
+    """(`model` with its float parameters as graph inputs, its layers as segments of
+    d500.distributed.tensor.rank, the parameter names in graph order)."""
+    from d500.distributed.tensor.rank import segments
+    g = model.graph
+    params = [t.name for t in g.initializer
+              if helper.tensor_dtype_to_np_dtype(t.data_type).kind == "f"]
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    kept = [t for t in out.graph.initializer if t.name not in set(params)]
+    moved = [helper.make_tensor_value_info(t.name, t.data_type, t.dims)
+             for t in out.graph.initializer if t.name in set(params)]
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(kept)
+    out.graph.input.extend(moved)
+    blocks, layer, holds = [], 0, False
+    for node in g.node:
+        if any(i in set(params) for i in node.input):
+            if holds:
+                layer += 1
+            holds = True
+        blocks.append(layer)
+    return out, segments(out, blocks), params
+
+
+def _sizes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
+    return {t.name: tuple(t.dims) for t in model.graph.initializer}
+
+
+def shard_bytes(model: onnx.ModelProto, spec: Any, world: int) -> dict[int, int]:
+    """Each rank's parameter bytes between steps (rank -> bytes) at `world` ranks: its rows of
+    every float32 parameter (a model with running statistics: zero.shard_bytes's blocks)."""
+    from d500.backends.training_graph import running_statistics
+    if running_statistics(model):
+        from d500.distributed.schemes.zero import shard_bytes as whole
+        return whole(model, spec, world)
+    n = spec.dims(world)["data"]
+    _, _, params = layered(model)
+    shapes = _sizes(model)
+    return {r: sum(4 * _rows_size(shapes[p], n, r) for p in params) for r in range(n)}
+
+
+def peak_bytes(model: onnx.ModelProto, spec: Any, world: int) -> dict[int, int]:
+    """The parameter bytes each rank must hold at least inside a step (rank -> bytes): its rows
+    and the largest layer gathered (a model with running statistics: the whole model)."""
+    from d500.backends.training_graph import running_statistics
+    shapes = _sizes(model)
+    _, layers, params = layered(model)
+    whole = sum(4 * math.prod(shapes[p]) for p in params)
+    if running_statistics(model):
+        return dict.fromkeys(range(spec.dims(world)["data"]), whole)
+    largest = max(sum(4 * math.prod(shapes[p]) for p in _held(layer, params))
+                  for layer in layers)
+    return {r: b + largest for r, b in shard_bytes(model, spec, world).items()}
+
+
+def _rows_size(shape: tuple[int, ...], ranks: int, rank: int) -> int:
+    """Elements in rank `rank`'s rows of a tensor of `shape`."""
+    if not shape:
+        return int(rank == ranks - 1)
+    lo, hi = rows(shape[0], ranks, rank)
+    return (hi - lo) * math.prod(shape[1:])
+
+
+def _held(layer: Any, params: list[str]) -> list[str]:
+    """The parameters a layer reads, in graph order."""
+    mine = set(layer.inputs)
+    return [p for p in params if p in mine]
+
+
+class Rows:
+    """This rank's rows of every parameter as the part of a Trainer a Scheme uses (before
+    `start` cuts them: the whole model)."""
+
+    buffer_names: list[str] = []
+
+    def __init__(self, arrays: dict[str, np.ndarray]):
+        self.arrays = arrays
+
+    def parameters(self) -> dict[str, np.ndarray]:
+        return self.arrays
+
+    def parameter_views(self) -> dict[str, np.ndarray]:
+        return self.arrays
+
+    def set_parameters(self, values: Mapping[str, np.ndarray]) -> None:
+        self.arrays.update({n: np.array(v, dtype=np.float32) for n, v in values.items()})
+
+    def buffers(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def set_buffers(self, values: Mapping[str, np.ndarray]) -> None:
+        if values:
+            raise ConfigError("shard: zero3 layer by layer holds no running statistics")
+
+
+class Zero3(Scheme):
+    """Per-layer ZeRO-3 of the ONNX `model` over the data ranks of `comm` (module docstring)."""
+
+    name = "zero3"
+
+    def __init__(self, model: onnx.ModelProto, backend_cls: Any, optimizer: Any, comm: Any,
+                 loss: str = "loss", **kwargs: Any):
+
+        from d500.distributed.pipeline.partition import value_infos
+        from d500.distributed.tensor.rank import differentiable, submodel
+        form, self.layers, self.names = layered(model)
+        whole = {t.name: numpy_helper.to_array(t).copy() for t in model.graph.initializer
+                 if t.name in set(self.names)}
+        for n, a in whole.items():
+            if a.dtype != np.float32:
+                raise ConfigError(f"shard: zero3 shards float32 parameters; '{n}' is {a.dtype}")
+        super().__init__(Rows(whole), comm, **kwargs)
+        if loss not in self.layers[-1].outputs:
+            raise ConfigError(f"shard: zero3: the loss '{loss}' is not made by the model's last "
+                              f"layer (it must follow every parameter)")
+        self.loss_name, self.optimizer = loss, optimizer
+        self.shapes = {n: a.shape for n, a in whole.items()}
+        types, diff = value_infos(form), differentiable(form, set(self.names))
+        for layer in self.layers:
+            layer.exe = backend_cls.prepare(submodel(form, layer, types))
+            layer.params = _held(layer, self.names)
+            layer.wrt = [*layer.params,
+                         *(i for i in layer.inputs if i in diff and i not in set(layer.params))]
+        check_elementwise(optimizer, whole, self.size)
+        self.counts = [[sum(_rows_size(self.shapes[p], self.size, r) for p in layer.params)
+                        for r in range(self.size)] for layer in self.layers]
+        self.state: Any = None
+        self.held = 0  # parameter bytes held after the last step (measured)
+        self.peak = 0  # parameter bytes held right after a gather, at most (measured)
+        self.gathered: dict[str, np.ndarray] | None = None
+
+    # ------------------------------------------------------------------ set-up
+    def start(self) -> None:
+        """Rank 0's parameters everywhere, then each rank keeps its own rows only."""
+        super().start()
+        mine = {n: np.array(_part(a, self.size, self.rank)) for n, a in self.params.get().items()}
+        self.trainer.arrays.clear()
+        self.trainer.arrays.update(mine)
+        self._param_buckets = None
+        self.state = self.optimizer.init(mine, "numpy")
+
+    # ------------------------------------------------------------------ one step
+    def step(self, feeds: Mapping[str, np.ndarray], lr: float, weight: float = 1.0) -> float:
+        values: dict[str, np.ndarray] = dict(feeds)
+        stash = []
+        for i, layer in enumerate(self.layers[:-1]):
+            w = self._gather(i)
+            ins = {n: values[n] for n in layer.inputs if n not in w}
+            stash.append(ins)
+            outs = layer.exe.run({**ins, **w})
+            del w
+            values.update({o: outs[layer.exe.output_index(o)] for o in layer.outputs})
+        last = self.layers[-1]
+        w = self._gather(len(self.layers) - 1)
+        seed = {self.loss_name: np.asarray(weight, dtype=np.float32)}
+        ins = {n: values[n] for n in last.inputs if n not in w}
+        del values
+        outs, g = last.exe.gradients({**ins, **w}, grad_outputs=seed, wrt=last.wrt)
+        del w
+        loss = float(outs[last.exe.output_index(self.loss_name)])
+        grads: dict[str, np.ndarray] = {}
+        flowing: dict[str, np.ndarray] = {}
+        self._take(len(self.layers) - 1, g, grads, flowing)
+        for i in range(len(self.layers) - 2, -1, -1):
+            layer, ins = self.layers[i], stash.pop()
+            given = {o: flowing.pop(o) for o in layer.outputs if o in flowing}
+            if given:
+                w = self._gather(i)
+                _, g = layer.exe.gradients({**ins, **w}, grad_outputs=given, wrt=layer.wrt)
+                del w
+            else:  # nothing it made reaches the loss: zero gradients, the same collectives
+                g = {p: np.zeros(self.shapes[p], np.float32) for p in layer.params}
+            self._take(i, g, grads, flowing)
+        mine = self.trainer.arrays
+        self.optimizer.step(mine, {n: grads[n] for n in mine}, self.state, lr)
+        self.held = self._held()
+        self.steps += 1
+        return loss
+
+    def _gather(self, index: int) -> dict[str, np.ndarray]:
+        """Layer `index`'s whole parameters from every rank's rows (allgatherv)."""
+        layer, counts = self.layers[index], self.counts[index]
+        mine = self.trainer.arrays
+        flat = (np.concatenate([mine[p].reshape(-1) for p in layer.params]) if layer.params
+                else np.empty(0, np.float32))
+        parts = self.comm.allgatherv(flat, counts) if self.size > 1 else [flat]
+        out, at = {}, [0] * self.size
+        for p in layer.params:
+            shape = self.shapes[p]
+            pieces = []
+            for r, part in enumerate(parts):
+                k = _rows_size(shape, self.size, r)
+                pieces.append(part[at[r]:at[r] + k])
+                at[r] += k
+            out[p] = np.concatenate(pieces).reshape(shape)
+        held = self._held() + sum(a.nbytes for a in out.values())
+        self.peak = max(self.peak, held)
+        return out
+
+    def _take(self, index: int, g: Mapping[str, np.ndarray], grads: dict[str, np.ndarray],
+              flowing: dict[str, np.ndarray]) -> None:
+        """Layer `index`'s parameter gradients reduce-scattered into this rank's rows of
+        `grads` (summed where a parameter is read by two layers), its inputs' into `flowing`."""
+        layer = self.layers[index]
+        if layer.params:
+            flat = np.concatenate([_part(np.asarray(g[p], np.float32), self.size, r).reshape(-1)
+                                   for r in range(self.size) for p in layer.params])
+            mine = self.comm.reduce_scatter(flat, self.counts[index], op="average")
+            at = 0
+            for p in layer.params:
+                part = self.trainer.arrays[p]
+                piece = mine[at:at + part.size].reshape(part.shape)
+                at += part.size
+                grads[p] = grads[p] + piece if p in grads else piece
+        for n in layer.wrt[len(layer.params):]:
+            flowing[n] = flowing[n] + g[n] if n in flowing else np.asarray(g[n])
+
+    def _held(self) -> int:
+        return sum(a.nbytes for a in self.trainer.arrays.values())
+
+    # ------------------------------------------------------------------ the whole model
+    def _whole(self) -> dict[str, np.ndarray]:
+        """Every parameter whole on every rank (one allgatherv per layer)."""
+        out: dict[str, np.ndarray] = {}
+        for i in range(len(self.layers)):
+            out.update({p: a for p, a in self._gather(i).items() if p not in out})
+        return out
+
+    @contextlib.contextmanager
+    def _evaluate(self) -> Iterator[None]:
+        whole = self._whole()
+        self.gathered = whole if self.rank == 0 else None
+        try:
+            yield
+        finally:
+            self.gathered = None
+
+    def handed(self) -> dict[str, np.ndarray]:
+        if self.gathered is None:
+            raise RuntimeError("handed() outside evaluated() or off rank 0")
+        return {n: np.array(a, copy=True) for n, a in self.gathered.items()}
+
+    def _finish(self) -> None:
+        """Every rank holds the whole final model (its rows no longer updated)."""
+        whole = self._whole()
+        self.trainer.arrays.clear()
+        self.trainer.arrays.update(whole)
+
+    # ------------------------------------------------------------------ figures
+    def memory(self) -> dict[str, float]:
+        held = float(self.held if self.steps else self._held())  # measured after the last step
+        return {"param_bytes": held, "grad_bytes": held,
+                "optimizer_bytes": float(state_bytes(self.state))}
+
+    def figures(self) -> dict[str, float]:
+        return {**self.memory(), "zero_stage": 3.0, "layers": float(len(self.layers)),
+                "peak_param_bytes": float(self.peak)}
+
+
+def check_elementwise(optimizer: Any, whole: dict[str, np.ndarray], ranks: int) -> None:
+    """A ConfigError unless two steps of `optimizer` on every rank's rows equal two steps on the
+    whole tensors (random gradients; 1e-5 relative)."""
+    if ranks == 1:
+        return
+    rng = np.random.default_rng(0)
+    grads = {n: rng.standard_normal(a.shape).astype(np.float32) for n, a in whole.items()}
+    opt = copy.deepcopy(optimizer)
+    ref = {n: a.copy() for n, a in whole.items()}
+    state = opt.init(ref, "numpy")
+    for _ in range(2):
+        opt.step(ref, grads, state, 0.01)
+    for r in range(ranks):
+        mine = {n: np.array(_part(a, ranks, r)) for n, a in whole.items()}
+        own = {n: np.array(_part(a, ranks, r)) for n, a in grads.items()}
+        state = opt.init(mine, "numpy")
+        for _ in range(2):
+            opt.step(mine, own, state, 0.01)
+        for n, a in mine.items():
+            want = _part(ref[n], ranks, r)
+            if not np.allclose(a, want, rtol=1e-5, atol=1e-7):
+                raise ConfigError(f"shard: zero3 updates each rank's rows of a parameter apart, "
+                                  f"and optimizer '{getattr(optimizer, 'name', optimizer)}' "
+                                  f"updates a part of '{n}' otherwise than the whole (a "
+                                  f"per-tensor norm?): use shard: zero2, or an elementwise "
+                                  f"optimizer")
+
+
+def build(model: onnx.ModelProto, spec: Any, comm: Any, backend_cls: Any, optimizer: Any,
+          native: bool = False) -> Zero3:
+    """This rank's Zero3 over the data dimension `comm`."""
+    if native:
+        raise ConfigError(f"{spec.where}: field 'distributed.shard': zero3 updates each rank's "
+                          f"rows with d500's framework-neutral optimizer; use native: false")
+    return Zero3(model, backend_cls, optimizer, comm, bucket_bytes=spec.bucket_bytes,
+                 **spec.options)
