@@ -53,17 +53,16 @@ class InProcess:
         self.trainer = _build(self.job)
 
     def give(self, x: Any, y: Any, total_steps: int) -> None:
-        from d500.training.data.samplers import EpochSampler
         self.x, self.y, self.steps = x, y, 0
         self.lr_at = self.job.recipe.schedule(total_steps)
-        self.sampler = EpochSampler(len(y), self.job.recipe.batch_size, self.job.seed,
-                                    self.job.drop_last)
 
     def train(self, epoch: int, first: int, count: int, remaining: Any, tick: Any,
-              want: bool = True, val: Any = None) -> Any:
+              want: bool = True, val: Any = None, batch: int | None = None) -> Any:
+        from d500.training.data.samplers import EpochSampler
         from d500.training.worker import Chunk
         losses, stopped = [], False
-        for index in list(self.sampler.epoch(epoch))[first:first + count]:
+        sampler = EpochSampler(len(self.y), batch, self.job.seed, self.job.drop_last)
+        for index in list(sampler.epoch(epoch))[first:first + count]:
             if remaining() < 0:
                 stopped = True
                 break

@@ -109,9 +109,11 @@ def rules(text: str | bytes | None, where: str) -> Rules:
     if quality != "accuracy":  # a text corpus: its split sizes count documents, not windows
         train = validation = None
     from d500.training.data.dataset import TEXT
+    epochs = budget.get("max_epochs")
     return Rules(number(target.get("value")), number(budget.get("max_seconds")),
                  train if is_int(train) else None, validation if is_int(validation) else None,
-                 quality, quality == "log_perplexity", split.get("name") in TEXT)
+                 quality, quality == "log_perplexity", split.get("name") in TEXT,
+                 data.get("drop_last", True) is not False, epochs if is_int(epochs) else None)
 
 
 def log_problems(run: Any, records: list[dict[str, Any]], workload: Rules) -> list[str]:

@@ -6,7 +6,8 @@ Training runs (levels 2 and 3, but not a level-3 rank's own row) log the evaluat
 validation accuracy, with epoch_num and samples_count = step x global batch) and eval_stop; then
 the test set is evaluated with the run clock paused and the evaluation row written. Checked:
 - the evaluation rows pair one to one, in order, with the eval_accuracy events (same epoch,
-  val_accuracy equal to the logged value, step x global_batch_size = samples_count); a run that
+  val_accuracy equal to the logged value, step x global_batch_size = samples_count, or the
+  samples at each epoch's batch where the recipe's batch_schedule grew it); a run that
   failed or was interrupted may have logged one evaluation it did not live to record;
 - micro_batch_size (level 2: batch_size; level 3: per_rank_batch_size), data_parallelism (the
   world size), d500_target and train_samples/eval_samples against the workload's rules;
@@ -59,6 +60,8 @@ class Rules:
     quality: str = "accuracy"  # figures val_<quality>, test_<quality>, final_test_<quality>
     lower: bool = False  # the target is met at or below it (log-perplexity)
     text: bool = False  # a language model on a text corpus: its log states attention's precision
+    drop_last: bool = True  # with train and max_epochs: a growing batch's steps per epoch
+    max_epochs: int | None = None
 
     def met(self, value: float | None) -> bool:
         if value is None or self.target is None:
@@ -77,10 +80,40 @@ class Training:
         self.evals = [i for i, r in enumerate(records) if r["key"] == mllog.EVAL_ACCURACY]
         self.rows = [evaluation(e) for e in run.evaluations]
         self.batch = number((self.first.get(mllog.GLOBAL_BATCH_SIZE) or {}).get("value"))
+        self.plan = self._plan()  # a batch_schedule's batches and steps per epoch, or None
         # a resumed run's clock starts at what its earlier segments took (its log's does not)
         resumed = (getattr(run, "details", None) or {}).get("resumed") or {}
         self.before = number(resumed.get("before")) or 0.0
         self.out: list[str] = []
+
+    def _plan(self) -> Any:
+        """The run's batch per epoch where its recipe grew the batch (the record's
+        batch_schedule_* hyperparameters, d500.training.batch_schedule), from the rules' split
+        and budget; None for a fixed batch or where the rules do not say."""
+        from d500.errors import ConfigError
+        from d500.training import batch_schedule as grow
+        spec, rules = grow.from_logged(self.run.hyperparameters), self.rules
+        if spec is None or not self.batch or rules.train is None or rules.max_epochs is None:
+            return None
+        try:
+            schedule = grow.parse(spec)
+            return grow.Plan.of(grow.batches(schedule, int(self.batch), rules.max_epochs),
+                                rules.train, rules.drop_last)
+        except ConfigError as err:
+            self.out.append(f"its recorded batch schedule is not one d500 can train ({err})")
+            return None
+
+    def samples(self, step: float) -> float | None:
+        """Samples trained after `step` steps: step x global batch, or at each epoch's batch."""
+        if self.plan is not None:
+            return float(self.plan.samples(int(step)))
+        return None if not self.batch else step * self.batch
+
+    def steps(self, samples: float) -> float | None:
+        """The steps after which `samples` were trained (the inverse of `samples`)."""
+        if self.plan is not None:
+            return self.plan.step_of(int(samples))
+        return None if not self.batch else samples / self.batch
 
     def problems(self) -> list[str]:
         """Every disagreement of the run's training record with its log, one line each."""
@@ -143,9 +176,11 @@ class Training:
                                 f"says {line['value']!r}")
             step = number(row["step"])
             if (self.batch is not None and row["step"] is not None
-                    and not same(number(count), None if step is None else step * self.batch)):
-                self.out.append(f"{where}: step {row['step']} x global_batch_size "
-                                f"{self.batch:g}, but its MLLOG's samples_count is {count}")
+                    and not same(number(count), None if step is None else self.samples(step))):
+                at = ("at each epoch's batch of its batch_schedule" if self.plan is not None
+                      else f"x global_batch_size {self.batch:g}")
+                self.out.append(f"{where}: step {row['step']} {at}, but its MLLOG's "
+                                f"samples_count is {count}")
         return True
 
     def bounds(self, n: int) -> tuple[float, float] | None:
@@ -238,7 +273,7 @@ class Training:
             return
         count = number(line["metadata"].get(mllog.SAMPLES_COUNT))
         want = {"epochs": number(line["metadata"].get(mllog.EPOCH_NUM)),
-                "steps": None if count is None or not self.batch else count / self.batch,
+                "steps": None if count is None else self.steps(count),
                 "time_to_accuracy": row["wall_time"],
                 f"test_{self.rules.quality}": row["metrics"].get(f"test_{self.rules.quality}")}
         for name, value in want.items():
@@ -274,11 +309,11 @@ class Training:
         rate, train = figures.get("samples_per_second"), figures.get("train_time")
         step = number(last["step"])
         if finite(rate) and finite(train) and train > 0 and self.batch and step is not None:
-            want = step * self.batch / train
+            want = self.samples(step) / train
             if not math.isclose(rate, want, rel_tol=1e-9):
                 self.out.append(f"figure samples_per_second is {rate!r}, but its last "
-                                f"evaluation's step {last['step']} x global batch "
-                                f"{self.batch:g} / train_time {train!r} = {want!r}")
+                                f"evaluation's {self.samples(step):g} samples (step "
+                                f"{last['step']}) / train_time {train!r} = {want!r}")
 
 
 # -- values -----------------------------------------------------------------------------------

@@ -171,6 +171,10 @@ class RankLoop:
         rank's was, naming the first such rank) and, if `want`, the model."""
         order = list(self.sampler.shares(epoch))[first:first + count]
         mine = np.empty((2, len(order)), dtype=np.float64)  # loss, share size per step
+        if batch is not None and batch != self.job.global_batch:
+            from d500.errors import D500Error
+            raise D500Error(f"the judge asked for a global batch of {batch}; this run's is "
+                            f"{self.job.global_batch}")
         for i, (index, weight) in enumerate(order):
             mine[0, i] = self._step({"input": self.x[index], "labels": self.y[index]},
                                     self.lr_at(self.step), epoch, val, weight)

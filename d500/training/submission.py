@@ -10,6 +10,8 @@ its search space for tuning; trials drawn quasi-randomly (scrambled Halton, scip
     batch_size: 32
     hyperparameters: {lr: 0.05, momentum: 0.9}
     schedule: {name: cosine, warmup: 0.05}
+    # or a constant lr and a growing batch (d500.training.batch_schedule):
+    # batch_schedule: {growth: 2, every_epochs: 2, max: 256}
     search_space:                  # keys: optimizer hyperparameters, batch_size, schedule.<p>
       lr: {min: 0.01, max: 0.5, scale: log}
       momentum: {min: 0.8, max: 0.95}
@@ -42,6 +44,8 @@ SCHEMA = {
     "batch_size": Field(int, required=True),
     "hyperparameters": Field(dict, default={}),
     "schedule": Field(dict, default={"name": "constant"}),
+    "batch_schedule": Field(dict, help="grow the batch by epochs in place of a decaying lr "
+                                       "(d500.training.batch_schedule)"),
     "search_space": Field(dict, default={}),
     "feasible_points": Field(list, default=[]),
     "distributed": Field(dict, default={}, help="level 3: the scheme and its options"),
@@ -78,7 +82,8 @@ class Submission:
             else:
                 hp[key] = value
         return Recipe(self.recipe.optimizer_name, hp, schedule, batch, self.recipe.native,
-                      self.recipe.entry, where=str(self.path), precision=low)
+                      self.recipe.entry, where=str(self.path), precision=low,
+                      batch_schedule=self.recipe.batch_schedule)
 
     def validate(self, points: list[dict[str, Any]]) -> None:
         """Every point's recipe has valid optimizer hyperparameters (an entry's own optimizer:
@@ -151,9 +156,11 @@ def load(path: str | Path) -> Submission:
         entry.probe([dict(data["hyperparameters"])])
         name = entry.name
     recipe = Recipe(name, dict(data["hyperparameters"]), dict(schedule), data["batch_size"],
-                    data["native"], entry, where=where, precision=data["precision"])
+                    data["native"], entry, where=where, precision=data["precision"],
+                    batch_schedule=data["batch_schedule"])
     recipe.hp()
     recipe.make_schedule()
+    recipe.growth()
     space = {k: _check_dimension(path, k, v, recipe) for k, v in data["search_space"].items()}
     for i, point in enumerate(points):
         if not isinstance(point, dict) or not point:

@@ -38,6 +38,7 @@ from d500.training.workloads import Workload
 
 EVAL_BATCH = 1024  # samples per forward pass when evaluating (does not change the accuracy)
 EVAL_TOKENS = 8192  # tokens per forward pass when evaluating a language model
+BATCH_KEY = "d500_global_batch_size"  # MLLOG: an epoch's batch, where a batch_schedule grows it
 Progress = Callable[[dict[str, Any]], None]
 
 
@@ -160,6 +161,9 @@ def ready(workload: Workload, recipe: Recipe, backend: str, data_dir: str | None
     from d500.training.data.dataset import check_present
     from d500.training.trainable import trainable_model
 
+    if workload.level == 3 and recipe.batch_schedule is not None:
+        raise UsageError(f"{recipe.where}: level 3 trains at a fixed global batch (so far); "
+                         f"field 'batch_schedule' grows the batch at level 2")
     recipe.check(workload)
     check_present(workload.dataset, data_dir)
     backend_cls = backends.get(backend)
@@ -261,6 +265,7 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
     training by `worker` (d500.training.worker's protocol), the evaluations and the stop rule;
     returns (figures, status, why). Raises Diverged at a non-finite loss. It may write
     `checkpoints` and start from `resume`'s (d500.training.resume)."""
+    from d500.training.batch_schedule import Plan, batches
     from d500.training.data import dataset as datasets
     from d500.training.data.samplers import EpochSampler
 
@@ -278,9 +283,10 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
     # -- data, inside the clock: the worker gets the training split only
     t0 = clock.read()
     parts, _ = datasets.parts(workload.dataset, data_dir)
-    sampler = EpochSampler(len(parts.train.y), layout.batch, seed, workload.drop_last)
-    steps_per_epoch = len(sampler)
-    total_steps = workload.max_epochs * steps_per_epoch
+    # each epoch's batch (a recipe's batch_schedule grows it) and steps: the judge's decision
+    plan = Plan.of(batches(recipe.growth(), layout.batch, workload.max_epochs),
+                   len(parts.train.y), workload.drop_last)
+    total_steps = plan.total
     worker.give(parts.train.x, parts.train.y, total_steps)
     from d500.training import compiling  # what a compiling mode's cache held at the start
     compiled = {"before": compiling.cached_programs(judge.backend_cls), "figures": {}}
@@ -322,7 +328,7 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
         if state["loaded"] != state["step"]:
             raise D500Error(f"the judge holds the model of step {state['loaded']}, not of step "
                             f"{state['step']}, at an evaluation")
-        meta = {mllog.EPOCH_NUM: epoch, mllog.SAMPLES_COUNT: state["step"] * layout.batch}
+        meta = {mllog.EPOCH_NUM: epoch, mllog.SAMPLES_COUNT: plan.samples(state["step"])}
         log.start(mllog.EVAL_START, metadata=meta)
         t = clock.read()
         measure = QUALITY[workload.quality]
@@ -367,6 +373,9 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
     every = workload.every_steps
     status, stop = "missed", False
     for epoch in range(begin, workload.max_epochs):
+        steps_per_epoch, batch = plan.steps[epoch], plan.batches[epoch]
+        if not plan.fixed:  # the batch this epoch trains at (global_batch_size: the first)
+            log.event(BATCH_KEY, batch, metadata={mllog.EPOCH_NUM: epoch + 1})
         log.start(mllog.EPOCH_START, metadata={mllog.EPOCH_NUM: epoch + 1})
         first = 0
         while first < steps_per_epoch:  # chunks: the steps up to the next evaluation
@@ -378,7 +387,8 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
                 workload.every_epochs and (epoch + 1) % workload.every_epochs == 0
                 and first + count == steps_per_epoch))
             t = clock.read()
-            chunk = worker.train(epoch, first, count, remaining, tick(epoch), want, state["val"])
+            chunk = worker.train(epoch, first, count, remaining, tick(epoch), want, state["val"],
+                                 batch)
             clock.train += clock.read() - t
             for loss in chunk.losses:
                 state["step"] += 1
@@ -397,7 +407,7 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
                           "epoch": epoch + 1})
             first += len(chunk.losses)
             if every and state["step"] % every == 0 and chunk.losses:
-                stop = evaluate(state["step"] / steps_per_epoch)
+                stop = evaluate(plan.epoch(state["step"]))
             stop = stop or chunk.stopped or remaining() < 0
             if stop or len(chunk.losses) < count:
                 stop = True
@@ -428,14 +438,14 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
             _why(workload, state, status))
 
 
-def _figures(workload: Workload, state: dict[str, Any], clock: Clock, batch: int
+def _figures(workload: Workload, state: dict[str, Any], clock: Clock, samples: int
              ) -> dict[str, float]:
     figures = run_figures(workload, state, clock, batch)
     figures["train_loss"] = state.get("train_loss", math.nan)
     return recorded(figures)
 
 
-def run_figures(workload: Workload, state: dict[str, Any], clock: Clock, batch: int
+def run_figures(workload: Workload, state: dict[str, Any], clock: Clock, samples: int
                 ) -> dict[str, float]:
     """A run's figures (level 2, or level 3 with its global batch) unless it diverged: time,
     epochs and steps to the target (∞ when missed, or met after the time budget), the last

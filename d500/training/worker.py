@@ -3,7 +3,8 @@
     worker = Worker(Job(model_bytes, "torch", recipe, seed, threads.recorded(), drop_last=True))
     worker.ready()                                   # the model translated, the optimizer built
     worker.give(train_x, train_y, total_steps=1480)  # only now does it hold any data
-    chunk = worker.train(epoch=0, first=0, count=37, remaining=lambda: 120.0, tick=None)
+    chunk = worker.train(epoch=0, first=0, count=37, remaining=lambda: 120.0, tick=None,
+                         batch=32)
     chunk.losses, chunk.state                        # the model handed over for evaluation
     worker.close()
 
@@ -18,8 +19,9 @@ from the job, and ends with its supervisor (PR_SET_PDEATHSIG on Linux; EOF on it
 elsewhere).
 
 The protocol, over one multiprocessing Pipe: the supervisor sends the Job, ("data", x, y,
-total_steps), then ("train", epoch, first, count, want, val) per chunk (the steps up to the next
-evaluation; `want`: hand the model over at its end) and ("stop",) when the time budget runs out
+total_steps), then ("train", epoch, first, count, want, val, batch) per chunk (the steps up to
+the next evaluation at the batch the judge chose for the epoch, d500.training.batch_schedule;
+`want`: hand the model over at its end) and ("stop",) when the time budget runs out
 mid-chunk, and at the end ("finish", want); ("save",) and ("restore", state) for checkpoints
 (d500.training.resume); the worker answers ("ready",), ("tick", step, loss) at most every TICK
 seconds, ("trained", losses, state or None, stopped, where) at the end of a chunk, ("state",
@@ -108,12 +110,14 @@ class Trainee:
 
     def train(self, epoch: int, first: int, count: int, remaining: Callable[[], float],
               tick: Callable[[int, float], None] | None, want: bool = True,
-              val: float | None = None) -> Chunk:
-        """Steps first..first+count-1 of `epoch`, the model handed over at the end if `want`;
+              val: float | None = None, batch: int | None = None) -> Chunk:
+        """Steps first..first+count-1 of `epoch` at `batch` samples each (the epoch's batch, as
+        the judge decided it: the trainee takes it from this message and from nowhere else), the
+        model handed over at the end if `want`;
         `remaining()` is the time budget left on the supervisor's clock: when it runs out the
         trainee is told to stop after its current step (and given up if it does not within
         `grace` s). `val`: the last validation accuracy, for the trainee's progress display."""
-        self.conn.send(("train", epoch, first, count, want, val))
+        self.conn.send(("train", epoch, first, count, want, val, batch))
         stop_sent = False
         while True:
             wait = self.grace if stop_sent else max(remaining(), 0.0)
@@ -245,7 +249,6 @@ def main(conn: Any) -> None:
             return
         _, x, y, total_steps = message
         lr_at, steps = job.recipe.schedule(total_steps), 0
-        sampler = EpochSampler(len(y), job.recipe.batch_size, job.seed, job.drop_last)
         while True:
             message = conn.recv()
             if message[0] == "stop":
@@ -263,7 +266,10 @@ def main(conn: Any) -> None:
                 continue
             if message[0] != "train":
                 return  # exit (or anything else): the supervisor is done with us
-            _, epoch, first, count, want, _val = message
+            _, epoch, first, count, want, _val, batch = message
+            # the judge's batch, in a sampler made for this chunk (nothing the entry's code can
+            # reach between chunks decides it)
+            sampler = EpochSampler(len(y), batch, job.seed, job.drop_last)
             order = list(sampler.epoch(epoch))[first:first + count]
             losses, stopped = [], False
             last = polled = time.perf_counter()
