@@ -86,6 +86,9 @@ def record(backend: str, ops: Sequence[str] | None = None, ledger: Any = None,
                             "node_tests_total": len(outcomes)},
                    details={"partial": partial, "ops": chosen, **versions, "device": device,
                             "framework_version": cls.version(),
+                            # a lower dtype the mode computes in: its float outputs judged at
+                            # that dtype's tolerance (d500.tolerances.node_test); None: the tests'
+                            "judged_at": cls.precision(),
                             "left_out": f"random-output tests ({RANDOM_OUTPUT.pattern})",
                             "failed_tests": by_status["fail"],
                             "unsupported_tests": by_status["unsupported"]})

@@ -87,3 +87,59 @@ def test_bad_usage_is_one_line_exit_2(args, words):
     assert out.stderr.count("\n") == 1 and out.stderr.startswith("d500 conformance: error:")
     assert all(w in out.stderr for w in words), out.stderr
     assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_a_lower_precision_mode_is_judged_at_its_dtype_and_no_looser():
+    """openvino:bf16 computes in bfloat16 where the CPU can: each float output is judged at the
+    looser of its test's tolerance and bfloat16's (rtol 2^-5, atol 2^-6 of the output's scale),
+    never looser; a wrong value (a missing bias: O(1) of the scale) still fails, and every other
+    mode keeps BackendTest's own judgement."""
+    import numpy as np
+
+    from d500 import backends, tolerances
+    from d500.conformance import _harness
+    want = np.linspace(-4, 4, 64, dtype=np.float32).reshape(8, 8)
+    close = want * np.float32(1 + 2 ** -7)  # bfloat16's rounding of every element, twice over
+    for precision, judged in ((None, False), ("bfloat16", True)):
+        try:
+            _harness(precision).assert_similar_outputs([want], [close], rtol=1e-3, atol=1e-7)
+            passed = True
+        except AssertionError:
+            passed = False
+        assert passed is judged, precision
+    for wrong in (want + 0.25, want[::-1], want * 1.1):  # a missing bias, swapped, scaled
+        with pytest.raises(AssertionError):
+            _harness("bfloat16").assert_similar_outputs([want], [wrong], rtol=1e-3, atol=1e-7)
+    assert tolerances.node_test(1e-3, 1e-7, want, "bfloat16") == (2 ** -5, 2 ** -6 * 4)
+    assert tolerances.node_test(1e-3, 1e-7, want, None) == (1e-3, 1e-7)
+    assert tolerances.node_test(0, 0, np.arange(4), "bfloat16") == (0, 0)  # integers: exact
+    assert tolerances.node_test(0.1, 1.0, want, "bfloat16") == (0.1, 1.0)  # never tighter
+    assert backends.get("openvino").precision() is None
+    assert backends.get("openvino:bf16").precision() == "bfloat16"
+    assert {backends.get(n).precision() for n in ("reference", "onnxruntime:basic")} == {None}
+
+
+@pytest.mark.slow
+def test_openvino_bf16_passes_what_only_float32_rounding_fails(home):
+    """Tests whose error lies between float32's tolerance and bfloat16's (DFT; this CPU runs
+    the mode in f32) fail on openvino and pass on openvino:bf16 in `d500 conformance`, whose run
+    records what it was judged at (the node suite, tests/backends/test_node_suite.py, judges the
+    mode so in BackendTest's own harness)."""
+    pytest.importorskip("openvino")
+    from d500.conformance import run_suite
+    from d500.conformance_runs import record
+    from d500.ledger import Ledger
+    tests = [t for t in node_tests() if t.name.startswith("test_dft")]
+    f32 = {o.test: o.status for o in run_suite("openvino", tests=tests, progress=False)}
+    outcomes, run_id = record("openvino:bf16", ["DFT"], tests=tests, progress=False)
+    bf16 = {o.test: o.status for o in outcomes}
+    for name in ("test_dft", "test_dft_inverse", "test_dft_opset19"):
+        assert (f32[name], bf16[name]) == ("fail", "pass"), name
+    assert bf16["test_dft_rfft"] == "fail"  # what OpenVINO gets wrong at any precision
+    assert [t for t, s in bf16.items() if s == "pass"] == [
+        t for t, s in f32.items() if s == "pass" or t in ("test_dft", "test_dft_inverse",
+                                                          "test_dft_opset19",
+                                                          "test_dft_axis_opset19",
+                                                          "test_dft_inverse_opset19")]
+    [run] = Ledger().runs_by_id([run_id])
+    assert run["backend"] == "openvino:bf16" and run["details"]["judged_at"] == "bfloat16"

@@ -240,6 +240,12 @@ class Backend(onnx.backend.base.Backend):
             return str(getattr(module, "__version__", "?"))
 
     @classmethod
+    def precision(cls) -> str | None:
+        """The lower dtype this mode computes float32 tensors in, at whose tolerance its outputs
+        are judged (its Executables' `precision`); None: the model's own dtypes."""
+        return None
+
+    @classmethod
     def compiled_programs(cls) -> set[str] | None:
         """The programs this mode's compile cache holds now, by key (d500.training.compiling
         marks a run warm with them); None for a mode that does not compile."""
