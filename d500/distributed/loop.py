@@ -165,16 +165,18 @@ class RankLoop:
             if command[0] != "stop":
                 return command
 
-    def _chunk(self, epoch: int, first: int, count: int, want: bool, val: Any) -> None:
-        """Steps first..first+count-1 of `epoch` on every rank; rank 0 reports each step's loss
+    def _chunk(self, epoch: int, first: int, count: int, want: bool, val: Any,
+               batch: int | None = None) -> None:
+        """Steps first..first+count-1 of `epoch` on every rank at the global batch (the judge's
+        `batch`: level 3 grows none, d500.training.trainer.ready); rank 0 reports each step's loss
         over the global batch (the ranks' losses weighted by their shares; non-finite where any
         rank's was, naming the first such rank) and, if `want`, the model."""
-        order = list(self.sampler.shares(epoch))[first:first + count]
-        mine = np.empty((2, len(order)), dtype=np.float64)  # loss, share size per step
         if batch is not None and batch != self.job.global_batch:
             from d500.errors import D500Error
             raise D500Error(f"the judge asked for a global batch of {batch}; this run's is "
                             f"{self.job.global_batch}")
+        order = list(self.sampler.shares(epoch))[first:first + count]
+        mine = np.empty((2, len(order)), dtype=np.float64)  # loss, share size per step
         for i, (index, weight) in enumerate(order):
             mine[0, i] = self._step({"input": self.x[index], "labels": self.y[index]},
                                     self.lr_at(self.step), epoch, val, weight)

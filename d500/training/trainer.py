@@ -267,7 +267,6 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
     `checkpoints` and start from `resume`'s (d500.training.resume)."""
     from d500.training.batch_schedule import Plan, batches
     from d500.training.data import dataset as datasets
-    from d500.training.data.samplers import EpochSampler
 
     layout = layout or Layout(recipe.batch_size)
     shape, _ = datasets.shape_of(workload.dataset)
@@ -373,10 +372,10 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
     every = workload.every_steps
     status, stop = "missed", False
     for epoch in range(begin, workload.max_epochs):
+        log.start(mllog.EPOCH_START, metadata={mllog.EPOCH_NUM: epoch + 1})
         steps_per_epoch, batch = plan.steps[epoch], plan.batches[epoch]
         if not plan.fixed:  # the batch this epoch trains at (global_batch_size: the first)
             log.event(BATCH_KEY, batch, metadata={mllog.EPOCH_NUM: epoch + 1})
-        log.start(mllog.EPOCH_START, metadata={mllog.EPOCH_NUM: epoch + 1})
         first = 0
         while first < steps_per_epoch:  # chunks: the steps up to the next evaluation
             count = steps_per_epoch - first
@@ -430,31 +429,31 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
     if last:  # the end: always one last evaluation
         judge.load(final)
         state["loaded"] = state["step"]
-        evaluate(state["step"] / steps_per_epoch)
+        evaluate(plan.epoch(state["step"]))
     reached = state["reached"]
     if reached is not None and reached[0] <= workload.max_seconds:
         status = "succeeded"
-    return ({**_figures(workload, state, clock, layout.batch), **compiled["figures"]}, status,
+    return ({**_figures(workload, state, clock, plan.samples(state["step"])),
+             **compiled["figures"]}, status,
             _why(workload, state, status))
 
 
 def _figures(workload: Workload, state: dict[str, Any], clock: Clock, samples: int
              ) -> dict[str, float]:
-    figures = run_figures(workload, state, clock, batch)
+    figures = run_figures(workload, state, clock, samples)
     figures["train_loss"] = state.get("train_loss", math.nan)
     return recorded(figures)
 
 
 def run_figures(workload: Workload, state: dict[str, Any], clock: Clock, samples: int
                 ) -> dict[str, float]:
-    """A run's figures (level 2, or level 3 with its global batch) unless it diverged: time,
-    epochs and steps to the target (∞ when missed, or met after the time budget), the last
-    validation and test accuracies, the test accuracy at the target, throughput and where the
-    time went."""
+    """A run's figures (level 2, or level 3 with its global batch; `samples`: those trained, at
+    each epoch's batch) unless it diverged: time, epochs and steps to the target (∞ when
+    missed, or met after the time budget), the last validation and test accuracies, the test
+    accuracy at the target, throughput and where the time went."""
     reached = state["reached"]
     if reached is not None and reached[0] > workload.max_seconds:
         reached = None  # met, but after the budget: a miss
-    samples = state["step"] * batch
     quality = workload.quality
     figures = {
         "time_to_accuracy": reached[0] if reached else math.inf,
