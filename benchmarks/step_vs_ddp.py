@@ -15,7 +15,8 @@ the quartiles); >= 0.952 meets the target.
     .venv/bin/python benchmarks/step_vs_ddp.py --model mlp --scheme zero2   # zero1, ssp, ps, ...
     .venv/bin/python benchmarks/step_vs_ddp.py --model mlp --scheme zero3 --baseline fsdp
 
---scheme zero1/zero2/zero3 is sync with that ZeRO stage (d500.distributed.schemes.zero);
+--scheme zero1/zero2/zero3 is sync with that ZeRO stage (d500.distributed.schemes.zero; zero3
+layer by layer, d500.distributed.schemes.zero3);
 --baseline fsdp times torch FSDP2 (d500.distributed.fsdp) instead of DDP; ssp runs with
 staleness 2; a parameter server's step time is its rank's, the slowest rank's per repetition.
 
@@ -71,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(comm.rank)
     feeds = {"input": rng.standard_normal((args.batch, *shape)).astype(np.float32),
              "labels": rng.integers(0, 10, args.batch).astype(np.int64)}
-    if args.scheme in ("zero1", "zero2", "zero3"):
+    if args.scheme == "zero3":  # layer by layer, each layer a sub-model of its own
+        from d500.distributed.schemes.zero3 import Zero3
+        sync = Zero3(model, torch_backend, make("momentum", lr=0.01, momentum=0.9), comm)
+    elif args.scheme in ("zero1", "zero2"):
         from d500.distributed.schemes.zero import Zero
         sync = Zero(trainer(), comm, stage=int(args.scheme[-1]))
     else:
@@ -115,6 +119,12 @@ def main(argv: list[str] | None = None) -> int:
         ratio = report(f"{args.model} {args.scheme} step vs {name}", d500, native,
                        args.batch * comm.size)
         print(f"d500 step time = {1 / ratio:.3f} x {name}'s (target <= 1.05)")
+    peak = sync.figures().get("peak_param_bytes")
+    if peak is not None:  # every rank's own: the most any holds at once
+        peaks = comm.allgather(np.array([peak]))
+        if comm.rank == 0:
+            print(f"d500 {args.scheme} peak parameter bytes per rank: "
+                  f"{', '.join(f'{int(p[0]):,}' for p in peaks)}")
     return 0
 
 

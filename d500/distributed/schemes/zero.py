@@ -19,11 +19,11 @@ Bytes per step and rank, model of B float32 parameter bytes, N data ranks, b_r r
 - stage 3: the same allgather before the forward pass, the same reduce-scatter after the
   backward: as stage 2 (per-layer ZeRO-3 gathers again for the backward, 1.5x).
 
-Stage 3 gathers the whole model, not one layer at a time: d500 runs the ONNX graph as one torch
-program whose autograd keeps every weight it used until the backward ends, so a layer freed
-after its forward would be held anyway; a per-layer gather needs the graph run in segments (as
-d500.distributed.tensor does). Held between steps: b_r; the peak inside a step: B (stated as
-`peak_param_bytes`). Freeing storage is torch's (`param.data`), so stage 3 runs on the torch
+Stage 3 here gathers the whole model, not one layer at a time: it runs the ONNX graph as one
+torch program whose autograd keeps every weight it used until the backward ends. It serves models
+with running statistics (BatchNormalization); any other model is run layer by layer, in segments,
+by d500.distributed.schemes.zero3. Held between steps: b_r; the peak inside a step: B (stated as
+`peak_param_bytes`, as stages 1 and 2 state theirs). Freeing storage is torch's (`param.data`), so stage 3 runs on the torch
 backend on CPU only. Rank 0 gathers the whole model for each evaluation (traffic "evaluate").
 
 Memory per rank (`memory()`, bytes held across a step's update): parameters B (replicated;

@@ -158,7 +158,7 @@ class Zero3(Scheme):
     name = "zero3"
 
     def __init__(self, model: onnx.ModelProto, backend_cls: Any, optimizer: Any, comm: Any,
-                 loss: str = "loss", **kwargs: Any):
+                 loss: str = "loss", where: str = "shard: zero3", **kwargs: Any):
 
         from d500.distributed.pipeline.partition import value_infos
         from d500.distributed.tensor.rank import differentiable, submodel
@@ -167,11 +167,11 @@ class Zero3(Scheme):
                  if t.name in set(self.names)}
         for n, a in whole.items():
             if a.dtype != np.float32:
-                raise ConfigError(f"shard: zero3 shards float32 parameters; '{n}' is {a.dtype}")
+                raise ConfigError(f"{where} shards float32 parameters; '{n}' is {a.dtype}")
         super().__init__(Rows(whole), comm, **kwargs)
         if loss not in self.layers[-1].outputs:
-            raise ConfigError(f"shard: zero3: the loss '{loss}' is not made by the model's last "
-                              f"layer (it must follow every parameter)")
+            raise ConfigError(f"{where}: the loss '{loss}' is not made by the model's last layer "
+                              f"(it must follow every parameter)")
         self.loss_name, self.optimizer = loss, optimizer
         self.shapes = {n: a.shape for n, a in whole.items()}
         types, diff = value_infos(form), differentiable(form, set(self.names))
@@ -180,7 +180,7 @@ class Zero3(Scheme):
             layer.params = _held(layer, self.names)
             layer.wrt = [*layer.params,
                          *(i for i in layer.inputs if i in diff and i not in set(layer.params))]
-        check_elementwise(optimizer, whole, self.size)
+        check_elementwise(optimizer, whole, self.size, where)
         self.counts = [[sum(_rows_size(self.shapes[p], self.size, r) for p in layer.params)
                         for r in range(self.size)] for layer in self.layers]
         self.state: Any = None
@@ -316,7 +316,8 @@ class Zero3(Scheme):
                 "peak_param_bytes": float(self.peak)}
 
 
-def check_elementwise(optimizer: Any, whole: dict[str, np.ndarray], ranks: int) -> None:
+def check_elementwise(optimizer: Any, whole: dict[str, np.ndarray], ranks: int,
+                      where: str = "shard: zero3") -> None:
     """A ConfigError unless two steps of `optimizer` on every rank's rows equal two steps on the
     whole tensors (random gradients; 1e-5 relative)."""
     if ranks == 1:
@@ -337,8 +338,8 @@ def check_elementwise(optimizer: Any, whole: dict[str, np.ndarray], ranks: int) 
         for n, a in mine.items():
             want = _part(ref[n], ranks, r)
             if not np.allclose(a, want, rtol=1e-5, atol=1e-7):
-                raise ConfigError(f"shard: zero3 updates each rank's rows of a parameter apart, "
-                                  f"and optimizer '{getattr(optimizer, 'name', optimizer)}' "
+                raise ConfigError(f"{where}: zero3 updates each rank's rows of a parameter "
+                                  f"apart, and optimizer '{getattr(optimizer, 'name', optimizer)}' "
                                   f"updates a part of '{n}' otherwise than the whole (a "
                                   f"per-tensor norm?): use shard: zero2, or an elementwise "
                                   f"optimizer")
@@ -351,4 +352,4 @@ def build(model: onnx.ModelProto, spec: Any, comm: Any, backend_cls: Any, optimi
         raise ConfigError(f"{spec.where}: field 'distributed.shard': zero3 updates each rank's "
                           f"rows with d500's framework-neutral optimizer; use native: false")
     return Zero3(model, backend_cls, optimizer, comm, bucket_bytes=spec.bucket_bytes,
-                 **spec.options)
+                 where=f"{spec.where}: field 'distributed.shard'", **spec.options)
