@@ -23,8 +23,9 @@ Stage 3 here gathers the whole model, not one layer at a time: it runs the ONNX 
 torch program whose autograd keeps every weight it used until the backward ends. It serves models
 with running statistics (BatchNormalization); any other model is run layer by layer, in segments,
 by d500.distributed.schemes.zero3. Held between steps: b_r; the peak inside a step: B (stated as
-`peak_param_bytes`, as stages 1 and 2 state theirs). Freeing storage is torch's (`param.data`), so stage 3 runs on the torch
-backend on CPU only. Rank 0 gathers the whole model for each evaluation (traffic "evaluate").
+`peak_param_bytes`, as stages 1 and 2 state theirs). Freeing storage is torch's
+(`param.data`), so stage 3 runs on the torch backend on CPU only. Rank 0 gathers the whole model
+for each evaluation (traffic "evaluate").
 
 Memory per rank (`memory()`, bytes held across a step's update): parameters B (replicated;
 stage 3: the bytes of parameter storage the torch tensors hold, measured, b_r); gradients B at
