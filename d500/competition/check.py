@@ -422,8 +422,8 @@ def check_convergence(ctx: Context, report: Report) -> None:
     for (level, workload, backend, ranks, low), runs in sorted(results.items()):
         if (level, workload) not in rules:
             continue
-        ref = rules[level, workload].reference
-        if ref is None or ref.precision != low:
+        ref = rules[level, workload].reference_in(low)
+        if ref is None:
             unchecked.add(f"{workload} (level {level})" + ("" if low == "fp32" else f" in {low}"))
             continue
         done = [r for r in runs if r.status == "succeeded"]

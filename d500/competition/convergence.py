@@ -3,6 +3,7 @@ and checked, a result's epochs-to-target tested against it, a run's test accurac
 validation accuracy. Pure: no ledger, no files, no framework; scipy only inside the two tests.
 
     rules = read(workload_text, "2-training/digits-mlp.yaml")   # .reference, .validation, .test
+    rules.reference_in("bf16")      # the block `reference_convergence_bf16`, or None
     check_epochs(rules.reference, [6.0, 7.0, 6.0], batch_size=32)   # -> Verdict
     check_gap(run_figures, rules.validation, rules.test)            # -> Verdict
 
@@ -84,6 +85,15 @@ BLOCK = {
                             "have no reference (d500.training.precision)"),
 }
 KEY = "reference_convergence"
+
+
+def key(precision: str = "fp32") -> str:
+    """The workload field holding the reference runs made in `precision`: `reference_convergence`
+    for fp32, `reference_convergence_bf16` for bf16, and so on (runs in one precision are no
+    reference for another)."""
+    return KEY if precision == "fp32" else f"{KEY}_{precision}"
+
+
 NOT_CHECKED, OK, FLAGGED = "not checked", "ok", "flagged"
 
 
@@ -103,12 +113,22 @@ class Reference:
 
 @dataclass(frozen=True)
 class Rules:
-    """What the convergence checks read from one workload file: its reference (None when it has
-    none) and its validation and test split sizes (None when the file names none)."""
+    """What the convergence checks read from one workload file: its references, one per precision
+    it has a block for, and its validation and test split sizes (None when the file names
+    none)."""
 
-    reference: Reference | None
+    references: Mapping[str, Reference]  # by precision
     validation: int | None
     test: int | None
+
+    @property
+    def reference(self) -> Reference | None:
+        """The fp32 reference (the block `reference_convergence`)."""
+        return self.references.get("fp32")
+
+    def reference_in(self, precision: str) -> Reference | None:
+        """The reference made in `precision` (None: the workload has none)."""
+        return self.references.get(precision)
 
 
 @dataclass(frozen=True)
@@ -128,28 +148,33 @@ class Verdict:
         return self.status == FLAGGED
 
 
-def parse_reference(block: Any, where: str | Path) -> Reference:
-    """A `reference_convergence` block checked field by field; a problem is a ConfigError naming
-    `where` (the workload file) and the field."""
+def parse_reference(block: Any, where: str | Path, precision: str = "fp32") -> Reference:
+    """A `reference_convergence` block (`reference_convergence_<precision>` for another precision
+    than fp32) checked field by field; a problem is a ConfigError naming `where` (the workload
+    file) and the field."""
     from d500.workload import validate
-    path = Path(where)
+    path, field = Path(where), key(precision)
     if not isinstance(block, Mapping):
-        raise ConfigError(f"{path}: field '{KEY}' must be a mapping, got {type(block).__name__}")
-    data = validate(block, BLOCK, path, f"{KEY}.", path.parent)
+        raise ConfigError(f"{path}: field '{field}' must be a mapping, got "
+                          f"{type(block).__name__}")
+    data = validate(block, BLOCK, path, f"{field}.", path.parent)
+    if "precision" in block and data["precision"] != precision:
+        raise ConfigError(f"{path}: field '{field}.precision' says {data['precision']}: a "
+                          f"reference in {data['precision']} goes under '{key(data['precision'])}'")
     samples = data["samples"]
     if len(samples) < MIN_SAMPLES:
-        raise ConfigError(f"{path}: field '{KEY}.samples' holds {len(samples)} run(s); a "
+        raise ConfigError(f"{path}: field '{field}.samples' holds {len(samples)} run(s); a "
                           f"reference needs at least {MIN_SAMPLES}")
     for i, value in enumerate(samples):
         if not (math.isfinite(value) and value > 0):
-            raise ConfigError(f"{path}: field '{KEY}.samples[{i}]' must be a positive finite "
+            raise ConfigError(f"{path}: field '{field}.samples[{i}]' must be a positive finite "
                               f"number of {data['metric']}, got {value!r}")
     for name in ("batch_size", "ranks"):
         if data[name] is not None and data[name] < 1:
-            raise ConfigError(f"{path}: field '{KEY}.{name}' must be at least 1, "
+            raise ConfigError(f"{path}: field '{field}.{name}' must be at least 1, "
                               f"got {data[name]}")
     return Reference(data["metric"], data["entry"], data["backend"], data["command"],
-                     tuple(samples), data["batch_size"], data["ranks"], data["precision"])
+                     tuple(samples), data["batch_size"], data["ranks"], precision)
 
 
 def read(text: str | bytes, where: str | Path) -> Rules:
@@ -157,13 +182,13 @@ def read(text: str | bytes, where: str | Path) -> Rules:
     block or file is a ConfigError naming `where`."""
     from d500.workload import mapping
     data = mapping(text, where)
-    block = data.get(KEY)
-    reference = None if block is None else parse_reference(block, where)
+    references = {p: parse_reference(data[key(p)], where, p) for p in PRECISIONS
+                  if data.get(key(p)) is not None}
     split = data.get("dataset")
     sizes = [split.get(k) if isinstance(split, Mapping) else None for k in ("validation", "test")]
     sizes = [n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
              for n in sizes]
-    return Rules(reference, sizes[0], sizes[1])
+    return Rules(references, sizes[0], sizes[1])
 
 
 def check_epochs(reference: Reference | None, values: Sequence[float], *,

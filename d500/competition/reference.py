@@ -37,6 +37,7 @@ from typing import Any
 
 from d500.competition import convergence
 from d500.errors import CheckFailed, D500Error
+from d500.training.precision import PRECISIONS
 
 FIRST_SEED = 1000
 LIFTED_SECONDS = 86_400.0  # the wall-clock budget of a reference run: a day
@@ -66,6 +67,11 @@ class Measurement:
     @property
     def metric(self) -> str:
         return "epochs"
+
+    @property
+    def precision(self) -> str:
+        """What the runs compute in (the recipe's; `d500 reference --precision`)."""
+        return self.recipe.precision
 
     @property
     def samples(self) -> list[float]:
@@ -176,7 +182,8 @@ def _rules(text: str) -> Any:
     import yaml
     data = yaml.safe_load(text)
     if isinstance(data, dict):
-        data.pop(convergence.KEY, None)
+        for p in PRECISIONS:
+            data.pop(convergence.key(p), None)
     return data
 
 
@@ -220,8 +227,7 @@ def lifted(workload: Any) -> Any:
     from d500.paths import home
     source = Path(workload.path)
     raw = source.read_bytes()
-    data = yaml.safe_load(raw)
-    data.pop(convergence.KEY, None)
+    data = _rules(raw.decode("utf-8"))
     data["budget"] = {**data["budget"], "max_seconds": LIFTED_SECONDS}
     out = home() / "reference" / source.parent.name / source.name
     if out.is_file() and _rules(out.read_text(encoding="utf-8")) == data:
@@ -244,6 +250,8 @@ def command(m: Measurement, first_seed: int = FIRST_SEED) -> str:
     parts = ["d500 reference", where, "--entry", m.entry.name, "--backend", m.backend]
     if m.ranks is not None:
         parts += ["--ranks", str(m.ranks)]
+    if m.precision != "fp32":
+        parts += ["--precision", m.precision]
     if m.ran is m.workload:
         parts.append("--keep-time-budget")
     parts += ["--runs", str(len(m.seeds)), "--first-seed", str(first_seed)]
@@ -281,7 +289,7 @@ def block(m: Measurement) -> str:
         lines.append(f"# {len(missed)} run(s) missed the target and are not among the samples: "
                      f"seeds {', '.join(str(s) for s, _ in missed)}.")
     lines += [
-        f"{convergence.KEY}:",
+        f"{convergence.key(m.precision)}:",
         f"  metric: {m.metric}",
         f"  entry: {m.entry.name}",
         f"  backend: {m.backend}",
@@ -289,17 +297,20 @@ def block(m: Measurement) -> str:
         *([f"  ranks: {m.ranks}"] if m.ranks is not None else []),
         f"  command: {json.dumps(command(m, m.seeds[0]))}",
         f"  samples: [{', '.join(_number(v) for v in samples)}]",
+        *([f"  precision: {m.precision}"] if m.precision != "fp32" else []),
     ]
     text = "\n".join(lines) + "\n"
-    convergence.parse_reference(yaml.safe_load(text)[convergence.KEY], wl.path)
+    field = convergence.key(m.precision)
+    convergence.parse_reference(yaml.safe_load(text)[field], wl.path, m.precision)
     return text
 
 
-def write_block(path: Path, text: str) -> None:
-    """Put the block in a workload file: an existing block (with the comment right above it, from
-    its line "# Reference convergence ...") is replaced, else the block is appended."""
+def write_block(path: Path, text: str, precision: str = "fp32") -> None:
+    """Put the block of `precision` in a workload file: an existing block of that precision (with
+    the comment right above it, from its line "# Reference convergence ...") is replaced, else the
+    block is appended; another precision's block stays."""
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    key = f"{convergence.KEY}:"
+    key = f"{convergence.key(precision)}:"
     at = next((i for i, line in enumerate(lines) if line.startswith(key)), None)
     if at is None:
         body = "".join(lines)

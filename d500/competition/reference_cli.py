@@ -23,6 +23,7 @@ from typing import Any
 
 from d500.cli import ArgumentParser, seed
 from d500.errors import UsageError
+from d500.training.precision import PRECISIONS
 
 
 def main(argv: list[str], prog: str = "d500 reference") -> int:
@@ -42,6 +43,10 @@ def main(argv: list[str], prog: str = "d500 reference") -> int:
     p.add_argument("--ranks", type=int, metavar="R",
                    help="level 3: the world size (default 2 when the workload allows it)")
     p.add_argument("--data", metavar="DIR", help="where dataset files are (default $D500_DATA)")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="the runs compute in this precision, in place of the entry's; the block "
+                        "is `reference_convergence_<precision>` (results are checked only "
+                        "against a reference in their own precision)")
     p.add_argument("--keep-time-budget", action="store_true",
                    help="keep the workload's budget.max_seconds (default: lifted, since epochs "
                         "to target do not depend on the machine)")
@@ -69,7 +74,8 @@ def main(argv: list[str], prog: str = "d500 reference") -> int:
     from d500.training.console import line, progress_bar, resolve
     backends.get(args.backend)
     entry_dir = _entry_folder(args.entry, _level(args.workload, args.entry))
-    workload, entry = resolve(Namespace(workload=args.workload, submission=str(entry_dir)))
+    workload, entry = resolve(Namespace(workload=args.workload, submission=str(entry_dir),
+                                        precision=args.precision))
     def measure(params: dict[str, Any] | None = None) -> Any:
         return reference.measure(
             workload, entry, args.backend, args.runs, first_seed=args.first_seed,
@@ -91,7 +97,7 @@ def main(argv: list[str], prog: str = "d500 reference") -> int:
               file=sys.stderr)
     print(text, end="")
     if args.write:
-        reference.write_block(Path(workload.path), text)
+        reference.write_block(Path(workload.path), text, measured.precision)
         from d500 import levels
         levels.of_file(workload.path).load(workload.path)  # the file still loads
         print(f"written to {workload.path}", file=sys.stderr)

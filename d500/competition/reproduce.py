@@ -360,7 +360,9 @@ def study_numbers(pkg: Any) -> dict[int, int | None]:
 
 
 def _reference(prepared: Prepared) -> Any:
-    """The reference convergence of a prepared training run's workload (None: it has none)."""
+    """The reference convergence of a prepared training run's workload in the run's precision
+    (None: it has none)."""
     from d500.competition import convergence
+    from d500.training.precision import precision_of
     path = prepared.workload_file
-    return convergence.read(path.read_bytes(), path).reference
+    return convergence.read(path.read_bytes(), path).reference_in(precision_of(prepared.run))

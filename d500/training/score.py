@@ -148,14 +148,14 @@ def rcp_of(scored: list[dict[str, Any]]) -> Any:
     from d500.training.precision import precision_of
     if not scored:
         return convergence.Scale(1.0, "no scored seed runs: not scaled")
-    first = scored[0]
+    first, low = scored[0], precision_of(scored[0])
     try:
-        ref = convergence.read(first.get("workload_text") or "",
-                               first.get("workload_file") or "workload.yaml").reference
+        rules = convergence.read(first.get("workload_text") or "",
+                                 first.get("workload_file") or "workload.yaml")
     except D500Error as err:
         return convergence.Scale(1.0, f"its reference convergence is unreadable ({err}): "
                                       f"not scaled")
-    low = precision_of(first)
+    ref = rules.reference_in(low) or rules.reference  # another precision's: says it has none
     metric = ref.metric if ref is not None else "epochs"
     done = [to_target(r, metric) for r in scored if r["status"] == "succeeded"]
     verdict = convergence.check_epochs(ref, done, precision=low)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from d500 import workload as _workload
+from d500.competition import convergence
 from d500.errors import ConfigError
 from d500.training.data.dataset import KNOWN, TEXT
 from d500.training.precision import PRECISIONS
@@ -86,7 +87,8 @@ SCHEMA = {
     "seeds": Field(int, default=3),
     "seed_runs": Field(int, help="MLPerf's M > N: seed runs every entry makes, of which "
                                  "`seeds` consecutive score (default: `seeds`)"),
-    "reference_convergence": Field(dict, help="d500.competition.convergence: reference runs"),
+    **{convergence.key(p): Field(dict, help=f"d500.competition.convergence: reference runs in {p}")
+       for p in PRECISIONS},
     "lowest_precision": Field(str, default="fp32", choices=PRECISIONS,
                               help="the lowest precision a recipe may train in "
                                    "(d500.training.precision)"),
@@ -252,9 +254,9 @@ def from_data(path: Path, data: dict[str, Any], level: int,
         raise ConfigError(f"{path}: field 'seed_runs' ({runs}) must be at least 'seeds' "
                           f"({data['seeds']}): the N that score are chosen among the M run")
     rank_by = _workload.check_metrics(data, path, measured, data["level"])
-    if data["reference_convergence"] is not None:
-        from d500.competition.convergence import parse_reference
-        parse_reference(data["reference_convergence"], path)
+    for p in PRECISIONS:
+        if data[convergence.key(p)] is not None:
+            convergence.parse_reference(data[convergence.key(p)], path, p)
     return Workload(
         path=path, level=data["level"], name=data["name"], description=data["description"],
         metrics=list(data["metrics"]), rank_by=rank_by, aggregate=data["aggregate"], model=m,

@@ -343,3 +343,74 @@ def test_write_block_replaces_a_block_and_its_comment(tmp_path):
 
 def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "D500_HOME"}
+
+
+# -- a reference per precision ------------------------------------------------------------------
+
+def _bf16_block(samples: str, extra: str = "") -> str:
+    return ("reference_convergence_bf16:\n  metric: epochs\n  entry: sgd-momentum\n"
+            "  backend: torch\n  command: \"d500 reference digits-mlp --precision bf16\"\n"
+            f"  samples: [{samples}]\n{extra}")
+
+
+def test_each_precision_has_its_own_block_and_results_meet_only_their_own(tmp_path):
+    """A bf16 result is tested against the bf16 runs (`reference_convergence_bf16`), an fp32
+    result against the fp32 ones: runs in one precision are no reference for another."""
+    path = tmp_path / "digits-mlp.yaml"
+    path.write_text(MLP.read_text(encoding="utf-8") + _bf16_block(", ".join(["12"] * 10)),
+                    encoding="utf-8")
+    workloads.load(path)  # the rules accept the second block
+    rules = rules_of(path)
+    fp32, bf16 = rules.reference, rules.reference_in("bf16")
+    assert fp32 == rules_of(MLP).reference and rules.reference_in("fp16") is None
+    assert bf16.precision == "bf16" and bf16.samples == (12.0,) * 10
+    # 7 epochs is usual in fp32 and implausibly fast against bf16 runs that all took 12
+    assert convergence.check_epochs(fp32, [7.0] * 3, precision="fp32").status == OK
+    assert convergence.check_epochs(bf16, [7.0] * 3, precision="bf16").flagged
+    from d500.training import score
+    runs = [{"status": "succeeded", "figures": {"epochs": 7.0}, "workload_text":
+             path.read_text(encoding="utf-8"), "workload_file": str(path),
+             "hyperparameters": {"precision": low}} for low in ("bf16", "fp32")]
+    assert score.rcp_of(runs[:1]).factor == pytest.approx(12 / 7)  # scaled to the bf16 runs
+    assert score.rcp_of(runs[1:]).reference_mean == pytest.approx(
+        convergence.rcp_scale(fp32, [7.0]).reference_mean)
+
+
+def test_a_block_under_another_precisions_name_is_one_line(tmp_path):
+    path = tmp_path / "digits-mlp.yaml"
+    path.write_text(MLP.read_text(encoding="utf-8")
+                    + _bf16_block(", ".join(["6"] * 10), "  precision: fp32\n"), encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        workloads.load(path)
+    assert str(err.value) == (f"{path}: field 'reference_convergence_bf16.precision' says fp32: "
+                              f"a reference in fp32 goes under 'reference_convergence'")
+
+
+def test_a_bf16_measurement_writes_its_own_block_beside_the_fp32_one(tmp_path, monkeypatch):
+    """`d500 reference --precision bf16 --write`: the block is named for bf16, says so, its
+    command re-measures in bf16, and the fp32 block (with its comment) stays as it was."""
+    import dataclasses
+
+    from d500.training.trainer import Result
+    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
+    path = tmp_path / "digits-mlp.yaml"
+    path.write_text(MLP.read_text(encoding="utf-8"), encoding="utf-8")
+    wl, entry = workloads.load(path), submissions.load(SGD)
+    entry.recipe = dataclasses.replace(entry.recipe, precision="bf16")
+    m = reference.Measurement(wl, entry, "torch", None, ran=reference.lifted(wl),
+                              seeds=list(range(1000, 1010)),
+                              results=[Result(i, "succeeded", {"epochs": 6.0 + i % 3})
+                                       for i in range(10)])
+    text = reference.block(m)
+    assert "\nreference_convergence_bf16:\n" in text and "\n  precision: bf16\n" in text
+    assert "--precision bf16" in yaml.safe_load(text)["reference_convergence_bf16"]["command"]
+    before = path.read_text(encoding="utf-8")
+    reference.write_block(path, text, m.precision)
+    reference.write_block(path, text, m.precision)  # again: replaced, not appended twice
+    after = path.read_text(encoding="utf-8")
+    assert after == before + ("" if before.endswith("\n") else "\n") + text
+    rules = rules_of(path)
+    assert rules.reference == rules_of(MLP).reference
+    assert rules.reference_in("bf16").samples == tuple(m.samples)
+    # the runs' rules are the same with or without a reference block of any precision
+    assert reference._rules(after) == reference._rules(MLP.read_text(encoding="utf-8"))
