@@ -44,6 +44,12 @@ def test_a_rank_claiming_bytes_it_does_not_hold_is_not_believed():
     assert held_memory(partial, b0 + b1, {0: b0, 1: b1}) is None
 
 
+def batch() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {"input": rng.standard_normal((8, 1, 8, 8), dtype=np.float32),
+            "labels": rng.integers(0, 10, 8).astype(np.int64)}
+
+
 def torch_trainer():
     return backends.get("torch").prepare(MLP).trainer(make_optimizer("sgd", lr=0.1), loss="loss")
 
@@ -60,9 +66,7 @@ def test_one_rank_holds_the_whole_model_and_trains_as_sync():
     zero = Zero(torch_trainer(), Communicator.single(), stage=3)
     plain = torch_trainer()
     zero.start()
-    rng = np.random.default_rng(0)
-    feeds = {"input": rng.standard_normal((8, 1, 8, 8), dtype=np.float32),
-             "labels": rng.integers(0, 10, 8).astype(np.int64)}
+    feeds = batch()
     for _ in range(3):
         assert zero.step(feeds, 0.1) == pytest.approx(plain.step(feeds, 0.1), rel=1e-6)
     assert zero.memory()["param_bytes"] == sum(a.nbytes for a in plain.parameters().values())
@@ -91,9 +95,7 @@ def test_one_rank_layer_by_layer_trains_as_the_whole_model(backend):
     plain = backends.get("torch").prepare(MLP).trainer(make_optimizer("adam", lr=0.01),
                                                        loss="loss")
     zero.start()
-    rng = np.random.default_rng(0)
-    feeds = {"input": rng.standard_normal((8, 1, 8, 8), dtype=np.float32),
-             "labels": rng.integers(0, 10, 8).astype(np.int64)}
+    feeds = batch()
     for _ in range(3):
         assert zero.step(feeds, 0.01) == pytest.approx(plain.step(feeds, 0.01), rel=1e-5)
     got, want = zero.trainer.parameters(), plain.parameters()

@@ -8,6 +8,7 @@ the largest layer get neither memory figure."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,6 +79,16 @@ def _last_run(home: Path) -> dict:
     return Ledger(home / "ledger.sqlite").runs(level=3)[-1]
 
 
+def _cheating(tmp: Path, name: str, code: str, cls: str, epochs: int) -> tuple[Any, dict]:
+    """The zero-3 entry at 2 ranks with optimizer file `name`.py (class `cls`) being `code`,
+    for at most `epochs` epochs, and the run its judge recorded."""
+    home = tmp / "home"
+    wl = jobs.workload(tmp, "digits-mlp", budget={"max_epochs": epochs})
+    entry = jobs.entry(tmp, "zero-3", folder=name, files={f"{name}.py": code}, name=name,
+                       optimizer=f"{name}.py:{cls}")
+    return jobs.train(home, 2, wl, entry, "--seed", "0"), _last_run(home)
+
+
 def _judges_figures() -> tuple[dict[int, int], dict[int, int]]:
     model = build("mlp", (1, 8, 8), 10, seed=0, loss=True)
     spec = parse({"scheme": "sync", "shard": "zero3"}, "e.yaml")
@@ -104,25 +115,15 @@ def test_the_zero3_entry_reaches_its_target_layer_by_layer_with_its_memory_judge
 
 
 def test_ranks_on_stale_layers_are_caught_by_the_judge(tmp_path):
-    home = tmp_path / "home"
-    wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 2})
-    entry = jobs.entry(tmp_path, "zero-3", folder="stale", files={"stale.py": STALE},
-                       name="stale", optimizer="stale.py:Stale")
-    out = jobs.train(home, 2, wl, entry, "--seed", "0")
+    out, run = _cheating(tmp_path, "stale", STALE, "Stale", 2)
     assert out.returncode != 0
-    run = _last_run(home)
     assert run["status"] == "failed", (run["status"], run["error"])
     assert "audit:" in run["error"], run["error"]
 
 
 def test_ranks_claiming_a_leaner_peak_get_no_memory_figures(tmp_path):
-    home = tmp_path / "home"
-    wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 1})
-    entry = jobs.entry(tmp_path, "zero-3", folder="lean", files={"lean.py": LEAN},
-                       name="lean", optimizer="lean.py:Lean")
-    out = jobs.train(home, 2, wl, entry, "--seed", "0")
+    out, run = _cheating(tmp_path, "lean", LEAN, "Lean", 1)
     assert out.returncode in (0, 1), out.stderr[-2000:]
-    run = _last_run(home)
     assert run["status"] in ("succeeded", "missed"), run["error"]
     rows, _ = _judges_figures()
     assert [r["scheme"]["peak_param_bytes"] for r in run["details"]["ranks"]] == [
