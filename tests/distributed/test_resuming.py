@@ -1,0 +1,81 @@
+"""Level-3 checkpoints in one process (d500.distributed.resuming): each scheme that can be
+checkpointed, saved through a checkpoint file and restored into a fresh one, continues bit for
+bit (model, optimizer slots, the scheme's own state: its step count, a ZeRO rank's block of the
+optimizer state); the schemes that cannot are refused naming why. The kill-and-resume of real
+`mpiexec -n 2` jobs is test_resume_mpi.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from d500.distributed import resuming
+from d500.distributed import spec as specs
+from d500.distributed.comm import Communicator
+from d500.distributed.schemes import make
+from d500.distributed.schemes.zero import Zero
+from d500.training import checkpoint
+from tests.distributed.test_schemes import LR, feeds, trainer
+
+
+def scheme(name: str, optimizer: str, seed: int = 0):
+    """A started scheme `name` (zero1, zero2: sync sharded) over one rank."""
+    t = trainer("torch", optimizer, seed=seed)
+    if name.startswith("zero"):
+        s = Zero(t, Communicator(None), stage=int(name[-1]))
+    else:
+        s = make(name, t, Communicator(None), **({"period": 3} if name == "local_sgd" else {}))
+    s.start()
+    return s
+
+
+@pytest.mark.parametrize("name, optimizer", [
+    ("sync", "momentum"), ("local_sgd", "momentum"), ("dpsgd", "adam"), ("ps", "adam"),
+    ("zero1", "adam"), ("zero2", "adam")])
+def test_a_restored_scheme_continues_as_the_one_that_was_saved(tmp_path, name, optimizer):
+    batches = feeds(10)
+    saved = scheme(name, optimizer)
+    for f in batches[:5]:
+        saved.step(f, LR)
+    every = resuming.gather(None, resuming.capture(saved, 5))
+    path, digest = checkpoint.write(tmp_path, 1, every, {"world_size": 1})
+    state, _ = checkpoint.read(path, digest)
+    restored = scheme(name, optimizer, seed=1)  # another model: everything must come back
+    assert resuming.restore(restored, resuming.scatter(None, state)) == 5
+    assert restored.steps == 5
+    for f in batches[5:]:
+        assert restored.step(f, LR) == saved.step(f, LR)
+    mine, theirs = restored.trainer.parameters(), saved.trainer.parameters()
+    assert all(np.array_equal(mine[n], theirs[n]) for n in mine)
+
+
+def test_a_zero_rank_without_its_block_state_does_not_continue(tmp_path):
+    """The block's Adam moments matter: a restore that skipped them would diverge (so the test
+    above can fail)."""
+    batches = feeds(8)
+    saved = scheme("zero1", "adam")
+    for f in batches[:4]:
+        saved.step(f, LR)
+    state = resuming.capture(saved, 4)
+    state["scheme"] = {"steps": state["scheme"]["steps"], **{
+        k: np.zeros_like(v) if k.startswith("block/slot") else v
+        for k, v in state["scheme"].items() if k.startswith("block/")}}
+    restored = scheme("zero1", "adam")
+    resuming.restore(restored, state)
+    assert [restored.step(f, LR) for f in batches[4:]] != [saved.step(f, LR) for f in batches[4:]]
+
+
+@pytest.mark.parametrize("mapping, why", [
+    ({"scheme": "async_ps"}, "scheme 'async_ps': which gradients rank 0 applied"),
+    ({"scheme": "ssp"}, "scheme 'ssp': which gradients rank 0 applied"),
+    ({"scheme": "sync", "compression": {"name": "topk", "density": 0.1}},
+     "compressor 'topk': a compressor's state"),
+    ({"scheme": "sync", "shard": "zero3"}, "ZeRO-3"),
+    ({"scheme": "sync", "pipeline": 2}, "pipeline"),
+    ({"scheme": "ddp"}, "scheme 'ddp': torch's own"),
+    ({"scheme": "sync"}, ""), ({"scheme": "local_sgd"}, ""), ({"scheme": "dpsgd"}, ""),
+    ({"scheme": "ps"}, ""), ({"scheme": "sync", "shard": "zero2"}, ""),
+])
+def test_what_cannot_be_checkpointed_exactly_is_refused_naming_why(mapping, why):
+    found = resuming.refusal(specs.parse(mapping, "entry/submission.yaml"))
+    assert why in found if why else found == ""
