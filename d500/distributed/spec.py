@@ -196,6 +196,11 @@ def _refuse_unbuilt(dims: dict[str, int | None], shard: str, scheme: str, compre
                              f"'distributed.{own}' >= 2 (one part per rank), {other}: 1 and "
                              f"shard: none (got {own} {dims[own] or 1}, {other} "
                              f"{dims[other] or 1}, shard {shard})")
+    if (dims["tensor"] or 1) > 1 and (dims["pipeline"] or 1) > 1 and own is None:
+        raise UsageError(f"{where}: fields 'distributed.pipeline' and 'distributed.tensor': "
+                         f"tensor parallelism inside pipeline stages (pipeline "
+                         f"{dims['pipeline']} x tensor {dims['tensor']}) is not built yet; "
+                         f"use one of them, the data dimension taking the other ranks")
     if (dims["tensor"] or 1) > 1 and scheme != DTENSOR and (
             (dims["pipeline"] or 1) > 1 or scheme != "sync" or shard != "none"
             or compressor != "none"):
