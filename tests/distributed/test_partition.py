@@ -136,4 +136,4 @@ def test_the_spec_takes_a_pipeline_with_sync_only():
                                          r"not built yet"):
         parse({"scheme": "sync", "tensor": 2, "pipeline": 2}, "e.yaml")
     with pytest.raises(UsageError, match="tensor parallelism composes with the data dimension"):
-        parse({"scheme": "sync", "tensor": 2, "pipeline": 2}, "e.yaml")  # not built yet
+        parse({"scheme": "ps", "tensor": 2}, "e.yaml")
