@@ -132,6 +132,7 @@ class Reproduction:
     split_seed: int | None = None
     split: list[Check] = field(default_factory=list)  # per workload, under split_seed
     pooled: list[Check] = field(default_factory=list)  # the draw's times on their hardware
+    restarts: list[str] = field(default_factory=list)  # resumed runs and their segments
 
     @property
     def agrees(self) -> bool:
@@ -297,6 +298,8 @@ def reproduce(pkg: Any, runs: int = 2, seed: int | None = None, ledger: str | Pa
     result = Reproduction(pkg.path, pkg.sha256, pkg.manifest["entry"],
                           new_seed() if seed is None else seed, seed is not None, book.path)
     candidates, result.left_out = drawable(pkg.runs())
+    from d500.competition import restarts  # every resumed run's segments, listed
+    result.restarts = restarts.problems(pkg.runs())[1]
     result.drawn_from = [r.origin_id for r in candidates]
     chosen = choose(candidates, runs, result.seed)
     folder = book.root / "reproduce" / pkg.sha256[:12]

@@ -98,6 +98,8 @@ def render(result: Any) -> None:
         f"{result.ledger}")
     for why, ids in result.left_out.items():
         out(f"  left out: run(s) {', '.join(map(str, ids))}: {why}")
+    for line in result.restarts:
+        out(f"  restarts: {line}")
     if result.drawn_from:
         from d500.competition.reproduce_time import odds_line
         out(f"  {odds_line(len(result.drawn_from), len(result.runs))}")
@@ -142,6 +144,7 @@ def as_json(result: Any) -> dict[str, Any]:
     return {"package": str(result.package), "sha256": result.sha256, "entry": result.entry,
             "seed": result.seed, "seed_given": result.seed_given, "ledger": str(result.ledger),
             "drawn_from": result.drawn_from, "left_out": result.left_out,
+            "restarts": result.restarts,
             "odds": result.odds() if result.drawn_from else None,
             "agrees": result.agrees, "split_seed": result.split_seed,
             "split": [{"check": c.name, "recorded": c.recorded, "reproduced": c.reproduced,
