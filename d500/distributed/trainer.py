@@ -99,13 +99,13 @@ def build(job: Job, seed: int) -> tuple[Any, Any, Any]:
         scheme = tensor(model, spec, Grid(comm, spec.dims(comm.size)), backend_cls,
                         recipe.optimizer(job.backend), recipe.native)
         return scheme.trainer, scheme, None
-    exe = backend_cls.prepare(model)
     if spec.shard == "zero3" and not running_statistics(model):  # layer by layer, no whole
         from d500.distributed.grid import Grid  # model translated
         from d500.distributed.schemes.zero3 import build as zero3
         scheme = zero3(model, spec, Grid(comm, spec.dims(comm.size)).data, backend_cls,
                        recipe.optimizer(job.backend), recipe.native)
         return scheme.trainer, scheme, None
+    exe = backend_cls.prepare(model)
     trainer = exe.trainer(recipe.optimizer(job.backend), loss="loss", native=recipe.native)
     if spec.native:
         from d500.distributed.ddp import DDPScheme
