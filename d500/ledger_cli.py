@@ -70,7 +70,9 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
             if args.json:
                 print(json.dumps([_public(r) for r in runs], indent=1))
             else:
-                _print_list(runs, ledger)
+                chosen = {k: getattr(args, k) for k in ("level", "workload", "status",
+                                                        "submission", "backend")}
+                _print_list(runs, ledger, {k: v for k, v in chosen.items() if v is not None})
         elif args.command == "show":
             if args.run == "last":
                 every = ledger.runs()
@@ -210,7 +212,8 @@ def _figures_text(figures: dict[str, float]) -> str:
     return ", ".join(parts)
 
 
-def _print_list(runs: list[dict[str, Any]], ledger: Any) -> None:
+def _print_list(runs: list[dict[str, Any]], ledger: Any,
+                filters: dict[str, Any] | None = None) -> None:
     from rich.table import Table
 
     from d500.ledger.lifecycle import trial_label
@@ -218,7 +221,10 @@ def _print_list(runs: list[dict[str, Any]], ledger: Any) -> None:
 
     console = stdout_console()
     if not runs:
-        console.print(f"no runs recorded in {ledger.path}")
+        every = len(ledger.runs()) if filters else 0
+        chosen = " ".join(f"--{k} {v}" for k, v in (filters or {}).items())
+        console.print(f"no run of the {every} in {ledger.path} matches {chosen}" if every
+                      else f"no runs recorded in {ledger.path}", markup=False, highlight=False)
         return
     table = Table(title=f"{len(runs)} runs in {ledger.path}", title_justify="left")
     for col in ("id", "lvl", "workload", "submission", "backend", "status", "seed", "started",

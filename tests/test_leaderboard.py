@@ -277,6 +277,13 @@ def test_cli_markdown_html_terminal_and_errors(home, tmp_path, capsys):
     assert d500("--out", str(nested)).returncode == 0 and nested.is_file()
     missing = d500("--ledger", str(tmp_path / "no-such.sqlite"))
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1
+    for args in (["--workload", "cnov"], ["--level", "1", "--workload", "conv"]):
+        typo = d500(*args)  # runs are recorded, none of that workload: not "no runs yet"
+        assert typo.returncode == 2 and typo.stderr.count("\n") == 1, typo.stderr
+        assert f"--workload '{args[-1]}': no run of it" in typo.stderr
+    assert "at level 1 in" in typo.stderr and "No runs recorded yet." not in typo.stdout
+    assert "(its workloads: conv)" in d500("--workload", "cnov").stderr
+    assert d500("--level", "0", "--workload", "conv").returncode == 0
 
 
 @pytest.mark.browser

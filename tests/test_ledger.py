@@ -303,6 +303,9 @@ def test_cli_list_show_export(home, tmp_path):
     assert [r["id"] for r in only] == [2]
     table = cli("ledger", "list", "--workload", "conv", home=home)
     assert table.returncode == 0 and "conv" in table.stdout and "mnist" not in table.stdout
+    typo = cli("ledger", "list", "--workload", "cnov", home=home)  # not "no runs recorded"
+    assert typo.returncode == 0 and "no run of the 2 in " in typo.stdout
+    assert "matches --workload cnov" in typo.stdout
     show = cli("ledger", "show", "last", home=home)
     assert show.returncode == 0
     assert "diverged" in show.stdout and "loss is nan at step 5" in show.stdout

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from d500.cli import ArgumentParser, stdout_console
+from d500.errors import UsageError
 from d500.leaderboard import terminal, text
 from d500.leaderboard.output import FORMATS, render, write_html, write_markdown
 from d500.leaderboard.ranking import build
@@ -34,6 +36,8 @@ def main(argv: list[str], prog: str = "d500 leaderboard") -> int:
 
     ledger = Ledger.open_for_reading(args.ledger)
     try:
+        if args.workload:
+            _check_workload(ledger, args.level, args.workload)
         if args.format == "html":
             print(f"wrote {write_html(args.out, ledger, args.level, args.workload, across)}")
         elif args.format == "md" and args.out:
@@ -55,3 +59,14 @@ def main(argv: list[str], prog: str = "d500 leaderboard") -> int:
     finally:
         ledger.close()
     return 0
+
+
+def _check_workload(ledger: Any, level: int | None, workload: str) -> None:
+    """A --workload the ledger has no run of is a usage error naming the workloads it has (an
+    empty ledger's board says that nothing is recorded yet)."""
+    if ledger.runs(level=level, workload=workload) or not ledger.runs():
+        return
+    at = "" if level is None else f" at level {level}"
+    recorded = sorted({r["workload"] for r in ledger.runs(level=level)})
+    has = f"its workloads{at}: {', '.join(recorded)}" if recorded else f"no run{at} yet"
+    raise UsageError(f"--workload '{workload}': no run of it{at} in {ledger.path} ({has})")
