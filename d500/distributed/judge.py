@@ -26,6 +26,7 @@ import math
 import multiprocessing
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any
@@ -143,6 +144,7 @@ class Ranks(Trainee):
         super().__init__(conn)
         self.lost = lost
         self.audit: Any = None  # a pipeline's (d500.distributed.pipeline.audit.Audit)
+        self.remaining: Any = None  # while a chunk trains: the budget left (it beats the heart)
 
     def give(self, x: Any, y: Any, total_steps: int) -> None:
         if self.audit is not None:
@@ -150,20 +152,35 @@ class Ranks(Trainee):
         super().give(x, y, total_steps)
 
     def train(self, epoch: int, first: int, count: int, *args: Any, **kwargs: Any) -> Any:
-        chunk = super().train(epoch, first, count, *args, **kwargs)
+        self.remaining = args[0] if args else kwargs["remaining"]
+        try:
+            chunk = super().train(epoch, first, count, *args, **kwargs)
+        finally:
+            self.remaining = None
         if self.audit is not None:  # on the clock: the judge's own time in training
             self.audit.check(epoch, first, chunk.losses, chunk.state is not None)
         return chunk
 
     def _poll(self, timeout: float | None) -> bool:
-        ready = wait([self.conn, self.lost], timeout)
-        if self.lost in ready:
-            try:
-                _, why, gone = self.lost.recv()
-            except (EOFError, OSError):
-                why, gone = "rank 0 ended without a word", False
-            raise Lost(why, gone)
-        return bool(ready)
+        """Whether rank 0 spoke within `timeout` s. While a chunk trains (the ranks send no
+        ticks) the budget is read every HEARTBEAT s, which writes the judge's heartbeat: a
+        killed job's time after its last checkpoint is charged to its resumed run."""
+        from d500.training.resume import HEARTBEAT
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if end is None else max(0.0, end - time.monotonic())
+            ready = wait([self.conn, self.lost], left if self.remaining is None
+                         else HEARTBEAT if left is None else min(left, HEARTBEAT))
+            if self.lost in ready:
+                try:
+                    _, why, gone = self.lost.recv()
+                except (EOFError, OSError):
+                    why, gone = "rank 0 ended without a word", False
+                raise Lost(why, gone)
+            if ready or (end is not None and time.monotonic() >= end):
+                return bool(ready)
+            if self.remaining is not None:
+                self.remaining()  # the budget read: the heartbeat written
 
     def stats(self) -> list[Any]:
         """Every rank's figures.RankStats, gathered by rank 0."""

@@ -79,3 +79,25 @@ def test_a_zero_rank_without_its_block_state_does_not_continue(tmp_path):
 def test_what_cannot_be_checkpointed_exactly_is_refused_naming_why(mapping, why):
     found = resuming.refusal(specs.parse(mapping, "entry/submission.yaml"))
     assert why in found if why else found == ""
+
+
+def test_the_judge_beats_its_heartbeat_while_the_ranks_train_a_long_chunk():
+    """The ranks send no ticks within a chunk: the judge reads the budget (which writes its
+    heartbeat) every HEARTBEAT s while it waits, so that a job killed mid-chunk has its time
+    since the last checkpoint charged; the wait still ends at its timeout, or when rank 0
+    speaks."""
+    import multiprocessing
+    import time
+
+    from d500.distributed.judge import Ranks
+    from d500.training.resume import HEARTBEAT
+    conn, rank0 = multiprocessing.Pipe()
+    lost, _ = multiprocessing.Pipe()
+    ranks = Ranks(conn, lost)
+    read = []
+    ranks.remaining = lambda: read.append(time.monotonic()) or 100.0
+    t = time.monotonic()
+    assert ranks._poll(2.5 * HEARTBEAT) is False
+    assert time.monotonic() - t >= 2.5 * HEARTBEAT and len(read) >= 2
+    rank0.send(("trained",))
+    assert ranks._poll(None) is True
