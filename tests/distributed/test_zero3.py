@@ -138,3 +138,14 @@ def test_a_rank_claiming_a_leaner_peak_than_its_rows_and_a_layer_is_not_believed
     for r in zero2:
         r.scheme["peak_param_bytes"] = WHOLE // 3  # below what it holds between steps
     assert "peak_param_bytes" not in aggregate(zero2, WHOLE)
+
+
+def test_small_consecutive_layers_are_gathered_together_within_the_largest_layer():
+    """LeNet's two convolutions (10,288 B together) are one gather; no group holds more than
+    its largest layer (fc2, 40,656 B), so the peak stays the rows plus that layer."""
+    lenet = build("lenet5", (1, 8, 8), 10, seed=0, loss=True)
+    _, layers, params = layered(lenet)
+    assert [[p for p in params if p in layer.inputs] for layer in layers] == [
+        params[0:4], params[4:6], params[6:8], params[8:10]]
+    rows = rows_bytes(lenet, SPEC, 2)
+    assert peak_bytes(lenet, SPEC, 2) == {r: b + 4 * (84 * 120 + 84) for r, b in rows.items()}

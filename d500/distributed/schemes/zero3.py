@@ -7,12 +7,13 @@ and again before its backward, and freed after each; its gradients are reduce-sc
     loss = scheme.step(feeds, lr, weight)
 
 A layer is a node that reads parameters (a Gemm, a Conv) with the parameter-free nodes after it
-(the first layer also takes those before it); each is translated by the backend as a sub-model
-whose parameters are inputs (d500.distributed.tensor.rank's segments), so the framework holds no
-weights between calls. Forward runs each layer on the gathered weights, keeping only its inputs;
-backward walks the layers in reverse, gathers each again and runs
-`Executable.gradients(grad_outputs=...)` (a forward recomputed, then the backward), as a pipeline
-stage does. Each parameter's rows are cut as torch FSDP2 cuts them (Shard(0), rank r rows
+(the first layer also takes those before it), consecutive layers merged while together they hold
+no more bytes than the largest (fewer collectives, the same peak). Each is translated by the
+backend as a sub-model whose parameters are inputs (d500.distributed.tensor.rank's segments), so
+the framework holds no weights between calls. Forward runs each layer on the gathered weights,
+keeping only its inputs; backward walks the layers in reverse, gathers each again and runs
+`Executable.gradients(grad_outputs=...)` (a forward recomputed, then the backward), as a
+pipeline stage does. Each parameter's rows are cut as torch FSDP2 cuts them (Shard(0), rank r rows
 n*r//N .. n*(r+1)//N, no padding), so a rank holds about B/N of every layer; the optimizer updates
 each row block as a whole tensor, which equals the whole tensor's update for elementwise rules
 only (SGD, momentum, Adam, AdamW, Adagrad): an optimizer whose update of a part differs (LARS's and
@@ -71,14 +72,31 @@ def layered(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[Any], list[st
     del out.graph.initializer[:]
     out.graph.initializer.extend(kept)
     out.graph.input.extend(moved)
-    blocks, layer, holds = [], 0, False
+    return out, segments(out, _grouped(g, params)), params
+
+
+def _grouped(g: onnx.GraphProto, params: list[str]) -> list[int]:
+    """Each node's group: a new layer starts at each node that reads parameters, and consecutive
+    layers are merged while their bytes stay within the largest layer's (fewer gathers, the same
+    peak)."""
+    sizes = {t.name: 4 * math.prod(t.dims) for t in g.initializer if t.name in set(params)}
+    layers, reads = [], []  # each node's layer; each layer's parameters
     for node in g.node:
-        if any(i in set(params) for i in node.input):
-            if holds:
-                layer += 1
-            holds = True
-        blocks.append(layer)
-    return out, segments(out, blocks), params
+        mine = {i for i in node.input if i in sizes}
+        if mine and reads and reads[-1]:
+            reads.append(set())
+        if not reads:
+            reads.append(set())
+        reads[-1] |= mine
+        layers.append(len(reads) - 1)
+    largest = max(sum(sizes[p] for p in r) for r in reads)
+    group, held, into = 0, set(), []
+    for r in reads:
+        if held and sum(sizes[p] for p in held | r) > largest:
+            group, held = group + 1, set()
+        held |= r
+        into.append(group)
+    return [into[k] for k in layers]
 
 
 def _sizes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
