@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from d500.errors import UsageError
 
@@ -58,6 +59,23 @@ def entry_argument(text: str) -> str:
         raise argparse.ArgumentTypeError(f"no entry folder '{text}' here, nor an example entry "
                                          f"of that name ({names})")
     return found
+
+
+def data_folder(text: str) -> str:
+    """argparse type of `--data DIR`: a folder that exists (a mistyped one is one line, even
+    where the workload's dataset ships inside d500 and would never read it)."""
+    import argparse
+    if not Path(text).expanduser().is_dir():
+        raise argparse.ArgumentTypeError(f"'{text}' is not a folder"
+                                         + ("" if Path(text).expanduser().exists()
+                                            else " (no such path)"))
+    return text
+
+
+def add_data_option(parser: Any, help: str = "where dataset files are (default $D500_DATA)"
+                    ) -> None:
+    """The `--data DIR` option of a command that reads datasets: a folder that exists."""
+    parser.add_argument("--data", metavar="DIR", type=data_folder, help=help)
 
 
 def home() -> Path:

@@ -21,6 +21,7 @@ from argparse import Namespace
 from pathlib import Path
 from typing import Any
 
+from d500 import paths
 from d500.cli import ArgumentParser, seed
 from d500.errors import UsageError
 from d500.training.precision import PRECISIONS
@@ -42,7 +43,7 @@ def main(argv: list[str], prog: str = "d500 reference") -> int:
                    help=f"the seeds are S, S+1, ... (default {reference.FIRST_SEED})")
     p.add_argument("--ranks", type=int, metavar="R",
                    help="level 3: the world size (default 2 when the workload allows it)")
-    p.add_argument("--data", metavar="DIR", help="where dataset files are (default $D500_DATA)")
+    paths.add_data_option(p)
     p.add_argument("--precision", choices=PRECISIONS,
                    help="the runs compute in this precision, in place of the entry's; the block "
                         "is `reference_convergence_<precision>` (results are checked only "

@@ -10,6 +10,7 @@ import json
 import sys
 from typing import Any
 
+from d500 import paths
 from d500.cli import ArgumentParser, seed, stdout_console
 from d500.competition.reproduce_compare import show
 
@@ -30,7 +31,7 @@ def main(argv: list[str], prog: str = "d500 reproduce") -> int:
     p.add_argument("--rules", metavar="DIR",
                    help="the rulebook the workload files must match, laid out like levels/ "
                         "(default: d500's own)")
-    p.add_argument("--data", metavar="DIR", help="where dataset files are (default $D500_DATA)")
+    paths.add_data_option(p)
     p.add_argument("--split-seed", type=seed, metavar="S",
                    help="re-run training runs under the dataset split of seed S, one the "
                         "sender never saw, and compare their epochs to target only (a run "

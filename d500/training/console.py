@@ -20,7 +20,7 @@ def parser(prog: str, what: str) -> ArgumentParser:
                    help="the entry: a folder with submission.yaml, or the name of one of "
                         "d500's example entries (e.g. sgd-momentum)")
     p.add_argument("--backend", default="torch", help="a trainable backend (default torch)")
-    p.add_argument("--data", metavar="DIR", help="where dataset files are (default $D500_DATA)")
+    paths.add_data_option(p)
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--precision", choices=PRECISIONS,
                    help="what the linear layers compute in, in place of the entry's `precision` "

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from d500 import paths
 from d500.cli import ArgumentParser, stdout_console
 from d500.errors import UsageError
 
@@ -24,8 +25,7 @@ def main(argv: list[str], prog: str = "d500 data") -> int:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     p_list = sub.add_parser("list", help="the datasets, their files and which are present")
-    p_list.add_argument("--data", metavar="DIR",
-                        help="a data directory to look in (default: $D500_DATA)")
+    paths.add_data_option(p_list, help="a data directory to look in (default: $D500_DATA)")
     p_list.add_argument("--json", action="store_true", help="print the table as JSON")
     p_get = sub.add_parser("download", help="download a dataset's files, checked",
                            description=DOWNLOAD_HELP)

@@ -74,3 +74,20 @@ def test_a_failed_download_is_one_line_and_exit_2(tmp_path, server, published, c
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
     assert "t10k-labels-idx1-ubyte.gz: got" in err and "not the published" in err
     assert not (tmp_path / "mnist" / "t10k-labels-idx1-ubyte.gz").exists()
+
+
+@pytest.mark.parametrize("args", [
+    ["data", "list"],
+    ["train", "digits-mlp", "--submission", "sgd-momentum"],  # its data ships: never read
+    ["tune", "digits-mlp", "--submission", "sgd-momentum"],
+    ["reproduce", "entry.tar.gz"],
+    ["reference", "digits-mlp"],
+])
+def test_a_data_folder_that_is_not_there_is_one_line(args, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
+    (tmp_path / "a-file").write_text("")
+    for given, why in ((tmp_path / "typo", " (no such path)"), (tmp_path / "a-file", "")):
+        assert cli.main([*args, "--data", str(given)]) == 2
+        err = capsys.readouterr().err
+        assert err == f"d500 {args[0]}: error: argument --data: '{given}' is not a folder{why}\n"
+    assert not (tmp_path / "home" / "ledger.sqlite").exists()  # nothing ran
