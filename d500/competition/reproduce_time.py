@@ -114,10 +114,11 @@ def pooled(pairs: Sequence[tuple[float, float, float]]) -> Check | None:
         return None
     recorded, reproduced = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
     load, slack = max(p[2] for p in pairs), SLACK_S * math.sqrt(len(pairs))
-    widened = "" if load == 1.0 else f"x{load:.2f} (loaded while reproducing)"
+    factor, loaded = (f"{RATIO:g}x", "") if load == 1.0 else (
+        f"{RATIO:g}x{load:.2f}", f"; x{load:.2f}: this machine was loaded while reproducing")
     return Check(f"time_to_accuracy, {len(pairs)} runs summed", recorded, reproduced,
-                 f"reproduced at most {RATIO:g}x{widened} recorded + {slack:.3f} s "
-                 f"({SLACK_S:g} s x sqrt({len(pairs)}); same hardware)",
+                 f"reproduced at most {factor} recorded + {slack:.3f} s "
+                 f"({SLACK_S:g} s x sqrt({len(pairs)}); same hardware{loaded})",
                  not too_fast(recorded, reproduced, load, slack),
                  f"reproduced {reproduced / recorded:.2f}x the recorded time"
                  if recorded > 0 else "")

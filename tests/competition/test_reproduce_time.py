@@ -146,3 +146,6 @@ def test_runs_too_short_for_one_slack_are_judged_together():
     assert pooled(honest).agrees
     assert pooled(halved[:1]) is None  # one run: its own check says it all
     assert pooled([(0.1, 0.2, 1.9)] * 4).agrees  # a loaded reproduction widens it
+    assert pooled([(0.1, 0.2, 1.9)] * 4).tolerance == (
+        "reproduced at most 1.5x1.90 recorded + 0.100 s (0.05 s x sqrt(4); same hardware; "
+        "x1.90: this machine was loaded while reproducing)")  # as a run's own check says it
