@@ -200,10 +200,20 @@ def select(text: str | None) -> list[str]:
     for name in names:
         base, mode = split(name)
         if base not in known:
-            raise UsageError(f"unknown backend '{name}' (known: {', '.join(known)})")
+            raise unknown(name)
         if mode and is_installed(base):
             get(name)  # an unknown mode fails here, in one line naming the framework's modes
     return list(dict.fromkeys(names))
+
+
+def unknown(name: str) -> UsageError:
+    """The error for a backend name nobody registered: the known frameworks, and the mode
+    the name is closest to when one is (a typo: 'torc', 'onnxruntime:basci')."""
+    from difflib import get_close_matches
+    near = get_close_matches(name, list(modes()), n=1, cutoff=0.6)
+    hint = f"; did you mean '{near[0]}'?" if near else ""
+    return UsageError(f"unknown backend '{name}' (known: {', '.join(available())}; their modes: "
+                      f"d500 backends{hint})")
 
 
 def get(name: str) -> type[Backend]:
@@ -212,7 +222,7 @@ def get(name: str) -> type[Backend]:
     known = available()
     base, mode = split(name)
     if base not in known:
-        raise UsageError(f"unknown backend '{name}' (known: {', '.join(known)})")
+        raise unknown(name)
     module, _, attr = known[base].partition(":")
     try:
         cls = getattr(import_module(module), attr)

@@ -120,3 +120,17 @@ def test_openvino_bf16_is_judged_at_bfloat16_tolerance_in_a_bench(tmp_path, home
     assert settings["openvino"]["inference_precision"] == "f32"
     assert settings["openvino:bf16"]["requested_precision"] == "bf16"
     assert settings["openvino:bf16"]["inference_precision"] in ("bf16", "f32")  # f32: no bf16 units
+
+
+def test_a_mistyped_backend_names_the_closest_mode():
+    from d500.errors import UsageError
+    for typo, near in (("torc", "torch"), ("tensorfow", "tensorflow"),
+                       ("onnxruntime-basic", "onnxruntime:basic")):
+        with pytest.raises(UsageError, match=rf"unknown backend '{typo}' .*did you mean "
+                                             rf"'{near}'\?\)$"):
+            backends.get(typo)
+        with pytest.raises(UsageError, match="did you mean"):
+            backends.select(f"reference,{typo}")
+    with pytest.raises(UsageError) as err:
+        backends.get("xyz")
+    assert "did you mean" not in str(err.value) and "their modes: d500 backends" in str(err.value)
