@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import time
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -74,6 +75,35 @@ def killed(home, wl, entry, seed, options):
     return Ledger(home / "ledger.sqlite").get(int(new[0].name))
 
 
+def refused_in_process(ledger, run_id, wl, entry, tmp, path):
+    """resume.plan as `mpiexec -n 2 d500 train --resume` calls it on rank 0: edited bytes and
+    another entry refused by name; the checkpoint as written is accepted."""
+    from d500 import levels
+    from d500.distributed import spec as specs
+    from d500.distributed.judge import hyperparameters
+    from d500.errors import UsageError
+    from d500.training import submission
+
+    def plan(entry_dir):
+        workload, chosen = levels.of_file(wl).load(wl), submission.load(entry_dir)
+        order = SimpleNamespace(entry=chosen, world_size=2,
+                                spec=specs.parse(chosen.distributed, chosen.path),
+                                global_batch=workload.global_batch(chosen.recipe.batch_size, 2))
+        return resume.plan(ledger, run_id, workload, chosen, "torch",
+                           hyperparameters(order), world_size=2)
+    assert plan(entry).meta["world_size"] == 2
+    good = path.read_bytes()
+    path.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+    try:
+        with pytest.raises(UsageError, match="sealed in the ledger"):
+            plan(entry)
+    finally:
+        path.write_bytes(good)
+    other = jobs.entry(tmp / "other", "local-sgd", name="sync-ck")  # its name, not its files
+    with pytest.raises(UsageError, match="the entry's files changed"):
+        plan(other)
+
+
 def series(ledger, run_id):
     return {e["step"]: e["metrics"] for e in ledger.evaluations(run_id)}
 
@@ -114,6 +144,7 @@ def test_a_killed_job_resumes_at_its_world_size_and_matches_the_unbroken_run(rul
         assert other.returncode == 2 and "Traceback" not in other.stderr, other.stderr
         assert f"run {dead['id']} ran at world size 2, not 1" in other.stderr
         assert len(ledger.runs()) == runs
+        refused_in_process(ledger, dead["id"], wl, entry, tmp, ledger.resolve_path(last["file"]))
 
     again = run_id(jobs.train(home, 2, wl, entry, "--resume", str(dead["id"]), "--threads",
                               "1"))
