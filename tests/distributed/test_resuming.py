@@ -101,3 +101,32 @@ def test_the_judge_beats_its_heartbeat_while_the_ranks_train_a_long_chunk():
     assert time.monotonic() - t >= 2.5 * HEARTBEAT and len(read) >= 2
     rank0.send(("trained",))
     assert ranks._poll(None) is True
+
+
+@pytest.mark.parametrize("lost", [True, False])
+def test_a_failed_run_resumes_only_when_a_rank_was_lost(tmp_path, lost):
+    """A level-3 run whose rank died is recorded failed by a surviving rank 0 with `rank_lost`:
+    resumable (here it wrote no checkpoint, the next check); one whose entry code raised is
+    not (restarting a crash is not a restart)."""
+    from types import SimpleNamespace
+
+    from d500 import levels
+    from d500.distributed.judge import hyperparameters
+    from d500.errors import UsageError
+    from d500.ledger import Ledger
+    from d500.training import resume, submission
+    from tests.distributed.level3_jobs import ENTRIES, LEVEL3
+    path = LEVEL3 / "digits-mlp.yaml"
+    wl, entry = levels.of_file(path).load(path), submission.load(ENTRIES / "sync")
+    order = SimpleNamespace(entry=entry, world_size=2, spec=specs.parse(entry.distributed,
+                                                                        entry.path),
+                            global_batch=wl.global_batch(entry.recipe.batch_size, 2))
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    with ledger.start_run(level=3, workload=wl.name, submission=entry.name, backend="torch",
+                          seed=0, hyperparameters=hyperparameters(order), workload_file=wl.path,
+                          submission_files=list(entry.files), world_size=2, rank=0) as run:
+        run.finish("failed", error="rank 1 (pid 1 on here) died",
+                   details={"rank_lost": True} if lost else {})
+    why = "wrote no checkpoint" if lost else "finished \\(failed\\)"
+    with pytest.raises(UsageError, match=f"--resume {run.id}: run {run.id} {why}"):
+        resume.plan(ledger, run.id, wl, entry, "torch", hyperparameters(order), world_size=2)
