@@ -10,7 +10,8 @@ ledger, so a checkpoint is every rank's state at one step or nothing, and no ran
 swapped for another step's. The cost: each checkpoint passes W models (and W optimizer states)
 through rank 0 and the judge's pipe, fine at the sizes level 3 trains here. A rank's state is
 level 2's (d500.training.checkpoint.capture: its model, its optimizer's slots, its RNGs) and its
-scheme's own (`Scheme.saved`: its step count, a ZeRO rank's block of optimizer state); the
+scheme's own (`Scheme.saved`: its step count, its compressor's error-feedback residuals and
+state, a ZeRO rank's block of optimizer state); the
 sampler's position is the epoch (PartitionedSampler.shares is a function of seed, epoch and
 rank), and the clock's reading is the judge's (d500.training.resume).
 """
@@ -23,8 +24,6 @@ from d500.errors import UsageError
 
 # what is not checkpointed yet, and why (the schemes say their own: Scheme.unresumable)
 NOT_YET = {
-    "compression": "a compressor's state (its error-feedback residuals, its random generator, "
-                   "PowerSGD's factors) is not checkpointed yet",
     "pipeline": "a pipeline's stages are not checkpointed yet",
     "tensor": "tensor-parallel shards are not checkpointed yet",
     "zero3": "ZeRO-3's freed parameter blocks are not checkpointed yet",
@@ -38,8 +37,6 @@ def refusal(spec: Any) -> str:
     from d500.distributed.schemes import SCHEMES
     if spec.native:
         return f"scheme '{spec.scheme}': {NOT_YET['native']}"
-    if spec.compressor != "none":
-        return f"compressor '{spec.compressor}': {NOT_YET['compression']}"
     for dimension in ("pipeline", "tensor"):
         if getattr(spec, dimension) > 1:
             return NOT_YET[dimension]

@@ -1,7 +1,8 @@
 """Level-3 checkpoints in one process (d500.distributed.resuming): each scheme that can be
 checkpointed, saved through a checkpoint file and restored into a fresh one, continues bit for
-bit (model, optimizer slots, the scheme's own state: its step count, a ZeRO rank's block of the
-optimizer state); the schemes that cannot are refused naming why. The kill-and-resume of real
+bit (model, optimizer slots, the scheme's own state: its step count, its compressor's residuals
+and state, a ZeRO rank's block of the optimizer state); the schemes that cannot are refused
+naming why. The kill-and-resume of real
 `mpiexec -n 2` jobs is test_resume_mpi.py."""
 
 from __future__ import annotations
@@ -12,26 +13,34 @@ import pytest
 from d500.distributed import resuming
 from d500.distributed import spec as specs
 from d500.distributed.comm import Communicator
-from d500.distributed.schemes import make
+from d500.distributed.schemes import make, make_reducer
 from d500.distributed.schemes.zero import Zero
 from d500.training import checkpoint
 from tests.distributed.test_schemes import LR, feeds, trainer
 
+COMPRESSION = {"topk": {"density": 0.1}, "randomk": {"density": 0.1}, "qsgd": {"levels": 4},
+               "powersgd": {"rank": 2}, "efsignsgd": {}}
+
 
 def scheme(name: str, optimizer: str, seed: int = 0):
-    """A started scheme `name` (zero1, zero2: sync sharded) over one rank."""
-    t = trainer("torch", optimizer, seed=seed)
+    """A started scheme `name` (zero1, zero2: sync sharded; sync+C: sync compressed by C) over
+    one rank (a compressor compresses at one rank too)."""
+    t, comm = trainer("torch", optimizer, seed=seed), Communicator(None)
     if name.startswith("zero"):
-        s = Zero(t, Communicator(None), stage=int(name[-1]))
+        s = Zero(t, comm, stage=int(name[-1]))
+    elif "+" in name:
+        name, compressor = name.split("+")
+        s = make(name, t, comm, reducer=make_reducer(comm, compressor, COMPRESSION[compressor]))
     else:
-        s = make(name, t, Communicator(None), **({"period": 3} if name == "local_sgd" else {}))
+        s = make(name, t, comm, **({"period": 3} if name == "local_sgd" else {}))
     s.start()
     return s
 
 
 @pytest.mark.parametrize("name, optimizer", [
     ("sync", "momentum"), ("local_sgd", "momentum"), ("dpsgd", "adam"), ("ps", "adam"),
-    ("zero1", "adam"), ("zero2", "adam")])
+    ("zero1", "adam"), ("zero2", "adam"), *[(f"sync+{c}", "momentum") for c in COMPRESSION],
+    ("ps+topk", "sgd")])
 def test_a_restored_scheme_continues_as_the_one_that_was_saved(tmp_path, name, optimizer):
     batches = feeds(10)
     saved = scheme(name, optimizer)
@@ -47,6 +56,22 @@ def test_a_restored_scheme_continues_as_the_one_that_was_saved(tmp_path, name, o
         assert restored.step(f, LR) == saved.step(f, LR)
     mine, theirs = restored.trainer.parameters(), saved.trainer.parameters()
     assert all(np.array_equal(mine[n], theirs[n]) for n in mine)
+
+
+@pytest.mark.parametrize("compressor", ["topk", "powersgd"])
+def test_a_compressed_scheme_without_its_residuals_does_not_continue(compressor):
+    """Error feedback's residuals (and PowerSGD's warm start) matter: a restore without them
+    would diverge (so the test above can fail)."""
+    batches = feeds(8)
+    saved = scheme(f"sync+{compressor}", "momentum")
+    for f in batches[:4]:
+        saved.step(f, LR)
+    state = resuming.capture(saved, 4)
+    state["scheme"] = {"steps": state["scheme"]["steps"]}
+    assert len(resuming.capture(saved, 4)["scheme"]) > 1
+    restored = scheme(f"sync+{compressor}", "momentum")
+    resuming.restore(restored, state)
+    assert [restored.step(f, LR) for f in batches[4:]] != [saved.step(f, LR) for f in batches[4:]]
 
 
 def test_a_zero_rank_without_its_block_state_does_not_continue(tmp_path):
@@ -68,13 +93,12 @@ def test_a_zero_rank_without_its_block_state_does_not_continue(tmp_path):
 @pytest.mark.parametrize("mapping, why", [
     ({"scheme": "async_ps"}, "scheme 'async_ps': which gradients rank 0 applied"),
     ({"scheme": "ssp"}, "scheme 'ssp': which gradients rank 0 applied"),
-    ({"scheme": "sync", "compression": {"name": "topk", "density": 0.1}},
-     "compressor 'topk': a compressor's state"),
     ({"scheme": "sync", "shard": "zero3"}, "ZeRO-3"),
     ({"scheme": "sync", "pipeline": 2}, "pipeline"),
     ({"scheme": "ddp"}, "scheme 'ddp': torch's own"),
     ({"scheme": "sync"}, ""), ({"scheme": "local_sgd"}, ""), ({"scheme": "dpsgd"}, ""),
     ({"scheme": "ps"}, ""), ({"scheme": "sync", "shard": "zero2"}, ""),
+    ({"scheme": "sync", "compression": {"name": "topk", "density": 0.1}}, ""),
 ])
 def test_what_cannot_be_checkpointed_exactly_is_refused_naming_why(mapping, why):
     found = resuming.refusal(specs.parse(mapping, "entry/submission.yaml"))

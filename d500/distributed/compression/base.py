@@ -35,6 +35,19 @@ class Compressor:
     summable: ClassVar[bool] = False  # payloads may be allreduced instead of allgathered
     rounds: ClassVar[int] = 1  # >1: the exchange needs several collectives; see PowerSGD.reduce
     error_feedback: ClassVar[bool] = False  # the memory `make` gives it by default
+    kept: ClassVar[str] = ""  # the attribute holding its state between steps, by array name
+
+    def saved(self) -> dict[str, np.ndarray]:
+        """Its state between steps by array name (a step counter, a warm start), for a
+        checkpoint (d500.distributed.resuming)."""
+        return {k: np.asarray(v) for k, v in getattr(self, self.kept, {}).items()} \
+            if self.kept else {}
+
+    def restored(self, arrays: dict[str, np.ndarray]) -> None:
+        """Put back what `saved` returned."""
+        if self.kept:
+            setattr(self, self.kept, {k: int(v) if v.ndim == 0 else np.array(v)
+                                      for k, v in arrays.items()})
 
     def compress(self, array: np.ndarray, name: str) -> tuple[list[np.ndarray], Any]:
         raise NotImplementedError
@@ -70,6 +83,13 @@ class Memory:
     def residual(self, name: str) -> np.ndarray | None:
         return None
 
+    def saved(self) -> dict[str, np.ndarray]:
+        """What it keeps between steps by array name, for a checkpoint."""
+        return {}
+
+    def restored(self, arrays: dict[str, np.ndarray]) -> None:
+        """Put back what `saved` returned."""
+
 
 class ResidualMemory(Memory):
     """Error feedback (Seide et al. 2014; Karimireddy et al. 2019; GRACE's ResidualMemory): what a
@@ -90,6 +110,12 @@ class ResidualMemory(Memory):
 
     def residual(self, name: str) -> np.ndarray | None:
         return self._residuals.get(name)
+
+    def saved(self) -> dict[str, np.ndarray]:
+        return dict(self._residuals)
+
+    def restored(self, arrays: dict[str, np.ndarray]) -> None:
+        self._residuals = {k: np.array(v, np.float32) for k, v in arrays.items()}
 
 
 class NoneCompressor(Compressor):

@@ -50,6 +50,7 @@ class PowerSGD(Compressor):
     summable = True
     rounds = 2
     error_feedback = True
+    kept = "_q"  # each matrix's Q, the next step's warm start
 
     def __init__(self, rank: int = 2, seed: int = 0) -> None:
         self.rank = check_number(self.name, "rank", rank, 1, 2**31 - 1, integer=True)

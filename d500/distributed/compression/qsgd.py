@@ -23,6 +23,7 @@ class QSGD(Compressor):
     ranks is correlated."""
 
     name = "qsgd"
+    kept = "_steps"  # each array's step, which keys its random rounding
 
     def __init__(self, levels: int = 127, bucket: int = 512, seed: int = 0,
                  worker: int = 0) -> None:

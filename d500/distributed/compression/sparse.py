@@ -65,6 +65,7 @@ class RandomK(Compressor):
     name = "randomk"
     summable = True
     error_feedback = True
+    kept = "_steps"  # each array's step, which keys its indices
 
     def __init__(self, density: float = 0.01, seed: int = 0) -> None:
         self.density = check_number(self.name, "density", density, 0, 1, low_open=True)

@@ -180,12 +180,22 @@ class Scheme:
 
     def saved(self) -> dict[str, np.ndarray]:
         """This rank's state beyond its trainer's, for a checkpoint (after `settle`): its step
-        count (local_sgd averages by it)."""
-        return {"steps": np.asarray(self.steps, np.int64)}
+        count (local_sgd averages by it) and its reducer's error-feedback residuals and
+        compressor state (step counters, PowerSGD's Q), by array name."""
+        out = {"steps": np.asarray(self.steps, np.int64)}
+        if self.reducer is not None:
+            for part in ("memory", "compressor"):
+                out.update({f"{part}/{k}": v
+                            for k, v in getattr(self.reducer, part).saved().items()})
+        return out
 
     def restored(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Put back what `saved` returned (after `start`)."""
         self.steps = int(arrays["steps"])
+        if self.reducer is not None:
+            for part in ("memory", "compressor"):
+                getattr(self.reducer, part).restored(
+                    {k[len(part) + 1:]: v for k, v in arrays.items() if k.startswith(part + "/")})
 
     def figures(self) -> dict[str, float]:
         """Scheme-specific figures of this rank (e.g. staleness, compression ratio)."""
