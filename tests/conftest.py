@@ -9,4 +9,56 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 os.environ.setdefault("D500_LOADED_SHARE", "1.0")  # inherited by every d500 process a test starts
+
+
+# Scheduling on pytest-xdist workers (`make test`: -n 2 --dist loadfile). A test file is one unit
+# of work (its module fixtures built once), except that a test marked xdist_group("name") is a
+# unit of its own with the others of its group: the node suite's modes, minutes each, would
+# otherwise all run on one worker. Those units go first, the files after them as xdist orders
+# them (most tests first), so that no long unit starts when the other worker is nearly done.
+GROUP = "@"  # a nodeid's suffix naming its group, as xdist's own loadgroup writes it
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):  # the controller tells its workers (theirs says dist "no")
+    node.workerinput["d500_groups"] = node.config.getoption("dist", "no") == "loadfile"
+
+
+def pytest_collection_modifyitems(config, items):
+    if not getattr(config, "workerinput", {}).get("d500_groups"):
+        return
+    from _pytest.nodeid import coerce_node_id  # pytest 9's item id (xdist's loadgroup sets
+    for item in items:  # _nodeid, which pytest 9 no longer reads)
+        mark = item.get_closest_marker("xdist_group")
+        if mark is not None:
+            item._id = coerce_node_id(f"{item.nodeid}{GROUP}{mark.args[0]}")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist", "no") != "loadfile":
+        return None
+    from collections import OrderedDict
+
+    from xdist.scheduler import LoadFileScheduling
+
+    class GroupsFirst(OrderedDict):
+        def popitem(self, last=True):
+            key = next((k for k in self if GROUP in k), None) if not last else None
+            return (key, self.pop(key)) if key is not None else super().popitem(last)
+
+    class FilesAndGroups(LoadFileScheduling):
+        def __init__(self, config, log=None):
+            super().__init__(config, log)
+            self.workqueue = GroupsFirst()
+
+        def _split_scope(self, nodeid):
+            file = nodeid.split("::", 1)[0]
+            _, suffix, group = nodeid.rpartition(GROUP)
+            grouped = suffix and "]" not in group and "::" not in group  # not a param's "@"
+            return f"{file}{GROUP}{group}" if grouped else file
+
+    return FilesAndGroups(config, log)

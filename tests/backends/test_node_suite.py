@@ -9,8 +9,10 @@ onnxruntime 1.31.1: 1,438, openvino 2026.4.1 (f32): 1,396, jax 0.10.2: 1,869 (it
 9 / 9, the SqueezeNet's softmax included); onnxruntime:basic runs a subset
 (SUBSETS): 408 of its 477 tests, failing exactly the tests onnxruntime fails among them;
 tensorflow:xla too: 26 of its 30 (XLA refuses the string operators and Unique).
-openvino:bf16 is not pinned: BackendTest judges at float32's tolerances, and the mode's outcome
-depends on whether the CPU has bf16 units (this one has none, and runs it in f32).
+The modes that run are those with a list file; the registry (d500.backends) is checked against
+them: a registered mode with no list fails, naming how to make one (NOT_YET_PINNED excepted),
+and a list that names no registered mode fails. Each mode is its own xdist group, so the two
+workers share the suite (tests/conftest.py schedules a file's groups apart).
 """
 
 from __future__ import annotations
@@ -25,9 +27,39 @@ from d500 import backends
 from d500.conformance import backend_test_counts
 
 DETERMINISTIC_NODE_TESTS = 1872
-BACKENDS = ("reference", "torch", "torch:compiled", "tensorflow", "tensorflow:xla",
-            "onnxruntime", "onnxruntime:basic", "openvino", "jax", "jax:eager")
 KNOWN = Path(__file__).parent / "node_suite_failures"  # <backend>.txt, a mode's ':' as '-'
+# Registered modes that run no node suite yet, each with why.
+NOT_YET_PINNED = {
+    "openvino:bf16": "BackendTest judges at float32's tolerances, and the mode's outcome depends "
+                     "on whether the CPU has bf16 units (this one has none, and runs it in f32); "
+                     "its list is being made",
+}
+
+
+def list_file(mode: str) -> Path:
+    """A mode's list of known failures."""
+    return KNOWN / f"{mode.replace(':', '-')}.txt"
+
+
+def pinned(folder: Path = KNOWN) -> list[str]:
+    """The modes that have a list file (its name: the mode with its ':' as the first '-')."""
+    return sorted(f.stem.replace("-", ":", 1) for f in folder.glob("*.txt"))
+
+
+def unpinned(registered: list[str], have: list[str], waiting: dict[str, str]) -> list[str]:
+    """What disagrees between the registry's modes and the list files; empty when they agree."""
+    found = [f"backend mode '{m}' is registered but has no node-suite list: make "
+             f"{list_file(m).relative_to(KNOWN.parents[2])} with a '#' header and run "
+             f"D500_UPDATE_KNOWN_FAILURES=1 pytest tests/backends/test_node_suite.py -k '{m}'"
+             for m in registered if m not in have and m not in waiting]
+    found += [f"{list_file(m).name} names no registered backend mode" for m in have
+              if m not in registered]
+    found += [f"'{m}' has a list now: remove it from NOT_YET_PINNED" for m in waiting
+              if m in have]
+    return found
+
+
+BACKENDS = pinned()
 # A mode whose full suite would repeat another's runs a representative subset, pinned as the
 # others: mode -> (the pattern of its tests, how many). onnxruntime:basic runs onnxruntime's
 # kernels; only its graph optimizer differs, and the one-node graphs give that nothing to fuse:
@@ -132,13 +164,48 @@ def test_the_comparison_names_new_failures_and_asks_for_fixed_ones(tmp_path):
     assert path.read_text().startswith("# header\n\n~ test_locale_cpu  # why\n")
 
 
+def test_the_registry_and_the_lists_disagree_loudly(tmp_path):
+    for name in ("torch", "torch-compiled", "onnxruntime-basic"):
+        (tmp_path / f"{name}.txt").write_text("# header\n")
+    assert pinned(tmp_path) == ["onnxruntime:basic", "torch", "torch:compiled"]
+    have = pinned(tmp_path)
+    assert unpinned(["torch", "torch:compiled", "onnxruntime:basic"], have, {}) == []
+    [missing] = unpinned(["torch", "torch:compiled", "onnxruntime:basic", "jax"], have, {})
+    assert missing.startswith("backend mode 'jax' is registered but has no node-suite list")
+    assert "tests/backends/node_suite_failures/jax.txt" in missing and "-k 'jax'" in missing
+    assert unpinned(["torch", "torch:compiled", "onnxruntime:basic", "jax"], have,
+                    {"jax": "why"}) == []
+    [stale] = unpinned(["torch", "torch:compiled"], have, {})
+    assert stale == "onnxruntime-basic.txt names no registered backend mode"
+    [done] = unpinned(["torch", "torch:compiled", "onnxruntime:basic"], have, {"torch": "why"})
+    assert "remove it from NOT_YET_PINNED" in done
+
+
+def test_every_registered_framework_runs_the_suite():
+    """Without importing a framework: each registered framework's default mode has a list and
+    every list's framework is registered (a framework's other modes are checked where its suite
+    runs, with the framework imported)."""
+    frameworks = list(backends.available())
+    defaults = [m for m in BACKENDS if ":" not in m]
+    problems = unpinned(frameworks, defaults, NOT_YET_PINNED)
+    problems += [f"{list_file(m).name} names no registered framework" for m in BACKENDS
+                 if ":" in m and m.split(":")[0] not in frameworks]
+    assert not problems, "; ".join(problems)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", BACKENDS)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xdist_group(f"node-{n}"))
+                                  for n in BACKENDS])
 def test_node_suite_fails_exactly_the_known_tests(name):
+    cls = backends.get(name)  # the framework's registered modes, against their lists
+    problems = unpinned(list(cls.mode_names()),
+                        [m for m in BACKENDS if m.split(":")[0] == name.split(":")[0]],
+                        NOT_YET_PINNED)
+    assert not problems, "; ".join(problems)
     pattern, expected = SUBSETS.get(name, (".*", DETERMINISTIC_NODE_TESTS))
-    counts = backend_test_counts(backends.get(name), pattern)
+    counts = backend_test_counts(cls, pattern)
     assert counts["run"] - counts["skipped"] == expected
-    path = KNOWN / f"{name.replace(':', '-')}.txt"
+    path = list_file(name)
     known, either = read_known(path)
     known = {t for t in known if re.search(pattern, t)}  # a subset: its own known failures
     failed = set(counts["failed"])
@@ -150,7 +217,8 @@ def test_node_suite_fails_exactly_the_known_tests(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["torch", "tensorflow", "jax"])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xdist_group(f"light-{n}"))
+                                  for n in ("torch", "tensorflow", "jax")])
 def test_light_real_models_pass(name, tmp_path, monkeypatch):
     monkeypatch.setenv("ONNX_HOME", str(tmp_path))  # BackendTest writes expected outputs there
     counts = backend_test_counts(backends.get(name), kind="Real")

@@ -22,11 +22,16 @@ the real `d500 train` and `d500 tune` commands into its own ledger, and packaged
 The session fixtures are shared: never change them in place (copy with ledger_copy, repack).
 Measured on the 2-core machine while others worked: 20-55 s for training and tuning (two torch
 start-ups and 6 short runs; the seeds reach the target in 6 epochs, well inside the budget),
-under 1 s for packaging.
+under 1 s for packaging. Under pytest-xdist the rules, the entry and the trained home are built
+once for all workers (the first to ask builds, under a file lock the others wait on); each
+worker's digits_home is its own copy, and each checks at its end that nothing changed the
+shared build.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -116,40 +121,85 @@ def competition_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("competition")
 
 
-@pytest.fixture(scope="session")
-def rules_dir(competition_dir: Path) -> Path:
+def _rules(folder: Path) -> Path:
     text = (rulebook() / "2-training" / "digits-mlp.yaml").read_text()
     for field, line in WORKLOAD_CHANGES.items():
         text, n = re.subn(rf"(?m)^{field}:.*$", line, text)
         assert n == 1, f"the rulebook's digits-mlp.yaml has no one-line '{field}:' any more"
-    folder = competition_dir / "rules"
     (folder / "2-training").mkdir(parents=True)
     (folder / "2-training" / "digits-mlp.yaml").write_text(text)
     return folder
 
 
-@pytest.fixture(scope="session")
-def entry_dir(competition_dir: Path) -> Path:
-    folder = competition_dir / "entry"
+def _entry(folder: Path) -> Path:
     folder.mkdir()
     (folder / "submission.yaml").write_text(SUBMISSION)
     (folder / "guarded.py").write_text(OPTIMIZER)
     return folder
 
 
-@pytest.fixture(scope="session")
-def digits_home(competition_dir: Path, rules_dir: Path, entry_dir: Path) -> Path:
-    home = competition_dir / "home"
-    workload = str(rules_dir / "2-training" / "digits-mlp.yaml")
+def _train(home: Path, rules: Path, entry: Path) -> Path:
+    workload = str(rules / "2-training" / "digits-mlp.yaml")
     t0 = time.perf_counter()
-    train = _ok(d500(home, "train", workload, "--submission", str(entry_dir), "--seeds", "2",
+    train = _ok(d500(home, "train", workload, "--submission", str(entry), "--seeds", "2",
                      "--json"), "d500 train")
-    tune = _ok(d500(home, "tune", workload, "--submission", str(entry_dir), "--json"),
-               "d500 tune")
+    tune = _ok(d500(home, "tune", workload, "--submission", str(entry), "--json"), "d500 tune")
     took = time.perf_counter() - t0
     print(f"\n[competition fixture] digits entry trained and tuned in {took:.1f} s")
     assert '"status"' in train.stdout and '"ran"' in tune.stdout
     return home
+
+
+def _digest(folder: Path) -> str:
+    """The hash of every file's path and bytes under folder (its own sha256 file left out)."""
+    sha = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p != folder / "sha256"
+                       and "__pycache__" not in p.parts):  # an import may write bytecode
+        sha.update(f"{path.relative_to(folder)}\0".encode() + path.read_bytes())
+    return sha.hexdigest()
+
+
+def _build(folder: Path) -> None:
+    folder.mkdir(parents=True)
+    _train(folder / "home", _rules(folder / "rules"), _entry(folder / "entry"))
+    (folder / "sha256").write_text(_digest(folder))  # written last: the build is complete
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory):
+    """rules/, entry/ and home/ (trained), built once per session: under xdist, once for all
+    workers in the run's shared temporary folder; a worker checks at its end that they are as
+    built."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        folder = tmp_path_factory.mktemp("built")
+        _build(folder)
+    else:
+        root = tmp_path_factory.getbasetemp().parent  # one per run, the workers' temps below it
+        folder = root / "competition-built"
+        with open(root / "competition-built.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if not (folder / "sha256").exists():
+                shutil.rmtree(folder, ignore_errors=True)  # a worker's failed build
+                _build(folder)
+    sha = (folder / "sha256").read_text()
+    yield folder
+    assert _digest(folder) == sha, f"a test changed the shared competition build {folder}"
+
+
+@pytest.fixture(scope="session")
+def rules_dir(built: Path) -> Path:
+    return built / "rules"
+
+
+@pytest.fixture(scope="session")
+def entry_dir(built: Path) -> Path:
+    return built / "entry"
+
+
+@pytest.fixture(scope="session")
+def digits_home(built: Path, competition_dir: Path) -> Path:
+    """This worker's copy of the trained home (`d500 package` on it may write its cache)."""
+    return Path(shutil.copytree(built / "home", competition_dir / "home"))
 
 
 @pytest.fixture(scope="session")
