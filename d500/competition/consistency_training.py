@@ -310,10 +310,12 @@ class Training:
         step = number(last["step"])
         if finite(rate) and finite(train) and train > 0 and self.batch and step is not None:
             want = self.samples(step) / train
+            at = (f"{self.samples(step):g} samples at each epoch's batch"
+                  if self.plan is not None else f"x global batch {self.batch:g}")
             if not math.isclose(rate, want, rel_tol=1e-9):
                 self.out.append(f"figure samples_per_second is {rate!r}, but its last "
-                                f"evaluation's {self.samples(step):g} samples (step "
-                                f"{last['step']}) / train_time {train!r} = {want!r}")
+                                f"evaluation's step {last['step']} {at} / train_time "
+                                f"{train!r} = {want!r}")
 
 
 # -- values -----------------------------------------------------------------------------------
