@@ -278,7 +278,8 @@ def block(m: Measurement) -> str:
     lines = [
         (f"# Reference convergence (MLPerf's RCPs): epochs to the {wl.target:g} target of "
          f"{len(samples)} runs of"),
-        (f"# {m.entry.name}'s default recipe (batch {m.batch_size}) on {m.backend}{at}, seeds "
+        (f"# {m.entry.name}'s default recipe (batch {m.batch_size}) on {m.backend}{at}"
+         f"{'' if m.precision == 'fp32' else ' in ' + m.precision}, seeds "
          f"{m.seeds[0]}-{m.seeds[-1]}: median {_number(median)}, range "
          f"{_number(ordered[0])}-{_number(ordered[-1])}."),
         ("# d500 check flags results whose epochs lie below them (d500.competition.convergence)."

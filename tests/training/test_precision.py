@@ -233,6 +233,20 @@ def test_reference_convergence_is_per_precision():
     assert verdict.reason.startswith("no reference convergence in bf16")
 
 
+def test_text_lm_holds_a_bf16_reference_of_its_own():
+    """The rulebook's text-lm: 10 TensorFlow bf16 reference runs (`d500 reference text-lm ...
+    --precision bf16`) beside the fp32 ones; the bf16 result the README reports (epoch 0.5044)
+    is within them, and one at half their epochs would be flagged."""
+    from d500.competition import convergence
+    path = MLP.parent / "text-lm.yaml"
+    rules = convergence.read(path.read_text(), path)
+    bf16 = rules.reference_in("bf16")
+    assert bf16.precision == "bf16" and bf16.backend == "tensorflow" and len(bf16.samples) >= 10
+    assert "--precision bf16" in bf16.command and rules.reference.precision == "fp32"
+    assert convergence.check_epochs(bf16, [0.5044], precision="bf16").status == convergence.OK
+    assert convergence.check_epochs(bf16, [0.2522] * 3, precision="bf16").flagged
+
+
 def test_a_bf16_run_recorded_as_fp32_disagrees_with_its_log(runs, tmp_path):
     """The attack: a sender trains in bf16 and records fp32 (the precision removed from the
     record and the opt_precision line from the log, both re-sealed). The judge's own line,
