@@ -262,7 +262,7 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
             from d500.distributed.tensor.split import least_sent
             from d500.distributed.tensor.split import split_bytes as held
         else:  # ZeRO-3: each rank its rows of the judge's own copy of the model, and a layer
-            from d500.distributed.schemes.zero3 import peak_bytes
+            from d500.distributed.schemes.zero3 import least_sent, peak_bytes
             from d500.distributed.schemes.zero3 import shard_bytes as held
             peaks = peak_bytes(onnx_model, spec, order.world_size)
         stages = held(onnx_model, spec, order.world_size)

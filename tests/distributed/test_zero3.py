@@ -13,7 +13,13 @@ from d500.builders import build
 from d500.distributed.comm import Communicator
 from d500.distributed.figures import aggregate, held_memory
 from d500.distributed.schemes.zero import Zero, shard_bytes
-from d500.distributed.schemes.zero3 import Zero3, check_elementwise, layered, peak_bytes
+from d500.distributed.schemes.zero3 import (
+    Zero3,
+    check_elementwise,
+    layered,
+    least_sent,
+    peak_bytes,
+)
 from d500.distributed.schemes.zero3 import build as build_zero3
 from d500.distributed.schemes.zero3 import shard_bytes as rows_bytes
 from d500.distributed.spec import parse
@@ -149,3 +155,17 @@ def test_small_consecutive_layers_are_gathered_together_within_the_largest_layer
         params[0:4], params[4:6], params[6:8], params[8:10]]
     rows = rows_bytes(lenet, SPEC, 2)
     assert peak_bytes(lenet, SPEC, 2) == {r: b + 4 * (84 * 120 + 84) for r, b in rows.items()}
+
+
+def test_the_judges_byte_floor_is_what_the_layers_must_send():
+    """At 2 ranks a rank sends its rows of each layer before the forward (34,452 B), again
+    before the backward but for the last layer (33,152 B), and the other rank's rows of every
+    gradient (34,452 B); a rank reporting less a step gets the run no bytes figure."""
+    floor = least_sent(MLP, SPEC, 2, 32)
+    assert floor == {0: 102056, 1: 102056}
+    silent = ranks((1.0, 1.0, 1.0), (1.0, 1.0, 1.0))  # "sent nothing"
+    assert "bytes_per_step" not in aggregate(silent, least=floor)
+    honest = ranks((1.0, 1.0, 1.0), (1.0, 1.0, 1.0))
+    for r, stats in enumerate(honest):
+        stats.sent = floor[r]
+    assert aggregate(honest, least=floor)["bytes_per_step"] == 102056

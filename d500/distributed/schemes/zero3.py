@@ -130,6 +130,36 @@ def peak_bytes(model: onnx.ModelProto, spec: Any, world: int) -> dict[int, int]:
     return {r: b + largest for r, b in shard_bytes(model, spec, world).items()}
 
 
+def least_sent(model: onnx.ModelProto, spec: Any, world: int, batch: int) -> dict[int, int]:
+    """The bytes each rank must send a step at the least (rank -> bytes), as the Communicator
+    counts them: each layer's allgather before its forward and, where a gradient reaches it,
+    again before its backward (the last layer's are one), and its reduce-scatter (`batch` is
+    unused: ZeRO's bytes do not depend on it)."""
+    from d500.backends.training_graph import running_statistics
+    from d500.distributed.comm import gather_counts
+    from d500.distributed.tensor.rank import differentiable
+    n = spec.dims(world)["data"]
+    if running_statistics(model):  # the whole model gathered once a step (zero.py's blocks)
+        held = shard_bytes(model, spec, world)
+        return {r: gather_counts(list(held.values()), r)[0] + sum(held.values()) - held[r]
+                for r in range(n)}
+    form, layers, params = layered(model)
+    shapes = _sizes(model)
+    diff = differentiable(form, set(params))
+    reached = [True] * len(layers)
+    for i in range(len(layers) - 2, -1, -1):
+        reached[i] = any(o in diff and o in later.inputs and reached[j]
+                         for j, later in enumerate(layers) if j > i for o in layers[i].outputs)
+    out = dict.fromkeys(range(n), 0)
+    for i, layer in enumerate(layers):
+        blocks = [4 * sum(_rows_size(shapes[p], n, r) for p in _held(layer, params))
+                  for r in range(n)]
+        gathers = 2 if reached[i] and i < len(layers) - 1 else 1
+        for r in range(n):
+            out[r] += gathers * gather_counts(blocks, r)[0] + sum(blocks) - blocks[r]
+    return out
+
+
 def _rows_size(shape: tuple[int, ...], ranks: int, rank: int) -> int:
     """Elements in rank `rank`'s rows of a tensor of `shape`."""
     if not shape:
@@ -290,7 +320,8 @@ class Zero3(Scheme):
                 at += part.size
                 grads[p] = grads[p] + piece if p in grads else piece
         for n in layer.wrt[len(layer.params):]:
-            flowing[n] = flowing[n] + g[n] if n in flowing else np.asarray(g[n])
+            if n in g:  # (a layer nothing reached gives its inputs no gradient)
+                flowing[n] = flowing[n] + g[n] if n in flowing else np.asarray(g[n])
 
     def _held(self) -> int:
         return sum(a.nbytes for a in self.trainer.arrays.values())
