@@ -266,7 +266,7 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
             from d500.distributed.schemes.zero3 import shard_bytes as held
             peaks = peak_bytes(onnx_model, spec, order.world_size)
         stages = held(onnx_model, spec, order.world_size)
-        if spec.shard != "zero3" and wl.drop_last:  # every step a whole batch: bytes checked
+        if spec.shard == "zero3" or wl.drop_last:  # bytes checked: every step a whole batch
             least = least_sent(onnx_model, spec, order.world_size, order.global_batch)
     ranks.ready()
     watch = LoadWatch()
