@@ -1,7 +1,7 @@
 """`d500 scale RUN_ID|WORKLOAD [--network 2us,12.5GB/s]`: the alpha-beta model's predicted step
 time, communication share and scaling efficiency at 8 ... 1,024 ranks for each scheme and
 compressor (d500.distributed.scaling), as a table and a PNG plot; a pipeline's bubble and memory
-per rank in a second table.
+per rank in a second table, a sharded (ZeRO) run's memory per rank in a third.
 
 RUN_ID models that level-3 run; a WORKLOAD name models the newest succeeded run at 2 or more
 ranks of every (entry, scheme, compressor) recorded on it. The network is `--network
@@ -196,6 +196,17 @@ def _print(profiles: list[Any], rows: list[Any], net: Any, png: Path, weak: bool
             cells = [next(("—" if r.bubble is None else f"{r.bubble:.2f} / {r.memory:,.0f} B")
                           for r in rows if r.profile is p and r.ranks == n) for n in sizes]
             table.add_row(p.label, *cells)
+        out.print(table)
+    sharded = [p for p in profiles if p.shard != "none"]
+    if sharded:
+        table = Table(title="sharded (ZeRO): predicted memory per rank (whole states + the "
+                            "sharded ones cut N ways)")
+        table.add_column("scheme")
+        for n in sizes:
+            table.add_column(f"{n} ranks", justify="right")
+        for p in sharded:
+            table.add_row(p.label, *(next(f"{r.memory:,.0f} B" for r in rows
+                                          if r.profile is p and r.ranks == n) for n in sizes))
         out.print(table)
     for line in scaling.left_out(rows):
         out.print(f"—  {line}", highlight=False)

@@ -52,6 +52,14 @@ One rank holds the whole model: compute P x C / imbalance (the cut's FLOPs). Mem
 stage's params + grads + optimizer state (measured), plus the stashed micro-batch inputs: GPipe
 holds all m, 1F1B at most P (schedule.stashed), each b / m samples of the bytes per sample the run
 stashed.
+
+Sharded data parallelism (a run at `shard: zero1|zero2|zero3`): its reduce-scatters and
+allgathers of blocks are timed as above; memory per rank is what every rank holds whole plus the
+sharded states cut N ways: ZeRO-1 shards the optimizer state (params and grads whole), ZeRO-2 the
+gradients too, ZeRO-3 the parameters as well, plus the largest layer it gathers inside a step
+(peak_param_bytes less the rows held), at any size. The sharded total is the sum of the ranks'
+shards as measured at N0 (the blocks partition it), so at N0 the model gives back the measured
+bytes.
 """
 
 from __future__ import annotations
@@ -113,6 +121,10 @@ class Profile:
     crossing: float = 0.0  # bytes per sample over the costliest cut (the recorded partition)
     imbalance: float = 1.0  # the cut's costliest stage over the mean stage (FLOPs)
     activation: float = 0.0  # peak bytes of stashed micro-batch inputs on one rank (measured)
+    shard: str = "none"  # ZeRO's stage (zero1, zero2, zero3) or none
+    whole: float = 0.0  # a sharded run: bytes each rank holds whole (the most of any rank;
+    # ZeRO-3: with the largest layer it gathers inside a step)
+    sharded: float = 0.0  # a sharded run: bytes cut across the ranks (the sum of their shards)
 
     @property
     def group(self) -> int:
@@ -159,6 +171,7 @@ class Profile:
                                                     "optimizer_bytes")) for m in held),
                      default=0.0) or None
         label = f"{label} / tensor {tensor}" if tensor > 1 else label
+        sharding = _sharding(h.get("shard", "none"), held)
         pipe = _pipeline(run, held, n0)
         if pipe:
             label = f"{label} / pipeline {pipe['pipeline']} x {pipe['micro']} {pipe['schedule']}"
@@ -168,7 +181,26 @@ class Profile:
                    int(d.get("global_batch") or h.get("batch_size", 1)),
                    d.get("batch_mode", "global"), tuple(collectives), rid, tensor,
                    max((m.get("grad_bytes", 0.0) for m in held), default=0.0),
-                   float(h.get("bucket_bytes", 25 * 2**20)), memory, **pipe)
+                   float(h.get("bucket_bytes", 25 * 2**20)), memory, **pipe, **sharding)
+
+
+SHARDED = {"zero1": ("optimizer_bytes",), "zero2": ("grad_bytes", "optimizer_bytes"),
+           "zero3": ("param_bytes", "grad_bytes", "optimizer_bytes")}  # what each stage cuts
+
+
+def _sharding(shard: str, held: list[dict[str, float]]) -> dict[str, Any]:
+    """A sharded run's fields of its profile (none for other runs): its stage, the bytes each
+    rank holds whole (the most of any rank) and the sum of the ranks' shards."""
+    cut = SHARDED.get(shard)
+    if cut is None or not held:
+        return {}
+    kept = [k for k in ("param_bytes", "grad_bytes", "optimizer_bytes") if k not in cut]
+    # ZeRO-3 gathers a layer inside a step: its bytes above the rows held count at any size
+    gathered = max((m["peak_param_bytes"] - m.get("param_bytes", 0.0) for m in held
+                    if shard == "zero3" and "peak_param_bytes" in m), default=0.0)
+    return {"shard": shard,
+            "whole": max(sum(m.get(k, 0.0) for k in kept) for m in held) + max(gathered, 0.0),
+            "sharded": sum(m.get(k, 0.0) for m in held for k in cut)}
 
 
 def _pipeline(run: dict[str, Any], held: list[dict[str, float]], n0: int) -> dict[str, Any]:
@@ -356,7 +388,10 @@ def pipeline_time(profile: Profile, n: int, net: Network, weak: bool = False) ->
 def memory(profile: Profile, n: int, weak: bool = False) -> float | None:
     """Bytes one rank holds at `n` ranks: the run's params + grads + optimizer state, and for a
     pipeline its stashed micro-batch inputs (GPipe all m, 1F1B at most P, of b / m samples);
-    None for a pipeline at one rank (no stage: the whole model's states were not measured)."""
+    None for a pipeline at one rank (no stage: the whole model's states were not measured); a
+    sharded run's whole states plus its sharded total cut `n` ways."""
+    if profile.shard != "none":
+        return profile.whole + profile.sharded / n
     if profile.pipeline < 2:
         return profile.memory
     if profile.memory is None or n < 2 or impossible(profile, n, weak):

@@ -91,6 +91,37 @@ def test_zero_blocks_read_back_the_whole_model_and_scale_as_ring_halves(n0):
     assert scaling.step_time(ssp, 64, NET) == pytest.approx(max(1e-3 + one, 63 * one))
 
 
+@pytest.mark.parametrize("stage", ["zero1", "zero2", "zero3"])
+def test_zero_memory_per_rank_cuts_what_each_stage_shards(stage):
+    """At the measured world size the model gives the ranks' measured bytes back (evenly cut, so
+    between the ranks' uneven blocks); at N ranks the stage's sharded states are cut N ways and
+    the rest stays whole: ZeRO-1 the optimizer state, ZeRO-2 the gradients too, ZeRO-3 the
+    parameters as well."""
+    blocks, whole = [40000, 28904], 68904
+    held = []
+    for block in blocks:
+        held.append({"param_bytes": block if stage == "zero3" else whole,
+                     "grad_bytes": whole if stage == "zero1" else block,
+                     "optimizer_bytes": 2 * block})  # momentum and a second moment
+    record = run_record("sync", 2, [{}, {}])
+    record["hyperparameters"]["shard"] = stage
+    for rank, h in zip(record["details"]["ranks"], held):
+        rank["scheme"] = h
+    profile = scaling.Profile.from_run(record)
+    assert profile.shard == stage and profile.label == f"sync / {stage}"
+    totals = [sum(h.values()) for h in held]  # the model cuts evenly; the blocks were uneven
+    assert min(totals) < scaling.memory(profile, 2) < max(totals)
+    cut = {"zero1": 2 * whole, "zero2": 3 * whole, "zero3": 4 * whole}[stage]
+    assert scaling.memory(profile, 64) == pytest.approx(4 * whole - cut + cut / 64)
+    if stage == "zero3":  # inside a step it holds its rows and the layer gathered: 30,000 B
+        for rank, block in zip(record["details"]["ranks"], blocks):
+            rank["scheme"]["peak_param_bytes"] = block + 30000
+        peaked = scaling.Profile.from_run(record)
+        assert scaling.memory(peaked, 64) == pytest.approx(scaling.memory(profile, 64) + 30000)
+    unsharded = scaling.Profile.from_run(run_record("sync", 2, [{}, {}]))
+    assert unsharded.shard == "none" and scaling.memory(unsharded, 64) == unsharded.memory
+
+
 def test_scheme_rules_and_efficiency():
     model = 4e6
     sync = scaling.Profile("sync", "sync", "none", 2, 1e-3, 2e-3, 64, "global",
