@@ -32,12 +32,36 @@ class Outcome:
 
 
 def node_tests() -> list:
-    """The deterministic node tests of the installed onnx (random-output ones left out)."""
+    """The deterministic node tests of the installed onnx (random-output ones left out). onnx
+    builds them by running its reference implementations (30-80 s here, however few operators
+    are asked for), so they are built once per onnx version and read back from
+    $D500_HOME/cache/onnx (0.1 s); a cache that does not read is built again."""
+    import os
+    import pickle
+
+    import onnx
+
+    from d500 import paths
+    path = paths.cache("onnx") / f"node-tests-{onnx.__version__}.pickle"
+    try:
+        with open(path, "rb") as f:
+            return [t for t in pickle.load(f) if not RANDOM_OUTPUT.match(t.name)]
+    except Exception:  # noqa: BLE001 - missing, truncated, another onnx's: build them again
+        pass
     from onnx.backend.test.loader import load_model_tests
+
+    from d500.say import say
+    say(f"building onnx {onnx.__version__}'s node tests (once; cached in {path.parent})")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        tests = load_model_tests(kind="node")
-    return [t for t in tests if not RANDOM_OUTPUT.match(t.name)]
+        tests = [t for t in load_model_tests(kind="node") if not RANDOM_OUTPUT.match(t.name)]
+    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        partial.write_bytes(pickle.dumps(tests, protocol=pickle.HIGHEST_PROTOCOL))
+        partial.replace(path)  # whole or not at all, whoever writes beside this process
+    except OSError as err:  # a full disk: the tests are built, only not kept
+        say(f"{path}: not cached ({err.strerror})")
+    return tests
 
 
 def _op_of(test) -> str:

@@ -55,8 +55,10 @@ def test_json_for_some_operators(tests_by_op):
     assert report["totals"] == {"pass": len(expected)}
     assert {t["op"] for t in report["tests"]} == {"Relu", "Softmax"}
     assert set(report) == {"backend", "totals", "tests"}  # the JSON stays what it was
-    assert out.stderr.strip() == ("recorded as ledger run 1 (partial: an --op run never counts "
-                                  "as the backend's conformance)")
+    building, recorded = out.stderr.strip().splitlines()  # a fresh D500_HOME: built once
+    assert building.startswith("building onnx ") and "node tests (once; cached in " in building
+    assert recorded == ("recorded as ledger run 1 (partial: an --op run never counts as the "
+                        "backend's conformance)")
 
 
 def test_table_and_totals_line_count_failures_and_unsupported(tests_by_op, capsys):
@@ -143,3 +145,34 @@ def test_openvino_bf16_passes_what_only_float32_rounding_fails(home):
                                                           "test_dft_inverse_opset19")]
     [run] = Ledger().runs_by_id([run_id])
     assert run["backend"] == "openvino:bf16" and run["details"]["judged_at"] == "bfloat16"
+
+
+def test_node_tests_are_built_once_per_onnx_version_and_read_back(home, monkeypatch, capsys):
+    """Building them runs onnx's reference implementations (30-80 s here, for one operator as
+    for all); the cache under D500_HOME is read instead, and one that does not read is built
+    again (here from three real tests, so that the test stays fast)."""
+    import dataclasses
+    import importlib
+    import pickle
+
+    import onnx
+    import onnx.backend.test.loader as loader
+
+    from d500 import paths
+    for op in ("abs", "relu"):  # onnx builds an operator's node tests as its module is imported
+        importlib.import_module(f"onnx.backend.test.case.node.{op}")
+    from onnx.backend.test.case.node import _NodeTestCases
+    real = [t for t in _NodeTestCases if t.name in ("test_abs", "test_relu")]
+    assert len(real) == 2
+    random_output = dataclasses.replace(real[0], name="test_bernoulli_seed")
+    path = paths.cache("onnx") / f"node-tests-{onnx.__version__}.pickle"
+    path.write_bytes(pickle.dumps(real))
+    monkeypatch.setattr(loader, "load_model_tests", None)  # not called: the cache is read
+    assert [t.name for t in node_tests()] == [t.name for t in real]
+    path.write_bytes(b"truncated")
+    monkeypatch.setattr(loader, "load_model_tests",
+                        lambda kind: [*real, random_output] if kind == "node" else [])
+    capsys.readouterr()
+    assert [t.name for t in node_tests()] == [t.name for t in real]  # built again, filtered
+    assert f"node tests (once; cached in {path.parent})" in capsys.readouterr().err
+    assert [t.name for t in pickle.loads(path.read_bytes())] == [t.name for t in real]
