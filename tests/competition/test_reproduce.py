@@ -37,23 +37,43 @@ def _seed_runs(path: Path) -> list[int]:
     return [r.origin_id for r in Package.open(path).runs() if r.trial is None]
 
 
-def test_two_drawn_runs_reproduce_and_agree(digits_package, rules_dir, tmp_path, run_d500):
+def test_two_drawn_runs_reproduce_and_agree(digits_package, rules_dir, tmp_path, run_d500,
+                                            monkeypatch):
+    """Honest runs reproduced on their own machine agree in everything that does not depend on
+    the machine, bit for bit. Their times agree as the rule says for the load the reproduction
+    saw (d500.competition.reproduce_time): this suite's other worker can slow a 0.3 s digits run
+    almost 3x (0.29 s recorded, 0.81 s reproduced, at 1 thread), beyond 1.5x, and the rule then
+    widens the tolerance only as far as the load it measured (at an organiser's default share,
+    not the suite's 1), so the times may disagree; nothing else may."""
+    from d500.provenance import LOADED_SHARE
+    monkeypatch.setenv("D500_LOADED_SHARE", str(LOADED_SHARE))
     seed_runs = _seed_runs(digits_package)
     seed = draw_seed(digits_package, 2, {seed_runs[0]})  # a succeeded run, and one more
     ledger = tmp_path / "organiser" / "ledger.sqlite"
     result = run_d500(None, "reproduce", str(digits_package), "--runs", "2", "--seed",
                       str(seed), "--rules", str(rules_dir), "--ledger", str(ledger))
     out = result.stdout
-    assert result.returncode == 0, out + result.stderr
     assert f"2 of 6 re-runnable run(s) chosen with seed {seed} (given" in out
-    assert "2 of 2 run(s) agree with the package" in out
-    assert "DISAGREES" not in out and "disagrees:" not in out
     assert "a draw of 2 of 6 holds at least one forged run with probability 33% if 1 is, 60% if " \
            "2 are, 80% if 3 are forged (1 - C(N-F,K)/C(N,K)); 95% needs --runs 6 for 1, " \
            "--runs 5 for 2, --runs 3 for 3" in out
     assert out.count("times compared: this machine's hardware is the run's (key ") == 2, out
     pkg = Package.open(digits_package)
     origin = {r.origin_id: r for r in pkg.runs()}
+    slow = set()  # origin runs whose reproduction the time rule finds too slow for its load
+    for run in Ledger(ledger).runs():
+        o = origin[run["details"]["reproduction"]["origin_run"]]
+        if o.status == "succeeded" and too_fast(
+                o.figures["time_to_accuracy"], run["figures"]["time_to_accuracy"],
+                slowdown(run["details"].get("load_average"))):
+            slow.add(o.origin_id)
+    lines = [line for line in out.splitlines() if line.startswith("disagrees:")]
+    assert all(re.match(r"disagrees: run \d+: (time_to_accuracy|evaluation times): ", line)
+               for line in lines), out  # times only, never a figure
+    disagreeing = {int(re.match(r"disagrees: run (\d+):", line)[1]) for line in lines}
+    assert slow <= disagreeing, out  # the rule's verdict on time to accuracy, as computed here
+    assert f"{2 - len(disagreeing)} of 2 run(s) agree with the package" in out, out
+    assert result.returncode == (1 if disagreeing else 0), out + result.stderr
     book = Ledger(ledger)
     runs = book.runs()
     assert len(runs) == 2
