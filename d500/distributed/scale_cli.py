@@ -185,29 +185,28 @@ def _print(profiles: list[Any], rows: list[Any], net: Any, png: Path, weak: bool
                          f"{format_duration(r.step)} / {r.comm_share:.2f} / {r.efficiency:.2f}")
         table.add_row(p.label, *cells)
     out.print(table)
-    piped = [p for p in profiles if p.pipeline > 1]
-    if piped:
-        table = Table(title="pipelines: predicted bubble / memory per rank (states + stashed "
-                            "micro-batch inputs)")
-        table.add_column("scheme")
-        for n in sizes:
-            table.add_column(f"{n} ranks", justify="right")
-        for p in piped:
-            cells = [next(("—" if r.bubble is None else f"{r.bubble:.2f} / {r.memory:,.0f} B")
-                          for r in rows if r.profile is p and r.ranks == n) for n in sizes]
-            table.add_row(p.label, *cells)
-        out.print(table)
-    sharded = [p for p in profiles if p.shard != "none"]
-    if sharded:
-        table = Table(title="sharded (ZeRO): predicted memory per rank (whole states + the "
-                            "sharded ones cut N ways)")
-        table.add_column("scheme")
-        for n in sizes:
-            table.add_column(f"{n} ranks", justify="right")
-        for p in sharded:
-            table.add_row(p.label, *(next(f"{r.memory:,.0f} B" for r in rows
-                                          if r.profile is p and r.ranks == n) for n in sizes))
-        out.print(table)
+    _per_size(out, "pipelines: predicted bubble / memory per rank (states + stashed micro-batch "
+              "inputs)", [p for p in profiles if p.pipeline > 1], sizes, rows,
+              lambda r: "—" if r.bubble is None else f"{r.bubble:.2f} / {r.memory:,.0f} B")
+    _per_size(out, "sharded (ZeRO): predicted memory per rank (whole states + the sharded ones "
+              "cut N ways)", [p for p in profiles if p.shard != "none"], sizes, rows,
+              lambda r: f"{r.memory:,.0f} B")
     for line in scaling.left_out(rows):
         out.print(f"—  {line}", highlight=False)
     out.print(f"plot: {png}", highlight=False)
+
+
+def _per_size(out: Any, title: str, profiles: list[Any], sizes: list[int], rows: list[Any],
+              cell: Any) -> None:
+    """A table of `profiles` by world size, each cell `cell(prediction)`; none when empty."""
+    if not profiles:
+        return
+    from rich.table import Table
+    table = Table(title=title)
+    table.add_column("scheme")
+    for n in sizes:
+        table.add_column(f"{n} ranks", justify="right")
+    for p in profiles:
+        table.add_row(p.label, *(next(cell(r) for r in rows if r.profile is p and r.ranks == n)
+                                 for n in sizes))
+    out.print(table)
