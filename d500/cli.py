@@ -64,6 +64,7 @@ CORE: dict[str, tuple[str, str]] = {
     "check": ("d500.competition.check_cli", "check a package: complete, by the rules, intact"),
     "reference": ("d500.competition.reference_cli", "measure a workload's reference convergence"),
     "reproduce": ("d500.competition.reproduce_cli", "re-run chosen runs of a package, compare"),
+    "benchmark": ("d500.benchmark_cli", "list or run the checkout's side-by-side speed benchmarks"),
 }
 
 

@@ -1,0 +1,39 @@
+"""`d500 benchmark`: the checkout's benchmark scripts listed and run from any directory."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def d500(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "d500.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_the_list_names_every_script_that_runs_and_only_those(tmp_path):
+    done = d500("benchmark", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    listed = {line.split()[0] for line in done.stdout.splitlines()}
+    scripts = {p.stem for p in (ROOT / "benchmarks").glob("*.py")
+               if "__main__" in p.read_text() and not p.name.startswith("_")}
+    assert listed == scripts and "compiled_torch" in listed and "ratio" not in listed
+    line = next(x for x in done.stdout.splitlines() if x.startswith("compiled_torch "))
+    assert "torch:compiled and onnxruntime" in line
+
+
+def test_a_script_runs_with_its_own_arguments_from_another_directory(tmp_path):
+    done = d500("benchmark", "pipeline_bubble.py", "--help", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: pipeline_bubble.py") and "--micro" in done.stdout
+
+
+def test_a_wrong_name_is_one_line_with_exit_2(tmp_path):
+    typo = d500("benchmark", "compild_torch", cwd=tmp_path)
+    helper = d500("benchmark", "ratio", cwd=tmp_path)
+    for done in (typo, helper):
+        assert done.returncode == 2 and done.stdout == ""
+        assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert "did you mean 'compiled_torch'" in typo.stderr
+    assert "not a benchmark" in helper.stderr
