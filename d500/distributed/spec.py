@@ -25,7 +25,8 @@ A pipeline (> 1 stages) composes with the data dimension through sync's allreduc
 stage's gradients (no shard, no compression). zero3 (parameters sharded too) gathers layer by
 layer (d500.distributed.schemes.zero3); a model with running statistics whole, on torch only.
 Tensor parallelism (> 1, d500.distributed.tensor) composes with the
-data dimension as a pipeline does (sync, no shard, no compression), not with a pipeline yet.
+data dimension as a pipeline does (sync, no shard, no compression), and with a pipeline: each
+stage split over its tensor group (d500.distributed.pipeline.split_stage).
 """
 
 from __future__ import annotations
@@ -196,18 +197,12 @@ def _refuse_unbuilt(dims: dict[str, int | None], shard: str, scheme: str, compre
                              f"'distributed.{own}' >= 2 (one part per rank), {other}: 1 and "
                              f"shard: none (got {own} {dims[own] or 1}, {other} "
                              f"{dims[other] or 1}, shard {shard})")
-    if (dims["tensor"] or 1) > 1 and (dims["pipeline"] or 1) > 1 and own is None:
-        raise UsageError(f"{where}: fields 'distributed.pipeline' and 'distributed.tensor': "
-                         f"tensor parallelism inside pipeline stages (pipeline "
-                         f"{dims['pipeline']} x tensor {dims['tensor']}) is not built yet; "
-                         f"use one of them, the data dimension taking the other ranks")
     if (dims["tensor"] or 1) > 1 and scheme != DTENSOR and (
-            (dims["pipeline"] or 1) > 1 or scheme != "sync" or shard != "none"
-            or compressor != "none"):
+            scheme != "sync" or shard != "none" or compressor != "none"):
         raise UsageError(f"{where}: field 'distributed.tensor': tensor parallelism composes "
                          f"with the data dimension through scheme: sync, uncompressed, shard: "
-                         f"none, pipeline: 1 (got scheme '{scheme}', shard {shard}, "
-                         f"compression {compressor}, pipeline {dims['pipeline'] or 1})")
+                         f"none (got scheme '{scheme}', shard {shard}, compression "
+                         f"{compressor})")
     if (dims["pipeline"] or 1) > 1 and scheme != PIPELINING and (
             scheme != "sync" or shard != "none" or compressor != "none"):
         raise UsageError(f"{where}: field 'distributed.pipeline': a pipeline's stages average "

@@ -132,8 +132,7 @@ def test_the_spec_takes_a_pipeline_with_sync_only():
         parse({"scheme": "sync", "pipeline": 2, "schedule": "zigzag"}, "e.yaml")
     with pytest.raises(ConfigError, match="'distributed.micro_batches' must be a whole number"):
         parse({"scheme": "sync", "pipeline": 2, "micro_batches": 0}, "e.yaml")
-    with pytest.raises(UsageError, match=r"inside pipeline stages \(pipeline 2 x tensor 2\) is "
-                                         r"not built yet"):
-        parse({"scheme": "sync", "tensor": 2, "pipeline": 2}, "e.yaml")
+    assert parse({"scheme": "sync", "tensor": 2, "pipeline": 2}, "e.yaml").dims(4) == {
+        "data": 1, "pipeline": 2, "tensor": 2}  # composed: d500.distributed.pipeline.split_stage
     with pytest.raises(UsageError, match="tensor parallelism composes with the data dimension"):
         parse({"scheme": "ps", "tensor": 2}, "e.yaml")

@@ -21,6 +21,10 @@ partition's bytes per sample, "send") and receives their gradients back (as many
 passes (step minus the data allreduce and the update), beside `bubble_theory` (P-1)/(M+P-1).
 For an evaluation every stage's parameters are sent to rank 0 ("evaluate" traffic, on the
 judge's clock), which hands the whole model over.
+
+With tensor > 1 each stage is split over its tensor group (split_stage.SplitStage): its tensor
+ranks first join their shards on tensor rank 0, whose stage then goes to rank 0 as above; a
+rank's bytes add its stage's blocks' allreduces on the tensor dimension ("tp").
 """
 
 from __future__ import annotations
@@ -45,12 +49,12 @@ class Pipeline(Sync):
     """Stage `stage` on this rank of `grid` (see the module docstring)."""
 
     name = "pipeline"
-    communicators = ("comm", "pipe")
+    communicators = ("comm", "pipe", "tp")
 
     def __init__(self, stage: StageModel, grid: Any, micro_batches: int, schedule: str,
                  **kwargs: Any):
         super().__init__(stage.trainer, grid.data, **kwargs)
-        self.stage, self.grid, self.pipe = stage, grid, grid.pipeline
+        self.stage, self.grid, self.pipe, self.tp = stage, grid, grid.pipeline, grid.tensor
         self.index, self.stages = stage.index, len(stage.part.stages)
         self.micro, self.schedule = micro_batches, schedule
         self.ops = schedules.ops(schedule, self.index, self.stages, micro_batches)
@@ -125,9 +129,14 @@ class Pipeline(Sync):
     def _gather(self) -> dict[str, np.ndarray] | None:
         part, shapes = self.stage.part, self._shapes()
         mine = self.params.get()
+        if self.tp.size > 1:  # the stage's shards joined on its tensor rank 0 first
+            from d500.distributed.tensor.scheme import join
+            mine = join(self.tp, self.stage.split, mine)
+            if mine is None:
+                return None
         if self.index != 0:
             self.pipe.wait([self.pipe.isend(np.ascontiguousarray(mine[n]), 0, GATHER + j)
-                            for j, n in enumerate(self.stage.params)])
+                            for j, n in enumerate(self.stage.info.params)])
             return None
         whole = {n: np.array(a, copy=True) for n, a in mine.items()}
         for s in part.stages[1:]:
@@ -147,6 +156,12 @@ class Pipeline(Sync):
         return self.gathered
 
     # ------------------------------------------------------------------ figures
+    def memory(self) -> dict[str, float]:
+        out = super().memory()
+        if self.tp.size > 1:  # a split stage's optimizer state lives in its segments' trainers
+            out["optimizer_bytes"] = float(self.trainer.state_bytes())
+        return out
+
     def figures(self) -> dict[str, float]:
         return {"bubble_measured": self.idle / self.busy if self.busy else 0.0,
                 "bubble_theory": schedules.bubble(self.stages, self.micro),
@@ -154,8 +169,11 @@ class Pipeline(Sync):
                 "stash_bytes_peak": float(self.stash_peak)}
 
     def details(self) -> dict[str, Any]:
-        return {"partition": self.stage.part.record(), "schedule": self.schedule,
-                "micro_batches": self.micro}
+        out = {"partition": self.stage.part.record(), "schedule": self.schedule,
+               "micro_batches": self.micro}
+        if self.tp.size > 1:
+            out["tensor_split"] = self.stage.split.record()
+        return out
 
 
 def _accumulate(total: dict[str, np.ndarray], grads: Mapping[str, np.ndarray]) -> None:
@@ -168,9 +186,15 @@ def _accumulate(total: dict[str, np.ndarray], grads: Mapping[str, np.ndarray]) -
 
 def build(model: Any, spec: Any, grid: Any, backend_cls: Any, optimizer: Any, native: bool
           ) -> Pipeline:
-    """This rank's Pipeline: `model` cut into spec.pipeline stages, its own stage translated."""
-    from d500.distributed.pipeline.partition import partition
-    part = partition(model, spec.pipeline, where=f"{spec.where}: field 'distributed.pipeline'")
-    stage = StageModel(part, grid.coords["pipeline"], backend_cls, optimizer, native)
+    """This rank's Pipeline: `model` cut into spec.pipeline stages, its own stage translated
+    (its shard of it, split spec.tensor ways, where that is > 1)."""
+    from d500.distributed.pipeline.partition import cut
+    part = cut(model, spec, where=f"{spec.where}: field 'distributed.pipeline'")
+    if spec.tensor > 1:
+        from d500.distributed.pipeline.split_stage import SplitStage
+        stage: StageModel = SplitStage(part, grid.coords["pipeline"], backend_cls, optimizer,
+                                       native, grid, f"{spec.where}: field 'distributed.tensor'")
+    else:
+        stage = StageModel(part, grid.coords["pipeline"], backend_cls, optimizer, native)
     return Pipeline(stage, grid, spec.micro_batches, spec.schedule,
                     bucket_bytes=spec.bucket_bytes, **spec.options)

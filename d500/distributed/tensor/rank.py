@@ -5,6 +5,8 @@ allreduces between them (the f and g conjugate operators).
     model = RankModel(split, t, backend_cls, optimizer, native, comm)
     loss, grads = model.gradients(feeds, scale)   # the whole batch's loss; this rank's gradients
     model.trainer.apply(grads, lr)                # the entry's optimizer, every segment's weights
+    values = model.forward(feeds)                 # a pipeline stage's: every tensor it makes
+    values, grads, given = model.backward(feeds, {"sent": g})   # from its outputs' gradients
 
 A segment is a run of consecutive nodes, all inside one block (parallel) or none (replicated).
 Forward, each segment runs on what earlier ones made; a parallel segment's outputs are partial
@@ -14,7 +16,9 @@ segments gave it; a parallel segment's gradients of its inputs are partial (each
 contributes its part), allreduced before they flow on (f). The replicated segments compute the
 same on every rank, so their weights' gradients need no communication. A weight read in two
 segments (a tied embedding) is held by the first; the later ones read it as an input, and the
-gradient they give back for it is added to the holder's. Backward recomputes each
+gradient they give back for it is added to the holder's. As a pipeline stage, the model's
+inputs named `receives` (the activations its stage receives) are differentiated too, and
+backward starts from given gradients of any outputs (the tensors it sends). Backward recomputes each
 segment's forward from its stashed inputs (one extra forward per step; the framework's graph of
 a segment is not kept between the passes).
 """
@@ -54,14 +58,16 @@ class RankModel:
     array over the tensor ranks in place (the tensor dimension's Communicator.allreduce)."""
 
     def __init__(self, split: Split, rank: int, backend_cls: Any, optimizer: Any,
-                 native: bool, allreduce: Any, loss: str = "loss"):
+                 native: bool, allreduce: Any, loss: str | None = "loss",
+                 receives: list[str] = ()):
         self.split, self.rank, self.allreduce, self.loss_name = split, rank, allreduce, loss
+        self.receives = list(receives)
         model, flags = split.rank_model(rank)
         self.model = model
         self.segments = segments(model, flags)
         floats = {t.name for t in model.graph.initializer
                   if helper.tensor_dtype_to_np_dtype(t.data_type).kind == "f"}
-        diff = differentiable(model, floats)
+        diff = differentiable(model, floats | set(self.receives))
         types = value_infos(model)
         for seg in self.segments:
             seg.exe = backend_cls.prepare(submodel(model, seg, types))
@@ -76,33 +82,42 @@ class RankModel:
                                      f"({seg.trainer.buffer_names[0]}, BatchNormalization): "
                                      f"tensor parallelism of such a model is not built yet "
                                      f"(use tensor: 1)")
-        if loss not in self.segments[-1].outputs:
-            raise UsageError(f"tensor rank {rank}: the loss '{loss}' is not made by the model's "
-                             f"last nodes (it must follow every block)")
+        if self.segments[-1].parallel or (loss is not None
+                                          and loss not in self.segments[-1].outputs):
+            made = f"the loss '{loss}' is not made by" if loss else "a block ends"
+            raise UsageError(f"tensor rank {rank}: {made} the model's last nodes (they must "
+                             f"follow every block)")
         self.trainer = Shards([s.trainer for s in self.segments if s.trainer is not None])
 
     def gradients(self, feeds: dict[str, np.ndarray], scale: float = 1.0
                   ) -> tuple[float, dict[str, np.ndarray]]:
         """(the loss of `feeds`, `scale` x its gradients of this rank's parameters)."""
-        values: dict[str, np.ndarray] = dict(feeds)
-        values.update(self._shared())
-        stash = []
-        for seg in self.segments[:-1]:
-            ins = {n: values[n] for n in seg.inputs}
-            stash.append(ins)
-            outs = seg.exe.run(ins)
-            for name in seg.outputs:
-                a = outs[seg.exe.output_index(name)]
-                if seg.parallel:  # g: the partial sums of the ranks' shards, summed
-                    a = self.allreduce(np.array(a, copy=True))
-                values[name] = a
+        seed = {self.loss_name: np.asarray(scale, dtype=np.float32)}
+        values, grads, _ = self.backward(feeds, seed)
+        return float(values[self.loss_name]), grads
+
+    def forward(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Every tensor the segments make (their outputs), with the blocks' partial sums
+        summed: a pipeline stage's forward, no gradient kept."""
+        values: dict[str, np.ndarray] = {**feeds, **self._shared()}
+        for seg in self.segments:
+            self._run(seg, values)
+        return values
+
+    def backward(self, feeds: dict[str, np.ndarray], seeds: dict[str, np.ndarray]
+                 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """(every value the segments make, this rank's parameter gradients, the gradients of
+        the inputs named `receives`) from the gradients `seeds` of some outputs (the loss's
+        scale, or what the next pipeline stage gave back)."""
+        values: dict[str, np.ndarray] = {**feeds, **self._shared()}
+        stash = [self._run(seg, values) for seg in self.segments[:-1]]
         last = self.segments[-1]
         ins = {n: values[n] for n in last.inputs}
-        seed = {self.loss_name: np.asarray(scale, dtype=np.float32)}
-        outs, g = last.exe.gradients(ins, grad_outputs=seed, wrt=last.wrt)
-        loss = float(outs[last.exe.output_index(self.loss_name)])
+        flowing = dict(seeds)
+        given = {o: flowing.pop(o) for o in last.outputs if o in flowing}
         grads: dict[str, np.ndarray] = {}
-        flowing: dict[str, np.ndarray] = {}
+        outs, g = last.exe.gradients(ins, grad_outputs=given, wrt=last.wrt)
+        values.update({o: outs[last.exe.output_index(o)] for o in last.outputs})
         self._take(last, g, grads, flowing)
         for seg, ins in zip(reversed(self.segments[:-1]), reversed(stash)):
             given = {o: flowing.pop(o) for o in seg.outputs if o in flowing}
@@ -110,7 +125,19 @@ class RankModel:
                 continue  # nothing it made reaches the loss (constants, masks)
             _, g = seg.exe.gradients(ins, grad_outputs=given, wrt=seg.wrt)
             self._take(seg, g, grads, flowing)
-        return loss, grads
+        return values, grads, {n: flowing.pop(n) for n in self.receives}
+
+    def _run(self, seg: Segment, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """`seg`'s forward on `values` (its outputs added to them, a block's partial sums
+        summed: g); the inputs it read."""
+        ins = {n: values[n] for n in seg.inputs}
+        outs = seg.exe.run(ins)
+        for name in seg.outputs:
+            a = outs[seg.exe.output_index(name)]
+            if seg.parallel:  # g: the partial sums of the ranks' shards, summed
+                a = self.allreduce(np.array(a, copy=True))
+            values[name] = a
+        return ins
 
     def _shared(self) -> dict[str, np.ndarray]:
         """The current value of each weight a later segment reads as an input (a tied

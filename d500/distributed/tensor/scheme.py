@@ -53,19 +53,7 @@ class TensorParallel(Sync):
         yield
 
     def _gather(self) -> dict[str, np.ndarray] | None:
-        split: Split = self.model.split
-        mine = self.params.get()
-        names = sorted(split.axes)
-        if self.tp.rank != 0:
-            self.tp.wait([self.tp.isend(np.ascontiguousarray(mine[n]), 0, GATHER + j)
-                          for j, n in enumerate(names)])
-            return None
-        whole = {n: np.array(a, copy=True) for n, a in mine.items()}
-        for j, n in enumerate(names):
-            parts = [whole[n]] + [self.tp.recv(np.empty_like(whole[n]), r, GATHER + j, POLL)
-                                  for r in range(1, self.tp.size)]
-            whole[n] = np.concatenate(parts, axis=split.axes[n])
-        return whole
+        return join(self.tp, self.model.split, self.params.get())
 
     def handed(self) -> dict[str, np.ndarray]:
         if self.gathered is None:
@@ -82,6 +70,22 @@ class TensorParallel(Sync):
 
     def details(self) -> dict[str, Any]:
         return {"tensor_split": self.model.split.record()}
+
+
+def join(tp: Any, split: Split, mine: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    """Every tensor rank's shards (`mine`) sent to tensor rank 0 of `tp`, which gets the whole
+    model back (each split weight concatenated along its axis); None on the other ranks."""
+    names = sorted(split.axes)
+    if tp.rank != 0:
+        tp.wait([tp.isend(np.ascontiguousarray(mine[n]), 0, GATHER + j)
+                 for j, n in enumerate(names)])
+        return None
+    whole = {n: np.array(a, copy=True) for n, a in mine.items()}
+    for j, n in enumerate(names):
+        parts = [whole[n]] + [tp.recv(np.empty_like(whole[n]), r, GATHER + j, POLL)
+                              for r in range(1, tp.size)]
+        whole[n] = np.concatenate(parts, axis=split.axes[n])
+    return whole
 
 
 def build(model: Any, spec: Any, grid: Any, backend_cls: Any, optimizer: Any, native: bool
