@@ -105,6 +105,8 @@ def show_partition(args: Any) -> int:
         raise UsageError(f"{workload.path}: --show-partition shows a level-3 entry's pipeline "
                          f"stages; '{workload.name}' is a level-{workload.level} workload")
     spec = specs.parse(entry.distributed, entry.path)
+    if spec.tensor > 1 and spec.pipeline > 1:
+        return _show_composed(workload, entry, spec)
     if spec.tensor > 1:
         print(f"{workload.name} / {entry.name}: tensor parallel, {spec.tensor} ways")
         print(tensor_split(workload, spec).show())
@@ -120,10 +122,24 @@ def show_partition(args: Any) -> int:
     return 0
 
 
+def _show_composed(workload: Any, entry: Any, spec: Any) -> int:
+    """The cut between the tensor blocks, then each stage's split over its tensor group."""
+    from d500.distributed.tensor.split import find
+    part = cut(workload, spec)
+    print(f"{workload.name} / {entry.name}: {spec.pipeline} stages, each split {spec.tensor} "
+          f"ways, {spec.micro_batches} micro-batches, {spec.schedule}")
+    print(part.show())
+    for s in part.stages:
+        print(f"\nstage {s.index} over its {spec.tensor} tensor ranks:")
+        print(find(part.model(s.index), spec.tensor).show())
+    return 0
+
+
 def cut(workload: Any, spec: Any) -> Any:
-    """The workload's model cut into the entry's spec.pipeline stages (a Partition; shapes
-    alone decide it, so any seed's model gives the same); a UsageError where it cannot be."""
-    from d500.distributed.pipeline.partition import partition
+    """The workload's model cut into the entry's spec.pipeline stages, between its tensor
+    blocks where spec.tensor > 1 (a Partition; shapes alone decide it, so any seed's model gives
+    the same); a UsageError where it cannot be."""
+    from d500.distributed.pipeline.partition import cut as made
     from d500.training.data import dataset as datasets
     shape, classes = datasets.shape_of(workload.dataset)
     return partition(workload.build_model(0, shape, classes), spec.pipeline,

@@ -204,6 +204,11 @@ def build(model: Any, spec: Any, comm: Communicator, backend_cls: Any, optimizer
     from d500.distributed.pipeline.partition import partition
     from d500.distributed.pipeline.stage import StageModel
     part = partition(model, spec.pipeline, where=f"{spec.where}: field 'distributed.pipeline'")
+    if part.shared:  # torch's stages would update their copies of a tied weight apart
+        raise UsageError(f"{spec.where}: field 'distributed.pipeline': parameter "
+                         f"'{sorted(part.shared)[0]}' is read in two pipeline stages (a tied "
+                         f"weight); the pipelining baseline cannot sum its gradients across "
+                         f"stages (d500's pipeline entries do)")
     stage = StageModel(part, comm.rank % spec.pipeline, backend_cls, optimizer, native)
     return stage.trainer, PipeliningScheme(stage, comm, spec.micro_batches, spec.schedule,
                                            timeout=limit, **spec.options)

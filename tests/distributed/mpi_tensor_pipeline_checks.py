@@ -1,10 +1,12 @@
 """Tensor parallelism inside pipeline stages on real MPI ranks, run by test_tensor_pipeline_mpi.py
 as `mpiexec -n 4 python mpi_tensor_pipeline_checks.py` (mpi_scheme_checks.main: one JSON line per
-check passed): a 2-layer transformer language model cut into 2 stages (one layer each), each
-stage split over 2 tensor ranks ({pipeline: 2, tensor: 2}), trained STEPS steps with momentum in
-2 micro-batches (1F1B), gives one process's losses within 1e-5 relative and, gathered to rank 0
-as the judge receives it, one process's parameters; the memory each rank reports is below what
-the same model's ranks report at {data: 2, pipeline: 2} and at {data: 2, tensor: 2}.
+check passed): a 2-layer transformer language model (its embedding tied to its output as
+text-lm's is: held by both stages, its gradient summed over them) cut into 2 stages (one layer
+each), each stage split over 2 tensor ranks ({pipeline: 2, tensor: 2}), trained STEPS steps
+with momentum in 2 micro-batches (1F1B), gives one process's losses within 1e-5 relative and,
+gathered to rank 0 as the judge receives it, one process's parameters; the memory each rank
+reports is below what the same model's ranks report at {data: 2, pipeline: 2} and at
+{data: 2, tensor: 2}.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ LR = 0.1
 CONTEXT, VOCAB = 8, 16
 
 
-def model(tied: bool = False):
+def model(tied: bool = True):
     return build_lm("transformer", CONTEXT, VOCAB, seed=3, loss=True, layers=2, width=16,
                     heads=2, tied=tied)
 

@@ -103,8 +103,9 @@ def test_impossible_cuts_are_one_line_each():
         partition(mlp, 4)  # the loss node alone would be a stage with nothing to train
     shared = _skip_model()
     shared.graph.node[2].input[1] = "w1"  # w1 read by the first and the third MatMul
-    with pytest.raises(UsageError, match="parameter 'w1' is read in two pipeline stages"):
-        partition(shared, 3)
+    part = partition(shared, 3)  # tied: held by both stages, its gradient summed (scheme)
+    assert part.shared == {"w1": [0, 1]}
+    assert "w1" in {t.name for t in part.model(1).graph.initializer}
 
 
 def test_schedules_run_every_pass_once_in_order():

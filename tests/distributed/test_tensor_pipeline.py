@@ -44,6 +44,8 @@ def test_the_cut_falls_between_layers_and_keeps_each_stages_blocks_whole():
     last = backends.get("reference").prepare(part.model(1)).run(
         {"residual2": sent[0], "ln3": sent[1], "labels": feeds["labels"]})
     np.testing.assert_allclose(last[0], whole[0], rtol=1e-5)
+    # tied (text-lm's): the embedding is held by both stages, its gradient summed over them
+    assert cut(lm(tied=True), COMPOSED).shared == {"wte": [0, 1]}
 
 
 def test_a_cut_that_would_break_the_only_block_is_one_line():

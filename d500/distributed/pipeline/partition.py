@@ -16,6 +16,9 @@ sample (d500.operators.flops, shapes inferred at a batch of one); an operator
 without a formula costs one FLOP per output element. A tensor that crosses two cuts passes
 through the stages between by an Identity node (`PASS` names its copy). A Constant node's output
 (an attention scale, a causal mask) never crosses: each stage that reads it holds the node.
+A parameter read in several stages (a tied embedding: the first stage's lookup, the last's
+output projection) is held by each of them (`Partition.shared`), as Megatron-LM holds it; the
+pipeline sums its gradient over those stages every step, so the copies stay the same.
 
 With tensor parallelism inside the stages (`cut(model, spec)`), the tensor split is found first
 and no cut falls inside one of its blocks or right after its row linear (whose partial output is
@@ -25,7 +28,7 @@ summed by the node after it): each stage holds whole blocks, at least one.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -61,6 +64,7 @@ class Partition:
     stages: list[Stage]
     nbytes: dict[str, int]  # bytes per sample of every tensor that crosses a cut
     sample: dict[str, tuple[tuple[int, ...], np.dtype]]  # ... its shape less the batch, dtype
+    shared: dict[str, list[int]] = field(default_factory=dict)  # a tied weight -> its stages
 
     def buffer(self, tensor: str, batch: int) -> np.ndarray:
         """An empty array for crossing tensor `tensor` at `batch` samples (to receive into)."""
@@ -178,11 +182,9 @@ def partition(model: onnx.ModelProto, stages: int, where: str = "the model",
                          list(crossing[bounds[s + 1]]) if s < stages - 1 else [],
                          [i.name for i in g.input if i.name in inputs and i.name in read],
                          [p for p in params if p in read]))
-    shared = {p for p in params if sum(p in st.params for st in out) > 1}
-    if shared:
-        raise UsageError(f"{where}: parameter '{sorted(shared)[0]}' is read in two pipeline "
-                         f"stages (shared weights cannot be cut apart); use fewer stages")
-    return Partition(model, out, nbytes, {t: (shapes[t][1:], dtypes[t]) for t in nbytes})
+    holders = {p: [st.index for st in out if p in st.params] for p in params}
+    return Partition(model, out, nbytes, {t: (shapes[t][1:], dtypes[t]) for t in nbytes},
+                     {p: s for p, s in holders.items() if len(s) > 1})
 
 
 def cut(model: onnx.ModelProto, spec: Any, where: str = "the model") -> Partition:

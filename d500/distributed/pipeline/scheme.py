@@ -19,8 +19,10 @@ Bytes per step, per rank: stage s sends each micro-batch's crossing tensors forw
 partition's bytes per sample, "send") and receives their gradients back (as many, "recv").
 `bubble_measured` is the time a stage waited for its neighbours over the time of its pipeline
 passes (step minus the data allreduce and the update), beside `bubble_theory` (P-1)/(M+P-1).
-For an evaluation every stage's parameters are sent to rank 0 ("evaluate" traffic, on the
-judge's clock), which hands the whole model over.
+A weight held by several stages (partition.Partition.shared, a tied embedding) has its gradient
+summed over them (each sends its own to the others, "send" traffic) before the data average,
+so every copy takes the same update. For an evaluation every stage's parameters are sent to
+rank 0 ("evaluate" traffic, on the judge's clock), which hands the whole model over.
 
 With tensor > 1 each stage is split over its tensor group (split_stage.SplitStage): its tensor
 ranks first join their shards on tensor rank 0, whose stage then goes to rank 0 as above; a
@@ -43,6 +45,7 @@ from d500.distributed.schemes.sync import Sync
 
 POLL = 0.00005  # seconds between tests of a stage waiting for a neighbour
 GATHER = 1 << 20  # tags of the evaluation's gather (above any step's)
+TIED = 1 << 19  # tags of a tied weight's gradient exchange (above any micro-batch's)
 
 
 class Pipeline(Sync):
@@ -101,11 +104,28 @@ class Pipeline(Sync):
                 if s > 0:
                     requests += self._send(back, s - 1, 2 * i + 1)
         self.pipe.wait(requests)
+        self._tie(grads)
         self.idle += self._waited() - waited
         self.busy += time.perf_counter() - start
         self.trainer.apply(self.average(grads), lr)
         self.steps += 1
         return loss
+
+    def _tie(self, grads: dict[str, np.ndarray]) -> None:
+        """Each tied weight's gradient summed over the stages holding it, in stage order on
+        every one of them (the same float sum: the copies stay equal)."""
+        shared = self.stage.part.shared
+        for j, name in enumerate(sorted(n for n in shared if n in grads)):
+            others = [s for s in shared[name] if s != self.index]
+            sent = [self.pipe.isend(grads[name], s, TIED + j) for s in others]
+            got = {s: self.pipe.recv(np.empty_like(grads[name]), s, TIED + j, POLL)
+                   for s in others}
+            got[self.index] = grads[name]
+            total = np.array(got[shared[name][0]], copy=True)
+            for s in shared[name][1:]:
+                total += got[s]
+            self.pipe.wait(sent)
+            grads[name] = total
 
     def _receive(self, names: list[str], size: int, source: int, tag: int) -> list[np.ndarray]:
         return [self.pipe.recv(self.stage.part.buffer(t, size), source,
