@@ -142,8 +142,8 @@ def cut(workload: Any, spec: Any) -> Any:
     from d500.distributed.pipeline.partition import cut as made
     from d500.training.data import dataset as datasets
     shape, classes = datasets.shape_of(workload.dataset)
-    return partition(workload.build_model(0, shape, classes), spec.pipeline,
-                     where=f"{spec.where}: field 'distributed.pipeline'")
+    return made(workload.build_model(0, shape, classes), spec,
+                where=f"{spec.where}: field 'distributed.pipeline'")
 
 
 def tensor_split(workload: Any, spec: Any) -> Any:
