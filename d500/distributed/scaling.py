@@ -162,6 +162,10 @@ class Profile:
         if h.get("shard", "none") != "none":
             label = f"{label} / {h['shard']}"
         tensor = int(h.get("tensor", 1))
+        if tensor > 1 and int(h.get("pipeline", 1)) > 1:
+            raise UsageError(f"run {rid} splits each of {h['pipeline']} pipeline stages {tensor} "
+                             f"tensor ways: d500 scale does not model that composition yet; "
+                             f"model the entry's pipeline-only or tensor-only run")
         if tensor > 1 and n0 != tensor:
             raise UsageError(f"run {rid} splits {tensor} tensor ways at {n0} ranks: the model "
                              f"reads a tensor run at data 1 (its allreduces are then the "

@@ -96,3 +96,13 @@ def test_ranks_that_skip_the_stage_allreduces_get_no_bytes_figure():
     assert honest["memory_per_rank"] == 3 * max(held.values())
     lean = aggregate(claims(held[0] // 2, *list(held.values())[1:]), total, held)
     assert "memory_per_rank" not in lean
+
+
+def test_d500_scale_says_in_one_line_that_it_does_not_model_the_composition():
+    from d500.distributed import scaling
+    from tests.distributed.test_scaling import tensor_record
+    run = tensor_record()
+    run["world_size"] = 4
+    run["hyperparameters"].update(pipeline=2, micro_batches=4, schedule="1f1b")
+    with pytest.raises(UsageError, match="splits each of 2 pipeline stages 2 tensor ways"):
+        scaling.Profile.from_run(run)
