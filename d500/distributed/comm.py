@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import sys
 import time
 from typing import Any, Literal
@@ -252,12 +253,7 @@ class Communicator:
         """The sum (or average) over ranks of block `rank` of `x` (flattened; blocks of
         `counts` elements in rank order, summing to its length), in a new array
         (MPI_Reduce_scatter). Counted as the module docstring says."""
-        a = np.ascontiguousarray(as_array(x)).reshape(-1)
-        _check_op(a, op)
-        if len(counts) != self.size or sum(counts) != a.size:
-            raise CommError(f"reduce_scatter: counts {counts} do not split {a.size} elements "
-                            f"among {self.size} ranks")
-        out = np.empty(counts[self.rank], dtype=a.dtype)
+        a, out = self._scattered(x, counts, op, "reduce_scatter")
         with self._counting("reduce_scatter") as t:
             if self.mpi is None:
                 out[:] = a
@@ -266,9 +262,7 @@ class Communicator:
                 self.mpi.Reduce_scatter(a, out, recvcounts=list(counts))
                 if op == "average":
                     out /= self.size
-            blocks = [c * a.itemsize for c in counts]
-            t.sent += a.nbytes - blocks[self.rank]
-            t.received += a.nbytes - blocks[(self.rank + 1) % self.size]
+            self._count_scatter(t, a, counts)
         return out
 
     def allgather(self, x: Buffer, out: Buffer | None = None) -> Any:
@@ -319,6 +313,41 @@ class Communicator:
             t.sent += sent
             t.received += received
             return [res[offsets[i]:offsets[i + 1]] for i in range(self.size)]
+
+    def iallgatherv(self, x: Buffer, counts: list[int]) -> Pending:
+        """Start allgatherv(`x`, `counts`) (MPI_Iallgatherv); `.wait()` returns its list of
+        blocks. Counted as allgatherv (bytes when started; seconds: starting and waiting)."""
+        a = np.ascontiguousarray(as_array(x)).reshape(-1)
+        clock = self._counting("allgatherv")
+        if self.mpi is None:
+            with clock:
+                return Pending(None, [a.copy()], clock)
+        if len(counts) != self.size or counts[self.rank] != a.size:
+            raise CommError(f"iallgatherv: counts {counts} do not give rank {self.rank}'s "
+                            f"{a.size} elements for {self.size} ranks")
+        with clock as t:
+            offsets = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+            res = np.empty(int(offsets[-1]), dtype=a.dtype)
+            request = self.mpi.Iallgatherv(a, [res, (list(counts), list(offsets[:-1]))])
+            sent, received = gather_counts([c * a.itemsize for c in counts], self.rank)
+            t.sent += sent
+            t.received += received
+        blocks = [res[offsets[i]:offsets[i + 1]] for i in range(self.size)]
+        return Pending(request, blocks, clock, keep=a)
+
+    def ireduce_scatter(self, x: Buffer, counts: list[int], op: Op = "sum") -> Pending:
+        """Start reduce_scatter(`x`, `counts`, `op`) (MPI_Ireduce_scatter); `.wait()` returns
+        this rank's block. Counted as reduce_scatter (bytes when started)."""
+        a, out = self._scattered(x, counts, op, "ireduce_scatter")
+        clock = self._counting("reduce_scatter")
+        if self.mpi is None:
+            with clock:
+                out[:] = a
+                return Pending(None, out, clock)
+        with clock as t:
+            request = self.mpi.Ireduce_scatter(a, out, recvcounts=list(counts))
+            self._count_scatter(t, a, counts)
+        return Pending(request, out, clock, keep=a, divide=self.size if op == "average" else 1)
 
     def neighbour_exchange(self, x: Buffer, out_left: Buffer | None = None,
                            out_right: Buffer | None = None) -> tuple[Any, Any]:
@@ -393,6 +422,22 @@ class Communicator:
         t.sent += send.nbytes
         t.received += recv.nbytes
 
+    def _scattered(self, x: Buffer, counts: list[int], op: Op, name: str
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """A reduce-scatter's arguments checked: `x` flat, and an empty block for this rank."""
+        a = np.ascontiguousarray(as_array(x)).reshape(-1)
+        _check_op(a, op)
+        if len(counts) != self.size or sum(counts) != a.size:
+            raise CommError(f"{name}: counts {counts} do not split {a.size} elements "
+                            f"among {self.size} ranks")
+        return a, np.empty(counts[self.rank], dtype=a.dtype)
+
+    def _count_scatter(self, t: Traffic, a: np.ndarray, counts: list[int]) -> None:
+        """A reduce-scatter's bytes of `a`, as the module docstring says."""
+        blocks = [c * a.itemsize for c in counts]
+        t.sent += a.nbytes - blocks[self.rank]
+        t.received += a.nbytes - blocks[(self.rank + 1) % self.size]
+
     def _buffer(self, n: int, dtype: np.dtype) -> np.ndarray:
         """A scratch array of n elements, reused between calls."""
         nbytes = n * dtype.itemsize
@@ -413,6 +458,32 @@ def _check_op(a: np.ndarray, op: str) -> None:
         raise CommError(f"unknown reduction {op!r}: use 'sum' or 'average'")
     if op == "average" and not np.issubdtype(a.dtype, np.inexact):
         raise CommError(f"an average of {a.dtype} arrays is not {a.dtype}: reduce with 'sum'")
+
+
+class Pending:
+    """A started collective (Communicator.iallgatherv, .ireduce_scatter): `wait()` finishes it
+    and returns its result. Waiting tests the request and yields the core between tests (a
+    waiting rank does not spin a core the other ranks compute on); its seconds count under the
+    collective's name, the call once, when started."""
+
+    __slots__ = ("request", "result", "clock", "keep", "divide")
+
+    def __init__(self, request: Any, result: Any, clock: _Clock, keep: Any = None,
+                 divide: int = 1):
+        self.request, self.result, self.clock = request, result, clock
+        self.keep, self.divide = keep, divide  # the send buffer, alive until done; an average's N
+
+    def wait(self) -> Any:
+        if self.request is not None:
+            t = self.clock.traffic
+            start = time.perf_counter()
+            while not self.request.Test():
+                os.sched_yield()  # other processes run; MPI progresses on each Test
+            if self.divide > 1:
+                self.result /= self.divide
+            t.seconds += time.perf_counter() - start
+            self.request, self.keep = None, None
+        return self.result
 
 
 class _Clock:

@@ -201,6 +201,29 @@ def allgatherv_varying_lengths(c: Communicator) -> None:
 
 
 @check
+def nonblocking_gather_and_reduce_scatter_equal_the_blocking_ones(c: Communicator) -> None:
+    """iallgatherv and ireduce_scatter, both under way at once while this rank computes, give
+    what allgatherv and reduce_scatter give and count the same bytes under the same names."""
+    counts = [3 * r + 1 for r in range(c.size)]
+    mine = data(c.rank, counts[c.rank], np.float32)
+    whole = data(c.rank, sum(counts), np.float32, seed=1)
+    c.reset()
+    want_blocks = c.allgatherv(mine, counts)
+    want_mine = c.reduce_scatter(whole, counts, op="average")
+    blocking = {n: (t.sent, t.received, t.calls) for n, t in c.traffic.items()}
+    c.reset()
+    gathering = c.iallgatherv(mine, counts)
+    scattering = c.ireduce_scatter(whole, counts, op="average")
+    busy = np.linalg.norm(np.ones((64, 64)) @ np.ones((64, 64)))  # compute meanwhile
+    got = scattering.wait()
+    blocks = gathering.wait()
+    assert busy > 0 and scattering.wait() is got  # a second wait returns the same result
+    assert all(np.array_equal(b, w) for b, w in zip(blocks, want_blocks))
+    assert np.array_equal(got, want_mine), (got, want_mine)
+    assert {n: (t.sent, t.received, t.calls) for n, t in c.traffic.items()} == blocking
+
+
+@check
 def neighbour_exchange_with_both_ring_neighbours(c: Communicator) -> None:
     import torch
     a = data(c.rank, 50, np.float32).reshape(5, 10)

@@ -58,6 +58,17 @@ def test_one_rank_collectives_are_the_identity_and_count_no_bytes(single):
     assert single.traffic == {} and single.seconds == 0
 
 
+def test_one_rank_nonblocking_collectives_are_the_identity(single):
+    x = np.arange(6, dtype=np.float32)
+    assert np.array_equal(single.iallgatherv(x, [6]).wait()[0], x)
+    assert np.array_equal(single.ireduce_scatter(x, [6], op="average").wait(), x)
+    assert single.bytes_sent == 0
+    assert {n: t.calls for n, t in single.traffic.items()} == {"allgatherv": 1,
+                                                               "reduce_scatter": 1}
+    with pytest.raises(CommError, match="do not split 6 elements"):
+        single.ireduce_scatter(x, [5])
+
+
 def test_one_rank_needs_no_mpi4py():
     env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARIABLES}
     code = ("import sys, numpy as np\nfrom d500.distributed.comm import Communicator\n"

@@ -80,17 +80,24 @@ def test_one_rank_holds_the_whole_model_and_trains_as_sync():
 
 WHOLE = 4 * (128 * 64 + 128 + 64 * 128 + 64 + 10 * 64 + 10)
 FC1 = 4 * (128 * 64 + 128)
+FC2 = 4 * (64 * 128 + 64)
+ONE_AT_A_TIME = parse({"scheme": "sync", "shard": "zero3", "options": {"prefetch": False}},
+                      "e.yaml")
 
 
-def test_the_mlp_is_cut_into_its_three_layers_and_the_judge_counts_rows_and_a_layer():
+def test_the_mlp_is_cut_into_its_three_layers_and_the_judge_counts_rows_and_two_layers():
+    """With prefetch (the default) fc2's gather is under way while fc1 is held: the peak is the
+    rows and both; without, the rows and the largest layer."""
     _, layers, params = layered(MLP)
     assert [[p for p in params if p in layer.inputs] for layer in layers] == [
         params[0:2], params[2:4], params[4:6]]
     assert "loss" in layers[-1].outputs and "labels" in layers[-1].inputs
     assert rows_bytes(MLP, SPEC, 2) == {0: WHOLE // 2, 1: WHOLE // 2}  # every row count even
-    assert peak_bytes(MLP, SPEC, 2) == {0: WHOLE // 2 + FC1, 1: WHOLE // 2 + FC1}
-    assert max(peak_bytes(MLP, SPEC, 2).values()) < WHOLE  # ZeRO-2 holds the whole model
-    four = peak_bytes(MLP, parse({"scheme": "sync", "shard": "zero3"}, "e.yaml"), 4)
+    assert peak_bytes(MLP, SPEC, 2) == {0: WHOLE // 2 + FC1 + FC2, 1: WHOLE // 2 + FC1 + FC2}
+    assert peak_bytes(MLP, ONE_AT_A_TIME, 2) == {0: WHOLE // 2 + FC1, 1: WHOLE // 2 + FC1}
+    assert max(peak_bytes(MLP, ONE_AT_A_TIME, 2).values()) < WHOLE  # ZeRO-2: the whole model
+    four = peak_bytes(MLP, parse({"scheme": "sync", "shard": "zero3", "options": {
+        "prefetch": False}}, "e.yaml"), 4)
     assert max(four.values()) < 0.75 * WHOLE
 
 
@@ -108,7 +115,12 @@ def test_one_rank_layer_by_layer_trains_as_the_whole_model(backend):
     assert all(np.allclose(got[n], want[n], rtol=1e-5, atol=1e-6) for n in want)
     figures = zero.figures()
     assert figures["param_bytes"] == WHOLE and figures["layers"] == 3
-    assert figures["peak_param_bytes"] == WHOLE + FC1  # a gathered layer is a copy
+    assert figures["peak_param_bytes"] == WHOLE + FC1 + FC2  # gathered layers are copies
+    alone = Zero3(MLP, backends.get(backend), make_optimizer("adam", lr=0.01),
+                  Communicator.single(), prefetch=False)
+    alone.start()
+    alone.step(feeds, 0.01)
+    assert alone.figures()["peak_param_bytes"] == WHOLE + FC1  # one layer gathered at a time
 
 
 def test_an_optimizer_whose_update_of_rows_differs_from_the_whole_is_refused():
@@ -119,6 +131,13 @@ def test_an_optimizer_whose_update_of_rows_differs_from_the_whole_is_refused():
         check_elementwise(make_optimizer("lars", lr=0.1), arrays, 2)
 
 
+def test_a_prefetch_option_that_is_not_a_bool_is_one_line():
+    spec = parse({"scheme": "sync", "shard": "zero3", "options": {"prefetch": "no"}}, "e.yaml")
+    with pytest.raises(ConfigError, match="e.yaml.*prefetch is true or false, got 'no'"):
+        build_zero3(MLP, spec, Communicator.single(), backends.get("torch"),
+                    make_optimizer("sgd", lr=0.1))
+
+
 def test_a_native_optimizer_is_one_line():
     with pytest.raises(ConfigError, match="zero3 updates each rank's rows"):
         build_zero3(MLP, SPEC, Communicator.single(), backends.get("torch"),
@@ -127,8 +146,9 @@ def test_a_native_optimizer_is_one_line():
 
 def test_a_rank_claiming_a_leaner_peak_than_its_rows_and_a_layer_is_not_believed():
     """The attack: a rank reports a peak below its rows plus the largest layer (as if it never
-    gathered one); the run gets neither memory_per_rank nor peak_param_bytes."""
-    rows, peaks = rows_bytes(MLP, SPEC, 2), peak_bytes(MLP, SPEC, 2)
+    gathered one), or, prefetching, below its rows and two layers (as if it gathered one at a
+    time); the run gets neither memory_per_rank nor peak_param_bytes."""
+    rows, peaks = rows_bytes(MLP, SPEC, 2), peak_bytes(MLP, ONE_AT_A_TIME, 2)
 
     def claims(*peak):
         out = ranks(*((rows[r], rows[r], 2 * rows[r]) for r in (0, 1)))
@@ -140,6 +160,11 @@ def test_a_rank_claiming_a_leaner_peak_than_its_rows_and_a_layer_is_not_believed
     assert honest["memory_per_rank"] == 4 * rows[0]
     lean = aggregate(claims(peaks[0], rows[1]), WHOLE, rows, None, peaks)
     assert "peak_param_bytes" not in lean and "memory_per_rank" not in lean
+    ahead = peak_bytes(MLP, SPEC, 2)  # prefetching: the one-at-a-time peak is a lean claim
+    assert aggregate(claims(ahead[0], ahead[1]), WHOLE, rows, None, ahead)[
+        "peak_param_bytes"] == ahead[0] == peaks[0] + FC2
+    one = aggregate(claims(ahead[0], peaks[1]), WHOLE, rows, None, ahead)
+    assert "peak_param_bytes" not in one and "memory_per_rank" not in one
     zero2 = ranks((WHOLE, WHOLE // 2, WHOLE), (WHOLE, WHOLE // 2, WHOLE))
     for r in zero2:
         r.scheme["peak_param_bytes"] = WHOLE // 3  # below what it holds between steps
@@ -154,7 +179,9 @@ def test_small_consecutive_layers_are_gathered_together_within_the_largest_layer
     assert [[p for p in params if p in layer.inputs] for layer in layers] == [
         params[0:4], params[4:6], params[6:8], params[8:10]]
     rows = rows_bytes(lenet, SPEC, 2)
-    assert peak_bytes(lenet, SPEC, 2) == {r: b + 4 * (84 * 120 + 84) for r, b in rows.items()}
+    fc1, fc2 = 4 * (120 * 64 + 120), 4 * (84 * 120 + 84)  # fc2's gather under way as fc1 runs
+    assert peak_bytes(lenet, ONE_AT_A_TIME, 2) == {r: b + fc2 for r, b in rows.items()}
+    assert peak_bytes(lenet, SPEC, 2) == {r: b + fc1 + fc2 for r, b in rows.items()}
 
 
 def test_the_judges_byte_floor_is_what_the_layers_must_send():

@@ -13,20 +13,24 @@ backend as a sub-model whose parameters are inputs (d500.distributed.tensor.rank
 the framework holds no weights between calls. Forward runs each layer on the gathered weights,
 keeping only its inputs; backward walks the layers in reverse, gathers each again and runs
 `Executable.gradients(grad_outputs=...)` (a forward recomputed, then the backward), as a
-pipeline stage does. Each parameter's rows are cut as torch FSDP2 cuts them (Shard(0), rank r rows
-n*r//N .. n*(r+1)//N, no padding), so a rank holds about B/N of every layer; the optimizer updates
-each row block as a whole tensor, which equals the whole tensor's update for elementwise rules
-only (SGD, momentum, Adam, AdamW, Adagrad): an optimizer whose update of a part differs (LARS's and
-LAMB's per-tensor norms) is refused with one line, found by running it both ways at the start.
+pipeline stage does. The collectives are nonblocking (MPI_Iallgatherv, MPI_Ireduce_scatter):
+as FSDP2 does, the next layer's gather is under way while the current layer computes (prefetch,
+the default; option `prefetch: false` gathers one layer at a time), and the reduce-scatters run
+behind the backward, waited for before the update. Each parameter's rows are cut as torch FSDP2
+cuts them (Shard(0), rank r rows n*r//N .. n*(r+1)//N, no padding), so a rank holds about B/N of
+every layer; the optimizer updates each row block as a whole tensor, which equals the whole
+tensor's update for elementwise rules only (SGD, momentum, Adam, AdamW, Adagrad): an optimizer
+whose update of a part differs (LARS's and LAMB's per-tensor norms) is refused with one line,
+found by running it both ways at the start.
 
 Memory per rank, counted on the NumPy arrays the scheme holds: between steps its rows b_r
 (`param_bytes`), the averaged gradient of them (`grad_bytes`) and the optimizer state over them;
 inside a step at most b_r + the largest layer's parameters (`peak_param_bytes`, the most held
-right after any gather). The judge computes both from its own copy of the graph (`shard_bytes`,
-`peak_bytes`) and believes no rank that claims less. Bytes per step and rank: every layer's
-allgather twice (once for the last, whose forward and backward run at once) and one
-reduce-scatter, as FSDP2's. A model with running statistics (BatchNormalization) is not cut:
-d500.distributed.schemes.zero gathers it whole.
+right after any gather; prefetching, b_r + two layers gathered in turn). The judge computes both
+from its own copy of the graph (`shard_bytes`, `peak_bytes`) and believes no rank that claims
+less. Bytes per step and rank: every layer's allgather twice (once for the last, whose forward
+and backward run at once) and one reduce-scatter, as FSDP2's. A model with running statistics
+(BatchNormalization) is not cut: d500.distributed.schemes.zero gathers it whole.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from d500.distributed.comm import Pending
 from d500.distributed.schemes.base import Scheme, state_bytes
 from d500.errors import ConfigError
 
@@ -118,15 +123,20 @@ def shard_bytes(model: onnx.ModelProto, spec: Any, world: int) -> dict[int, int]
 
 def peak_bytes(model: onnx.ModelProto, spec: Any, world: int) -> dict[int, int]:
     """The parameter bytes each rank must hold at least inside a step (rank -> bytes): its rows
-    and the largest layer gathered (a model with running statistics: the whole model)."""
+    and the most gathered at once, two layers in turn with prefetch (a layer's gather under way
+    while the one before it is held: the default) or the largest layer without (option
+    `prefetch: false`); a model with running statistics: the whole model."""
     from d500.backends.training_graph import running_statistics
+    from d500.distributed.tensor.rank import differentiable
     shapes = _sizes(model)
-    _, layers, params = layered(model)
+    form, layers, params = layered(model)
     whole = sum(4 * math.prod(shapes[p]) for p in params)
     if running_statistics(model):
         return dict.fromkeys(range(spec.dims(world)["data"]), whole)
-    largest = max(sum(4 * math.prod(shapes[p]) for p in _held(layer, params))
-                  for layer in layers)
+    sizes = [sum(4 * math.prod(shapes[p]) for p in _held(layer, params)) for layer in layers]
+    order = gather_order(_reached(layers, differentiable(form, set(params))))
+    ahead = 1 if spec.options.get("prefetch", True) else 0
+    largest = max(sum(sizes[k] for k in order[i:i + 1 + ahead]) for i in range(len(order)))
     return {r: b + largest for r, b in shard_bytes(model, spec, world).items()}
 
 
@@ -145,11 +155,7 @@ def least_sent(model: onnx.ModelProto, spec: Any, world: int, batch: int) -> dic
                 for r in range(n)}
     form, layers, params = layered(model)
     shapes = _sizes(model)
-    diff = differentiable(form, set(params))
-    reached = [True] * len(layers)
-    for i in range(len(layers) - 2, -1, -1):
-        reached[i] = any(o in diff and o in later.inputs and reached[j]
-                         for j, later in enumerate(layers) if j > i for o in layers[i].outputs)
+    reached = _reached(layers, differentiable(form, set(params)))
     out = dict.fromkeys(range(n), 0)
     for i, layer in enumerate(layers):
         blocks = [4 * sum(_rows_size(shapes[p], n, r) for p in _held(layer, params))
@@ -158,6 +164,37 @@ def least_sent(model: onnx.ModelProto, spec: Any, world: int, batch: int) -> dic
         for r in range(n):
             out[r] += gathers * gather_counts(blocks, r)[0] + sum(blocks) - blocks[r]
     return out
+
+
+def _reached(layers: list[Any], diff: set[str]) -> list[bool]:
+    """Whether a gradient reaches each layer from the loss (the last layer's always does): the
+    layers whose parameters are gathered again for a backward."""
+    reached = [True] * len(layers)
+    for i in range(len(layers) - 2, -1, -1):
+        reached[i] = any(o in diff and o in later.inputs and reached[j]
+                         for j, later in enumerate(layers) if j > i for o in layers[i].outputs)
+    return reached
+
+
+def gather_order(reached: list[bool]) -> list[int]:
+    """The layers in the order a step gathers them: each before its forward, then those a
+    gradient reaches before their backward, last to first (the last layer's two are one)."""
+    end = len(reached) - 1
+    return [*range(end + 1), *(i for i in range(end - 1, -1, -1) if reached[i])]
+
+
+class _Later:
+    """A gather started only when waited for (Zero3 without prefetch)."""
+
+    def __init__(self, start: Any):
+        self.start = start
+
+    def wait(self) -> Any:
+        return self.start()
+
+
+def _nbytes(arrays: Mapping[str, np.ndarray]) -> int:
+    return sum(a.nbytes for a in arrays.values())
 
 
 def _rows_size(shape: tuple[int, ...], ranks: int, rank: int) -> int:
@@ -206,7 +243,8 @@ class Zero3(Scheme):
     name = "zero3"
 
     def __init__(self, model: onnx.ModelProto, backend_cls: Any, optimizer: Any, comm: Any,
-                 loss: str = "loss", where: str = "shard: zero3", **kwargs: Any):
+                 loss: str = "loss", where: str = "shard: zero3", prefetch: bool = True,
+                 **kwargs: Any):
 
         from d500.distributed.pipeline.partition import value_infos
         from d500.distributed.tensor.rank import differentiable, submodel
@@ -236,6 +274,12 @@ class Zero3(Scheme):
         self.peak = 0  # parameter bytes held right after a gather, at most (measured)
         self.gathered: dict[str, np.ndarray] | None = None
 
+        self.reached = _reached(self.layers, diff)
+        if not isinstance(prefetch, bool):
+            raise ConfigError(f"{where}: distributed.options' prefetch is true or false, "
+                              f"got {prefetch!r}")
+        self.prefetch = prefetch  # the next layer's gather under way during this one's
+        self.order = gather_order(self.reached)
     # ------------------------------------------------------------------ set-up
     def start(self) -> None:
         """Rank 0's parameters everywhere, then each rank keeps its own rows only."""
@@ -251,48 +295,74 @@ class Zero3(Scheme):
         values: dict[str, np.ndarray] = dict(feeds)
         stash = []
         for i, layer in enumerate(self.layers[:-1]):
-            w = self._gather(i)
+            w = self._arrived(i, coming)
+            coming = self._ahead(order, w)  # the next layer's, while this one runs
             ins = {n: values[n] for n in layer.inputs if n not in w}
             stash.append(ins)
             outs = layer.exe.run({**ins, **w})
+        order = iter(self.order[1:])  # the layers gathered after the first, in turn
+        coming = self._fetch(self.order[0], 0)
             del w
             values.update({o: outs[layer.exe.output_index(o)] for o in layer.outputs})
-        last = self.layers[-1]
-        w = self._gather(len(self.layers) - 1)
+        end = len(self.layers) - 1
+        last = self.layers[end]
+        w = self._arrived(end, coming)
+        coming = self._ahead(order, w)  # the first backward gather, during the last layer's
         seed = {self.loss_name: np.asarray(weight, dtype=np.float32)}
         ins = {n: values[n] for n in last.inputs if n not in w}
         del values
         outs, g = last.exe.gradients({**ins, **w}, grad_outputs=seed, wrt=last.wrt)
         del w
         loss = float(outs[last.exe.output_index(self.loss_name)])
-        grads: dict[str, np.ndarray] = {}
         flowing: dict[str, np.ndarray] = {}
-        self._take(len(self.layers) - 1, g, grads, flowing)
-        for i in range(len(self.layers) - 2, -1, -1):
+        sending = [(end, self._scatter(end, g, flowing))]  # reduce-scatters under way
+        for i in range(end - 1, -1, -1):
             layer, ins = self.layers[i], stash.pop()
             given = {o: flowing.pop(o) for o in layer.outputs if o in flowing}
-            if given:
-                w = self._gather(i)
+            if self.reached[i]:
+                w = self._arrived(i, coming)
+                coming = self._ahead(order, w)
                 _, g = layer.exe.gradients({**ins, **w}, grad_outputs=given, wrt=layer.wrt)
                 del w
             else:  # nothing it made reaches the loss: zero gradients, the same collectives
                 g = {p: np.zeros(self.shapes[p], np.float32) for p in layer.params}
-            self._take(i, g, grads, flowing)
+            sending.append((i, self._scatter(i, g, flowing)))
+        grads: dict[str, np.ndarray] = {}
+        for i, pending in sending:
+            self._take(i, pending, grads)
         mine = self.trainer.arrays
         self.optimizer.step(mine, {n: grads[n] for n in mine}, self.state, lr)
         self.held = self._held()
         self.steps += 1
         return loss
 
-    def _gather(self, index: int) -> dict[str, np.ndarray]:
-        """Layer `index`'s whole parameters from every rank's rows (allgatherv)."""
+    def _ahead(self, order: Iterator[int], held: Mapping[str, np.ndarray]) -> Any:
+        """The next layer's gather of `order` (None after the last): started now, while `held`
+        is held, when prefetching; else started when waited for (after `held` is freed)."""
+        index = next(order, None)
+        if index is None:
+            return None
+        if self.prefetch:
+            return self._fetch(index, _nbytes(held))
+        return _Later(lambda: self._fetch(index, 0).wait())
+
+    def _fetch(self, index: int, holding: int) -> Any:
+        """Start gathering layer `index`'s parameters (MPI_Iallgatherv of every rank's rows)
+        while `holding` bytes of another layer's are held."""
         layer, counts = self.layers[index], self.counts[index]
         mine = self.trainer.arrays
         flat = (np.concatenate([mine[p].reshape(-1) for p in layer.params]) if layer.params
                 else np.empty(0, np.float32))
-        parts = self.comm.allgatherv(flat, counts) if self.size > 1 else [flat]
+        self.peak = max(self.peak, self._held() + holding + 4 * sum(counts))
+        if self.size == 1:
+            return Pending(None, [flat], None)
+        return self.comm.iallgatherv(flat, counts)
+
+    def _arrived(self, index: int, pending: Any) -> dict[str, np.ndarray]:
+        """Layer `index`'s whole parameters once `pending` (its `_fetch`) has arrived."""
+        parts = pending.wait()
         out, at = {}, [0] * self.size
-        for p in layer.params:
+        for p in self.layers[index].params:
             shape = self.shapes[p]
             pieces = []
             for r, part in enumerate(parts):
@@ -300,25 +370,17 @@ class Zero3(Scheme):
                 pieces.append(part[at[r]:at[r] + k])
                 at[r] += k
             out[p] = np.concatenate(pieces).reshape(shape)
-        held = self._held() + sum(a.nbytes for a in out.values())
-        self.peak = max(self.peak, held)
         return out
 
-    def _take(self, index: int, g: Mapping[str, np.ndarray], grads: dict[str, np.ndarray],
-              flowing: dict[str, np.ndarray]) -> None:
-        """Layer `index`'s parameter gradients reduce-scattered into this rank's rows of
-        `grads` (summed where a parameter is read by two layers), its inputs' into `flowing`."""
+    def _gather(self, index: int) -> dict[str, np.ndarray]:
+        """Layer `index`'s whole parameters from every rank's rows (allgatherv), no other held."""
+        return self._arrived(index, self._fetch(index, 0))
+
+    def _scatter(self, index: int, g: Mapping[str, np.ndarray],
+                 flowing: dict[str, np.ndarray]) -> Any:
+        """Start reduce-scattering layer `index`'s parameter gradients (MPI_Ireduce_scatter);
+        its inputs' gradients into `flowing`."""
         layer = self.layers[index]
-        if layer.params:
-            flat = np.concatenate([_part(np.asarray(g[p], np.float32), self.size, r).reshape(-1)
-                                   for r in range(self.size) for p in layer.params])
-            mine = self.comm.reduce_scatter(flat, self.counts[index], op="average")
-            at = 0
-            for p in layer.params:
-                part = self.trainer.arrays[p]
-                piece = mine[at:at + part.size].reshape(part.shape)
-                at += part.size
-                grads[p] = grads[p] + piece if p in grads else piece
         for n in layer.wrt[len(layer.params):]:
             if n in g:  # (a layer nothing reached gives its inputs no gradient)
                 flowing[n] = flowing[n] + g[n] if n in flowing else np.asarray(g[n])
@@ -327,6 +389,23 @@ class Zero3(Scheme):
         return sum(a.nbytes for a in self.trainer.arrays.values())
 
     # ------------------------------------------------------------------ the whole model
+        if not layer.params:
+            return None
+        flat = np.concatenate([_part(np.asarray(g[p], np.float32), self.size, r).reshape(-1)
+                               for r in range(self.size) for p in layer.params])
+        return self.comm.ireduce_scatter(flat, self.counts[index], op="average")
+
+    def _take(self, index: int, pending: Any, grads: dict[str, np.ndarray]) -> None:
+        """Layer `index`'s reduce-scattered gradients (`pending`, its `_scatter`) into this
+        rank's rows of `grads` (summed where a parameter is read by two layers)."""
+        if pending is None:
+            return
+        mine, at = pending.wait(), 0
+        for p in self.layers[index].params:
+            part = self.trainer.arrays[p]
+            piece = mine[at:at + part.size].reshape(part.shape)
+            at += part.size
+            grads[p] = grads[p] + piece if p in grads else piece
     def _whole(self) -> dict[str, np.ndarray]:
         """Every parameter whole on every rank (one allgatherv per layer)."""
         out: dict[str, np.ndarray] = {}
