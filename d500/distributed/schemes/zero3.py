@@ -269,17 +269,17 @@ class Zero3(Scheme):
         check_elementwise(optimizer, whole, self.size, where)
         self.counts = [[sum(_rows_size(self.shapes[p], self.size, r) for p in layer.params)
                         for r in range(self.size)] for layer in self.layers]
-        self.state: Any = None
-        self.held = 0  # parameter bytes held after the last step (measured)
-        self.peak = 0  # parameter bytes held right after a gather, at most (measured)
-        self.gathered: dict[str, np.ndarray] | None = None
-
         self.reached = _reached(self.layers, diff)
         if not isinstance(prefetch, bool):
             raise ConfigError(f"{where}: distributed.options' prefetch is true or false, "
                               f"got {prefetch!r}")
         self.prefetch = prefetch  # the next layer's gather under way during this one's
         self.order = gather_order(self.reached)
+        self.state: Any = None
+        self.held = 0  # parameter bytes held after the last step (measured)
+        self.peak = 0  # parameter bytes held right after a gather, at most (measured)
+        self.gathered: dict[str, np.ndarray] | None = None
+
     # ------------------------------------------------------------------ set-up
     def start(self) -> None:
         """Rank 0's parameters everywhere, then each rank keeps its own rows only."""
@@ -294,14 +294,14 @@ class Zero3(Scheme):
     def step(self, feeds: Mapping[str, np.ndarray], lr: float, weight: float = 1.0) -> float:
         values: dict[str, np.ndarray] = dict(feeds)
         stash = []
+        order = iter(self.order[1:])  # the layers gathered after the first, in turn
+        coming = self._fetch(self.order[0], 0)
         for i, layer in enumerate(self.layers[:-1]):
             w = self._arrived(i, coming)
             coming = self._ahead(order, w)  # the next layer's, while this one runs
             ins = {n: values[n] for n in layer.inputs if n not in w}
             stash.append(ins)
             outs = layer.exe.run({**ins, **w})
-        order = iter(self.order[1:])  # the layers gathered after the first, in turn
-        coming = self._fetch(self.order[0], 0)
             del w
             values.update({o: outs[layer.exe.output_index(o)] for o in layer.outputs})
         end = len(self.layers) - 1
@@ -384,11 +384,6 @@ class Zero3(Scheme):
         for n in layer.wrt[len(layer.params):]:
             if n in g:  # (a layer nothing reached gives its inputs no gradient)
                 flowing[n] = flowing[n] + g[n] if n in flowing else np.asarray(g[n])
-
-    def _held(self) -> int:
-        return sum(a.nbytes for a in self.trainer.arrays.values())
-
-    # ------------------------------------------------------------------ the whole model
         if not layer.params:
             return None
         flat = np.concatenate([_part(np.asarray(g[p], np.float32), self.size, r).reshape(-1)
@@ -406,6 +401,11 @@ class Zero3(Scheme):
             piece = mine[at:at + part.size].reshape(part.shape)
             at += part.size
             grads[p] = grads[p] + piece if p in grads else piece
+
+    def _held(self) -> int:
+        return sum(a.nbytes for a in self.trainer.arrays.values())
+
+    # ------------------------------------------------------------------ the whole model
     def _whole(self) -> dict[str, np.ndarray]:
         """Every parameter whole on every rank (one allgatherv per layer)."""
         out: dict[str, np.ndarray] = {}
