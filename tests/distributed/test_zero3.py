@@ -123,6 +123,27 @@ def test_one_rank_layer_by_layer_trains_as_the_whole_model(backend):
     assert alone.figures()["peak_param_bytes"] == WHOLE + FC1  # one layer gathered at a time
 
 
+def test_one_rank_layer_by_layer_trains_a_tied_transformer_as_the_whole_model():
+    """text-lm's shape of model: a tied embedding read by the first and the last layer, and
+    constant shapes (int64 initializers) that a later layer reads as inputs."""
+    from d500.builders import build_lm
+    lm = build_lm("transformer", 8, 40, seed=0, loss=True, layers=2, width=16, heads=2,
+                  tied=True)
+    zero = Zero3(lm, backends.get("torch"), make_optimizer("momentum", lr=0.1),
+                 Communicator.single())
+    plain = backends.get("torch").prepare(lm).trainer(make_optimizer("momentum", lr=0.1),
+                                                      loss="loss")
+    zero.start()
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, 40, (4, 9))
+    feeds = {"input": tokens[:, :8], "labels": tokens[:, 1:]}
+    for _ in range(3):
+        assert zero.step(feeds, 0.1) == pytest.approx(plain.step(feeds, 0.1), rel=1e-5)
+    got, want = zero.trainer.parameters(), plain.parameters()
+    assert all(np.allclose(got[n], want[n], rtol=1e-5, atol=1e-6) for n in want)
+    assert len(zero.layers) > 2 and zero.constants
+
+
 def test_an_optimizer_whose_update_of_rows_differs_from_the_whole_is_refused():
     arrays = {n: a.copy() for n, a in torch_trainer().parameters().items()}
     for name in ("sgd", "momentum", "adam", "adamw"):

@@ -266,6 +266,9 @@ class Zero3(Scheme):
             layer.params = _held(layer, self.names)
             layer.wrt = [*layer.params,
                          *(i for i in layer.inputs if i in diff and i not in set(layer.params))]
+        read = {i for layer in self.layers for i in layer.inputs}
+        self.constants = {t.name: numpy_helper.to_array(t) for t in form.graph.initializer
+                          if t.name in read}  # (a shape read by two layers: the later's input)
         check_elementwise(optimizer, whole, self.size, where)
         self.counts = [[sum(_rows_size(self.shapes[p], self.size, r) for p in layer.params)
                         for r in range(self.size)] for layer in self.layers]
@@ -292,7 +295,7 @@ class Zero3(Scheme):
 
     # ------------------------------------------------------------------ one step
     def step(self, feeds: Mapping[str, np.ndarray], lr: float, weight: float = 1.0) -> float:
-        values: dict[str, np.ndarray] = dict(feeds)
+        values: dict[str, np.ndarray] = {**self.constants, **feeds}
         stash = []
         order = iter(self.order[1:])  # the layers gathered after the first, in turn
         coming = self._fetch(self.order[0], 0)
