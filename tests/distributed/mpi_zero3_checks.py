@@ -79,11 +79,11 @@ def zero3_matches_sync_and_holds_its_block(c: Communicator) -> dict:
 
 
 @check
-def zero3_by_layer_matches_sync_and_peaks_below_zero2(c: Communicator) -> dict:
+def zero3_by_layer_matches_sync_and_holds_the_judges_peak(c: Communicator) -> dict:
     """Per-layer ZeRO-3, prefetching and one layer at a time: its losses and final parameters
     equal sync's over 20 unequal steps, its measured peak parameter bytes are its rows plus two
-    layers (prefetching) or the largest (not; below ZeRO-2's, the whole model), and the judge's
-    figures from the graph equal what it holds."""
+    layers (prefetching) or the largest (not), and the judge's figures from the graph equal what
+    it holds."""
     from d500 import backends
     hp = {"weight_decay": 1e-4}
     sync = make("sync", trainer(optimizer="adam", seed=c.rank, **hp), c)
@@ -114,7 +114,6 @@ def zero3_by_layer_matches_sync_and_peaks_below_zero2(c: Communicator) -> dict:
     one = parse({"scheme": "sync", "shard": "zero3", "options": {"prefetch": False}}, "e.yaml")
     peak = alone.figures()["peak_param_bytes"]
     assert peak == peak_bytes(mlp, one, c.size)[c.rank] < figures["peak_param_bytes"], peak
-    assert peak < zero2.figures()["peak_param_bytes"], peak
     with zero.evaluated():
         if c.rank == 0:
             assert relative(zero.handed(), want) < 1e-5

@@ -8,7 +8,8 @@ and again before its backward, and freed after each; its gradients are reduce-sc
 
 A layer is a node that reads parameters (a Gemm, a Conv) with the parameter-free nodes after it
 (the first layer also takes those before it), consecutive layers merged while together they hold
-no more bytes than the largest (fewer collectives, the same peak). Each is translated by the
+no more bytes than the largest (fewer collectives, the same peak), and a group under a tenth of
+the largest (SMALL) gathered with the one before it. Each is translated by the
 backend as a sub-model whose parameters are inputs (d500.distributed.tensor.rank's segments), so
 the framework holds no weights between calls. Forward runs each layer on the gathered weights,
 keeping only its inputs; backward walks the layers in reverse, gathers each again and runs
@@ -80,10 +81,14 @@ def layered(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[Any], list[st
     return out, segments(out, _grouped(g, params)), params
 
 
+SMALL = 0.1  # a group under this share of the largest layer's bytes joins the group before it
+
+
 def _grouped(g: onnx.GraphProto, params: list[str]) -> list[int]:
-    """Each node's group: a new layer starts at each node that reads parameters, and consecutive
+    """Each node's group: a new layer starts at each node that reads parameters, consecutive
     layers are merged while their bytes stay within the largest layer's (fewer gathers, the same
-    peak)."""
+    peak), and a group left under SMALL of the largest joins the one before it (a bucket: one
+    gather and call fewer, at most SMALL more held; the MLP's 2.6 kB output layer)."""
     sizes = {t.name: 4 * math.prod(t.dims) for t in g.initializer if t.name in set(params)}
     layers, reads = [], []  # each node's layer; each layer's parameters
     for node in g.node:
@@ -101,7 +106,15 @@ def _grouped(g: onnx.GraphProto, params: list[str]) -> list[int]:
             group, held = group + 1, set()
         held |= r
         into.append(group)
-    return [into[k] for k in layers]
+    groups: list[set[str]] = [set() for _ in range(into[-1] + 1)]
+    for r, k in zip(reads, into):
+        groups[k] |= r
+    joined, k = [], -1
+    for j, held in enumerate(groups):
+        if not (j and sum(sizes[p] for p in held) < SMALL * largest):
+            k += 1
+        joined.append(k)
+    return [joined[into[k]] for k in layers]
 
 
 def _sizes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
