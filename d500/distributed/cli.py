@@ -197,7 +197,7 @@ def _checked(args: Any, world: int) -> tuple[Any, Any, Any]:
     preflight(workload, global_recipe, args.backend, args.data)
     if args.checkpoint_every or args.resume is not None:
         from d500.distributed.resuming import check
-        check(spec, entry, args.backend)
+        check(spec, entry, args.backend, workload)
     if spec.native and args.backend != "torch":
         raise UsageError(f"{entry.path}: the {spec.scheme} baseline is torch's own "
                          f"({spec.scheme.upper()}): run it with --backend torch, not "
@@ -280,6 +280,8 @@ def _seeds(job: Any, args: Any) -> list[int]:
                                         hyperparameters=hyperparameters(job), world_size=size)
     job.checkpoint_every = checkpoints.every if checkpoints is not None else None
     if job.resumed is not None:
+        from d500.distributed.resuming import fits  # each rank's piece from its grid place
+        fits(job.spec, size, job.resumed)
         return [job.resumed.meta["seed"]]
     return choose_seeds(job.ledger, job.workload, job.entry, args, size)
 

@@ -277,7 +277,8 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
     from d500.training.resume import opened
     opened(run, run.ledger, checkpoints, order.resumed,
            {"workload": wl.name, "submission": entry.name, "backend": order.backend,
-            "seed": order.seed, "world_size": order.world_size})
+            "seed": order.seed, "world_size": order.world_size,
+            "grid": order.spec.dims(order.world_size)})  # each piece's place (resuming.fits)
     try:
         figures, status, why = _supervise(run, wl, entry.recipe, order.seed, order.data_dir,
                                           None, ranks, model, layout(order),

@@ -148,6 +148,9 @@ class RankLoop:
         self.scheme.settle()
         if what == "save":
             every = resuming.gather(self.control, resuming.capture(self.scheme, self.step))
+            if resuming.pieced(self.scheme):  # the whole model for the judge's check too
+                whole = self._handed(True)
+                every = every if every is None else {**every, "whole": whole}
             if self.judge is not None:
                 self.judge.send(("saved", every))
             return

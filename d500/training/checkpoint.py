@@ -90,6 +90,9 @@ def _like(current: Any, value: np.ndarray) -> Any:
 
 
 def _optimizer(trainer: Any) -> dict[str, np.ndarray]:
+    parts = getattr(trainer, "trainers", None)  # several trainers as one: each one's, by index
+    if parts is not None:  # (a tensor rank's segments, d500.distributed.tensor.rank.Shards)
+        return {f"{i}/{k}": v for i, t in enumerate(parts) for k, v in _optimizer(t).items()}
     if getattr(trainer, "native", False):
         opt = getattr(trainer, "torch_optimizer", None)
         if opt is None:
@@ -115,6 +118,12 @@ def optimizer_arrays(state: Any) -> dict[str, np.ndarray]:
 
 
 def _set_optimizer(trainer: Any, arrays: dict[str, np.ndarray]) -> None:
+    parts = getattr(trainer, "trainers", None)
+    if parts is not None:
+        for i, t in enumerate(parts):
+            _set_optimizer(t, {k[len(f"{i}/"):]: v for k, v in arrays.items()
+                               if k.startswith(f"{i}/")})
+        return
     if getattr(trainer, "native", False):
         import torch
         opt = trainer.torch_optimizer

@@ -310,7 +310,9 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
         from d500.training import resume as resuming
         t = clock.read()
         got = worker.save()
-        judge.load(got["model"])  # the names and shapes checked as at an evaluation
+        # the names and shapes checked as at an evaluation (level 3, ranks holding pieces of
+        # the model: the whole one, gathered as for an evaluation, d500.distributed.resuming)
+        judge.load(got.get("whole", got["model"]))
         state["loaded"] = state["step"]
         judged = {k: state[k] for k in ("losses", "val", "test", "evaluated")}
         meta = {**checkpoints.identity, "step": state["step"], "judge": judged,

@@ -6,6 +6,7 @@ attacks: another world size, a scheme whose state depends on timing."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import subprocess
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import yaml
 
@@ -26,27 +28,36 @@ pytestmark = [pytest.mark.mpi, pytest.mark.slow,
               pytest.mark.skipif(jobs.MPIEXEC is None, reason="no mpiexec beside Python")]
 
 EPOCHS = 20  # the killed job has the epochs after its second checkpoint to be caught in
-CHECKPOINTS = ("--checkpoint-every", "2", "--threads", "1")
+SHORT = 4  # ranks holding pieces: a checkpoint every epoch, killed after the second (few steps)
+
+
+def checkpoints(every):
+    return ("--checkpoint-every", str(every), "--threads", "1")
 
 
 @pytest.fixture(scope="module")
 def rules(tmp_path_factory):
-    """A digits-mlp copy whose target no run reaches in EPOCHS epochs (every run goes to its
-    end), in a folder of its own."""
+    """Digits-mlp copies whose target no run reaches in EPOCHS (SHORT) epochs (every run goes to
+    its end), each in a folder of its own: (the folder, {epochs: the workload file})."""
     tmp = tmp_path_factory.mktemp("resume3")
-    path = jobs.workload(tmp, "digits-mlp", target={"metric": "val_accuracy", "value": 0.999},
-                         budget={"max_epochs": EPOCHS, "max_seconds": 300})
-    data = yaml.safe_load(path.read_text())
-    data.pop("reference_convergence")
-    path.write_text(yaml.safe_dump(data))
-    return tmp, path
+    files = {}
+    for epochs in (EPOCHS, SHORT):
+        (tmp / f"e{epochs}").mkdir()
+        path = jobs.workload(tmp / f"e{epochs}", "digits-mlp",
+                             target={"metric": "val_accuracy", "value": 0.999},
+                             budget={"max_epochs": epochs, "max_seconds": 300})
+        data = yaml.safe_load(path.read_text())
+        data.pop("reference_convergence")
+        path.write_text(yaml.safe_dump(data))
+        files[epochs] = path
+    return tmp, files
 
 
-def killed(home, wl, entry, seed, options):
+def killed(home, wl, entry, seed, options, every):
     """A job killed (SIGKILL of rank 1) as soon as its second checkpoint is sealed; its run."""
     runs = home / "runs"
     before = set(runs.glob("*")) if runs.is_dir() else set()
-    argv = train_argv(wl, entry, 2, extra=("--seed", str(seed), "--repeat", *CHECKPOINTS),
+    argv = train_argv(wl, entry, 2, extra=("--seed", str(seed), "--repeat", *checkpoints(every)),
                       launcher_options=options)
     proc = subprocess.Popen(argv, env=jobs.environment(home), cwd=home.parent,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -55,7 +66,7 @@ def killed(home, wl, entry, seed, options):
     try:
         while proc.poll() is None and time.monotonic() < deadline:
             new = [d for d in runs.glob("*") if d not in before] if runs.is_dir() else []
-            file = new[0] / "checkpoints" / checkpoint.name(4) if new else None
+            file = new[0] / "checkpoints" / checkpoint.name(2 * every) if new else None
             beat = new[0] / resume.CLOCK if new else None
             # sealed: the heartbeat written after the ledger recorded the checkpoint's sha256
             if file is not None and file.exists() and beat.exists() \
@@ -104,39 +115,119 @@ def refused_in_process(ledger, run_id, wl, entry, tmp, path):
         plan(other)
 
 
+GRIDS = {"pipeline-gpipe": "pipeline", "tensor-parallel": "tensor", "zero-3": "data"}
+
+
+def pieces_are_parts(wl, state, meta, source):
+    """The checkpoint of a run whose ranks hold pieces: the grid in its header, each piece
+    tagged with its rank's coordinates and holding a part of the model, not all of it (a
+    pipeline's stages and ZeRO-3's rows together are the model once)."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    from d500 import levels
+    from d500.training.data import dataset
+    split = GRIDS[source]
+    assert meta["grid"] == {"data": 1, "pipeline": 1, "tensor": 1, split: 2}
+    pieces = [state, state["ranks"][1]]
+    for r, piece in enumerate(pieces):
+        assert {k: int(v) for k, v in piece["scheme"].items() if k.startswith("grid/")} == {
+            "grid/data": 0, "grid/pipeline": 0, "grid/tensor": 0, f"grid/{split}": r}
+    workload = levels.of_file(wl).load(wl)
+    model = workload.build_model(0, *dataset.shape_of(workload.dataset))
+    whole = sum(numpy_helper.to_array(t).size for t in model.graph.initializer
+                if helper.tensor_dtype_to_np_dtype(t.data_type).kind == "f")
+    held = [sum(np.asarray(a).size for a in piece["model"].values()) for piece in pieces]
+    assert all(h < whole for h in held), (held, whole)
+    if source != "tensor-parallel":  # (a tensor rank also holds the replicated weights)
+        assert sum(held) == whole
+
+
+def swapped_or_regridded_is_refused(ledger, run_id, wl, entry, path, tmp):
+    """The attacks, on the killed run's checkpoint re-sealed (as if its sha256 in the ledger
+    were rewritten too): the two ranks' pieces swapped, or the pieces re-tagged for another grid
+    (data 2): refused by name before anything runs (one line: a UsageError)."""
+    from d500 import levels
+    from d500.distributed import resuming
+    from d500.distributed import spec as specs
+    from d500.distributed.judge import hyperparameters
+    from d500.errors import UsageError
+    from d500.training import submission
+    workload, chosen = levels.of_file(wl).load(wl), submission.load(entry)
+    spec = specs.parse(chosen.distributed, chosen.path)
+    order = SimpleNamespace(entry=chosen, world_size=2, spec=spec,
+                            global_batch=workload.global_batch(chosen.recipe.batch_size, 2))
+    resumed = resume.plan(ledger, run_id, workload, chosen, "torch", hyperparameters(order),
+                          world_size=2)
+    resuming.fits(spec, 2, resumed)  # as written: accepted
+    state, meta = resumed.state, resumed.meta
+    own = ("steps", "rng_header", "loss_scale", *checkpoint.PARTS)
+    rank0, rank1 = {k: state[k] for k in own}, state["ranks"][1]
+
+    def resealed(forged, forged_meta, name):
+        out, digest = checkpoint.write(tmp / name, meta["epoch"], forged, forged_meta)
+        got, got_meta = checkpoint.read(out, digest)
+        return dataclasses.replace(resumed, path=out, sha256=digest, state=got, meta=got_meta)
+
+    swapped = resealed({**rank1, "ranks": {1: rank0}}, meta, "swapped")
+    with pytest.raises(UsageError, match=r"the piece for rank 0 \(pipeline 0, data 0, tensor "
+                                         r"0\) is the piece of pipeline 1, data 0, tensor 0"):
+        resuming.fits(spec, 2, swapped)
+
+    def data_grid(piece, r):  # rank r's piece re-tagged as data rank r of a 2 x 1 x 1 grid
+        tags = {"grid/data": r, "grid/pipeline": 0, "grid/tensor": 0}
+        return {**piece, "scheme": {**piece["scheme"], **{k: np.asarray(v, np.int64)
+                                                            for k, v in tags.items()}}}
+    other = {**data_grid(rank0, 0), "ranks": {1: data_grid(rank1, 1)}}
+    regridded = resealed(other, {**meta, "grid": {"data": 2, "pipeline": 1, "tensor": 1}},
+                         "regridded")
+    with pytest.raises(UsageError, match="was taken on the grid data 2 x pipeline 1 x tensor 1, "
+                                         "not this run's data 1 x pipeline 2 x tensor 1"):
+        resuming.fits(spec, 2, regridded)
+
+
 def series(ledger, run_id):
     return {e["step"]: e["metrics"] for e in ledger.evaluations(run_id)}
 
 
 def run_id(done):
-    assert done.returncode == 1, done.stderr[-2000:]  # missed, by design
+    assert done.returncode == 1 and done.stdout.strip(), done.stderr[-2000:]  # missed, by design
     return json.loads(done.stdout)[0]["run_id"]
+
+
+PIECED = ("pipeline-gpipe", "tensor-parallel", "zero-3")  # each rank a stage, shard, rows
 
 
 @pytest.mark.parametrize("source, options", [
     ("sync", ("-disable-auto-cleanup",)),  # rank 0 lives to record the run failed, rank lost
     ("local-sgd", ()),  # mpiexec kills rank 0 too: the run shows interrupted
+    *[(source, ()) for source in PIECED],
 ])
 def test_a_killed_job_resumes_at_its_world_size_and_matches_the_unbroken_run(rules, source,
                                                                             options, monkeypatch):
-    tmp, wl = rules
+    tmp, files = rules
+    epochs, every = (SHORT, 1) if source in PIECED else (EPOCHS, 2)
+    wl = files[epochs]
     home = tmp / source / "home"
     entry = jobs.entry(tmp / source, source, name=f"{source}-ck")
-    full = run_id(jobs.train(home, 2, wl, entry, "--seed", "0", *CHECKPOINTS))
+    full = run_id(jobs.train(home, 2, wl, entry, "--seed", "0", *checkpoints(every)))
     ledger = Ledger(home / "ledger.sqlite")
     assert [c["epoch"] for c in ledger.get(full)["details"]["checkpoints"]] == list(
-        range(2, EPOCHS, 2))
+        range(every, epochs, every))
 
-    dead = killed(home, wl, entry, 0, options)
+    dead = killed(home, wl, entry, 0, options, every)
     assert dead["status"] in ("failed", "interrupted"), dead
     if dead["status"] == "failed":
         assert dead["details"]["rank_lost"] and "rank 1" in dead["error"], dead
     last = dead["details"]["checkpoints"][-1]
-    state, meta = checkpoint.read(ledger.resolve_path(last["file"]), last["sha256"])
+    path = ledger.resolve_path(last["file"])
+    state, meta = checkpoint.read(path, last["sha256"])
     assert meta["world_size"] == 2 and sorted(state["ranks"]) == [1]
     if source == "local-sgd" and last["step"] % 4:  # between averagings: the ranks differ
         assert any((state["model"][n] != state["ranks"][1]["model"][n]).any()
                    for n in state["model"])
+    if source in PIECED:  # each rank's piece, with its coordinates, the grid in the header
+        pieces_are_parts(wl, state, meta, source)
 
     if source == "sync":  # another world size: refused, one line, nothing recorded
         runs = len(ledger.runs())
@@ -144,7 +235,9 @@ def test_a_killed_job_resumes_at_its_world_size_and_matches_the_unbroken_run(rul
         assert other.returncode == 2 and "Traceback" not in other.stderr, other.stderr
         assert f"run {dead['id']} ran at world size 2, not 1" in other.stderr
         assert len(ledger.runs()) == runs
-        refused_in_process(ledger, dead["id"], wl, entry, tmp, ledger.resolve_path(last["file"]))
+        refused_in_process(ledger, dead["id"], wl, entry, tmp, path)
+    if source == "pipeline-gpipe":  # the attacks: pieces swapped, or re-tagged for another grid
+        swapped_or_regridded_is_refused(ledger, dead["id"], wl, entry, path, tmp)
 
     again = run_id(jobs.train(home, 2, wl, entry, "--resume", str(dead["id"]), "--threads",
                               "1"))
@@ -159,6 +252,8 @@ def test_a_killed_job_resumes_at_its_world_size_and_matches_the_unbroken_run(rul
     # its clock counts the killed segment to its last sign of life
     assert info["before"] >= last["clock"]
     assert min(e["wall_time"] for e in ledger.evaluations(again)) > info["before"]
+    if source in PIECED:
+        return  # (d500 check's restarts are the same code for every scheme: checked below)
 
     # d500 check lists its restarts (and finds nothing wrong with them)
     from d500.competition.check import check
@@ -175,7 +270,8 @@ def test_a_killed_job_resumes_at_its_world_size_and_matches_the_unbroken_run(rul
 
 
 def test_a_scheme_whose_state_depends_on_timing_cannot_checkpoint(rules):
-    tmp, wl = rules
+    tmp, files = rules
+    wl = files[EPOCHS]
     home = tmp / "async" / "home"
     done = jobs.train(home, 2, wl, jobs.ENTRIES / "async-ps", "--seed", "0",
                       "--checkpoint-every", "2")

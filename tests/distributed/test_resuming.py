@@ -1,9 +1,9 @@
 """Level-3 checkpoints in one process (d500.distributed.resuming): each scheme that can be
 checkpointed, saved through a checkpoint file and restored into a fresh one, continues bit for
 bit (model, optimizer slots, the scheme's own state: its step count, its compressor's residuals
-and state, a ZeRO rank's block of the optimizer state); the schemes that cannot are refused
-naming why. The kill-and-resume of real
-`mpiexec -n 2` jobs is test_resume_mpi.py."""
+and state, a ZeRO rank's block of the optimizer state, a ZeRO-3 rank's rows); a piece that is
+not the rank's own is refused; the schemes that cannot are refused naming why. The
+kill-and-resume of real `mpiexec -n 2` jobs is test_resume_mpi.py."""
 
 from __future__ import annotations
 
@@ -26,7 +26,14 @@ def scheme(name: str, optimizer: str, seed: int = 0):
     """A started scheme `name` (zero1, zero2: sync sharded; sync+C: sync compressed by C) over
     one rank (a compressor compresses at one rank too)."""
     t, comm = trainer("torch", optimizer, seed=seed), Communicator(None)
-    if name.startswith("zero"):
+    if name == "zero3":  # layer by layer: the trainer is its rows (and their optimizer state)
+        from d500 import backends
+        from d500.builders import build
+        from d500.distributed.schemes.zero3 import Zero3
+        from d500.training.optimizers.registry import make as make_optimizer
+        s = Zero3(build("mlp", (1, 8, 8), 10, seed=seed, loss=True), backends.get("torch"),
+                  make_optimizer(optimizer, lr=LR), comm)
+    elif name.startswith("zero"):
         s = Zero(t, comm, stage=int(name[-1]))
     elif "+" in name:
         name, compressor = name.split("+")
@@ -39,7 +46,8 @@ def scheme(name: str, optimizer: str, seed: int = 0):
 
 @pytest.mark.parametrize("name, optimizer", [
     ("sync", "momentum"), ("local_sgd", "momentum"), ("dpsgd", "adam"), ("ps", "adam"),
-    ("zero1", "adam"), ("zero2", "adam"), *[(f"sync+{c}", "momentum") for c in COMPRESSION],
+    ("zero1", "adam"), ("zero2", "adam"), ("zero3", "adam"),
+    *[(f"sync+{c}", "momentum") for c in COMPRESSION],
     ("ps+topk", "sgd")])
 def test_a_restored_scheme_continues_as_the_one_that_was_saved(tmp_path, name, optimizer):
     batches = feeds(10)
@@ -93,9 +101,10 @@ def test_a_zero_rank_without_its_block_state_does_not_continue(tmp_path):
 @pytest.mark.parametrize("mapping, why", [
     ({"scheme": "async_ps"}, "scheme 'async_ps': which gradients rank 0 applied"),
     ({"scheme": "ssp"}, "scheme 'ssp': which gradients rank 0 applied"),
-    ({"scheme": "sync", "shard": "zero3"}, "ZeRO-3"),
-    ({"scheme": "sync", "pipeline": 2}, "pipeline"),
     ({"scheme": "ddp"}, "scheme 'ddp': torch's own"),
+    ({"scheme": "fsdp"}, "scheme 'fsdp': torch's own"),
+    ({"scheme": "sync", "shard": "zero3"}, ""), ({"scheme": "sync", "pipeline": 2}, ""),
+    ({"scheme": "sync", "tensor": 2}, ""),
     ({"scheme": "sync"}, ""), ({"scheme": "local_sgd"}, ""), ({"scheme": "dpsgd"}, ""),
     ({"scheme": "ps"}, ""), ({"scheme": "sync", "shard": "zero2"}, ""),
     ({"scheme": "sync", "compression": {"name": "topk", "density": 0.1}}, ""),
@@ -103,6 +112,38 @@ def test_a_zero_rank_without_its_block_state_does_not_continue(tmp_path):
 def test_what_cannot_be_checkpointed_exactly_is_refused_naming_why(mapping, why):
     found = resuming.refusal(specs.parse(mapping, "entry/submission.yaml"))
     assert why in found if why else found == ""
+
+
+def test_zero3_of_a_model_with_running_statistics_is_refused_naming_why():
+    """ZeRO-3 of a model with BatchNormalization gathers the whole model (zero.py's stage 3,
+    storage freed through torch): not checkpointed; layer by layer (an MLP) is."""
+    from d500.builders import build
+    spec = specs.parse({"scheme": "sync", "shard": "zero3"}, "entry/submission.yaml")
+    resnet = build("resnet20", (3, 8, 8), 10, seed=0, loss=True)
+    assert "running statistics" in resuming.refusal(spec, resnet)
+    assert resuming.refusal(spec, build("mlp", (1, 8, 8), 10, seed=0, loss=True)) == ""
+
+
+@pytest.mark.parametrize("forged", ["coordinates", "part"])
+def test_a_rank_refuses_a_piece_that_is_not_its_own(forged):
+    """The last guard of a resume, on each rank: a piece tagged with another coordinate, or
+    holding another part of the model (names, shapes), is refused by name before anything is
+    put back (the file's grid and tags are checked first on rank 0: test_resume_mpi.py)."""
+    from d500.errors import D500Error
+    saved = scheme("zero3", "adam")
+    state = resuming.capture(saved, 0)
+    if forged == "coordinates":
+        state["scheme"]["grid/data"] = np.asarray(1, np.int64)
+        why = "the piece of pipeline 0, data 1, tensor 0"
+    else:  # a row block of another shape (another rank's rows, another model)
+        name = sorted(state["model"])[0]
+        state["model"][name] = state["model"][name][:-1]
+        why = f"model '{name}' is of shape"
+    restored = scheme("zero3", "adam", seed=1)
+    before = restored.trainer.parameters()[sorted(state["model"])[0]].copy()
+    with pytest.raises(D500Error, match=why):
+        resuming.restore(restored, state)
+    assert np.array_equal(restored.trainer.parameters()[sorted(state["model"])[0]], before)
 
 
 def test_the_judge_beats_its_heartbeat_while_the_ranks_train_a_long_chunk():

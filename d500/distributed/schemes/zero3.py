@@ -229,9 +229,14 @@ class Rows:
     `start` cuts them: the whole model)."""
 
     buffer_names: list[str] = []
+    state: Any = None  # the optimizer state of the rows (a checkpoint's, d500.distributed.resuming)
 
     def __init__(self, arrays: dict[str, np.ndarray]):
         self.arrays = arrays
+
+    @property
+    def parameter_names(self) -> list[str]:
+        return list(self.arrays)
 
     def parameters(self) -> dict[str, np.ndarray]:
         return self.arrays
@@ -304,7 +309,7 @@ class Zero3(Scheme):
         self.trainer.arrays.clear()
         self.trainer.arrays.update(mine)
         self._param_buckets = None
-        self.state = self.optimizer.init(mine, "numpy")
+        self.state = self.trainer.state = self.optimizer.init(mine, "numpy")  # checkpointed
 
     # ------------------------------------------------------------------ one step
     def step(self, feeds: Mapping[str, np.ndarray], lr: float, weight: float = 1.0) -> float:
