@@ -106,3 +106,26 @@ def test_d500_scale_says_in_one_line_that_it_does_not_model_the_composition():
     run["hyperparameters"].update(pipeline=2, micro_batches=4, schedule="1f1b")
     with pytest.raises(UsageError, match="splits each of 2 pipeline stages 2 tensor ways"):
         scaling.Profile.from_run(run)
+
+
+def test_show_partition_prints_the_composed_cut_and_each_stages_split(tmp_path):
+    """The entry on text-lm: the cut between blocks (the unembedding's cost puts layer 2's MLP
+    in stage 1 with it), then which weights each stage's tensor ranks split; on digits-mlp one
+    line, exit 2."""
+    from tests.distributed import level3_jobs as jobs
+    home = tmp_path / "home"
+    entry = str(jobs.ENTRIES / "tensor-pipeline")
+    out = jobs.plain_d500(home, "train", str(jobs.LEVEL3 / "text-lm.yaml"), "--submission",
+                          entry, "--show-partition")
+    assert out.returncode == 0, out.stderr
+    assert "2 stages, each split 2 ways, 4 micro-batches, 1f1b" in out.stdout
+    assert "stage 0 over its 2 tensor ranks:" in out.stdout
+    assert "stage 1 over its 2 tensor ranks:" in out.stdout
+    stage1 = out.stdout.split("stage 1 over its 2 tensor ranks:")[1].splitlines()
+    assert any(x.startswith("linear11.weight") and "column (axis 1) / 2" in x for x in stage1)
+    assert any(x.startswith("wte") and "replicated" in x for x in stage1)  # tied: held here too
+    mlp = jobs.entry(tmp_path, "tensor-pipeline", workloads=["digits-mlp"])
+    bad = jobs.plain_d500(home, "train", str(jobs.LEVEL3 / "digits-mlp.yaml"), "--submission",
+                          str(mlp), "--show-partition")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "leaves a whole tensor block in every stage" in bad.stderr
