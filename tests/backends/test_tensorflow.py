@@ -239,3 +239,19 @@ def test_a_broken_tensorflow_install_fails_this_file_instead_of_skipping(tmp_pat
     assert result.returncode == 2, result.stdout  # pytest's "errors during collection"
     assert "tensorflow_lost_part_of_the_install" in result.stdout
     assert "SKIPPED" not in result.stdout
+
+
+def test_importing_the_backend_leaves_out_keras_extras_that_import_as_usual_later():
+    # Keras, which `import tensorflow` loads, would import scikit-learn, pandas and matplotlib
+    # (all installed here) in every process that imports TensorFlow: a third of its import
+    code = ("import sys\n"
+            "from d500 import backends\n"
+            "backends.get('tensorflow')\n"
+            "from d500.backends.tensorflow.framework import KERAS_EXTRAS\n"
+            "print(sorted(m for m in KERAS_EXTRAS if m in sys.modules))\n"
+            "import keras, sklearn.base, pandas, matplotlib.figure\n"  # later: as usual
+            "print(keras.optimizers.SGD(0.1).learning_rate.numpy() > 0)\n")
+    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
+                            text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["[]", "True"], result.stdout

@@ -20,8 +20,8 @@ __all__ = ["FRAMEWORK", "OPS", "OnnxModule", "TensorFlowBackend", "TensorFlowExe
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from d500.backends import import_quietly
-        import_quietly("tensorflow").get_logger().setLevel("ERROR")  # no retracing chatter
+        from d500.backends.tensorflow.framework import import_tensorflow
+        import_tensorflow().get_logger().setLevel("ERROR")  # no retracing chatter
         module = "ops" if name == "OPS" else "executable"
         return getattr(import_module(f"d500.backends.tensorflow.{module}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,10 +3,31 @@
 from __future__ import annotations
 
 import sys
+from types import ModuleType
 from typing import Any
 
 from d500.backends.hooks import Framework
 from d500.errors import UsageError
+
+# What Keras (which `import tensorflow` loads) imports whenever it is installed, for what d500
+# never asks of it (scikit-learn wrappers, pandas inputs, pyplot galleries): ~3.5 s of CPU, a third
+# of the import, in every process that imports TensorFlow (each level-2 worker, each test worker).
+KERAS_EXTRAS = ("sklearn", "pandas", "matplotlib")
+
+
+def import_tensorflow() -> ModuleType:
+    """TensorFlow, imported quietly (`import_quietly`) with Keras' optional extras that this
+    process has not imported hidden while it loads (Keras guards each with ImportError); they
+    import as usual afterwards (d500's plots import matplotlib themselves)."""
+    from d500.backends import import_quietly
+    hidden = [name for name in KERAS_EXTRAS if name not in sys.modules]
+    sys.modules.update(dict.fromkeys(hidden))
+    try:
+        return import_quietly("tensorflow")
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, ...) is None:
+                del sys.modules[name]
 
 
 class TensorFlow(Framework):
@@ -17,8 +38,7 @@ class TensorFlow(Framework):
         the count cannot change in this process: a UsageError saying so (TensorFlow's own
         default, one thread per usable core, counts as that count)."""
         from d500 import provenance
-        from d500.backends import import_quietly
-        threading = import_quietly("tensorflow").config.threading
+        threading = import_tensorflow().config.threading
         for what, get, set_ in (
                 ("intra-op", threading.get_intra_op_parallelism_threads,
                  threading.set_intra_op_parallelism_threads),
