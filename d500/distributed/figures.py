@@ -113,7 +113,7 @@ def held_memory(ranks: list[RankStats], param_bytes: int | None,
 def peak_memory(ranks: list[RankStats], peaks: dict[int, int] | None = None) -> float | None:
     """The most parameter bytes any rank says it held at once inside a step, or None when a rank
     said nothing or claims less than it holds between steps, or than `peaks` (rank -> the bytes
-    its part of the model must hold at once: ZeRO-3's rows and largest layer, from the judge's
+    its part of the model must hold at once: ZeRO-3's rows and gathered layers, from the judge's
     own copy of the graph)."""
     claims = [(r.rank, r.scheme) for r in ranks]
     if not claims or not all("peak_param_bytes" in c and "param_bytes" in c for _, c in claims):

@@ -56,10 +56,10 @@ stashed.
 Sharded data parallelism (a run at `shard: zero1|zero2|zero3`): its reduce-scatters and
 allgathers of blocks are timed as above; memory per rank is what every rank holds whole plus the
 sharded states cut N ways: ZeRO-1 shards the optimizer state (params and grads whole), ZeRO-2 the
-gradients too, ZeRO-3 the parameters as well, plus the largest layer it gathers inside a step
-(peak_param_bytes less the rows held), at any size. The sharded total is the sum of the ranks'
-shards as measured at N0 (the blocks partition it), so at N0 the model gives back the measured
-bytes.
+gradients too, ZeRO-3 the parameters as well, plus the layers it holds gathered at once inside a
+step (peak_param_bytes less the rows held; two when prefetching), at any size. The sharded total
+is the sum of the ranks' shards as measured at N0 (the blocks partition it), so at N0 the model
+gives back the measured bytes.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class Profile:
     activation: float = 0.0  # peak bytes of stashed micro-batch inputs on one rank (measured)
     shard: str = "none"  # ZeRO's stage (zero1, zero2, zero3) or none
     whole: float = 0.0  # a sharded run: bytes each rank holds whole (the most of any rank;
-    # ZeRO-3: with the largest layer it gathers inside a step)
+    # ZeRO-3: with the layers it holds gathered at once inside a step)
     sharded: float = 0.0  # a sharded run: bytes cut across the ranks (the sum of their shards)
 
     @property
