@@ -30,10 +30,10 @@ STEPS = 10
 
 
 def _batches() -> list[dict[str, np.ndarray]]:
-    from sklearn.datasets import load_digits
-    data = load_digits()
-    x = (data.images / 16.0).astype(np.float32)[:, None]
-    y = data.target.astype(np.int64)
+    from d500.training.data import dataset  # sklearn's digits, shipped: no sklearn import
+    data = dataset.load("digits")
+    x = (data.x / 16.0).astype(np.float32)
+    y = data.y.astype(np.int64)
     return [{"input": x[i * 32:(i + 1) * 32], "labels": y[i * 32:(i + 1) * 32]}
             for i in range(STEPS)]
 
