@@ -32,6 +32,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from d500 import children
+from d500.distributed.resuming import Refused, verify
 from d500.errors import D500Error, Diverged, describe
 from d500.training.worker import START, Trainee, WorkerError
 
@@ -145,11 +146,25 @@ class Ranks(Trainee):
         self.lost = lost
         self.audit: Any = None  # a pipeline's (d500.distributed.pipeline.audit.Audit)
         self.remaining: Any = None  # while a chunk trains: the budget left (it beats the heart)
+        self.resumed: Any = None  # ranks holding pieces, resumed: the checkpoint to check against
 
     def give(self, x: Any, y: Any, total_steps: int) -> None:
         if self.audit is not None:
             self.audit.given(x, y)
         super().give(x, y, total_steps)
+
+    def restore(self, state: dict[str, Any]) -> tuple[Any, ...]:
+        """Where ranks hold pieces, what they hand over once restored must be what this judge saw
+        at the checkpoint (d500.distributed.resuming.verify): else every rank is told, and the
+        run ends refused."""
+        restored = super().restore(state)
+        if self.resumed is not None:
+            try:
+                verify(self.resumed, restored[1] if len(restored) > 1 else None)
+            except Refused as err:
+                self.conn.send(("refused", str(err)))
+                raise
+        return restored
 
     def train(self, epoch: int, first: int, count: int, *args: Any, **kwargs: Any) -> Any:
         self.remaining = args[0] if args else kwargs["remaining"]
@@ -225,6 +240,8 @@ def main(conn: Any, lost: Any) -> None:
     except Lost as err:
         _failed(order, run, str(err), err.gone)
         _ack(lost)
+    except Refused as err:  # every rank was told: the run is recorded failed, no figures
+        _failed(order, run, str(err))
     except (EOFError, OSError, KeyboardInterrupt):
         _failed(order, run, "rank 0 ended without a word")
     except Exception as err:  # noqa: BLE001 - d500's own failure or a bad hand-over, as a line
@@ -266,6 +283,7 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
             from d500.distributed.schemes.zero3 import shard_bytes as held
             peaks = peak_bytes(onnx_model, spec, order.world_size)
         stages = held(onnx_model, spec, order.world_size)
+        ranks.resumed = order.resumed  # a resume checked against what the judge saw
         if spec.shard == "zero3" or wl.drop_last:  # bytes checked: every step a whole batch
             least = least_sent(onnx_model, spec, order.world_size, order.global_batch)
     ranks.ready()

@@ -128,6 +128,9 @@ class RankLoop:
                 self._chunk(*command[1:])
             elif command[0] in ("save", "restore"):
                 self._checkpoint(command[0], got)
+            elif command[0] == "refused":  # the judge's check of a resume, on every rank
+                from d500.distributed.resuming import Refused
+                raise Refused(command[1])
             elif command[0] == "finish":
                 self.scheme.finish()  # the scheme's final model on every rank
                 state = self._handed(command[1])
@@ -147,18 +150,27 @@ class RankLoop:
         from d500.distributed import resuming
         self.scheme.settle()
         if what == "save":
-            every = resuming.gather(self.control, resuming.capture(self.scheme, self.step))
-            if resuming.pieced(self.scheme):  # the whole model for the judge's check too
-                whole = self._handed(True)
-                every = every if every is None else {**every, "whole": whole}
+            every = self._seen()
             if self.judge is not None:
                 self.judge.send(("saved", every))
             return
         own = resuming.scatter(self.control, got[1] if got is not None else None)
         self.step = resuming.restore(self.scheme, own)
         lazy_barrier(self.control)
+        # pieces: the judge checks what they restored against what it saw (resuming.verify)
+        seen = self._seen() if resuming.pieced(self.scheme) else None
         if self.judge is not None:
-            self.judge.send(("restored",))
+            self.judge.send(("restored", seen))
+
+    def _seen(self) -> dict[str, Any] | None:
+        """Every rank's state on rank 0 (collective) and, where ranks hold pieces, the whole
+        model gathered as for an evaluation, for the judge's check."""
+        from d500.distributed import resuming
+        every = resuming.gather(self.control, resuming.capture(self.scheme, self.step))
+        if resuming.pieced(self.scheme):
+            whole = self._handed(True)
+            every = every if every is None else {**every, "whole": whole}
+        return every
 
     def _next(self) -> tuple[Any, ...]:
         """The judge's next command (rank 0); a stop that crossed the end of its chunk is

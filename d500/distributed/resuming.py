@@ -23,11 +23,16 @@ optimizer state (d500.distributed.schemes.zero3.Rows). Every piece carries its g
 (`scheme/grid/<dimension>`) and the file the grid's dimensions (`grid` in its header, written by
 the judge): a resume is refused unless the grid is this run's and each piece's coordinates are
 those of the rank it goes to, and a rank refuses a piece whose arrays are not its own part's
-(names and shapes), so a resume gives each rank back exactly its piece.
+(names and shapes), so a resume gives each rank back exactly its piece. Pieces of equal shapes
+swapped with their tags (tensor shards: hidden units permuted; ZeRO-3: rows) pass those checks,
+so the judge also seals in the ledger (not in the file) a digest of what it saw at the
+checkpoint (`digest`: the whole model, each rank's piece and optimizer state), and after a resume
+the ranks hand the same over once before the first step: a mismatch is `Refused` on every rank.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from d500.distributed.grid import ORDER, coordinates
@@ -42,6 +47,11 @@ NOT_YET = {
 }
 PIECES = ("pipeline", "tensor", "zero3")  # the schemes whose ranks each hold a piece
 GRID = "grid/"  # a piece's coordinates among its scheme's arrays: grid/data, grid/pipeline, ...
+SEEN = ("model", "optimizer")  # each rank's parts in the judge's digest (beside the whole model)
+
+
+class Refused(UsageError):
+    """The judge refused a resumed run: told to every rank at once, which end it together."""
 
 
 def refusal(spec: Any, model: Any = None) -> str:
@@ -162,6 +172,36 @@ def _fits_part(own: dict[str, Any], state: dict[str, Any], where: dict[str, int]
                 here = "absent" if a is None else f"of shape {tuple(a.shape)}"
                 raise D500Error(f"the checkpoint's piece for the rank at {_shown(where)} is not "
                                 f"its part: {part} '{name}' is {there} there, {here} here")
+
+
+def digest(every: dict[str, Any]) -> str:
+    """The sha256 of what the judge sees at a checkpoint of ranks holding pieces (`gather`'s
+    result with the gathered "whole" model): the whole model, then each rank's model and optimizer
+    arrays in rank order, every array by name, dtype, shape and bytes."""
+    import numpy as np
+    ranks = every.get("ranks", {})
+    parts = [("whole", every["whole"])] + [
+        (f"rank{r}/{part}", (every if r == 0 else ranks[r])[part])
+        for r in range(1 + len(ranks)) for part in SEEN]
+    h = hashlib.sha256()
+    for label, arrays in parts:
+        for name in sorted(arrays):
+            a = np.ascontiguousarray(arrays[name])
+            h.update(f"{label}/{name} {a.dtype.str} {a.shape}\n".encode())
+            h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def verify(resumed: Any, seen: dict[str, Any] | None) -> None:
+    """Refused unless what the ranks hand over after restoring `resumed`'s checkpoint
+    (d500.training.resume.Resumed) has the digest the judge sealed when it was taken."""
+    where = f"--resume {resumed.parent}: {resumed.path}"
+    if resumed.whole is None:
+        raise Refused(f"{where}: the ledger holds no digest of the model the judge saw at this "
+                      f"checkpoint, so its pieces cannot be checked: it cannot be resumed")
+    if seen is None or digest(seen) != resumed.whole:
+        raise Refused(f"{where}: its pieces restore another model than the judge saw at this "
+                      f"checkpoint (pieces swapped or edited): it cannot be resumed")
 
 
 def gather(control: Any, own: dict[str, Any]) -> dict[str, Any] | None:

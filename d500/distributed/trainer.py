@@ -33,6 +33,7 @@ from typing import Any
 
 from d500.distributed.comm import Communicator
 from d500.distributed.loop import RankLoop
+from d500.distributed.resuming import Refused
 from d500.distributed.spec import Spec
 from d500.distributed.workloads import DistributedWorkload
 from d500.errors import D500Error, describe
@@ -191,6 +192,11 @@ def _relay(job: Job, seed: int, trainer: Any, scheme: Any, reducer: Any, judge: 
         with watchdog if watchdog is not None else contextlib.nullcontext():
             status, error, figures = RankLoop(job, seed, trainer, scheme, reducer, judge,
                                               progress, control, mark).run()
+    except Refused:  # the judge refused the run, every rank told at once: they end together
+        if control is not None:
+            watchdog.close()
+            control.Free()
+        raise
     except Exception as err:  # the run fails on this rank: end the job
         text = describe(err)
         if watchdog is None:

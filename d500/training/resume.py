@@ -34,6 +34,7 @@ from d500.training import checkpoint
 HEARTBEAT = 1.0  # seconds between writes of the supervisor's clock reading
 CLOCK = "clock.json"
 FOLDER = "checkpoints"
+WHOLE = "whole_sha256"  # a checkpoint's record: the digest of what the judge saw (level 3)
 FINISHED = tuple(s for s in FINAL if s != "interrupted")  # what cannot be resumed
 
 
@@ -57,6 +58,7 @@ class Resumed:
     meta: dict[str, Any]
     before: float  # seconds of the run's clock that the earlier segments took
     segments: list[dict[str, Any]]
+    whole: str | None = None  # level 3, ranks holding pieces: what the judge saw (its digest)
 
     @property
     def epoch(self) -> int:
@@ -66,7 +68,8 @@ class Resumed:
         """What the resumed run records (at once, so that a kill keeps it)."""
         return {"resumed": {"from_run": self.parent, "checkpoint": ledger.store_path(self.path),
                             "sha256": self.sha256, "epoch": self.epoch, "step": self.meta["step"],
-                            "before": self.before, "segments": self.segments}}
+                            "before": self.before, "segments": self.segments,
+                            **({WHOLE: self.whole} if self.whole else {})}}
 
 
 def every(value: str) -> int:
@@ -140,7 +143,7 @@ def _latest(row: dict[str, Any]) -> dict[str, Any] | None:
     started = row["details"].get("resumed")
     if started:
         return {"file": started["checkpoint"], "sha256": started["sha256"],
-                "epoch": started["epoch"]}
+                "epoch": started["epoch"], WHOLE: started.get(WHOLE)}
     return None
 
 
@@ -207,4 +210,4 @@ def plan(ledger: Any, run_id: int, workload: Any, entry: Any, backend: str,
     segment = {"run": run_id, "status": row["status"], "until": before,
                "checkpoint_epoch": int(meta["epoch"])}
     return Resumed(run_id, path, latest["sha256"], state, meta, before + read,
-                   [*earlier, segment])
+                   [*earlier, segment], latest.get(WHOLE))

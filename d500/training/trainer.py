@@ -318,6 +318,10 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
         meta = {**checkpoints.identity, "step": state["step"], "judge": judged,
                 "every": checkpoints.every}
         path, digest = checkpoint.write(run.dir / resuming.FOLDER, epoch, got, meta)
+        seen = {}  # ranks holding pieces: what the judge saw, for a resume's check (the ledger's)
+        if "whole" in got:
+            from d500.distributed.resuming import digest as whole
+            seen[resuming.WHOLE] = whole(got)
         checkpoints.written.append({"epoch": epoch, "step": state["step"],
                                     "file": run.store_path(path), "sha256": digest,
                                     "seconds": clock.read() - t, "clock": clock.now()})

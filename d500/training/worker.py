@@ -149,8 +149,8 @@ class Trainee:
         self.conn.send(("save",))
         return self._expect("saved", START)[1]
 
-    def restore(self, state: dict[str, Any]) -> None:
-        """Put a checkpoint's state back into the trainee (after `give`)."""
+    def restore(self, state: dict[str, Any]) -> tuple[Any, ...]:
+        """Put a checkpoint's state back into the trainee (after `give`); its reply."""
         self.conn.send(("restore", state))
         self._expect("restored", START)
 

@@ -186,6 +186,46 @@ def swapped_or_regridded_is_refused(ledger, run_id, wl, entry, path, tmp):
         resuming.fits(spec, 2, regridded)
 
 
+def swapped_with_tags_is_refused(home, run_id, wl, entry):
+    """The attack the structural checks miss: the two tensor ranks' shards (equal names and
+    shapes: the hidden units permuted) swapped together with their grid tags, the file re-sealed
+    in a copy of the ledger (a sender controls their own). `--resume` passes `fits` and every
+    rank's names and shapes; the judge's digest of what it saw at the checkpoint does not match
+    the model the ranks restored: one line naming the checkpoint on every rank, exit 2, the run
+    recorded failed with no result."""
+    import shutil
+    import sqlite3
+    forged = home.parent / "forged" / "home"
+    shutil.copytree(home, forged)
+    ledger = Ledger(forged / "ledger.sqlite")
+    details = ledger.get(run_id)["details"]
+    last = details["checkpoints"][-1]
+    path = ledger.resolve_path(last["file"])
+    state, meta = checkpoint.read(path, last["sha256"])
+    own = ("steps", "rng_header", "loss_scale", *checkpoint.PARTS)
+    rank0, rank1 = {k: state[k] for k in own}, state["ranks"][1]
+
+    def tagged(piece, like):  # `piece`'s arrays under `like`'s grid coordinates
+        tags = {k: v for k, v in like["scheme"].items() if k.startswith("grid/")}
+        return {**piece, "scheme": {**piece["scheme"], **tags}}
+    out, last["sha256"] = checkpoint.write(forged.parent / "file", meta["epoch"],
+                                           {**tagged(rank1, rank0), "ranks": {1: tagged(rank0,
+                                                                                       rank1)}},
+                                           meta)
+    out.replace(path)
+    with sqlite3.connect(forged / "ledger.sqlite") as db:  # the sha256 re-sealed
+        db.execute("UPDATE runs SET details = ? WHERE id = ?", (json.dumps(details), run_id))
+    done = jobs.train(forged, 2, wl, entry, "--resume", str(run_id), "--threads", "1")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    lines = [t for t in done.stderr.splitlines() if "error:" in t]
+    assert lines and all(f"--resume {run_id}: " in t and "its pieces restore another model"
+                         in t and path.name in t for t in lines), done.stderr[-3000:]
+    refused = Ledger(forged / "ledger.sqlite").runs()[-1]
+    assert refused["parent"] == run_id and refused["status"] == "failed", refused
+    assert "its pieces restore another model" in refused["error"]
+    assert not Ledger(forged / "ledger.sqlite").evaluations(refused["id"])
+
+
 def series(ledger, run_id):
     return {e["step"]: e["metrics"] for e in ledger.evaluations(run_id)}
 
@@ -238,6 +278,8 @@ def test_a_killed_job_resumes_at_its_world_size_and_matches_the_unbroken_run(rul
         refused_in_process(ledger, dead["id"], wl, entry, tmp, path)
     if source == "pipeline-gpipe":  # the attacks: pieces swapped, or re-tagged for another grid
         swapped_or_regridded_is_refused(ledger, dead["id"], wl, entry, path, tmp)
+    if source == "tensor-parallel":  # the shards swapped with their tags: the judge's digest
+        swapped_with_tags_is_refused(home, dead["id"], wl, entry)
 
     again = run_id(jobs.train(home, 2, wl, entry, "--resume", str(dead["id"]), "--threads",
                               "1"))

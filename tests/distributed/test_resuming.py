@@ -195,3 +195,44 @@ def test_a_failed_run_resumes_only_when_a_rank_was_lost(tmp_path, lost):
     why = "wrote no checkpoint" if lost else "finished \\(failed\\)"
     with pytest.raises(UsageError, match=f"--resume {run.id}: run {run.id} {why}"):
         resume.plan(ledger, run.id, wl, entry, "torch", hyperparameters(order), world_size=2)
+
+
+def test_the_judges_digest_tells_pieces_swapped_with_their_tags(tmp_path):
+    """Two ZeRO-3 pieces of equal shapes swapped together with their grid tags pass every
+    structural check (fits, restore's names and shapes); the digest of what the judge saw (the
+    whole model, each rank's piece and optimizer state in rank order) does not: the resume is
+    refused naming the checkpoint, and one whose ledger record holds no digest is refused too."""
+    from types import SimpleNamespace
+
+    batches = feeds(6)
+    ranks, wholes = [], []
+    for r, seed in enumerate((0, 1)):  # two pieces: same names and shapes, other values
+        s = scheme("zero3", "adam", seed=seed)
+        for f in batches[:3]:
+            s.step(f, LR)
+        piece = resuming.capture(s, 3)
+        piece["scheme"]["grid/data"] = np.asarray(r, np.int64)
+        ranks.append(piece)
+        with s.evaluated():  # the whole model, gathered as for an evaluation
+            wholes.append(s.handed())
+    whole = wholes[0]
+    saw = {**ranks[0], "ranks": {1: ranks[1]}, "whole": whole}
+    sealed = resuming.digest(saw)
+    again = {**ranks[0], "ranks": {1: ranks[1]}, "whole": {k: v.copy() for k, v in whole.items()}}
+    assert resuming.digest(again) == sealed
+    assert resuming.digest({**saw, "whole": wholes[1]}) != sealed  # another whole model
+
+    def retagged(piece, r):
+        return {**piece, "scheme": {**piece["scheme"], "grid/data": np.asarray(r, np.int64)}}
+    swapped = {**retagged(ranks[1], 0), "ranks": {1: retagged(ranks[0], 1)}, "whole": whole}
+    assert resuming._coords(swapped, 0) == resuming._coords(saw, 0)  # the tags pass
+    assert resuming.digest(swapped) != sealed
+    resumed = SimpleNamespace(parent=7, path=tmp_path / "epoch-0002.npz", whole=sealed)
+    resuming.verify(resumed, saw)  # as saved: accepted
+    for seen in (swapped, None):
+        with pytest.raises(resuming.Refused, match=r"--resume 7: .*epoch-0002.npz: its pieces "
+                                                   r"restore another model"):
+            resuming.verify(resumed, seen)
+    with pytest.raises(resuming.Refused, match="holds no digest"):
+        resuming.verify(SimpleNamespace(parent=7, path=resumed.path, whole=None), saw)
+    assert resuming.Refused("x").exit_code == 2
