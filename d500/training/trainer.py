@@ -323,7 +323,7 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
             from d500.distributed.resuming import digest as whole
             seen[resuming.WHOLE] = whole(got)
         checkpoints.written.append({"epoch": epoch, "step": state["step"],
-                                    "file": run.store_path(path), "sha256": digest,
+                                    "file": run.store_path(path), "sha256": digest, **seen,
                                     "seconds": clock.read() - t, "clock": clock.now()})
         resuming.record(run, checkpoints.written)
         heart.beat(clock.now(), force=True)

@@ -152,7 +152,7 @@ class Trainee:
     def restore(self, state: dict[str, Any]) -> tuple[Any, ...]:
         """Put a checkpoint's state back into the trainee (after `give`); its reply."""
         self.conn.send(("restore", state))
-        self._expect("restored", START)
+        return self._expect("restored", START)
 
     def close(self) -> None:
         raise NotImplementedError
