@@ -6,7 +6,8 @@ each), each stage split over 2 tensor ranks ({pipeline: 2, tensor: 2}), trained 
 with momentum in 2 micro-batches (1F1B), gives one process's losses within 1e-5 relative and,
 gathered to rank 0 as the judge receives it, one process's parameters; the memory each rank
 reports is below what the same model's ranks report at {data: 2, pipeline: 2} and at
-{data: 2, tensor: 2}.
+{data: 2, tensor: 2}; a checkpoint of the composition restored into other ranks continues bit
+for bit.
 """
 
 from __future__ import annotations
@@ -104,6 +105,52 @@ def tensor_inside_pipeline_equals_one_process_and_holds_less(c: Communicator) ->
         out[f"{name}_memory_per_rank"] = held(c, other)
         assert out["memory_per_rank"] < out[f"{name}_memory_per_rank"], out
     return out
+
+
+@check
+def tensor_inside_pipeline_checkpoint_continues_bit_for_bit(c: Communicator) -> dict:
+    """A checkpoint of the composition (each rank its split stage's shards, tagged with its
+    pipeline and tensor coordinates) through the judge's file, restored into ranks built from
+    another seed, continues as the saved ranks do, bit for bit; what the ranks hand the judge
+    after the restore has the digest it sealed (d500.distributed.resuming)."""
+    from d500.distributed import resuming
+    from d500.distributed.pipeline.scheme import build as pipeline
+    from d500.training import checkpoint
+    spec = parse({"scheme": "sync", "pipeline": 2, "tensor": 2, "micro_batches": 2,
+                  "schedule": "1f1b"}, "composed.yaml")
+
+    def made(seed: int):
+        m = build_lm("transformer", CONTEXT, VOCAB, seed=seed, loss=True, layers=2, width=16,
+                     heads=2, tied=True)
+        s = pipeline(m, spec, Grid(c, spec.dims(c.size)), backends.get("torch"), optimizer(),
+                     False)
+        s.start()
+        return s
+
+    def seen(s):  # as the run's loop hands it over (RankLoop._seen)
+        every = resuming.gather(c.mpi, resuming.capture(s, 3))
+        with s.evaluated():
+            whole = s.handed() if c.rank == 0 else None
+        return None if every is None else {**every, "whole": whole}
+
+    b = batches()
+    saved = made(3)
+    for f in b[:3]:
+        saved.step(f, LR)
+    every, state = seen(saved), None
+    if c.rank == 0:
+        import tempfile
+        from pathlib import Path
+        path, sha = checkpoint.write(Path(tempfile.mkdtemp()), 1, every, {"world_size": 4})
+        state, _ = checkpoint.read(path, sha)
+    restored = made(5)
+    assert resuming.restore(restored, resuming.scatter(c.mpi, state)) == 3
+    again = seen(restored)
+    same = c.rank != 0 or resuming.digest(again) == resuming.digest(every)
+    assert c.mpi.allreduce(same, op=MPI.LAND), "the restored digest differs"
+    theirs, mine = [saved.step(f, LR) for f in b[3:]], [restored.step(f, LR) for f in b[3:]]
+    assert c.mpi.allreduce(theirs == mine, op=MPI.LAND), (theirs, mine)
+    return {"steps_after": len(mine), "digest_matches": True}
 
 
 if __name__ == "__main__":
