@@ -1,7 +1,8 @@
 """`d500 scale RUN_ID|WORKLOAD [--network 2us,12.5GB/s]`: the alpha-beta model's predicted step
 time, communication share and scaling efficiency at 8 ... 1,024 ranks for each scheme and
-compressor (d500.distributed.scaling), as a table and a PNG plot; a pipeline's bubble and memory
-per rank in a second table, a sharded (ZeRO) run's memory per rank in a third.
+compressor (d500.distributed.scaling), as a table and a PNG plot; a pipeline's (tensor inside
+its stages too) bubble and memory per rank in a second table, a sharded (ZeRO) run's memory per
+rank in a third.
 
 RUN_ID models that level-3 run; a WORKLOAD name models the newest succeeded run at 2 or more
 ranks of every (entry, scheme, compressor) recorded on it. The network is `--network
@@ -162,7 +163,7 @@ def _print(profiles: list[Any], rows: list[Any], net: Any, png: Path, weak: bool
     for p in profiles:
         coll = ", ".join(f"{c.name} {c.calls:g}x{c.nbytes:,.0f} B" for c in p.collectives)
         held = "" if p.memory is None else f"; {p.memory:,.0f} B held per rank at any size" \
-            if p.tensor > 1 else f"; {p.memory:,.0f} B held per rank"
+            if p.tensor > 1 and p.pipeline == 1 else f"; {p.memory:,.0f} B held per rank"
         if p.pipeline > 1:
             held += (f"; {p.crossing:,.0f} B/sample cross the costliest cut, " +
                      (f"stash peak {p.activation:,.0f} B" if p.activation else
@@ -185,7 +186,8 @@ def _print(profiles: list[Any], rows: list[Any], net: Any, png: Path, weak: bool
                          f"{format_duration(r.step)} / {r.comm_share:.2f} / {r.efficiency:.2f}")
         table.add_row(p.label, *cells)
     out.print(table)
-    _per_size(out, "pipelines: predicted bubble / memory per rank (states + stashed micro-batch "
+    _per_size(out, "pipelines (tensor inside their stages too): predicted bubble / memory per "
+              "rank (the stage's states, or a tensor rank's shard of them, + stashed micro-batch "
               "inputs)", [p for p in profiles if p.pipeline > 1], sizes, rows,
               lambda r: "—" if r.bubble is None else f"{r.bubble:.2f} / {r.memory:,.0f} B")
     _per_size(out, "sharded (ZeRO): predicted memory per rank (whole states + the sharded ones "

@@ -53,6 +53,14 @@ stage's params + grads + optimizer state (measured), plus the stashed micro-batc
 holds all m, 1F1B at most P (schedule.stashed), each b / m samples of the bytes per sample the run
 stashed.
 
+Tensor parallelism inside pipeline stages (a run at `pipeline: P, tensor: T`, data 1): P and T
+kept, D = N / (P T) grows. A slot is the pipeline's, plus the costliest stage's tensor
+allreduces of one micro-batch over T ranks (the run's calls per step / its m0 micro-batches,
+each on activations of b / m samples instead of the measured micro-batch's); its compute is a
+tensor rank's as measured. Memory per rank: the rank's shard of its stage (1/T of the split
+weights, the replicated ones whole) plus the stash, as a pipeline's. The data allreduce moves
+at least the rank's parameter bytes (a smaller claimed gradient cannot shrink it).
+
 Sharded data parallelism (a run at `shard: zero1|zero2|zero3`): its reduce-scatters and
 allgathers of blocks are timed as above; memory per rank is what every rank holds whole plus the
 sharded states cut N ways: ZeRO-1 shards the optimizer state (params and grads whole), ZeRO-2 the
@@ -148,6 +156,9 @@ class Profile:
         steps = [r.get("step_time_median") or r["step_time"] for r in ranks]
         compute = max(c for c in computes if c is not None) if any(
             c is not None for c in computes) else min(steps)
+        h = run.get("hyperparameters") or {}
+        tensor, stages = int(h.get("tensor", 1)), int(h.get("pipeline", 1))
+        over = tensor if tensor > 1 else n0  # the ranks a measured allreduce ran over
         names = sorted({n for r in ranks for n in r.get("collectives", {})})
         collectives = []
         for name in names:
@@ -155,21 +166,16 @@ class Profile:
             calls = max(p.get("calls", 0.0) for p in per)
             if calls <= 0:
                 continue
-            collectives.append(Collective(name, calls, _buffer(name, per, calls, n0)))
-        h = run.get("hyperparameters") or {}
+            collectives.append(Collective(name, calls, _buffer(name, per, calls, over)))
         scheme, compressor = h.get("scheme", d.get("scheme", "?")), h.get("compressor", "none")
         label = scheme if compressor in ("none", None) else f"{scheme} / {compressor}"
         if h.get("shard", "none") != "none":
             label = f"{label} / {h['shard']}"
-        tensor = int(h.get("tensor", 1))
-        if tensor > 1 and int(h.get("pipeline", 1)) > 1:
-            raise UsageError(f"run {rid} splits each of {h['pipeline']} pipeline stages {tensor} "
-                             f"tensor ways: d500 scale does not model that composition yet; "
-                             f"model the entry's pipeline-only or tensor-only run")
-        if tensor > 1 and n0 != tensor:
-            raise UsageError(f"run {rid} splits {tensor} tensor ways at {n0} ranks: the model "
-                             f"reads a tensor run at data 1 (its allreduces are then the "
-                             f"tensor dimension's); model a run at {tensor} ranks")
+        if tensor > 1 and n0 != tensor * stages:
+            inside = f" in each of {stages} pipeline stages" if stages > 1 else ""
+            raise UsageError(f"run {rid} splits {tensor} tensor ways{inside} at {n0} ranks: the "
+                             f"model reads a tensor run at data 1 (its allreduces are then the "
+                             f"tensor dimension's); model a run at {tensor * stages} ranks")
         held = [r.get("scheme", {}) for r in ranks]
         memory = max((sum(m.get(k, 0.0) for k in ("param_bytes", "grad_bytes",
                                                     "optimizer_bytes")) for m in held),
@@ -179,12 +185,13 @@ class Profile:
         pipe = _pipeline(run, held, n0)
         if pipe:
             label = f"{label} / pipeline {pipe['pipeline']} x {pipe['micro']} {pipe['schedule']}"
-            if n0 > pipe["pipeline"]:  # a hybrid run: its own line beside a data-1 run's
-                label = f"{label} / data {n0 // pipe['pipeline']}"
+            if n0 > pipe["pipeline"] * tensor:  # a hybrid run: its own line beside data 1's
+                label = f"{label} / data {n0 // (pipe['pipeline'] * tensor)}"
         return cls(label, scheme, compressor or "none", n0, compute, sum(steps) / len(steps),
                    int(d.get("global_batch") or h.get("batch_size", 1)),
                    d.get("batch_mode", "global"), tuple(collectives), rid, tensor,
-                   max((m.get("grad_bytes", 0.0) for m in held), default=0.0),
+                   max((max(m.get("grad_bytes", 0.0), m.get("param_bytes", 0.0))
+                        for m in held), default=0.0),  # every parameter's gradient is averaged
                    float(h.get("bucket_bytes", 25 * 2**20)), memory, **pipe, **sharding)
 
 
@@ -220,7 +227,8 @@ def _pipeline(run: dict[str, Any], held: list[dict[str, float]], n0: int) -> dic
         raise UsageError(f"run {run.get('id')} cuts {stages} pipeline stages at {n0} ranks")
     part = (d.get("scheme_details") or {}).get("partition") or {}
     cuts = [s.get("send_bytes_per_sample", 0.0) for s in part.get("stages", [])]
-    samples = int(d.get("global_batch") or h.get("batch_size", 1)) / (n0 // stages)
+    groups = n0 // (stages * int(h.get("tensor", 1)))  # data groups (each tensor rank sends)
+    samples = int(d.get("global_batch") or h.get("batch_size", 1)) / max(1, groups)
     sent = [r.get("collectives", {}).get("send", {}).get("sent", 0.0) / samples
             for r in d.get("ranks", [])]  # counted by the communicator (the judge's least_sent)
     return {"pipeline": stages, "micro": int(h.get("micro_batches", 1)),
@@ -338,9 +346,14 @@ def tensor_comm_time(profile: Profile, n: int, net: Network, weak: bool = False)
     data = _data(profile, n)
     share = 1.0 if weak or profile.batch_mode == "per_rank" else \
         (profile.ranks // profile.tensor) / data
-    total = sum(c.calls * call_time("allreduce", c.nbytes * share, profile.tensor, net)
-                for c in profile.collectives)
-    return total + data_allreduce(profile, data, net)
+    return tensor_allreduces(profile, share, net) + data_allreduce(profile, data, net)
+
+
+def tensor_allreduces(profile: Profile, share: float, net: Network) -> float:
+    """The tensor dimension's measured allreduces of a step over T ranks, each on `share` x the
+    activations it moved (a pipeline's point-to-point messages are its slots')."""
+    return sum(c.calls * call_time("allreduce", c.nbytes * share, profile.tensor, net)
+               for c in profile.collectives if c.kind != "p2p")
 
 
 def data_allreduce(profile: Profile, data: int, net: Network) -> float:
@@ -363,10 +376,15 @@ def micro_batches(profile: Profile, n: int, weak: bool = False) -> int:
     return max(1, min(profile.micro, int(_samples(profile, n, weak))))
 
 
+def _micro_samples(profile: Profile, n: int, weak: bool) -> float:
+    """Samples of one of a pipeline's micro-batches at `n` ranks."""
+    return _samples(profile, n, weak) / micro_batches(profile, n, weak)
+
+
 def p2p_bytes(profile: Profile, n: int, weak: bool = False) -> float:
     """Bytes of one micro-batch's activations over the costliest cut at `n` ranks (as many of
     their gradients come back)."""
-    return profile.crossing * _samples(profile, n, weak) / micro_batches(profile, n, weak)
+    return profile.crossing * _micro_samples(profile, n, weak)
 
 
 def bubble(profile: Profile, n: int, weak: bool = False) -> float | None:
@@ -379,13 +397,17 @@ def bubble(profile: Profile, n: int, weak: bool = False) -> float | None:
 
 def pipeline_time(profile: Profile, n: int, net: Network, weak: bool = False) -> float | None:
     """A pipeline profile's step at `n` ranks (module docstring): m + P - 1 slots of one
-    micro-batch's passes and its activations forward and gradients back, then the data
-    allreduce of the stage's gradient."""
+    micro-batch's passes (split over T: with its tensor allreduces) and its activations forward
+    and gradients back, then the data allreduce of the stage's gradient."""
     stage = compute_time(profile, n, weak)
     if stage is None:
         return None
     m = micro_batches(profile, n, weak)
     slot = stage / m + 2 * call_time("p2p", p2p_bytes(profile, n, weak), 2, net)
+    if profile.tensor > 1:  # the measured micro-batch's allreduces, on this one's samples
+        m0, ratio = micro_batches(profile, profile.ranks, weak), _micro_samples(
+            profile, n, weak) / _micro_samples(profile, profile.ranks, weak)
+        slot += tensor_allreduces(profile, ratio, net) / m0
     return (m + profile.pipeline - 1) * slot + data_allreduce(profile, _data(profile, n), net)
 
 

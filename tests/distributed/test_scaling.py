@@ -445,3 +445,82 @@ def test_a_measured_pipeline_run_reads_back_its_cut_and_bubble(tmp_path):
     measured = recorded["figures"]["bubble_fraction"]
     print(f"bubble measured {measured:.3f}, theory 0.200 ({measured / 0.2 - 1:+.0%})")
     assert measured >= 0.8 * 0.2  # a stage waits at least for the fill or the drain
+
+
+def composed_record(n0: int = 4, grads: float = 10000.0, claimed: float | None = None) -> dict:
+    """A `pipeline: 2, tensor: 2, micro_batches: 4` (1F1B) run at `n0` ranks of a 32-sample
+    batch: each stage's cut sends 256 bytes a sample to its tensor peer (micro-batches of 8: 4
+    messages of 2,048 B each way), and its blocks allreduce a micro-batch's [8, 64] float32
+    activation twice (forward and backward) over the 2 tensor ranks, 8 calls a step; each rank
+    holds `grads` bytes of parameters (its shard; as many of gradients, unless `claimed`, and
+    of momentum) and 1F1B's 2 stashed micro-batches of 8 x 256 B."""
+    per_rank = []
+    for r in range(n0):
+        sent, received = ring_counts(8 * 64, 2, r % 2)
+        per_rank.append({"allreduce": {"calls": 8, "sent": 8 * 4 * sent,
+                                       "received": 8 * 4 * received},
+                         "send": {"calls": 4, "sent": 4 * 2048},
+                         "recv": {"calls": 4, "received": 4 * 2048}})
+    run = pipeline_record(n0=n0, grads=grads)
+    run["hyperparameters"].update(tensor=2)
+    for rank, c in zip(run["details"]["ranks"], per_rank):
+        rank["collectives"] = c
+        rank["scheme"]["grad_bytes"] = grads if claimed is None else claimed
+    return run
+
+
+def test_tensor_inside_pipeline_stages_by_hand():
+    """{pipeline: 2, tensor: 2}: P and T kept, D = N / 4 grows. At the measured 4 ranks, 5 slots
+    of a micro-batch's compute, its 2,048-byte message each way and its 2 tensor allreduces of
+    2,048 B (the 8 a step over 4 micro-batches); at 16 ranks (D = 4) micro-batches of 2
+    samples: a quarter of the compute, 512-byte messages and allreduces, then the rank's 10,000
+    gradient bytes allreduced over 4 data ranks. Memory per rank: the shard's states (30,000 B,
+    the same at every D: nothing shards them over data) plus 1F1B's stash, which falls with
+    the micro-batch. Attack: ranks claiming no gradient still average their parameters'."""
+    p = scaling.Profile.from_run(composed_record())
+    a, b = NET.alpha, NET.beta
+    assert (p.tensor, p.pipeline, p.group, p.crossing) == (2, 2, 4, 256)
+    assert p.label == "sync / tensor 2 / pipeline 2 x 4 1f1b"
+    assert {c.name: (c.calls, c.nbytes) for c in p.collectives}["allreduce"] == (8, 2048)
+    ar = 2 * a + 2048 * b  # 2(T-1) alpha + 2(T-1)/T B beta at T = 2
+    measured = 5 * (1e-3 / 4 + 2 * (a + 2048 * b) + 2 * ar)
+    assert scaling.step_time(p, 4, NET) == pytest.approx(measured)
+    slot = 1e-3 / 4 / 4 + 2 * (a + 512 * b) + 2 * (2 * a + 512 * b)
+    data = 6 * a + 1.5 * 10000 * b  # one 16,384-byte bucket over D = 4
+    assert scaling.step_time(p, 16, NET) == pytest.approx(5 * slot + data)
+    assert scaling.step_time(p, 1, NET) == pytest.approx(1e-3 * 4 / 1.25)  # one rank: all
+    assert scaling.bubble(p, 16) == pytest.approx(1 / 5)
+    stash = {4: 2 * 8 * 256, 8: 2 * 4 * 256, 16: 2 * 2 * 256, 64: 2 * 1 * 256}
+    for n, held in stash.items():
+        assert scaling.memory(p, n) == pytest.approx(30000 + held)  # states kept, stash falls
+    assert scaling.memory(p, 128) == pytest.approx(30000 + 256)  # one sample: one in flight
+    for n in (6, 10):
+        assert scaling.step_time(p, n, NET) is None
+        assert "do not hold whole tensor x pipeline groups of 4" in scaling.impossible(p, n)
+    assert scaling.step_time(p, 256, NET) is None  # 64 data groups for 32 samples
+    weak = scaling.step_time(p, 16, NET, weak=True)  # each data group keeps its 32 samples
+    assert weak == pytest.approx(measured + data)
+    shirked = scaling.Profile.from_run(composed_record(claimed=0.0))
+    assert shirked.grad_bytes == 10000
+    assert scaling.step_time(shirked, 16, NET) == scaling.step_time(p, 16, NET)
+    with pytest.raises(UsageError, match="splits 2 tensor ways in each of 2 pipeline stages at "
+                                         "8 ranks: .* model a run at 4 ranks"):
+        scaling.Profile.from_run(composed_record(n0=8))  # data 2: its allreduces mixed
+
+
+def test_scale_shows_a_composed_run(tmp_path, monkeypatch, capsys):
+    """`d500 scale RUN_ID` of a {pipeline: 2, tensor: 2} run: no refusal, its bubble and
+    memory per rank in the pipelines' table; the sizes it cannot hold named under it."""
+    from d500.distributed import scale_cli
+    from d500.ledger import Ledger
+    monkeypatch.setenv("D500_HOME", str(tmp_path))
+    record = composed_record()
+    run = Ledger(tmp_path / "ledger.sqlite").start_run(
+        level=3, workload="text-lm", submission="tensor-pipeline", backend="torch", rank=0,
+        world_size=4, hyperparameters=record["hyperparameters"])
+    run.finish("succeeded", details=record["details"])
+    assert scale_cli.main([str(run.id), "--network", "2us,12.5GB/s", "--ranks", "4,6,16"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "sync / tensor 2 / pipeline 2 x 4 1f1b" in out
+    assert "0.20 / 34,096 B" in out and "0.20 / 31,024 B" in out  # bubble / memory at 4, 16
+    assert "no prediction at 6 ranks: 6 ranks do not hold whole tensor x pipeline groups" in out
