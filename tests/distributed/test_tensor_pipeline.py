@@ -98,7 +98,8 @@ def test_ranks_that_skip_the_stage_allreduces_get_no_bytes_figure():
     assert "memory_per_rank" not in lean
 
 
-def test_d500_scale_says_in_one_line_that_it_does_not_model_the_composition():
+def test_d500_scale_models_the_composition_at_data_1_and_names_it_at_data_2():
+    """(The model itself: test_scaling.test_tensor_inside_pipeline_stages_by_hand.)"""
     from d500.distributed import scaling
     from tests.distributed.test_scaling import tensor_record
     run = tensor_record()
