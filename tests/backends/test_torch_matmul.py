@@ -61,3 +61,19 @@ def test_a_weight_stored_as_is_and_gradients_keep_torch_matmul():
     assert np.allclose(plain.run({"x": x})[0], exe.run({"x": x})[0], rtol=1e-5, atol=1e-5)
     narrow, _, x = _tied(n=WIDE - 1)
     assert "aten::mm" in _kernels(lambda: get("torch").prepare(narrow).run({"x": x}))
+
+
+@pytest.mark.slow  # Inductor compiles the program (seconds)
+def test_torch_compiled_records_onednn_linear_into_its_inference_program(tmp_path, monkeypatch):
+    """torch:compiled traces inference with grad off, so the wide tied projection enters its
+    program as oneDNN's linear (not an mm that Inductor's freezing would pack for MKL)."""
+    monkeypatch.setenv("D500_HOME", str(tmp_path))
+    model, e, x = _tied()
+    exe = get("torch:compiled").prepare(model)
+    y = exe.run({"x": x})[0]
+    expected = x.astype(np.float64) @ e.T.astype(np.float64)
+    assert np.max(np.abs(y - expected)) <= 1e-5 * np.max(np.abs(expected))
+    (fn, _, _), = exe._compiled.programs.values()
+    targets = {n.target for n in fn._orig_mod.graph.nodes if n.op == "call_function"}
+    assert torch.ops.mkldnn._linear_pointwise.default in targets
+    assert torch.ops.aten.mm.default not in targets

@@ -33,9 +33,11 @@ def _onednn_linear(a, b) -> bool:
     projection, `Transpose(embedding)`) with at least WIDE columns. MKL's sgemm, which
     torch.matmul calls, falls off as N grows on this AVX2 CPU: at [128, 768] x [768, N], 12-13
     GFLOP/s against oneDNN's 19-21 at N = 30,522 (BERT's vocabulary), 0.76x the time at N =
-    8,192, no clear winner at N = 768 (benchmarks/matmul_kernels.py). Never while tracing or
-    differentiating (inference mode is off there)."""
-    return (torch.is_inference_mode_enabled() and b.dim() == 2 and a.dim() >= 2
+    8,192, no clear winner at N = 768 (benchmarks/matmul_kernels.py). Never where autograd
+    records (oneDNN's linear has no backward); torch:compiled's inference trace, which runs
+    with grad off, records it into its program (Inductor's frozen mm would pack the weight for
+    MKL, as slow on this shape as sgemm)."""
+    return (not torch.is_grad_enabled() and b.dim() == 2 and a.dim() >= 2
             and b.shape[1] >= WIDE and a.dtype == b.dtype == torch.float32
             and a.device.type == b.device.type == "cpu" and b.t().is_contiguous()
             and a.numel() > 0 and torch.backends.mkldnn.is_available())
