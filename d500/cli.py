@@ -26,11 +26,18 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def stdout_console() -> Any:
+def stdout_console(**options: Any) -> Any:
     """A rich Console on stdout; wide when stdout is not a terminal (logs, pipes), so tables
-    are not squeezed to 80 columns."""
+    are not squeezed to 80 columns. A reader that goes away (`| head`) raises BrokenPipeError,
+    which `main` ends quietly with exit 0 (rich's own answer is exit 1, a failed check's code)."""
     from rich.console import Console
-    return Console(width=None if sys.stdout.isatty() else 160)
+
+    class StdoutConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
+    return StdoutConsole(width=None if sys.stdout.isatty() else 160, **options)
 
 
 def seconds(text: str) -> float:

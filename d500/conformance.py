@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from d500.cli import ArgumentParser
+from d500.cli import ArgumentParser, stdout_console
 
 RANDOM_OUTPUT = re.compile(r"^test_(bernoulli|training_dropout)")
 
@@ -226,7 +226,6 @@ def main(argv: list[str], prog: str) -> int:
                           "tests": [asdict(o) for o in outcomes]}, indent=1))
         _say_recorded(run_id, args.op)
         return 0
-    from rich.console import Console
     from rich.table import Table
     table = Table(title=f"ONNX node tests on backend '{args.backend}'")
     for col in ("operator", "pass", "fail", "unsupported"):
@@ -234,7 +233,7 @@ def main(argv: list[str], prog: str) -> int:
     for op in sorted(per_op):
         c = per_op[op]
         table.add_row(op, str(c["pass"]), str(c["fail"] or ""), str(c["unsupported"] or ""))
-    console = Console()
+    console = stdout_console()
     console.print(table)
     if args.failures:
         for o in outcomes:

@@ -248,13 +248,12 @@ def _print_list(runs: list[dict[str, Any]], ledger: Any,
 
 
 def _print_run(run: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from d500.ledger.lifecycle import trial_label
     from d500.provenance import summary
 
-    console = Console(soft_wrap=True)
+    console = stdout_console(soft_wrap=True)
     style = STATUS_STYLE.get(run["status"], "")
     console.print(f"[bold]run {run['id']}[/]  level {run['level']}  {run['workload']}  "
                   f"{run['submission']} on {run['backend']}  [{style}]{run['status']}[/]")

@@ -47,6 +47,18 @@ def test_output_cut_short_by_its_reader_ends_quietly():
     assert proc.wait(timeout=60) == 0 and err == "", err
 
 
+def test_rich_output_cut_short_by_its_reader_ends_quietly(tmp_path):
+    """`d500 leaderboard --format terminal | head -1` prints through rich, whose own answer to a
+    closed pipe is exit 1 (a failed check's code): d500 ends it as any other, exit 0."""
+    import os
+    env = {**os.environ, "D500_HOME": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "d500.cli", "leaderboard", "--format",
+                             "terminal"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0 and err == "", err
+
+
 def test_unknown_command():
     out = d500("frobnicate")
     assert out.returncode == 2 and "frobnicate" in out.stderr
