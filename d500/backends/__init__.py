@@ -112,10 +112,15 @@ def import_quietly(module: str) -> ModuleType:
     silenced: d500 imports frameworks through here (or through a backend, which does), so none
     prints TensorFlow's absl, oneDNN or CPU-feature lines. Besides `quiet_frameworks`' log level,
     stderr (fd 2) points at /dev/null while the import runs, for what a framework writes before
-    its logging is set up."""
+    its logging is set up. The modules its framework names `hidden` (and this process has not
+    imported) are hidden while it loads (the framework guards each with ImportError); they
+    import as usual afterwards."""
     quiet_frameworks()
     if module in sys.modules:
         return sys.modules[module]
+    fw = by_module(module)
+    hidden = [name for name in (fw.hidden if fw else ()) if name not in sys.modules]
+    sys.modules.update(dict.fromkeys(hidden))
     sys.stderr.flush()
     saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)
@@ -125,6 +130,9 @@ def import_quietly(module: str) -> ModuleType:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(null)
+        for name in hidden:
+            if sys.modules.get(name, ...) is None:
+                del sys.modules[name]
 
 
 def available() -> dict[str, str]:

@@ -36,6 +36,8 @@ class Framework:
     autograd: bool = False            # it differentiates an operator's forward (no backward given)
     threads_when_loaded: bool = True  # configure() sets its threads whenever it is loaded
     tie_rank: int | None = None       # net check: who stands for a tied majority (lowest first)
+    hidden: tuple[str, ...] = ()      # modules hidden while it imports (import_quietly): what
+    # its import would load or start that d500 never asks of it
     about: str = ""                   # one line on its default mode (`d500 backends`)
     # its other modes, each with its one line: what its backend class's `modes` are, readable
     # without importing the framework

@@ -56,6 +56,10 @@ def _as_input(x: Any) -> np.ndarray:
 # Each compiled model gets threads.recorded()'s count as its INFERENCE_NUM_THREADS.
 FRAMEWORK = Framework(
     "openvino", module="openvino", distribution="openvino",
+    # `import openvino` sends Intel a usage event (openvino_telemetry, consent presumed where
+    # no opt-out file exists) from a forked child: a fork of the judge mid-run (JAX warns of a
+    # deadlock) and a network call; hidden, OpenVINO takes its own no-op stub
+    hidden=("openvino_telemetry",),
     about="OpenVINO's CPU plugin on the ONNX model, inference precision pinned to f32; "
           "inference only",
     modes={"bf16": "OpenVINO's CPU plugin at the inference precision bf16 (f32 where the CPU "

@@ -95,3 +95,29 @@ def test_rank_0_inputs_stay_scalars():
     [y] = backends.get("openvino").prepare(model).run(
         [x.T.copy().T, np.float32(-1), np.array(1, np.float32)])  # a non-contiguous x too
     np.testing.assert_array_equal(y, np.clip(x, -1, 1))
+
+
+def test_importing_openvino_sends_no_telemetry_and_forks_nothing():
+    # `import openvino` sends Intel a usage event from a forked child (openvino_telemetry,
+    # consent presumed without an opt-out file): a fork of the judge, which JAX warns may
+    # deadlock, and a network call. d500 hides openvino_telemetry while OpenVINO loads, so it
+    # takes its own no-op stub; the backend still runs.
+    import subprocess
+    import sys
+    code = ("import os, sys, time\n"
+            "forks = []\n"
+            "os.register_at_fork(before=lambda: forks.append(1))\n"
+            "from d500 import backends\n"
+            "from d500.builders import build\n"
+            "import numpy as np\n"
+            "exe = backends.get('openvino').prepare(build('mlp', 'digits'))\n"
+            "print(exe.run([np.zeros((2, 1, 8, 8), np.float32)])[0].shape)\n"
+            "from openvino.tools import ovc\n"
+            "print(type(ovc.telemetry).__module__)\n"
+            "time.sleep(1)\n"
+            "print(len(forks), 'openvino_telemetry' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split("\n")[:3] == ["(2, 10)", "openvino.tools.ovc.telemetry_stub",
+                                             "0 False"], result.stdout

@@ -16,18 +16,10 @@ KERAS_EXTRAS = ("sklearn", "pandas", "matplotlib")
 
 
 def import_tensorflow() -> ModuleType:
-    """TensorFlow, imported quietly (`import_quietly`) with Keras' optional extras that this
-    process has not imported hidden while it loads (Keras guards each with ImportError); they
-    import as usual afterwards (d500's plots import matplotlib themselves)."""
+    """TensorFlow, imported quietly (`import_quietly`, which hides KERAS_EXTRAS while it loads:
+    FRAMEWORK's `hidden`)."""
     from d500.backends import import_quietly
-    hidden = [name for name in KERAS_EXTRAS if name not in sys.modules]
-    sys.modules.update(dict.fromkeys(hidden))
-    try:
-        return import_quietly("tensorflow")
-    finally:
-        for name in hidden:
-            if sys.modules.get(name, ...) is None:
-                del sys.modules[name]
+    return import_quietly("tensorflow")
 
 
 class TensorFlow(Framework):
@@ -68,7 +60,7 @@ FRAMEWORK = TensorFlow(
     native_optimizers="d500.backends.tensorflow.native_optimizers:NATIVE",
     backward="d500.backends.tensorflow.operators:backward",
     operator_runner="d500.backends.tensorflow.operators:TensorFlowRunner", autograd=True,
-    tie_rank=3,
+    tie_rank=3, hidden=KERAS_EXTRAS,
     about="graph: the translated model as a tf.function (traced once per input signature)",
     modes={"xla": "XLA: the same tf.functions compiled with jit_compile=True (inference, "
                   "gradients and the training step)"})
