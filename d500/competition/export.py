@@ -68,6 +68,9 @@ def build(submission_dir: str | Path, out: str | Path, ledger: Any = None,
     from d500.competition.package import Package
     from d500.ledger import Ledger
 
+    if Path(out).is_dir():
+        raise UsageError(f"{out}: is a folder; --out takes the package's file name "
+                         f"(e.g. {Path(out) / 'entry.tar.gz'})")
     folder = Path(submission_dir)
     name = entry_name(folder)
     own = not isinstance(ledger, Ledger)

@@ -193,6 +193,15 @@ def test_not_a_package_is_one_line_exit_2(tmp_path, run_d500, digits_package):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_out_that_is_a_folder_is_one_line_exit_2(tmp_path, run_d500):
+    """`--out` naming a folder failed only at the end, in a traceback (os.replace onto it)."""
+    result = run_d500(tmp_path / "home", "package", str(tmp_path), "--out", str(tmp_path))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"d500 package: error: {tmp_path}: is a folder; --out takes the package's file name "
+        f"(e.g. {tmp_path / 'entry.tar.gz'})"]
+
+
 def test_a_tampered_figure_is_caught_by_chain_problems(digits_package, tmp_path):
     def faster(run: dict) -> None:
         figures = json.loads(run["row"]["figures"])
