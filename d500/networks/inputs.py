@@ -158,7 +158,10 @@ def load_npz(path: str | Path, model: onnx.ModelProto) -> dict[str, np.ndarray]:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
     except Exception as err:  # noqa: BLE001 - zipfile/pickle/value errors all mean "not an npz"
-        raise UsageError(f"{path}: not a NumPy .npz file ({err})") from None
+        # NumPy's word for a file that is neither .npz nor .npy is that it may be a pickle and
+        # how to load it unsafely: advice d500 never takes
+        why = "neither an .npz archive nor an .npy array" if "pickle" in str(err) else err
+        raise UsageError(f"{path}: not a NumPy .npz file ({why})") from None
     input_specs = specs(model)
     names = [s.name for s in input_specs]
     unknown = sorted(set(arrays) - set(names))

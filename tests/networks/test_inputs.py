@@ -67,5 +67,6 @@ def test_npz_inputs_are_checked_against_the_model(tmp_path):
         with pytest.raises(UsageError, match=message):
             inputs.load_npz(path, m)
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
-    with pytest.raises(UsageError, match="not a NumPy .npz file"):
+    with pytest.raises(UsageError, match="not a NumPy .npz file") as err:
         inputs.load_npz(tmp_path / "bad.npz", m)
+    assert "unsafely" not in str(err.value) and "pickle" not in str(err.value), err.value
