@@ -55,10 +55,18 @@ def entry_argument(text: str) -> str:
     found = entry(text)
     if not Path(found).exists() and "/" not in text and os.sep not in text:  # a bare name;
         # a path the loader names as missing itself
-        names = ", ".join(sorted(p.parent.name for p in examples().glob("*/submission.yaml")))
-        raise argparse.ArgumentTypeError(f"no entry folder '{text}' here, nor an example entry "
-                                         f"of that name ({names})")
+        raise argparse.ArgumentTypeError(no_entry(text))
     return found
+
+
+def no_entry(name: str) -> str:
+    """What to say of a bare entry name that is neither a folder here nor an example entry: the
+    example entries, and the closest to a typo."""
+    import difflib
+    names = sorted(p.parent.name for p in examples().glob("*/submission.yaml"))
+    close = difflib.get_close_matches(name, names, n=1)
+    return (f"no entry folder '{name}' here, nor an example entry of that name ("
+            + ", ".join(names) + (f"; did you mean '{close[0]}'?)" if close else ")"))
 
 
 def data_folder(text: str) -> str:

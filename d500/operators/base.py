@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import inspect
+import os
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -127,7 +128,11 @@ def load(spec: str, isolated: bool = False) -> Loaded:
             loaded.submission_file = path.resolve()
             loaded.files.append(path.resolve())
             return loaded
-        raise UsageError(f"'{spec}': expected FILE.py:Class or a submission folder")
+        if "/" not in spec and os.sep not in spec and not path.exists():  # a bare name
+            from d500.paths import no_entry
+            raise UsageError(f"{no_entry(spec)}; or give FILE.py:Class")
+        missing = "" if path.exists() else "no such file or folder; "
+        raise UsageError(f"'{spec}': {missing}expected FILE.py:Class or a submission folder")
     file, _, name = spec.rpartition(":")
     return load_class(Path(file), name, isolated)
 

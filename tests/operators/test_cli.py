@@ -64,6 +64,9 @@ def test_broken_variants_exit_1(home, operator, args):
 
 @pytest.mark.parametrize("args, message", [
     (["op", "validate", "nosuch.py:Conv", "--input-shape", "1,2"], "nosuch.py: no such file"),
+    (["op", "validate", "numpy-im2col-con"], "nor an example entry of that name ("),
+    (["op", "validate", "numpy-im2col-con"], "did you mean 'numpy-im2col-conv'?"),
+    (["op", "validate", "./nosuch-entry"], "no such file or folder; expected FILE.py:Class"),
     (["op", "validate", "submissions/numpy-im2col-conv/conv.py:NoSuch"], "no class 'NoSuch'"),
     (["op", "validate", "submissions/numpy-im2col-conv/conv.py:Im2colConv",
       "--input-shape", "2,x,3"], "--input-shape '2,x,3'"),
