@@ -70,6 +70,7 @@ def _check(args: Any) -> int:
     from d500.model import load
     from d500.networks import inputs
     from d500.networks.check import Recorder, check
+    from d500.networks.workloads import FOLDER
 
     if args.rtol is not None and not args.rtol > 0:
         raise UsageError("--rtol must be positive")
@@ -77,6 +78,9 @@ def _check(args: Any) -> int:
         raise UsageError("--dim sizes random inputs; with --inputs the file's arrays set them")
     names = backend_list(args.backends)
     path = Path(args.model)
+    if not path.exists() and (FOLDER / f"{path.name}.yaml").is_file():
+        raise UsageError(f"{path}: no such file; '{path.name}' is a level-1 workload: `d500 net "
+                         f"bench {path.name}` checks and times it, `net check` takes an ONNX file")
     model = load(path)
     recorded = path
     if args.random_weights:

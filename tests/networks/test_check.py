@@ -114,6 +114,7 @@ def test_bad_models_are_one_line_and_exit_2(tmp_path, home):
                    f"Incompatible dimensions for matrix multiplication")),
         ([truncated], "not an ONNX model or truncated"),
         ([tmp_path / "missing.onnx"], "no such file"),
+        (["mlp-mnist"], "'mlp-mnist' is a level-1 workload: `d500 net bench mlp-mnist`"),
         ([custom, "--backends", "reference,onnxruntime"],
          ("backend 'reference' does not support operator com.example::Frobnicate (opset 1) "
          "used by node 'frob1'")),
