@@ -71,7 +71,13 @@ def load(path: str | Path, schema: Mapping[str, Field], *, root: Path | None = N
 
 def validate(data: Mapping[str, Any], schema: Mapping[str, Field], path: Path, prefix: str,
              root: Path) -> dict[str, Any]:
-    """Check `data` against `schema`; returns a new dict with defaults filled in."""
+    """Check `data` against `schema`; returns a new dict with defaults filled in. A file of
+    another level than the schema's is said so first (its fields are another level's)."""
+    level, given = schema.get("level"), data.get("level")
+    if level is not None and level.choices and isinstance(given, int) and \
+            given not in level.choices:
+        raise ConfigError(f"{path}: a level-{given} file (field 'level'), where this command "
+                          f"takes level {' or '.join(map(str, level.choices))}")
     unknown = [k for k in data if k not in schema]
     if unknown:
         raise ConfigError(f"{path}: unknown field '{prefix}{unknown[0]}' "

@@ -146,3 +146,16 @@ def test_a_users_tensorflow_operator_file_prints_no_cpp_log_lines(tmp_path):
     assert result.returncode == 0, result.stderr
     for chatter in ("absl", "oneDNN", "cpu_feature_guard", "AVX", "I0000", "W0000"):
         assert chatter not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["op", "validate", "sgd-momentum"],
+     ["sgd-momentum/submission.yaml: a level-2 file (field 'level'), where this command takes "
+      "level 0"]),
+    (["train", "digits-mlp", "--submission", "numpy-im2col-conv"],
+     ["numpy-im2col-conv/submission.yaml: a level-0 file (field 'level'), where this command "
+      "takes level 2 or 3"])])
+def test_an_entry_of_another_level_is_said_so(args, words, tmp_path):
+    """Not the first field that level does not know ('unknown field optimizer')."""
+    import os
+    one_line_exit_2(d500(*args, env={**os.environ, "D500_HOME": str(tmp_path)}), *words)
