@@ -188,8 +188,12 @@ def check_class(cls: type[CustomOperator], file: Path | str) -> None:
         raise UsageError(f"{file}: {cls.__name__}.framework is '{cls.framework}' "
                          f"(allowed: {', '.join(allowed)})")
     if not cls.op_type or not onnx.defs.has(cls.op_type):
+        import difflib
+        ops = sorted({s.name for s in onnx.defs.get_all_schemas() if s.domain == ""})
+        close = difflib.get_close_matches(str(cls.op_type), ops, n=1)
         raise UsageError(f"{file}: {cls.__name__}.op_type '{cls.op_type}' is not an ONNX "
-                         f"operator of the default domain")
+                         f"operator of the default domain"
+                         + (f" (did you mean '{close[0]}'?)" if close else ""))
 
 
 def _import(file: Path):

@@ -143,3 +143,17 @@ def test_compare_tolerances_follow_the_dtype():
     assert not bad.passed and bad.first == [[1]]
     assert not compare("output", "Y", np.ones(3), np.ones(4), 1e-4, 1e-5).passed
     assert compare("output", "Y", np.arange(3), np.arange(3), 0, 0).method == "exact"
+
+
+def test_a_mistyped_op_type_gets_the_closest_onnx_operator():
+    from d500.errors import UsageError
+    from d500.operators import CustomOperator
+    from d500.operators.base import check_class
+
+    class Typo(CustomOperator):
+        op_type, framework = "Rellu", "numpy"
+
+    with pytest.raises(UsageError, match=r"typo.py: Typo.op_type 'Rellu' is not an ONNX "
+                                         r"operator of the default domain \(did you mean "
+                                         r"'Relu'\?\)$"):
+        check_class(Typo, "typo.py")
