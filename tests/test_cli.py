@@ -159,3 +159,13 @@ def test_an_entry_of_another_level_is_said_so(args, words, tmp_path):
     """Not the first field that level does not know ('unknown field optimizer')."""
     import os
     one_line_exit_2(d500(*args, env={**os.environ, "D500_HOME": str(tmp_path)}), *words)
+
+
+def test_an_inference_only_backend_names_the_trainable_ones(tmp_path):
+    import os
+
+    from d500 import backends
+    one_line_exit_2(d500("train", "digits-mlp", "--submission", "sgd-momentum", "--backend",
+                         "openvino", "--seed", "2", env={**os.environ, "D500_HOME": str(tmp_path)}),
+                    "backend 'openvino' cannot train (inference only)",
+                    f"trainable backends ({', '.join(backends.trainable())}; their modes")

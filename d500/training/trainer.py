@@ -169,7 +169,8 @@ def ready(workload: Workload, recipe: Recipe, backend: str, data_dir: str | None
     backend_cls = backends.get(backend)
     if not getattr(backend_cls, "trainable", True):
         raise D500Error(f"backend '{backend}' cannot train (inference only); choose one of "
-                        f"the trainable backends")
+                        f"the trainable backends ({', '.join(backends.trainable())}; their "
+                        f"modes: d500 backends)")
     from d500.training.precision import check_backend
     check_backend(recipe.precision, backend_cls)
     if workload.level == 3 and recipe.precision != "fp32":
