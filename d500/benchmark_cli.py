@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import ast
-import difflib
 import os
 import sys
 from pathlib import Path
 
-from d500.errors import UsageError
+from d500.errors import UsageError, did_you_mean
 
 
 def folder() -> Path:
@@ -54,8 +53,8 @@ def script(name: str) -> Path:
     if (folder() / f"{stem}.py").is_file():
         raise UsageError(f"benchmarks/{stem}.py is a module the benchmarks share, not a "
                          f"benchmark; `d500 benchmark` lists them")
-    close = difflib.get_close_matches(stem, list(known), n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    hint = did_you_mean(stem, known)
+    hint = f" ({hint})" if hint else ""
     raise UsageError(f"no benchmark named '{name}' in {folder()}{hint}; "
                      f"`d500 benchmark` lists them")
 

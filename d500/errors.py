@@ -7,6 +7,14 @@ import traceback
 from pathlib import Path
 
 
+def did_you_mean(name: str, choices) -> str:
+    """"did you mean 'X'?" for the choice closest to a mistyped name (difflib's default cutoff),
+    or "" when none is close: the hint every unknown-name error shares."""
+    from difflib import get_close_matches
+    near = get_close_matches(str(name), list(choices), n=1)
+    return f"did you mean '{near[0]}'?" if near else ""
+
+
 class D500Error(Exception):
     """A failure the user can act on; the CLI prints it as one line and exits with `exit_code`."""
 

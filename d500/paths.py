@@ -62,11 +62,11 @@ def entry_argument(text: str) -> str:
 def no_entry(name: str) -> str:
     """What to say of a bare entry name that is neither a folder here nor an example entry: the
     example entries, and the closest to a typo."""
-    import difflib
+    from d500.errors import did_you_mean
     names = sorted(p.parent.name for p in examples().glob("*/submission.yaml"))
-    close = difflib.get_close_matches(name, names, n=1)
+    hint = did_you_mean(name, names)
     return (f"no entry folder '{name}' here, nor an example entry of that name ("
-            + ", ".join(names) + (f"; did you mean '{close[0]}'?)" if close else ")"))
+            + ", ".join(names) + (f"; {hint})" if hint else ")"))
 
 
 def data_folder(text: str) -> str:

@@ -16,7 +16,7 @@ from importlib.metadata import entry_points
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from d500.errors import UsageError, describe
+from d500.errors import UsageError, describe, did_you_mean
 
 if TYPE_CHECKING:
     from d500.backends.base import Backend
@@ -217,9 +217,8 @@ def select(text: str | None) -> list[str]:
 def unknown(name: str) -> UsageError:
     """The error for a backend name nobody registered: the known frameworks, and the mode
     the name is closest to when one is (a typo: 'torc', 'onnxruntime:basci')."""
-    from difflib import get_close_matches
-    near = get_close_matches(name, list(modes()), n=1, cutoff=0.6)
-    hint = f"; did you mean '{near[0]}'?" if near else ""
+    hint = did_you_mean(name, modes())
+    hint = f"; {hint}" if hint else ""
     return UsageError(f"unknown backend '{name}' (known: {', '.join(available())}; their modes: "
                       f"d500 backends{hint})")
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from d500.errors import UsageError
+from d500.errors import UsageError, did_you_mean
 
 C = "c"  # an operator in C/C++ (d500 compiles it), beside the registered frameworks
 
@@ -188,12 +188,10 @@ def check_class(cls: type[CustomOperator], file: Path | str) -> None:
         raise UsageError(f"{file}: {cls.__name__}.framework is '{cls.framework}' "
                          f"(allowed: {', '.join(allowed)})")
     if not cls.op_type or not onnx.defs.has(cls.op_type):
-        import difflib
         ops = sorted({s.name for s in onnx.defs.get_all_schemas() if s.domain == ""})
-        close = difflib.get_close_matches(str(cls.op_type), ops, n=1)
+        hint = did_you_mean(cls.op_type, ops)
         raise UsageError(f"{file}: {cls.__name__}.op_type '{cls.op_type}' is not an ONNX "
-                         f"operator of the default domain"
-                         + (f" (did you mean '{close[0]}'?)" if close else ""))
+                         f"operator of the default domain" + (f" ({hint})" if hint else ""))
 
 
 def _import(file: Path):
