@@ -302,17 +302,10 @@ class Communicator:
                 t.sent += sent
                 t.received += received
                 counts = [int(c) for c in lengths]
-            if len(counts) != self.size or counts[self.rank] != a.size:
-                raise CommError(f"allgatherv: counts {counts} do not give rank {self.rank}'s "
-                                f"{a.size} elements for {self.size} ranks")
-            offsets = np.concatenate([[0], np.cumsum(counts)]).astype(int)
-            res = np.empty(int(offsets[-1]), dtype=a.dtype)
+            res, displacements, blocks = self._gathering(t, a, counts, "allgatherv")
             if res.size:
-                self.mpi.Allgatherv(a, [res, (list(counts), list(offsets[:-1]))])
-            sent, received = gather_counts([c * a.itemsize for c in counts], self.rank)
-            t.sent += sent
-            t.received += received
-            return [res[offsets[i]:offsets[i + 1]] for i in range(self.size)]
+                self.mpi.Allgatherv(a, [res, (list(counts), displacements)])
+            return blocks
 
     def iallgatherv(self, x: Buffer, counts: list[int]) -> Pending:
         """Start allgatherv(`x`, `counts`) (MPI_Iallgatherv); `.wait()` returns its list of
@@ -322,17 +315,9 @@ class Communicator:
         if self.mpi is None:
             with clock:
                 return Pending(None, [a.copy()], clock)
-        if len(counts) != self.size or counts[self.rank] != a.size:
-            raise CommError(f"iallgatherv: counts {counts} do not give rank {self.rank}'s "
-                            f"{a.size} elements for {self.size} ranks")
         with clock as t:
-            offsets = np.concatenate([[0], np.cumsum(counts)]).astype(int)
-            res = np.empty(int(offsets[-1]), dtype=a.dtype)
-            request = self.mpi.Iallgatherv(a, [res, (list(counts), list(offsets[:-1]))])
-            sent, received = gather_counts([c * a.itemsize for c in counts], self.rank)
-            t.sent += sent
-            t.received += received
-        blocks = [res[offsets[i]:offsets[i + 1]] for i in range(self.size)]
+            res, displacements, blocks = self._gathering(t, a, counts, "iallgatherv")
+            request = self.mpi.Iallgatherv(a, [res, (list(counts), displacements)])
         return Pending(request, blocks, clock, keep=a)
 
     def ireduce_scatter(self, x: Buffer, counts: list[int], op: Op = "sum") -> Pending:
@@ -421,6 +406,21 @@ class Communicator:
                           recvtag=tag)
         t.sent += send.nbytes
         t.received += recv.nbytes
+
+    def _gathering(self, t: Traffic, a: np.ndarray, counts: list[int], name: str
+                   ) -> tuple[np.ndarray, list[int], list[np.ndarray]]:
+        """An allgatherv's `counts` checked, its bytes counted into `t`, and its receive buffer,
+        the blocks' displacements and the blocks (views into the buffer, in rank order)."""
+        if len(counts) != self.size or counts[self.rank] != a.size:
+            raise CommError(f"{name}: counts {counts} do not give rank {self.rank}'s "
+                            f"{a.size} elements for {self.size} ranks")
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+        res = np.empty(int(offsets[-1]), dtype=a.dtype)
+        sent, received = gather_counts([c * a.itemsize for c in counts], self.rank)
+        t.sent += sent
+        t.received += received
+        blocks = [res[offsets[i]:offsets[i + 1]] for i in range(self.size)]
+        return res, list(offsets[:-1]), blocks
 
     def _scattered(self, x: Buffer, counts: list[int], op: Op, name: str
                    ) -> tuple[np.ndarray, np.ndarray]:
