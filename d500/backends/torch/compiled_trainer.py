@@ -40,10 +40,19 @@ def _keep_batch_norm(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any
     native_batch_norm and native_batch_norm_backward run as aten's kernels, and Inductor fuses
     the element-wise ops around them. Its channels-last layout optimisation is off: aten's
     batch-norm backward returns another layout than Inductor's shape function says for it, a
-    stride assertion fails at run time (ResNet-20)."""
+    stride assertion fails at run time (ResNet-20). The kept ops are registered as fallbacks
+    here, not left to Inductor's implicit fallback, which refuses an op that has a
+    decomposition whenever the environment sets CI."""
     from torch._inductor.compile_fx import compile_fx
     from torch._inductor.decomposition import select_decomp_table
-    table = {op: fn for op, fn in select_decomp_table().items() if "batch_norm" not in str(op)}
+    from torch._inductor.lowering import lowerings, make_fallback, require_contiguous
+    table = {}
+    for op, fn in select_decomp_table().items():
+        if "batch_norm" not in str(op):
+            table[op] = fn
+        elif op not in lowerings:
+            make_fallback(op, layout_constraint=require_contiguous, warn=False,
+                          override_decomp=True)
     return compile_fx(gm, example_inputs, decompositions=table,
                       config_patches={"layout_optimization": False})
 
