@@ -8,6 +8,7 @@ is one level-1 ledger run (d500.conformance_runs): the leaderboard's conformance
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -15,8 +16,9 @@ import sys
 import unittest
 import warnings
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from d500.cli import ArgumentParser, stdout_console
 
@@ -157,22 +159,66 @@ def select(ops: Sequence[str] | None = None) -> list:
 
 
 def run_suite(backend_name: str, ops: list[str] | None = None, progress: bool = True,
-              device: str = "CPU", tests: list | None = None) -> list[Outcome]:
-    """Every selected node test (`tests`, or those of `ops`) against one backend."""
-    from d500 import backends
-    backend = backends.get(backend_name)
+              device: str = "CPU", tests: list | None = None, jobs: int = 1
+              ) -> list[Outcome]:
+    """Every selected node test (`tests`, or those of `ops`) against one backend, in this
+    process or spread over `jobs` worker processes (outcomes in the tests' order either way)."""
     tests = select(ops) if tests is None else tests
-    outcomes = []
+    bar = None
     if progress and sys.stderr.isatty():
         from rich.progress import Progress
-        with Progress(transient=True) as bar:
-            task = bar.add_task(f"conformance {backend_name}", total=len(tests))
-            for t in tests:
-                outcomes.append(run_test(backend, t, device))
-                bar.advance(task)
-    else:
-        outcomes = [run_test(backend, t, device) for t in tests]
-    return outcomes
+        bar = Progress(transient=True)
+    with bar or _no_bar():
+        task = bar.add_task(f"conformance {backend_name}", total=len(tests)) if bar else None
+        advance = (lambda n: bar.advance(task, n)) if bar else (lambda n: None)
+        if jobs > 1:
+            return _run_in_workers(backend_name, tests, device, jobs, advance)
+        from d500 import backends
+        backend = backends.get(backend_name)
+        outcomes = []
+        for t in tests:
+            outcomes.append(run_test(backend, t, device))
+            advance(1)
+        return outcomes
+
+
+@contextlib.contextmanager
+def _no_bar():
+    yield
+
+
+CHUNK = 4  # tests per task handed to a worker: small, so that slow compiles balance out
+
+
+def _run_in_workers(backend_name: str, tests: list, device: str, jobs: int,
+                    advance: Callable[[int], None]) -> list[Outcome]:
+    """The tests run by `jobs` spawned processes, a few at a time; each worker reads the cached
+    node tests and runs the ones it is handed by name."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    names = [t.name for t in tests]
+    chunks = [names[i:i + CHUNK] for i in range(0, len(names), CHUNK)]
+    done: dict[str, Outcome] = {}
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_run_named, backend_name, chunk, device) for chunk in chunks]
+        for future in as_completed(futures):
+            outcomes = future.result()
+            done.update((o.test, o) for o in outcomes)
+            advance(len(outcomes))
+    return [done[n] for n in names]
+
+
+def _run_named(backend_name: str, names: list[str], device: str) -> list[Outcome]:
+    """In a worker: the named node tests against the backend."""
+    from d500 import backends
+    backend = backends.get(backend_name)
+    by_name = _tests_by_name()
+    return [run_test(backend, by_name[n], device) for n in names]
+
+
+@functools.cache
+def _tests_by_name() -> dict[str, Any]:
+    return {t.name: t for t in node_tests()}
 
 
 def backend_test_counts(backend_cls, pattern: str = ".*", kind: str = "Node",
@@ -202,6 +248,8 @@ def main(argv: list[str], prog: str) -> int:
                         help="only these operator types")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--failures", action="store_true", help="list every failing test")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="run the tests in N worker processes (default 1: in this one)")
     args = parser.parse_args(argv)
     from d500 import backends
     from d500.errors import UsageError
@@ -212,11 +260,14 @@ def main(argv: list[str], prog: str) -> int:
         import onnx
         raise UsageError(f"unknown operator(s) {', '.join(unknown)}: not ONNX operators known "
                          f"to onnx {onnx.__version__}")
+    if args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: give 1 or more worker processes")
     tests = select(args.op)
     if args.op and not tests:
         raise UsageError(f"no node test exercises operator(s) {', '.join(args.op)}")
     from d500.conformance_runs import record
-    outcomes, run_id = record(args.backend, args.op, tests=tests, progress=not args.json)
+    outcomes, run_id = record(args.backend, args.op, tests=tests, progress=not args.json,
+                               jobs=args.jobs)
     totals = Counter(o.status for o in outcomes)
     per_op: dict[str, Counter] = defaultdict(Counter)
     for o in outcomes:

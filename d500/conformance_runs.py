@@ -55,8 +55,8 @@ def workload_name(ops: Sequence[str] | None) -> str:
 
 
 def record(backend: str, ops: Sequence[str] | None = None, ledger: Any = None,
-           tests: list | None = None, progress: bool = True, device: str = "CPU"
-           ) -> tuple[list[Any], int]:
+           tests: list | None = None, progress: bool = True, device: str = "CPU",
+           jobs: int = 1) -> tuple[list[Any], int]:
     """Run the node tests (every one, or those of `ops`; `tests` when already selected) on one
     backend as one ledger run: open before the first test, sealed `succeeded` with the counts
     when the suite has run (failing tests are figures, not a failed run). Returns the outcomes
@@ -77,7 +77,7 @@ def record(backend: str, ops: Sequence[str] | None = None, ledger: Any = None,
     with ledger.start_run(level=LEVEL, workload=workload_name(ops), submission=SUBMISSION,
                           backend=backend, hyperparameters={"ops": chosen, "device": device,
                                                             **versions}) as run:
-        outcomes = run_suite(backend, tests=tests, progress=progress, device=device)
+        outcomes = run_suite(backend, tests=tests, progress=progress, device=device, jobs=jobs)
         by_status = {s: sorted(o.test for o in outcomes if o.status == s)
                      for s in ("pass", "fail", "unsupported")}
         run.record(figures={"node_tests_passed": len(by_status["pass"]),

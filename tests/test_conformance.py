@@ -81,6 +81,7 @@ def test_table_and_totals_line_count_failures_and_unsupported(tests_by_op, capsy
     (("--backend", "nosuch"), ["unknown backend 'nosuch'", "reference"]),
     (("--backend", "reference", "--op", "Relu", "NoSuchOp"), ["NoSuchOp", "not ONNX operators"]),
     (("--backend", "reference", "--frobnicate"), ["--frobnicate"]),
+    (("--backend", "reference", "--jobs", "0"), ["--jobs 0", "1 or more"]),
     ((), ["--backend"]),
 ])
 def test_bad_usage_is_one_line_exit_2(args, words):
@@ -89,6 +90,17 @@ def test_bad_usage_is_one_line_exit_2(args, words):
     assert out.stderr.count("\n") == 1 and out.stderr.startswith("d500 conformance: error:")
     assert all(w in out.stderr for w in words), out.stderr
     assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_worker_processes_give_the_same_outcomes_in_the_same_order(tests_by_op):
+    """--jobs spreads the tests over spawned workers (each reads the cached node tests): the
+    outcomes, failures included, are those of one process, in the tests' order."""
+    from d500.conformance import run_suite, select
+    tests = select(["Relu", "ImageDecoder", "Gather", "Pad"])
+    alone = run_suite("onnxruntime", tests=tests, progress=False)
+    spread = run_suite("onnxruntime", tests=tests, progress=False, jobs=2)
+    assert spread == alone
+    assert {o.status for o in alone} >= {"pass", "unsupported"}
 
 
 def test_a_lower_precision_mode_is_judged_at_its_dtype_and_no_looser():
