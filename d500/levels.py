@@ -166,11 +166,14 @@ def get(number: int) -> Level:
     raise ConfigError(f"level {number} is not registered (registered: {known})")
 
 
-def of_file(path: str | Path) -> Level:
-    """The level a workload file declares in its `level:` field."""
-    from d500.workload import read_yaml
+def of_file(path: str | Path, takes: Sequence[int] | None = None) -> Level:
+    """The level a workload file declares in its `level:` field (one of `takes`, when given: a
+    file of another level is said so)."""
+    from d500.workload import other_level, read_yaml
     path, data = read_yaml(path)
     number = data.get("level") if isinstance(data, dict) else None
     if not isinstance(number, int) or isinstance(number, bool):
         raise ConfigError(f"{path}: missing required field 'level'")
+    if takes is not None and number not in takes:
+        raise other_level(path, number, takes)
     return get(number)

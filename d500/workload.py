@@ -37,6 +37,8 @@ def read_yaml(path: str | Path, text: str | bytes | None = None) -> tuple[Path, 
     """Parse a YAML file safely (or `text`, the file's content held elsewhere: a package); a
     missing file or a syntax error is a ConfigError naming it."""
     path = Path(path)
+    if text is None and path.is_dir():
+        raise ConfigError(f"{path}: a folder, where a YAML file is expected")
     if text is None and not path.is_file():
         raise ConfigError(f"{path}: no such file")
     try:
@@ -76,8 +78,7 @@ def validate(data: Mapping[str, Any], schema: Mapping[str, Field], path: Path, p
     level, given = schema.get("level"), data.get("level")
     if level is not None and level.choices and isinstance(given, int) and \
             given not in level.choices:
-        raise ConfigError(f"{path}: a level-{given} file (field 'level'), where this command "
-                          f"takes level {' or '.join(map(str, level.choices))}")
+        raise other_level(path, given, level.choices)
     unknown = [k for k in data if k not in schema]
     if unknown:
         raise ConfigError(f"{path}: unknown field '{prefix}{unknown[0]}' "
@@ -195,10 +196,17 @@ def rules(text: str, where: str | Path) -> Rules:
     return Rules(tuple(names), rank_by, how, str(data.get("description") or ""))
 
 
-def check_level(data: Mapping[str, Any], path: Path, level: int, what: str) -> None:
-    """The file's `level` field is the level reading it."""
-    if data["level"] != level:
-        raise ConfigError(f"{path}: field 'level' is {data['level']}; {what} is level {level}")
+def level_field(number: int) -> Field:
+    """The `level` field of a level-`number` schema: a file of another level is said so before
+    any of its fields (validate), not as the first field this level does not know."""
+    return Field(int, required=True, choices=(number,),
+                 help=f"{number}: the level whose rules it follows (d500.levels)")
+
+
+def other_level(path: str | Path, given: Any, takes: Sequence[int]) -> ConfigError:
+    """The error of a file of level `given` where a command takes only the levels `takes`."""
+    return ConfigError(f"{path}: a level-{given} file (field 'level'), where this command "
+                       f"takes level {' or '.join(map(str, takes))}")
 
 
 def model_source(model: Mapping[str, Any], path: Path, sources: Sequence[str]) -> str:

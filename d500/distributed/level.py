@@ -28,7 +28,7 @@ class DistributedLevel(Level):
 
     def load(self, path: str | Path) -> Any:
         from d500.distributed import workloads
-        return workloads.load(path, level=self.number)
+        return workloads.load(path)
 
     def plan(self, options: RunOptions) -> list[Item]:
         """The chosen entries on digits-mlp at 2 ranks (torch), one mpiexec each."""

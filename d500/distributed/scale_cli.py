@@ -4,8 +4,8 @@ compressor (d500.distributed.scaling), as a table and a PNG plot; a pipeline's (
 its stages too) bubble and memory per rank in a second table, a sharded (ZeRO) run's memory per
 rank in a third.
 
-RUN_ID models that level-3 run; a WORKLOAD name models the newest succeeded run at 2 or more
-ranks of every (entry, scheme, compressor) recorded on it. The network is `--network
+RUN_ID models that level-3 run; a WORKLOAD name (or file) models the newest succeeded run at 2 or
+more ranks of every (entry, scheme, compressor) recorded on it. The network is `--network
 LATENCY,BANDWIDTH` (a cluster's), or measured on this machine by a ping-pong sweep between two
 MPI ranks (under `mpiexec -n 2 d500 scale ...`, or started here from the venv's MPICH).
 """
@@ -24,7 +24,7 @@ from d500.errors import UsageError
 
 def main(argv: list[str], prog: str = "d500 scale") -> int:
     p = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    p.add_argument("target", help="a level-3 run id, or a level-3 workload name")
+    p.add_argument("target", help="a level-3 run id, or a level-3 workload name or file")
     p.add_argument("--network", metavar="LATENCY,BANDWIDTH",
                    help="e.g. 2us,12.5GB/s (default: measured on this machine)")
     p.add_argument("--ranks", default=None, metavar="N,N,...",
@@ -38,6 +38,7 @@ def main(argv: list[str], prog: str = "d500 scale") -> int:
     args = p.parse_args(argv)
     from d500.distributed import launch
     sizes = _sizes(args.ranks)
+    target = _target(args.target)
     world = launch.world()
     given = _network(args, None) if args.network else None  # a bad --network before anything
     if world is not None and given is None:
@@ -46,12 +47,12 @@ def main(argv: list[str], prog: str = "d500 scale") -> int:
         return 0  # rank 0 prints
     from d500.distributed import scaling
     from d500.ledger import Ledger
-    profiles = _profiles(Ledger(), args.target)
+    profiles = _profiles(Ledger(), target)
     net = given or _network(args, None)
     rows = scaling.predict(profiles, net, sizes, weak=args.weak)
     from d500.paths import home
     png_path = Path(args.png) if args.png else home() / (
-        f"scale-{_slug(args.target)}{'-weak' if args.weak else ''}.png")
+        f"scale-{_slug(target)}{'-weak' if args.weak else ''}.png")
     png_path.parent.mkdir(parents=True, exist_ok=True)
     png_path.write_bytes(scaling.plot(rows, net, weak=args.weak))
     if args.json:
@@ -82,6 +83,16 @@ def _sizes(text: str | None) -> tuple[int, ...]:
     if not sizes or any(n < 1 for n in sizes):
         raise UsageError(f"--ranks {text!r}: expected world sizes >= 1 such as 8,64,512")
     return sizes
+
+
+def _target(text: str) -> str:
+    """A run id or workload name as given, or the `name:` of a level-3 workload file (a file of
+    another level, a missing one, is a ConfigError naming it)."""
+    path = Path(text)
+    if text.isdigit() or (path.suffix not in (".yaml", ".yml") and not path.exists()):
+        return text
+    from d500 import levels
+    return levels.of_file(path, takes=(3,)).load(path).name
 
 
 def _profiles(ledger: Any, target: str) -> list[Any]:

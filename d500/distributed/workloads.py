@@ -40,9 +40,9 @@ DISTRIBUTED = {
     "batch": Field(str, default="global", choices=BATCH_MODES),
     "reference_ranks": Field(int, default=1, help="the world size scaling is measured against"),
 }
-# Level 2's fields but `tuning` (level 3 is not tuned), plus `distributed`.
+# Level 2's fields but `tuning` (level 3 is not tuned), its own `level`, plus `distributed`.
 SCHEMA = {**{k: v for k, v in level2.SCHEMA.items() if k != "tuning"},
-          "distributed": Field(DISTRIBUTED, required=True)}
+          "level": _workload.level_field(3), "distributed": Field(DISTRIBUTED, required=True)}
 
 
 def refuse_tuning(data: Mapping[str, Any], where: str | Path) -> None:
@@ -84,8 +84,7 @@ class DistributedWorkload(level2.Workload):
                               f"ranks sharing it")
 
 
-def load(path: str | Path, level: int = 3, text: str | bytes | None = None
-         ) -> DistributedWorkload:
+def load(path: str | Path, text: str | bytes | None = None) -> DistributedWorkload:
     """Read and check a level-3 workload (`text`: the file's content, read from elsewhere);
     every problem is a ConfigError naming the field."""
     path = Path(path)
@@ -93,11 +92,11 @@ def load(path: str | Path, level: int = 3, text: str | bytes | None = None
         data = _workload.load(path, SCHEMA, text=text)
     except ConfigError:
         raw = _workload.read_yaml(path, text)[1]
-        if isinstance(raw, Mapping):
+        if isinstance(raw, Mapping) and raw.get("level") == 3:
             refuse_tuning(raw, path)  # what the schema's "unknown field 'tuning'" means here
         raise
     dist = data.pop("distributed")
-    base = level2.from_data(path, data, level, MEASURED)
+    base = level2.from_data(path, data, MEASURED)
     ranks = dist["ranks"]
     if not ranks or any(n < 1 for n in ranks):
         raise ConfigError(f"{path}: field 'distributed.ranks' must list world sizes >= 1")

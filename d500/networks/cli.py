@@ -81,6 +81,9 @@ def _check(args: Any) -> int:
     if not path.exists() and (FOLDER / f"{path.name}.yaml").is_file():
         raise UsageError(f"{path}: no such file; '{path.name}' is a level-1 workload: `d500 net "
                          f"bench {path.name}` checks and times it, `net check` takes an ONNX file")
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        raise UsageError(f"{path}: a YAML file; `net check` takes an ONNX file (`d500 net bench "
+                         f"WORKLOAD.yaml` checks and times a level-1 workload's model)")
     model = load(path)
     recorded = path
     if args.random_weights:

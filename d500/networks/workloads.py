@@ -65,6 +65,7 @@ LM_FIELDS = ("context", "vocab", "layers", "width", "heads", "tied")
 
 SCHEMA = {
     **COMMON,
+    "level": _workload.level_field(LEVEL),
     "model": Field(MODEL, required=True),
     "batch_size": Field(int, default=1),
     "train": Field(bool, default=False),
@@ -173,7 +174,6 @@ def load(path: str | Path) -> Workload:
     """Read and check a level-1 workload file; every problem is a ConfigError naming the field."""
     path = Path(path)
     data = _workload.load(path, SCHEMA)
-    _workload.check_level(data, path, LEVEL, "a network workload")
     m = data["model"]
     source = _workload.model_source(m, path, ("onnx_package", "file", "builder"))
     if source == "builder" and _language(m):

@@ -12,7 +12,7 @@ import numpy as np
 from d500.errors import ConfigError, UsageError
 from d500.operators.dtypes import DTYPES, numpy_dtype
 from d500.operators.level import LEVEL
-from d500.workload import COMMON, Field, check_metrics, load
+from d500.workload import COMMON, Field, check_metrics, level_field, load
 
 LEVEL_DIR = LEVEL.rulebook()
 # What `d500 op validate|bench` measures; a case lists a subset of these.
@@ -21,6 +21,7 @@ MEASURED = ("latency", "backward_latency", "gflops", "peak_fraction", "forward_e
 
 SCHEMA = {
     **COMMON,
+    "level": level_field(0),
     "operator": Field(str, required=True, help="the ONNX operator (default domain)"),
     "opset": Field(int, help="the opset (default: the newest the installed onnx knows)"),
     "inputs": Field(list, required=True,
@@ -71,8 +72,6 @@ def load_case(path: str | Path) -> Case:
     """Read and validate one level-0 workload file."""
     path = Path(path)
     data = load(path, SCHEMA)
-    if data["level"] != 0:
-        raise ConfigError(f"{path}: field 'level' is {data['level']}; a level-0 case has level 0")
     check_metrics(data, path, MEASURED, 0)
     if not (data["time_budget"] > 0 and math.isfinite(data["time_budget"])):
         raise ConfigError(f"{path}: field 'time_budget' must be a positive number of seconds")

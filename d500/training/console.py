@@ -52,7 +52,7 @@ def resolve(args: Any) -> tuple[Any, Any]:
     registered = {lv.number for lv in levels.all_levels()}
     level = levels.get(entry.level if entry.level in registered else 2)
     path = level.find(args.workload)
-    workload = levels.of_file(path).load(path)
+    workload = levels.of_file(path, takes=sorted(registered & {2, 3})).load(path)
     if workload.name not in entry.workloads:
         raise ConfigError(f"{entry.path}: the entry does not enter workload '{workload.name}' "
                           f"(field 'workloads': {', '.join(entry.workloads)})")

@@ -28,7 +28,7 @@ class TrainingLevel(Level):
 
     def load(self, path: str | Path) -> Any:
         from d500.training import workloads
-        return workloads.load(path, level=self.number)
+        return workloads.load(path)
 
     def plan(self, options: RunOptions) -> list[Item]:
         """Each example entry on each default digits workload it enters, on torch and

@@ -70,6 +70,7 @@ DATASET = {
 }
 SCHEMA = {
     **COMMON,
+    "level": _workload.level_field(2),
     "model": Field(MODEL, required=True),
     "dataset": Field(DATASET, required=True),
     "batch_size": Field({"min": Field(int, default=1), "max": Field(int, required=True)},
@@ -196,20 +197,18 @@ def _check_text(d: dict[str, Any], m: dict[str, Any], path: Path) -> None:
             raise ConfigError(f"{path}: field 'model.{key}' is for language-model builders")
 
 
-def load(path: str | Path, level: int = 2, text: str | bytes | None = None) -> Workload:
+def load(path: str | Path, text: str | bytes | None = None) -> Workload:
     """Read and check a training workload (level 2, or level 3 through its own schema on top;
     `text`: the file's content, read from elsewhere); every problem is a ConfigError naming the
     field."""
     path = Path(path)
     data = _workload.load(path, SCHEMA, text=text)
-    return from_data(path, data, level)
+    return from_data(path, data)
 
 
-def from_data(path: Path, data: dict[str, Any], level: int,
-              measured: tuple[str, ...] = MEASURED) -> Workload:
+def from_data(path: Path, data: dict[str, Any], measured: tuple[str, ...] = MEASURED) -> Workload:
     """A Workload from validated fields (level 3 validates more fields on top, names the
     metrics it measures, and has no `tuning` field)."""
-    _workload.check_level(data, path, level, "a training workload here")
     m = data["model"]
     _workload.model_source(m, path, ("builder", "file"))
     d = data["dataset"]

@@ -59,7 +59,7 @@ def _write(tmp_path: Path, text: str, name: str = "w.yaml") -> Path:
     (("  builder: mlp", "  builder: mlp\n  onnx_package: light_resnet50.onnx"),
      "needs exactly one of onnx_package, file, builder"),
     (("  input_shape: [1, 8, 8]", "  input_shape: [8, 8]"), "field 'model.input_shape'"),
-    (("level: 1", "level: 0"), "field 'level' is 0"),
+    (("level: 1", "level: 0"), r"a level-0 file \(field 'level'\), where this command takes level"),
     (("metrics: [train_step_time, latency]", "metrics: [train_step_time, speed]"),
      "unknown metric 'speed'"),
     (("metrics: [train_step_time, latency]", "metrics: [latency, gflops]"),
