@@ -6,6 +6,7 @@ import argparse
 import importlib
 import math
 import os
+import re
 import sys
 from typing import Any
 
@@ -20,10 +21,46 @@ from d500.say import say  # noqa: E402
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose usage errors become a one-line UsageError (exit 2) instead of a usage dump."""
+    """argparse whose usage errors become a one-line UsageError (exit 2) instead of a usage dump,
+    with the closest option or choice to a mistyped one."""
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_args(args, namespace)
 
     def error(self, message: str):  # type: ignore[override]
-        raise UsageError(message)
+        raise UsageError(_with_hint(self, message))
+
+
+def _with_hint(parser: argparse.ArgumentParser, message: str) -> str:
+    """argparse's message, plus "did you mean '--backend'?" for an unrecognized option (among
+    every option of the parser and its subcommands) or an invalid choice; a mistyped option is
+    said before the required one it left missing (`--submision X`: not '--submission required')."""
+    from d500.errors import did_you_mean
+    unknown = [a for a in getattr(parser, "_given", []) if a.startswith("--") and not any(
+        o.startswith(a.split("=")[0]) for o in _options(parser))]  # argparse takes prefixes
+    if message.startswith("the following arguments are required") and unknown:
+        message = f"unrecognized arguments: {' '.join(unknown)}"
+    choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+    if choice:
+        hint = did_you_mean(choice[1], re.findall(r"'([^']*)'", choice[2]))
+    elif message.startswith("unrecognized arguments: "):
+        given = message.split(": ", 1)[1].split()
+        hint = next(filter(None, (did_you_mean(arg.split("=")[0], _options(parser))
+                                  for arg in given if arg.startswith("--"))), "")
+    else:
+        hint = ""
+    return f"{message} ({hint})" if hint else message
+
+
+def _options(parser: argparse.ArgumentParser) -> list[str]:
+    """Every long option of `parser` and of its subcommands' parsers."""
+    found = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found += _options(sub)
+    return found
 
 
 def stdout_console(**options: Any) -> Any:
@@ -49,6 +86,14 @@ def seconds(text: str) -> float:
     if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
     return value
+
+
+def count(text: str) -> int:
+    """argparse type of a number of things to run (studies, trials, seeds, runs): an integer >= 1,
+    refused as the command line is read, before anything slow starts."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return int(text)
 
 
 def seed(text: str) -> int:
@@ -130,7 +175,10 @@ def _main(argv: list[str] | None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in table:
-        say(f"d500: error: unknown command '{name}' (choose from {', '.join(table)})")
+        from d500.errors import did_you_mean
+        hint = did_you_mean(name, table)
+        say(f"d500: error: unknown command '{name}' (choose from {', '.join(table)}"
+            f"{'; ' + hint if hint else ''})")
         return 2
     from d500.backends import quiet_frameworks
     quiet_frameworks()  # before any command imports a framework, or a user's file does

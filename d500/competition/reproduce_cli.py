@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from d500 import paths
-from d500.cli import ArgumentParser, seed, stdout_console
+from d500.cli import ArgumentParser, count, seed, stdout_console
 from d500.competition.reproduce_compare import show
 
 HEADERS = ("run", "workload", "backend", "seed", "trial", "ranks", "reproduced as", "status",
@@ -21,7 +21,7 @@ HEADERS = ("run", "workload", "backend", "seed", "trial", "ranks", "reproduced a
 def main(argv: list[str], prog: str = "d500 reproduce") -> int:
     p = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     p.add_argument("package", help="a package file (d500 package ... --out FILE)")
-    p.add_argument("--runs", type=int, default=2, metavar="K",
+    p.add_argument("--runs", type=count, default=2, metavar="K",
                    help="how many runs to re-run, drawn at random (default 2)")
     p.add_argument("--seed", type=seed, metavar="S",
                    help="the seed of the draw (default: an unpredictable one, printed, so the "

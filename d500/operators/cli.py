@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from d500 import threads
-from d500.cli import ArgumentParser, seconds, seed
+from d500.cli import ArgumentParser, count, seconds, seed
 from d500.errors import CheckFailed, UsageError
 from d500.operators.dtypes import DTYPES
 
@@ -38,7 +38,7 @@ def parser(prog: str) -> ArgumentParser:
         s.add_argument("--seed", type=seed, default=0, help="seed of the random inputs")
         s.add_argument("--case", action="append", default=[], metavar="FILE.yaml",
                        help="a level-0 case file, or a rulebook case name (repeatable)")
-        s.add_argument("--directions", type=int, default=3,
+        s.add_argument("--directions", type=count, default=3,
                        help="random directions per input in the gradient check (default 3)")
         s.add_argument("--json", action="store_true", help="print the results as JSON")
         if name == "bench":
@@ -66,8 +66,6 @@ def main(argv: list[str], prog: str = "d500 op") -> int:
         raise
     cases = resolve_cases(loaded, args)
     check_cases(cases)
-    if args.directions < 1:
-        raise UsageError("--directions must be at least 1")
     if args.command == "validate":
         return _validate(loaded, cases, args)
     return _bench(loaded, cases, args)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from d500.cli import seed, stdout_console
+from d500.cli import count, seed, stdout_console
 from d500.errors import CheckFailed, UsageError
 from d500.training.console import configure_threads, line, parser, progress_bar, resolve
 from d500.training.precision import precision_of
@@ -20,7 +20,7 @@ def main(argv: list[str], prog: str = "d500 train") -> int:
     p = parser(prog, __doc__.split("\n\n")[0])
     p.add_argument("--seed", type=seed,
                    help="one exploration run with this seed (listed, never scored)")
-    p.add_argument("--seeds", type=int, metavar="N",
+    p.add_argument("--seeds", type=count, metavar="N",
                    help="run only the first N of the workload's required seeds not yet run "
                         "(default: all of them; the rules choose the seeds)")
     p.add_argument("--repeat", action="store_true",

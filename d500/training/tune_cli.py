@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any, NoReturn
 
-from d500.cli import stdout_console
+from d500.cli import count, stdout_console
 from d500.errors import UsageError
 
 
@@ -18,10 +18,10 @@ def main(argv: list[str], prog: str = "d500 tune") -> int:
     if tune_parallel.launched_by_mpi():
         tune_parallel.share_cores()  # before a framework is imported
     p = parser(prog, __doc__.split("\n\n")[0])
-    p.add_argument("--studies", type=int,
+    p.add_argument("--studies", type=count,
                    help="studies (default: the workload's; another number is an exploration "
                         "d500 check refuses)")
-    p.add_argument("--trials", type=int,
+    p.add_argument("--trials", type=count,
                    help="trials per study (default: the workload's; only trials 0..T-1 of "
                         "its T ever score, and d500 check refuses another budget)")
     args = p.parse_args(argv)
@@ -38,8 +38,6 @@ def main(argv: list[str], prog: str = "d500 tune") -> int:
     configure_threads(args)  # after the cheap checks, before the framework runs anything
     studies = workload.studies if args.studies is None else args.studies
     trials = workload.trials if args.trials is None else args.trials
-    if studies < 1 or trials < 1:
-        raise UsageError("--studies and --trials must be at least 1")
     out = stdout_console()
     bars: list[Any] = []
 

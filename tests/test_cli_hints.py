@@ -1,0 +1,52 @@
+"""A mistyped command, option or choice: one line with the closest name; a bad count refused as
+the command line is read, before a framework loads."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.test_cli import d500, one_line_exit_2
+
+
+@pytest.mark.parametrize("args, words", [
+    (["bakends"], ["unknown command 'bakends'", "did you mean 'backends'?"]),
+    (["net", "lsit"], ["invalid choice: 'lsit'", "(did you mean 'list'?)"]),
+    (["leaderboard", "--format", "htm"], ["invalid choice: 'htm'", "(did you mean 'html'?)"]),
+    (["net", "bench", "mlp-mnist", "--backnds", "torch"],
+     ["unrecognized arguments: --backnds torch (did you mean '--backends'?)"]),
+    # the mistyped option, not the required one it left missing
+    (["train", "digits-mlp", "--submision", "sgd-momentum"],
+     ["unrecognized arguments: --submision (did you mean '--submission'?)"]),
+    (["train", "digits-mlp", "--submision=sgd-momentum"],
+     ["unrecognized arguments: --submision=sgd-momentum (did you mean '--submission'?)"])])
+def test_a_mistyped_name_gets_the_closest(args, words, tmp_path):
+    import os
+    one_line_exit_2(d500(*args, env={**os.environ, "D500_HOME": str(tmp_path)}), *words)
+
+
+def test_a_missing_required_option_is_still_said_and_a_prefix_is_no_typo(tmp_path):
+    import os
+    env = {**os.environ, "D500_HOME": str(tmp_path)}
+    one_line_exit_2(d500("train", "digits-mlp", env=env),
+                    "the following arguments are required: --submission")
+    out = d500("tune", "--sub", "sgd-momentum", env=env)  # argparse's prefix of --submission
+    one_line_exit_2(out, "the following arguments are required: workload")
+
+
+@pytest.mark.parametrize("args", [
+    ["tune", "digits-mlp", "--submission", "sgd-momentum", "--studies", "0"],
+    ["tune", "digits-mlp", "--submission", "sgd-momentum", "--trials", "-2"],
+    ["train", "digits-mlp", "--submission", "sgd-momentum", "--seeds", "0"],
+    ["op", "validate", "numpy-im2col-conv", "--directions", "0"],
+    ["reproduce", "no-such.d500pkg", "--runs", "0"]])
+def test_a_count_below_one_is_refused_before_a_framework_loads(args, tmp_path):
+    code = ("import sys; from d500.cli import main; rc = main(sys.argv[1:]); "
+            "print(rc, [m for m in ('torch', 'tensorflow', 'jax') if m in sys.modules])")
+    import os
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                         env={**os.environ, "D500_HOME": str(tmp_path)}, check=False)
+    assert out.stdout.strip() == "2 []", (out.stdout, out.stderr)
+    assert "expected an integer >= 1, got" in out.stderr, out.stderr
