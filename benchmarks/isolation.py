@@ -9,7 +9,9 @@ the same seed reaches its target at the same step on both, and the ratio of the 
 is the split's cost. Cases: digits-mlp, and ResNet-20 on the digits (CIFAR-10 is not shipped;
 8x8 inputs, its 270k parameters handed over at every evaluation). `--case operators` measures
 level 0's split instead: an operator's forward timed in this process against its operator host's
-round trips (d500.operators.host).
+round trips (d500.operators.host). `--case handover`: the judge's load of a hand-over
+(d500.training.trainer.Judge.load) into its parameters' NumPy views against through
+set_parameters, interleaved, for both models.
 
 Every run is made in a fresh process on both sides (a `d500 train` command's first run: cold
 caches and allocator on both). A worker is a fresh process for every run, while the old loop ran a
@@ -19,6 +21,7 @@ process after a discarded run of each.
     .venv/bin/python benchmarks/isolation.py [--case both|mlp|resnet20] [--pairs 5]
         [--threads 1] [--warm] [--start forkserver|spawn]
     .venv/bin/python benchmarks/isolation.py --case operators [--budget 5]   # level 0
+    .venv/bin/python benchmarks/isolation.py --case handover [--pairs 500]
 """
 
 from __future__ import annotations
@@ -193,6 +196,34 @@ def operators(budget: float) -> None:
               f"{100 * statistics.median(trips):.2f} % of it", flush=True)
 
 
+def handover(pairs: int) -> None:
+    """Judge.load of a trained model's state: into the judge's parameter views (as d500 loads
+    it) against through set_parameters (its path where a backend has no views), interleaved."""
+    from d500 import threads
+    from d500.training import trainer, worker
+    from d500.training.submission import load
+    recipe = load(ROOT / "submissions" / "sgd-momentum").recipe
+    for name in ("mlp", "resnet20"):
+        wl = case(name)
+        backend_cls, model = trainer.ready(wl, recipe, "torch", None, 0)
+        job = worker.Job(model.SerializeToString(), "torch", recipe, 0, threads.recorded(),
+                         wl.drop_last)
+        state = worker._state(worker._build(job))
+        judge = trainer.Judge(backend_cls, model)
+        views, times = judge.views, {"views": [], "set_parameters": []}
+        for _ in range(pairs):
+            for way in times:
+                judge.views = views if way == "views" else None
+                start = time.perf_counter()
+                judge.load(state)
+                times[way].append(time.perf_counter() - start)
+        a, b = (statistics.median(times[w]) for w in ("views", "set_parameters"))
+        print(f"  {wl.name}: {len(state)} arrays, {len(views)} of them parameters: Judge.load "
+              f"median {a * 1e3:.3f} ms into views, {b * 1e3:.3f} ms through set_parameters "
+              f"({pairs} pairs): {a / b:.3f}x; load average {os.getloadavg()[0]:.2f}",
+              flush=True)
+
+
 def _parts(figures: dict[str, float]) -> str:
     """Where a run's time to accuracy went: training steps, evaluations, data."""
     return " ".join(f"{k.removesuffix('_time')} {figures[k]:.3f}"
@@ -201,7 +232,8 @@ def _parts(figures: dict[str, float]) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--case", choices=("both", "mlp", "resnet20", "operators"), default="both")
+    p.add_argument("--case", choices=("both", "mlp", "resnet20", "operators", "handover"),
+                   default="both")
     p.add_argument("--budget", type=float, default=5.0,
                    help="--case operators: seconds of timing per side and entry")
     p.add_argument("--pairs", type=int, default=5)
@@ -223,6 +255,11 @@ def main() -> None:
         print(f"level 0, {args.threads} thread(s), load average {os.getloadavg()[0]:.2f} at "
               f"start")
         operators(args.budget)
+        return
+    if args.case == "handover":
+        print(f"the judge's load of a hand-over, torch, {args.threads} thread(s), load average "
+              f"{os.getloadavg()[0]:.2f} at start")
+        handover(args.pairs)
         return
     where = "one process, warm" if args.warm else "a fresh process per run"
     where += f", workers started by {args.start or 'd500s choice'}"

@@ -228,6 +228,10 @@ class Judge:
         self.trainer.predict(warmup.zeros(model, warmup.ROWS))
         self.shapes = {**self.trainer.parameter_shapes(),  # what every hand-over must match
                        **{n: tuple(np.shape(v)) for n, v in self.trainer.buffers().items()}}
+        # NumPy views of its own parameters (None where the backend has none): a hand-over is
+        # copied into them, a fraction of set_parameters' cost (benchmarks/isolation.py --case
+        # handover), which the in-process loop never paid
+        self.views = self.trainer.parameter_views()
 
     def load(self, state: dict[str, np.ndarray]) -> None:
         """The worker's model, checked name by name against this one."""
@@ -240,7 +244,14 @@ class Judge:
             if tuple(np.shape(state[name])) != shape:
                 raise D500Error(f"the worker handed over '{name}' with shape "
                                 f"{tuple(np.shape(state[name]))}; the model's is {shape}")
-        t.set_parameters({n: state[n] for n in t.parameter_names})
+        if self.views is None:
+            t.set_parameters({n: state[n] for n in t.parameter_names})
+        for name, view in (self.views or {}).items():
+            try:
+                np.copyto(view, state[name], casting="same_kind")
+            except TypeError:
+                raise D500Error(f"the worker handed over '{name}' as "
+                                f"{np.asarray(state[name]).dtype}, not as numbers") from None
         if t.buffer_names:
             t.set_buffers({n: state[n] for n in t.buffer_names})
 

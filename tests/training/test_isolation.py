@@ -317,3 +317,37 @@ def test_the_judge_validates_an_entrys_optimizer_without_importing_it(tmp_path):
     with pytest.raises(ConfigError, match=r"submission.yaml: .*hyperparameter 'lr' must be a "
                                           r"finite number > 0, got -1.0"):
         submission.load(tmp_path / "entry")
+
+
+def test_the_judge_evaluates_its_own_copy_of_what_the_worker_handed_over():
+    """Judge.load copies a hand-over into the judge's own parameters (NumPy views of its
+    tensors, where the backend has them): it then predicts what the worker's model predicts,
+    changing the handed-over arrays afterwards changes nothing, and values that are not numbers
+    or a wrong shape are one D500Error naming the parameter."""
+    from d500 import backends
+    from d500.errors import D500Error
+    from d500.training.optimizers import make
+    from d500.training.trainable import trainable_model
+    model = trainable_model(workloads.load(MLP), 3)
+    cls = backends.get("torch")
+    ours = cls.prepare(model).trainer(make("sgd", lr=0.5), loss="loss")
+    x = np.random.default_rng(0).standard_normal((40, 1, 8, 8)).astype(np.float32)
+    y = np.arange(40) % 10
+    for _ in range(3):  # parameters that differ from the model's initial ones
+        ours.step({"input": x, "labels": y}, 0.5)
+    judge = trainer.Judge(cls, model)
+    assert judge.views is not None  # torch on the CPU: the fast path is the one tested
+    state = {**ours.parameters(), **ours.buffers()}
+    assert not np.allclose(judge.predict({"input": x}), ours.predict({"input": x}))
+    judge.load(state)
+    expected = ours.predict({"input": x})
+    np.testing.assert_array_equal(judge.predict({"input": x}), expected)
+    for value in state.values():
+        value[...] = 0.0
+    np.testing.assert_array_equal(judge.predict({"input": x}), expected)
+    name = ours.parameter_names[0]
+    bad = dict(state, **{name: np.full(state[name].shape, "w")})
+    with pytest.raises(D500Error, match=rf"handed over '{name}' as <U1, not as numbers"):
+        judge.load(bad)
+    with pytest.raises(D500Error, match=rf"handed over '{name}' with shape \(1,\)"):
+        judge.load(dict(state, **{name: np.zeros(1, np.float32)}))
