@@ -18,8 +18,15 @@ _MINE: str | None = None  # set by a child in its own memory; a later child must
 
 @pytest.fixture(autouse=True)
 def forks(monkeypatch):
-    """The forkserver as D500_WORKER_START=forkserver asks for it (d500 spawns by default)."""
+    """The forkserver as D500_WORKER_START=forkserver asks for it (d500 spawns by default). The
+    suite forks its workers (tests/conftest.py): a forkserver that an earlier test in this
+    process started under other load-time variables (since changed: a torch:compiled run sets
+    TORCHINDUCTOR_CACHE_DIR) is stopped, so that these tests start one that fits."""
     monkeypatch.setattr(children, "FORK", True)
+    if children._server_env not in (None, children._loaded(os.environ)):
+        from multiprocessing import forkserver
+        forkserver._forkserver._stop()
+        children._server_env = None
 
 
 def test_workers_are_spawned_unless_the_user_asks_for_forks(monkeypatch):
