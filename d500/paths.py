@@ -97,6 +97,16 @@ def home() -> Path:
     return path
 
 
+def output_file(path: str | Path, example: str, what: str = "a file name", option: str = "--out"
+                ) -> Path:
+    """The file an option names for output, checked before the work that fills it: a folder is
+    a UsageError naming a file in it (`example`, its name)."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{path}: is a folder; {option} takes {what} (e.g. {path / example})")
+    return path
+
+
 def write_output(path: str | Path, text: str) -> Path:
     """Write a file the user asked for (--out), creating its folder; a path that cannot be
     written is a UsageError naming it."""

@@ -65,6 +65,8 @@ def load(path: str | Path, schema: Mapping[str, Field], *, root: Path | None = N
     if root is None:
         folder = path.resolve().parent
         root = rulebook() if folder.is_relative_to(rulebook()) else folder
+    if data is None:
+        raise ConfigError(f"{path}: empty, where a mapping of fields is expected")
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: expected a mapping of fields at top level, "
                           f"got {type(data).__name__}")
@@ -242,8 +244,11 @@ def find(name_or_path: str, folder: Path, level: int) -> Path:
             continue
         if isinstance(data, Mapping) and data.get("name") == name_or_path:
             return f
+    from d500.errors import did_you_mean
+    hint = did_you_mean(name_or_path, [f.stem for f in files])
     known = ", ".join(f.stem for f in files)
-    raise ConfigError(f"no level-{level} workload named '{name_or_path}' (in {folder}: {known})")
+    raise ConfigError(f"no level-{level} workload named '{name_or_path}' (in {folder}: {known}"
+                      f"{'; ' + hint if hint else ''})")
 
 
 def _name(typ: Any) -> str:

@@ -50,3 +50,16 @@ def test_a_count_below_one_is_refused_before_a_framework_loads(args, tmp_path):
                          env={**os.environ, "D500_HOME": str(tmp_path)}, check=False)
     assert out.stdout.strip() == "2 []", (out.stdout, out.stderr)
     assert "expected an integer >= 1, got" in out.stderr, out.stderr
+
+
+def test_a_mistyped_workload_or_optimizer_gets_the_closest(tmp_path):
+    import os
+    env = {**os.environ, "D500_HOME": str(tmp_path)}
+    one_line_exit_2(d500("net", "bench", "mlp-mnst", env=env),
+                    "no level-1 workload named 'mlp-mnst'", "; did you mean 'mlp-mnist'?)")
+    entry = tmp_path / "e"
+    entry.mkdir()
+    (entry / "submission.yaml").write_text(
+        "name: e\nlevel: 2\nworkloads: [digits-mlp]\noptimizer: momentun\nbatch_size: 32\n")
+    one_line_exit_2(d500("train", "digits-mlp", "--submission", str(entry), env=env),
+                    "field 'optimizer' is 'momentun'", "did you mean 'momentum'?")

@@ -53,6 +53,7 @@ from d500.competition.layout import (
     sha256,
 )
 from d500.errors import ConfigError, D500Error, UsageError
+from d500.paths import output_file
 
 STUDY_COLUMNS = ("id", "name", "level", "workload", "submission", "backend", "objective",
                  "search_space", "budget", "status", "started", "stopped", "details")
@@ -68,9 +69,7 @@ def build(submission_dir: str | Path, out: str | Path, ledger: Any = None,
     from d500.competition.package import Package
     from d500.ledger import Ledger
 
-    if Path(out).is_dir():
-        raise UsageError(f"{out}: is a folder; --out takes the package's file name "
-                         f"(e.g. {Path(out) / 'entry.tar.gz'})")
+    output_file(out, "entry.tar.gz", "the package's file name")
     folder = Path(submission_dir)
     name = entry_name(folder)
     own = not isinstance(ledger, Ledger)

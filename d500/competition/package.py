@@ -77,6 +77,8 @@ class Package:
     def open(cls, path: str | Path) -> Package:
         """Read a package; a missing, unreadable or malformed file is a one-line D500Error."""
         path = Path(path)
+        if path.is_dir():
+            raise UsageError(f"{path}: a folder, where a package file (d500 package --out) goes")
         if not path.is_file():
             raise UsageError(f"{path}: no such package file")
         try:

@@ -73,10 +73,10 @@ def main(argv: list[str], prog: str = "d500 reference") -> int:
     from d500 import backends
     from d500.ledger import Ledger
     from d500.training.console import line, progress_bar, resolve
-    backends.get(args.backend)
     entry_dir = _entry_folder(args.entry, _level(args.workload, args.entry))
     workload, entry = resolve(Namespace(workload=args.workload, submission=str(entry_dir),
-                                        precision=args.precision))
+                                        precision=args.precision, data=args.data))
+    backends.get(args.backend)  # after the cheap checks: it imports the framework
     def measure(params: dict[str, Any] | None = None) -> Any:
         return reference.measure(
             workload, entry, args.backend, args.runs, first_seed=args.first_seed,

@@ -10,7 +10,7 @@ from d500.errors import UsageError
 from d500.leaderboard import terminal, text
 from d500.leaderboard.output import FORMATS, render, write_html, write_markdown
 from d500.leaderboard.ranking import build
-from d500.paths import write_output
+from d500.paths import output_file, write_output
 
 
 def main(argv: list[str], prog: str = "d500 leaderboard") -> int:
@@ -31,6 +31,8 @@ def main(argv: list[str], prog: str = "d500 leaderboard") -> int:
                         "ranked apart; accuracies and steps/epochs to target are always ranked "
                         "across machines)")
     args = parser.parse_args(argv)
+    if args.out:
+        output_file(args.out, f"leaderboard.{'html' if args.format == 'html' else 'md'}")
     across = args.across_machines
     from d500.ledger import Ledger
 

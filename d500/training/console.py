@@ -43,7 +43,7 @@ def configure_threads(args: Any, recorded: tuple[int, str] | None = None) -> int
 def resolve(args: Any) -> tuple[Any, Any]:
     """The workload and submission named on the command line, checked against each other (a
     workload name is looked up in the rulebook folder of the entry's level: 2, or 3 when the
-    distributed level is registered)."""
+    distributed level is registered), and a level-2 workload's dataset files present."""
     from d500 import levels
     from d500.training import submission as submissions
     entry = submissions.load(args.submission)
@@ -61,6 +61,8 @@ def resolve(args: Any) -> tuple[Any, Any]:
                           f"level-{workload.level} workload '{workload.name}'")
     if workload.level == 2:  # level 3 checks the global batch at the world size it runs at
         entry.recipe.check(workload)
+        from d500.training.data.dataset import check_present
+        check_present(workload.dataset, args.data)  # its files, before a framework loads
     return workload, entry
 
 

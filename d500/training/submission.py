@@ -146,8 +146,11 @@ def load(path: str | Path) -> Submission:
     else:
         from d500.training.optimizers import OPTIMIZERS
         if name not in OPTIMIZERS:
+            from d500.errors import did_you_mean
+            hint = did_you_mean(name, OPTIMIZERS)
             raise ConfigError(f"{path}: field 'optimizer' is '{name}'; known: "
-                              f"{', '.join(OPTIMIZERS)}, or FILE.py:Class")
+                              f"{', '.join(OPTIMIZERS)}, or FILE.py:Class"
+                              f"{'; ' + hint if hint else ''}")
     schedule = data["schedule"]
     if "name" not in schedule:
         schedule = {"name": "constant", **schedule}

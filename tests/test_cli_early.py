@@ -1,0 +1,61 @@
+"""Mistakes said before the slow work starts: a missing dataset before a framework loads, an
+output path that is a folder before the board or plot is made, a folder or an empty file where
+a file goes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.test_cli import d500, one_line_exit_2
+
+
+@pytest.mark.parametrize("args", [
+    ["train", "mnist-lenet", "--submission", "sgd-momentum", "--seed", "1"],
+    ["tune", "mnist-lenet", "--submission", "sgd-momentum"],
+    ["reference", "mnist-lenet"]])
+def test_a_missing_dataset_is_said_before_a_framework_loads(args, tmp_path):
+    code = ("import sys; from d500.cli import main; rc = main(sys.argv[1:]); "
+            "print(rc, [m for m in ('torch', 'tensorflow', 'jax') if m in sys.modules])")
+    env = {k: v for k, v in os.environ.items() if k != "D500_DATA"}
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                         env={**env, "D500_HOME": str(tmp_path)}, check=False)
+    assert out.stdout.strip() == "2 []", (out.stdout, out.stderr)
+    assert "dataset 'mnist' is read from files: give --data DIR" in out.stderr, out.stderr
+
+
+def test_a_given_data_folder_is_read_by_reference(tmp_path):
+    """reference passes its --data to the early check (else it would ask for --data again)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    out = d500("reference", "mnist-lenet", "--data", str(data),
+               env={**os.environ, "D500_HOME": str(tmp_path)})
+    one_line_exit_2(out, f"{data}/train-images-idx3-ubyte.gz: missing")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["leaderboard", "--format", "html", "--out", "{dir}"],
+     ["{dir}: is a folder; --out takes a file name (e.g. {dir}/leaderboard.html)"]),
+    (["leaderboard", "--out", "{dir}"], ["{dir}: is a folder; --out takes a file name"]),
+    (["scale", "1", "--network", "2us,12.5GB/s", "--png", "{dir}"],
+     ["{dir}: is a folder; --png takes a file name (e.g. {dir}/scale.png)"]),
+    (["check", "{dir}"], ["{dir}: a folder, where a package file (d500 package --out) goes"])])
+def test_a_folder_where_a_file_goes(args, words, tmp_path):
+    folder = tmp_path / "out"
+    folder.mkdir()
+    given = [a.format(dir=folder) for a in args]
+    one_line_exit_2(d500(*given, env={**os.environ, "D500_HOME": str(tmp_path / "home")}),
+                    *[w.format(dir=folder) for w in words])
+    assert list(folder.iterdir()) == []
+
+
+def test_an_empty_submission_file_is_said_empty(tmp_path):
+    entry = tmp_path / "e"
+    entry.mkdir()
+    (entry / "submission.yaml").write_text("\n")
+    one_line_exit_2(d500("train", "digits-mlp", "--submission", str(entry),
+                         env={**os.environ, "D500_HOME": str(tmp_path / "home")}),
+                    "submission.yaml: empty, where a mapping of fields is expected")
