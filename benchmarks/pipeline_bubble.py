@@ -9,13 +9,18 @@ for its neighbour over its pipeline passes (`bubble_measured`, as a run records 
 cut costlier than the other waits less: the theory assumes equal stages, so the partition's
 imbalance (costliest / mean stage FLOPs) is printed too. Printed: each stage's median bubble
 over rounds, their mean, the theory, mean/theory, and rank 0's median time of a step's
-pipeline passes. Beside each, unless --sleep, the pipelining baseline (torch's ScheduleGPipe or
+pipeline passes; then `best`, the bubble these stages would leave with free messages (the
+schedule simulated on each stage's forward and backward CPU seconds per micro-batch, which
+other processes on the cores do not inflate; schedule.simulate: the theory's figure for stages
+that do not cost the same; with --sleep, whose stages are equal by construction, the theory),
+and mean/best. Beside each, unless --sleep, the pipelining baseline (torch's ScheduleGPipe or
 Schedule1F1B on the same stages and micro-batches, d500.distributed.pipelining; 1F1B at M >= P):
 the median time of a whole step (passes and update) of each, and their ratio d500 / torch
 (the issue's target: <= 1.1). torch measures no bubble of its own.
 
     .venv/bin/python benchmarks/pipeline_bubble.py [--model lenet5|mlp] [--batch 256]
     .venv/bin/python benchmarks/pipeline_bubble.py --model mlp --batch 256 --sleep 100
+    .venv/bin/python benchmarks/pipeline_bubble.py --model mlp --batch 4096 [--rematerialise]
 
 --sleep makes every pass of both stages sleep in proportion to its samples (3x for the last
 stage's forward-and-backward, 2x for a backward, 1x for a forward): equal stages that do not
@@ -46,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="add US microseconds of sleep per sample to every forward (twice "
                              "to every backward) of both stages: stages of equal cost that "
                              "need no core, to see the schedule apart from CPU contention")
+    parser.add_argument("--rematerialise", action="store_true",
+                        help="d500's stages run each forward again for its backward (the "
+                             "backend default, Executable.kept) instead of keeping torch's graph")
     args = parse_under_mpiexec(parser, argv, __file__)
     share_cores()
     from mpi4py import MPI
@@ -54,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     from d500.builders import build
     from d500.distributed.comm import Communicator
     from d500.distributed.grid import Grid
+    from d500.distributed.pipeline.schedule import simulate
     from d500.distributed.pipeline.scheme import build as pipeline
     from d500.distributed.pipelining import build as pipelining
     from d500.distributed.spec import parse
@@ -61,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.sleep:
         _synthetic(args.sleep * 1e-6)
+    if args.rematerialise:
+        from d500.backends.base import Executable
+        from d500.backends.torch.executable import TorchExecutable
+        TorchExecutable.kept = Executable.kept
     c = Communicator(MPI.COMM_WORLD)
     model = build(args.model, (1, 8, 8), 10, seed=0, loss=True)
     rng = np.random.default_rng(0)
@@ -85,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         native.start()
     seen: dict[tuple[str, int], list[float]] = {k: [] for k in settings}
     took: dict[tuple[str, int], list[float]] = {k: [] for k in settings}
+    passes: dict[tuple[str, int], list[tuple[float, float]]] = {k: [] for k in settings}
     whole: dict[tuple[str, int], list[float]] = {k: [] for k in settings}
     torch_step: dict[tuple[str, int], list[float]] = {k: [] for k in natives}
     for _ in range(args.rounds):
@@ -92,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             scheme = schemes[key]
             scheme.step(feeds, 0.01)  # warm: not counted
             scheme.idle = scheme.busy = 0.0
+            scheme.compute = {"F": 0.0, "B": 0.0}
             c.barrier()
             t = time.perf_counter()
             for _ in range(args.steps):
@@ -99,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             whole[key].append((time.perf_counter() - t) / args.steps)
             seen[key].append(scheme.figures()["bubble_measured"])
             took[key].append(scheme.busy / args.steps)
+            passes[key].append((scheme.compute["F"], scheme.compute["B"]))
             if key in natives:
                 natives[key].step(feeds, 0.01)
                 c.barrier()
@@ -107,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                     natives[key].step(feeds, 0.01)
                 torch_step[key].append((time.perf_counter() - t) / args.steps)
     every = c.mpi.gather({k: statistics.median(v) for k, v in seen.items()}, root=0)
+    costs = c.mpi.gather({k: tuple(statistics.median(p[j] for p in v) for j in (0, 1))
+                          for k, v in passes.items()}, root=0)
     step = {k: statistics.median(v) for k, v in took.items()}
     if c.rank == 0:
         part = next(iter(schemes.values())).stage.part
@@ -114,16 +132,19 @@ def main(argv: list[str] | None = None) -> int:
               f"{part.imbalance:.3f}, {args.rounds} rounds x {args.steps} steps")
         print(f"{'schedule':>8} {'M':>3} " + " ".join(f"{'stage ' + str(r):>8}"
                                                      for r in range(c.size))
-              + f" {'mean':>7} {'theory':>7} {'ratio':>6} {'pass ms':>8}"
+              + f" {'mean':>7} {'theory':>7} {'ratio':>6} {'pass ms':>8} {'best':>6}"
+              + f" {'ratio':>6}"
               + (f" {'d500 ms':>8} {'torch ms':>8} {'d500/torch':>10}" if natives else ""))
         for key in settings:
             stages = [e[key] for e in every]
             mean = statistics.fmean(stages)
             theory = schemes[key].figures()["bubble_theory"]
+            best = theory if args.sleep else statistics.fmean(simulate(
+                key[0], [e[key][0] for e in costs], [e[key][1] for e in costs], key[1]))
             print(f"{key[0]:>8} {key[1]:>3} " + " ".join(f"{b:>8.3f}" for b in stages)
                   + f" {mean:>7.3f} {theory:>7.3f} {mean / theory:>6.2f} "
-                  f"{1e3 * step[key]:>8.2f}" + (_versus(whole[key], torch_step[key])
-                                                if key in natives else ""))
+                  f"{1e3 * step[key]:>8.2f} {best:>6.3f} {mean / best:>6.2f}"
+                  + (_versus(whole[key], torch_step[key]) if key in natives else ""))
     if natives:
         next(iter(natives.values())).finish()
     return 0
@@ -142,9 +163,10 @@ def _synthetic(per_sample: float) -> None:
     from d500.distributed.pipeline.stage import StageModel
 
     def slowed(fn, times):
-        def run(self, feeds, *rest):
-            time.sleep(times * per_sample * len(next(iter(feeds.values()))))
-            return fn(self, feeds, *rest)
+        def run(self, given, *rest):  # feeds by name, or (backward) what the forward kept
+            samples = rest[0][0] if times == 2 else next(iter(given.values()))
+            time.sleep(times * per_sample * len(samples))
+            return fn(self, given, *rest)
         return run
     StageModel.forward = slowed(StageModel.forward, 1)
     StageModel.loss = slowed(StageModel.loss, 3)  # the last stage's forward and backward

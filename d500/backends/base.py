@@ -139,6 +139,19 @@ class Executable(onnx.backend.base.BackendRep):
         """
         raise NotImplementedError
 
+    def kept(self, inputs: Any, wrt: Sequence[str] | None = None
+             ) -> tuple[list[np.ndarray], Any, int]:
+        """Forward now, backward later (a pipeline stage): (outputs, backward, bytes held),
+        where backward(grad_outputs) gives `gradients(inputs, grad_outputs=..., wrt=wrt)`'s
+        gradients. Here backward runs the forward again from `inputs` (re-materialisation: only
+        the inputs are held); a backend that can keep its graph of the forward overrides this
+        and holds what the graph saved instead."""
+        outs = self.run(inputs)
+        held = sum(np.asarray(v).nbytes for v in
+                   (inputs.values() if isinstance(inputs, Mapping) else inputs))
+        return outs, lambda grad_outputs: self.gradients(
+            inputs, grad_outputs=grad_outputs, wrt=wrt)[1], held
+
     @property
     def native(self) -> Any:
         """The framework's own object (torch.nn.Module, tf.Module, ...)."""

@@ -120,6 +120,48 @@ def test_schedules_run_every_pass_once_in_order():
     assert schedule.bubble(4, 12) == pytest.approx(3 / 15)
 
 
+
+def test_the_simulated_bubble_is_the_theory_for_equal_stages_and_more_for_unequal():
+    """schedule.simulate (free messages) leaves (P-1)/(M+P-1) on every stage of equal stages,
+    whatever a pass costs; the MLP's only cut at 2 stages (stage 0: a forward and the weights'
+    gradient, 2 units; stage 1: a forward and both gradients, 3) leaves 0.23 at M = 8, not 0.11.
+    A stage padded with useless work to match the other shows the theory's bubble, and its step
+    is no shorter: the padding lengthens the step (the benchmark prints the step beside it)."""
+    for name in schedule.SCHEDULES:
+        for stages in (2, 3, 4):
+            for m in (1, 2, 4, 8):
+                idle = schedule.simulate(name, [1.0] * stages, [2.0] * stages, m)
+                assert idle == pytest.approx([schedule.bubble(stages, m)] * stages)
+        unequal = schedule.simulate(name, [1.0, 1.0], [1.0, 2.0], 8)
+        assert np.mean(unequal) == pytest.approx(1 - 8 * 5 / (2 * 26))  # a step of 2 + 3 + 7 x 3
+        assert unequal[0] > unequal[1] > 0  # the cheaper stage waits
+        padded = schedule.simulate(name, [2.0, 1.0], [1.0, 2.0], 8)
+        assert np.mean(padded) == pytest.approx(schedule.bubble(2, 8))
+        assert 8 * 3 / (1 - padded[0]) > 8 * 2 / (1 - unequal[0])  # its step: 27 against 26
+
+
+@pytest.mark.parametrize("backend", ["torch", "reference"])
+def test_a_stage_keeps_its_forward_for_its_backward(backend):
+    """StageModel.forward keeps what its backward needs (Executable.kept): the torch backend its
+    autograd graph (no second forward; the bytes it saved: stage 0's input and ReLU output),
+    the reference backend the inputs (re-run); the gradients are gradients(grad_outputs=...)'s
+    exactly."""
+    from d500.distributed.pipeline.stage import StageModel
+    from d500.training.optimizers.registry import make
+    part = partition(build("mlp", (1, 8, 8), 10, seed=0, loss=True), 2)
+    first, last = (StageModel(part, s, backends.get(backend), make("sgd", lr=0.1))
+                   for s in (0, 1))
+    feeds = first.inputs([], {"input": X, "labels": Y})
+    sent, kept, held = first.forward(feeds)
+    _, _, back = last.loss(last.inputs(sent, {"input": X, "labels": Y}), 1.0)
+    grads, _ = first.backward(kept, back)
+    _, want = first.exe.gradients(feeds, grad_outputs=dict(zip(first.sent_names, back)),
+                                  wrt=first.wrt)
+    for name in first.params:
+        np.testing.assert_array_equal(grads[name], want[name])
+    assert held == 5 * (256 + 512 if backend == "torch" else 256)  # bytes a sample: 64 + 128
+
+
 def test_the_spec_takes_a_pipeline_with_sync_only():
     spec = parse({"scheme": "sync", "pipeline": 2, "micro_batches": 4, "schedule": "1f1b"},
                  "e.yaml")

@@ -265,25 +265,50 @@ class TorchExecutable(Executable):
                   grad_outputs: Mapping[str, np.ndarray] | None = None,
                   wrt: Sequence[str] | None = None,
                   ) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
-        bound = self.bind(inputs)
-        wanted = self.gradient_targets(bound, wrt)
         seeds = {self.output_index(name): g for name, g in (grad_outputs or {}).items()}
         index = None if seeds else self.output_index(output or self.output_names[0])
-        feeds = self._feeds(bound, set(wanted) - set(self.parameter_names))
-        for name in set(wanted) & set(self.buffer_names):  # a running statistic, differentiated
-            feeds[name] = self._module.values[name].detach().requires_grad_(True)
         with torch.enable_grad():
-            outs = self._module(**feeds)
+            outs, wanted, targets = self._graph(inputs, wrt)
             if seeds:
                 loss = sum((outs[i] * from_numpy(np.asarray(g), self.torch_device)).sum()
                            for i, g in seeds.items())
             else:
                 loss = outs[index].sum()
-            targets = [feeds[n] if n in feeds else self._module.values[n] for n in wanted]
             grads = torch.autograd.grad(loss, targets, allow_unused=True)
-        result = {name: (np.zeros(t.shape, dtype=tensor_to_numpy(t).dtype) if g is None
-                         else tensor_to_numpy(g)) for name, t, g in zip(wanted, targets, grads)}
-        return self._outputs(outs), result
+        return self._outputs(outs), _named(wanted, targets, grads)
+
+    def kept(self, inputs: Any, wrt: Sequence[str] | None = None
+             ) -> tuple[list[np.ndarray], Any, int]:
+        """The forward's autograd graph kept until backward (no second forward); bytes held:
+        the tensors the graph saved that are not parameters, each once."""
+        if type(self).gradients is not TorchExecutable.gradients:  # a mode of its own (compiled)
+            return super().kept(inputs, wrt)
+        own = {v.data_ptr() for v in self._module.values.values() if isinstance(v, torch.Tensor)}
+        saved: dict[int, int] = {}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            if t.data_ptr() not in own:
+                saved[t.data_ptr()] = t.nbytes
+            return t
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            outs, wanted, targets = self._graph(inputs, wrt)
+
+        def backward(grad_outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+            ys = [outs[self.output_index(n)] for n in grad_outputs]
+            gs = [from_numpy(np.asarray(g), self.torch_device) for g in grad_outputs.values()]
+            return _named(wanted, targets, torch.autograd.grad(ys, targets, gs,
+                                                               allow_unused=True))
+        return self._outputs(outs), backward, sum(saved.values())
+
+    def _graph(self, inputs: Any, wrt: Sequence[str] | None) -> tuple[Any, list[str], list[Any]]:
+        """The forward under autograd: (outputs, the names differentiated, their tensors)."""
+        bound = self.bind(inputs)
+        wanted = self.gradient_targets(bound, wrt)
+        feeds = self._feeds(bound, set(wanted) - set(self.parameter_names))
+        for name in set(wanted) & set(self.buffer_names):  # a running statistic, differentiated
+            feeds[name] = self._module.values[name].detach().requires_grad_(True)
+        outs = self._module(**feeds)
+        return outs, wanted, [feeds[n] if n in feeds else self._module.values[n] for n in wanted]
 
     @property
     def native(self) -> GraphModule:
@@ -293,6 +318,12 @@ class TorchExecutable(Executable):
                 precision: str = "fp32") -> Trainer:
         from d500.backends.torch.trainer import TorchTrainer
         return TorchTrainer(self, optimizer, loss, native, self.check_precision(precision))
+
+
+def _named(wanted: list[str], targets: list[Any], grads: Sequence[Any]) -> dict[str, np.ndarray]:
+    """Gradients by name as NumPy; zeros for a target the outputs do not depend on."""
+    return {name: (np.zeros(t.shape, dtype=tensor_to_numpy(t).dtype) if g is None
+                   else tensor_to_numpy(g)) for name, t, g in zip(wanted, targets, grads)}
 
 
 class TorchBackend(Backend):

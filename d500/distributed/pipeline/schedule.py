@@ -11,6 +11,9 @@ a step's M micro-batches, and the bubble theory says they leave idle.
 
 Both flush at the end of every step (synchronous: the update is the whole batch's), so each
 leaves (P-1)/(M+P-1) of a step idle on each stage when the stages cost the same (`bubble`).
+Stages that cannot cost the same (a cut falls only between nodes) leave more: `simulate` runs a
+schedule on given per-stage pass times with free messages, the best any implementation of it
+could do with those stages.
 """
 
 from __future__ import annotations
@@ -56,3 +59,32 @@ def stashed(name: str, stage: int, stages: int, micro: int) -> int:
         held += 1 if kind == "F" else -1
         peak = max(peak, held)
     return peak
+
+
+def simulate(name: str, forward: list[float], backward: list[float], micro: int) -> list[float]:
+    """Each stage's idle fraction of a step under schedule `name` when stage s's forward of a
+    micro-batch takes forward[s] and its backward backward[s] (any unit), and messages take no
+    time. The last stage runs a micro-batch's forward and backward at once at its forward's
+    turn, as d500's pipeline does. The step ends with the last pass on any stage; equal stages
+    give `bubble` on each."""
+    stages = len(forward)
+    last = stages - 1
+    todo = [ops(name, s, stages, micro) for s in range(stages)]
+    free, work = [0.0] * stages, [0.0] * stages
+    done: dict[tuple[str, int, int], float] = {}  # (kind, stage, micro-batch) -> its end
+    while any(todo):
+        for s in range(stages):
+            while todo[s]:
+                kind, i = todo[s][0]
+                need = (("F", s - 1, i) if s else None) if kind == "F" else \
+                    (("F" if s + 1 == last else "B", s + 1, i) if s < last else None)
+                if need is not None and need not in done:
+                    break
+                cost = (forward[s] + backward[s] if s == last else forward[s]) if kind == "F" \
+                    else (0.0 if s == last else backward[s])
+                free[s] = max(free[s], done.get(need, 0.0)) + cost
+                work[s] += cost
+                done[kind, s, i] = free[s]
+                todo[s].pop(0)
+    step = max(free)
+    return [1.0 - w / step if step else 0.0 for w in work]

@@ -18,7 +18,10 @@ holds its data group's share of each batch.
 Bytes per step, per rank: stage s sends each micro-batch's crossing tensors forward (n x the
 partition's bytes per sample, "send") and receives their gradients back (as many, "recv").
 `bubble_measured` is the time a stage waited for its neighbours over the time of its pipeline
-passes (step minus the data allreduce and the update), beside `bubble_theory` (P-1)/(M+P-1).
+passes (step minus the data allreduce and the update), beside `bubble_theory` (P-1)/(M+P-1);
+`compute` holds the CPU seconds of its forwards and backwards (this process's, so not the time
+other processes held the core: what the stage costs), from which schedule.simulate gives the
+bubble of stages that do not cost the same (benchmarks/pipeline_bubble.py).
 A weight held by several stages (partition.Partition.shared, a tied embedding) has its gradient
 summed over them (each sends its own to the others, "send" traffic) before the data average,
 so every copy takes the same update. For an evaluation every stage's parameters are sent to
@@ -63,7 +66,9 @@ class Pipeline(Sync):
         self.ops = schedules.ops(schedule, self.index, self.stages, micro_batches)
         self.holds_loss = stage.last
         self.idle = self.busy = 0.0  # seconds waiting for neighbours, seconds of passes
-        self.stash_peak = 0  # bytes of stashed micro-batch inputs, at most
+        self.compute = {"F": 0.0, "B": 0.0}  # CPU seconds of forwards, backwards (the last
+        # stage's joint forward and backward under F): schedule.simulate's stage costs
+        self.stash_peak = 0  # bytes kept for the backwards of micro-batches, at most
         self.gathered: dict[str, np.ndarray] | None = None
 
     # ------------------------------------------------------------------ one step
@@ -85,21 +90,27 @@ class Pipeline(Sync):
             if kind == "F":
                 received = self._receive(st.info.receives, size, s - 1, 2 * i)
                 inputs = st.inputs(received, micro[i])
+                t = time.process_time()
                 if st.last:  # forward and backward at once, the gradients sent back now
                     part, g, back = st.loss(inputs, weight * size / n)
+                    self.compute["F"] += time.process_time() - t
                     loss += part * size / n
                     _accumulate(grads, g)
                     requests += self._send(back, s - 1, 2 * i + 1)
                     continue
-                stash[i] = inputs
-                requests += self._send(st.forward(inputs), s + 1, 2 * i)
-                held += sum(a.nbytes for a in inputs.values())
+                sent, kept, nbytes = st.forward(inputs)
+                self.compute["F"] += time.process_time() - t
+                requests += self._send(sent, s + 1, 2 * i)
+                stash[i] = kept, nbytes
+                held += nbytes
                 self.stash_peak = max(self.stash_peak, held)
             elif not st.last:
-                kept = stash.pop(i)
-                held -= sum(a.nbytes for a in kept.values())
+                kept, nbytes = stash.pop(i)
+                held -= nbytes
                 out = self._receive(st.info.sends, size, s + 1, 2 * i + 1)
+                t = time.process_time()
                 g, back = st.backward(kept, out)
+                self.compute["B"] += time.process_time() - t
                 _accumulate(grads, g)
                 if s > 0:
                     requests += self._send(back, s - 1, 2 * i + 1)

@@ -2,8 +2,8 @@
 Megatron blocks it holds whole) and run as a tensor RankModel, with StageModel's passes.
 
     stage = SplitStage(part, index, backend_cls, optimizer, native, grid)
-    sent = stage.forward(inputs)                  # replicated on every tensor rank of the stage
-    grads, back = stage.backward(inputs, grads_of_sent)
+    sent, kept, held = stage.forward(inputs)      # replicated on every tensor rank of the stage
+    grads, back = stage.backward(kept, grads_of_sent)   # kept: the inputs (recomputed)
 
 Between blocks every tensor rank holds the whole activation (the blocks' partial outputs are
 allreduced inside the stage), so tensor rank t of stage s sends its copy to tensor rank t of
@@ -44,9 +44,10 @@ class SplitStage(StageModel):
         self.trainer = self.rank.trainer
         self.params = list(self.trainer.parameter_names)
 
-    def forward(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    def forward(self, feeds: dict[str, np.ndarray]) -> tuple[list[np.ndarray], Any, int]:
         values = self.rank.forward(feeds)
-        return [values[n] for n in self.sent_names]
+        return ([values[n] for n in self.sent_names], feeds,
+                sum(a.nbytes for a in feeds.values()))
 
     def loss(self, feeds: dict[str, np.ndarray], scale: float
              ) -> tuple[float, dict[str, np.ndarray], list[np.ndarray]]:

@@ -2,13 +2,16 @@
 parameters (the entry's optimizer updates them), and the passes the schedule runs.
 
     stage = StageModel(part, index, backend_cls, optimizer, native)
-    sent = stage.forward(received_or_batch)                # the tensors it sends on
+    sent, kept, held = stage.forward(inputs)               # the tensors it sends on
     loss, grads, back = stage.loss(inputs, scale)          # the last stage
-    grads, back = stage.backward(inputs, grads_of_sent)    # any other
+    grads, back = stage.backward(kept, grads_of_sent)      # any other
 
-Backward recomputes the stage's forward from its stashed inputs (GPipe's re-materialisation):
-`Executable.gradients(inputs, grad_outputs=...)` is one forward and one backward, so a stage
-keeps only the inputs of each micro-batch in flight, never the framework's graph of it.
+A stage other than the last keeps each micro-batch's forward for its backward
+(`Executable.kept`): the torch backend keeps its autograd graph (the backward runs no second
+forward; `held` is the bytes the graph saved), a backend without that hook re-runs the forward
+from the stashed inputs (GPipe's re-materialisation; `held` is the inputs' bytes). Measured at
+batch 4096 (benchmarks/pipeline_bubble.py), the second forward was the whole of d500's extra
+time over torch.distributed.pipelining's step at M = 1.
 """
 
 from __future__ import annotations
@@ -50,10 +53,10 @@ class StageModel:
         feeds.update({n: batch[n] for n in self.info.feeds})
         return feeds
 
-    def forward(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """The tensors this stage sends on (no gradient kept)."""
-        outs = self.exe.run(feeds)
-        return [outs[self.exe.output_index(n)] for n in self.sent_names]
+    def forward(self, feeds: dict[str, np.ndarray]) -> tuple[list[np.ndarray], Any, int]:
+        """(The tensors this stage sends on, what its backward needs, the bytes that holds)."""
+        outs, kept, held = self.exe.kept(feeds, wrt=self.wrt)
+        return [outs[self.exe.output_index(n)] for n in self.sent_names], kept, held
 
     def loss(self, feeds: dict[str, np.ndarray], scale: float
              ) -> tuple[float, dict[str, np.ndarray], list[np.ndarray]]:
@@ -64,10 +67,9 @@ class StageModel:
         loss = float(outs[self.exe.output_index(self.loss_name)])
         return loss, {n: grads[n] for n in self.params}, [grads[n] for n in self.info.receives]
 
-    def backward(self, feeds: dict[str, np.ndarray], grads_out: list[np.ndarray]
+    def backward(self, kept: Any, grads_out: list[np.ndarray]
                  ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
         """Any other stage: (the gradients of its parameters, and of the tensors it received)
-        given those of the tensors it sent."""
-        _, grads = self.exe.gradients(feeds, grad_outputs=dict(zip(self.sent_names, grads_out)),
-                                      wrt=self.wrt)
+        given those of the tensors it sent, from what its forward kept."""
+        grads = kept(dict(zip(self.sent_names, grads_out)))
         return {n: grads[n] for n in self.params}, [grads[n] for n in self.info.receives]
