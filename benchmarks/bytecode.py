@@ -1,8 +1,11 @@
-"""What d500's own bytecode saves each process the test suite starts: the modules a level-3 rank
-imports, read from source (a copy of d500 without .pyc, as PYTHONDONTWRITEBYTECODE=1 leaves an
-editable install) against read from .pyc (a copy compiled first, as tests/conftest.py does),
-the two interleaved in one run: the CPU seconds each child process spends importing d500's
-modules, its frameworks (torch, NumPy, ONNX) imported before the clock starts.
+"""What d500's own bytecode saves each process the test suite starts (tests/conftest.py
+compiles it before the first test).
+
+A level-3 rank's d500 imports read from source (a copy of d500 without .pyc, as an editable
+install is left where PYTHONDONTWRITEBYTECODE is set) against read from .pyc (a copy compiled
+first), interleaved in one run: the CPU seconds each child process spends importing d500's
+modules, its frameworks (torch, NumPy, ONNX) imported before the clock starts; `d500 --help`'s
+import (d500.cli) likewise.
 
     .venv/bin/python benchmarks/bytecode.py [--pairs 8]
 """
