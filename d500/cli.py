@@ -45,9 +45,10 @@ def _with_hint(parser: argparse.ArgumentParser, message: str) -> str:
     if choice:
         hint = did_you_mean(choice[1], re.findall(r"'([^']*)'", choice[2]))
     elif message.startswith("unrecognized arguments: "):
-        given = message.split(": ", 1)[1].split()
-        hint = next(filter(None, (did_you_mean(arg.split("=")[0], _options(parser))
-                                  for arg in given if arg.startswith("--"))), "")
+        given = [a.split("=")[0] for a in message.split(": ", 1)[1].split()]
+        options = _options(parser)  # another subcommand's own option is no typo: no hint
+        hint = next(filter(None, (did_you_mean(arg, options) for arg in given
+                                  if arg.startswith("--") and arg not in options)), "")
     else:
         hint = ""
     return f"{message} ({hint})" if hint else message

@@ -87,13 +87,17 @@ def add_data_option(parser: Any, help: str = "where dataset files are (default $
 
 
 def home() -> Path:
-    """The results directory, created on first use."""
+    """The results directory, created on first use; one that cannot be written (a read-only
+    disk, another user's folder) is a UsageError naming it."""
     path = Path(os.environ.get("D500_HOME", "d500-results")).resolve()
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise UsageError(f"D500_HOME={path}: cannot use it as the results directory "
                          f"({err.strerror})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"D500_HOME={path}: cannot use it as the results directory (not "
+                         f"writable: set D500_HOME to a folder of yours)")
     return path
 
 

@@ -59,3 +59,38 @@ def test_an_empty_submission_file_is_said_empty(tmp_path):
     one_line_exit_2(d500("train", "digits-mlp", "--submission", str(entry),
                          env={**os.environ, "D500_HOME": str(tmp_path / "home")}),
                     "submission.yaml: empty, where a mapping of fields is expected")
+
+
+def _read_only_folder(tmp_path):
+    """A folder this process cannot write: a read-only bind mount where root may mount, a folder
+    without write permission for anyone else; None where neither holds."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return folder
+    mounted = subprocess.run(["mount", "-o", "bind,ro", str(folder), str(folder)],
+                             capture_output=True, check=False)
+    return folder if mounted.returncode == 0 else None
+
+
+def test_a_read_only_d500_home_is_one_line(tmp_path):
+    folder = _read_only_folder(tmp_path)
+    if folder is None:
+        pytest.skip("no read-only folder can be made here (root without mount)")
+    try:
+        env = {**os.environ, "D500_HOME": str(folder)}
+        for args in (["ledger", "list"], ["leaderboard"]):
+            one_line_exit_2(d500(*args, env=env), f"D500_HOME={folder}: cannot use it as the "
+                            "results directory (not writable")
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["umount", str(folder)], check=False)
+        else:
+            folder.chmod(0o755)
+
+
+def test_a_ledger_sqlite_can_not_open_is_one_line(tmp_path):
+    (tmp_path / "ledger.sqlite").mkdir()  # SQLite cannot open a folder as its file
+    one_line_exit_2(d500("ledger", "list", env={**os.environ, "D500_HOME": str(tmp_path)}),
+                    f"{tmp_path}/ledger.sqlite: not a usable ledger database: unable to open")

@@ -63,3 +63,10 @@ def test_a_mistyped_workload_or_optimizer_gets_the_closest(tmp_path):
         "name: e\nlevel: 2\nworkloads: [digits-mlp]\noptimizer: momentun\nbatch_size: 32\n")
     one_line_exit_2(d500("train", "digits-mlp", "--submission", str(entry), env=env),
                     "field 'optimizer' is 'momentun'", "did you mean 'momentum'?")
+
+
+def test_another_subcommands_option_gets_no_hint_of_itself(tmp_path):
+    import os
+    out = d500("ledger", "list", "--ledger", "x", env={**os.environ, "D500_HOME": str(tmp_path)})
+    one_line_exit_2(out, "unrecognized arguments: --ledger x")
+    assert "did you mean" not in out.stderr

@@ -78,8 +78,11 @@ class Store:
         new ledger at once can meet SQLITE_BUSY where SQLite calls no busy handler (seen once in
         CI while another process set WAL mode up), so a busy open is retried until `deadline`."""
         while True:
-            db = sqlite3.connect(self.path, timeout=60, isolation_level=None,
-                                 check_same_thread=False)
+            try:  # a folder SQLite cannot create the file in: one line, not a traceback
+                db = sqlite3.connect(self.path, timeout=60, isolation_level=None,
+                                     check_same_thread=False)
+            except sqlite3.OperationalError as err:
+                raise self._unusable(err) from None
             try:
                 db.execute("PRAGMA busy_timeout = 60000")
                 for _ in range(50):
