@@ -1,6 +1,7 @@
 """Helpers shared by tests in several folders: the tiny level-1 workload (d500's MLP builder on
 1x8x8 inputs) that the benchmark, summary, conformance and leaderboard tests measure; this
-machine's peak FLOP/s, measured once per session, for the fresh D500_HOMEs of d500 processes."""
+machine's peak FLOP/s, measured once per session, and onnx's node tests, built once, for the
+fresh D500_HOMEs of d500 processes."""
 
 from __future__ import annotations
 
@@ -55,3 +56,29 @@ def seed_peak(home: Path | None) -> None:
     folder = Path(home) / "cache" / "provenance"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / name).write_text(text)
+
+
+# this session's D500_HOME (d500.paths.home), before any test moves it
+AMBIENT_HOME = Path(os.environ.get("D500_HOME", "d500-results")).resolve()
+_NODE_TESTS: list[Path] = []  # its cached node tests, once a child process made sure of them
+
+
+def seed_node_tests(home: Path) -> None:
+    """Give a fresh D500_HOME onnx's node tests as d500.conformance caches them, copied from
+    the session's own D500_HOME (a child process reads them there once, or builds them when
+    that home has none, as the node suite's collection does): each fresh home built them again
+    otherwise (14 s of CPU; a copy takes milliseconds). tests/test_conformance.py tests the
+    building and the caching themselves, in homes of their own."""
+    import shutil
+    if not _NODE_TESTS:
+        subprocess.run([sys.executable, "-c", "from d500.conformance import node_tests\n"
+                        "node_tests()"], env={**os.environ, "D500_HOME": str(AMBIENT_HOME)},
+                       check=True, timeout=600, capture_output=True)
+        _NODE_TESTS.extend((AMBIENT_HOME / "cache" / "onnx").glob("*.pickle"))
+    folder = Path(home) / "cache" / "onnx"
+    folder.mkdir(parents=True, exist_ok=True)
+    for shared in _NODE_TESTS:
+        if not (folder / shared.name).exists():
+            partial = folder / f"{shared.name}.{os.getpid()}.tmp"
+            shutil.copyfile(shared, partial)
+            partial.replace(folder / shared.name)

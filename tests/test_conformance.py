@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from d500.conformance import _op_of, node_tests
+from tests.helpers import seed_node_tests
 
 
 @pytest.fixture(autouse=True)
@@ -61,8 +62,9 @@ def test_json_for_some_operators(tests_by_op):
                         "backend's conformance)")
 
 
-def test_table_and_totals_line_count_failures_and_unsupported(tests_by_op, capsys):
+def test_table_and_totals_line_count_failures_and_unsupported(tests_by_op, capsys, home):
     from d500.conformance import main
+    seed_node_tests(home)
     # onnxruntime has no kernel for ImageDecoder.
     assert main(["--backend", "onnxruntime", "--op", "Relu", "ImageDecoder", "--failures"],
                 prog="d500 conformance") == 0
@@ -92,10 +94,11 @@ def test_bad_usage_is_one_line_exit_2(args, words):
     assert "Traceback" not in out.stderr and out.stdout == ""
 
 
-def test_worker_processes_give_the_same_outcomes_in_the_same_order(tests_by_op):
+def test_worker_processes_give_the_same_outcomes_in_the_same_order(tests_by_op, home):
     """--jobs spreads the tests over spawned workers (each reads the cached node tests): the
     outcomes, failures included, are those of one process, in the tests' order."""
     from d500.conformance import run_suite, select
+    seed_node_tests(home)
     tests = select(["Relu", "ImageDecoder", "Gather", "Pad"])
     alone = run_suite("onnxruntime", tests=tests, progress=False)
     spread = run_suite("onnxruntime", tests=tests, progress=False, jobs=2)
@@ -143,6 +146,7 @@ def test_openvino_bf16_passes_what_only_float32_rounding_fails(home):
     from d500.conformance import run_suite
     from d500.conformance_runs import record
     from d500.ledger import Ledger
+    seed_node_tests(home)
     tests = [t for t in node_tests() if t.name.startswith("test_dft")]
     f32 = {o.test: o.status for o in run_suite("openvino", tests=tests, progress=False)}
     outcomes, run_id = record("openvino:bf16", ["DFT"], tests=tests, progress=False)

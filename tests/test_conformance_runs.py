@@ -1,8 +1,8 @@
 """Conformance results as ledger runs: a complete node-suite run on onnxruntime (the fastest
-complete run: ~10 s of tests after ~18 s building the suite, measured on a loaded 2-core machine;
-the reference takes ~18 s, torch ~28 s) counted as the backend's conformance, `--op` runs recorded
-as partial and never counted, a killed run left interrupted, and the count in the level-1
-organiser's summary."""
+complete run: ~10 s of tests, measured on a loaded 2-core machine, its node tests copied from the
+session's cache, tests/helpers.seed_node_tests; the reference takes ~18 s, torch ~28 s) counted as
+the backend's conformance, `--op` runs recorded as partial and never counted, a killed run left
+interrupted, and the count in the level-1 organiser's summary."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from d500 import conformance_runs, leaderboard
 from d500.conformance import _op_of, node_tests
 from d500.leaderboard import summary
 from d500.ledger import Ledger
-from tests.helpers import tiny_mlp
+from tests.helpers import seed_node_tests, tiny_mlp
 
 pytestmark = pytest.mark.slow  # one complete node suite (~30 s in all)
 
@@ -38,8 +38,9 @@ def recorded(tmp_path_factory):
     folder = tmp_path_factory.mktemp("conformance")
     mp = pytest.MonkeyPatch()
     mp.setenv("D500_HOME", str(folder / "home"))
+    seed_node_tests(folder / "home")
     ledger = Ledger()
-    tests = node_tests()  # built once, shared by the three runs
+    tests = node_tests()  # read once, shared by the three runs
     relu = [t for t in tests if _op_of(t) == "Relu"]
     runs = {}
     runs["reference-relu"] = conformance_runs.record("reference", ["relu"], ledger=ledger,
@@ -120,6 +121,7 @@ def test_the_level1_summary_shows_each_backends_count_with_its_date(recorded):
 
 def test_a_killed_run_stays_interrupted_and_counts_for_nothing(tmp_path):
     home = tmp_path / "home"
+    seed_node_tests(home)
     env = {**os.environ, "D500_HOME": str(home)}
     proc = subprocess.Popen([sys.executable, "-m", "d500.cli", "conformance", "--backend",
                              "reference", "--json"], env=env, cwd=ROOT,

@@ -7,8 +7,10 @@ figure forged and re-sealed disagrees, naming the figure; a bench run that faile
 batch size reproduces failed and agrees; a packed model swapped for another,
 and a conformance run of another onnx version, are reported as not reproducible, with why.
 
-Measured on the 2-core machine at load 5-8: the fixture 20-24 s (the conformance run builds
-onnx's node tests), each network reproduction 3-7 s, the conformance one 16-21 s."""
+Measured on the 2-core machine at load 5-8: the fixture 20-24 s when its conformance run built
+onnx's node tests (now copied from the session's cache, tests/helpers.seed_node_tests, into the
+entrant's and the organiser's homes), each network reproduction 3-7 s, the conformance one 16-21 s
+when it built them too."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from d500.competition import reproduce_level1 as l1
 from d500.competition.layout import SUBMISSION_FILES, run_member
 from d500.competition.package import Package
 from d500.ledger import Ledger
+from tests.helpers import seed_node_tests
 from tests.networks.test_bench import batch_one_workload
 
 from .packages import draw_seed, edit_json, repack, reseal
@@ -58,6 +61,8 @@ def level1(tmp_path_factory, run_d500) -> dict[str, Path]:
         (folder / "submission.yaml").write_text(
             f"name: {name}\nlevel: 1\ndescription: {name} as a level-1 entry\n")
     onnx.save(cancelling_model(), ort / "cancelling.onnx")
+    for folder in (home, root / "organiser"):  # its conformance run, and the reproduction's
+        seed_node_tests(folder)
     for args in (["conformance", "--backend", "onnxruntime", "--op", "Relu"],
                  ["net", "check", str(ort / "cancelling.onnx"), "--backends",
                   "reference,onnxruntime", "--seed", "3"],
