@@ -1,6 +1,6 @@
-"""Mistakes said before the slow work starts: a missing dataset before a framework loads, an
-output path that is a folder before the board or plot is made, a folder or an empty file where
-a file goes."""
+"""Mistakes said before the slow work starts: a missing dataset or a bad --seeds before a
+framework loads, an output path that is a folder before the board or plot is made, a folder or
+an empty file where a file goes, a results folder that cannot be written."""
 
 from __future__ import annotations
 
@@ -12,19 +12,25 @@ import pytest
 
 from tests.test_cli import d500, one_line_exit_2
 
+MNIST = "dataset 'mnist' is read from files: give --data DIR"
 
-@pytest.mark.parametrize("args", [
-    ["train", "mnist-lenet", "--submission", "sgd-momentum", "--seed", "1"],
-    ["tune", "mnist-lenet", "--submission", "sgd-momentum"],
-    ["reference", "mnist-lenet"]])
-def test_a_missing_dataset_is_said_before_a_framework_loads(args, tmp_path):
+
+@pytest.mark.parametrize("args, words", [
+    (["train", "mnist-lenet", "--submission", "sgd-momentum", "--seed", "1"], MNIST),
+    (["tune", "mnist-lenet", "--submission", "sgd-momentum"], MNIST),
+    (["reference", "mnist-lenet"], MNIST),
+    (["train", "digits-mlp", "--submission", "sgd-momentum", "--seeds", "5"],
+     "--seeds must be 1 to 3: workload 'digits-mlp' requires 3 seed run(s)"),
+    (["train", "digits-mlp", "--submission", "sgd-momentum", "--seeds", "1", "--seed", "3"],
+     "give --seed or --seeds, not both")])
+def test_a_mistake_is_said_before_a_framework_loads(args, words, tmp_path):
     code = ("import sys; from d500.cli import main; rc = main(sys.argv[1:]); "
             "print(rc, [m for m in ('torch', 'tensorflow', 'jax') if m in sys.modules])")
     env = {k: v for k, v in os.environ.items() if k != "D500_DATA"}
     out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                          env={**env, "D500_HOME": str(tmp_path)}, check=False)
     assert out.stdout.strip() == "2 []", (out.stdout, out.stderr)
-    assert "dataset 'mnist' is read from files: give --data DIR" in out.stderr, out.stderr
+    assert words in out.stderr, out.stderr
 
 
 def test_a_given_data_folder_is_read_by_reference(tmp_path):

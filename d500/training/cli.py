@@ -41,6 +41,7 @@ def main(argv: list[str], prog: str = "d500 train") -> int:
     from d500 import backends
 
     workload, entry = resolve(args)  # the cheap checks first: no framework imported yet
+    seed_count(args, workload)
     backends.get(args.backend)
     return train_level2(args, workload, entry)
 
@@ -145,21 +146,27 @@ def choose_seeds(ledger: Any, workload: Any, entry: Any, args: Any, world: int =
             and r["study"] is None and r["seed"] is not None
             and precision_of(r) == entry.recipe.precision]  # another precision: another row
     used = {r["seed"]: r["id"] for r in runs}
+    seed_count(args, workload)
     if args.seed is not None:
-        if args.seeds is not None:
-            raise UsageError("give --seed or --seeds, not both")
         if args.seed in used and not args.repeat:
             raise UsageError(f"seed {args.seed} was already used by run {used[args.seed]} of "
                              f"this entry; pass --repeat to measure it again")
         return [args.seed]
-    if args.seeds is not None and not 1 <= args.seeds <= workload.seed_runs:
-        raise UsageError(f"--seeds must be 1 to {workload.seed_runs}: workload "
-                         f"'{workload.name}' requires {workload.seed_runs} seed run(s), and a run "
-                         f"with another seed (--seed S) is an exploration, never scored")
     ended = {r["seed"] for r in runs if r["status"] in ENDED}
     todo = [s for s in required(workload.level, workload.name, entry.name, args.backend,
                                 workload.seed_runs, world) if s not in ended]
     return todo[:args.seeds] if args.seeds is not None else todo
+
+
+def seed_count(args: Any, workload: Any) -> None:
+    """--seeds N within the workload's required seed runs, and not beside --seed (checked before
+    a framework loads)."""
+    if args.seed is not None and args.seeds is not None:
+        raise UsageError("give --seed or --seeds, not both")
+    if args.seeds is not None and not 1 <= args.seeds <= workload.seed_runs:
+        raise UsageError(f"--seeds must be 1 to {workload.seed_runs}: workload "
+                         f"'{workload.name}' requires {workload.seed_runs} seed run(s), and a run "
+                         f"with another seed (--seed S) is an exploration, never scored")
 
 
 def note(workload: Any, entry: Any, backend: str, seed_: int, world: int = 1) -> str:
