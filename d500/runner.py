@@ -94,6 +94,14 @@ def make_plan(args: Any) -> Plan:
     for name in options.backends or []:
         backends.get(name)  # not installed: a usage error now, not mid-run
     levels = _levels(args.level)
+    for wanted in options.workloads:  # a typo before the levels plan (which takes a while)
+        if not any(_knows(level, wanted) for level in levels):
+            from d500.errors import did_you_mean
+            hint = did_you_mean(wanted, {f.stem for level in levels
+                                         for f in level.workload_files()})
+            raise UsageError(f"no workload named '{wanted}' in the selected level(s) "
+                             f"{', '.join(str(level.number) for level in levels)}"
+                             f"{' (' + hint + ')' if hint else ''}")
     plan = Plan(options=options)
     for level in levels:
         items = level.plan(options)
@@ -103,12 +111,8 @@ def make_plan(args: Any) -> Plan:
     for wanted in options.workloads:
         if wanted in answered:
             continue
-        owners = [level for level in levels if _knows(level, wanted)]
-        if owners:
-            raise UsageError(f"no example entry of {owners[0].title} enters the workload "
-                             f"'{wanted}'")
-        raise UsageError(f"no workload named '{wanted}' in the selected level(s) "
-                         f"{', '.join(str(level.number) for level in levels)}")
+        owner = next(level for level in levels if _knows(level, wanted))
+        raise UsageError(f"no example entry of {owner.title} enters the workload '{wanted}'")
     if not plan.stages:
         raise UsageError("nothing to run with this selection")
     return plan

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from d500.errors import ConfigError
+from d500.errors import ConfigError, did_you_mean
 from d500.paths import rulebook
 
 # Fields every workload file in levels/ has.
@@ -83,8 +83,9 @@ def validate(data: Mapping[str, Any], schema: Mapping[str, Field], path: Path, p
         raise other_level(path, given, level.choices)
     unknown = [k for k in data if k not in schema]
     if unknown:
+        hint = did_you_mean(unknown[0], schema)
         raise ConfigError(f"{path}: unknown field '{prefix}{unknown[0]}' "
-                          f"(allowed: {', '.join(schema)})")
+                          f"(allowed: {', '.join(schema)}{'; ' + hint if hint else ''})")
     out: dict[str, Any] = {}
     for name, spec in schema.items():
         where = f"{prefix}{name}"
@@ -244,7 +245,6 @@ def find(name_or_path: str, folder: Path, level: int) -> Path:
             continue
         if isinstance(data, Mapping) and data.get("name") == name_or_path:
             return f
-    from d500.errors import did_you_mean
     hint = did_you_mean(name_or_path, [f.stem for f in files])
     known = ", ".join(f.stem for f in files)
     raise ConfigError(f"no level-{level} workload named '{name_or_path}' (in {folder}: {known}"

@@ -52,6 +52,8 @@ def _write(tmp_path: Path, text: str, name: str = "w.yaml") -> Path:
 
 @pytest.mark.parametrize("change, message", [
     (("batch_size: 4", "batch_size: 4\ncolour: red"), "unknown field 'colour'"),
+    (("batch_size: 4", "bach_size: 4"), r"unknown field 'bach_size' \(allowed: .*; did you mean "
+                                        r"'batch_size'\?\)$"),
     (("batch_size: 4", "batch_size: four"), "field 'batch_size' must be an integer"),
     (("train: true", "train: 1"), "field 'train' must be true or false"),
     (("  builder: mlp", "  builder: mlp\n  speed: 3"), "unknown field 'model.speed'"),
