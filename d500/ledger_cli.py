@@ -226,7 +226,8 @@ def _print_list(runs: list[dict[str, Any]], ledger: Any,
         console.print(f"no run of the {every} in {ledger.path} matches {chosen}" if every
                       else f"no runs recorded in {ledger.path}", markup=False, highlight=False)
         return
-    table = Table(title=f"{len(runs)} runs in {ledger.path}", title_justify="left")
+    table = Table(title=f"{len(runs)} run{'' if len(runs) == 1 else 's'} in {ledger.path}",
+                  title_justify="left")
     for col in ("id", "lvl", "workload", "submission", "backend", "status", "seed", "started",
                 "time", "figures"):
         table.add_column(col, overflow="fold", no_wrap=col in ("id", "lvl", "status", "seed",

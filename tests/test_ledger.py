@@ -303,6 +303,7 @@ def test_cli_list_show_export(home, tmp_path):
     assert [r["id"] for r in only] == [2]
     table = cli("ledger", "list", "--workload", "conv", home=home)
     assert table.returncode == 0 and "conv" in table.stdout and "mnist" not in table.stdout
+    assert "1 run in " in table.stdout and "2 runs in " in cli("ledger", "list", home=home).stdout
     typo = cli("ledger", "list", "--workload", "cnov", home=home)  # not "no runs recorded"
     assert typo.returncode == 0 and "no run of the 2 in " in typo.stdout
     assert "matches --workload cnov" in typo.stdout
