@@ -1,4 +1,7 @@
-"""The suite's policy on machine load: a run counts as timed on a loaded machine only when other
+"""The test session's settings: its policy on machine load, level-2 workers forked, d500's bytecode
+compiled once, and the order in which xdist's workers take the files.
+
+The policy on machine load: a run counts as timed on a loaded machine only when other
 processes took the whole machine (D500_LOADED_SHARE=1, an organiser's setting; d500's default is
 a quarter). The suite's own runs share this machine with its other tests and whatever else runs
 here, and its boards compare such runs; at the default share they would be ranked apart, or not,
