@@ -70,3 +70,12 @@ def test_another_subcommands_option_gets_no_hint_of_itself(tmp_path):
     out = d500("ledger", "list", "--ledger", "x", env={**os.environ, "D500_HOME": str(tmp_path)})
     one_line_exit_2(out, "unrecognized arguments: --ledger x")
     assert "did you mean" not in out.stderr
+
+
+def test_an_operator_file_without_its_class_asks_for_the_class(tmp_path):
+    import os
+    op = tmp_path / "my_op.py"
+    op.write_text("raise SystemExit('a user file is never imported to say this')\n")
+    one_line_exit_2(d500("op", "validate", str(op), "--input-shape", "4,4",
+                         env={**os.environ, "D500_HOME": str(tmp_path / "home")}),
+                    f"'{op}': name the operator class in it too ({op}:Class)")

@@ -131,6 +131,8 @@ def load(spec: str, isolated: bool = False) -> Loaded:
         if "/" not in spec and os.sep not in spec and not path.exists():  # a bare name
             from d500.paths import no_entry
             raise UsageError(f"{no_entry(spec)}; or give FILE.py:Class")
+        if path.is_file() and path.suffix == ".py":
+            raise UsageError(f"'{spec}': name the operator class in it too ({spec}:Class)")
         missing = "" if path.exists() else "no such file or folder; "
         raise UsageError(f"'{spec}': {missing}expected FILE.py:Class or a submission folder")
     file, _, name = spec.rpartition(":")
