@@ -12,7 +12,7 @@ from typing import Any
 
 from d500.cli import ArgumentParser, stdout_console
 from d500.errors import D500Error, UsageError
-from d500.paths import write_output
+from d500.paths import output_file, write_output
 
 STATUS_STYLE = {"succeeded": "green", "running": "cyan", "failed": "red", "diverged": "red",
                 "missed": "yellow", "timeout": "yellow", "interrupted": "magenta"}
@@ -87,6 +87,8 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
             else:
                 _print_run(run)
         elif args.command == "export":
+            if args.out:
+                output_file(args.out, f"runs.{args.format}")
             runs = ledger.runs(level=args.level, workload=args.workload)
             if args.format != "csv":  # everything: evaluations, artifacts, provenance
                 runs = [{**ledger.get(r["id"]), "status": r["status"]} for r in runs]

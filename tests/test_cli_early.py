@@ -48,6 +48,8 @@ def test_a_given_data_folder_is_read_by_reference(tmp_path):
     (["leaderboard", "--out", "{dir}"], ["{dir}: is a folder; --out takes a file name"]),
     (["scale", "1", "--network", "2us,12.5GB/s", "--png", "{dir}"],
      ["{dir}: is a folder; --png takes a file name (e.g. {dir}/scale.png)"]),
+    (["ledger", "export", "--format", "csv", "--out", "{dir}"],
+     ["{dir}: is a folder; --out takes a file name (e.g. {dir}/runs.csv)"]),
     (["check", "{dir}"], ["{dir}: a folder, where a package file (d500 package --out) goes"])])
 def test_a_folder_where_a_file_goes(args, words, tmp_path):
     folder = tmp_path / "out"
