@@ -1,7 +1,9 @@
 """torch eager, torch:compiled and onnxruntime on one network, side by side, interleaved.
 
 A fourth contender, "torch fx", is torch:compiled's static fx program run uncompiled (eager
-kernels, no graph walker): what the static translation alone gives eager torch.
+kernels, no graph walker): what the static translation alone gives eager torch. A fifth,
+"compiled py", is torch:compiled with Inductor's Python wrapper, where a long program (light
+ResNet-50) gets its C++ one (compiled.CPP_WRAPPER_FROM): what that choice gives.
 
 Each backend prepares the workload's model (light ResNet-50 by default: random weights, batch 1)
 and is timed on the same input in rounds whose order rotates, so that a burst of load from other
@@ -30,7 +32,7 @@ from d500.networks import workloads  # noqa: E402
 from d500.networks.inputs import make  # noqa: E402
 
 BACKENDS = ("torch", "torch:compiled", "onnxruntime")
-CONTENDERS = ("torch", "torch fx", "torch:compiled", "onnxruntime")
+CONTENDERS = ("torch", "torch fx", "torch:compiled", "compiled py", "onnxruntime")
 
 
 def static_fx(exe, feeds):
@@ -46,6 +48,21 @@ def static_fx(exe, feeds):
         with torch.no_grad():
             return exe._outputs(program(*[exe._feeds(feeds)[n] for n in free]))
     return run
+
+
+def python_wrapper(model, feeds):
+    """torch:compiled with Inductor's Python wrapper whatever the program's length, compiled,
+    as a callable on NumPy feeds."""
+    from d500.backends.torch import compiled
+    bar, compiled.CPP_WRAPPER_FROM = compiled.CPP_WRAPPER_FROM, sys.maxsize
+    try:
+        exe = get("torch:compiled").prepare(model)
+        exe.run(feeds)
+    finally:
+        compiled.CPP_WRAPPER_FROM = bar
+    print(f"{'compiled py':<16} compile {exe.compile_time:7.2f} s, Inductor's "
+          f"{exe.settings()['wrapper']} wrapper", flush=True)
+    return lambda: exe.run(feeds)
 
 
 def main() -> None:
@@ -67,9 +84,12 @@ def main() -> None:
         first = time.perf_counter() - t0
         compiled = getattr(exe, "compile_time", None)
         print(f"{name:<16} prepare + first call {first:7.2f} s"
-              + (f"   (compile {compiled:.2f} s)" if compiled is not None else ""), flush=True)
+              + (f"   (compile {compiled:.2f} s, {exe.compile_cache} cache, Inductor's "
+                 f"{exe.settings()['wrapper']} wrapper)" if compiled is not None else ""),
+              flush=True)
         runs[name] = lambda exe=exe: exe.run(feeds)
     runs["torch fx"] = static_fx(get("torch").prepare(model), feeds)
+    runs["compiled py"] = python_wrapper(model, feeds)
     times = {name: [] for name in CONTENDERS}
     for r in range(args.rounds):
         order = CONTENDERS[r % len(CONTENDERS):] + CONTENDERS[:r % len(CONTENDERS)]
@@ -89,6 +109,8 @@ def main() -> None:
               f"/ onnxruntime {statistics.median(ratios):.3f} (IQR {q[0]:.3f}-{q[2]:.3f})")
     speedup = [e / c for e, c in zip(eager, times["torch:compiled"])]
     print(f"torch eager / torch:compiled {statistics.median(speedup):.3f} (median per round)")
+    speedup = [p / c for p, c in zip(times["compiled py"], times["torch:compiled"])]
+    print(f"compiled py / torch:compiled {statistics.median(speedup):.3f} (median per round)")
     speedup = [e / c for e, c in zip(eager, times["torch fx"])]
     print(f"torch eager / torch fx       {statistics.median(speedup):.3f} (median per round)")
 

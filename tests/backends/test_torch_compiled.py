@@ -73,6 +73,26 @@ def test_one_graph_compiled_once_agrees_with_eager_and_never_recompiles(home):
     assert compiled.settings()["fullgraph"] is True
 
 
+def test_a_long_program_runs_through_inductors_cpp_wrapper_and_agrees(home, monkeypatch):
+    """A program of CPP_WRAPPER_FROM aten calls or more compiles Inductor's C++ wrapper (here the
+    tiny one, the bar lowered): it agrees with eager, and its C++ entry is in the cache; a
+    shorter program keeps the Python wrapper."""
+    from d500.backends.torch import compiled as module
+    model = tiny()
+    eager, short = get("torch").prepare(model), get("torch:compiled").prepare(model)
+    short.run([x(0)])
+    assert short.settings()["wrapper"] == "Python"
+
+    def entries() -> int:
+        return sum("inductor_entry_impl" in p.read_text() for p in home.rglob("*.cpp"))
+    assert entries() == 0
+    monkeypatch.setattr(module, "CPP_WRAPPER_FROM", 1)
+    long = get("torch:compiled").prepare(model)
+    for seed in range(3):
+        [got], [want] = long.run([x(seed)]), eager.run([x(seed)])
+        assert compare("y", got, want).ok
+    assert long.settings()["wrapper"] == "C++" and entries() >= 1
+
 def test_an_input_that_decides_a_shape_is_baked_and_each_value_has_its_program(home):
     compiled = get("torch:compiled").prepare(tiny(shape_input=True))
     eager = get("torch").prepare(tiny(shape_input=True))
