@@ -12,5 +12,6 @@ MEASURED = (
     "every stage times its waits for a neighbour (receiving an activation or a gradient, and the "
     "end of its sends) over the time of its pipeline passes in each step (the data allreduce and "
     "the update left out); the mean over the ranks (each rank's own in the run's details), as "
-    "the ranks report it: the entry's code runs there and the judge cannot check it"
+    "the ranks report it: the entry's code runs there; the judge records none whose mean is "
+    "below 0.4 x its own (P-1)/(M+P-1), a wait no stages can have (distributed/figures.py)"
 )

@@ -310,6 +310,10 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
     if losses:
         figures["train_loss"] = float(sum(losses) / len(losses))
     held = sum(a.nbytes for a in model.trainer.parameters().values())  # memory claims' check
+    bubble = None
+    if order.spec.pipeline > 1:  # the judge's own theory, not the ranks'
+        from d500.distributed.pipeline.schedule import bubble as theory
+        bubble = theory(order.spec.pipeline, order.spec.micro_batches)
     figures = recorded({**figures, **figs.aggregate(stats, held, stages, least,
                                                         peaks)})
     figures.update(figs.scaling(run.ledger, run.id, wl, entry.name, order.backend,
