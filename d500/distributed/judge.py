@@ -315,7 +315,7 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
         from d500.distributed.pipeline.schedule import bubble as theory
         bubble = theory(order.spec.pipeline, order.spec.micro_batches)
     figures = recorded({**figures, **figs.aggregate(stats, held, stages, least,
-                                                        peaks)})
+                                                        peaks, bubble)})
     figures.update(figs.scaling(run.ledger, run.id, wl, entry.name, order.backend,
                                 order.world_size, figures.get("time_to_accuracy", math.inf)))
     here = socket.gethostname()
