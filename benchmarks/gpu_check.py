@@ -312,7 +312,7 @@ def compiled(device: str, quick: bool) -> None:
         rel = float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-30))
         print(f"{name}: compiled/eager on {device}: max rel {rel:.1e}, argmax agrees "
               f"{bool(np.all(got.argmax(-1) == want.argmax(-1)))}, compile "
-              f"{comp.compile_time:.1f} s")
+              f"{comp.compile_time:.1f} s, Inductor's {comp.settings()['wrapper']} wrapper")
         times = measure_interleaved({"eager": lambda: eager.run(feed),
                                      "compiled": lambda: comp.run(feed)},
                                     budget=1.0 if quick else 3.0)
