@@ -21,7 +21,8 @@ the real `d500 train` and `d500 tune` commands into its own ledger, and packaged
 
 The session fixtures are shared: never change them in place (copy with ledger_copy, repack).
 Measured on the 2-core machine while others worked: 20-55 s for training and tuning (two torch
-start-ups and 6 short runs; the seeds reach the target in 6 epochs, well inside the budget),
+start-ups and 6 short runs; the seeds reach the target in 6 epochs, well inside the budget; at
+load 6, 34-54 s with the runs' workers forked, as the test session does, 56-80 s spawned),
 under 1 s for packaging. Under pytest-xdist the rules, the entry and the trained home are built
 once for all workers (the first to ask builds, under a file lock the others wait on); each
 worker's digits_home is its own copy, and each checks at its end that nothing changed the
