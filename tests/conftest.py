@@ -33,7 +33,7 @@ def pytest_configure(config):
     level-2 worker) compiled each d500 module it imported, 0.27 s of CPU of a level-3 rank's
     0.54 s of d500 imports (benchmarks/bytecode.py). Python checks a .pyc against its source's
     mtime and size: a stale one is never used."""
-    if not hasattr(config, "workerinput"):
+    if not hasattr(config, "workerinput") and (ROOT / "d500").is_dir():  # (not a copy's toy)
         import compileall
         compileall.compile_dir(ROOT / "d500", quiet=1)
 
