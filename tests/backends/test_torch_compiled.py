@@ -119,6 +119,27 @@ def test_new_parameters_reach_the_frozen_program(home):
     np.testing.assert_allclose(compiled.run([x(2)])[0], eager.run([x(2)])[0], rtol=1e-5)
 
 
+def scaled_exp(alpha: float):
+    """y = alpha * exp(x), alpha a 0-d Constant node (as in Elu's expanded function)."""
+    nodes = [helper.make_node("Constant", [], ["alpha"], value_float=alpha),
+             helper.make_node("Exp", ["x"], ["e"]),
+             helper.make_node("Mul", ["alpha", "e"], ["y"])]
+    graph = helper.make_graph(nodes, "scaled_exp",
+                              [helper.make_tensor_value_info("x", T.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, [2, 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_programs_that_differ_only_in_a_scalar_constant_never_share_a_cached_one(home):
+    """Inductor inlines a 0-d constant into its kernels, and with freezing its graph cache keyed
+    such a constant by shape and dtype only: the second of two models that differ only in one
+    ran the first one's program (test_elu_default_expanded_ver18 computed Elu with alpha 2)."""
+    zeros = np.zeros((2, 4), np.float32)
+    for alpha in (2.0, 1.0, 3.0):  # each after the one before it sits in the cache
+        [y] = get("torch:compiled").prepare(scaled_exp(alpha)).run([zeros])
+        np.testing.assert_array_equal(y, np.full((2, 4), alpha, np.float32))
+
+
 def test_level_0_gradients_are_refused_rather_than_run_eagerly_under_its_name(home):
     """(Its training step compiles: tests/backends/test_torch_compiled_training.py.)"""
     compiled = get("torch:compiled").prepare(tiny())

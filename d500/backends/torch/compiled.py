@@ -258,7 +258,12 @@ class Compiled:
                                                  "cpp_wrapper": wrapper})
         warm = compile_cache.seen(program)
         self.wrapper = "C++" if wrapper else "Python"
-        with torch.no_grad(), torch._inductor.config.patch(freezing=freeze, cpp_wrapper=wrapper):
+        # A 0-d constant is inlined into the kernels as a literal, yet with freezing Inductor's
+        # graph cache keys it by shape and dtype only (torch 2.13): two programs that differ
+        # only in such a constant (Elu's alpha) shared one cached program, the first one's
+        # value. Kept as tensor constants, they are read at run time from this program's own.
+        with torch.no_grad(), torch._inductor.config.patch(
+                freezing=freeze, cpp_wrapper=wrapper, always_keep_tensor_constants=freeze):
             out = fn(*[feeds[n] for n in free])
         compile_cache.mark(program)
         self.compile_time = time.perf_counter() - t0
