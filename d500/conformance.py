@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from d500.cli import ArgumentParser, stdout_console
+from d500.cli import ArgumentParser, count, stdout_console
 
 RANDOM_OUTPUT = re.compile(r"^test_(bernoulli|training_dropout)")
 
@@ -168,7 +168,7 @@ def run_suite(backend_name: str, ops: list[str] | None = None, progress: bool = 
     if progress and sys.stderr.isatty():
         from rich.progress import Progress
         bar = Progress(transient=True)
-    with bar or _no_bar():
+    with bar or contextlib.nullcontext():
         task = bar.add_task(f"conformance {backend_name}", total=len(tests)) if bar else None
         advance = (lambda n: bar.advance(task, n)) if bar else (lambda n: None)
         if jobs > 1:
@@ -180,11 +180,6 @@ def run_suite(backend_name: str, ops: list[str] | None = None, progress: bool = 
             outcomes.append(run_test(backend, t, device))
             advance(1)
         return outcomes
-
-
-@contextlib.contextmanager
-def _no_bar():
-    yield
 
 
 CHUNK = 4  # tests per task handed to a worker: small, so that slow compiles balance out
@@ -248,7 +243,7 @@ def main(argv: list[str], prog: str) -> int:
                         help="only these operator types")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--failures", action="store_true", help="list every failing test")
-    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+    parser.add_argument("--jobs", type=count, default=1, metavar="N",
                         help="run the tests in N worker processes (default 1: in this one)")
     args = parser.parse_args(argv)
     from d500 import backends
@@ -260,8 +255,6 @@ def main(argv: list[str], prog: str) -> int:
         import onnx
         raise UsageError(f"unknown operator(s) {', '.join(unknown)}: not ONNX operators known "
                          f"to onnx {onnx.__version__}")
-    if args.jobs < 1:
-        raise UsageError(f"--jobs {args.jobs}: give 1 or more worker processes")
     tests = select(args.op)
     if args.op and not tests:
         raise UsageError(f"no node test exercises operator(s) {', '.join(args.op)}")
