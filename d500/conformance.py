@@ -247,14 +247,16 @@ def main(argv: list[str], prog: str) -> int:
                         help="run the tests in N worker processes (default 1: in this one)")
     args = parser.parse_args(argv)
     from d500 import backends
-    from d500.errors import UsageError
+    from d500.errors import UsageError, did_you_mean
     backends.get(args.backend)  # an unknown backend fails before the suite is built
-    known = {name.lower() for name in _schema_names()}
+    names = _schema_names()
+    known = {name.lower() for name in names}
     unknown = [op for op in args.op or [] if op.lower() not in known]
     if unknown:
         import onnx
+        hint = did_you_mean(unknown[0], names)
         raise UsageError(f"unknown operator(s) {', '.join(unknown)}: not ONNX operators known "
-                         f"to onnx {onnx.__version__}")
+                         f"to onnx {onnx.__version__}" + (f" ({hint})" if hint else ""))
     tests = select(args.op)
     if args.op and not tests:
         raise UsageError(f"no node test exercises operator(s) {', '.join(args.op)}")

@@ -8,11 +8,13 @@ from pathlib import Path
 
 
 def did_you_mean(name: str, choices) -> str:
-    """"did you mean 'X'?" for the choice closest to a mistyped name (difflib's default cutoff),
-    or "" when none is close: the hint every unknown-name error shares."""
+    """"did you mean 'X'?" for the choice closest to a mistyped name (difflib's default cutoff,
+    case aside: 'rleu' is near 'Relu'), or "" when none is close: the hint every unknown-name
+    error shares."""
     from difflib import get_close_matches
-    near = get_close_matches(str(name), list(choices), n=1)
-    return f"did you mean '{near[0]}'?" if near else ""
+    by_lower = {str(c).lower(): str(c) for c in reversed(list(choices))}  # the first spelling
+    near = get_close_matches(str(name).lower(), list(by_lower), n=1)
+    return f"did you mean '{by_lower[near[0]]}'?" if near else ""
 
 
 class D500Error(Exception):

@@ -15,6 +15,7 @@ from tests.test_cli import d500, one_line_exit_2
     (["bakends"], ["unknown command 'bakends'", "did you mean 'backends'?"]),
     (["net", "lsit"], ["invalid choice: 'lsit'", "(did you mean 'list'?)"]),
     (["leaderboard", "--format", "htm"], ["invalid choice: 'htm'", "(did you mean 'html'?)"]),
+    (["leaderboard", "--format", "HTM"], ["invalid choice: 'HTM'", "(did you mean 'html'?)"]),
     (["net", "bench", "mlp-mnist", "--backnds", "torch"],
      ["unrecognized arguments: --backnds torch (did you mean '--backends'?)"]),
     # the mistyped option, not the required one it left missing
