@@ -82,7 +82,7 @@ def _read_only_folder(tmp_path):
     return folder if mounted.returncode == 0 else None
 
 
-def test_a_read_only_d500_home_is_one_line(tmp_path):
+def test_a_read_only_d500_home_is_one_line_before_a_framework_loads(tmp_path):
     folder = _read_only_folder(tmp_path)
     if folder is None:
         pytest.skip("no read-only folder can be made here (root without mount)")

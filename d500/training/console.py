@@ -43,8 +43,10 @@ def configure_threads(args: Any, recorded: tuple[int, str] | None = None) -> int
 def resolve(args: Any) -> tuple[Any, Any]:
     """The workload and submission named on the command line, checked against each other (a
     workload name is looked up in the rulebook folder of the entry's level: 2, or 3 when the
-    distributed level is registered), and a level-2 workload's dataset files present."""
+    distributed level is registered), a level-2 workload's dataset files present, and the
+    results folder (D500_HOME) writable: said before a framework loads or a run starts."""
     from d500 import levels
+    from d500.paths import home
     from d500.training import submission as submissions
     entry = submissions.load(args.submission)
     if getattr(args, "precision", None) is not None:  # recorded with every run it makes
@@ -63,6 +65,7 @@ def resolve(args: Any) -> tuple[Any, Any]:
         entry.recipe.check(workload)
         from d500.training.data.dataset import check_present
         check_present(workload.dataset, args.data)  # its files, before a framework loads
+    home()
     return workload, entry
 
 
