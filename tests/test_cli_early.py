@@ -86,11 +86,20 @@ def test_a_read_only_d500_home_is_one_line_before_a_framework_loads(tmp_path):
     folder = _read_only_folder(tmp_path)
     if folder is None:
         pytest.skip("no read-only folder can be made here (root without mount)")
+    code = ("import sys; from d500.cli import main; rc = main(sys.argv[1:]); "
+            "print(rc, [m for m in ('torch', 'tensorflow', 'jax') if m in sys.modules])")
     try:
         env = {**os.environ, "D500_HOME": str(folder)}
-        for args in (["ledger", "list"], ["leaderboard"]):
-            one_line_exit_2(d500(*args, env=env), f"D500_HOME={folder}: cannot use it as the "
-                            "results directory (not writable")
+        for args in (["ledger", "list"], ["leaderboard"],
+                     ["train", "digits-mlp", "--submission", "sgd-momentum", "--seed", "0"],
+                     ["tune", "digits-mlp", "--submission", "sgd-momentum"],
+                     ["reference", "digits-mlp"]):
+            out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                                 text=True, env=env, check=False)
+            assert out.stdout.strip() == "2 []", (args, out.stdout, out.stderr)
+            assert out.stderr.count("\n") == 1, out.stderr
+            assert f"D500_HOME={folder}: cannot use it as the results directory (not " \
+                   "writable" in out.stderr, out.stderr
     finally:
         if os.geteuid() == 0:
             subprocess.run(["umount", str(folder)], check=False)
