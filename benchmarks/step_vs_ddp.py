@@ -16,7 +16,7 @@ the quartiles); >= 0.952 meets the target.
     .venv/bin/python benchmarks/step_vs_ddp.py --model mlp --scheme zero3 --baseline fsdp
 
 --scheme zero1/zero2/zero3 is sync with that ZeRO stage (d500.distributed.schemes.zero; zero3
-layer by layer, d500.distributed.schemes.zero3, prefetching unless --no-prefetch);
+layer by layer, d500.distributed.schemes.zero3, one layer at a time unless --prefetch);
 --baseline fsdp times torch FSDP2 (d500.distributed.fsdp) instead of DDP; ssp runs with
 staleness 2; a parameter server's step time is its rank's, the slowest rank's per repetition.
 
@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="d500's side: a scheme's name, or zero1..zero3 (default sync)")
     parser.add_argument("--baseline", default="ddp", choices=("ddp", "fsdp"),
                         help="torch's side: DistributedDataParallel or FSDP2 (default ddp)")
-    parser.add_argument("--no-prefetch", action="store_true",
-                        help="zero3: gather one layer at a time (option prefetch: false)")
+    parser.add_argument("--prefetch", action="store_true",
+                        help="zero3: the next layer's gather during a layer (option prefetch)")
     parser.add_argument("--repetitions", type=int, default=15)
     parser.add_argument("--number", type=int, default=10, help="steps per timed repetition")
     args = parse_under_mpiexec(parser, argv, __file__)
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.scheme == "zero3":  # layer by layer, each layer a sub-model of its own
         from d500.distributed.schemes.zero3 import Zero3
         sync = Zero3(model, torch_backend, make("momentum", lr=0.01, momentum=0.9), comm,
-                     prefetch=not args.no_prefetch)
+                     prefetch=args.prefetch)
     elif args.scheme in ("zero1", "zero2"):
         from d500.distributed.schemes.zero import Zero
         sync = Zero(trainer(), comm, stage=int(args.scheme[-1]))

@@ -15,9 +15,10 @@ the framework holds no weights between calls. Forward runs each layer on the gat
 keeping only its inputs; backward walks the layers in reverse, gathers each again and runs
 `Executable.gradients(grad_outputs=...)` (a forward recomputed, then the backward), as a
 pipeline stage does. The collectives are nonblocking (MPI_Iallgatherv, MPI_Ireduce_scatter):
-as FSDP2 does, the next layer's gather is under way while the current layer computes (prefetch,
-the default; option `prefetch: false` gathers one layer at a time), and the reduce-scatters run
-behind the backward, waited for before the update. Each parameter's rows are cut as torch FSDP2
+a layer is gathered once the one before it is freed (one layer held at a time, the default:
+PREFETCH), or, with option `prefetch: true`, as FSDP2 does, the next layer's gather is under
+way while the current layer computes (two layers held); the reduce-scatters run behind the
+backward, waited for before the update. Each parameter's rows are cut as torch FSDP2
 cuts them (Shard(0), rank r rows n*r//N .. n*(r+1)//N, no padding), so a rank holds about B/N of
 every layer; the optimizer updates each row block as a whole tensor, which equals the whole
 tensor's update for elementwise rules only (SGD, momentum, Adam, AdamW, Adagrad): an optimizer
@@ -81,6 +82,9 @@ def layered(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[Any], list[st
     return out, segments(out, _grouped(g, params)), params
 
 
+PREFETCH = False  # the default: one layer gathered at a time, issue 20's memory target (a rank
+# holds 1/N of the parameters and optimizer state plus one layer); prefetch held two for 0-5% of
+# step time (benchmarks/zero3_prefetch.py, README)
 SMALL = 0.1  # a group under this share of the largest layer's bytes joins the group before it
 
 
@@ -136,9 +140,9 @@ def shard_bytes(model: onnx.ModelProto, spec: Any, world: int) -> dict[int, int]
 
 def peak_bytes(model: onnx.ModelProto, spec: Any, world: int) -> dict[int, int]:
     """The parameter bytes each rank must hold at least inside a step (rank -> bytes): its rows
-    and the most gathered at once, two layers in turn with prefetch (a layer's gather under way
-    while the one before it is held: the default) or the largest layer without (option
-    `prefetch: false`); a model with running statistics: the whole model."""
+    and the most gathered at once: the largest layer (one at a time, the default), or two
+    layers in turn with option `prefetch: true` (a layer's gather under way while the one
+    before it is held); a model with running statistics: the whole model."""
     from d500.backends.training_graph import running_statistics
     from d500.distributed.tensor.rank import differentiable
     shapes = _sizes(model)
@@ -148,7 +152,7 @@ def peak_bytes(model: onnx.ModelProto, spec: Any, world: int) -> dict[int, int]:
         return dict.fromkeys(range(spec.dims(world)["data"]), whole)
     sizes = [sum(4 * math.prod(shapes[p]) for p in _held(layer, params)) for layer in layers]
     order = gather_order(_reached(layers, differentiable(form, set(params))))
-    ahead = 1 if spec.options.get("prefetch", True) else 0
+    ahead = 1 if spec.options.get("prefetch", PREFETCH) else 0
     largest = max(sum(sizes[k] for k in order[i:i + 1 + ahead]) for i in range(len(order)))
     return {r: b + largest for r, b in shard_bytes(model, spec, world).items()}
 
@@ -261,7 +265,7 @@ class Zero3(Scheme):
     name = "zero3"
 
     def __init__(self, model: onnx.ModelProto, backend_cls: Any, optimizer: Any, comm: Any,
-                 loss: str = "loss", where: str = "shard: zero3", prefetch: bool = True,
+                 loss: str = "loss", where: str = "shard: zero3", prefetch: bool = PREFETCH,
                  **kwargs: Any):
 
         from d500.distributed.pipeline.partition import value_infos
