@@ -4,10 +4,12 @@ with their reasons, as the level-2 board computes them from the same sealed fiel
 
     check(ctx, report)   # report.scoring: one dict per result; report.checked: one line each
 
-Launch order is the sealed start time, then the ledger id. The ledger hands out ids at launch, in
-the same write transaction that stamps `started`, so a result whose start times run against its
-ids by more than CLOCK_SLACK_S had a start time changed (the consistency check also holds each
-`started` to its MLLOG's run_start): a re-dated run is a problem, never a new order.
+The window's order is the rules' seed order (d500.training.seeds.position), never the start
+times or the ledger ids, which a sender who re-seals can rewrite: re-dating two runs (and their
+MLLOGs) moves no run in it. A re-date is still named where it shows: the ledger hands out ids at
+launch, in the same write transaction that stamps `started`, so a result whose start times run
+against its ids by more than CLOCK_SLACK_S had a start time changed (the consistency check also
+holds each `started` to its MLLOG's run_start).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from d500.competition.completeness import ids, is_outside_study, result_name, world
 
 CLOCK_SLACK_S = 1.0  # a wall clock stepped back (NTP) between two launches: not a re-dating
+# (the slack decides only whether a re-date is named: it moves no run in the scoring window)
 
 
 def as_row(run: Any, text: bytes | None, rel: str) -> dict[str, Any]:
@@ -77,7 +80,7 @@ def order_problems(rows: list[dict[str, Any]]) -> list[str]:
         if latest is not None and started < latest[1] - CLOCK_SLACK_S:
             out.append(f"run {row['id']} started at {started:.3f} (unix s), before run "
                        f"{latest[0]} ({latest[1]:.3f}), which the ledger launched first: a start "
-                       f"time was changed, and launch order decides which seed runs score")
+                       f"time was changed")
         if latest is None or started > latest[1]:
             latest = (row["id"], started)
     return out

@@ -10,8 +10,12 @@ workload, the entry, the backend (and, at level 3, the world size), and which re
 Only the required seeds score. A seed run with any other seed (`d500 train --seed S`) is an
 exploration: listed, never scored. A required seed whose only runs were interrupted counts as a
 miss (∞) until it is re-run to completion; a run still running counts for nothing yet. A workload
-with `seed_runs: M` (> its `seeds: N`) requires M seeds, of which the N consecutive by launch time
-closest to their median score (d500.training.window); the other M − N are listed as run, unscored.
+with `seed_runs: M` (> its `seeds: N`) requires M seeds, of which the N consecutive in the rules'
+seed order (seed i < M, fixed before any run) closest to their median score
+(d500.training.window); the other M − N are listed as run, unscored. The order is never the
+sender's: not the start times (a re-dated start and MLLOG would reorder runs that started close
+together), not the ledger ids (a re-sealed ledger can renumber them), not the order the sender
+chose to launch the seeds in (`--seed`, one at a time, after seeing the first ones' times).
 """
 
 from __future__ import annotations
@@ -134,13 +138,14 @@ def sort_out(runs: Iterable[dict[str, Any]]) -> Sorted:
     if m <= n:
         return Sorted(counted, [], explorations)
     from d500.training.score import time_to_target
-    launched = sorted(counted, key=launch)
-    choice = choose([time_to_target(r) for r in launched], n, m)
-    kept = [r for i, r in enumerate(launched) if choice.picks(i)]
-    rest = [r for i, r in enumerate(launched) if not choice.picks(i)]
+    ordered = sorted(counted, key=position)
+    choice = choose([time_to_target(r) for r in ordered], n, m)
+    kept = [r for i, r in enumerate(ordered) if choice.picks(i)]
+    rest = [r for i, r in enumerate(ordered) if not choice.picks(i)]
     return Sorted(sorted(kept, key=lambda r: r.get("id") or 0), rest, explorations, choice)
 
 
-def launch(run: dict[str, Any]) -> tuple[float, int]:
-    """A run's place in launch order: its sealed start time, then its ledger id."""
-    return (float(run.get("started_unix") or 0.0), int(run.get("id") or 0))
+def position(run: dict[str, Any]) -> int:
+    """A required seed run's place in the window's order: its seed's index i in the rules' list
+    (seed_of(..., i)). Nothing the sender records moves it: one run counts per seed."""
+    return required_of(run).index(run.get("seed"))

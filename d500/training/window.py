@@ -1,5 +1,5 @@
-"""MLPerf's M > N seed runs: which N consecutive runs (by launch time) of the M a workload lets
-an entry run are scored. Pure: figures in, a Choice out.
+"""MLPerf's M > N seed runs: which N consecutive runs (in the rules' seed order) of the M a
+workload lets an entry run are scored. Pure: figures in, a Choice out.
 
     choose([3.1, 2.9, inf, 3.4, 3.0, 3.2], n=3)   # -> Choice(start=3, ...): runs 3, 4, 5 score
 
@@ -11,14 +11,16 @@ should be included in the median calculation as "infinite" scores ... "consecuti
 as an objective and deterministic method, such as submission timestamps"). d500 makes the choice
 itself, from the ledger, never the sender:
 
-- the M runs are ordered by launch time (`started_unix`, then the ledger's run id), both sealed;
+- the M runs are ordered by their seed's index i in the rules' list (seed_of(..., i), i < M:
+  d500.training.seeds.position), an order fixed before any run: a sender cannot move a run by
+  re-dating it, renumbering the ledger or launching the seeds in an order of their choice;
 - a run that did not meet the target (missed, diverged, failed, interrupted) is ∞; a required
-  seed with no run at all is ∞ in the median too (it has no launch time, so no window holds it);
+  seed with no run at all is ∞ in the median too (no window holds it);
 - the median is that of all M values (∞ included);
 - each window of N consecutive runs has the mean of its values (∞ when it holds a miss);
 - the window whose mean is closest to the median scores: |mean − median|, with ∞ − ∞ = 0 (an
   infinite window is exactly at an infinite median: the result is a miss, as MLPerf's "the
-  entire result is invalid"); ties go to the earliest window (the smallest launch position).
+  entire result is invalid"); ties go to the earliest window (the smallest seed index).
 With M = N there is one window, every run.
 """
 
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Choice:
-    """The window that scores: runs [start, start + n) of the launch order, its mean, the
+    """The window that scores: runs [start, start + n) of the seed order, its mean, the
     median of the M, and one line saying why."""
 
     start: int
@@ -42,7 +44,7 @@ class Choice:
     reason: str
 
     def picks(self, i: int) -> bool:
-        """Whether the run at launch position i is one of the scored window."""
+        """Whether the run at position i of the seed order is one of the scored window."""
         return self.start <= i < self.start + self.n
 
 
@@ -54,7 +56,7 @@ def distance(mean: float, median: float) -> float:
 
 
 def choose(values: Sequence[float], n: int, m: int | None = None) -> Choice:
-    """The N consecutive values (in launch order) whose mean is closest to the median of the M
+    """The N consecutive values (in the seed order) whose mean is closest to the median of the M
     (`m`: the required count; values short of it are missing runs, ∞ in the median)."""
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
@@ -74,7 +76,7 @@ def choose(values: Sequence[float], n: int, m: int | None = None) -> Choice:
     assert best is not None
     gap, start, mean = best
     return Choice(start, n, mean, median,
-                  f"runs {start + 1}..{start + n} of {m} by launch time: their mean "
+                  f"runs {start + 1}..{start + n} of {m} in the rules' seed order: their mean "
                   f"{_num(mean)} is the closest of {len(vals) - n + 1} windows to the median "
                   f"{_num(median)} of the {m} (a miss counts as ∞; ties: the earliest)")
 

@@ -1,6 +1,7 @@
 """MLPerf's M > N seed runs (d500.training.window, d500.training.seeds.sort_out): which N
-consecutive runs by launch time score, on hand-made figures: ties, infinities, missing runs,
-M = N, and a launch order that is the ledger's, never the sender's."""
+consecutive runs in the rules' seed order score, on hand-made figures: ties, infinities, missing
+runs, M = N, and an order that is the rules', never the sender's (start times, ids, the order
+the seeds were launched in move nothing)."""
 
 from __future__ import annotations
 
@@ -76,16 +77,33 @@ def rows(times: list[float], started: list[float]) -> list[dict]:
             for i, (s, t, at) in enumerate(zip(req, times, started))]
 
 
-def test_sort_out_scores_the_window_by_launch_time():
+def test_sort_out_scores_the_window_in_the_rules_seed_order():
     assert (seeds.count(TEXT), seeds.scoring(TEXT)) == (4, 2)
-    # launch order 1, 2, 3, 4; times 10, 1, 3, 4: median 3.5, windows 5.5, 2, 3.5 -> runs 3, 4
+    # seed order 1, 2, 3, 4; times 10, 1, 3, 4: median 3.5, windows 5.5, 2, 3.5 -> runs 3, 4
     out = seeds.sort_out(rows([10, 1, 3, 4], [100, 200, 300, 400]))
     assert [r["id"] for r in out.scored] == [3, 4] and [r["id"] for r in out.unscored] == [1, 2]
     assert out.choice is not None and out.choice.start == 2
-    # the launch order is the start time's, not the id's: run 1 launched last -> runs 3, 4 again
-    # (order 2, 3, 4, 1: times 1, 3, 4, 10; windows 2, 3.5, 7 -> 3.5 is the median: runs 3, 4)
-    out = seeds.sort_out(rows([10, 1, 3, 4], [500, 200, 300, 400]))
-    assert [r["id"] for r in out.scored] == [3, 4]
+
+
+def test_start_times_and_ids_move_no_run_in_the_window():
+    # times 4, 1, 10, 3 in seed order: median 3.5, windows 2.5, 5.5, 6.5 -> seeds 0, 1 (mean 2.5)
+    honest = seeds.sort_out(rows([4, 1, 10, 3], [100, 100.4, 100.8, 101.2]))
+    assert [r["seed"] for r in honest.scored] == seeds.required(2, "digits-mlp", "e", "torch",
+                                                                4)[:2]
+    # the attack: seeds 1 and 2 re-dated (with their MLLOGs) to swap places within a second. A
+    # launch order by start time would read 4, 10, 1, 3: windows 7, 5.5, 2, of which 2 is the
+    # closest to the median 3.5: seeds 2, 3 would score, a mean of 2 for the honest 2.5
+    swapped = rows([4, 1, 10, 3], [100, 100.8, 100.4, 101.2])
+    by_time = sorted(swapped, key=lambda r: r["started_unix"])
+    assert choose([r["figures"]["time_to_accuracy"] for r in by_time], 2, 4).mean == 2.0
+    assert [r["seed"] for r in seeds.sort_out(swapped).scored] == \
+        [r["seed"] for r in honest.scored]
+    # the ids renumbered (a re-sealed ledger), or the seeds launched one at a time in the
+    # sender's order (`--seed`, after seeing the first times): the same window
+    renumbered = [{**r, "id": 10 - r["id"]} for r in rows([4, 1, 10, 3], [4, 3, 2, 1])]
+    assert sorted(r["seed"] for r in seeds.sort_out(renumbered).scored) == \
+        sorted(r["seed"] for r in honest.scored)
+    assert seeds.sort_out(renumbered).choice.mean == honest.choice.mean == 2.5
     # a miss counts as infinitely slow, and a run of a seed the rules did not choose never scores
     extra = {**rows([1], [50])[0], "id": 9, "seed": 123456}
     out = seeds.sort_out(rows([INF, 2, 3, INF], [1, 2, 3, 4]) + [extra])
