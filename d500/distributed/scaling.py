@@ -47,7 +47,9 @@ measured compute x D0 / D), take C / m a micro-batch, and each micro-batch's cro
 x = (bytes per sample over the costliest cut, from the run's recorded partition) x b / m, go
 forward and their gradients come back: a slot costs C / m + 2 (alpha + x beta). GPipe and 1F1B
 both flush every step, so the pipeline takes (m + P - 1) slots: the bubble (P - 1)/(m + P - 1) of
-it idle. Then the data allreduce of the stage's gradient over D ranks in buckets (as tensor's).
+it idle. Then the data allreduce of the stage's gradient over D ranks in buckets (as tensor's;
+a hybrid run measured at D0 > 1 allreduced it over its D0 data ranks: its allreduces are read
+back over D0, not N0, and the gradient modelled is no less than they moved).
 One rank holds the whole model: compute P x C / imbalance (the cut's FLOPs). Memory per rank: the
 stage's params + grads + optimizer state (measured), plus the stashed micro-batch inputs: GPipe
 holds all m, 1F1B at most P (schedule.stashed), each b / m samples of the bytes per sample the run
@@ -158,7 +160,10 @@ class Profile:
             c is not None for c in computes) else min(steps)
         h = run.get("hyperparameters") or {}
         tensor, stages = int(h.get("tensor", 1)), int(h.get("pipeline", 1))
-        over = tensor if tensor > 1 else n0  # the ranks a measured allreduce ran over
+        data = n0 // (tensor * stages) if n0 % (tensor * stages) == 0 else n0
+        # the ranks a measured allreduce ran over: a tensor group's (its activations), a
+        # pipeline's data group's (each stage's gradient; a hybrid data x pipeline run), or all
+        over = tensor if tensor > 1 else data if stages > 1 else n0
         names = sorted({n for r in ranks for n in r.get("collectives", {})})
         collectives = []
         for name in names:
@@ -187,11 +192,13 @@ class Profile:
             label = f"{label} / pipeline {pipe['pipeline']} x {pipe['micro']} {pipe['schedule']}"
             if n0 > pipe["pipeline"] * tensor:  # a hybrid run: its own line beside data 1's
                 label = f"{label} / data {n0 // (pipe['pipeline'] * tensor)}"
+        grads = max((max(m.get("grad_bytes", 0.0), m.get("param_bytes", 0.0)) for m in held),
+                    default=0.0)  # every parameter's gradient is averaged
+        if stages > 1 and tensor == 1:  # and no less than a stage's data allreduce moved
+            grads = max(grads, _averaged(ranks, data))
         return cls(label, scheme, compressor or "none", n0, compute, sum(steps) / len(steps),
                    int(d.get("global_batch") or h.get("batch_size", 1)),
-                   d.get("batch_mode", "global"), tuple(collectives), rid, tensor,
-                   max((max(m.get("grad_bytes", 0.0), m.get("param_bytes", 0.0))
-                        for m in held), default=0.0),  # every parameter's gradient is averaged
+                   d.get("batch_mode", "global"), tuple(collectives), rid, tensor, grads,
                    float(h.get("bucket_bytes", 25 * 2**20)), memory, **pipe, **sharding)
 
 
@@ -238,14 +245,24 @@ def _pipeline(run: dict[str, Any], held: list[dict[str, float]], n0: int) -> dic
             "activation": max((m.get("stash_bytes_peak", 0.0) for m in held), default=0.0)}
 
 
+def _averaged(ranks: list[dict[str, Any]], data: int) -> float:
+    """The most gradient bytes a step any rank of a hybrid data x pipeline run allreduced over
+    its `data` ranks, read back from what it sent (2(D-1)/D of them; 0 at data 1)."""
+    if data < 2:
+        return 0.0
+    return max((sum(t.get("sent", 0.0) for n, t in r.get("collectives", {}).items()
+                    if KINDS.get(n, "allreduce") == "allreduce") * data / (2 * (data - 1))
+                for r in ranks), default=0.0)
+
+
 def _buffer(name: str, per_rank: list[dict[str, float]], calls: float, n0: int) -> float:
     """Bytes per call of a collective (B, or C for an allgather) from what the ranks counted per
     step, read back through the formula it was counted with (see the module docstring)."""
     sent = max(p.get("sent", 0.0) for p in per_rank) / calls
     received = max(p.get("received", 0.0) for p in per_rank) / calls
     kind = KINDS.get(name, "allreduce")
-    if kind == "allreduce":
-        return sent * n0 / (2 * (n0 - 1))
+    if kind == "allreduce":  # (over one rank, nothing moves: the bytes as counted)
+        return sent * n0 / (2 * (n0 - 1)) if n0 > 1 else sent
     if kind == "allgather":
         return sent / (n0 - 1)
     if kind == "blocks":  # rank r sends B less one block: the ranks together (N0-1) * B

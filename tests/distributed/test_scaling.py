@@ -448,6 +448,81 @@ def test_a_measured_pipeline_run_reads_back_its_cut_and_bubble(tmp_path):
     assert measured >= 0.8 * 0.2  # a stage waits at least for the fill or the drain
 
 
+def hybrid_record(claimed: float = 10000.0) -> dict:
+    """pipeline_record at {data: 2, pipeline: 2}, 4 ranks: each rank allreduced its stage's
+    10,000 gradient bytes (2,500 float32) over its data pair once a step (comm.ring_counts),
+    while claiming `claimed` bytes of parameters, gradients and momentum."""
+    run = pipeline_record(n0=4, grads=claimed)
+    run["hyperparameters"].update(data=2)
+    for r, rank in enumerate(run["details"]["ranks"]):
+        sent, received = ring_counts(2500, 2, r % 2)
+        rank["collectives"] = {"allreduce": {"calls": 1, "sent": 4 * sent,
+                                             "received": 4 * received},
+                               "send": {"calls": 4, "sent": 4 * 1024},
+                               "recv": {"calls": 4, "received": 4 * 1024}}
+    return run
+
+
+def test_a_hybrid_runs_data_allreduce_is_read_back_over_its_data_ranks():
+    """{data: 2, pipeline: 2} at 4 ranks: a stage's allreduce ran over its data pair, so the
+    10,000 bytes each rank sent a step read back as a 10,000-byte gradient (over the 4 ranks of
+    the world, as before: 6,667). At the measured 4 ranks the step is 5 slots of micro-batches
+    of 4 samples (1,024 B over the cut) and that allreduce over 2 ranks; at 16 ranks (D = 8)
+    micro-batches of 1, over 8. Attack: ranks claiming 1,000 gradient bytes while their
+    allreduces moved 10,000 are modelled by what moved."""
+    p = scaling.Profile.from_run(hybrid_record())
+    a, b = NET.alpha, NET.beta
+    assert p.label == "sync / pipeline 2 x 4 1f1b / data 2"
+    assert {c.name: (c.calls, c.nbytes) for c in p.collectives}["allreduce"] == (1, 10000)
+    assert p.grad_bytes == 10000
+    over_2 = 2 * a + 10000 * b  # 2(D-1) alpha + 2(D-1)/D G beta, D = 2
+    measured = 5 * (1e-3 / 4 + 2 * (a + 1024 * b)) + over_2
+    assert scaling.step_time(p, 4, NET) == pytest.approx(measured)
+    over_8 = 14 * a + 1.75 * 10000 * b
+    assert scaling.step_time(p, 16, NET) == pytest.approx(
+        5 * (1e-3 / 4 / 4 + 2 * (a + 256 * b)) + over_8)
+    assert scaling.step_time(p, 2, NET) == pytest.approx(5 * (2e-3 / 4 + 2 * (a + 2048 * b)))
+    shirked = scaling.Profile.from_run(hybrid_record(claimed=1000.0))
+    assert shirked.grad_bytes == 10000
+    assert scaling.step_time(shirked, 16, NET) == scaling.step_time(p, 16, NET)
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.skipif(jobs.MPIEXEC is None, reason="no mpiexec beside Python")
+def test_a_measured_hybrid_run_models_its_data_dimension(tmp_path):
+    """hybrid-data-pipeline ({data: 2, pipeline: 2}) on digits-mlp at `mpiexec -n 4`, one
+    epoch, then `d500 scale` of its ledger row: each stage's gradient allreduce over its data
+    pair reads back as the stage's gradient bytes (33,280 B fc1, 35,624 B fc2 + fc3), not 2/3 of
+    them; the data dimension modelled is the larger stage's; at the measured 4 ranks the bubble
+    is the run's theory; data grows from 2 to 8 at 16 ranks."""
+    home = tmp_path / "home"
+    wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 1})
+    out = jobs.train(home, 4, wl, jobs.ENTRIES / "hybrid-data-pipeline", "--seed", "0")
+    run_id = jobs.last_run(home)["id"]
+    from d500.ledger import Ledger
+    recorded = Ledger(home / "ledger.sqlite").get(run_id)
+    ranks = recorded["details"]["ranks"]
+    assert ranks, (out.returncode, out.stderr[-2000:])
+    stage = {r["rank"]: r["scheme"]["grad_bytes"] for r in ranks}
+    assert sorted(set(stage.values())) == [33280, 35624]
+    p = scaling.Profile.from_run(recorded)
+    assert (p.ranks, p.pipeline, p.group) == (4, 2, 2) and p.label.endswith("/ data 2")
+    assert {c.name: c.nbytes for c in p.collectives}["allreduce"] == 35624
+    assert p.grad_bytes == 35624
+    report = json.loads(jobs.plain_d500(home, "scale", str(run_id), "--network",
+                                        "2us,12.5GB/s", "--ranks", "4,16", "--json").stdout)
+    rows = {r["ranks"]: r for r in report["predictions"]}
+    assert rows[4]["bubble"] == pytest.approx(recorded["figures"]["bubble_theory"])
+    a, b = NET.alpha, NET.beta
+    data = {4: 2 * a + 35624 * b, 16: 14 * a + 1.75 * 35624 * b}  # over D = 2, then 8
+    for n, row in rows.items():
+        m = scaling.micro_batches(p, n)
+        pipe = (m + 1) * (scaling.compute_time(p, n, False) / m
+                          + 2 * (a + scaling.p2p_bytes(p, n) * b))
+        assert row["step_time"] == pytest.approx(pipe + data[n]), n
+
+
 def composed_record(n0: int = 4, grads: float = 10000.0, claimed: float | None = None) -> dict:
     """A `pipeline: 2, tensor: 2, micro_batches: 4` (1F1B) run at `n0` ranks of a 32-sample
     batch: each stage's cut sends 256 bytes a sample to its tensor peer (micro-batches of 8: 4
