@@ -5,11 +5,13 @@ and 1F1B at several micro-batch counts, interleaved in one run. Target (issue 20
 Every rank builds the model from the same seed, cuts it in 2 stages (d500.distributed.pipeline)
 and trains its stage on random (seeded) batches of `--batch` samples, the same every step; for
 each (schedule, M) in turn, round after round, it runs `--steps` steps and reads the stage's wait
-for its neighbour over its pipeline passes (`bubble_measured`, as a run records it). A stage
-cut costlier than the other waits less: the theory assumes equal stages, so the partition's
-imbalance (costliest / mean stage FLOPs) is printed too. Printed: each stage's median bubble
-over rounds, their mean, the theory, mean/theory, and rank 0's median time of a step's
-pipeline passes; then `best`, the bubble these stages would leave with free messages (the
+for its neighbour over its pipeline passes (`bubble_measured`, as a run records it). The
+theory assumes equal stages; a cut falls between nodes, so the partition's stages may not be
+(imbalance: costliest / mean stage, forward and backward FLOPs as the cut counts them), and
+`cut`, the bubble the schedule leaves on these counted stage costs with free messages
+(schedule.simulate), is the formula for this cut. Printed: each stage's median bubble over
+rounds, their mean, the theory, mean/theory, `cut` and mean/cut, and rank 0's median time of a
+step's pipeline passes; then `best`, the bubble these stages would leave with free messages (the
 schedule simulated on each stage's forward and backward CPU seconds per micro-batch, which
 other processes on the cores do not inflate; schedule.simulate: the theory's figure for stages
 that do not cost the same; with --sleep, whose stages are equal by construction, the theory),
@@ -21,6 +23,10 @@ the median time of a whole step (passes and update) of each, and their ratio d50
     .venv/bin/python benchmarks/pipeline_bubble.py [--model lenet5|mlp] [--batch 256]
     .venv/bin/python benchmarks/pipeline_bubble.py --model mlp --batch 256 --sleep 100
     .venv/bin/python benchmarks/pipeline_bubble.py --model mlp --batch 4096 [--rematerialise]
+    .venv/bin/python benchmarks/pipeline_bubble.py --model mlp --hidden 256,256,256,256,256
+
+--hidden sets the MLP's hidden widths (default 128,64, digits-mlp's): five of 256 cut into two
+stages within 3 % of each other, where digits-mlp's two layers cannot be (1.23).
 
 --sleep makes every pass of both stages sleep in proportion to its samples (3x for the last
 stage's forward-and-backward, 2x for a backward, 1x for a forward): equal stages that do not
@@ -44,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="lenet5", choices=("lenet5", "mlp"))
     parser.add_argument("--batch", type=int, default=256, help="samples per step")
+    parser.add_argument("--hidden", default="128,64", help="the MLP's hidden widths")
     parser.add_argument("--steps", type=int, default=10, help="steps per round and setting")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--micro", default="1,2,4,8", help="micro-batch counts")
@@ -75,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         from d500.backends.torch.executable import TorchExecutable
         TorchExecutable.kept = Executable.kept
     c = Communicator(MPI.COMM_WORLD)
-    model = build(args.model, (1, 8, 8), 10, seed=0, loss=True)
+    options = {"hidden": [int(w) for w in args.hidden.split(",")]} if args.model == "mlp" else {}
+    model = build(args.model, (1, 8, 8), 10, seed=0, loss=True, **options)
     rng = np.random.default_rng(0)
     feeds = {"input": rng.random((args.batch, 1, 8, 8), dtype=np.float32),
              "labels": rng.integers(0, 10, args.batch).astype(np.int64)}
@@ -128,12 +136,16 @@ def main(argv: list[str] | None = None) -> int:
     step = {k: statistics.median(v) for k, v in took.items()}
     if c.rank == 0:
         part = next(iter(schemes.values())).stage.part
-        print(f"{args.model}, batch {args.batch}, {c.size} stages, imbalance "
-              f"{part.imbalance:.3f}, {args.rounds} rounds x {args.steps} steps")
+        nodes = part.model_proto.graph.node
+        first = [s.nodes[0] for s in part.stages[1:]]
+        print(f"{args.model}{' ' + args.hidden if options else ''}, batch {args.batch}, "
+              f"{c.size} stages cut before {', '.join(f'{nodes[k].op_type}#{k}' for k in first)}"
+              f", fwd+bwd kFLOP/sample {' : '.join(f'{s.cost / 1e3:.1f}' for s in part.stages)}"
+              f" (imbalance {part.imbalance:.3f}), {args.rounds} rounds x {args.steps} steps")
         print(f"{'schedule':>8} {'M':>3} " + " ".join(f"{'stage ' + str(r):>8}"
                                                      for r in range(c.size))
-              + f" {'mean':>7} {'theory':>7} {'ratio':>6} {'pass ms':>8} {'best':>6}"
-              + f" {'ratio':>6}"
+              + f" {'mean':>7} {'theory':>7} {'ratio':>6} {'cut':>6} {'ratio':>6}"
+              + f" {'pass ms':>8} {'best':>6} {'ratio':>6}"
               + (f" {'d500 ms':>8} {'torch ms':>8} {'d500/torch':>10}" if natives else ""))
         for key in settings:
             stages = [e[key] for e in every]
@@ -141,8 +153,12 @@ def main(argv: list[str] | None = None) -> int:
             theory = schemes[key].figures()["bubble_theory"]
             best = theory if args.sleep else statistics.fmean(simulate(
                 key[0], [e[key][0] for e in costs], [e[key][1] for e in costs], key[1]))
+            counted = theory if args.sleep else statistics.fmean(simulate(
+                key[0], [s.forward for s in part.stages],
+                [s.cost - s.forward for s in part.stages], key[1]))
             print(f"{key[0]:>8} {key[1]:>3} " + " ".join(f"{b:>8.3f}" for b in stages)
-                  + f" {mean:>7.3f} {theory:>7.3f} {mean / theory:>6.2f} "
+                  + f" {mean:>7.3f} {theory:>7.3f} {mean / theory:>6.2f} {counted:>6.3f}"
+                  f" {mean / counted:>6.2f} "
                   f"{1e3 * step[key]:>8.2f} {best:>6.3f} {mean / best:>6.2f}"
                   + (_versus(whole[key], torch_step[key]) if key in natives else ""))
     if natives:

@@ -294,8 +294,9 @@ _MIN_SIDE = {"mlp": 1, "lenet5": 8, "resnet20": 4}
 
 
 def build(name: str, input_shape: Sequence[int] = (1, 28, 28), classes: int = 10,
-          seed: int = 0, loss: bool = False) -> onnx.ModelProto:
-    """The network `name` ("mlp", "lenet5", "resnet20") for CHW `input_shape`, checked."""
+          seed: int = 0, loss: bool = False, **options) -> onnx.ModelProto:
+    """The network `name` ("mlp", "lenet5", "resnet20") for CHW `input_shape`, checked;
+    `options`: the builder's (an mlp's `hidden` widths)."""
     if name not in BUILDERS:
         raise UsageError(f"unknown network builder '{name}' (known: {', '.join(BUILDERS)})")
     if isinstance(input_shape, str):
@@ -314,7 +315,7 @@ def build(name: str, input_shape: Sequence[int] = (1, 28, 28), classes: int = 10
     if not isinstance(classes, (int, np.integer)) or classes < 2:
         raise UsageError(f"classes must be an integer >= 2, not {classes!r}")
     g = _Graph(seed)
-    logits = BUILDERS[name](g, "input", shape, int(classes))
+    logits = BUILDERS[name](g, "input", shape, int(classes), **options)
     g.nodes[-1].output[0] = "logits"
     inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", *shape])]
     outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", int(classes)])]

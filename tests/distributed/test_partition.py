@@ -55,22 +55,58 @@ def test_the_cut_balances_flops_and_is_recorded():
     assert first.sends == ["relu1"] == second.receives and first.feeds == ["input"]
     assert second.feeds == ["labels"]
     # Flatten (no formula: one per output element), Gemm (+ bias), Relu
-    assert first.cost == pytest.approx(64 + 2 * 64 * 128 + 128 + 128)
-    assert part.imbalance < 1.05
+    assert first.forward == pytest.approx(64 + 2 * 64 * 128 + 128 + 128)
+    # the backward: fc1's weights' gradient only (its input is the batch), Relu's once
+    assert first.cost == pytest.approx(64 + 2 * (2 * 64 * 128 + 128) + 2 * 128)
+    # fc2 and fc3 compute both gradients (3 forwards each), the loss and Relu one more:
+    # stage 1 costs 1.6x stage 0, and no other cut leaves fc3 a parameter of its own stage
+    assert second.cost == pytest.approx(3 * (2 * 128 * 64 + 64) + 2 * 64
+                                        + 3 * (2 * 64 * 10 + 10) + 2)
+    assert part.imbalance == pytest.approx(second.cost / ((first.cost + second.cost) / 2))
     assert part.nbytes["relu1"] == 128 * 4
     record = part.record()
     assert record["stages"][0]["nodes"][-1] == "Relu#2 relu1"
     assert record["stages"][0]["send_bytes_per_sample"] == 512
+    assert record["stages"][0]["train_flops_per_sample"] == first.cost
+    assert record["stages"][0]["flops_per_sample"] == first.forward
     shown = part.show()
     assert "relu1 (512 B/sample)" in shown and "imbalance" in shown
 
 
+def _chain(widths: list[int]) -> onnx.ModelProto:
+    """x -> x W1 -> ... : a chain of MatMuls between the given widths (no loss)."""
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array(rng.random((a, b), dtype=np.float32), f"w{i}")
+             for i, (a, b) in enumerate(zip(widths, widths[1:]))]
+    names = ["x", *(f"h{i}" for i in range(len(inits) - 1)), "out"]
+    nodes = [helper.make_node("MatMul", [a, w.name], [b])
+             for a, w, b in zip(names, inits, names[1:])]
+    graph = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", widths[0]])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", widths[-1]])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_the_cut_balances_forward_and_backward_not_the_forward_alone():
+    """Forward FLOPs per sample 64 : 16 : 48. By forwards the cut after the first MatMul is
+    even (64 | 64); but the first MatMul's backward computes its weights' gradient only (its
+    input is the batch), the others' both gradients: 128 | 48 + 144 = 192 there, against
+    128 + 48 = 176 | 144 after the second, which the cut takes."""
+    part = partition(_chain([8, 4, 2, 12]), 2)
+    first, second = part.stages
+    assert first.nodes == [0, 1] and first.sends == ["h1"]
+    assert (first.forward, first.cost) == (64 + 16, 2 * 64 + 3 * 16)
+    assert (second.forward, second.cost) == (48, 3 * 48)
+    assert part.imbalance == pytest.approx(176 / 160)
+
+
 def _skip_model() -> onnx.ModelProto:
-    """x -> h = x W1; a = relu(h); b = a W2; c = b + h; loss-free, one output: h crosses the
-    cuts after a and after b, so a middle stage passes it through."""
+    """x -> h = x W1; a = relu(h); b = a W2; c = b + h; out = c W3 (one column): loss-free,
+    one output: h crosses the cuts after a and after b, so a middle stage passes it through
+    (forward and backward FLOPs per sample 64, 8 | 96 | 8, 24)."""
     rng = np.random.default_rng(2)
-    inits = [numpy_helper.from_array(rng.random((4, 4), dtype=np.float32), n)
-             for n in ("w1", "w2", "w3")]
+    inits = [numpy_helper.from_array(rng.random(shape, dtype=np.float32), n)
+             for n, shape in (("w1", (4, 4)), ("w2", (4, 4)), ("w3", (4, 1)))]
     nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
              helper.make_node("Relu", ["h"], ["a"]),
              helper.make_node("MatMul", ["a", "w2"], ["b"]),
@@ -78,7 +114,7 @@ def _skip_model() -> onnx.ModelProto:
              helper.make_node("MatMul", ["c", "w3"], ["out"])]
     graph = helper.make_graph(
         nodes, "skip", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 4])], inits)
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 1])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 

@@ -1,5 +1,6 @@
-"""The ONNX graph cut into P pipeline stages, balanced by a cost model (FLOPs per node from the
-shapes), only where few float tensors cross; each stage as an ONNX sub-model of its own.
+"""The ONNX graph cut into P pipeline stages, balanced by a cost model (a forward and a backward's
+FLOPs per node, from the shapes), only where few float tensors cross; each stage as an ONNX
+sub-model of its own.
 
     part = partition(model, 2)          # Partition: stages of consecutive nodes
     print(part.show())                  # stage, nodes, cost, the tensors crossing each cut
@@ -12,13 +13,18 @@ read where the loss is). A cut is allowed where 1..MAX_CROSSING float tensors cr
 must come back through each), each with the batch as its first dimension; among the allowed
 cuts, the P-1 that make the costliest stage cheapest are chosen (dynamic programming), ties
 going to fewer bytes crossing, every stage holding a parameter. A node's cost is its FLOPs per
-sample (d500.operators.flops, shapes inferred at a batch of one); an operator
-without a formula costs one FLOP per output element. A tensor that crosses two cuts passes
-through the stages between by an Identity node (`PASS` names its copy). A Constant node's output
-(an attention scale, a causal mask) never crosses: each stage that reads it holds the node.
-A parameter read in several stages (a tied embedding: the first stage's lookup, the last's
-output projection) is held by each of them (`Partition.shared`), as Megatron-LM holds it; the
-pipeline sums its gradient over those stages every step, so the copies stay the same.
+sample for a forward and a backward (`train_cost`): the forward's FLOPs (d500.operators.flops,
+shapes inferred at a batch of one; an operator without a formula costs one FLOP per output
+element), plus, for its backward, those FLOPs again for each operand of a linear operator (Gemm,
+MatMul, Conv) that needs a gradient, or once for any other operator with such an input. A tensor
+needs a gradient where it is made from a parameter: a first layer reading the batch computes its
+weights' gradient only, a later one also its input's, so the layers after the first cost 3
+forwards, the first 2 (cutting by forward FLOPs alone misses that). A tensor that crosses two
+cuts passes through the stages between by an Identity node (`PASS` names its copy). A Constant
+node's output (an attention scale, a causal mask) never crosses: each stage that reads it holds
+the node. A parameter read in several stages (a tied embedding: the first stage's lookup, the
+last's output projection) is held by each of them (`Partition.shared`), as Megatron-LM holds it;
+the pipeline sums its gradient over those stages every step, so the copies stay the same.
 
 With tensor parallelism inside the stages (`cut(model, spec)`), the tensor split is found first
 and no cut falls inside one of its blocks or right after its row linear (whose partial output is
@@ -49,11 +55,12 @@ class Stage:
 
     index: int
     nodes: list[int]
-    cost: float
+    cost: float  # FLOPs per sample of its forward and backward (what the cut balances)
     receives: list[str]
     sends: list[str]
     feeds: list[str]
     params: list[str]
+    forward: float = 0.0  # ... of its forward alone
 
 
 @dataclass
@@ -75,14 +82,16 @@ class Partition:
         """The cut as plain data (a run's details)."""
         nodes = self.model_proto.graph.node
         return {"stages": [{"stage": s.index, "nodes": [_label(nodes[i], i) for i in s.nodes],
-                            "flops_per_sample": s.cost, "sends": s.sends,
+                            "flops_per_sample": s.forward,
+                            "train_flops_per_sample": s.cost, "sends": s.sends,
                             "send_bytes_per_sample": sum(self.nbytes[t] for t in s.sends),
                             "params": len(s.params)} for s in self.stages],
                 "imbalance": self.imbalance}
 
     @property
     def imbalance(self) -> float:
-        """The costliest stage over the mean stage (1.0: perfectly balanced)."""
+        """The costliest stage over the mean stage, forward and backward FLOPs (1.0: perfectly
+        balanced)."""
         costs = [s.cost for s in self.stages]
         return max(costs) / (sum(costs) / len(costs)) if sum(costs) else 1.0
 
@@ -97,10 +106,11 @@ class Partition:
                 span += f" .. {_label(nodes[s.nodes[-1]], s.nodes[-1])}"
             spans.append(span)
         w = max(len(x) for x in [*spans, "nodes"])
-        lines = [f"{'stage':>5}  {'nodes':<{w}}  {'kFLOP/sample':>12} {'share':>6}  sends"]
+        lines = [f"{'stage':>5}  {'nodes':<{w}}  {'kFLOP/sample (fwd+bwd)':>22} {'share':>6}"
+                 f"  sends"]
         for s, span in zip(self.stages, spans):
             sends = ", ".join(f"{t} ({self.nbytes[t]} B/sample)" for t in s.sends) or "-"
-            lines.append(f"{s.index:>5}  {span:<{w}}  {s.cost / 1e3:>12.1f} "
+            lines.append(f"{s.index:>5}  {span:<{w}}  {s.cost / 1e3:>22.1f} "
                          f"{100 * s.cost / total:>5.1f}%  {sends}")
         lines.append(f"imbalance (costliest stage / mean): {self.imbalance:.3f}")
         return "\n".join(lines)
@@ -148,7 +158,8 @@ def partition(model: onnx.ModelProto, stages: int, where: str = "the model",
         raise UsageError(f"{where}: {stages} pipeline stages for a graph of {n} nodes (a stage "
                          f"holds at least one node: at most {n})")
     shapes, dtypes = shapes_at_one(model)
-    costs = [_cost(node, shapes) for node in g.node]
+    forward = [_cost(node, shapes) for node in g.node]
+    costs = train_cost(model, forward)
     crossing = _crossings(model)
     nbytes = {t: int(math.prod(shapes[t]) * dtypes[t].itemsize)
               for ts in crossing.values() for t in ts}
@@ -181,7 +192,8 @@ def partition(model: onnx.ModelProto, stages: int, where: str = "the model",
                          list(crossing[bounds[s]]) if s else [],
                          list(crossing[bounds[s + 1]]) if s < stages - 1 else [],
                          [i.name for i in g.input if i.name in inputs and i.name in read],
-                         [p for p in params if p in read]))
+                         [p for p in params if p in read],
+                         float(sum(forward[k] for k in idx))))
     holders = {p: [st.index for st in out if p in st.params] for p in params}
     return Partition(model, out, nbytes, {t: (shapes[t][1:], dtypes[t]) for t in nbytes},
                      {p: s for p, s in holders.items() if len(s) > 1})
@@ -322,6 +334,23 @@ def shapes_at_one(model: onnx.ModelProto) -> tuple[dict[str, tuple[int, ...]], d
         shapes[t.name] = tuple(t.dims)
         dtypes[t.name] = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
     return shapes, dtypes
+
+
+LINEAR = ("Gemm", "MatMul", "Conv", "ConvTranspose")  # backward: one forward per operand
+
+
+def train_cost(model: onnx.ModelProto, forward: list[float]) -> list[float]:
+    """Each node's FLOPs per sample for a forward and a backward, from its forward's
+    (`forward`, one per node): see the module docstring."""
+    needs = set(_parameters(model))  # tensors made from a parameter: their gradient is needed
+    out = []
+    for node, f in zip(model.graph.node, forward):
+        grads = [i in needs for i in node.input]
+        if any(grads):
+            needs.update(o for o in node.output if o)
+        backward = sum(grads[:2]) if node.op_type in LINEAR else float(any(grads))
+        out.append(f * (1 + backward))
+    return out
 
 
 def _cost(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]) -> float:
