@@ -177,8 +177,9 @@ def execute(plan: Plan, html: bool = True) -> int:
     runs = [r for r in ledger.runs() if r["id"] > first_id]
     _print_leaderboard(out, ledger, workloads)
     if html:
-        from d500.leaderboard import write_html
-        path = write_html(ledger=ledger)
+        from d500.leaderboard import progress, write_html
+        with progress.shown("HTML leaderboard"):
+            path = write_html(ledger=ledger)
         out.print(f"HTML leaderboard: {path}", highlight=False)
     counts: dict[str, int] = {}
     for r in runs:

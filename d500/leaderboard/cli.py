@@ -7,7 +7,7 @@ from typing import Any
 
 from d500.cli import ArgumentParser, stdout_console
 from d500.errors import UsageError
-from d500.leaderboard import terminal, text
+from d500.leaderboard import progress, terminal, text
 from d500.leaderboard.output import FORMATS, render, write_html, write_markdown
 from d500.leaderboard.ranking import build
 from d500.paths import output_file, write_output
@@ -33,34 +33,41 @@ def main(argv: list[str], prog: str = "d500 leaderboard") -> int:
     args = parser.parse_args(argv)
     if args.out:
         output_file(args.out, f"leaderboard.{'html' if args.format == 'html' else 'md'}")
-    across = args.across_machines
     from d500.ledger import Ledger
 
     ledger = Ledger.open_for_reading(args.ledger)
     try:
-        if args.workload:
-            _check_workload(ledger, args.level, args.workload)
-        if args.format == "html":
-            print(f"wrote {write_html(args.out, ledger, args.level, args.workload, across)}")
-        elif args.format == "md" and args.out:
-            path, images = write_markdown(args.out, ledger, args.level, args.workload, across)
-            print(f"wrote {path}" + (f" and {len(images)} plot(s) in {images[0].parent}"
-                                      if images else ""))
-        elif args.format == "terminal" and not args.out:
-            boards = build(ledger, args.level, args.workload, across)
-            console = stdout_console()
-            for item in terminal.renderables(boards, ledger, text.source(ledger.path, boards)):
-                console.print(item)
-        else:
-            rendered = render(ledger, args.level, args.workload, fmt=args.format,
-                              across_machines=across)
-            if args.out:
-                print(f"wrote {write_output(args.out, rendered)}")
-            else:
-                sys.stdout.write(rendered)
+        with progress.shown("leaderboard"):  # erased before the board shows
+            shown = _made(args, ledger)
     finally:
         ledger.close()
+    if isinstance(shown, str):
+        sys.stdout.write(shown)
+    else:
+        console = stdout_console()
+        for item in shown:
+            console.print(item)
     return 0
+
+
+def _made(args: Any, ledger: Any) -> str | list[Any]:
+    """The board the options ask for, written where --out says: what to print (the text, or
+    the terminal's tables, or the line saying where it went)."""
+    across = args.across_machines
+    if args.workload:
+        _check_workload(ledger, args.level, args.workload)
+    if args.format == "html":
+        return f"wrote {write_html(args.out, ledger, args.level, args.workload, across)}\n"
+    if args.format == "md" and args.out:
+        path, images = write_markdown(args.out, ledger, args.level, args.workload, across)
+        return f"wrote {path}" + (f" and {len(images)} plot(s) in {images[0].parent}"
+                                  if images else "") + "\n"
+    if args.format == "terminal" and not args.out:
+        boards = build(ledger, args.level, args.workload, across)
+        return terminal.renderables(boards, ledger, text.source(ledger.path, boards))
+    rendered = render(ledger, args.level, args.workload, fmt=args.format,
+                      across_machines=across)
+    return f"wrote {write_output(args.out, rendered)}\n" if args.out else rendered
 
 
 def _check_workload(ledger: Any, level: int | None, workload: str) -> None:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from d500.leaderboard import plots, text, winners
+from d500.leaderboard import plots, progress, text, winners
 from d500.leaderboard.environments import Legend
 from d500.leaderboard.parts import parts
 from d500.leaderboard.ranking import Board
@@ -165,6 +165,7 @@ def _board(board: Board, ledger: Any, anchor: str, legend: Legend | None = None)
     unstable = text.unstable_note(board.entries, text.columns(board))
     if unstable:
         out.append(f"<p class='note'>{esc(unstable)}</p>")
+    progress.step(f"{text.title(board)}: plots")
     out += [_figure(caption, data) for caption, data in plots.board_plots(board, ledger, legend)]
     excluded = text.excluded_rows(board)
     if excluded:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from d500 import levels
+from d500.leaderboard import progress
 from d500.leaderboard.ranking import Board
 from d500.levels import View
 
@@ -36,6 +37,7 @@ def parts(boards: Sequence[Board], ledger: Any = None) -> list[Part]:
         level = claimed.get(number) if number is not None else None
         title = (level.title if level is not None else
                  f"level {number}" if number is not None else "runs without a level")
+        progress.step(f"{title}: views")
         views = list(level.views(grouped[number], ledger)) if level and ledger is not None \
             else []
         for view in views:

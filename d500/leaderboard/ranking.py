@@ -19,6 +19,7 @@ from typing import Any
 from d500 import metrics as _metrics
 from d500 import workload as _workload
 from d500.errors import ConfigError, D500Error
+from d500.leaderboard import progress
 from d500.leaderboard.environments import machine, machine_dependent
 from d500.metrics import Metric
 from d500.training.precision import precision_of
@@ -117,7 +118,9 @@ def build(ledger: Any = None, level: int | None = None, workload: str | None = N
     from d500.ledger import Ledger
 
     ledger = ledger if ledger is not None else Ledger()
+    progress.step("verifying the ledger")
     per_run, general = ledger.verify_runs()
+    progress.step("ranking the runs")
     return _boards(ledger.runs(level=level, workload=workload), per_run, general,
                    ledger.environments(), across_machines)
 
@@ -126,7 +129,9 @@ def boards_for(ledger: Any, workloads: Iterable[tuple[int | None, str]],
                across_machines: bool = False) -> list[Board]:
     """The board of the newest rules version of each (level, workload name), in the order given
     (repeats dropped; a workload without runs gives no board). Verifies the ledger once."""
+    progress.step("verifying the ledger")
     per_run, general = ledger.verify_runs()
+    progress.step("ranking the runs")
     envs = ledger.environments()
     boards: list[Board] = []
     for level, name in dict.fromkeys(workloads):
