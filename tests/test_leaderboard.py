@@ -282,7 +282,7 @@ def test_cli_markdown_html_terminal_and_errors(home, tmp_path, capsys):
         assert typo.returncode == 2 and typo.stderr.count("\n") == 1, typo.stderr
         assert f"--workload '{args[-1]}': no run of it" in typo.stderr
     assert "at level 1 in" in typo.stderr and "No runs recorded yet." not in typo.stdout
-    assert "(its workloads: conv)" in d500("--workload", "cnov").stderr
+    assert "(its workloads: conv; did you mean 'conv'?)" in d500("--workload", "cnov").stderr
     assert d500("--level", "0", "--workload", "conv").returncode == 0
 
 

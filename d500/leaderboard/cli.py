@@ -6,7 +6,7 @@ import sys
 from typing import Any
 
 from d500.cli import ArgumentParser, stdout_console
-from d500.errors import UsageError
+from d500.errors import UsageError, did_you_mean
 from d500.leaderboard import progress, terminal, text
 from d500.leaderboard.output import FORMATS, render, write_html, write_markdown
 from d500.leaderboard.ranking import build
@@ -78,4 +78,6 @@ def _check_workload(ledger: Any, level: int | None, workload: str) -> None:
     at = "" if level is None else f" at level {level}"
     recorded = sorted({r["workload"] for r in ledger.runs(level=level)})
     has = f"its workloads{at}: {', '.join(recorded)}" if recorded else f"no run{at} yet"
-    raise UsageError(f"--workload '{workload}': no run of it{at} in {ledger.path} ({has})")
+    hint = did_you_mean(workload, recorded)
+    raise UsageError(f"--workload '{workload}': no run of it{at} in {ledger.path} ({has}"
+                     + (f"; {hint})" if hint else ")"))
