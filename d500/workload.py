@@ -33,9 +33,32 @@ class Field:
     help: str = ""
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """yaml's SafeLoader, refusing a field given twice in one mapping (YAML forbids it; PyYAML
+    would keep the last silently, so `batch_size: 32` above `batch_size: 64` ran at 64)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            first: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` overrides, legitimately
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    again = key in first
+                except TypeError:  # an unhashable key: SafeLoader's own error says so
+                    continue
+                if again:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"field '{key}' given twice (first on line {first[key]})",
+                        key_node.start_mark)
+                first[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: str | Path, text: str | bytes | None = None) -> tuple[Path, Any]:
     """Parse a YAML file safely (or `text`, the file's content held elsewhere: a package); a
-    missing file or a syntax error is a ConfigError naming it."""
+    missing file, a syntax error or a field given twice is a ConfigError naming it."""
     path = Path(path)
     if text is None and path.is_dir():
         raise ConfigError(f"{path}: a folder, where a YAML file is expected")
@@ -43,9 +66,9 @@ def read_yaml(path: str | Path, text: str | bytes | None = None) -> tuple[Path, 
         raise ConfigError(f"{path}: no such file")
     try:
         if text is not None:
-            return path, yaml.safe_load(text)
+            return path, yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 - a SafeLoader
         with path.open(encoding="utf-8") as f:
-            return path, yaml.safe_load(f)
+            return path, yaml.load(f, Loader=_UniqueKeys)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""

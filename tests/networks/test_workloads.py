@@ -55,6 +55,9 @@ def _write(tmp_path: Path, text: str, name: str = "w.yaml") -> Path:
     (("batch_size: 4", "bach_size: 4"), r"unknown field 'bach_size' \(allowed: .*; did you mean "
                                         r"'batch_size'\?\)$"),
     (("batch_size: 4", "batch_size: four"), "field 'batch_size' must be an integer"),
+    (("batch_size: 4", "batch_size: 4\nbatch_size: 8"),  # YAML keeps the last, silently
+     r":\d+:1: invalid YAML: field 'batch_size' given twice \(first on line \d+\)$"),
+    (("  builder: mlp", "  builder: mlp\n  builder: mlp"), "field 'builder' given twice"),
     (("train: true", "train: 1"), "field 'train' must be true or false"),
     (("  builder: mlp", "  builder: mlp\n  speed: 3"), "unknown field 'model.speed'"),
     (("  builder: mlp", "  builder: alexnet"), "field 'model.builder' is 'alexnet'"),
