@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any
 
-from d500 import children
+from d500 import children, untrusted
 from d500.distributed.resuming import Refused, verify
 from d500.errors import D500Error, Diverged, describe
 from d500.training.worker import START, Trainee, WorkerError
@@ -188,9 +188,11 @@ class Ranks(Trainee):
                          else HEARTBEAT if left is None else min(left, HEARTBEAT))
             if self.lost in ready:
                 try:
-                    _, why, gone = self.lost.recv()
+                    _, why, gone = untrusted.receive(self.lost)
                 except (EOFError, OSError):
                     why, gone = "rank 0 ended without a word", False
+                except (untrusted.Forbidden, TypeError, ValueError) as err:
+                    why, gone = f"rank 0 {err}", False
                 raise Lost(why, gone)
             if ready or (end is not None and time.monotonic() >= end):
                 return bool(ready)
@@ -207,6 +209,8 @@ class Ranks(Trainee):
 
     def _ended(self) -> str:
         return "rank 0 ended without a word"
+
+    _who = "rank 0"
 
 
 class Lost(WorkerError):
@@ -228,10 +232,10 @@ def main(conn: Any, lost: Any) -> None:
     if threading.current_thread() is threading.main_thread():  # (a test may run it in a thread)
         bound_to_parent()
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-    order: Order = conn.recv()
+    order: Order = conn.recv()  # sent as rank 0 spawned this process, before any entry code
     run, ranks = None, Ranks(conn, lost)
     try:
-        message = conn.recv()
+        message = untrusted.receive(conn)  # what follows rank 0 sends beside the entry's code
         if message[0] != "open":
             return  # rank 0 gave up before the run opened (a build failed on some rank)
         run = _open(order)

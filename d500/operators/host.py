@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from d500 import children
+from d500 import children, untrusted
 from d500.errors import D500Error, UsageError
 
 ROUND_TRIP = 0.05  # seconds of timed calls per round trip at least
@@ -57,11 +57,14 @@ class Host:
             if not self.conn.poll(START):
                 raise D500Error(f"the operator host did not answer '{message[0]}' within "
                                 f"{START:g} s")
-            kind, value = self.conn.recv()
+            kind, value = untrusted.receive(self.conn)  # its pickles may call nothing here
         except (EOFError, OSError, BrokenPipeError):
             self.process.join(timeout=5)
             raise Raised(f"the operator's process ended (exit code {self.process.exitcode}) "
                          f"during '{message[0]}'") from None
+        except (untrusted.Forbidden, TypeError, ValueError) as err:
+            raise Raised(f"the operator's process answered '{message[0]}' with what d500 "
+                         f"does not read: {err}") from None
         if kind == "raised":
             raise Raised(value)
         if kind == "refused":

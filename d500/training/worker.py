@@ -170,10 +170,13 @@ class Trainee:
         return message
 
     def _receive(self) -> tuple[Any, ...]:
+        from d500 import untrusted
         try:
-            message = self.conn.recv()
+            message = untrusted.receive(self.conn)  # its pickles may call nothing here
         except (EOFError, OSError):
             raise WorkerError(self._ended()) from None
+        except untrusted.Forbidden as err:
+            raise WorkerError(f"{self._who} {err}") from None
         if not isinstance(message, tuple) or not message or not isinstance(message[0], str):
             raise WorkerError(f"the worker sent a malformed message ({type(message).__name__})")
         if message[0] == "error":
@@ -182,6 +185,8 @@ class Trainee:
 
     def _ended(self) -> str:
         return "the worker ended without a word"
+
+    _who = "the worker"  # how a message names the process at the other end
 
 
 class Worker(Trainee):
