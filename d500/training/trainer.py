@@ -226,34 +226,39 @@ class Judge:
         self.trainer = backend_cls.prepare(model).trainer(make("sgd", lr=1.0), loss="loss")
         from d500.training import warmup  # its first evaluation's code paths, before the clock
         self.trainer.predict(warmup.zeros(model, warmup.ROWS))
-        self.shapes = {**self.trainer.parameter_shapes(),  # what every hand-over must match
-                       **{n: tuple(np.shape(v)) for n, v in self.trainer.buffers().items()}}
+        own = {**self.trainer.parameters(), **self.trainer.buffers()}
+        self.shapes = {n: tuple(np.shape(v)) for n, v in own.items()}  # what every hand-over
+        self.dtypes = {n: np.asarray(v).dtype for n, v in own.items()}  # must match, or becomes
         # NumPy views of its own parameters (None where the backend has none): a hand-over is
         # copied into them, a fraction of set_parameters' cost (benchmarks/isolation.py --case
         # handover), which the in-process loop never paid
         self.views = self.trainer.parameter_views()
 
     def load(self, state: dict[str, np.ndarray]) -> None:
-        """The worker's model, checked name by name against this one."""
+        """The worker's model, checked name by name against this one and cast to its dtypes
+        before either write (views or set_parameters), so that both paths are given the same
+        arrays (tests/training/test_judge_load.py holds them equal on every backend)."""
         t = self.trainer
         if not isinstance(state, dict):
             raise D500Error(f"the worker handed over a {type(state).__name__}, not the model")
+        values = {}
         for name, shape in self.shapes.items():
             if name not in state:
                 raise D500Error(f"the worker handed over no value for '{name}'")
-            if tuple(np.shape(state[name])) != shape:
+            value = np.asarray(state[name])
+            if value.shape != shape:
                 raise D500Error(f"the worker handed over '{name}' with shape "
-                                f"{tuple(np.shape(state[name]))}; the model's is {shape}")
+                                f"{value.shape}; the model's is {shape}")
+            if value.dtype.kind not in "biuf":
+                raise D500Error(f"the worker handed over '{name}' as {value.dtype}, not as "
+                                f"numbers")
+            values[name] = value.astype(self.dtypes[name], copy=False)
         if self.views is None:
-            t.set_parameters({n: state[n] for n in t.parameter_names})
+            t.set_parameters({n: values[n] for n in t.parameter_names})
         for name, view in (self.views or {}).items():
-            try:
-                np.copyto(view, state[name], casting="same_kind")
-            except TypeError:
-                raise D500Error(f"the worker handed over '{name}' as "
-                                f"{np.asarray(state[name]).dtype}, not as numbers") from None
+            np.copyto(view, values[name])
         if t.buffer_names:
-            t.set_buffers({n: state[n] for n in t.buffer_names})
+            t.set_buffers({n: values[n] for n in t.buffer_names})
 
     def predict(self, feeds: dict[str, np.ndarray], output: str = "logits") -> np.ndarray:
         return self.trainer.predict(feeds, output)
