@@ -53,11 +53,13 @@ def rules(tmp_path_factory):
     return tmp, files
 
 
-def killed(home, wl, entry, seed, options, every):
-    """A job killed (SIGKILL of rank 1) as soon as its second checkpoint is sealed; its run."""
+def killed(home, wl, entry, seed, options, every, ranks=2, nth=2):
+    """A job of `ranks` ranks killed (SIGKILL of rank 1) as soon as its `nth` checkpoint is
+    sealed; its run."""
     runs = home / "runs"
     before = set(runs.glob("*")) if runs.is_dir() else set()
-    argv = train_argv(wl, entry, 2, extra=("--seed", str(seed), "--repeat", *checkpoints(every)),
+    argv = train_argv(wl, entry, ranks, extra=("--seed", str(seed), "--repeat",
+                                               *checkpoints(every)),
                       launcher_options=options)
     proc = subprocess.Popen(argv, env=jobs.environment(home), cwd=home.parent,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -66,7 +68,7 @@ def killed(home, wl, entry, seed, options, every):
     try:
         while proc.poll() is None and time.monotonic() < deadline:
             new = [d for d in runs.glob("*") if d not in before] if runs.is_dir() else []
-            file = new[0] / "checkpoints" / checkpoint.name(2 * every) if new else None
+            file = new[0] / "checkpoints" / checkpoint.name(nth * every) if new else None
             beat = new[0] / resume.CLOCK if new else None
             # sealed: the heartbeat written after the ledger recorded the checkpoint's sha256
             if file is not None and file.exists() and beat.exists() \
@@ -80,8 +82,8 @@ def killed(home, wl, entry, seed, options, every):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode != 0 and new, f"the job ended before its second checkpoint: {err}"
-    while any(jobs.rank_process(home, r) for r in (0, 1)):
+    assert proc.returncode != 0 and new, f"the job ended before checkpoint {nth}: {err}"
+    while any(jobs.rank_process(home, r) for r in range(ranks)):
         time.sleep(0.1)  # every rank gone before the ledger is read
     return Ledger(home / "ledger.sqlite").get(int(new[0].name))
 
@@ -321,3 +323,42 @@ def test_a_scheme_whose_state_depends_on_timing_cannot_checkpoint(rules):
     lines = [t for t in done.stderr.splitlines() if "error:" in t]
     assert len(lines) == 2 and all("scheme 'async_ps'" in t and "timing" in t for t in lines)
     assert not (home / "ledger.sqlite").exists() or Ledger(home / "ledger.sqlite").runs() == []
+
+
+def test_a_killed_tensor_pipeline_job_on_text_resumes_to_the_unbroken_runs_parameters(tmp_path):
+    """tensor-pipeline ({pipeline: 2, tensor: 2}, 4 ranks: each rank a tensor shard of a
+    stage, AdamW) on a tiny text-lm (2 transformer layers, one a stage; 2 documents, 20 steps
+    an epoch), checkpointed every epoch, rank 1 killed once the first is sealed, resumed: the
+    checkpoint the resumed run takes at epoch 2 has the judge's digest of the unbroken run's at
+    epoch 2 (the whole model, every rank's shard and its AdamW state, bit for bit), and every
+    evaluation after the resume is the unbroken run's."""
+    wl = jobs.workload(
+        tmp_path, "text-lm", budget={"max_epochs": 3, "max_seconds": 300},
+        model={"builder": "transformer", "layers": 2, "width": 16, "heads": 2, "tied": True},
+        dataset={"name": "python-stdlib", "train": 2, "validation": 1, "test": 1,
+                 "split_seed": 368, "context": 16, "vocab": 300, "tokens_sha256": None},
+        evaluation={"every_steps": 5}, target={"metric": "val_log_perplexity", "value": 0.5})
+    home = tmp_path / "home"
+    entry = jobs.entry(tmp_path, "tensor-pipeline", name="tensor-pipeline-ck")
+    full = run_id(jobs.train(home, 4, wl, entry, "--seed", "0", *checkpoints(1),
+                             timeout=300))
+    ledger = Ledger(home / "ledger.sqlite")
+    unbroken = {c["epoch"]: c for c in ledger.get(full)["details"]["checkpoints"]}
+    assert sorted(unbroken) == [1, 2]
+    dead = killed(home, wl, entry, 0, (), 1, ranks=4, nth=1)
+    assert dead["status"] in ("failed", "interrupted"), dead
+    last = dead["details"]["checkpoints"][-1]
+    state, meta = checkpoint.read(ledger.resolve_path(last["file"]), last["sha256"])
+    assert meta["grid"] == {"data": 1, "pipeline": 2, "tensor": 2}
+    assert sorted(state["ranks"]) == [1, 2, 3]
+    assert last["whole_sha256"] == unbroken[last["epoch"]]["whole_sha256"]
+    again = run_id(jobs.train(home, 4, wl, entry, "--resume", str(dead["id"]), "--threads",
+                              "1", timeout=300))
+    row = ledger.get(again)
+    assert row["parent"] == dead["id"] and row["details"]["resumed"]["epoch"] == last["epoch"]
+    taken = {c["epoch"]: c for c in row["details"]["checkpoints"]}
+    assert 2 in taken and last["epoch"] < 2
+    assert taken[2]["whole_sha256"] == unbroken[2]["whole_sha256"]  # the same parameters
+    after, reference = series(ledger, again), series(ledger, full)
+    assert after and max(after) == max(reference)
+    assert all(after[s] == reference[s] for s in after), (after, reference)
