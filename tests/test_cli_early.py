@@ -22,10 +22,19 @@ MNIST = "dataset 'mnist' is read from files: give --data DIR"
     (["train", "digits-mlp", "--submission", "sgd-momentum", "--seeds", "5"],
      "--seeds must be 1 to 3: workload 'digits-mlp' requires 3 seed run(s)"),
     (["train", "digits-mlp", "--submission", "sgd-momentum", "--seeds", "1", "--seed", "3"],
-     "give --seed or --seeds, not both")])
+     "give --seed or --seeds, not both"),
+    (["tune", "digits-mlp", "--submission", "{entry}"],
+     "submission.yaml: tuning needs a 'search_space' or 'feasible_points'"),
+    (["tune", "digits-mlp", "--submission", "{points}", "--trials", "3"],
+     "submission.yaml: 3 trials asked, but only 2 feasible_points given")])
 def test_a_mistake_is_said_before_a_framework_loads(args, words, tmp_path):
     code = ("import sys; from d500.cli import main; rc = main(sys.argv[1:]); "
             "print(rc, [m for m in ('torch', 'tensorflow', 'jax') if m in sys.modules])")
+    entry = "name: e\nlevel: 2\nworkloads: [digits-mlp]\noptimizer: sgd\nbatch_size: 32\n"
+    for name, extra in (("entry", ""), ("points", "feasible_points: [{lr: 0.1}, {lr: 0.2}]\n")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "submission.yaml").write_text(entry + extra)
+    args = [a.format(entry=tmp_path / "entry", points=tmp_path / "points") for a in args]
     env = {k: v for k, v in os.environ.items() if k != "D500_DATA"}
     out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                          env={**env, "D500_HOME": str(tmp_path)}, check=False)

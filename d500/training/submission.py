@@ -94,17 +94,23 @@ class Submission:
         for recipe in recipes:
             recipe.hp()
 
-    def trials(self, count: int, seed: int) -> list[dict[str, Any]]:
-        """The first `count` trial points of a study seeded by `seed`: the feasible points in
-        order, or scrambled-Halton draws from the search space (the same for the same seed)."""
+    def check_tunable(self, count: int) -> None:
+        """`count` trial points can be drawn: as many feasible points, or a search space (a
+        ConfigError naming the file; cheap, so `d500 tune` says it before a framework loads)."""
         if self.feasible_points:
             if count > len(self.feasible_points):
                 raise ConfigError(f"{self.path}: {count} trials asked, but only "
                                   f"{len(self.feasible_points)} feasible_points given")
-            return [dict(p) for p in self.feasible_points[:count]]
-        if not self.search_space:
+        elif not self.search_space:
             raise ConfigError(f"{self.path}: tuning needs a 'search_space' or "
                               f"'feasible_points'")
+
+    def trials(self, count: int, seed: int) -> list[dict[str, Any]]:
+        """The first `count` trial points of a study seeded by `seed`: the feasible points in
+        order, or scrambled-Halton draws from the search space (the same for the same seed)."""
+        self.check_tunable(count)
+        if self.feasible_points:
+            return [dict(p) for p in self.feasible_points[:count]]
         from scipy.stats import qmc
         keys = sorted(self.search_space)
         points = qmc.Halton(d=len(keys), scramble=True, seed=seed).random(count)

@@ -34,10 +34,11 @@ def main(argv: list[str], prog: str = "d500 tune") -> int:
         raise UsageError(f"{workload.path}: '{workload.name}' is a level-{workload.level} "
                          f"workload, which has no tuning (`d500 tune` tunes level 2; run its "
                          f"seeds with mpiexec -n N d500 train)")
-    backends.get(args.backend)
-    configure_threads(args)  # after the cheap checks, before the framework runs anything
     studies = workload.studies if args.studies is None else args.studies
     trials = workload.trials if args.trials is None else args.trials
+    entry.check_tunable(trials)
+    backends.get(args.backend)
+    configure_threads(args)  # after the cheap checks, before the framework runs anything
     out = stdout_console()
     bars: list[Any] = []
 
