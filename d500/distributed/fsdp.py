@@ -20,6 +20,10 @@ and P the padded model (N L): the allgather before the forward and again before 
 collectives run inside torch, so their time is not separable (only the step time is reported).
 Memory (`memory()`): the local shards of the parameters and gradients and the optimizer state
 over them, as allocated (padding included).
+
+Checkpoints (d500.distributed.resuming): a rank's piece is its local shards and the optimizer
+state over them (`Shards`, read and written in place through `to_local()`), as ZeRO-3's rows
+are; the whole model is gathered for the judge as for an evaluation.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ class FSDPScheme:
         self.full: dict[str, np.ndarray] = {}
         self.traffic = Traffic()  # counted by formula (module docstring)
         self._steps = 0
+        self.piece = Shards(self)  # what a checkpoint reads and writes (module docstring)
 
     def start(self) -> None:
         """The process group, then fully_shard of the model (rank 0's parameters first)."""
@@ -107,6 +112,13 @@ class FSDPScheme:
     def settle(self) -> None:
         """FSDP leaves nothing in flight between steps."""
 
+    def saved(self) -> dict[str, np.ndarray]:
+        """Its step count, for a checkpoint (the shards and their state: `piece`)."""
+        return {"steps": np.asarray(self._steps, np.int64)}
+
+    def restored(self, arrays: dict[str, np.ndarray]) -> None:
+        self._steps = int(arrays["steps"])
+
     @contextmanager
     def evaluated(self) -> Any:
         """The full parameters gathered on every rank (full_tensor is collective), for rank 0."""
@@ -149,6 +161,41 @@ class FSDPScheme:
 
     def details(self) -> dict[str, Any]:
         return {}
+
+
+class Shards:
+    """A rank's local shards of every parameter and their optimizer state, as the part of a
+    Trainer a checkpoint reads and writes (d500.training.checkpoint.capture and restore)."""
+
+    def __init__(self, scheme: FSDPScheme):
+        self.scheme = scheme
+
+    @property
+    def parameter_names(self) -> list[str]:
+        return list(self.scheme._local())
+
+    @property
+    def buffer_names(self) -> list[str]:
+        return list(self.scheme.trainer.buffer_names)
+
+    @property
+    def state(self) -> Any:
+        return self.scheme.state
+
+    def parameters(self) -> dict[str, np.ndarray]:
+        return {n: t.detach().numpy().copy() for n, t in self.scheme._local().items()}
+
+    def set_parameters(self, values: dict[str, np.ndarray]) -> None:
+        import torch
+        with torch.no_grad():
+            for n, t in self.scheme._local().items():
+                t.copy_(torch.from_numpy(np.ascontiguousarray(values[n], np.float32)))
+
+    def buffers(self) -> dict[str, np.ndarray]:
+        return self.scheme.trainer.buffers()
+
+    def set_buffers(self, values: dict[str, np.ndarray]) -> None:
+        self.scheme.trainer.set_buffers(values)
 
 
 def _forward_module() -> Any:

@@ -42,10 +42,12 @@ from d500.errors import D500Error, UsageError
 NOT_YET = {
     "native": "torch's own distributed wrappers' state is not checkpointed yet (it lives in "
               "torch's process groups and wrappers, which d500's checkpoint does not read)",
+    # (torch FSDP2's, "fsdp", is: its local shards, d500.distributed.fsdp.Shards)
     "zero3-whole": "ZeRO-3 of a model with running statistics (the whole-model gather, "
                    "d500.distributed.schemes.zero) is not checkpointed yet",
 }
-PIECES = ("pipeline", "tensor", "zero3")  # the schemes whose ranks each hold a piece
+PIECES = ("pipeline", "tensor", "zero3", "fsdp")  # the schemes whose ranks each hold a piece
+NATIVE = ("fsdp",)  # the native baselines checkpointed (a `piece`: their local state)
 GRID = "grid/"  # a piece's coordinates among its scheme's arrays: grid/data, grid/pipeline, ...
 SEEN = ("model", "optimizer")  # each rank's parts in the judge's digest (beside the whole model)
 
@@ -58,13 +60,13 @@ def refusal(spec: Any, model: Any = None) -> str:
     """Why a run of `spec` (d500.distributed.spec.Spec) on the ONNX `model` (None: not known)
     cannot be checkpointed and continued exactly ("" when it can)."""
     from d500.distributed.schemes import SCHEMES
-    if spec.native:
+    if spec.native and spec.scheme not in NATIVE:
         return f"scheme '{spec.scheme}': {NOT_YET['native']}"
     if spec.shard == "zero3" and model is not None:
         from d500.backends.training_graph import running_statistics
         if running_statistics(model):
             return NOT_YET["zero3-whole"]
-    why = SCHEMES[spec.scheme].unresumable
+    why = getattr(SCHEMES.get(spec.scheme), "unresumable", "")  # (a native one: none)
     return f"scheme '{spec.scheme}': {why}" if why else ""
 
 
@@ -105,7 +107,13 @@ def capture(scheme: Any, step: int) -> dict[str, Any]:
 
     from d500.training import checkpoint
     where = {f"{GRID}{k}": np.asarray(v, np.int64) for k, v in coords(scheme).items()}
-    return {**checkpoint.capture(scheme.trainer, step), "scheme": {**scheme.saved(), **where}}
+    return {**checkpoint.capture(_part(scheme), step), "scheme": {**scheme.saved(), **where}}
+
+
+def _part(scheme: Any) -> Any:
+    """What a checkpoint reads and writes of this rank: its scheme's `piece` (a native
+    baseline's local shards), else its trainer."""
+    return getattr(scheme, "piece", None) or scheme.trainer
 
 
 def restore(scheme: Any, state: dict[str, Any]) -> int:
@@ -117,8 +125,8 @@ def restore(scheme: Any, state: dict[str, Any]) -> int:
     if theirs != mine:
         raise D500Error(f"the checkpoint's piece sent to the rank at {_shown(mine)} is the "
                         f"piece of {_shown(theirs)}")
-    _fits_part(checkpoint.capture(scheme.trainer, 0), state, mine)
-    step = checkpoint.restore(scheme.trainer, state)
+    _fits_part(checkpoint.capture(_part(scheme), 0), state, mine)
+    step = checkpoint.restore(_part(scheme), state)
     scheme.restored(state["scheme"])
     return step
 

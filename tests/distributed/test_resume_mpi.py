@@ -117,7 +117,8 @@ def refused_in_process(ledger, run_id, wl, entry, tmp, path):
         plan(other)
 
 
-GRIDS = {"pipeline-gpipe": "pipeline", "tensor-parallel": "tensor", "zero-3": "data"}
+GRIDS = {"pipeline-gpipe": "pipeline", "tensor-parallel": "tensor", "zero-3": "data",
+         "fsdp-baseline": "data"}
 
 
 def pieces_are_parts(wl, state, meta, source):
@@ -237,7 +238,8 @@ def run_id(done):
     return json.loads(done.stdout)[0]["run_id"]
 
 
-PIECED = ("pipeline-gpipe", "tensor-parallel", "zero-3")  # each rank a stage, shard, rows
+PIECED = ("pipeline-gpipe", "tensor-parallel", "zero-3",  # each rank a stage, shard, rows,
+          "fsdp-baseline")  # or torch FSDP2's local shards
 
 
 @pytest.mark.parametrize("source, options", [
