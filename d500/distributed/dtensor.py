@@ -21,6 +21,9 @@ reduces (forward: a row linear's output; backward: a column linear's input where
 gradient); CommDebugMode counts the same calls (tests/distributed/mpi_baseline_checks.py). Their
 time is inside torch's autograd, not separable. Memory (`memory()`): the replicated weights and
 the local shards, which the judge checks against its own split, as for `tensor-parallel`.
+Checkpoints (d500.distributed.resuming): a rank's piece is its replicated weights and local
+shards with the optimizer state over them (d500.distributed.fsdp.Shards), at its tensor
+coordinate (its rank).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class DTensorScheme:
     """torch DTensor tensor parallelism as a level-3 scheme (see the module docstring)."""
 
     name: ClassVar[str] = "dtensor"
+    dimension: ClassVar[str] = "tensor"  # the one it splits, over the whole world
     holds_loss = True
 
     def __init__(self, trainer: Any, comm: Communicator, split: Any, *, reducer: Any = None,
@@ -54,6 +58,8 @@ class DTensorScheme:
         self.full: dict[str, np.ndarray] = {}
         self.traffic = Traffic()  # counted per call (module docstring)
         self._steps = 0
+        from d500.distributed.fsdp import Shards
+        self.piece = Shards(self)  # what a checkpoint reads and writes (module docstring)
 
     def start(self) -> None:
         """The process group, the tensor mesh, the block linears parallelized, the trainer's
@@ -194,6 +200,13 @@ class DTensorScheme:
 
     def settle(self) -> None:
         """DTensor leaves nothing in flight between steps."""
+
+    def saved(self) -> dict[str, np.ndarray]:
+        """Its step count, for a checkpoint (the weights and their state: `piece`)."""
+        return {"steps": np.asarray(self._steps, np.int64)}
+
+    def restored(self, arrays: dict[str, np.ndarray]) -> None:
+        self._steps = int(arrays["steps"])
 
     @contextmanager
     def evaluated(self) -> Any:

@@ -185,6 +185,18 @@ class Watchdog:
         self.abort(f"rank 0 did not end the job within {self.limit:g} s after this rank "
                    f"failed: {text}", 1)
 
+    def peer_gone(self, wait: float = 1.0) -> str:
+        """On rank 0, after its own code failed: why a worker on this host is known dead,
+        waiting up to `wait` s for its process to be gone, or ''. A peer's death can surface
+        first as rank 0's own error (torch's gloo: the dead peer's connection reset), before
+        any heartbeat is missed; the run is then a lost rank's (resumable), not rank 0's."""
+        deadline = time.monotonic() + wait
+        while True:
+            why = self._dead_here(list(range(1, self.size)))
+            if why or time.monotonic() >= deadline:
+                return why
+            time.sleep(POLL)
+
     def abort(self, text: str, code: int = 1) -> None:
         """One line on stderr, then MPI_Abort of the whole job (every rank ends)."""
         where = f"d500 (rank {self.rank} of {self.size} on {socket.gethostname()})"

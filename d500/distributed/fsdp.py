@@ -165,9 +165,10 @@ class FSDPScheme:
 
 class Shards:
     """A rank's local shards of every parameter and their optimizer state, as the part of a
-    Trainer a checkpoint reads and writes (d500.training.checkpoint.capture and restore)."""
+    Trainer a checkpoint reads and writes (d500.training.checkpoint.capture and restore); of a
+    native baseline whose `_local()` gives its tensors by ONNX name (FSDP2's, DTensor's)."""
 
-    def __init__(self, scheme: FSDPScheme):
+    def __init__(self, scheme: Any):
         self.scheme = scheme
 
     @property

@@ -20,7 +20,9 @@ micro-batches (its P2P sends move exactly those): forward, what a stage sends on
 gradients of what it received (its first step also sends their shapes: not counted). Memory: the
 stage's parameters, which the judge checks against its own cut,
 as for `pipeline-gpipe`; the judge audits the loss after each hand-over likewise. torch measures
-no bubble: the step time is what benchmarks/pipeline_bubble.py compares.
+no bubble: the step time is what benchmarks/pipeline_bubble.py compares. Checkpoints
+(d500.distributed.resuming): a rank's piece is its stage's trainer (parameters and the entry's
+optimizer state), at its pipeline coordinate (its rank), as a d500 pipeline stage's.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class PipeliningScheme:
     """torch.distributed.pipelining as a level-3 scheme (see the module docstring)."""
 
     name: ClassVar[str] = "pipelining"
+    dimension: ClassVar[str] = "pipeline"  # the one it cuts, over the whole world
 
     def __init__(self, stage: Any, comm: Communicator, micro_batches: int, schedule: str, *,
                  reducer: Any = None, timeout: float = 60.0, **options: Any):
@@ -115,6 +118,13 @@ class PipeliningScheme:
 
     def settle(self) -> None:
         """torch's schedule leaves nothing in flight between steps."""
+
+    def saved(self) -> dict[str, np.ndarray]:
+        """Its step count, for a checkpoint (the stage's trainer holds the rest)."""
+        return {"steps": np.asarray(self._steps, np.int64)}
+
+    def restored(self, arrays: dict[str, np.ndarray]) -> None:
+        self._steps = int(arrays["steps"])
 
     @contextmanager
     def evaluated(self) -> Any:

@@ -42,12 +42,13 @@ from d500.errors import D500Error, UsageError
 NOT_YET = {
     "native": "torch's own distributed wrappers' state is not checkpointed yet (it lives in "
               "torch's process groups and wrappers, which d500's checkpoint does not read)",
-    # (torch FSDP2's, "fsdp", is: its local shards, d500.distributed.fsdp.Shards)
+    # (FSDP2's, DTensor's and pipelining's are: their local shards or stage, NATIVE)
     "zero3-whole": "ZeRO-3 of a model with running statistics (the whole-model gather, "
                    "d500.distributed.schemes.zero) is not checkpointed yet",
 }
-PIECES = ("pipeline", "tensor", "zero3", "fsdp")  # the schemes whose ranks each hold a piece
-NATIVE = ("fsdp",)  # the native baselines checkpointed (a `piece`: their local state)
+NATIVE = ("fsdp", "dtensor", "pipelining")  # the native baselines checkpointed (their shards,
+# d500.distributed.fsdp.Shards, or their stage's trainer)
+PIECES = ("pipeline", "tensor", "zero3", *NATIVE)  # the schemes whose ranks each hold a piece
 GRID = "grid/"  # a piece's coordinates among its scheme's arrays: grid/data, grid/pipeline, ...
 SEEN = ("model", "optimizer")  # each rank's parts in the judge's digest (beside the whole model)
 
@@ -92,11 +93,15 @@ def pieced(scheme: Any) -> bool:
 
 
 def coords(scheme: Any) -> dict[str, int]:
-    """This rank's grid coordinates: its scheme's grid's (pipeline, tensor), else the data
-    dimension's rank (every other dimension one rank)."""
+    """This rank's grid coordinates: its scheme's grid's (pipeline, tensor), a native
+    baseline's rank in the one dimension it spans, else the data dimension's rank (every other
+    dimension one rank)."""
     grid = getattr(scheme, "grid", None)
     if grid is not None:
         return dict(grid.coords)
+    own = getattr(scheme, "dimension", None)  # (its comm is the data dimension's: one rank)
+    if own is not None:
+        return {**dict.fromkeys(ORDER, 0), own: scheme.world.rank}
     return {**dict.fromkeys(ORDER, 0), "data": scheme.comm.rank}
 
 

@@ -203,6 +203,10 @@ def _relay(job: Job, seed: int, trainer: Any, scheme: Any, reducer: Any, judge: 
             lost(text)
             return Result(run_id, "failed", error=text)
         if comm.rank == 0:
+            dead = watchdog.peer_gone()  # (gloo's reset by a killed peer, seen first here)
+            if dead:
+                lost(f"{dead}; rank 0 then failed: {text}", True)
+                watchdog.abort(dead)
             lost(f"rank 0 failed: {text}")
             watchdog.abort(f"rank 0 failed: {text}")
         watchdog.fail(text)

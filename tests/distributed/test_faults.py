@@ -69,3 +69,28 @@ def test_output_to_a_file_is_not_waited_for(tmp_path):
     assert proc.wait(timeout=120) == 0
     assert out.read_text().split()[0] == "True"
     assert (tmp_path / "err.txt").read_text().endswith(" the last line\n")
+
+
+def test_rank_0_names_a_peer_that_died_behind_its_own_error():
+    """A killed peer can surface first as rank 0's own error (torch's gloo: connection reset
+    by peer), before a heartbeat is missed; rank 0 then looks for a dead peer on its host
+    (Watchdog.peer_gone) so the run is recorded a lost rank's, resumable. A live peer: '' after
+    the wait; a SIGKILLed one (a zombie until reaped, as a rank is before hydra reaps it): named.
+    (The watchdog object without its MPI side: peer_gone reads only the peers' identities.)"""
+    from d500.distributed.faults import Watchdog, identity
+    from d500.ledger.liveness import _proc_stat
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        watchdog = Watchdog.__new__(Watchdog)
+        watchdog.peers = [identity(), {**identity(), "pid": child.pid,
+                                       "proc_start": _proc_stat(child.pid)[1]}]
+        watchdog.size = 2
+        start = time.monotonic()
+        assert watchdog.peer_gone(wait=0.2) == ""
+        assert time.monotonic() - start >= 0.2
+        child.kill()
+        why = watchdog.peer_gone(wait=5)
+        assert why.startswith(f"rank 1 (pid {child.pid} on ") and "died" in why, why
+    finally:
+        child.kill()
+        child.wait()

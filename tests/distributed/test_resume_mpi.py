@@ -118,7 +118,7 @@ def refused_in_process(ledger, run_id, wl, entry, tmp, path):
 
 
 GRIDS = {"pipeline-gpipe": "pipeline", "tensor-parallel": "tensor", "zero-3": "data",
-         "fsdp-baseline": "data"}
+         "fsdp-baseline": "data", "tp-baseline": "tensor", "pipelining-baseline": "pipeline"}
 
 
 def pieces_are_parts(wl, state, meta, source):
@@ -142,7 +142,7 @@ def pieces_are_parts(wl, state, meta, source):
                 if helper.tensor_dtype_to_np_dtype(t.data_type).kind == "f")
     held = [sum(np.asarray(a).size for a in piece["model"].values()) for piece in pieces]
     assert all(h < whole for h in held), (held, whole)
-    if source != "tensor-parallel":  # (a tensor rank also holds the replicated weights)
+    if GRIDS[source] != "tensor":  # (a tensor rank also holds the replicated weights)
         assert sum(held) == whole
 
 
@@ -239,7 +239,7 @@ def run_id(done):
 
 
 PIECED = ("pipeline-gpipe", "tensor-parallel", "zero-3",  # each rank a stage, shard, rows,
-          "fsdp-baseline")  # or torch FSDP2's local shards
+          "fsdp-baseline", "tp-baseline", "pipelining-baseline")  # or torch's own
 
 
 @pytest.mark.parametrize("source, options", [
