@@ -50,8 +50,18 @@ def _with_hint(parser: argparse.ArgumentParser, message: str) -> str:
         hint = next(filter(None, (did_you_mean(arg, options) for arg in given
                                   if arg.startswith("--") and arg not in options)), "")
     else:
-        hint = ""
+        hint = _subcommands(parser, message)
     return f"{message} ({hint})" if hint else message
+
+
+def _subcommands(parser: argparse.ArgumentParser, message: str) -> str:
+    """"one of list, show, ..." where `message` says a parser's subcommand is missing."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and message.startswith(
+                "the following arguments are required") and (
+                argparse._get_action_name(action) or "") in message:
+            return f"one of {', '.join(action.choices)}"
+    return ""
 
 
 def _options(parser: argparse.ArgumentParser) -> list[str]:
@@ -168,13 +178,21 @@ def _main(argv: list[str] | None) -> int:
     debug = "--debug" in argv or os.environ.get("D500_DEBUG") == "1"
     argv = [a for a in argv if a != "--debug"]
     table = commands()
-    if not argv or argv[0] in ("-h", "--help", "help"):
+    if not argv or argv[0] in ("-h", "--help") or argv == ["help"]:
         print(_usage(table))
         return 0 if argv else 2
     if argv[0] == "--version":
         print(f"d500 {__version__}")
         return 0
+    if argv[0] == "help" and len(argv) > 1:  # `d500 help train`: train's own help
+        argv = [argv[1], "--help"]
     name, rest = argv[0], argv[1:]
+    if name.startswith("-"):
+        from d500.errors import did_you_mean
+        hint = did_you_mean(name, ["--debug", "--version", "--help"])
+        say(f"d500: error: unknown option '{name}' (before a command d500 takes --debug, "
+            f"--version or --help{'; ' + hint if hint else ''})")
+        return 2
     if name not in table:
         from d500.errors import did_you_mean
         hint = did_you_mean(name, table)

@@ -28,6 +28,27 @@ def test_a_mistyped_name_gets_the_closest(args, words, tmp_path):
     one_line_exit_2(d500(*args, env={**os.environ, "D500_HOME": str(tmp_path)}), *words)
 
 
+@pytest.mark.parametrize("args, words", [
+    (["ledger"], ["required: COMMAND (one of list, show, export, verify, import)"]),
+    (["op"], ["required: COMMAND (one of validate, bench)"]),
+    (["--versoin"], ["d500: error: unknown option '--versoin' (before a command d500 takes "
+                     "--debug, --version or --help; did you mean '--version'?)"])])
+def test_a_missing_subcommand_names_them_and_a_mistyped_option_of_d500_its_own(args, words,
+                                                                             capsys):
+    from d500.cli import main
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and all(w in err for w in words), err
+
+
+def test_help_of_a_command_is_its_own_help(capsys):
+    from d500.cli import main
+    with pytest.raises(SystemExit) as done:  # argparse's --help exits
+        main(["help", "train"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: d500 train [-h] --submission DIR")
+
+
 def test_a_missing_required_option_is_still_said_and_a_prefix_is_no_typo(tmp_path):
     import os
     env = {**os.environ, "D500_HOME": str(tmp_path)}

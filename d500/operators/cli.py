@@ -23,7 +23,7 @@ reference, 2 bad usage or input."""
 def parser(prog: str) -> ArgumentParser:
     p = ArgumentParser(prog=prog, description="Level 0: validate and benchmark a custom operator "
                        "against the ONNX reference.", epilog=USAGE_EPILOG)
-    sub = p.add_subparsers(dest="command", metavar="{validate,bench}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, help_ in (("validate", "check forward and gradients against the reference"),
                         ("bench", "validate, then time it beside the backends' implementations")):
