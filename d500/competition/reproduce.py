@@ -52,6 +52,7 @@ from d500.competition.reproduce_prepare import (
 )
 from d500.competition.reproduce_time import (
     hardware_note,
+    latency_checks,
     odds,
     pooled,
     slowdown,
@@ -250,6 +251,12 @@ def report_of(prepared: Prepared, result: dict[str, Any], ledger: Any,
     if run.level in (0, 1):
         from d500.competition import reproduce_level0, reproduce_level1
         rep.checks = (reproduce_level0 if run.level == 0 else reproduce_level1).checks(run, result)
+        if run.level == 0 and run.hyperparameters.get("mode") == "bench":
+            local = ledger.get(rep.run_id)
+            same, rep.times = hardware_note(run.environment, local.get("provenance"))
+            if same:
+                load = slowdown((local.get("details") or {}).get("load_average"))
+                rep.checks += latency_checks(run.figures, result.get("figures") or {}, load)
         return rep
     if split_seed is not None:  # epochs only, judged pooled (reproduce_split.pooled)
         from d500.competition import reproduce_split

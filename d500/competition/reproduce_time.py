@@ -103,6 +103,24 @@ def time_checks(recorded: dict[str, Any], reproduced: dict[str, Any],
     return checks
 
 
+LATENCIES = ("latency", "backward_latency")  # a level-0 bench run's timed figures
+
+
+def latency_checks(recorded: dict[str, Any], reproduced: dict[str, Any], load: float = 1.0
+                   ) -> list[Check]:
+    """A level-0 bench run's latencies, recorded against benched again (call only on the
+    run's hardware): each a median of many timed calls, so no slack beyond RATIO (x `load`)."""
+    out = []
+    for name in LATENCIES:
+        a, b = recorded.get(name), reproduced.get(name)
+        if all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in (a, b)):
+            out.append(Check(name, a, b, f"reproduced at most {RATIO:g}x{load:.2f} recorded "
+                             f"(same hardware{'' if load == 1.0 else '; loaded'})",
+                             not too_fast(a, b, load, 0.0),
+                             f"reproduced {b / a:.2f}x the recorded latency"))
+    return out
+
+
 def pooled(pairs: Sequence[tuple[float, float, float]]) -> Check | None:
     """The draw's runs timed on their own hardware, judged together: (recorded, reproduced,
     slowdown) per run, their times to accuracy summed. One run's SLACK_S cannot resolve a

@@ -1,0 +1,107 @@
+"""A level-0 bench run's latency forged: divided by 100 in its figures and its MLLOG alike and the
+ledger re-sealed with d500's own seal, it passes `d500 check` (the log agrees with the record);
+`d500 reproduce` benches the operator again and, on the run's own hardware, names the latency
+(d500.competition.reproduce_time.latency_checks). The honest package's reproduction agrees. The
+operator sleeps 2 ms a call, so its latency is the same however loaded the machine is."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from d500 import mllog
+from d500.competition.check import check
+from d500.competition.export import build
+from d500.competition.package import Package
+from d500.competition.reproduce import RunReport, reproduce
+from d500.ledger import integrity
+from d500.paths import rulebook
+
+from .test_consistency import forge, set_json
+
+SLOW = '''
+import time
+import numpy as np
+from d500.operators import CustomOperator
+
+
+class SlowRelu(CustomOperator):
+    op_type = "Relu"
+    framework = "numpy"
+
+    def forward(self, x):
+        time.sleep(0.002)
+        return np.maximum(x, 0)
+
+    def backward(self, grad_outputs, inputs, outputs):
+        return [grad_outputs[0] * (inputs[0] > 0)]
+'''
+
+
+def _reproduced(package: Path, ledger: Path) -> RunReport:
+    """`d500 reproduce PACKAGE --runs 1`'s own function, in this process (its job still runs in
+    a process of its own)."""
+    [found] = reproduce(Package.open(package), runs=1, seed=0, ledger=ledger,
+                        rules_dir=package.parent / "rules").runs
+    return found
+
+
+def _packed(entry: Path, home: Path, out: Path) -> Path:
+    return build(entry, out, home / "ledger.sqlite")
+
+
+@pytest.mark.slow
+def test_a_forged_level0_latency_passes_check_and_disagrees_on_reproduction(tmp_path, run_d500):
+    entry, home = tmp_path / "slow-relu", tmp_path / "entrant"
+    entry.mkdir()
+    (entry / "relu.py").write_text(SLOW)
+    (entry / "submission.yaml").write_text(
+        "name: slow-relu\nlevel: 0\ndescription: a Relu that sleeps\nauthors: [t]\n"
+        "operator: relu.py:SlowRelu\n")
+    case = tmp_path / "rules" / "0-operators" / "relu-small.yaml"  # timed 0.3 s, not 2
+    case.parent.mkdir(parents=True)
+    case.write_text((rulebook() / "0-operators" / "relu-4d.yaml").read_text().replace(
+        "name: relu-4d", "name: relu-small").replace("[[8, 32, 32, 32]]", "[[2, 8, 16, 16]]")
+        + "time_budget: 0.3\n")
+    done = run_d500(home, "op", "bench", str(entry), "--case", str(case), "--backends",
+                    "reference", "--budget", "0.3")
+    assert done.returncode == 0, done.stdout + done.stderr
+    honest = _packed(entry, home, tmp_path / "honest.tar.gz")
+    [run] = [r for r in Package.open(honest).runs() if r.submission == "slow-relu"]
+    true = run.figures["latency"]
+    assert true >= 0.002
+
+    found = _reproduced(honest, tmp_path / "organiser" / "ledger.sqlite")
+    assert found.verdict == "agrees", found
+    assert any(c.name == "latency" for c in found.checks), found  # timed, compared
+
+    ledger, forged = home / "ledger.sqlite", true / 100
+    log = home / "runs" / str(run.origin_id) / "mllog.txt"
+    text = re.sub(r'("key": "latency", "value": )[0-9.e+-]+', rf"\g<1>{forged!r}",
+                  log.read_text())
+    assert f'"value": {forged!r}' in text
+    log.write_text(text)
+
+    def edit(db: sqlite3.Connection) -> int:
+        rid = run.origin_id
+        set_json(db, rid, "figures", latency=forged)
+        stored = db.execute("SELECT mllog FROM runs WHERE id = ?", (rid,)).fetchone()[0]
+        db.execute("UPDATE artifacts SET sha256 = ?, bytes = ? WHERE run_id = ? AND path = ?",
+                   (integrity.sha256_file(log), log.stat().st_size, rid, stored))
+        return rid
+
+    forge(ledger, edit)
+    package = _packed(entry, home, tmp_path / "forged.tar.gz")
+    report = check(Package.open(package), case.parent.parent)
+    assert not [p for p in report.problems if f"run {run.origin_id}" in p], report.problems
+    records, _ = mllog.parse_text(next(r for r in Package.open(package).runs()
+                                       if r.origin_id == run.origin_id).mllog_text)
+    assert [r["value"] for r in records if r["key"] == "latency"] == [forged]
+
+    found = _reproduced(package, tmp_path / "organiser2" / "ledger.sqlite")
+    assert found.verdict == "disagrees", found
+    [latency] = [c for c in found.checks if c.name == "latency"]
+    assert not latency.agrees and latency.recorded == forged
