@@ -18,7 +18,10 @@ that do not cost the same; with --sleep, whose stages are equal by construction,
 and mean/best. Beside each, unless --sleep, the pipelining baseline (torch's ScheduleGPipe or
 Schedule1F1B on the same stages and micro-batches, d500.distributed.pipelining; 1F1B at M >= P):
 the median time of a whole step (passes and update) of each, and their ratio d500 / torch
-(the issue's target: <= 1.1). torch measures no bubble of its own.
+(the issue's target: <= 1.1), and `cpu d/t`: the CPU seconds a step of both ranks of d500's
+over torch's (process time, which other processes on the cores do not inflate: what a quiet
+machine's step would show where the passes lie on its critical path). torch measures no bubble
+of its own.
 
     .venv/bin/python benchmarks/pipeline_bubble.py [--model lenet5|mlp] [--batch 256]
     .venv/bin/python benchmarks/pipeline_bubble.py --model mlp --batch 256 --sleep 100
@@ -109,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     passes: dict[tuple[str, int], list[tuple[float, float]]] = {k: [] for k in settings}
     whole: dict[tuple[str, int], list[float]] = {k: [] for k in settings}
     torch_step: dict[tuple[str, int], list[float]] = {k: [] for k in natives}
+    cpu: dict[tuple[str, str, int], list[float]] = {}  # (who, schedule, M) -> CPU s a step
     for _ in range(args.rounds):
         for key in settings:
             scheme = schemes[key]
@@ -116,24 +120,28 @@ def main(argv: list[str] | None = None) -> int:
             scheme.idle = scheme.busy = 0.0
             scheme.compute = {"F": 0.0, "B": 0.0}
             c.barrier()
-            t = time.perf_counter()
+            t, u = time.perf_counter(), time.process_time()
             for _ in range(args.steps):
                 scheme.step(feeds, 0.01)
             whole[key].append((time.perf_counter() - t) / args.steps)
+            cpu.setdefault(("d500", *key), []).append((time.process_time() - u) / args.steps)
+            scheme.settle()  # its last sends, before another setting's
             seen[key].append(scheme.figures()["bubble_measured"])
             took[key].append(scheme.busy / args.steps)
             passes[key].append((scheme.compute["F"], scheme.compute["B"]))
             if key in natives:
                 natives[key].step(feeds, 0.01)
                 c.barrier()
-                t = time.perf_counter()
+                t, u = time.perf_counter(), time.process_time()
                 for _ in range(args.steps):
                     natives[key].step(feeds, 0.01)
                 torch_step[key].append((time.perf_counter() - t) / args.steps)
+                cpu.setdefault(("torch", *key), []).append((time.process_time() - u) / args.steps)
     every = c.mpi.gather({k: statistics.median(v) for k, v in seen.items()}, root=0)
     costs = c.mpi.gather({k: tuple(statistics.median(p[j] for p in v) for j in (0, 1))
                           for k, v in passes.items()}, root=0)
     step = {k: statistics.median(v) for k, v in took.items()}
+    cpus = c.mpi.gather({k: statistics.median(v) for k, v in cpu.items()}, root=0)
     if c.rank == 0:
         part = next(iter(schemes.values())).stage.part
         nodes = part.model_proto.graph.node
@@ -146,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
                                                      for r in range(c.size))
               + f" {'mean':>7} {'theory':>7} {'ratio':>6} {'cut':>6} {'ratio':>6}"
               + f" {'pass ms':>8} {'best':>6} {'ratio':>6}"
-              + (f" {'d500 ms':>8} {'torch ms':>8} {'d500/torch':>10}" if natives else ""))
+              + (f" {'d500 ms':>8} {'torch ms':>8} {'d500/torch':>10} {'cpu d/t':>7}"
+                 if natives else ""))
         for key in settings:
             stages = [e[key] for e in every]
             mean = statistics.fmean(stages)
@@ -160,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
                   + f" {mean:>7.3f} {theory:>7.3f} {mean / theory:>6.2f} {counted:>6.3f}"
                   f" {mean / counted:>6.2f} "
                   f"{1e3 * step[key]:>8.2f} {best:>6.3f} {mean / best:>6.2f}"
-                  + (_versus(whole[key], torch_step[key]) if key in natives else ""))
+                  + (_versus(whole[key], torch_step[key]) + " {:>7.2f}".format(
+                      sum(e[("d500", *key)] for e in cpus) / sum(e[("torch", *key)] for e in cpus))
+                     if key in natives else ""))
     if natives:
         next(iter(natives.values())).finish()
     return 0

@@ -225,7 +225,7 @@ class TorchExecutable(Executable):
             self._check_shape(name, value)
             tensor = from_numpy(value, self.torch_device)
             if name in requires_grad and isinstance(tensor, torch.Tensor):
-                tensor = tensor.detach().clone().requires_grad_(True)
+                tensor = tensor.detach().requires_grad_(True)  # no copy: autograd reads it
             feeds[name] = tensor
         return feeds
 

@@ -7,13 +7,16 @@ updates the stage's parameters.
     scheme = Pipeline(stage, grid, micro_batches=4, schedule="1f1b")
     loss = scheme.step(feeds, lr, weight)     # the last stage's: the share's loss; others 0.0
 
-The last stage runs a micro-batch's forward and backward at once and sends its gradients back
-at its forward's turn (its backward turns are empty), so the stage before never waits on the
-schedule's order of the last stage's backwards. Micro-batch i of n_i samples out of the share's
-n is seeded at the last stage with n_i/n x the share's weight, so the summed gradient is the
-share's weighted mean gradient: the update of one process on the whole batch (to float
-rounding). The first stage reads `input`, the last reads `labels`: every rank of a pipeline
-holds its data group's share of each batch.
+The last stage runs a micro-batch's forward and backward at once and sends its gradients back at
+its forward's turn (its backward turns are empty), so the stage before never waits on the
+schedule's order of the last stage's backwards. A step's sends are completed after the next
+step's update (or at `settle`), not before its own: MPI learns that a send is done when its
+receiver next calls it, so at M = 1 the last stage would wait for the first stage's next forward
+before its update, which then lay on the step's critical path. Micro-batch i of n_i samples out
+of the share's n is seeded at the last stage with n_i/n x the share's weight, so the summed
+gradient is the share's weighted mean gradient: the update of one process on the whole batch (to
+float rounding). The first stage reads `input`, the last reads `labels`: every rank of a
+pipeline holds its data group's share of each batch.
 
 Bytes per step, per rank: stage s sends each micro-batch's crossing tensors forward (n x the
 partition's bytes per sample, "send") and receives their gradients back (as many, "recv").
@@ -70,6 +73,7 @@ class Pipeline(Sync):
         # stage's joint forward and backward under F): schedule.simulate's stage costs
         self.stash_peak = 0  # bytes kept for the backwards of micro-batches, at most
         self.gathered: dict[str, np.ndarray] | None = None
+        self.sending: list[Any] = []  # the last step's sends, not yet known complete
 
     # ------------------------------------------------------------------ one step
     def step(self, feeds: Mapping[str, np.ndarray], lr: float, weight: float = 1.0) -> float:
@@ -114,13 +118,19 @@ class Pipeline(Sync):
                 _accumulate(grads, g)
                 if s > 0:
                     requests += self._send(back, s - 1, 2 * i + 1)
-        self.pipe.wait(requests)
         self._tie(grads)
         self.idle += self._waited() - waited
         self.busy += time.perf_counter() - start
         self.trainer.apply(self.average(grads), lr)
+        self.pipe.wait(self.sending)  # the step before's: received then, done long since
+        self.sending = requests  # this step's: completed next step, or at `settle`
         self.steps += 1
         return loss
+
+    def settle(self) -> None:
+        """The last step's sends completed (their receivers already hold them)."""
+        self.pipe.wait(self.sending)
+        self.sending = []
 
     def _tie(self, grads: dict[str, np.ndarray]) -> None:
         """Each tied weight's gradient summed over the stages holding it, in stage order on
