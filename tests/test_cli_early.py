@@ -42,6 +42,13 @@ def test_a_mistake_is_said_before_a_framework_loads(args, words, tmp_path):
     assert words in out.stderr, out.stderr
 
 
+def test_a_data_folder_from_d500_data_that_is_not_there_names_d500_data(tmp_path):
+    env = {**os.environ, "D500_HOME": str(tmp_path), "D500_DATA": str(tmp_path / "nowhere")}
+    for args in (["data", "list"], ["train", "mnist-lenet", "--submission", "sgd-momentum"]):
+        one_line_exit_2(d500(*args, env=env), f"D500_DATA={tmp_path / 'nowhere'}: the data "
+                        "directory does not exist")
+
+
 def test_a_given_data_folder_is_read_by_reference(tmp_path):
     """reference passes its --data to the early check (else it would ask for --data again)."""
     data = tmp_path / "data"

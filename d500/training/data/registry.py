@@ -186,7 +186,9 @@ def folder(spec: Spec, root: str | Path) -> Path:
     writes) when it exists, else DIR itself (a folder holding just this dataset's files)."""
     root = Path(root).expanduser()
     if not root.is_dir():
-        raise DatasetError(f"{root}: the data directory does not exist")
+        named = os.environ.get("D500_DATA") or None  # --data DIR is checked as it is read
+        source = "D500_DATA=" if named and Path(named).expanduser() == root else ""
+        raise DatasetError(f"{source}{root}: the data directory does not exist")
     sub = root / spec.name
     return sub if sub.is_dir() else root
 
