@@ -76,6 +76,13 @@ def test_a_folder_where_a_file_goes(args, words, tmp_path):
     assert list(folder.iterdir()) == []
 
 
+def test_an_entry_path_that_is_not_there_is_said_as_given(tmp_path):
+    one_line_exit_2(d500("train", "digits-mlp", "--submission", "./no-such-entry",
+                         env={**os.environ, "D500_HOME": str(tmp_path / "home")}),
+                    "./no-such-entry: no such entry (a folder holding submission.yaml, or that "
+                    "file)")
+
+
 def test_an_empty_submission_file_is_said_empty(tmp_path):
     entry = tmp_path / "e"
     entry.mkdir()

@@ -133,7 +133,10 @@ def _map(space: dict[str, Any], u: float) -> Any:
 
 def load(path: str | Path) -> Submission:
     """Read and validate a submission folder or its submission.yaml."""
-    path = Path(path)
+    given, path = str(path), Path(path)
+    if not path.exists():
+        raise ConfigError(f"{given}: no such entry (a folder holding submission.yaml, or that "
+                          f"file)")
     if path.is_dir():
         path = path / "submission.yaml"
     data = load_yaml(path, SCHEMA)
