@@ -18,9 +18,9 @@ that do not cost the same; with --sleep, whose stages are equal by construction,
 and mean/best. Beside each, unless --sleep, the pipelining baseline (torch's ScheduleGPipe or
 Schedule1F1B on the same stages and micro-batches, d500.distributed.pipelining; 1F1B at M >= P):
 the median time of a whole step (passes and update) of each, and their ratio d500 / torch
-(the issue's target: <= 1.1), and `cpu d/t`: the CPU seconds a step of both ranks of d500's
-over torch's (process time, which other processes on the cores do not inflate: what a quiet
-machine's step would show where the passes lie on its critical path). torch measures no bubble
+(the issue's target: <= 1.1), and `cpu d/t`: each rank's CPU seconds a step, d500's over
+torch's (process time, which other processes on the cores do not inflate; at M = 1 every pass
+lies on the step's critical path, so a quiet machine's step follows it). torch measures no bubble
 of its own.
 
     .venv/bin/python benchmarks/pipeline_bubble.py [--model lenet5|mlp] [--batch 256]
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                                                      for r in range(c.size))
               + f" {'mean':>7} {'theory':>7} {'ratio':>6} {'cut':>6} {'ratio':>6}"
               + f" {'pass ms':>8} {'best':>6} {'ratio':>6}"
-              + (f" {'d500 ms':>8} {'torch ms':>8} {'d500/torch':>10} {'cpu d/t':>7}"
+              + (f" {'d500 ms':>8} {'torch ms':>8} {'d500/torch':>10} cpu d/t by rank"
                  if natives else ""))
         for key in settings:
             stages = [e[key] for e in every]
@@ -169,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
                   + f" {mean:>7.3f} {theory:>7.3f} {mean / theory:>6.2f} {counted:>6.3f}"
                   f" {mean / counted:>6.2f} "
                   f"{1e3 * step[key]:>8.2f} {best:>6.3f} {mean / best:>6.2f}"
-                  + (_versus(whole[key], torch_step[key]) + " {:>7.2f}".format(
-                      sum(e[("d500", *key)] for e in cpus) / sum(e[("torch", *key)] for e in cpus))
+                  + (_versus(whole[key], torch_step[key]) + " " + " ".join(
+                      f"{e[('d500', *key)] / e[('torch', *key)]:.2f}" for e in cpus)
                      if key in natives else ""))
     if natives:
         next(iter(natives.values())).finish()
