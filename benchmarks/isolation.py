@@ -18,8 +18,15 @@ caches and allocator on both). A worker is a fresh process for every run, while 
 command's later seeds in a process already warm: --warm measures that case, both sides in one
 process after a discarded run of each.
 
+Besides the ratio, for each pair: what a chunk of training (the steps between two hand-overs)
+took as the judge timed it, worker against in-process, chunk by chunk (less noisy than a whole
+run), and over the timed part the CPU time of both sides, and the worker's CPU migrations and
+context switches (Linux /proc): where the split's time goes, even on a loaded machine.
+--realtime runs both sides SCHED_FIFO over the timed part (root), so that other processes'
+load no longer delays them.
+
     .venv/bin/python benchmarks/isolation.py [--case both|mlp|resnet20] [--pairs 5]
-        [--threads 1] [--warm] [--start forkserver|spawn]
+        [--threads 1] [--warm] [--start forkserver|spawn] [--realtime]
     .venv/bin/python benchmarks/isolation.py --case operators [--budget 5]   # level 0
     .venv/bin/python benchmarks/isolation.py --case handover [--pairs 500]
 """
@@ -97,13 +104,79 @@ class SharedJudge:
         return InProcess.current.trainer.predict(feeds)
 
 
-def run(workload: Any, recipe: Any, seed: int, inprocess: bool) -> dict[str, float]:
-    """One run's figures, trained in a worker or in this process."""
+def counts(pid: int, tid: int | None = None) -> dict[str, float]:
+    """A thread's scheduler counts (Linux /proc; {} elsewhere): CPU time and time runnable but
+    waiting for a CPU (ms), voluntary and involuntary context switches, CPU migrations."""
+    where = f"/proc/{pid}/task/{tid or pid}"
+    try:
+        run_ns, wait_ns, _ = Path(f"{where}/schedstat").read_text().split()
+        got = {"cpu_ms": int(run_ns) / 1e6, "wait_ms": int(wait_ns) / 1e6}
+        for line in Path(f"{where}/status").read_text().splitlines():
+            if "ctxt_switches:" in line:
+                key, value = line.split(":")
+                got[key.split("_")[0]] = float(value)  # voluntary, nonvoluntary
+        sched = Path(f"{where}/sched")
+        for line in (sched.read_text().splitlines() if sched.exists() else ()):
+            if line.startswith("se.nr_migrations"):
+                got["migrations"] = float(line.split(":")[1])
+    except (OSError, ValueError):
+        return {}
+    return got
+
+
+def watched(cls: Any, realtime: bool, seen: dict[str, Any]) -> Any:
+    """`cls` (the worker's handle, or InProcess) recording into `seen`, over the timed part
+    (give to finish): each chunk's time as the judge sees it, and the scheduler counts of the
+    judge's thread and the worker's process; with `realtime`, both run SCHED_FIFO meanwhile."""
+    import threading
+
+    def fifo(on: bool) -> None:
+        if realtime:
+            policy = (os.SCHED_FIFO, os.sched_param(1)) if on else (os.SCHED_OTHER,
+                                                                    os.sched_param(0))
+            for pid in (0, *seen["pids"]):
+                os.sched_setscheduler(pid, *policy)
+
+    def snapshot() -> dict[str, dict[str, float]]:
+        return {"judge": counts(os.getpid(), threading.get_native_id()),
+                **{"worker": counts(pid) for pid in seen["pids"]}}
+
+    class Watched(cls):
+        def give(self, *args: Any, **kwargs: Any) -> None:
+            process = getattr(self, "process", None)
+            seen.update(chunks=[], pids=[process.pid] if process is not None else [])
+            seen["before"] = snapshot()
+            fifo(True)
+            super().give(*args, **kwargs)
+
+        def train(self, *args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return super().train(*args, **kwargs)
+            finally:
+                seen["chunks"].append(time.perf_counter() - start)
+
+        def finish(self, want: bool) -> Any:
+            try:
+                return super().finish(want)
+            finally:
+                fifo(False)
+                after = snapshot()
+                seen["counts"] = {side: {k: v - seen["before"][side].get(k, 0.0)
+                                         for k, v in after[side].items()} for side in after}
+
+    return Watched
+
+
+def run(workload: Any, recipe: Any, seed: int, inprocess: bool, realtime: bool = False
+        ) -> dict[str, Any]:
+    """One run's figures, trained in a worker or in this process, with what `watched` saw."""
     from d500.ledger import Ledger
     from d500.training import trainer, worker
-    saved = worker.Worker, trainer.Judge
+    saved, seen = (worker.Worker, trainer.Judge), {}
+    worker.Worker = watched(InProcess if inprocess else saved[0], realtime, seen)
     if inprocess:
-        worker.Worker, trainer.Judge = InProcess, SharedJudge
+        trainer.Judge = SharedJudge
     try:
         result = trainer.train(workload, recipe, "torch", seed, ledger=Ledger(),
                                submission="bench")
@@ -111,7 +184,7 @@ def run(workload: Any, recipe: Any, seed: int, inprocess: bool) -> dict[str, flo
         worker.Worker, trainer.Judge = saved
     if result.status != "succeeded":
         raise SystemExit(f"run with seed {seed} {result.status}: {result.error}")
-    return result.figures
+    return {**result.figures, "chunks": seen.get("chunks", []), "counts": seen.get("counts", {})}
 
 
 def case(name: str) -> Any:
@@ -127,12 +200,12 @@ def case(name: str) -> Any:
 
 
 def one(name: str, seed: int, inprocess: bool, threads_: int,
-        method: str | None = None) -> dict[str, float]:
+        method: str | None = None, realtime: bool = False) -> dict[str, Any]:
     """One run in a fresh process (its worker started by `method`, else as d500 chooses): its
     figures."""
     code = (f"import sys, json; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
             f"import isolation as b; print(json.dumps(b.fresh({name!r}, {seed}, {inprocess}, "
-            f"{threads_}, {method!r})))")
+            f"{threads_}, {method!r}, {realtime})))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=False)
     if done.returncode != 0:
@@ -141,7 +214,7 @@ def one(name: str, seed: int, inprocess: bool, threads_: int,
 
 
 def fresh(name: str, seed: int, inprocess: bool, threads_: int,
-          method: str | None = None) -> dict[str, float]:
+          method: str | None = None, realtime: bool = False) -> dict[str, Any]:
     """In the fresh process of `one`."""
     home = tempfile.TemporaryDirectory(prefix="d500-isolation-")
     os.environ["D500_HOME"] = home.name
@@ -151,7 +224,7 @@ def fresh(name: str, seed: int, inprocess: bool, threads_: int,
     threads.configure(threads_, ["torch"])
     recipe = submission.load(ROOT / "submissions" / "sgd-momentum").recipe
     try:
-        return run(case(name), recipe, seed, inprocess)
+        return run(case(name), recipe, seed, inprocess, realtime)
     finally:
         home.cleanup()
 
@@ -243,7 +316,15 @@ def main() -> None:
     p.add_argument("--start", choices=("forkserver", "spawn"),
                    help="how the worker starts (default: as d500 chooses, a fork of the "
                         "forkserver for torch)")
+    p.add_argument("--realtime", action="store_true",
+                   help="judge and worker (or the in-process loop) run SCHED_FIFO over the "
+                        "timed part: other processes' load no longer delays them (Linux, root "
+                        "or CAP_SYS_NICE)")
     args = p.parse_args()
+    if args.realtime and not _may_realtime():
+        sys.stderr.write("isolation.py: --realtime needs the right to set SCHED_FIFO (root or "
+                         "CAP_SYS_NICE, on Linux); run without it\n")
+        raise SystemExit(2)
     home = tempfile.TemporaryDirectory(prefix="d500-isolation-")
     os.environ["D500_HOME"] = home.name
     from d500 import threads
@@ -263,27 +344,46 @@ def main() -> None:
         return
     where = "one process, warm" if args.warm else "a fresh process per run"
     where += f", workers started by {args.start or 'd500s choice'}"
+    where += ", SCHED_FIFO over the timed part" if args.realtime else ""
     print(f"torch, {args.threads} thread(s), {where}, load average {os.getloadavg()[0]:.2f} "
           f"at start")
     for name in (("mlp", "resnet20") if args.case == "both" else (args.case,)):
         workload = case(name)
         if args.warm:
             run(workload, recipe, 99, True), run(workload, recipe, 99, False)
-        ratios = []
+        ratios, extra, cpu, pooled = [], [], [], {"mig": [], "vol": [], "inv": []}
         for i in range(args.pairs):
             seed = 100 + i
             order = (True, False) if i % 2 == 0 else (False, True)
-            got = {inproc: (run(workload, recipe, seed, inproc) if args.warm
-                            else one(name, seed, inproc, args.threads, args.start))
+            got = {inproc: (run(workload, recipe, seed, inproc, args.realtime) if args.warm
+                            else one(name, seed, inproc, args.threads, args.start,
+                                     args.realtime))
                    for inproc in order}
             a, b = got[True], got[False]
             if a["epochs"] != b["epochs"]:
                 raise SystemExit(f"seed {seed}: {a['epochs']} epochs in-process, "
                                  f"{b['epochs']} in a worker: not the same run")
             ratios.append(b["time_to_accuracy"] / a["time_to_accuracy"])
+            # each chunk after the first (both sides train the same chunks), as the judge
+            # timed it: what one hand-over adds, less noisy than a whole run's ratio
+            pairs_ = list(zip(a["chunks"][1:], b["chunks"][1:]))
+            extra += [(y - x, x) for x, y in pairs_]
+            line = ""
+            if a["counts"].get("judge") and b["counts"].get("worker"):
+                mine, w = a["counts"]["judge"], b["counts"]["worker"]
+                both = b["counts"]["judge"]["cpu_ms"] + w["cpu_ms"]
+                cpu.append(both / mine["cpu_ms"])
+                for key, k in (("mig", "migrations"), ("vol", "voluntary"),
+                               ("inv", "nonvoluntary")):
+                    pooled[key].append(w.get(k, math.nan))
+                line = (f"; CPU in-process {mine['cpu_ms']:.1f} ms, judge+worker {both:.1f} ms; "
+                        f"the worker's migrations {w.get('migrations', math.nan):g}, switches "
+                        f"{w.get('voluntary', math.nan):g} voluntary, "
+                        f"{w.get('nonvoluntary', math.nan):g} involuntary")
+            added = statistics.median(y - x for x, y in pairs_) * 1e3 if pairs_ else math.nan
             print(f"  {workload.name} seed {seed}: in-process {a['time_to_accuracy']:.3f} s "
                   f"({_parts(a)}), worker {b['time_to_accuracy']:.3f} s ({_parts(b)}), "
-                  f"{a['epochs']:g} epochs", flush=True)
+                  f"{a['epochs']:g} epochs; a chunk +{added:.2f} ms{line}", flush=True)
         q = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else \
             [ratios[0]] * 3
         lo, hi = median_ci(ratios)  # whether the 2% bound is resolved at all by these pairs
@@ -291,6 +391,27 @@ def main() -> None:
               f"{statistics.median(ratios):.3f} (IQR {q[0]:.3f}-{q[2]:.3f}, 95% CI of the "
               f"median {lo:.3f}-{hi:.3f}, {len(ratios)} pairs), load average "
               f"{os.getloadavg()[0]:.2f} at end", flush=True)
+        if extra:
+            d, base = (statistics.median(v) * 1e3 for v in zip(*extra))
+            print(f"{'':<18} a chunk after the first: worker {d:+.2f} ms against in-process "
+                  f"{base:.2f} ms ({100 * d / base:+.1f} %, median of {len(extra)} paired "
+                  f"chunks)", flush=True)
+        if cpu:
+            m = {k: statistics.median(v) for k, v in pooled.items()}
+            print(f"{'':<18} CPU time over the timed part, judge+worker/in-process: median "
+                  f"{statistics.median(cpu):.3f}; the worker a run: {m['mig']:g} migrations, "
+                  f"{m['vol']:g} voluntary and {m['inv']:g} involuntary switches (medians)",
+                  flush=True)
+
+
+def _may_realtime() -> bool:
+    """Whether this process may set SCHED_FIFO (tried on itself, then undone)."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    except (AttributeError, OSError):
+        return False
+    return True
 
 
 if __name__ == "__main__":
