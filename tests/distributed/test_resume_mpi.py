@@ -1,8 +1,11 @@
 """Checkpoints of a real `mpiexec -n 2 d500 train` run and `--resume` at level 3: a job whose rank 1
 is killed with SIGKILL after its second checkpoint resumes and matches the unbroken run at every
 evaluation (steps, accuracies, losses), for sync (every rank the same state) and local-sgd (the
-ranks' models and momentum differ between averagings), and `d500 check` lists its restarts; the
-attacks: another world size, a scheme whose state depends on timing."""
+ranks' models and momentum differ between averagings), for the schemes whose ranks hold pieces
+(a pipeline stage, tensor shards, ZeRO-3 rows) and torch's own fsdp, dtensor and pipelining
+baselines, and for a 4-rank tensor-pipeline on text (its resumed checkpoint's digest is the
+unbroken run's); `d500 check` lists its restarts; the attacks: another world size, a scheme
+whose state depends on timing, pieces swapped or re-gridded."""
 
 from __future__ import annotations
 
