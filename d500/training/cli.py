@@ -38,25 +38,26 @@ def main(argv: list[str], prog: str = "d500 train") -> int:
     from d500.distributed import cli as distributed
     if distributed.wanted(args):  # a level-3 workload, or any `d500 train` under mpiexec
         return distributed.train(args, argv, prog)
-    from d500 import backends
-
     workload, entry = resolve(args)  # the cheap checks first: no framework imported yet
     seed_count(args, workload)
-    backends.get(args.backend)
     return train_level2(args, workload, entry)
 
 
 def train_level2(args: Any, workload: Any, entry: Any) -> int:
     """The level-2 runs of `d500 train`, one per seed, each printed as one line."""
+    from d500 import backends
     from d500.ledger import Ledger
     from d500.training.trainer import preflight, train
 
-    configure_threads(args, resumed_threads(args))  # after the cheap checks, before the
-    preflight(workload, entry.recipe, args.backend, args.data)  # framework runs anything
+    # What the ledger refuses (a wrong --resume RUN, a --seed already run) is said before
+    # backends.get imports the framework.
     ledger = Ledger()
     checkpoints, resumed = restarts(ledger, workload, entry, args)
     seeds = ([resumed.meta["seed"]] if resumed is not None
              else choose_seeds(ledger, workload, entry, args))
+    backends.get(args.backend)
+    configure_threads(args, resumed_threads(args))  # after the cheap checks, before the
+    preflight(workload, entry.recipe, args.backend, args.data)  # framework runs anything
     out = stdout_console()
     if not seeds:
         done_line(workload, args)
