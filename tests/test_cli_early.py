@@ -39,6 +39,13 @@ def test_a_mistake_is_said_before_a_framework_loads(args, words, tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "submission.yaml").write_text(entry + extra)
     args = [a.format(entry=tmp_path / "entry", points=tmp_path / "points") for a in args]
+    if "--seed" in args:  # a run of seed 0 recorded before
+        from d500.ledger import Ledger
+        from d500.training.submission import load
+        entry = load(os.path.join(os.path.dirname(__file__), "..", "submissions", "sgd-momentum"))
+        Ledger(tmp_path / "ledger.sqlite").start_run(
+            level=2, workload="digits-mlp", submission=entry.name, backend="torch", seed=0,
+            hyperparameters=entry.recipe.hyperparameters_logged()).finish("failed")
     env = {k: v for k, v in os.environ.items() if k != "D500_DATA"}
     out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                          env={**env, "D500_HOME": str(tmp_path)}, check=False)
