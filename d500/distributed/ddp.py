@@ -186,6 +186,14 @@ class DDPScheme:
     def settle(self) -> None:
         """DDP leaves nothing in flight between steps."""
 
+    def saved(self) -> dict[str, np.ndarray]:
+        """Its step count, for a checkpoint (its trainer holds the model and optimizer state,
+        d500.distributed.resuming, as a sync rank's does)."""
+        return {"steps": np.asarray(self._steps, np.int64)}
+
+    def restored(self, arrays: dict[str, np.ndarray]) -> None:
+        self._steps = int(arrays["steps"])
+
     @contextmanager
     def evaluated(self) -> Any:
         """Every rank holds the same model under DDP: nothing to do."""

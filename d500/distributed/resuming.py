@@ -42,13 +42,14 @@ from d500.errors import D500Error, UsageError
 NOT_YET = {
     "native": "torch's own distributed wrappers' state is not checkpointed yet (it lives in "
               "torch's process groups and wrappers, which d500's checkpoint does not read)",
-    # (FSDP2's, DTensor's and pipelining's are: their local shards or stage, NATIVE)
+    # (a baseline not in NATIVE; those in it are: their trainer, local shards or stage)
     "zero3-whole": "ZeRO-3 of a model with running statistics (the whole-model gather, "
                    "d500.distributed.schemes.zero) is not checkpointed yet",
 }
-NATIVE = ("fsdp", "dtensor", "pipelining")  # the native baselines checkpointed (their shards,
-# d500.distributed.fsdp.Shards, or their stage's trainer)
-PIECES = ("pipeline", "tensor", "zero3", *NATIVE)  # the schemes whose ranks each hold a piece
+NATIVE = ("ddp", "fsdp", "dtensor", "pipelining")  # the native baselines checkpointed: ddp's
+# trainer (the whole model, as sync's), the others' shards (d500.distributed.fsdp.Shards) or stage
+PIECES = ("pipeline", "tensor", "zero3",  # the schemes whose ranks each hold a piece
+          "fsdp", "dtensor", "pipelining")
 GRID = "grid/"  # a piece's coordinates among its scheme's arrays: grid/data, grid/pipeline, ...
 SEEN = ("model", "optimizer")  # each rank's parts in the judge's digest (beside the whole model)
 

@@ -249,11 +249,12 @@ PIECED = ("pipeline-gpipe", "tensor-parallel", "zero-3",  # each rank a stage, s
     ("sync", ("-disable-auto-cleanup",)),  # rank 0 lives to record the run failed, rank lost
     ("local-sgd", ()),  # mpiexec kills rank 0 too: the run shows interrupted
     *[(source, ()) for source in PIECED],
+    ("ddp-baseline", ()),  # torch's DDP: every rank the whole model, as sync
 ])
 def test_a_killed_job_resumes_at_its_world_size_and_matches_the_unbroken_run(rules, source,
                                                                             options, monkeypatch):
     tmp, files = rules
-    epochs, every = (SHORT, 1) if source in PIECED else (EPOCHS, 2)
+    epochs, every = (SHORT, 1) if source in (*PIECED, "ddp-baseline") else (EPOCHS, 2)
     wl = files[epochs]
     home = tmp / source / "home"
     entry = jobs.entry(tmp / source, source, name=f"{source}-ck")
@@ -301,7 +302,7 @@ def test_a_killed_job_resumes_at_its_world_size_and_matches_the_unbroken_run(rul
     # its clock counts the killed segment to its last sign of life
     assert info["before"] >= last["clock"]
     assert min(e["wall_time"] for e in ledger.evaluations(again)) > info["before"]
-    if source in PIECED:
+    if source not in ("sync", "local-sgd"):
         return  # (d500 check's restarts are the same code for every scheme: checked below)
 
     # d500 check lists its restarts (and finds nothing wrong with them)
