@@ -83,6 +83,8 @@ def _compare(c: Communicator, builder: str, schedule: str, optimizer: str, batch
         # the stage's own parameters are a part of the model; the rest came from stage 1
         assert set(scheme.stage.params) < set(state), scheme.stage.params
     assert 0.0 <= out["bubble_measured"] < 1.0, out
+    # a step completes its sends after the next one's update; the evaluation settles them all
+    assert scheme.sending == [], scheme.sending
     return out
 
 
