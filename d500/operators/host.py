@@ -226,7 +226,7 @@ def _answer(cls: Any, state: dict[str, Any], message: tuple[Any, ...]) -> Any:
         from d500.operators.base import source_path
         return {"name": cls.__name__, "framework": cls.framework, "op_type": cls.op_type,
                 "opset": cls.opset, "source": cls.source, "has_backward": cls.has_backward(),
-                "source_file": source_path(cls) if cls.framework == "c" else None}
+                "source_file": str(source_path(cls)) if cls.framework == "c" else None}
     if kind == "threads":  # what the operator's frameworks run with in this process
         from d500 import threads
         return threads.actual()
