@@ -76,6 +76,11 @@ def main(argv: list[str], prog: str = "d500 reference") -> int:
     entry_dir = _entry_folder(args.entry, _level(args.workload, args.entry))
     workload, entry = resolve(Namespace(workload=args.workload, submission=str(entry_dir),
                                         precision=args.precision, data=args.data))
+    points = None  # --at or --trials: the points, their hyperparameters checked
+    if args.at or args.trials:
+        points = [dict(args.at)] if args.at else _best_points(args.trials, workload, entry,
+                                                              args.backend)
+        entry.validate(points)
     backends.get(args.backend)  # after the cheap checks: it imports the framework
     def measure(params: dict[str, Any] | None = None) -> Any:
         return reference.measure(
@@ -85,9 +90,7 @@ def main(argv: list[str], prog: str = "d500 reference") -> int:
             on_run=lambda s, result: print(line(workload, s, result), file=sys.stderr,
                                            flush=True))
 
-    if args.at or args.trials:
-        points = [dict(args.at)] if args.at else _best_points(args.trials, workload, entry,
-                                                              args.backend)
+    if points is not None:
         return _trials(points, measure, workload, args.write)
     measured = measure()
     text = reference.block(measured)
