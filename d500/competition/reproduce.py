@@ -251,7 +251,8 @@ def report_of(prepared: Prepared, result: dict[str, Any], ledger: Any,
     if run.level in (0, 1):
         from d500.competition import reproduce_level0, reproduce_level1
         rep.checks = (reproduce_level0 if run.level == 0 else reproduce_level1).checks(run, result)
-        if run.level == 0 and run.hyperparameters.get("mode") == "bench":
+        if (run.level == 0 and run.hyperparameters.get("mode") == "bench") or (
+                run.level == 1 and reproduce_level1.kind(run) == "bench"):
             local = ledger.get(rep.run_id)
             same, rep.times = hardware_note(run.environment, local.get("provenance"))
             if same:

@@ -2,7 +2,9 @@
 outputs against the reference on one model) run again on the same model, inputs, backend and
 thread count, and a packaged `d500 conformance` run's node tests run again; what must not depend
 on the machine is compared: the status (the verdict), the agreement figure up to rounding, the
-node-test counts and the failing tests' names. Times are never compared (nor measured again).
+node-test counts and the failing tests' names. A bench run is timed again only where this
+machine's hardware key is the run's, and its times are then compared by d500.competition.reproduce
+(reproduce_time.latency_checks); elsewhere its steps run once, untimed.
 
 The model is found by the sha256 the run recorded (d500.competition.reproduce_model). A run
 whose model is found nowhere, whose inputs came from an `--inputs` file (the ledger keeps only
@@ -83,13 +85,21 @@ def prepare(pkg: Any, run: Any, rules_dir: Path, folder: Path) -> Prepared:
                              "checked beside it agreed with; re-run `d500 net check` with them")
     settings = {"kind": what, "model": str(model), "found": found,
                 **_inputs(model, run, workload), "rtol": _rtol(run),
-                "hyperparameters": run.hyperparameters}
+                "hyperparameters": run.hyperparameters, "timed": what == "bench" and _here(run)}
     if run.environment and (run.environment.get("threads") or {}).get("count"):
         threads, why = origin_threads(run.environment, run.backend, None)
     else:
         threads, why = None, ("not set: the frameworks' defaults, as the origin had (`d500 net "
                               "check` sets no count)")
     return Prepared(run, workload, path, folder, settings, threads, why, TIMEOUT)
+
+
+def _here(run: Any) -> bool:
+    """Whether this machine's hardware key is the run's (its times can be compared here)."""
+    from d500.leaderboard.environments import machine
+    from d500.provenance import collect
+    theirs = machine(run.environment)
+    return bool(theirs) and theirs == machine(collect())
 
 
 def _suite(run: Any, folder: Path) -> Prepared:
@@ -220,8 +230,10 @@ def _bench(job: dict[str, Any], ledger: Any) -> dict[str, Any]:
     run = ledger.start_run(level=1, workload=wl.name, submission=backend, backend=backend,
                            seed=wl.seed, hyperparameters=s["hyperparameters"],
                            workload_file=wl.path, model_file=s["model"])
+    timed = bool(s.get("timed"))  # on the run's own hardware: its times measured again
     r = bench.BackendBench(backend, run=run, run_id=run.id, details={
-        "reproduced": "status and agreement; times are not measured",
+        "reproduced": "status, agreement and times" if timed else
+        "status and agreement; times are not measured (another machine)",
         "inputs": {k: list(v.shape) for k, v in feeds1.items()}})
     compared = None
     try:
@@ -237,6 +249,12 @@ def _bench(job: dict[str, Any], ledger: Any) -> dict[str, Any]:
         if wl.train and r.status == "running":
             feeds = bench.training_inputs(wl, train_model)
             bench.first_step(r, cls, train_path, feeds, wl.loss_output, timed=False)
+        if timed and r.status == "running":  # then timed as `d500 net bench` times them
+            budget = s["hyperparameters"].get("budget") or wl.budget
+            bench.time_inference([r], feeds1, feeds_b, wl, budget, lambda text: None)
+            if wl.train:
+                bench.time_training([r], {backend: cls}, train_path, train_model, wl, budget,
+                                    lambda text: None)
     except BaseException as err:
         run.finish("interrupted" if isinstance(err, KeyboardInterrupt) else "failed",
                    figures=r.figures, details=r.details, error=describe(err))

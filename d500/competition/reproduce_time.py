@@ -103,21 +103,29 @@ def time_checks(recorded: dict[str, Any], reproduced: dict[str, Any],
     return checks
 
 
-LATENCIES = ("latency", "backward_latency")  # a level-0 bench run's timed figures
+# a bench run's timed figures (levels 0 and 1): medians of many timed calls, in seconds
+LATENCIES = ("latency", "backward_latency", "train_step_time")
+RATES = ("throughput",)  # samples per second: a forged one is higher
 
 
 def latency_checks(recorded: dict[str, Any], reproduced: dict[str, Any], load: float = 1.0
                    ) -> list[Check]:
-    """A level-0 bench run's latencies, recorded against benched again (call only on the
-    run's hardware): each a median of many timed calls, so no slack beyond RATIO (x `load`)."""
+    """A bench run's timed figures, recorded against benched again (call only on the run's
+    hardware): a time may be reproduced at most RATIO (x `load`) x recorded, a rate at least
+    recorded / (RATIO x `load`). No slack in seconds: each is a median of many calls, and one
+    would hide a forged microsecond (mlp-mnist's latency divided by 100 passed 0.1 ms of it)."""
+    tolerance = (f"reproduced at most {RATIO:g}x{load:.2f} recorded "
+                 f"(same hardware{'' if load == 1.0 else '; loaded'})")
     out = []
-    for name in LATENCIES:
+    for name in (*LATENCIES, *RATES):
         a, b = recorded.get(name), reproduced.get(name)
-        if all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in (a, b)):
-            out.append(Check(name, a, b, f"reproduced at most {RATIO:g}x{load:.2f} recorded "
-                             f"(same hardware{'' if load == 1.0 else '; loaded'})",
-                             not too_fast(a, b, load, 0.0),
-                             f"reproduced {b / a:.2f}x the recorded latency"))
+        if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in (a, b)):
+            continue
+        slow = (a, b) if name in LATENCIES else (1.0 / a, 1.0 / b)  # a rate as time per sample
+        out.append(Check(name, a, b, tolerance if name in LATENCIES else
+                         tolerance.replace("at most", "a time per sample at most"),
+                         not too_fast(*slow, load, 0.0),
+                         f"reproduced {slow[1] / slow[0]:.2f}x the recorded time"))
     return out
 
 

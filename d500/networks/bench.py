@@ -108,9 +108,9 @@ def bench(workload: Workload, backends: Sequence[str], *, ledger: Any = None,
                 if r.backend == "reference" and "agreement" in workload.metrics:
                     reference_out = compared
         alive = [r for r in results if r.status == "running"]
-        _time_inference(alive, feeds1, feeds_b, workload, budget, say)
+        time_inference(alive, feeds1, feeds_b, workload, budget, say)
         if workload.train:
-            _time_training(alive, classes, train_path, train_model, workload, budget, say)
+            time_training(alive, classes, train_path, train_model, workload, budget, say)
         load = watch.finish()
         for r in results:
             if r.status == "running":
@@ -305,7 +305,7 @@ def first_step(r: BackendBench, backend: type[Backend], train_path: Path,
 
 # -- the timing ------------------------------------------------------------------------------
 
-def _time_inference(alive: list[BackendBench], feeds1, feeds_b, workload: Workload,
+def time_inference(alive: list[BackendBench], feeds1, feeds_b, workload: Workload,
                     budget: float, say: Progress) -> None:
     alive = [r for r in alive if r.status == "running"]
     for figure, batch, feeds in inference_passes(workload, feeds1, feeds_b):
@@ -328,7 +328,7 @@ def _time_inference(alive: list[BackendBench], feeds1, feeds_b, workload: Worklo
                 r.details["throughput"] = {"batch_size": 1, "from": "latency"}
 
 
-def _time_training(alive: list[BackendBench], classes, train_path, train_model,
+def time_training(alive: list[BackendBench], classes, train_path, train_model,
                    workload: Workload, budget: float, say: Progress) -> None:
     feeds = training_inputs(workload, train_model)
     loss = workload.loss_output

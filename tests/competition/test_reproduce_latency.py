@@ -1,8 +1,9 @@
-"""A level-0 bench run's latency forged: divided by 100 in its figures and its MLLOG alike and the
-ledger re-sealed with d500's own seal, it passes `d500 check` (the log agrees with the record);
-`d500 reproduce` benches the operator again and, on the run's own hardware, names the latency
-(d500.competition.reproduce_time.latency_checks). The honest package's reproduction agrees. The
-operator sleeps 2 ms a call, so its latency is the same however loaded the machine is."""
+"""A bench run's latency forged (level 0: an operator; level 1: a backend on a network):
+divided by 100 in its figures and its MLLOG alike and the ledger re-sealed with d500's own seal,
+it passes `d500 check` (the log agrees with the record); `d500 reproduce` benches it again and,
+on the run's own hardware, names the latency (d500.competition.reproduce_time.latency_checks).
+The honest packages' reproductions agree. The level-0 operator sleeps 2 ms a call, so its
+latency is the same however loaded the machine is."""
 
 from __future__ import annotations
 
@@ -41,11 +42,11 @@ class SlowRelu(CustomOperator):
 '''
 
 
-def _reproduced(package: Path, ledger: Path) -> RunReport:
+def _reproduced(package: Path, ledger: Path, rules: Path | None = None) -> RunReport:
     """`d500 reproduce PACKAGE --runs 1`'s own function, in this process (its job still runs in
-    a process of its own)."""
+    a process of its own), under `rules` (default: the rules folder beside the package)."""
     [found] = reproduce(Package.open(package), runs=1, seed=0, ledger=ledger,
-                        rules_dir=package.parent / "rules").runs
+                        rules_dir=rules or package.parent / "rules").runs
     return found
 
 
@@ -78,22 +79,8 @@ def test_a_forged_level0_latency_passes_check_and_disagrees_on_reproduction(tmp_
     assert found.verdict == "agrees", found
     assert any(c.name == "latency" for c in found.checks), found  # timed, compared
 
-    ledger, forged = home / "ledger.sqlite", true / 100
-    log = home / "runs" / str(run.origin_id) / "mllog.txt"
-    text = re.sub(r'("key": "latency", "value": )[0-9.e+-]+', rf"\g<1>{forged!r}",
-                  log.read_text())
-    assert f'"value": {forged!r}' in text
-    log.write_text(text)
-
-    def edit(db: sqlite3.Connection) -> int:
-        rid = run.origin_id
-        set_json(db, rid, "figures", latency=forged)
-        stored = db.execute("SELECT mllog FROM runs WHERE id = ?", (rid,)).fetchone()[0]
-        db.execute("UPDATE artifacts SET sha256 = ?, bytes = ? WHERE run_id = ? AND path = ?",
-                   (integrity.sha256_file(log), log.stat().st_size, rid, stored))
-        return rid
-
-    forge(ledger, edit)
+    forged = true / 100
+    _forge_latency(home, run.origin_id, forged)
     package = _packed(entry, home, tmp_path / "forged.tar.gz")
     report = check(Package.open(package), case.parent.parent)
     assert not [p for p in report.problems if f"run {run.origin_id}" in p], report.problems
@@ -102,6 +89,50 @@ def test_a_forged_level0_latency_passes_check_and_disagrees_on_reproduction(tmp_
     assert [r["value"] for r in records if r["key"] == "latency"] == [forged]
 
     found = _reproduced(package, tmp_path / "organiser2" / "ledger.sqlite")
+    assert found.verdict == "disagrees", found
+    [latency] = [c for c in found.checks if c.name == "latency"]
+    assert not latency.agrees and latency.recorded == forged
+
+
+def _forge_latency(home: Path, run_id: int, forged: float) -> None:
+    """The run's latency set to `forged` in its figures and its MLLOG, every seal re-made."""
+    log = home / "runs" / str(run_id) / "mllog.txt"
+    text = re.sub(r'("key": "latency", "value": )[0-9.e+-]+', rf"\g<1>{forged!r}",
+                  log.read_text())
+    assert f'"value": {forged!r}' in text
+    log.write_text(text)
+
+    def edit(db: sqlite3.Connection) -> int:
+        set_json(db, run_id, "figures", latency=forged)
+        stored = db.execute("SELECT mllog FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
+        db.execute("UPDATE artifacts SET sha256 = ?, bytes = ? WHERE run_id = ? AND path = ?",
+                   (integrity.sha256_file(log), log.stat().st_size, run_id, stored))
+        return run_id
+
+    forge(home / "ledger.sqlite", edit)
+
+
+@pytest.mark.slow
+def test_a_forged_level1_bench_latency_disagrees_on_reproduction(tmp_path, run_d500):
+    home, entry = tmp_path / "entrant", tmp_path / "ort-basic"
+    entry.mkdir()
+    (entry / "submission.yaml").write_text(
+        "name: onnxruntime:basic\nlevel: 1\ndescription: onnxruntime, basic optimization\n")
+    done = run_d500(home, "net", "bench", "mlp-mnist", "--backends", "onnxruntime:basic",
+                    "--budget", "0.05", "--threads", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    honest = _packed(entry, home, tmp_path / "honest.tar.gz")
+    [run] = Package.open(honest).runs()
+    found = _reproduced(honest, tmp_path / "organiser" / "ledger.sqlite", rulebook())
+    assert found.verdict == "agrees", found
+    assert {"latency", "throughput"} <= {c.name for c in found.checks}, found
+
+    forged = run.figures["latency"] / 100
+    _forge_latency(home, run.origin_id, forged)
+    package = _packed(entry, home, tmp_path / "forged.tar.gz")
+    report = check(Package.open(package), rulebook())
+    assert not [p for p in report.problems if f"run {run.origin_id}" in p], report.problems
+    found = _reproduced(package, tmp_path / "organiser2" / "ledger.sqlite", rulebook())
     assert found.verdict == "disagrees", found
     [latency] = [c for c in found.checks if c.name == "latency"]
     assert not latency.agrees and latency.recorded == forged
