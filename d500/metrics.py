@@ -135,7 +135,9 @@ def get(name: str, where: str | Path | None = None) -> Metric:
                  if isinstance(name, str) and name.isidentifier() and (d / f"{name}.py").is_file()),
                 None)
     if path is None:
-        known = ", ".join(names())
+        from d500.errors import did_you_mean
+        hint = did_you_mean(name, names())
+        known = ", ".join(names()) + (f"; {hint}" if hint else "")
         if where is not None:
             raise ConfigError(f"{where}: unknown metric '{name}' (defined in metrics/: {known})")
         raise D500Error(f"unknown metric '{name}' (defined in metrics/: {known})")

@@ -67,6 +67,8 @@ def _write(tmp_path: Path, text: str, name: str = "w.yaml") -> Path:
     (("level: 1", "level: 0"), r"a level-0 file \(field 'level'\), where this command takes level"),
     (("metrics: [train_step_time, latency]", "metrics: [train_step_time, speed]"),
      "unknown metric 'speed'"),
+    (("metrics: [train_step_time, latency]", "metrics: [train_step_time, latncy]"),
+     r"unknown metric 'latncy' \(defined in metrics/: .*; did you mean 'latency'\?\)$"),
     (("metrics: [train_step_time, latency]", "metrics: [latency, gflops]"),
      "names 'gflops', which level 1 does not measure"),
     (("train: true", "train: false"), "names train_step_time but 'train' is false"),
