@@ -17,6 +17,13 @@ def did_you_mean(name: str, choices) -> str:
     return f"did you mean '{by_lower[near[0]]}'?" if near else ""
 
 
+def listed(name: str, choices) -> str:
+    """The choices, comma-separated, and the hint for a mistyped `name` when one is close: what
+    the parentheses of an unknown-name error hold ("known: a, b; did you mean 'b'?")."""
+    hint = did_you_mean(name, choices)
+    return ", ".join(map(str, choices)) + (f"; {hint}" if hint else "")
+
+
 class D500Error(Exception):
     """A failure the user can act on; the CLI prints it as one line and exits with `exit_code`."""
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from d500.errors import ConfigError, D500Error
+from d500.errors import ConfigError, D500Error, listed
 from d500.paths import scoring
 
 AGGREGATIONS = ("median", "olympic_mean")
@@ -135,9 +135,7 @@ def get(name: str, where: str | Path | None = None) -> Metric:
                  if isinstance(name, str) and name.isidentifier() and (d / f"{name}.py").is_file()),
                 None)
     if path is None:
-        from d500.errors import did_you_mean
-        hint = did_you_mean(name, names())
-        known = ", ".join(names()) + (f"; {hint}" if hint else "")
+        known = listed(name, names())
         if where is not None:
             raise ConfigError(f"{where}: unknown metric '{name}' (defined in metrics/: {known})")
         raise D500Error(f"unknown metric '{name}' (defined in metrics/: {known})")

@@ -101,3 +101,34 @@ def test_an_operator_file_without_its_class_asks_for_the_class(tmp_path):
     one_line_exit_2(d500("op", "validate", str(op), "--input-shape", "4,4",
                          env={**os.environ, "D500_HOME": str(tmp_path / "home")}),
                     f"'{op}': name the operator class in it too ({op}:Class)")
+
+
+@pytest.mark.parametrize("level, extra, words", [
+    (2, "schedule: {name: cosin}", "unknown schedule 'cosin' (known: constant, step, cosine, "
+                                   "polynomial; did you mean 'cosine'?)"),
+    (2, "schedule: {name: cosine, warmpu: 0.1}", "unknown parameter 'warmpu' (known: floor, "
+                                                 "warmup, warmup_steps, warmup_start; did you "
+                                                 "mean 'warmup'?)"),
+    (2, "hyperparameters: {momentun: 0.9}", "unknown hyperparameter 'momentun' (known: lr, "
+                                            "momentum, nesterov, weight_decay; did you mean "
+                                            "'momentum'?)"),
+    (2, "search_space: {lr: {min: 0.1, max: 0.2, scael: log}}",
+     "unknown key 'scael' (allowed: min, max, scale, integer, values; did you mean 'scale'?)"),
+    (2, "batch_schedule: {growth: 2, every_epochs: 2, mx: 256}", "did you mean 'max'?)"),
+    (3, "distributed: {scheme: synk}", "unknown scheme 'synk' (known: async_ps, "),
+    (3, "distributed: {scheme: synk}", "; did you mean 'sync'?)"),
+    (3, "distributed: {scheme: sync, pipelin: 2}", "unknown field 'distributed.pipelin' "
+                                                   "(allowed: scheme, "),
+    (3, "distributed: {scheme: sync, pipelin: 2}", "; did you mean 'pipeline'?)")])
+def test_a_mistyped_name_in_a_submission_file_gets_the_closest(level, extra, words, tmp_path,
+                                                                monkeypatch, capsys):
+    from d500.cli import main
+    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "submission.yaml").write_text(
+        f"name: e\nlevel: {level}\nworkloads: [digits-mlp]\noptimizer: momentum\n"
+        f"batch_size: 32\n{extra}\n")
+    code = main(["train", "digits-mlp", "--submission", str(tmp_path / "e"), "--seed", "0",
+                 *(["--show-partition"] if level == 3 else [])])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and words in err, err

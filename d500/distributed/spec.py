@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from d500.errors import ConfigError, UsageError
+from d500.errors import ConfigError, UsageError, listed
 
 NATIVE = "ddp"  # torch DistributedDataParallel, d500.distributed.ddp
 FSDP = "fsdp"  # torch FSDP2 (fully_shard), d500.distributed.fsdp: the sharded native baseline
@@ -129,14 +129,14 @@ def parse(mapping: dict[str, Any] | None, path: str | Path) -> Spec:
     unknown = sorted(set(mapping) - set(KEYS))
     if unknown:
         raise ConfigError(f"{where}: unknown field 'distributed.{unknown[0]}' (allowed: "
-                          f"{', '.join(KEYS)})")
+                          f"{listed(unknown[0], KEYS)})")
     scheme = mapping.get("scheme")
     if not isinstance(scheme, str):
         raise ConfigError(f"{where}: field 'distributed.scheme' must name a scheme (known: "
                           f"{', '.join(known_schemes())})")
     if scheme not in known_schemes():
         raise UsageError(f"{where}: field 'distributed.scheme': unknown scheme '{scheme}' "
-                         f"(known: {', '.join(known_schemes())})")
+                         f"(known: {listed(scheme, known_schemes())})")
     options = mapping.get("options") or {}
     if not isinstance(options, dict):
         raise ConfigError(f"{where}: field 'distributed.options' must be a mapping")

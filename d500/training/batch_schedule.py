@@ -22,7 +22,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from d500.errors import ConfigError
+from d500.errors import ConfigError, listed
 
 KEYS = ("growth", "every_epochs", "milestones", "max")
 FIELD = "batch_schedule"  # the recipe's field, and the prefix of its logged hyperparameters
@@ -61,7 +61,7 @@ def parse(spec: Any) -> BatchSchedule | None:
     unknown = sorted(set(spec) - set(KEYS))
     if unknown:
         raise ConfigError(f"field '{FIELD}': unknown key '{unknown[0]}' (known: "
-                          f"{', '.join(KEYS)})")
+                          f"{listed(unknown[0], KEYS)})")
     if ("every_epochs" in spec) == ("milestones" in spec):
         raise ConfigError(f"field '{FIELD}' needs exactly one of 'every_epochs' (grow every N "
                           f"epochs) and 'milestones' (grow after these epochs)")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from d500.errors import ConfigError
+from d500.errors import ConfigError, listed
 from d500.training.precision import PRECISIONS
 from d500.training.recipe import Recipe
 from d500.workload import Field
@@ -203,8 +203,9 @@ def _check_dimension(path: Path, key: str, dim: Any, recipe: Recipe) -> dict[str
         return dict(dim)
     unknown = set(dim) - {"min", "max", "scale", "integer"}
     if unknown:
-        raise ConfigError(f"{where}: unknown key '{sorted(unknown)[0]}' (allowed: min, max, "
-                          f"scale, integer, or values)")
+        first = sorted(unknown)[0]
+        raise ConfigError(f"{where}: unknown key '{first}' (allowed: "
+                          f"{listed(first, ['min', 'max', 'scale', 'integer', 'values'])})")
     lo, hi = dim.get("min"), dim.get("max")
     numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                   for v in (lo, hi))

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, ClassVar
 
-from d500.errors import ConfigError, UsageError
+from d500.errors import ConfigError, UsageError, listed
 from d500.training.optimizers import ops as ops_registry
 
 # kind -> (test, what it means); values from YAML arrive as int/float/bool
@@ -102,7 +102,7 @@ class Optimizer:
         unknown = sorted(set(hp) - set(self.hyperparameters))
         if unknown:
             raise ConfigError(f"{owner}: unknown hyperparameter '{unknown[0]}' "
-                              f"(known: {', '.join(self.hyperparameters)})")
+                              f"(known: {listed(unknown[0], self.hyperparameters)})")
         self.hp: dict[str, Any] = {
             k: check_value(owner, k, h, hp.get(k, h.default))
             for k, h in self.hyperparameters.items()}

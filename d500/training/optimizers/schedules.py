@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from d500.errors import ConfigError
+from d500.errors import ConfigError, listed
 
 SCHEDULES = ("constant", "step", "cosine", "polynomial")
 WARMUP = ("warmup", "warmup_steps", "warmup_start")
@@ -78,12 +78,12 @@ def schedule(name: str = "constant", **params: Any) -> Schedule:
     """The schedule `name` (constant, step, cosine, polynomial) with its parameters and an
     optional linear warm-up (`warmup` fraction or `warmup_steps`, `warmup_start`)."""
     if name not in SCHEDULES:
-        raise ConfigError(f"unknown schedule '{name}' (known: {', '.join(SCHEDULES)})")
+        raise ConfigError(f"unknown schedule '{name}' (known: {listed(name, SCHEDULES)})")
     allowed = PARAMETERS[name] + WARMUP
     for key in params:
         if key not in allowed:
             raise ConfigError(f"schedule '{name}': unknown parameter '{key}' "
-                              f"(known: {', '.join(allowed)})")
+                              f"(known: {listed(key, allowed)})")
     kw: dict[str, Any] = {}
     if "gamma" in params:
         kw["gamma"] = _number(name, "gamma", params["gamma"], lambda v: 0 < v <= 1,
