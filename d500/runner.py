@@ -91,17 +91,22 @@ def make_plan(args: Any) -> Plan:
                          backends=backends.select(args.backends) if args.backends else None,
                          budget=args.budget or (QUICK_BUDGET if args.quick else BUDGET),
                          quick=args.quick)
-    for name in options.backends or []:
-        backends.get(name)  # not installed: a usage error now, not mid-run
     levels = _levels(args.level)
     for wanted in options.workloads:  # a typo before the levels plan (which takes a while)
         if not any(_knows(level, wanted) for level in levels):
             from d500.errors import did_you_mean
-            hint = did_you_mean(wanted, {f.stem for level in levels
-                                         for f in level.workload_files()})
+            from d500.levels import all_levels
+            elsewhere = [str(lv.number) for lv in all_levels() if lv not in levels
+                         and _knows(lv, wanted)]
+            hint = (f"it is a workload of level{'s' * (len(elsewhere) > 1)} "
+                    f"{' and '.join(elsewhere)}" if elsewhere else
+                    did_you_mean(wanted, {f.stem for level in levels
+                                          for f in level.workload_files()}))
             raise UsageError(f"no workload named '{wanted}' in the selected level(s) "
                              f"{', '.join(str(level.number) for level in levels)}"
                              f"{' (' + hint + ')' if hint else ''}")
+    for name in options.backends or []:  # after the cheap checks: it imports the framework
+        backends.get(name)  # not installed: a usage error now, not mid-run
     plan = Plan(options=options)
     for level in levels:
         items = level.plan(options)

@@ -27,6 +27,7 @@ MNIST = "dataset 'mnist' is read from files: give --data DIR"
      "no run 7 in the ledger"),
     (["train", "digits-mlp", "--submission", "sgd-momentum", "--seed", "0"],
      "seed 0 was already used by run 1 of this entry; pass --repeat to measure it again"),
+    (["run", "--workload", "mlp-mnst", "--backends", "torch"], "(did you mean 'mlp-mnist'?)"),
     (["reference", "digits-mlp", "--at", "mom=1"], "unknown hyperparameter 'mom'"),
     (["reference", "digits-mlp", "--trials", "no-such.tar.gz"],
      "no-such.tar.gz: no such package file"),

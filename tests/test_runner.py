@@ -52,6 +52,8 @@ def test_run_levels_0_and_1_records_everything_and_prints_the_leaderboard(home):
 @pytest.mark.parametrize("args, message", [
     (["--workload", "no-such-workload"], "no workload named 'no-such-workload' in the selected"),
     (["--workload", "mlp-mnst"], "(did you mean 'mlp-mnist'?)"),  # said before the plan
+    (["--level", "3", "--workload", "mlp-mnist"], "level(s) 3 (it is a workload of level 1)"),
+    (["--level", "0,1", "--workload", "digits-mlp"], "(it is a workload of levels 2 and 3)"),
     (["--level", "9"], "--level '9': expected one of 0, 1"),
     (["--backends", "nosuch"], "unknown backend 'nosuch'"),
     (["--budget", "0"], "--budget: expected a positive number of seconds"),
