@@ -35,3 +35,47 @@ def test_cpu_time_counts_work_and_not_sleep():
 
 def test_a_process_that_is_gone_has_no_counts():
     assert isolation.counts(2 ** 22 + 12345) == {}
+
+
+ECHO = """
+import multiprocessing as mp, os, sys, time
+
+def child(conn):
+    while True:
+        message = conn.recv()
+        if message[0] != "train":
+            return
+        time.sleep(0.02)  # the worker's own chunk
+        conn.send(("trained", [0.5]))
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    mine, theirs = ctx.Pipe()
+    p = ctx.Process(target=child, args=(theirs,))
+    p.start()
+    for _ in range(3):
+        mine.send(("train", 0))
+        mine.recv()
+    mine.send(("exit",))
+    p.join()
+    print(os.getpid())
+"""
+
+
+def test_the_trace_hook_times_each_chunk_from_both_processes(tmp_path):
+    import subprocess
+
+    import isolation_trace
+    script = tmp_path / "echo.py"
+    script.write_text(ECHO)
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(isolation_trace.HERE / "_hook"),
+           "D500_TRACE": str(trace)}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, timeout=60, check=True)
+    chunks = isolation_trace.split(str(trace), int(done.stdout.strip()))
+    assert len(chunks) == 3 and len(list(trace.glob("*.tsv"))) == 2  # both processes hooked
+    for c in chunks:
+        assert 0.019 <= c["own"] < 1.0  # the child's 20 ms, seen between its receipt and reply
+        assert 0 <= c["out"] < 0.5 and 0 <= c["back"] < 0.5
