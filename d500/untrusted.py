@@ -25,6 +25,7 @@ ALLOWED = frozenset({
     ("numpy._core.numeric", "_frombuffer"), ("numpy.core.numeric", "_frombuffer"),
     ("builtins", "complex"), ("builtins", "bytearray"), ("builtins", "set"),
     ("builtins", "frozenset"),
+    ("ml_dtypes", "bfloat16"),  # a bf16 array's dtype (a bf16 operator's output)
     ("d500.distributed.figures", "RankStats"),  # a level-3 rank's measurements (a dataclass)
 })
 

@@ -72,9 +72,12 @@ def _sent(value) -> bytes:
 
 
 def test_what_d500_hands_over_loads_and_nothing_callable_does():
+    import ml_dtypes
+
     from d500.distributed.figures import RankStats
     state = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "n": np.int64(3),
-             "s": np.array(["a"]), "o": np.array([1, "x"], dtype=object)}
+             "s": np.array(["a"]), "o": np.array([1, "x"], dtype=object),
+             "bf16": np.ones(2, dtype=ml_dtypes.bfloat16)}  # a bf16 operator's output
     message = ("trained", [np.float32(0.5), 1.0], state, False, "", {"keys": ["k"]},
                RankStats(rank=1, host="h", pid=2), complex(1, 2), {1}, frozenset({2}),
                b"b", bytearray(b"c"), None)
