@@ -89,7 +89,8 @@ def add_data_option(parser: Any, help: str = "where dataset files are (default $
 def home() -> Path:
     """The results directory, created on first use; one that cannot be written (a read-only
     disk, another user's folder) is a UsageError naming it."""
-    path = Path(os.environ.get("D500_HOME", "d500-results")).resolve()
+    path = Path(os.environ.get("D500_HOME", "d500-results")).expanduser().resolve()  # a quoted
+    # "~/results" is the user's home, as $D500_DATA's is, not a folder named ~
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -76,6 +76,16 @@ def test_unknown_backend():
     one_line_exit_2(d500("conformance", "--backend", "nosuch"), "nosuch")
 
 
+def test_a_d500_home_under_a_quoted_tilde_is_in_the_users_home(tmp_path):
+    import os
+    env = {**os.environ, "HOME": str(tmp_path / "user"), "D500_HOME": "~/results"}
+    out = subprocess.run([sys.executable, "-m", "d500.cli", "ledger", "list"], cwd=tmp_path,
+                         capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "user" / "results" / "ledger.sqlite").is_file()
+    assert not (tmp_path / "~").exists()
+
+
 def test_d500_home_that_is_a_file(tmp_path):
     import os
     (tmp_path / "home").write_text("")
