@@ -8,11 +8,13 @@ of them. The full name is what a run records and what the boards tell apart.
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
 from functools import cache
 from importlib import import_module
 from importlib.metadata import entry_points
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -133,6 +135,32 @@ def import_quietly(module: str) -> ModuleType:
         for name in hidden:
             if sys.modules.get(name, ...) is None:
                 del sys.modules[name]
+
+
+def import_frameworks_of(source: Path) -> None:
+    """Import, quietly, every registered framework a user's Python file imports at its top
+    level, before the file runs: a framework that logs through absl before its log level is
+    read (TensorFlow 2.21 on a CPU with AVX-512 VNNI/BF16, where oneDNN is on: "All log messages
+    before absl::InitializeLog()", "oneDNN custom operations are on") ignores
+    TF_CPP_MIN_LOG_LEVEL, so only `import_quietly`'s muted stderr keeps it off the user's
+    screen. A file that cannot be read or parsed is left to its importer to report."""
+    try:
+        tree = ast.parse(Path(source).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return
+    named = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            named.update(alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            named.add(node.module.partition(".")[0])
+    for module in sorted(named):
+        fw = by_module(module)
+        if fw is not None:
+            try:
+                import_quietly(fw.module)
+            except ImportError:
+                return  # the file's own import says what is missing
 
 
 def available() -> dict[str, str]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from d500.backends import import_frameworks_of
 from d500.errors import UsageError, did_you_mean
 
 C = "c"  # an operator in C/C++ (d500 compiles it), beside the registered frameworks
@@ -205,6 +206,7 @@ def _import(file: Path):
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module
     try:
+        import_frameworks_of(file)
         spec.loader.exec_module(module)
     except SyntaxError as err:
         del sys.modules[mod_name]

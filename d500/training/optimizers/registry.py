@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from d500.backends import import_frameworks_of
 from d500.errors import ConfigError
 from d500.training.optimizers.adagrad import Adagrad
 from d500.training.optimizers.adam import Adam, AdamW
@@ -43,6 +44,7 @@ def load_optimizer(file: str | Path, class_name: str) -> type[Optimizer]:
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # dataclasses and pickling look the module up
     try:
+        import_frameworks_of(path)
         spec.loader.exec_module(module)
     except SyntaxError as err:
         del sys.modules[module_name]
