@@ -50,8 +50,10 @@ def check_arity(op_type: str, n_inputs: int, opset: int | None = None) -> None:
     s = schema(op_type, opset)
     if not s.min_input <= n_inputs <= s.max_input:
         most = "any number of" if s.max_input > 1000 else f"at most {s.max_input}"
-        raise UsageError(f"{op_type} takes at least {s.min_input} and {most} inputs; "
-                         f"{n_inputs} input shape(s) given")
+        takes = (f"exactly {s.min_input}" if s.min_input == s.max_input else
+                 f"at least {s.min_input} and {most}")
+        raise UsageError(f"{op_type} takes {takes} input(s); {n_inputs} input shape(s) given "
+                         f"(one --input-shape per input)")
 
 
 def node_model(op_type: str, attributes: Mapping[str, Any], inputs: Sequence[np.ndarray],

@@ -74,6 +74,9 @@ def test_broken_variants_exit_1(home, operator, args):
       "--input-shape", "4,2,3,3"], "the reference fails on this case"),
     (["op", "validate", "submissions/numpy-im2col-conv", "--input-shape", "1,3,8,8",
       "--input-shape", "4,3,3,3", "--attr", "pads"], "--attr 'pads'"),
+    (["op", "validate", "tests/operators/ops/c_ops.py:LeakyCRelu", "--input-shape", "3",
+      "--input-shape", "3"], " Relu takes exactly 1 input(s); 2 input shape(s) given (one "
+                             "--input-shape per input)"),
     (["op", "validate", "submissions/numpy-im2col-conv", "--case",
       "levels/0-operators/relu-4d.yaml"], "a Relu case, but Im2colConv implements Conv"),
     (["op", "bench", "submissions/c-gemm", "--backends", "nosuch"], "unknown backend 'nosuch'"),
