@@ -35,9 +35,22 @@ def slowest(comm: Communicator, times: list[float]) -> list[float]:
     return rows.max(axis=0).tolist()
 
 
+def _sizes(text: str) -> list[float]:
+    """argparse type of --sizes: buffer sizes in MB, each > 0 (a float32 element at least)."""
+    try:
+        sizes = [float(s) for s in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or not all(s * 2**20 >= 4 for s in sizes):
+        raise argparse.ArgumentTypeError(f"expected sizes in MB > 0, comma-separated, got "
+                                         f"{text!r}")
+    return sizes
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="4,16,64", help="buffer sizes in MB, comma-separated")
+    parser.add_argument("--sizes", type=_sizes, default="4,16,64",
+                        help="buffer sizes in MB, comma-separated (e.g. 0.5,4)")
     parser.add_argument("--repetitions", type=int, default=15)
     parser.add_argument("--number", type=int, default=5, help="calls per timed repetition")
     args = parse_under_mpiexec(parser, argv, __file__)
@@ -53,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"allreduce of float32 buffers over {comm.size} ranks ({library}), "
               f"{args.repetitions} repetitions x {args.number} calls; throughputs in MB/s of "
               f"buffer reduced")
-    for mb in (int(s) for s in args.sizes.split(",")):
-        buf = np.zeros(mb * 2**20 // 4, dtype=np.float32)
+    for mb in args.sizes:
+        buf = np.zeros(int(mb * 2**20) // 4, dtype=np.float32)
         for _ in range(2):  # warm up both paths (first-touch pages, MPICH's shm buffers)
             comm.allreduce(buf)
             raw.Allreduce(MPI.IN_PLACE, buf)
@@ -70,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                                args.repetitions, args.number)
         ring, mpi = slowest(comm, ring), slowest(comm, mpi)
         if comm.rank == 0:
-            report(f"{mb} MB Communicator.allreduce", d500, native, buf.nbytes / 1e6)
-            report(f"{mb} MB ring_allreduce vs MPI's", ring, mpi, buf.nbytes / 1e6)
+            report(f"{mb:g} MB Communicator.allreduce", d500, native, buf.nbytes / 1e6)
+            report(f"{mb:g} MB ring_allreduce vs MPI's", ring, mpi, buf.nbytes / 1e6)
     return 0
 
 

@@ -75,5 +75,28 @@ def main(argv: list[str], prog: str = "d500 benchmark") -> int:
         return 0
     path = script(args.name)
     sys.stdout.flush()
-    os.execv(sys.executable, [sys.executable, str(path), *args.args])
+    os.execv(sys.executable, [sys.executable, "-c", RUN, str(path), *args.args])
     return 0  # not reached: execv replaces this process
+
+
+# The script as `python SCRIPT ARGS` runs it (its folder first on sys.path), its argparse usage
+# errors one line each, as d500's own are.
+RUN = """import runpy, sys
+from d500.benchmark_cli import one_line_usage_errors
+one_line_usage_errors()
+sys.argv = sys.argv[1:]
+sys.path[0] = __import__("os").path.dirname(sys.argv[0])
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def one_line_usage_errors() -> None:
+    """Every argparse parser in this process says a usage error in one line, with the closest
+    option or choice (d500.cli's hint), and exits 2, instead of printing its usage first."""
+    from d500.cli import _with_hint
+
+    def error(self: argparse.ArgumentParser, message: str) -> None:
+        sys.stderr.write(f"{self.prog}: error: {_with_hint(self, message)}\n")
+        sys.exit(2)
+
+    argparse.ArgumentParser.error = error  # type: ignore[method-assign]

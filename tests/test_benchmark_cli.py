@@ -37,3 +37,14 @@ def test_a_wrong_name_is_one_line_with_exit_2(tmp_path):
         assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     assert "did you mean 'compiled_torch'" in typo.stderr
     assert "not a benchmark" in helper.stderr
+
+
+def test_a_scripts_usage_error_is_one_line_with_the_closest(tmp_path):
+    typo = d500("benchmark", "compiled_torch", "--rouns", "3", cwd=tmp_path)
+    assert typo.returncode == 2 and typo.stdout == "", typo.stderr
+    assert typo.stderr == ("compiled_torch.py: error: unrecognized arguments: --rouns 3 "
+                           "(did you mean '--rounds'?)\n")
+    sizes = d500("benchmark", "allreduce", "--sizes", "0.5,x", cwd=tmp_path)
+    assert sizes.returncode == 2 and sizes.stderr == (
+        "allreduce.py: error: argument --sizes: expected sizes in MB > 0, comma-separated, got "
+        "'0.5,x'\n"), sizes.stderr
