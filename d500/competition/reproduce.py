@@ -214,6 +214,7 @@ def execute(prepared: Prepared, ledger: Path, details: dict[str, Any], data_dir:
         if prepared.threads is not None:
             env["OMP_NUM_THREADS"] = str(prepared.threads)
     timeout = prepared.timeout
+    before = _last_id(ledger)
     try:
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout,
                               check=False)
@@ -222,13 +223,49 @@ def execute(prepared: Prepared, ledger: Path, details: dict[str, Any], data_dir:
                 "error": f"the reproduction did not finish within {timeout:g} s"}
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     if out.is_file():
-        return json.loads(out.read_text())
+        return sealed(json.loads(out.read_text()), ledger, details, before, level)
     last = proc.stderr.strip().splitlines()[-1:]
     why = errors[0].split("error:", 1)[1].strip() if errors else (
         f"exited {proc.returncode}" + (f": {last[0]}" if last else ""))
     if proc.returncode == 2:
         raise D500Error(f"run {run.origin_id}: {why}")
     return {"run_id": None, "status": "failed", "error": why}
+
+
+def _last_id(path: Path) -> int:
+    """The newest run id of the ledger at `path` (0: none yet)."""
+    import sqlite3
+    if not path.exists():
+        return 0
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return int(db.execute("SELECT COALESCE(MAX(id), 0) FROM runs").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+    finally:
+        db.close()
+
+
+def sealed(result: Any, path: Path, details: dict[str, Any], before: int, level: int
+           ) -> dict[str, Any]:
+    """A job's result with its status, figures and error read from the run it names in the
+    ledger, which d500's own process sealed: at levels 2 and 3 the result file is written by a
+    process the entry's code ran in (level 3: rank 0; an atexit hook rewrote it), so it only
+    names the run, which must be new and carry this reproduction's stamp; else `failed`."""
+    from d500.ledger import Ledger
+    if level not in (2, 3) or not isinstance(result, dict) or result.get("run_id") is None:
+        return result
+    rid, row = result["run_id"], None
+    if isinstance(rid, int) and not isinstance(rid, bool) and rid > before:
+        try:
+            row = Ledger(path).get(rid)
+        except UsageError:
+            row = None
+    if row is None or (row.get("details") or {}).get("reproduction") != details["reproduction"]:
+        return {"run_id": None, "status": "failed",
+                "error": f"the reproduction named run {rid!r}, not a run it made in {path}"}
+    return {**result, "status": row["status"], "figures": row["figures"],
+            "error": row["error"] or ""}
 
 
 def report_of(prepared: Prepared, result: dict[str, Any], ledger: Any,
