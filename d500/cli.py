@@ -47,8 +47,13 @@ def _with_hint(parser: argparse.ArgumentParser, message: str) -> str:
     elif message.startswith("unrecognized arguments: "):
         given = [a.split("=")[0] for a in message.split(": ", 1)[1].split()]
         options = _options(parser)  # another subcommand's own option is no typo: no hint
-        hint = next(filter(None, (did_you_mean(arg, options) for arg in given
+        hint = next(filter(None, (_closest_option(arg, options) for arg in given
                                   if arg.startswith("--") and arg not in options)), "")
+        positionals = _positionals(parser, getattr(parser, "_given", []))
+        name = next((a[2:] for a in given if a[2:] in positionals), None)
+        if name and not hint:  # `train --workload W`: W is given as it is, first
+            hint = (f"the {name} goes without '--{name}': {positionals[name]} "
+                    f"{name.upper()} ...")
     else:
         hint = _subcommands(parser, message)
     return f"{message} ({hint})" if hint else message
@@ -62,6 +67,27 @@ def _subcommands(parser: argparse.ArgumentParser, message: str) -> str:
                 argparse._get_action_name(action) or "") in message:
             return f"one of {', '.join(action.choices)}"
     return ""
+
+
+def _closest_option(arg: str, options: list[str]) -> str:
+    """did_you_mean among the long options, judged on the names after their '--' (the dashes
+    they all share made '--model' look near '--rtol')."""
+    from d500.errors import did_you_mean
+    return did_you_mean(arg.lstrip("-"), [o[2:] for o in options]).replace("'", "'--", 1)
+
+
+def _positionals(parser: argparse.ArgumentParser, given: list[str]) -> dict[str, str]:
+    """name -> prog of the positional arguments (`workload`, `model`) of the parser and of the
+    subcommand named in `given`."""
+    found = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                if name in given:
+                    found.update(_positionals(sub, given))
+        elif not action.option_strings:
+            found.setdefault(action.dest, parser.prog)
+    return found
 
 
 def _options(parser: argparse.ArgumentParser) -> list[str]:

@@ -22,7 +22,12 @@ from tests.test_cli import d500, one_line_exit_2
     (["train", "digits-mlp", "--submision", "sgd-momentum"],
      ["unrecognized arguments: --submision (did you mean '--submission'?)"]),
     (["train", "digits-mlp", "--submision=sgd-momentum"],
-     ["unrecognized arguments: --submision=sgd-momentum (did you mean '--submission'?)"])])
+     ["unrecognized arguments: --submision=sgd-momentum (did you mean '--submission'?)"]),
+    # a positional given as an option; an option judged on its name, not on the shared '--'
+    (["train", "--workload", "digits-mlp", "--submission", "sgd-momentum"],
+     ["--workload (the workload goes without '--workload': d500 train WORKLOAD ...)"]),
+    (["net", "check", "--model", "m.onnx"],
+     ["--model (the model goes without '--model': d500 net check MODEL ...)"])])
 def test_a_mistyped_name_gets_the_closest(args, words, tmp_path):
     import os
     one_line_exit_2(d500(*args, env={**os.environ, "D500_HOME": str(tmp_path)}), *words)
