@@ -152,6 +152,8 @@ def make(model: onnx.ModelProto, seed: int = 0, *, batch: int | None = None,
 def load_npz(path: str | Path, model: onnx.ModelProto) -> dict[str, np.ndarray]:
     """Inputs from an .npz file keyed by input name, checked against the model's inputs."""
     path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{path}: a folder, where an inputs file (.npz) goes")
     if not path.is_file():
         raise UsageError(f"{path}: no such inputs file")
     try:

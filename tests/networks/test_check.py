@@ -120,6 +120,7 @@ def test_bad_models_are_one_line_and_exit_2(tmp_path, home):
          "used by node 'frob1'")),
         ([good, "--backends", "nosuch"], "unknown backend 'nosuch'"),
         ([good, "--inputs", tmp_path / "missing.npz"], "no such inputs file"),
+        ([good, "--inputs", tmp_path], f"{tmp_path}: a folder, where an inputs file (.npz) goes"),
         ([good, "--dim", "M=3"], "no input dimension named 'M'"),
     ]
     for args, message in cases:
