@@ -50,7 +50,7 @@ def main(argv: list[str], prog: str = "d500 scale") -> int:
         return 0  # rank 0 prints
     from d500.distributed import scaling
     from d500.ledger import Ledger
-    profiles = _profiles(Ledger(), target)
+    profiles = _profiles(Ledger(), target, named=target == args.target)
     net = given or _network(args, None)
     rows = scaling.predict(profiles, net, sizes, weak=args.weak)
     from d500.paths import home
@@ -98,9 +98,10 @@ def _target(text: str) -> str:
     return levels.of_file(path, takes=(3,)).load(path).name
 
 
-def _profiles(ledger: Any, target: str) -> list[Any]:
+def _profiles(ledger: Any, target: str, named: bool = False) -> list[Any]:
     """The run `target` (an id), or the newest succeeded run at >= 2 ranks of every (entry,
-    scheme, compressor) of the level-3 workload `target`."""
+    scheme, compressor) of the level-3 workload `target` (`named`: given by name, not by its
+    file, so a name the rulebook lacks is said so)."""
     from d500.distributed.scaling import Profile
     if target.isdigit():
         return [Profile.from_run(ledger.get(int(target)))]
@@ -111,6 +112,9 @@ def _profiles(ledger: Any, target: str) -> list[Any]:
         h = r["hyperparameters"]
         newest[(r["submission"], h.get("scheme", "?"), h.get("compressor", "none"))] = r
     if not newest:
+        if named and not ledger.runs(level=3, workload=target):
+            from d500 import levels
+            levels.get(3).find(target)  # no level-3 workload has it: said, with the closest
         raise UsageError(f"no succeeded level-3 run of '{target}' at 2 or more ranks in the "
                          f"ledger: run `mpiexec -n 2 d500 train ...` first, or give a run id")
     return [Profile.from_run(r) for r in newest.values()]

@@ -148,7 +148,9 @@ class Profile:
         ranks = d.get("ranks") or []
         n0 = int(run.get("world_size") or d.get("world_size") or 1)
         if run.get("level") != 3 or not ranks:
-            raise UsageError(f"run {rid} is not a level-3 run with per-rank figures")
+            raise UsageError(f"run {rid} is not a level-3 run with per-rank figures (it is a "
+                             f"{run.get('status')} level-{run.get('level')} run of "
+                             f"'{run.get('workload')}')")
         if n0 < 2:
             raise UsageError(f"run {rid} ran on 1 rank: it measured no communication; model a run "
                              f"at 2 or more ranks")

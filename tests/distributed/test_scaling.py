@@ -168,7 +168,7 @@ def test_an_allgathered_compressor_stops_paying_at_scale():
 def test_a_one_rank_run_or_another_level_cannot_be_modelled():
     with pytest.raises(UsageError, match="ran on 1 rank"):
         scaling.Profile.from_run(run_record("sync", 1, [{}]))
-    with pytest.raises(UsageError, match="not a level-3 run"):
+    with pytest.raises(UsageError, match=r"not a level-3 run .*\(it is a .* level-2 run of "):
         scaling.Profile.from_run({**run_record("sync", 2, [{}, {}]), "level": 2})
 
 
@@ -176,6 +176,9 @@ def test_scale_cli_refusals(tmp_path):
     home = tmp_path / "home"
     result = jobs.plain_d500(home, "scale", "digits-mlp", "--network", "2us,12.5GB/s")
     assert result.returncode == 2 and "no succeeded level-3 run of 'digits-mlp'" in result.stderr
+    typo = jobs.plain_d500(home, "scale", "digits-mpl", "--network", "2us,12.5GB/s")
+    assert typo.returncode == 2 and "no level-3 workload named 'digits-mpl'" in typo.stderr
+    assert "did you mean 'digits-mlp'?" in typo.stderr
     bad = jobs.plain_d500(home, "scale", "3", "--network", "fast")
     assert bad.returncode == 2 and "--network 'fast'" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
