@@ -466,3 +466,15 @@ def test_compact_table_and_boards_for_as_d500_run_prints_them(home, tmp_path):
     assert "(n=2)" in shown(full) and "submission" in shown(full)
     assert "submission" in shown(leaderboard.table(conv, compact=True))  # im2col on numpy
 
+
+
+def test_out_naming_an_html_file_writes_the_html_page(home, tmp_path, capsys):
+    """`--out board.html` without --format is the HTML page, not Markdown in an .html file;
+    another name stays Markdown, and --format still decides when given."""
+    wf = write_workload(tmp_path / "conv.yaml", ["latency"])
+    record(Ledger(), wf, "mine", "numpy", {"latency": 2e-3})
+    for name, fmt, starts in (("b.html", [], "<!DOCTYPE html>"), ("b.HTM", [], "<!DOCTYPE html>"),
+                              ("b.md", [], "# d500 leaderboard"),
+                              ("c.html", ["--format", "md"], "# d500 leaderboard")):
+        assert cli.main(["leaderboard", "--level", "0", "--out", str(tmp_path / name), *fmt]) == 0
+        assert (tmp_path / name).read_text().startswith(starts), name

@@ -18,8 +18,9 @@ def main(argv: list[str], prog: str = "d500 leaderboard") -> int:
                             "definitions; reads only the ledger.")
     parser.add_argument("--level", type=int, choices=(0, 1, 2, 3))
     parser.add_argument("--workload")
-    parser.add_argument("--format", choices=FORMATS, default="md",
-                        help="md (default), html (one self-contained file) or terminal (tables)")
+    parser.add_argument("--format", choices=FORMATS,
+                        help="md (default; html where --out names an .html file), html (one "
+                        "self-contained file) or terminal (tables)")
     parser.add_argument("--out", metavar="FILE", help="write here (HTML default: "
                         "$D500_HOME/leaderboard.html; Markdown: its plots as PNG files in "
                         "FILE's folder, <stem>-plots/)")
@@ -31,6 +32,9 @@ def main(argv: list[str], prog: str = "d500 leaderboard") -> int:
                         "ranked apart; accuracies and steps/epochs to target are always ranked "
                         "across machines)")
     args = parser.parse_args(argv)
+    if args.format is None:  # `--out board.html` is the HTML page, not Markdown in that file
+        html = args.out and args.out.lower().endswith((".html", ".htm"))
+        args.format = "html" if html else "md"
     if args.out:
         output_file(args.out, f"leaderboard.{'html' if args.format == 'html' else 'md'}")
     from d500.ledger import Ledger
