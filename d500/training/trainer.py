@@ -448,8 +448,11 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
     last = state["reached"] is None and state["evaluated"] != state["step"]
     t = clock.read()
     final = worker.finish(last)  # the trainee's final model (level 3: the scheme's)
-    clock.train += clock.read() - t
-    if last:  # the end: always one last evaluation
+    if last:  # the end: always one last evaluation, the finish's time trained before it
+        # (after the last evaluation, where the target was met or the last step evaluated, it
+        # is in no figure: the split is of the time up to the last evaluation, and nothing
+        # finish(False) does there is judged)
+        clock.train += clock.read() - t
         judge.load(final)
         state["loaded"] = state["step"]
         evaluate(plan.epoch(state["step"]))
@@ -473,7 +476,7 @@ def run_figures(workload: Workload, state: dict[str, Any], clock: Clock, samples
     """A run's figures (level 2, or level 3 with its global batch; `samples`: those trained, at
     each epoch's batch) unless it diverged: time, epochs and steps to the target (∞ when
     missed, or met after the time budget), the last validation and test accuracies, the test
-    accuracy at the target, throughput and where the time went."""
+    accuracy at the target, throughput and where the time up to the last evaluation went."""
     reached = state["reached"]
     if reached is not None and reached[0] > workload.max_seconds:
         reached = None  # met, but after the budget: a miss
