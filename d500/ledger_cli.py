@@ -40,7 +40,8 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
     p_show.add_argument("run", help="the run id, or 'last'")
     p_show.add_argument("--json", action="store_true")
     p_export = sub.add_parser("export", help="export every run")
-    p_export.add_argument("--format", choices=("csv", "json", "jsonl"), default="csv")
+    p_export.add_argument("--format", choices=("csv", "json", "jsonl"),
+                          help="csv (default; json or jsonl where --out's name ends so)")
     p_export.add_argument("--out", metavar="FILE", help="write here instead of stdout")
     p_export.add_argument("--level", type=int, choices=(0, 1, 2, 3))
     p_export.add_argument("--workload")
@@ -87,6 +88,9 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
             else:
                 _print_run(run)
         elif args.command == "export":
+            if args.format is None:  # `--out runs.json` is JSON, not CSV in that file
+                suffix = Path(args.out or "").suffix.lower().lstrip(".")
+                args.format = suffix if suffix in ("json", "jsonl") else "csv"
             if args.out:
                 output_file(args.out, f"runs.{args.format}")
             runs = ledger.runs(level=args.level, workload=args.workload)
