@@ -226,8 +226,10 @@ class Backend(onnx.backend.base.Backend):
         if not mode:
             return base
         if mode not in base.modes:
+            near = did_you_mean(mode, [m for m in base.modes if m])  # judged on the mode alone
+            hint = "; " + near.replace("'", f"'{base.name}:", 1) if near else ""
             raise UsageError(f"unknown backend mode '{base.name}:{mode}' (the modes of "
-                             f"{base.name}: {', '.join(base.mode_names())})")
+                             f"{base.name}: {', '.join(base.mode_names())}{hint})")
         made = _MODES.get((base, mode))
         if made is None:
             made = _MODES[base, mode] = type(

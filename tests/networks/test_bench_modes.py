@@ -131,6 +131,9 @@ def test_a_mistyped_backend_names_the_closest_mode():
             backends.get(typo)
         with pytest.raises(UsageError, match="did you mean"):
             backends.select(f"reference,{typo}")
+    with pytest.raises(UsageError, match=r"unknown backend mode 'onnxruntime:basci' \(the modes "
+                                         r"of onnxruntime: .*; did you mean 'onnxruntime:basic'"):
+        backends.get("onnxruntime:basci")  # a known framework, a mistyped mode
     with pytest.raises(UsageError) as err:
         backends.get("xyz")
     assert "did you mean" not in str(err.value) and "their modes: d500 backends" in str(err.value)
