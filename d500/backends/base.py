@@ -13,7 +13,7 @@ import onnx.shape_inference
 from onnx import helper, numpy_helper
 
 from d500.backends.trainer_base import Trainer
-from d500.errors import UsageError
+from d500.errors import UsageError, did_you_mean
 
 
 class Executable(onnx.backend.base.BackendRep):
