@@ -383,7 +383,7 @@ def main() -> None:
             added = statistics.median(y - x for x, y in pairs_) * 1e3 if pairs_ else math.nan
             print(f"  {workload.name} seed {seed}: in-process {a['time_to_accuracy']:.3f} s "
                   f"({_parts(a)}), worker {b['time_to_accuracy']:.3f} s ({_parts(b)}), "
-                  f"{a['epochs']:g} epochs; a chunk +{added:.2f} ms{line}", flush=True)
+                  f"{a['epochs']:g} epochs; a chunk {added:+.2f} ms{line}", flush=True)
         q = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else \
             [ratios[0]] * 3
         lo, hi = median_ci(ratios)  # whether the 2% bound is resolved at all by these pairs
