@@ -353,12 +353,24 @@ def busy_seconds() -> float | None:
     return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-def tree_cpu() -> float:
-    """CPU seconds of this process, its ended children and every live descendant (Linux; this
-    process and its ended children elsewhere): the run's own processes, worker and host
-    included."""
-    t = os.times()
-    total = t.user + t.system + t.children_user + t.children_system
+def parent_of(pid: int) -> int | None:
+    """Process `pid`'s parent (Linux), or None where /proc does not say."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) or None
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def tree_cpu(root: int | None = None) -> float:
+    """CPU seconds of this process (or of process `root`, read from /proc), its ended children
+    and every live descendant (Linux; this process and its ended children elsewhere): the run's
+    own processes, worker and host included."""
+    me = skip = os.getpid()
+    if root is None or root == me:
+        t = os.times()
+        total, root = t.user + t.system + t.children_user + t.children_system, me
+    else:  # root's line in /proc, and this process's where it lies in root's tree (a judge's)
+        total, skip = 0.0, None
     try:
         stats = {}
         for entry in Path("/proc").iterdir():
@@ -371,13 +383,13 @@ def tree_cpu() -> float:
     except OSError:
         return total
     tick = os.sysconf("SC_CLK_TCK")
-    mine = {os.getpid()}
+    mine = {root}
     grew = True
     while grew:  # descendants, level by level
         found = {pid for pid, (ppid, _) in stats.items() if ppid in mine and pid not in mine}
         grew = bool(found)
         mine |= found
-    return total + sum(stats[pid][1] for pid in mine if pid != os.getpid()) / tick
+    return total + sum(stats[pid][1] for pid in mine if pid != skip and pid in stats) / tick
 
 
 def others_now(seconds: float = QUIET_WINDOW) -> float | None:
@@ -409,17 +421,21 @@ class LoadWatch:
     when it ends. The work ran on a loaded machine when other processes took more than
     `loaded_share()` of the usable cores (is_loaded)."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: int | None = None) -> None:
+        """`root`: the process whose tree is the work's own (default: this process's), as a
+        level-3 judge names its job's ranks on this host (d500.distributed.judge)."""
         self.start = load_average()
         self.start_others = others_load(self.start)
-        self.wall, self.busy, self.cpu = time.monotonic(), busy_seconds(), tree_cpu()
+        self.root = root
+        self.wall, self.busy, self.cpu = time.monotonic(), busy_seconds(), tree_cpu(root)
 
-    def finish(self, job_load: float = 0.0, job_cpu: float = 0.0) -> dict[str, Any]:
+    def finish(self, job_load: float = 0.0) -> dict[str, Any]:
         """{"start", "end" (1/5/15-minute load averages), "others" (other processes' load at
         start and end), "during" (cores' worth of CPU other processes took during the run, or
-        the first MIN_DURING s from its start), "usable_cores", "loaded"}. `job_load` (cores) and
-        `job_cpu` (CPU seconds): what this job's processes outside this process's tree on this
-        host used (MPI ranks, parallel tuning's other ranks), taken out of the others'."""
+        the first MIN_DURING s from its start; with "own_cpu", the CPU seconds the `root`'s tree
+        took, where one was named), "usable_cores", "loaded"}. `job_load` (cores): what this
+        job's processes outside the tree use on this host (parallel tuning's other ranks), taken
+        out of the others'."""
         end = load_average()
         # rounded before deciding, so "loaded" follows from the figures the record shows
         pair = [None if v is None else round(max(0.0, v - job_load), 2)
@@ -430,9 +446,11 @@ class LoadWatch:
             time.sleep(max(0.0, MIN_DURING - (time.monotonic() - self.wall)))
         wall, busy = time.monotonic() - self.wall, busy_seconds()
         if self.busy is not None and busy is not None:
-            own = tree_cpu() - self.cpu + job_cpu
+            own = tree_cpu(self.root) - self.cpu
             others = (busy - self.busy - own) / wall - job_load
             out["during"] = round(min(float(cores), max(0.0, others)), 2)  # ticks: +-2 of them
+            if self.root is not None:  # what the named tree took, measured here
+                out["own_cpu"] = round(own, 2)
         if job_load:
             out["job_load"] = round(job_load, 2)
         out["loaded"] = is_loaded(out)

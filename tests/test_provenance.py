@@ -174,6 +174,44 @@ def test_the_runs_own_processes_are_its_own_and_a_hog_is_others():
                                 * record["usable_cores"])
 
 
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="Linux only")
+def test_a_named_tree_is_the_works_own_and_nothing_beside_it():
+    """LoadWatch(root=P), as a level-3 judge names its job's proxy: P's descendants' CPU, read
+    from /proc, is the work's own (a grandchild's ended spin too, in P's waited-for time); a
+    spinning sibling of P is not."""
+    tree = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys\n"
+        "sys.stdin.readline()\n"
+        f"subprocess.run([sys.executable, '-c', {SPIN.format(seconds=0.6)!r}], check=True)\n"
+        "print('spun', flush=True)\n"
+        "sys.stdin.readline()\n")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert provenance.parent_of(tree.pid) == os.getpid()
+        watch = provenance.LoadWatch(root=tree.pid)
+        beside = subprocess.Popen([sys.executable, "-c", SPIN.format(seconds=0.6)])
+        tree.stdin.write("go\n")
+        tree.stdin.flush()
+        assert tree.stdout.readline() == "spun\n"
+        beside.wait(timeout=60)
+        record = watch.finish()
+    finally:
+        tree.kill()
+        tree.wait(timeout=60)
+    # the grandchild's 0.6 s, not the sibling's 0.6 s too (each interpreter's start ~0.05 s)
+    assert 0.6 - 0.03 <= record["own_cpu"] < 1.0, record
+    assert provenance.parent_of(tree.pid) is None  # gone
+    # a watch inside the tree it names (a judge, its job's proxy's grandchild) counts itself
+    inside = subprocess.run([sys.executable, "-c", (
+        "import json, os\n"
+        "from d500 import provenance\n"
+        "watch = provenance.LoadWatch(root=os.getppid())\n"
+        f"{SPIN.format(seconds=0.4)}"
+        "print(json.dumps(watch.finish()))\n")], capture_output=True, text=True, timeout=120,
+        cwd=ROOT)
+    assert inside.returncode == 0, inside.stderr
+    assert 0.4 - 0.03 <= json.loads(inside.stdout)["own_cpu"] < 0.8, inside.stdout
+
+
 def _orphan_hog(seconds: float) -> int:
     """A process that keeps a core busy for `seconds`, started outside this process's tree."""
     out = subprocess.run([sys.executable, "-c", (

@@ -1,6 +1,5 @@
-"""A rank's own CPU time over a level-3 run, which the judge takes out of what the machine's
-other processes took (d500.provenance.LoadWatch, its `job_cpu`): MPI ranks that poll while they
-wait keep every core busy, so their CPU must not count as others' load.
+"""A rank's own CPU time over a level-3 run, as the rank reports it (a figure beside the run's;
+the judge measures the ranks' CPU on its host itself for the load record: judge.job_root).
 
     mark = Mark.now()                 # every rank, at the start
     ...                               # the run

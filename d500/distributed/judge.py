@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import os
 import socket
 import threading
 import time
@@ -291,7 +292,7 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
         if spec.shard == "zero3" or wl.drop_last:  # bytes checked: every step a whole batch
             least = least_sent(onnx_model, spec, order.world_size, order.global_batch)
     ranks.ready()
-    watch = LoadWatch()
+    watch = LoadWatch(root=job_root())  # the ranks' CPU on this host: measured, not reported
     checkpoints = None
     if order.checkpoint_every:
         from d500.training.resume import Checkpoints
@@ -322,11 +323,9 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
                                                         peaks, bubble)})
     figures.update(figs.scaling(run.ledger, run.id, wl, entry.name, order.backend,
                                 order.world_size, figures.get("time_to_accuracy", math.inf)))
-    here = socket.gethostname()
-    ranks_cpu = sum(r.cpu_seconds for r in stats if r.host == here)
     details = {**_details(order), "ranks": figs.details(stats),
                "oversubscribed": _oversubscribed(stats),
-               "load_average": _load(watch, stats, ranks_cpu),
+               "load_average": _load(watch, stats),
                "scheme_figures": stats[0].scheme if stats else {},
                "scheme_details": stats[0].scheme_details if stats else {}}
     if ranks.audit is not None:
@@ -403,12 +402,24 @@ def _oversubscribed(ranks: list[Any]) -> bool:
     return here > usable_cores()
 
 
-def _load(watch: Any, ranks: list[Any], ranks_cpu: float) -> dict[str, Any]:
-    """LoadWatch's record with this job's ranks on this host taken out of the others': their
-    CPU seconds out of the time others took during the run, a core each out of the load
-    averages (each keeps a core busy, computing or polling)."""
+def job_root() -> int:
+    """The process whose tree holds this job's processes on this host, the judge's included:
+    under a launcher, the proxy that started the local ranks (rank 0's parent; the judge is rank
+    0's child), else rank 0. Their CPU is read from /proc, not taken from the ranks' word: the
+    entry's code runs in them, and a rank that reported less CPU than it took made its own work
+    others' load, an idle machine loaded, and reproduce's time tolerance wider."""
+    from d500.distributed.launch import launched_by_mpi
+    from d500.provenance import parent_of
+    rank0 = os.getppid()
+    return (parent_of(rank0) if launched_by_mpi() else None) or rank0
+
+
+def _load(watch: Any, ranks: list[Any]) -> dict[str, Any]:
+    """LoadWatch's record (the job's process tree on this host its own: `job_root`), with this
+    job's ranks on this host taken out of the load averages' others too, a core each (each
+    keeps a core busy, computing or polling)."""
     from d500.provenance import is_loaded
-    out = watch.finish(job_cpu=ranks_cpu)
+    out = watch.finish()
     here = sum(1 for r in ranks if r.host == socket.gethostname())
     others = [None if v is None else round(max(0.0, v - here), 2) for v in out["others"]]
     out.update(others=others, job_ranks_here=here)

@@ -22,10 +22,27 @@ pytestmark = [pytest.mark.mpi,
               pytest.mark.skipif(jobs.MPIEXEC is None, reason="no mpiexec beside Python")]
 
 # SNOOP's search, in a file that also halves its process's clocks on import (CLOCK's prelude)
-# and sleeps 50 ms a step: well above a loaded machine's compute for a step of this MLP
+# and sleeps 50 ms a step: well above a loaded machine's compute for a step of this MLP; and
+# that denies its CPU (DENY): its rank reports none while it spins SPIN_S CPU seconds at its
+# first step, so that its own work would read as other processes' load (an idle machine loaded,
+# reproduce's time tolerance wider) were the ranks' word taken for it
+SPIN_S = 0.3
+DENY = f"""
+import d500.distributed.contention as _contention
+_contention.process_cpu = lambda: 0.0
+_spun = []
+
+
+def _spin():
+    end = sum(os.times()[:2]) + {SPIN_S}
+    while not _spun and sum(os.times()[:2]) < end:
+        pass
+    _spun.append(1)
+"""
 STEP = "        ops.add_(params, grads, -lr)"
-ATTACK = CLOCK.split("\n\nclass Slow")[0] + SNOOP.replace(STEP, "        _sleep(0.05)\n" + STEP)
-assert "_sleep(0.05)" in ATTACK
+ATTACK = CLOCK.split("\n\nclass Slow")[0] + SNOOP.replace(
+    STEP, "        _spin()\n        _sleep(0.05)\n" + STEP) + DENY
+assert "_sleep(0.05)" in ATTACK and "_spin()" in ATTACK
 
 
 def test_two_ranks_find_no_held_out_data_and_their_halved_clocks_change_no_time(tmp_path):
@@ -53,4 +70,8 @@ def test_two_ranks_find_no_held_out_data_and_their_halved_clocks_change_no_time(
     steps = ledger.evaluations(run["id"])[-1]["step"]
     assert steps == 1197 // 32
     assert run["figures"]["train_time"] >= steps * 0.05
+    # the CPU: the ranks said they took none; the judge read it from /proc (both ranks' spins)
+    details = ledger.get(run["id"])["details"]
+    assert [r["cpu_seconds"] for r in details["ranks"]] == [0.0, 0.0]
+    assert details["load_average"]["own_cpu"] >= 2 * SPIN_S - 0.05, details["load_average"]
     assert ledger.verify() == []
