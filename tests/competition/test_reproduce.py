@@ -296,7 +296,9 @@ def test_not_a_package_is_exit_2(tmp_path, run_d500):
 @pytest.mark.skipif(mpiexec() is None, reason="no mpiexec beside Python")
 def test_a_level3_run_is_reproduced_at_its_world_size(tmp_path, run_d500):
     """A real 2-rank sync run under d500's own rulebook, packaged and re-run under mpiexec -n 2:
-    the same figures to the last bit on this machine, recorded as one rank-0 run of 2."""
+    the same figures to the last bit on this machine, recorded as one rank-0 run of 2; its
+    times judged as level 2's are, at the load its judge measured while it ran (a reproduction
+    1.6x its run at load 10 was once judged as if on an idle machine)."""
     home = tmp_path / "entrant"
     report = launch_train(RULEBOOK / "3-distributed" / "digits-mlp.yaml",
                           EXAMPLES / "sync", 2, extra=["--seed", "0"],
@@ -308,15 +310,27 @@ def test_a_level3_run_is_reproduced_at_its_world_size(tmp_path, run_d500):
     ledger = tmp_path / "organiser" / "ledger.sqlite"
     result = run_d500(None, "reproduce", str(package), "--runs", "1", "--ledger", str(ledger),
                       "--json")
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode in (0, 1), result.stdout + result.stderr
     found = json.loads(result.stdout)
-    assert found["agrees"] and not found["seed_given"] and found["drawn_from"] == [1]
+    assert not found["seed_given"] and found["drawn_from"] == [1]
     (run,) = found["runs"]
-    assert (run["world_size"], run["verdict"]) == (2, "agrees")
     assert {"status", "epochs", "steps", "test_accuracy", "evaluations", "bytes_per_step",
             "bytes_received_per_step"} <= {c["name"] for c in run["checks"]}
-    assert run["threads"].startswith("1 (recorded by the origin; ")  # one rank's count
+    times = ("time_to_accuracy", "evaluation times")  # the only checks load may fail
+    assert all(c["agrees"] for c in run["checks"] if c["name"] not in times), run
     (local,) = Ledger(ledger).runs()
+    # the load: measured by the judge (its job's processes' CPU read from /proc: own_cpu) and
+    # the one the time rule widened by
+    watched = Ledger(ledger).get(local["id"])["details"]["load_average"]
+    assert watched["own_cpu"] > 0 and "during" in watched, watched
+    timed = {c["name"]: c for c in run["checks"] if c["name"] in times}
+    assert len(timed) == 2 and run["times"].startswith("times compared"), run
+    for c in timed.values():
+        assert c["agrees"] is not too_fast(c["recorded"], c["reproduced"], slowdown(watched)), c
+    agrees = all(c["agrees"] for c in run["checks"])
+    assert (run["world_size"], run["verdict"]) == (2, "agrees" if agrees else "disagrees")
+    assert found["agrees"] is agrees and result.returncode == (0 if agrees else 1), result.stderr
+    assert run["threads"].startswith("1 (recorded by the origin; ")  # one rank's count
     assert (local["level"], local["world_size"], local["rank"]) == (3, 2, 0)
     origin = Package.open(package).runs()[0]
     for name in ("epochs", "steps", "val_accuracy", "test_accuracy", "bytes_per_step"):
