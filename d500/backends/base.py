@@ -34,6 +34,7 @@ class Executable(onnx.backend.base.BackendRep):
         self.device = device
         init_names = {t.name for t in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in init_names]
+        self._feedable = frozenset(self.input_names) | init_names  # what bind() takes by name
         self.output_names = [o.name for o in model.graph.output]
         self.parameter_names = [
             t.name for t in model.graph.initializer
@@ -43,8 +44,7 @@ class Executable(onnx.backend.base.BackendRep):
     def bind(self, inputs: Sequence[Any] | Mapping[str, Any]) -> dict[str, Any]:
         """Name the given inputs: a list in graph-input order or a dict by name."""
         if isinstance(inputs, Mapping):
-            unknown = set(inputs) - set(self.input_names) - {
-                t.name for t in self.model.graph.initializer}
+            unknown = inputs.keys() - self._feedable
             if unknown:
                 raise UsageError(f"unknown model input(s) {sorted(unknown)}; "
                                  f"the model's inputs are {self.input_names}")

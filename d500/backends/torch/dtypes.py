@@ -9,6 +9,7 @@ them through ONNX's NumPy conversion. Strings stay NumPy object arrays.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,11 @@ NATURAL: dict[torch.dtype, int] = {
 }
 
 
+# NumPy dtypes torch stores as they are (from_numpy converts nothing; the others below)
+_AS_IS = {np.dtype(t) for t in (np.float32, np.float64, np.float16, np.int8, np.int16, np.int32,
+                                np.int64, np.uint8, np.bool_, np.complex64, np.complex128)}
+
+
 def storage(elem_type: int) -> torch.dtype:
     """The torch dtype that stores ONNX element type `elem_type`."""
     try:
@@ -57,6 +63,7 @@ def storage(elem_type: int) -> torch.dtype:
         raise TypeError(f"ONNX element type {name} has no torch storage") from None
 
 
+@functools.cache
 def np_dtype(elem_type: int) -> np.dtype:
     return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
 
@@ -72,10 +79,11 @@ def from_numpy(array: Any, device: torch.device | str = "cpu") -> Any:
     if array is None or isinstance(array, torch.Tensor):
         return array
     array = np.asarray(array)
-    if array.dtype.kind in "OUS":
+    if array.dtype in _AS_IS:
+        pass  # stored as it is
+    elif array.dtype.kind in "OUS":
         return array
-    elem = elem_type_of(array)
-    if elem == T.UINT64:
+    elif (elem := elem_type_of(array)) == T.UINT64:
         array = array.view(np.int64)
     elif elem in (T.BFLOAT16, T.UINT16, T.UINT32) or elem in EMULATED:
         target = storage(elem)
@@ -84,6 +92,8 @@ def from_numpy(array: Any, device: torch.device | str = "cpu") -> Any:
         array = array.astype(str(target).removeprefix("torch."))
     if not array.flags.c_contiguous or not array.flags.writeable:
         array = array.copy()
+    if device == "cpu" or getattr(device, "type", None) == "cpu":
+        return torch.from_numpy(array)  # the same memory as as_tensor's, a third of its time
     return torch.as_tensor(array, device=device)
 
 

@@ -217,28 +217,38 @@ class TorchExecutable(Executable):
                      for d in i.type.tensor_type.shape.dim]
             for i in model.graph.input
             if i.type.HasField("tensor_type") and i.type.tensor_type.HasField("shape")}
+        self._shapes_ok: set[tuple[str, tuple[int, ...]]] = set()
+        self._parameter_set = frozenset(self.parameter_names)
 
     # -- running ----------------------------------------------------------------------------
-    def _feeds(self, inputs: Any, requires_grad: set[str] = frozenset()) -> dict[str, Any]:
+    def _feeds(self, inputs: Any, requires_grad: set[str] = frozenset(),
+               bound: bool = False) -> dict[str, Any]:
+        """The inputs as tensors by name (`bound`: `inputs` is bind()'s dict already)."""
         feeds = {}
-        for name, value in self.bind(inputs).items():
+        device = self.torch_device
+        for name, value in (inputs if bound else self.bind(inputs)).items():
             self._check_shape(name, value)
-            tensor = from_numpy(value, self.torch_device)
+            tensor = from_numpy(value, device)
             if name in requires_grad and isinstance(tensor, torch.Tensor):
                 tensor = tensor.detach().requires_grad_(True)  # no copy: autograd reads it
             feeds[name] = tensor
         return feeds
 
     def _check_shape(self, name: str, value: Any) -> None:
-        """An input whose rank or fixed sizes differ from the graph's declaration is refused."""
+        """An input whose rank or fixed sizes differ from the graph's declaration is refused
+        (each name and shape checked once: the shapes found right are remembered)."""
         declared = self.input_shapes.get(name)
         if declared is None:
             return
         shape = tuple(value.shape) if hasattr(value, "shape") else np.shape(value)
+        if (name, shape) in self._shapes_ok:
+            return
         if len(shape) != len(declared) or any(
                 d is not None and d != s for d, s in zip(declared, shape)):
             want = "(" + ", ".join("?" if d is None else str(d) for d in declared) + ")"
             raise UsageError(f"input '{name}' has shape {tuple(shape)}; the model declares {want}")
+        if len(self._shapes_ok) < 64:  # a bounded memory: a varying batch size stays checked
+            self._shapes_ok.add((name, shape))
 
     def _outputs(self, values: Sequence[Any]) -> list[Any]:
         return [tensor_to_numpy(v, t) for v, t in zip(values, self.output_types)]
@@ -269,12 +279,16 @@ class TorchExecutable(Executable):
         index = None if seeds else self.output_index(output or self.output_names[0])
         with torch.enable_grad():
             outs, wanted, targets = self._graph(inputs, wrt)
-            if seeds:
-                loss = sum((outs[i] * from_numpy(np.asarray(g), self.torch_device)).sum()
-                           for i, g in seeds.items())
+            seed = None
+            if len(seeds) <= 1:
+                i, g = next(iter(seeds.items()), (index, None))
+                seed = _seed(outs[i], g, self.torch_device)
+            if seed is not None:  # d(out . seed)/d out is the seed itself: no multiply, no sum
+                grads = torch.autograd.grad(outs[i], targets, seed, allow_unused=True)
             else:
-                loss = outs[index].sum()
-            grads = torch.autograd.grad(loss, targets, allow_unused=True)
+                loss = sum((outs[i] * from_numpy(np.asarray(g), self.torch_device)).sum()
+                           for i, g in seeds.items()) if seeds else outs[index].sum()
+                grads = torch.autograd.grad(loss, targets, allow_unused=True)
         return self._outputs(outs), _named(wanted, targets, grads)
 
     def kept(self, inputs: Any, wrt: Sequence[str] | None = None
@@ -304,11 +318,14 @@ class TorchExecutable(Executable):
         """The forward under autograd: (outputs, the names differentiated, their tensors)."""
         bound = self.bind(inputs)
         wanted = self.gradient_targets(bound, wrt)
-        feeds = self._feeds(bound, set(wanted) - set(self.parameter_names))
-        for name in set(wanted) & set(self.buffer_names):  # a running statistic, differentiated
-            feeds[name] = self._module.values[name].detach().requires_grad_(True)
+        params = self._parameter_set
+        feeds = self._feeds(bound, {n for n in wanted if n not in params}, bound=True)
+        values = self._module.values
+        for name in self.buffer_names:  # a running statistic, differentiated
+            if name in wanted:
+                feeds[name] = values[name].detach().requires_grad_(True)
         outs = self._module(**feeds)
-        return outs, wanted, [feeds[n] if n in feeds else self._module.values[n] for n in wanted]
+        return outs, wanted, [feeds[n] if n in feeds else values[n] for n in wanted]
 
     @property
     def native(self) -> GraphModule:
@@ -320,10 +337,35 @@ class TorchExecutable(Executable):
         return TorchTrainer(self, optimizer, loss, native, self.check_precision(precision))
 
 
+def _seed(out: Any, g: Any, device: torch.device) -> Any:
+    """The gradient of `out` that `(out * g).sum()` gives it, when that is `g` itself as a
+    tensor of out's shape and dtype (ones where g is None: `out.sum()`); else None."""
+    if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+        return None
+    if g is None:
+        return torch.ones_like(out)
+    g = np.asarray(g)
+    if tuple(g.shape) != tuple(out.shape):
+        return None
+    seed = from_numpy(g, device)
+    return seed if isinstance(seed, torch.Tensor) and seed.dtype == out.dtype else None
+
+
+# dtypes whose gradient tensor is NumPy's as it is (Tensor.numpy(): a view, no copy)
+_PLAIN = {torch.float32, torch.float64, torch.float16}
+
+
 def _named(wanted: list[str], targets: list[Any], grads: Sequence[Any]) -> dict[str, np.ndarray]:
     """Gradients by name as NumPy; zeros for a target the outputs do not depend on."""
-    return {name: (np.zeros(t.shape, dtype=tensor_to_numpy(t).dtype) if g is None
-                   else tensor_to_numpy(g)) for name, t, g in zip(wanted, targets, grads)}
+    out = {}
+    for name, t, g in zip(wanted, targets, grads):
+        if g is None:
+            out[name] = np.zeros(t.shape, dtype=tensor_to_numpy(t).dtype)
+        elif g.dtype in _PLAIN and g.device.type == "cpu" and not g.requires_grad:
+            out[name] = g.numpy()
+        else:
+            out[name] = tensor_to_numpy(g)
+    return out
 
 
 class TorchBackend(Backend):
