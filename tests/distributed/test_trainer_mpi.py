@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 import pytest
+import yaml
 
 from d500 import mllog
 from d500.distributed.comm import ring_counts
@@ -20,7 +21,7 @@ from tests.distributed import level3_jobs as jobs
 pytestmark = [pytest.mark.mpi, pytest.mark.slow,
               pytest.mark.skipif(jobs.MPIEXEC is None, reason="no mpiexec beside Python")]
 
-MLP = jobs.LEVEL3 / "digits-mlp.yaml"
+TARGET = 0.9  # the validation accuracy the module's jobs train to
 PARAMS = 64 * 128 + 128 + 128 * 64 + 64 + 64 * 10 + 10  # the MLP's float32 parameters
 B = 4 * PARAMS
 
@@ -28,12 +29,19 @@ B = 4 * PARAMS
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """One job each, in one ledger: sync at 1, 2 and 4 ranks, ddp-baseline and sync-topk at 2
-    (each the rules' first required seed at its world size: the boards score only those)."""
+    (each the rules' first required seed at its world size: the boards score only those), on
+    digits-mlp with a lower target (TARGET: about 2 epochs, where 0.97 takes 7-10; what is tested
+    is the distributed run and its record, not the training) and without its reference
+    convergence (the 0.97 target's epochs)."""
     home = tmp_path_factory.mktemp("level3") / "home"
+    mlp = jobs.workload(home.parent, "digits-mlp", target={"value": TARGET})
+    data = yaml.safe_load(mlp.read_text())
+    del data["reference_convergence"]
+    mlp.write_text(yaml.safe_dump(data))
     out = {}
     for key, ranks, entry in (("sync1", 1, "sync"), ("sync2", 2, "sync"), ("sync4", 4, "sync"),
                               ("ddp2", 2, "ddp-baseline"), ("topk2", 2, "sync-topk")):
-        result = jobs.train(home, ranks, MLP, jobs.ENTRIES / entry, "--seeds", "1",
+        result = jobs.train(home, ranks, mlp, jobs.ENTRIES / entry, "--seeds", "1",
                             "--threads", "1")  # one per rank at every size: scaled like for like
         out[key] = result
     return home, out
@@ -58,7 +66,7 @@ def test_every_job_reaches_the_target_and_is_one_run_recorded_by_rank_0(runs):
         assert run["status"] == "succeeded" and run["world_size"] == size and run["rank"] == 0
         assert run["workload"] == "digits-mlp" and run["level"] == 3
         f = run["figures"]
-        assert f["val_accuracy"] >= 0.97 and math.isfinite(f["time_to_accuracy"])
+        assert f["val_accuracy"] >= TARGET and math.isfinite(f["time_to_accuracy"])
         assert 0 < f["test_accuracy"] <= 1
         ranks = run["details"]["ranks"]
         assert [r["rank"] for r in ranks] == list(range(size))
