@@ -84,7 +84,8 @@ class CaseResult:
 
     @property
     def operator_failed(self) -> bool:
-        return not self.report.passed
+        """Failed validation, or its timed calls' check (the operator's row, rows[0])."""
+        return not self.report.passed or self.rows[0].status != "ok"
 
     def text(self) -> str:
         head = f"{self.case.name}: {self.case.op_type} {self.case.dtype}" + (
@@ -142,7 +143,31 @@ def bench(op_class: type[CustomOperator], case: Case, backends: list[str],
     if forward:
         _time(rows, forward, backward, budget if budget is not None else case.time_budget,
               n_flops, peak)
+        if 0 in forward:
+            _verify_calls(mine, forward[0], prepared, case)
     return CaseResult(case, report, rows, n_flops)
+
+
+def _verify_calls(row: Row, timed: Any, prepared: Any, case: Case) -> None:
+    """Fail the operator's row when an operator host's timed calls, recomputed in a sample with
+    the reference, were not all run (d500.operators.host.Batched.verify)."""
+    if not hasattr(timed, "verify"):
+        return
+    from d500.operators.dtypes import is_exact
+    exact = is_exact(case.np_dtype)
+
+    def reference(arrays: list[np.ndarray]) -> list[np.ndarray]:
+        wide = [a if exact else a.astype(np.float64) for a in arrays]
+        return saturate(prepared.reference(wide), case.np_dtype)
+
+    problem = timed.verify(reference, *tolerances.operator_forward(case.np_dtype))
+    if problem:
+        row.status, row.error = "failed", problem
+        row.figures.pop("latency", None)
+        row.figures.pop("gflops", None)
+        row.figures.pop("peak_fraction", None)
+        row.timing = row.backward_timing = None
+        row.figures.pop("backward_latency", None)
 
 
 def _operator_backward(run: Any, inputs: list[np.ndarray], grads: list[np.ndarray | None]

@@ -196,7 +196,7 @@ def _bench(loaded: Any, cases: list, args: Any) -> int:
         print(f"peak: {peak / 1e9:.1f} GFLOP/s (measured float32 GEMM, d500.provenance)")
     failed = [r for r in results if r.operator_failed]
     if failed:
-        raise CheckFailed(f"{loaded.submission} failed validation on {len(failed)} of "
+        raise CheckFailed(f"{loaded.submission} failed on {len(failed)} of "
                           f"{len(results)} case(s) and is not ranked; {failed[0].case.name}: "
-                          f"{failed[0].report.summary()}")
+                          f"{failed[0].rows[0].error}")
     return 0

@@ -51,7 +51,7 @@ class OperatorsLevel(Level):
             context.log(result.text())
             if result.operator_failed:
                 outcome.problems.append(f"level 0 {folder.name} on {result.case.name}: "
-                                        f"{result.report.summary()}")
+                                        f"{result.rows[0].error}")
             outcome.summary = f"{folder.name} on {result.case.name}: " + ", ".join(
                 f"{r.backend} {r.status}" for r in result.rows)
         return outcome

@@ -1,0 +1,116 @@
+"""What level 0's call check costs an honest operator (d500.operators.host: every timed forward
+call on its own shifted input, each call's outputs returned as a checksum): the same operator in
+the same host timed through the checked round trips and through the unchecked loop d500 used
+before, interleaved round trip by round trip.
+
+Per case it prints the median per-call wall time of each (the judge's clock: round trip / calls)
+and their ratio, and the host's CPU time per call of each (/proc, load-robust) and its ratio.
+Cases: Relu on relu-4d's 8x32x32x32 float32 (memory-bound, the worst case: the shift and the
+checksum are each a pass over the data) in NumPy and torch, and a 256x256 float32 MatMul.
+
+    .venv/bin/python benchmarks/call_check.py [--rounds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from d500.operators.host import Batched, RemoteClass
+
+OPERATORS = '''
+import numpy as np
+import torch
+from d500.operators import CustomOperator
+
+
+class NumpyRelu(CustomOperator):
+    op_type = "Relu"
+    framework = "numpy"
+
+    def forward(self, x):
+        return np.maximum(x, 0)
+
+
+class TorchRelu(CustomOperator):
+    op_type = "Relu"
+    framework = "torch"
+
+    def forward(self, x):
+        return torch.relu(x)
+
+
+class NumpyMatMul(CustomOperator):
+    op_type = "MatMul"
+    framework = "numpy"
+
+    def forward(self, a, b):
+        return a @ b
+'''
+
+
+def cpu_seconds(pid: int) -> float:
+    """A process's user + system CPU time (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def case(file: Path, name: str, inputs: list[np.ndarray], rounds: int) -> None:
+    cls = RemoteClass.start(file, name)
+    try:
+        run = cls().runner()
+        checked = run.timed_forward(inputs)
+        unchecked = Batched(cls.host, "forward")  # no inputs: the unchecked loop
+        pid = cls.host.process.pid
+        wall: dict[str, list[float]] = {"checked": [], "unchecked": []}
+        cpu = dict.fromkeys(wall, 0.0)
+        calls = dict.fromkeys(wall, 0)
+        for r in range(rounds):
+            order = [("checked", checked), ("unchecked", unchecked)][:: 1 if r % 2 else -1]
+            for label, fn in order:
+                c0, t0 = cpu_seconds(pid), time.perf_counter()
+                fn()
+                wall[label].append((time.perf_counter() - t0) / fn.inner)
+                cpu[label] += cpu_seconds(pid) - c0
+                calls[label] += fn.inner
+        med = {k: statistics.median(v) for k, v in wall.items()}
+        per_cpu = {k: cpu[k] / calls[k] for k in cpu}
+        print(f"{name:12} wall per call: checked {med['checked'] * 1e3:.4f} ms, unchecked "
+              f"{med['unchecked'] * 1e3:.4f} ms, ratio {med['checked'] / med['unchecked']:.2f};"
+              f" host CPU per call: {per_cpu['checked'] * 1e3:.4f} / "
+              f"{per_cpu['unchecked'] * 1e3:.4f} ms, ratio "
+              f"{per_cpu['checked'] / max(per_cpu['unchecked'], 1e-12):.2f}; empty round trip "
+              f"{checked.overhead * 1e3:.2f} ms, {checked.inner} calls a round trip")
+        problem = checked.verify(lambda a: [np.maximum(a[0], 0)] if name.endswith("Relu")
+                                 else [a[0] @ a[1]], 1e-4, 1e-5)
+        print(f"{'':12} honest calls verified: {problem or 'all sampled calls agree'}")
+    finally:
+        cls.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=30)
+    args = parser.parse_args()
+    from d500 import threads
+    threads.configure(modules=["numpy", "torch"])  # as `d500 op bench` does: the usable cores
+    print("load:", os.getloadavg(), "threads:", threads.recorded())
+    rng = np.random.default_rng(0)
+    relu = [rng.standard_normal((8, 32, 32, 32)).astype(np.float32)]
+    mm = [rng.standard_normal((256, 256)).astype(np.float32) for _ in range(2)]
+    with tempfile.TemporaryDirectory() as tmp:
+        file = Path(tmp) / "ops.py"
+        file.write_text(OPERATORS)
+        for name, inputs in [("NumpyRelu", relu), ("TorchRelu", relu), ("NumpyMatMul", mm)]:
+            case(file, name, inputs, args.rounds)
+    print("load:", os.getloadavg())
+
+
+if __name__ == "__main__":
+    main()

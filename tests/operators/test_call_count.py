@@ -1,0 +1,107 @@
+"""Level 0's judge checks that an operator host ran every forward call it was timed for
+(d500.operators.host.Batched.verify): an operator file that patches the host's loop to run one
+call in ten, and answers the others with copies, is caught and its run recorded failed. (An
+honest operator passing through the same path: tests/operators/test_isolation.py.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from d500 import cli
+from d500.ledger import Ledger
+from d500.operators import host
+
+from .conftest import ROOT
+
+RELU = ROOT / "levels" / "0-operators" / "relu-4d.yaml"
+
+SLOW = '''
+import time
+import numpy as np
+from d500.operators import CustomOperator
+
+
+class SlowRelu(CustomOperator):
+    op_type = "Relu"
+    framework = "numpy"
+
+    def forward(self, x):
+        time.sleep(0.002)
+        return np.maximum(x, 0)
+'''
+
+# The red team's attack (README, issue 17), on today's protocol: the host's loop runs one call
+# in ten and answers the other calls with copies of those it ran.
+ONE_IN_TEN = SLOW + '''
+from d500.operators import host
+
+_real = host._answer
+
+
+def _answer(cls, state, message):
+    if message[0] == "repeat" and message[3] is not None and message[2] > 1:
+        kind, which, calls, seed, scale = message
+        inside, sums = _real(cls, state, (kind, which, max(1, calls // 10), seed, scale))
+        return inside, np.resize(sums, (calls, sums.shape[1]))
+    return _real(cls, state, message)
+
+
+host._answer = _answer
+'''
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def _bench(tmp_path, text):
+    (tmp_path / "op.py").write_text(text)
+    code = cli.main(["op", "bench", f"{tmp_path / 'op.py'}:SlowRelu", "--case", str(RELU),
+                     "--backends", "reference", "--budget", "0.1"])
+    (mine,) = [r for r in Ledger().runs(level=0) if r["submission"] != "builtin"]
+    return code, mine
+
+
+def test_a_host_running_one_call_in_ten_is_caught_and_recorded_failed(home, tmp_path, capsys):
+    code, mine = _bench(tmp_path, ONE_IN_TEN)
+    assert code == 1
+    assert mine["status"] == "failed" and "did not run every call" in mine["error"]
+    assert "latency" not in (mine["figures"] or {})
+    assert "did not run every call" in capsys.readouterr().err
+
+
+def _batched(trips, inputs):
+    b = host.Batched.__new__(host.Batched)
+    b.inputs, b.scale, b.trips = inputs, host._shift_scale(inputs[0]), trips
+    return b
+
+
+def _relu(arrays):
+    return [np.maximum(arrays[0], 0)]
+
+
+def _sums(seed, calls, x, scale, skip=None):
+    """What an honest host answers (or, for call `skip`, the previous call's answer)."""
+    shifts = host._shifts(seed, calls, scale)
+    rows = []
+    for i in range(calls):
+        (y,) = _relu([host._shifted(x, shifts[i if i != skip else i - 1])])
+        rows.append([host._checksum(host._weights(seed, [y])[0], y)])
+    return np.array(rows)
+
+
+def test_verify_accepts_honest_calls_and_refuses_a_stale_or_missing_one():
+    x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    scale = host._shift_scale(x)
+    honest = _batched([(7, 5, _sums(7, 5, x, scale))], [x])
+    assert honest.verify(_relu, 1e-4, 1e-5) is None
+    stale = _batched([(7, 5, _sums(7, 5, x, scale, skip=3))], [x])
+    assert "did not run every call" in stale.verify(_relu, 1e-4, 1e-5)
+    short = _batched([(7, 5, _sums(7, 4, x, scale))], [x])
+    assert "4 of the 5 timed calls" in short.verify(_relu, 1e-4, 1e-5)
+    for garbage in (None, "x", np.zeros(5)):
+        assert "timed calls" in _batched([(7, 5, garbage)], [x]).verify(_relu, 1e-4, 1e-5) \
+            or "no checksums" in _batched([(7, 5, garbage)], [x]).verify(_relu, 1e-4, 1e-5)
