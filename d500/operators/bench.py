@@ -213,7 +213,7 @@ def _time(rows: list[Row], forward: dict[int, Callable[[], Any]],
                for name, t in measured.items()}
     for k in forward:
         row, timing = rows[k], timings[f"f{k}"]
-        row.timing = timing.summary()
+        row.timing = {**timing.summary(), **_round_trips(forward[k])}
         row.figures["latency"] = timing.median
         if n_flops:
             row.figures["gflops"] = n_flops / timing.median / 1e9
@@ -232,6 +232,16 @@ def _time(rows: list[Row], forward: dict[int, Callable[[], Any]],
             continue
         row.backward_timing = summary
         row.figures["backward_latency"] = median
+
+
+def _round_trips(fn: Any) -> dict[str, Any]:
+    """What an operator host's round trips were, as the judge measured them (stated, never
+    subtracted): the slowest empty round trip, the calls in each, and the calls it checks."""
+    if not hasattr(fn, "overhead"):
+        return {}
+    from d500.operators.host import SAMPLES
+    return {"empty_round_trip": fn.overhead, "calls_per_round_trip": fn.inner,
+            "calls_checked": SAMPLES if getattr(fn, "scale", None) is not None else 0}
 
 
 def per_inner_call(timing: Any, inner: int) -> Any:

@@ -107,3 +107,14 @@ def test_verify_accepts_honest_calls_and_refuses_a_stale_or_missing_one():
     for garbage in (None, "x", np.zeros(5)):
         assert "timed calls" in _batched([(7, 5, garbage)], [x]).verify(_relu, 1e-4, 1e-5) \
             or "no checksums" in _batched([(7, 5, garbage)], [x]).verify(_relu, 1e-4, 1e-5)
+
+
+def test_an_honest_host_is_recorded_with_its_round_trips_stated(home, tmp_path, monkeypatch):
+    monkeypatch.setattr(host, "OVERHEAD", 0.5)
+    code, mine = _bench(tmp_path, SLOW)
+    assert code == 0 and mine["status"] == "succeeded"
+    assert mine["figures"]["latency"] >= 0.002
+    timing = mine["details"]["timing"]
+    assert timing["empty_round_trip"] > 0 and timing["calls_per_round_trip"] >= 1
+    assert timing["calls_checked"] == host.SAMPLES
+
