@@ -6,7 +6,8 @@ before, interleaved round trip by round trip.
 Per case it prints the median per-call wall time of each (the judge's clock: round trip / calls)
 and their ratio, and the host's CPU time per call of each (/proc, load-robust) and its ratio.
 Cases: Relu on relu-4d's 8x32x32x32 float32 (memory-bound, the worst case: the shift and the
-checksum are each a pass over the data) in NumPy and torch, and a 256x256 float32 MatMul.
+checksum are each a pass over the data) in NumPy, torch and JAX (whose arrays cannot be
+shifted in place: each call converts its input), and a 256x256 float32 MatMul in NumPy.
 
     .venv/bin/python benchmarks/call_check.py [--rounds 30]
 """
@@ -44,6 +45,15 @@ class TorchRelu(CustomOperator):
 
     def forward(self, x):
         return torch.relu(x)
+
+
+class JaxRelu(CustomOperator):
+    op_type = "Relu"
+    framework = "jax"
+
+    def forward(self, x):
+        import jax.numpy as jnp
+        return jnp.maximum(x, 0)
 
 
 class NumpyMatMul(CustomOperator):
@@ -99,7 +109,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args()
     from d500 import threads
-    threads.configure(modules=["numpy", "torch"])  # as `d500 op bench` does: the usable cores
+    threads.configure(modules=["numpy", "torch", "jax"])  # as `d500 op bench`: usable cores
     print("load:", os.getloadavg(), "threads:", threads.recorded())
     rng = np.random.default_rng(0)
     relu = [rng.standard_normal((8, 32, 32, 32)).astype(np.float32)]
@@ -107,7 +117,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         file = Path(tmp) / "ops.py"
         file.write_text(OPERATORS)
-        for name, inputs in [("NumpyRelu", relu), ("TorchRelu", relu), ("NumpyMatMul", mm)]:
+        for name, inputs in [("NumpyRelu", relu), ("TorchRelu", relu), ("JaxRelu", relu),
+                             ("NumpyMatMul", mm)]:
             case(file, name, inputs, args.rounds)
     print("load:", os.getloadavg())
 

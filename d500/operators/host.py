@@ -171,6 +171,7 @@ class Batched:
         self.inputs = inputs  # the forward's inputs: its calls are checked
         self.scale = _shift_scale(inputs[0]) if inputs else None
         self.trips: list[tuple[int, int, np.ndarray]] = []  # (seed, calls, checksums)
+        self._ask(1)  # a first call on a new array (jax: 0.3 s) would size the round trips
         self.overhead = max(self._round_trip(0) for _ in range(5))
         target = max(ROUND_TRIP, self.overhead / OVERHEAD)
         calls = 1
