@@ -103,7 +103,7 @@ def test_the_installed_wheel_works_from_any_directory(installed, tmp_path):
 
     result = run(installed, tmp_path, "run", "--quick", "--level", "0,1", "--workload",
                  "gemm-small", "--workload", "mlp-mnist", "--backends", "reference,onnxruntime",
-                 "--no-html")
+                 "--no-html", "--quiet-wait", "0")  # the wait: tests/test_provenance.py
     assert result.returncode == 0, result.stdout + result.stderr
     assert "runs recorded" in result.stdout
     assert not (tmp_path / "levels").exists() and (tmp_path / "results" / "ledger.sqlite").is_file()
