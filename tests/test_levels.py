@@ -100,7 +100,8 @@ def test_a_registered_level_joins_the_cli_the_runner_and_the_leaderboard(toy, tm
 
     # --backends: the frameworks this process gives threads to (JAX may already run in this
     # test process with another count, which it cannot change: a real `d500 run` is a new one)
-    assert cli.main(["run", "--level", "7", "--no-html", "--backends", "reference"]) == 0
+    assert cli.main(["run", "--level", "7", "--no-html", "--backends", "reference",
+                     "--quiet-wait", "0"]) == 0  # the wait: tests/test_provenance.py
     out = capsys.readouterr().out
     runs = Ledger(tmp_path / "home" / "ledger.sqlite").runs()
     assert [(r["level"], r["workload"], r["status"]) for r in runs] == [(7, "sort-1k", "succeeded")]
