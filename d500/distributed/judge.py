@@ -86,11 +86,17 @@ class Judge:
 
     def open(self) -> int:
         """Open the ledger run (once every rank built); its id, or the judge's error raised."""
-        self.conn.send(("open",))
+        self.send(("open",))
         return int(self.expect("opened")[1])
 
     def send(self, message: tuple[Any, ...]) -> None:
-        self.conn.send(message)
+        """Send the judge a message; a judge that has ended is raised as its last word (e.g. a
+        hand-over it refused before this was sent), read from the pipe it left behind."""
+        try:
+            self.conn.send(message)
+        except OSError:
+            self.receive()
+            raise D500Error("the judge process ended while rank 0 wrote to it") from None
 
     def receive(self) -> tuple[Any, ...]:
         """The judge's next command; its error as a D500Error."""
