@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +117,14 @@ def rank_process(home: Path, rank: int) -> int | None:
                 and b"d500.cli" in cmdline):
             return int(proc.name)
     return None
+
+
+def settled(home: Path, run: int, seconds: float) -> dict[str, Any]:
+    """A killed job's run row once it has left `running`, or as it is after `seconds`: the
+    rank that wrote it (rank 0's judge) may end a moment after its ranks seem gone (aborted by
+    MPICH, or exiting: its /proc environ already empty), and the row reads `running` until then."""
+    from d500.ledger import Ledger
+    ledger, deadline = Ledger(home / "ledger.sqlite"), time.monotonic() + seconds
+    while ledger.get(run)["status"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return ledger.get(run)

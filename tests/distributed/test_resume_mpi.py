@@ -88,11 +88,8 @@ def killed(home, wl, entry, seed, options, every, ranks=2, nth=2):
     assert proc.returncode != 0 and new, f"the job ended before checkpoint {nth}: {err}"
     while any(jobs.rank_process(home, r) for r in range(ranks)):
         time.sleep(0.1)  # every rank gone before the ledger is read
-    ledger, run = Ledger(home / "ledger.sqlite"), int(new[0].name)
-    deadline = time.monotonic() + 30
-    while ledger.get(run)["status"] == "running" and time.monotonic() < deadline:
-        time.sleep(0.1)  # rank 0 aborted by MPICH (a dead peer mid-Allreduce): its judge, the
-    return ledger.get(run)  # row's writer, ends a moment after it (the row then interrupted)
+    # rank 0 aborted by MPICH (a dead peer mid-Allreduce): its judge ends a moment after it
+    return jobs.settled(home, int(new[0].name), 30)
 
 
 def refused_in_process(ledger, run_id, wl, entry, tmp, path):
