@@ -160,7 +160,7 @@ def import_frameworks_of(source: Path) -> None:
             try:
                 import_quietly(fw.module)
             except ImportError:
-                return  # the file's own import says what is missing
+                continue  # the file's own import says what is missing; the others still load
 
 
 def available() -> dict[str, str]:
