@@ -2,8 +2,10 @@
 divided by 100 in its figures and its MLLOG alike and the ledger re-sealed with d500's own seal,
 it passes `d500 check` (the log agrees with the record); `d500 reproduce` benches it again and,
 on the run's own hardware, names the latency (d500.competition.reproduce_time.latency_checks).
-The honest packages' reproductions agree. The level-0 operator sleeps 2 ms a call, so its
-latency is the same however loaded the machine is."""
+The honest packages' reproductions agree (their times within a loose bound: see _honest), the
+level-1 one re-run in the backend mode it recorded (issue 18: an entry named
+`onnxruntime:basic` runs with onnxruntime's basic graph optimization).
+The level-0 operator sleeps 2 ms a call, so its latency depends little on the load."""
 
 from __future__ import annotations
 
@@ -18,10 +20,13 @@ from d500.competition.check import check
 from d500.competition.export import build
 from d500.competition.package import Package
 from d500.competition.reproduce import RunReport, reproduce
-from d500.ledger import integrity
+from d500.competition.reproduce_time import LATENCIES, RATES
+from d500.ledger import Ledger, integrity
 from d500.paths import rulebook
 
 from .test_consistency import forge, set_json
+
+LOOSE = 4.0
 
 SLOW = '''
 import time
@@ -50,6 +55,19 @@ def _reproduced(package: Path, ledger: Path, rules: Path | None = None) -> RunRe
     return found
 
 
+def _honest(found: RunReport) -> None:
+    """An honest run's reproduction agrees on everything but, at most, its times, and those
+    within LOOSE x recorded: a time's 1.5x (x the measured load) is judged in
+    test_reproduce_time; here a burst of load from the tests beside this one (the rehearsal's
+    parallel pass) can slow a sub-second bench past it, while a forged time is 100x."""
+    wrong = [c for c in found.checks if not c.agrees]
+    assert not found.problem and found.checks, found
+    assert all(c.name in LATENCIES + RATES for c in wrong), wrong
+    for c in wrong:
+        slower = c.reproduced / c.recorded if c.name in LATENCIES else c.recorded / c.reproduced
+        assert slower <= LOOSE, c
+
+
 def _packed(entry: Path, home: Path, out: Path) -> Path:
     return build(entry, out, home / "ledger.sqlite")
 
@@ -76,7 +94,7 @@ def test_a_forged_level0_latency_passes_check_and_disagrees_on_reproduction(tmp_
     assert true >= 0.002
 
     found = _reproduced(honest, tmp_path / "organiser" / "ledger.sqlite")
-    assert found.verdict == "agrees", found
+    _honest(found)
     assert any(c.name == "latency" for c in found.checks), found  # timed, compared
 
     forged = true / 100
@@ -124,8 +142,15 @@ def test_a_forged_level1_bench_latency_disagrees_on_reproduction(tmp_path, run_d
     honest = _packed(entry, home, tmp_path / "honest.tar.gz")
     [run] = Package.open(honest).runs()
     found = _reproduced(honest, tmp_path / "organiser" / "ledger.sqlite", rulebook())
-    assert found.verdict == "agrees", found
+    _honest(found)
     assert {"latency", "throughput"} <= {c.name for c in found.checks}, found
+    [origin] = Ledger(home / "ledger.sqlite").runs(level=1)  # re-run in its recorded mode
+    [again] = Ledger(tmp_path / "organiser" / "ledger.sqlite").runs(level=1)
+    for done in (origin, again):
+        assert (done["backend"], done["submission"], done["status"]) == (
+            "onnxruntime:basic", "onnxruntime:basic", "succeeded")
+        assert done["details"]["settings"]["graph_optimization_level"] == "ORT_ENABLE_BASIC"
+    assert again["details"]["reproduction"]["origin_run"] == origin["id"]
 
     forged = run.figures["latency"] / 100
     _forge_latency(home, run.origin_id, forged)
