@@ -28,23 +28,7 @@ from .test_consistency import forge, set_json
 
 LOOSE = 4.0
 
-SLOW = '''
-import time
-import numpy as np
-from d500.operators import CustomOperator
-
-
-class SlowRelu(CustomOperator):
-    op_type = "Relu"
-    framework = "numpy"
-
-    def forward(self, x):
-        time.sleep(0.002)
-        return np.maximum(x, 0)
-
-    def backward(self, grad_outputs, inputs, outputs):
-        return [grad_outputs[0] * (inputs[0] > 0)]
-'''
+SLOW = (Path(__file__).parents[1] / "operators" / "ops" / "slow_ops.py").read_text()
 
 
 def _reproduced(package: Path, ledger: Path, rules: Path | None = None) -> RunReport:

@@ -5,6 +5,8 @@ honest operator passing through the same path: tests/operators/test_isolation.py
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -16,20 +18,7 @@ from .conftest import ROOT
 
 RELU = ROOT / "levels" / "0-operators" / "relu-4d.yaml"
 
-SLOW = '''
-import time
-import numpy as np
-from d500.operators import CustomOperator
-
-
-class SlowRelu(CustomOperator):
-    op_type = "Relu"
-    framework = "numpy"
-
-    def forward(self, x):
-        time.sleep(0.002)
-        return np.maximum(x, 0)
-'''
+SLOW = (Path(__file__).parent / "ops" / "slow_ops.py").read_text()
 
 # The red team's attack (README, issue 17), on today's protocol: the host's loop runs one call
 # in ten and answers the other calls with copies of those it ran.
