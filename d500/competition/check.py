@@ -58,6 +58,7 @@ from d500.competition.completeness import (
     result_name,
     seed_problems,
     study_problems,
+    train_command,
     world,
 )
 from d500.errors import D500Error
@@ -314,7 +315,8 @@ def check_completeness(ctx: Context, report: Report) -> None:
             name = result_name(level, workload, backend, ranks)
             seeds = required(level, workload, runs[0].submission, backend, need.seeds, ranks)
             report.problems += [f"completeness: {name}: {p}"
-                                for p in seed_problems(seed_runs, seeds)]
+                                for p in seed_problems(seed_runs, seeds, train_command(
+                                    level, ranks))]
             other = explorations(seed_runs, seeds)
             ctx.explorations |= {r.origin_id for r in other}
             if other:

@@ -4,6 +4,7 @@ trial number present and finished, and no run hidden from the chain.
 
     need = requirement(text, "2-training/digits-mlp.yaml", rules_dir)   # seeds, studies, trials
     seed_problems(seed_runs, required)    # required seeds missing, only interrupted, repeated
+    train_command(level, ranks)           # what runs them: mpiexec -n N d500 train at level 3
     explorations(seed_runs, required)     # the other seed runs: listed, never scored
     studies, problems = group_studies(runs, studies_json)   # {(level, workload, backend): ...}
     study_problems(studies[key], need)    # budget, gaps, unfinished and extra trials
@@ -108,10 +109,18 @@ def requirement(text: bytes, where: str, folder: Path | None = None) -> Requirem
     return Requirement(loaded.seed_runs, loaded.studies, loaded.trials, loaded.tuning_seed)
 
 
-def seed_problems(runs: list[Any], required: list[int]) -> list[str]:
+def train_command(level: int, ranks: int) -> str:
+    """The command that runs a result's seeds: `d500 train`, at level 3 under mpiexec at the
+    result's world size."""
+    return f"mpiexec -n {ranks} d500 train" if level == 3 else "d500 train"
+
+
+def seed_problems(runs: list[Any], required: list[int], command: str = "d500 train"
+                  ) -> list[str]:
     """A result's seed runs (every one outside a study, interrupted included) against its
     required seeds (d500.training.seeds.required): each required seed run to an end (only
-    interrupted: a miss until re-run), and no required seed run to an end twice."""
+    interrupted: a miss until re-run), and no required seed run to an end twice; `command`
+    runs them (level 3: under mpiexec at the result's world size)."""
     ended = [r for r in runs if r.status not in NOT_COUNTED]
     used: dict[Any, list[int]] = {}
     for run in ended:
@@ -129,10 +138,10 @@ def seed_problems(runs: list[Any], required: list[int]) -> list[str]:
     of = f"of the workload's {len(required)}"
     if never:
         out.append(f"required seed(s) {ids(never)} ({of}) have no run: the rules choose the "
-                   f"seeds (`d500 train` without --seed runs them)")
+                   f"seeds (`{command}` without --seed runs them)")
     for s in (s for s in missing if cut[s]):
         out.append(f"required seed {s} ({of}) only interrupted (run(s) {ids(cut[s])}): a miss "
-                   f"until re-run to completion (`d500 train` without --seed runs it again)")
+                   f"until re-run to completion (`{command}` without --seed runs it again)")
     return out
 
 

@@ -314,7 +314,8 @@ def test_level3_results_count_seeds_per_world_size_and_ranks_are_not_results(
     """Level-3 runs (recorded directly, ended failed: no training needed) at 2 and 4 ranks,
     one with a rank row of another submission in its group: seeds count per world size, the
     rank row is neither a result nor a stranger, and no study is required (a level-3 workload
-    has no `tuning:`; level 3 is scored on its seeds at each world size)."""
+    has no `tuning:`; level 3 is scored on its seeds at each world size); a missing seed's line
+    names the command that runs it at that world size (mpiexec -n N d500 train)."""
     import shutil
 
     from d500.competition.export import build
@@ -342,9 +343,10 @@ def test_level3_results_count_seeds_per_world_size_and_ranks_are_not_results(
     where = "completeness: digits-mlp (level 3) / torch"
     assert report.problems == [  # the required seeds are per world size
         f"{where} x2 ranks: required seed(s) {at[2][2]} (of the workload's 3) have no run: the "
-        f"rules choose the seeds (`d500 train` without --seed runs them)",
+        f"rules choose the seeds (`mpiexec -n 2 d500 train` without --seed runs them)",
         f"{where} x4 ranks: required seed(s) {at[4][1]}, {at[4][2]} (of the workload's 3) have "
-        f"no run: the rules choose the seeds (`d500 train` without --seed runs them)"]
+        f"no run: the rules choose the seeds (`mpiexec -n 4 d500 train` without --seed runs "
+        f"them)"]
     assert report.seeds == 5  # the level-2 seeds 0 and 1, and three level-3 runs
 
 
