@@ -1,6 +1,7 @@
 """Level 3's sections of the leaderboard, from the ledger alone: per workload and world size every
 (entry, backend) with its scheme and compressor, time to accuracy (median over the runs of its
-required seeds, a miss or an interrupted one counting as infinity; explorations never count),
+required seeds, a miss or an interrupted one counting as infinity; explorations never count;
+RCP-scaled as the workload's board: d500.training.score.scaled),
 test accuracy, bytes per step, communication share, scaling efficiency against its own runs at the
 reference world size, the ratio of its time to the DDP baseline's, its parallel dimensions
 (data x pipeline x tensor and a ZeRO stage, beside the scheme where an entry declares them) and
@@ -26,6 +27,7 @@ from d500.leaderboard.ranking import origin, run_loaded, submission_label
 from d500.levels import View
 from d500.provenance import loaded_share
 from d500.training import seeds
+from d500.training.score import scaled
 
 NATIVE = "ddp"
 
@@ -101,8 +103,9 @@ def rows(level: int, boards: Sequence[Any], ledger: Any, per_machine: bool = Fal
         row.contended |= run_loaded(r)
         row.forced |= bool((origin(r) or {}).get("forced"))
         row.runs.append(r)
-    for row in found.values():  # the required seeds only (an interrupted one: a miss)
-        row.runs = seeds.split(row.runs)[0]
+    for row in found.values():  # the required seeds only (an interrupted one: a miss), their
+        # times RCP-scaled as the workload's board scales them (one figure, one value)
+        row.runs = scaled(seeds.split(row.runs)[0])
     found = {key: row for key, row in found.items() if row.runs}
     return sorted(found.values(), key=lambda x: (x.workload, x.ranks, x.forced, _key(x.time),
                                                  x.submission, x.backend))
@@ -206,7 +209,10 @@ def table_view(every: list[Row], refs: dict[str, int], on: str | None = None) ->
                      "during a run of this row (its details: load_average, during): its times are "
                      "not comparable")
     notes.append("time to accuracy and the other figures: median over the entry's runs at that "
-                 "world size (a missed target counts as ∞); scaling efficiency = ref·T_ref / "
+                 "world size (a missed target counts as ∞; time to accuracy multiplied by MLPerf's "
+                 "RCP scale where the runs' epochs to target average below the workload's "
+                 "reference convergence, as on the workload's board and in d500 check's scoring "
+                 "lines); scaling efficiency = ref·T_ref / "
                  "(N·T_N) against the same entry at the workload's reference world size; vs DDP = "
                  "T_N / T_N of the ddp baseline at the same world size and backend; comm share "
                  "is not measured for DDP (it overlaps communication with the backward pass); "
