@@ -85,11 +85,17 @@ class Spec:
         """{data, pipeline, tensor} at `world` ranks; a UsageError (one line naming the file and
         the fields) unless data x pipeline x tensor == world."""
         data = self.data if self.data is not None else world // (self.pipeline * self.tensor)
+        if self.data is None and (data < 1 or data * self.pipeline * self.tensor != world):
+            group = self.pipeline * self.tensor
+            raise UsageError(f"{self.where}: fields 'distributed.pipeline' x 'tensor' = "
+                             f"{self.pipeline} x {self.tensor} = {group} ranks do not divide the "
+                             f"world size {world} (mpiexec -n {world}): run at a multiple of "
+                             f"{group} ('distributed.data', not given, is the world size / "
+                             f"{group})")
         if data * self.pipeline * self.tensor != world or data < 1:
-            shown = "?" if self.data is None else str(self.data)
             raise UsageError(f"{self.where}: fields 'distributed.data' x 'pipeline' x 'tensor' "
-                             f"= {shown} x {self.pipeline} x {self.tensor} must equal the world "
-                             f"size {world} (mpiexec -n {world})")
+                             f"= {self.data} x {self.pipeline} x {self.tensor} must equal the "
+                             f"world size {world} (mpiexec -n {world})")
         return {"data": data, "pipeline": self.pipeline, "tensor": self.tensor}
 
     def logged(self) -> dict[str, Any]:

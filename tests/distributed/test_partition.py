@@ -202,6 +202,14 @@ def test_the_spec_takes_a_pipeline_with_sync_only():
     spec = parse({"scheme": "sync", "pipeline": 2, "micro_batches": 4, "schedule": "1f1b"},
                  "e.yaml")
     assert spec.dims(2) == {"data": 1, "pipeline": 2, "tensor": 1}
+    with pytest.raises(UsageError) as err:  # data not given: no '?' for it, the multiple to use
+        spec.dims(1)
+    assert str(err.value) == (
+        "e.yaml: fields 'distributed.pipeline' x 'tensor' = 2 x 1 = 2 ranks do not divide the "
+        "world size 1 (mpiexec -n 1): run at a multiple of 2 ('distributed.data', not given, is "
+        "the world size / 2)")
+    with pytest.raises(UsageError, match=r"= 2 x 2 x 1 must equal the world size 2 \(mpiexec"):
+        parse({"scheme": "sync", "data": 2, "pipeline": 2}, "e.yaml").dims(2)
     assert spec.logged()["micro_batches"] == 4 and spec.logged()["schedule"] == "1f1b"
     with pytest.raises(UsageError, match="scheme: sync, uncompressed, shard: none"):
         parse({"scheme": "ps", "pipeline": 2}, "e.yaml")
