@@ -71,6 +71,8 @@ def build(submission_dir: str | Path, out: str | Path, ledger: Any = None,
 
     output_file(out, "entry.tar.gz", "the package's file name")
     folder = Path(submission_dir)
+    if folder.name == "submission.yaml" and folder.is_file():  # the entry's file, as train takes
+        folder = folder.parent
     name = entry_name(folder)
     own = not isinstance(ledger, Ledger)
     if own and ledger is None:
@@ -121,7 +123,8 @@ def entry_name(folder: Path) -> str:
     from d500.workload import read_yaml
 
     if not folder.is_dir():
-        raise UsageError(f"{folder}: no such submission folder")
+        raise UsageError(f"{folder}: " + ("not a submission folder (one holding submission.yaml)"
+                                          if folder.exists() else "no such submission folder"))
     path, data = read_yaml(folder / "submission.yaml")
     if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"]:
         raise ConfigError(f"{path}: field 'name' must be the entry's name")

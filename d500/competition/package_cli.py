@@ -15,8 +15,8 @@ from d500.paths import entry_argument
 def main(argv: list[str], prog: str = "d500 package") -> int:
     p = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     p.add_argument("submission", metavar="SUBMISSION_DIR", type=entry_argument,
-                   help="the entry: a folder with submission.yaml (or the name of one of "
-                        "d500's example entries)")
+                   help="the entry: a folder with submission.yaml, or that file (or the name "
+                        "of one of d500's example entries)")
     p.add_argument("--out", required=True, metavar="FILE",
                    help="the package to write (a .tar.gz)")
     p.add_argument("--ledger", metavar="PATH",

@@ -109,6 +109,8 @@ def test_the_same_ledger_gives_the_same_bytes(digits_package, digits_ledger, ent
                                               tmp_path, signed_package, signing_key):
     again = build(entry_dir, tmp_path / "again.tar.gz", digits_ledger)
     assert again.read_bytes() == digits_package.read_bytes()
+    by_file = build(Path(entry_dir) / "submission.yaml", tmp_path / "file.tar.gz", digits_ledger)
+    assert by_file.read_bytes() == digits_package.read_bytes()  # the entry's file, as train takes
     signed = build(entry_dir, tmp_path / "signed.tar.gz", digits_ledger, sign_key=signing_key)
     assert signed.read_bytes() == signed_package.read_bytes()  # ed25519 is deterministic
 
