@@ -1,9 +1,12 @@
 """The processes that run an entry's code apart from the judge: started clean, bound to their
-parent, ended politely and then by force.
+parent, without the capabilities that would let them read or patch the judge's memory, ended
+politely and then by force.
 
+    children.shield()                   # in the judge: its memory closed to the children
     ctx = children.context(["torch"])   # how to start one (a forkserver where it is safe)
     process = ctx.Process(target=main, args=(child,), daemon=True); process.start()
     children.bound_to_parent()          # first thing in the child
+    children.confine()                  # then no capability left (before the entry's code)
     children.take_environment(env)      # then the judge's environment, sent with the job
     children.end(conn, process)         # "exit" on its pipe, then a kill
 
@@ -82,6 +85,53 @@ def bound_to_parent() -> None:
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def shield() -> None:
+    """In a judge, before it starts a process that runs an entry's code: no other process of
+    this user may read or write this one's memory (/proc/PID/mem, ptrace: the held-out data,
+    the clock) without CAP_SYS_PTRACE, which `confine` takes from the entry's processes
+    (Linux: PR_SET_DUMPABLE 0, which also stops core dumps of the judge)."""
+    _prctl(4, 0)  # PR_SET_DUMPABLE
+
+
+def confine() -> None:
+    """In a child, before any of the entry's code: every capability dropped for good, so that
+    its code, even run by root, cannot read or patch a judge's memory (the kernel then refuses
+    it /proc/PID/mem and ptrace of a `shield`ed process, and of any holding capabilities it
+    lacks): the bounding set emptied and root's privileges on exec locked off (securebits),
+    then the capability sets cleared and no_new_privs set. Each step is one this process may
+    take (an unprivileged user's have nothing to drop); a kernel without them refuses quietly."""
+    import ctypes
+    try:
+        last = int(open("/proc/sys/kernel/cap_last_cap").read())
+    except (OSError, ValueError):
+        last = -1
+    for cap in range(last + 1):
+        _prctl(24, cap)  # PR_CAPBSET_DROP
+    _prctl(28, 0x2F)  # PR_SET_SECUREBITS: NOROOT, NO_SETUID_FIXUP and KEEP_CAPS, each locked
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)())  # version 3: all zero
+    except (OSError, AttributeError):
+        pass
+    _prctl(38, 1)  # PR_SET_NO_NEW_PRIVS
+
+
+def _prctl(option: int, value: int) -> None:
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
     except (OSError, AttributeError):
         pass
 

@@ -134,3 +134,36 @@ def test_a_forked_worker_not_ready_in_time_is_replaced_by_a_spawned_one(tmp_path
     assert started == ["forkserver", "spawn"]
     assert "a forked worker was not ready within 0 s; starting a spawned one" in capfd.readouterr(
         ).err
+
+
+def _confined(queue) -> None:
+    import ctypes
+    children.confine()
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text()
+                  .splitlines() if ":" in line)
+    queue.put(({k: int(status[k], 16) for k in ("CapEff", "CapPrm", "CapBnd", "CapInh")},
+               int(status["NoNewPrivs"]), ctypes.CDLL(None).prctl(3, 0, 0, 0, 0)))
+
+
+def _shielded(queue) -> None:
+    import ctypes
+    children.shield()
+    queue.put(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="capabilities and prctl are Linux's")
+def test_a_confined_child_holds_no_capability_and_a_shield_makes_the_judge_undumpable():
+    import multiprocessing
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    for target in (_confined, _shielded):
+        process = ctx.Process(target=target, args=(queue,))
+        process.start()
+        process.join(60)
+    caps, no_new_privs, dumpable = queue.get(timeout=5)
+    assert caps["CapEff"] == caps["CapPrm"] == caps["CapInh"] == 0, caps
+    if os.geteuid() == 0:  # root's bounding set emptied too (a user's needs CAP_SETPCAP)
+        assert caps["CapBnd"] == 0, caps
+    assert no_new_privs == 1
+    assert dumpable == 1  # a confined rank stays readable by its peers (MPI reads their memory)
+    assert queue.get(timeout=5) == 0  # a shielded judge is not dumpable

@@ -72,6 +72,8 @@ def train(args: Any, argv: list[str], prog: str) -> int:
         raise UsageError(f"{workload.path}: '{workload.name}' is a level-3 (distributed) "
                          f"workload: run it under MPI, e.g. mpiexec -n {n} d500 train "
                          f"{args.workload} --submission {args.submission}{note}")
+    from d500 import children
+    children.confine()  # a rank runs the entry's code: first, before MPI starts any thread
     from d500.distributed import faults
     faults.ignore_launcher_notices()  # hydra's notice of a rank's exit must not end this one
     from mpi4py import MPI

@@ -54,6 +54,7 @@ class Host:
 
     def __init__(self, file: Path, name: str):
         from d500 import threads
+        children.shield()
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=main, args=(child,), name="d500-operator-host",
@@ -284,8 +285,8 @@ def _agrees(got: float, w: np.ndarray, want: Any, rtol: float, atol_frac: float)
 
 def main(conn: Any) -> None:
     """The host process: import the file, then answer requests until told to exit."""
-    from d500.children import bound_to_parent
-    bound_to_parent()
+    children.bound_to_parent()
+    children.confine()
     file, name, recorded = conn.recv()
     try:
         cls = _load(Path(file), name, recorded)

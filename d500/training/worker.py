@@ -201,6 +201,7 @@ class Worker(Trainee):
         self._start(children.context([known[0] if known else job.backend]))
 
     def _start(self, ctx: Any) -> None:
+        children.shield()
         conn, child = ctx.Pipe()
         super().__init__(conn)
         self.method = ctx.get_start_method()
@@ -240,6 +241,7 @@ def main(conn: Any) -> None:
     """The worker process: receive the job, build, receive the training split, train chunk by
     chunk."""
     children.bound_to_parent()
+    children.confine()
     from d500.errors import describe
     try:
         job = conn.recv()

@@ -1,7 +1,8 @@
 """Level 3's entry code runs apart from the judge (d500.distributed.judge), on real `mpiexec -n 2`
 ranks. One job runs an optimizer that halves its rank's clocks on import, sleeps 50 ms a step on
 the real clock, and walks the stack and the heap of its rank for digits images: every rank finds
-the training split and none of the held-out data, and no recorded time is halved. (Level 2's
+the training split and none of the held-out data, and no recorded time is halved; nor can it
+read the memory of its judge or of any process above it through /proc. (Level 2's
 twins, and the control showing that the search finds what a process holds, are in
 tests/training/test_isolation.py.)"""
 
@@ -16,7 +17,7 @@ from d500.ledger import Ledger
 from d500.training.data import dataset
 from d500.training.data.splits import split
 from tests.distributed import level3_jobs as jobs
-from tests.training.test_isolation import CLOCK, SNOOP, _hashes
+from tests.training.test_isolation import CLOCK, PEEK, SNOOP, _hashes, _peeked
 
 pytestmark = [pytest.mark.mpi,
               pytest.mark.skipif(jobs.MPIEXEC is None, reason="no mpiexec beside Python")]
@@ -40,8 +41,9 @@ def _spin():
     _spun.append(1)
 """
 STEP = "        ops.add_(params, grads, -lr)"
-ATTACK = CLOCK.split("\n\nclass Slow")[0] + SNOOP.replace(
-    STEP, "        _spin()\n        _sleep(0.05)\n" + STEP) + DENY
+ATTACK = CLOCK.split("\n\nclass Slow")[0] + PEEK + SNOOP.replace(
+    STEP, "        _spin()\n        _sleep(0.05)\n        if int(t) == 1:\n            _look()\n"
+    + STEP) + DENY
 assert "_sleep(0.05)" in ATTACK and "_spin()" in ATTACK
 
 
@@ -53,7 +55,8 @@ def test_two_ranks_find_no_held_out_data_and_their_halved_clocks_change_no_time(
                        name="attack", optimizer="opt.py:Snoop", hyperparameters={"lr": 0.1},
                        search_space={}, feasible_points=[])
     out = jobs.train(home, 2, wl, entry, "--seed", "0",
-                     env=jobs.environment(home, D500_SNOOP=str(found)))
+                     env=jobs.environment(home, D500_SNOOP=str(found),
+                                          D500_PEEK=str(tmp_path / "peek.jsonl")))
     assert out.returncode in (0, 1), out.stderr  # 1: the target missed in one epoch
     # the search: each rank looked twice, found its training split, and nothing held out
     parts = split(dataset.load("digits"), workloads.load(wl).split_spec())
@@ -75,3 +78,10 @@ def test_two_ranks_find_no_held_out_data_and_their_halved_clocks_change_no_time(
     assert [r["cpu_seconds"] for r in details["ranks"]] == [0.0, 0.0]
     assert details["load_average"]["own_cpu"] >= 2 * SPIN_S - 0.05, details["load_average"]
     assert ledger.verify() == []
+    # the memory: no rank could read its judge (rank 0's child) or any process above it
+    peeked = [{pid: v for pid, v in look.items() if pid != "self"}
+              for look in _peeked(tmp_path / "peek.jsonl")]
+    assert len(peeked) == 2
+    assert any(who == "child" for look in peeked for who, _ in look.values())  # the judge
+    for look in peeked:
+        assert all(what == "PermissionError" for _, what in look.values()), look

@@ -5,6 +5,7 @@ passes nothing it should fail, and the judge never imports the file."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -13,6 +14,7 @@ import pytest
 from d500 import cli
 from d500.ledger import Ledger
 from d500.operators.base import load
+from tests.training.test_isolation import PEEK, _peeked
 
 from .conftest import ROOT
 
@@ -60,6 +62,20 @@ class LeakyRelu(CustomOperator):
 '''
 
 
+RELU_OP = '''
+import numpy as np
+from d500.operators import CustomOperator
+
+
+class Relu(CustomOperator):
+    op_type = "Relu"
+    framework = "numpy"
+
+    def forward(self, x):
+        return np.maximum(x, 0)
+'''
+
+
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
@@ -76,6 +92,16 @@ def test_an_operator_halving_the_clocks_on_import_changes_no_recorded_latency(ho
     assert not [m for m in sys.modules if m.startswith("d500_user_operator_slow")]
     (mine,) = [r for r in Ledger().runs(level=0) if r["submission"] != "builtin"]
     assert mine["figures"]["latency"] >= 0.02  # at half speed it would read about 0.01
+
+
+def test_an_operator_file_cannot_read_the_judges_memory(home, tmp_path, monkeypatch):
+    """On import, the file reads the memory of every process above its host through /proc:
+    the judge (this process), shielded, and the host, confined, leave it none (d500.children)."""
+    (tmp_path / "peek.py").write_text(PEEK + "\n_look()\n" + RELU_OP)
+    monkeypatch.setenv("D500_PEEK", str(tmp_path / "peek.jsonl"))
+    assert cli.main(["op", "validate", f"{tmp_path / 'peek.py'}:Relu", "--case", str(RELU)]) == 0
+    (look,) = _peeked(tmp_path / "peek.jsonl")
+    assert look[str(os.getpid())] == ["ancestor", "PermissionError"], look
 
 
 def test_an_operator_patching_the_comparison_in_its_process_still_fails(home, tmp_path):

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -78,6 +79,60 @@ class Snoop(Optimizer):
                 out.write(json.dumps(sorted(seen)) + "\\n")
         ops.add_(params, grads, -lr)
 '''
+
+# Reads the memory of the processes around it through /proc (what a debugger does: the held-out
+# data and the clock of a judge it could reach): its ancestors, and the children its process
+# started with multiprocessing's spawn (level 3's rank 0 spawns its judge); appends to
+# $D500_PEEK one JSON line {pid: [relation, what happened]} per look.
+PEEK = """
+import json as _json, os as _os
+
+
+def _peek(pid):
+    try:
+        with open(f"/proc/{pid}/maps") as maps:
+            start = next(int(line.split("-")[0], 16) for line in maps if " r" in line)
+        with open(f"/proc/{pid}/mem", "rb") as mem:
+            mem.seek(start)
+            return "read" if len(mem.read(64)) == 64 else "empty"
+    except (OSError, StopIteration, ValueError) as err:
+        return type(err).__name__
+
+
+def _spawned():
+    out = []
+    for tid in _os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    found = []
+    for c in out:
+        try:
+            with open(f"/proc/{c}/cmdline", "rb") as f:
+                if b"spawn_main" in f.read():
+                    found.append(c)
+        except OSError:
+            pass
+    return found
+
+
+def _ancestors():
+    pid, out = _os.getppid(), []
+    while pid > 1:
+        out.append(pid)
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    return out
+
+
+def _look():
+    seen = {a: ["ancestor", _peek(a)] for a in _ancestors()}
+    seen.update({c: ["child", _peek(c)] for c in _spawned()})
+    with open(_os.environ["D500_PEEK"], "a") as out:
+        out.write(_json.dumps({"self": _os.getpid(), **seen}) + "\\n")
+"""
 
 # The control: a process that holds the splits as the judge's process used to, searched alike.
 CONTROL = SNOOP + '''
@@ -166,6 +221,47 @@ def test_an_optimizer_searching_the_stack_and_heap_finds_no_held_out_data(home, 
                                   "D500_WORKLOAD": str(MLP)}, timeout=300)
     assert control.returncode == 0, control.stderr
     assert set(json.loads(found.read_text())) >= held_out
+
+
+def _peeked(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_an_optimizer_cannot_read_the_judges_memory(home, tmp_path, monkeypatch):
+    """The judge is shielded (undumpable) and the worker confined (no capabilities, even as
+    root), so /proc/JUDGE/mem is closed to it (d500.children.shield, confine)."""
+    wl = workloads.load(MLP)
+    wl.max_epochs = 1
+    code = PEEK + '''
+from d500.training.optimizers import Optimizer
+
+
+class Peek(Optimizer):
+    name = "peek"
+
+    def update(self, ops, params, grads, state, lr, t):
+        if int(t) == 1:
+            _look()
+        ops.add_(params, grads, -lr)
+'''
+    entry = _entry(tmp_path, code, "Peek")
+    found = tmp_path / "peek.jsonl"
+    monkeypatch.setenv("D500_PEEK", str(found))
+    result = trainer.train(wl, entry.recipe, "torch", 0, ledger=Ledger(), submission="attack")
+    assert result.status in ("succeeded", "missed"), result.error
+    looks = _peeked(found)
+    assert len(looks) == 2  # the warm-up's step before the clock, and step 1 of the run
+    for look in looks:  # the judge (this process) started the worker (or its forkserver)
+        assert look[str(os.getpid())] == ["ancestor", "PermissionError"], look
+    # the control: the same look from a child this process starts without confining it reads
+    # the judge's memory (root: with CAP_SYS_PTRACE, which a shield does not stop)
+    if os.geteuid() == 0:
+        found.unlink()
+        control = subprocess.run([sys.executable, "-c", PEEK + "\n_look()"], text=True,
+                                 capture_output=True, env={**os.environ, "D500_PEEK": str(found)},
+                                 timeout=60)
+        assert control.returncode == 0, control.stderr
+        assert _peeked(found)[0][str(os.getpid())] == ["ancestor", "read"]
 
 
 def _entry_modules() -> set[str]:
