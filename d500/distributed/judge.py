@@ -238,7 +238,7 @@ def main(conn: Any, lost: Any) -> None:
     from d500.children import bound_to_parent
     if threading.current_thread() is threading.main_thread():  # (a test may run it in a thread)
         bound_to_parent()
-        children.shield()  # the ranks run the entry's code, each confined (trainer.train)
+        children.shield()  # the ranks run the entry's code, each confined (distributed.cli)
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     order: Order = conn.recv()  # sent as rank 0 spawned this process, before any entry code
     run, ranks = None, Ranks(conn, lost)
@@ -312,8 +312,7 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
     try:
         figures, status, why = _supervise(run, wl, entry.recipe, order.seed, order.data_dir,
                                           None, ranks, model, layout(order),
-                                          checkpoints=checkpoints, resume=order.resumed,
-                                          watch=watch)
+                                          checkpoints=checkpoints, resume=order.resumed)
     except Diverged as err:
         status, why, figures = "diverged", str(err), missed_figures(wl)
         ranks.finish(False)
