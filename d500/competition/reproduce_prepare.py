@@ -100,12 +100,25 @@ def check_files(pkg: Any, run: Any, folder: Path) -> None:
                              "after the run")
 
 
+def pipeline_schedule_apart(hyper: dict[str, Any], entry: Any) -> dict[str, Any]:
+    """A pipeline run's hyperparameters as runs record them now: one recorded before the
+    pipeline's schedule had its own key held it (gpipe, 1f1b) in `schedule`, over the recipe's
+    learning-rate schedule name, which is then the packaged entry's (that record lost it)."""
+    if int(hyper.get("pipeline", 1)) < 2 or "pipeline_schedule" in hyper \
+            or hyper.get("schedule") not in ("gpipe", "1f1b"):
+        return hyper
+    out = {**hyper, "pipeline_schedule": hyper["schedule"]}
+    out.pop("schedule")
+    lr = entry.recipe.hyperparameters_logged().get("schedule")
+    return out if lr is None else {**out, "schedule": lr}
+
+
 def rebuild(entry: Any, workload: Any, run: Any) -> dict[str, Any]:
     """The `recipe_with` parameters that give exactly the run's recorded hyperparameters (at
     level 3 with the world size's global batch and the entry's scheme); Unreproducible if none
     do (the submission changed after the run, or the run was not made from it)."""
     from d500.ledger.store import dumps
-    hyper = run.hyperparameters
+    hyper = pipeline_schedule_apart(run.hyperparameters, entry)
     names = set(entry.recipe.hp())
     params: dict[str, Any] = {k: v for k, v in hyper.items() if k in names}
     if "schedule" in hyper:

@@ -241,7 +241,8 @@ def _pipeline(run: dict[str, Any], held: list[dict[str, float]], n0: int) -> dic
     sent = [r.get("collectives", {}).get("send", {}).get("sent", 0.0) / samples
             for r in d.get("ranks", [])]  # counted by the communicator (the judge's least_sent)
     return {"pipeline": stages, "micro": int(h.get("micro_batches", 1)),
-            "schedule": str(h.get("schedule", "gpipe")),
+            "schedule": str(h.get("pipeline_schedule", h.get("schedule", "gpipe"))),  # older
+            # runs recorded it as `schedule`, over the learning-rate schedule's name
             "crossing": float(max([*cuts, *sent, 0])),  # a claimed smaller cut cannot shrink it
             "imbalance": float(part.get("imbalance", 1.0)),
             "activation": max((m.get("stash_bytes_peak", 0.0) for m in held), default=0.0)}

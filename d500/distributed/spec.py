@@ -106,8 +106,8 @@ class Spec:
         out.update({k: v for k, v in (("data", self.data), ("pipeline", self.pipeline),
                                       ("tensor", self.tensor), ("shard", self.shard))
                     if v not in (None, 1, "none")})
-        if self.pipeline > 1:
-            out.update(micro_batches=self.micro_batches, schedule=self.schedule)
+        if self.pipeline > 1:  # its own key: `schedule` is the recipe's learning-rate schedule
+            out.update(micro_batches=self.micro_batches, pipeline_schedule=self.schedule)
         out.update({f"scheme_{k}": v for k, v in self.options.items()})
         out.update({f"compressor_{k}": v for k, v in self.compression.items()})
         return out

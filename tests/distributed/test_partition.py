@@ -210,7 +210,7 @@ def test_the_spec_takes_a_pipeline_with_sync_only():
         "the world size / 2)")
     with pytest.raises(UsageError, match=r"= 2 x 2 x 1 must equal the world size 2 \(mpiexec"):
         parse({"scheme": "sync", "data": 2, "pipeline": 2}, "e.yaml").dims(2)
-    assert spec.logged()["micro_batches"] == 4 and spec.logged()["schedule"] == "1f1b"
+    assert spec.logged()["micro_batches"] == 4 and spec.logged()["pipeline_schedule"] == "1f1b"
     with pytest.raises(UsageError, match="scheme: sync, uncompressed, shard: none"):
         parse({"scheme": "ps", "pipeline": 2}, "e.yaml")
     with pytest.raises(UsageError, match="shard: none"):

@@ -354,8 +354,8 @@ def pipeline_record(schedule: str = "1f1b", stash: float = 2 * 8 * 256, n0: int 
     each rank holding `grads` bytes of parameters (as many of gradients and momentum) and
     `stash` bytes of micro-batch inputs at its peak."""
     run = run_record("sync", n0, [{} for _ in range(n0)], compute=1e-3, batch=32)
-    run["hyperparameters"].update(pipeline=2, micro_batches=4, schedule=schedule,
-                                  bucket_bytes=16384)
+    run["hyperparameters"].update(pipeline=2, micro_batches=4, pipeline_schedule=schedule,
+                                  schedule="cosine", bucket_bytes=16384)
     run["details"]["scheme_details"] = {"partition": {
         "stages": [{"stage": 0, "send_bytes_per_sample": 256}, {"stage": 1,
                                                                  "send_bytes_per_sample": 0}],
@@ -394,6 +394,10 @@ def test_pipeline_by_hand():
     assert scaling.step_time(p, 128, NET) is None  # 64 data groups for 32 samples
     assert "whole pipeline groups of 2" in scaling.impossible(p, 9)
     gpipe = scaling.Profile.from_run(pipeline_record("gpipe", stash=4 * 8 * 256))
+    older = pipeline_record("gpipe")  # recorded before pipeline_schedule: it was `schedule`
+    del older["hyperparameters"]["pipeline_schedule"]
+    older["hyperparameters"]["schedule"] = "gpipe"
+    assert scaling.Profile.from_run(older).schedule == "gpipe"
     assert scaling.memory(gpipe, 8) == pytest.approx(30000 + 4 * 2 * 256)  # all M in flight
     assert scaling.step_time(gpipe, 8, NET) == scaling.step_time(p, 8, NET)  # the same bubble
     rows = scaling.predict([p], NET, (8, 128))

@@ -104,7 +104,7 @@ def test_d500_scale_models_the_composition_at_data_1_and_names_it_at_data_2():
     from tests.distributed.test_scaling import tensor_record
     run = tensor_record()
     run["world_size"] = 4
-    run["hyperparameters"].update(pipeline=2, micro_batches=4, schedule="1f1b")
+    run["hyperparameters"].update(pipeline=2, micro_batches=4, pipeline_schedule="1f1b")
     assert scaling.Profile.from_run(run).group == 4
     run["world_size"] = 8
     with pytest.raises(UsageError, match="splits 2 tensor ways in each of 2 pipeline stages at "
