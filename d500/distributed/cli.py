@@ -249,11 +249,10 @@ def _run(args: Any, world: Any, workload: Any, entry: Any, spec: Any) -> int:
                 result = train_run(job, s)
             results.append((s, result))
             if rank == 0 and not args.json:
-                from d500.cli import stdout_console
                 from d500.training.cli import note
-                stdout_console().print(line(workload, s, result) + comm_line(result.figures)
-                                       + note(workload, entry, args.backend, s, size),
-                                       highlight=False)
+                from d500.training.console import print_whole
+                print_whole(line(workload, s, result) + comm_line(result.figures)
+                            + note(workload, entry, args.backend, s, size))
     finally:
         for judge in waiting.values():
             judge.close()

@@ -9,7 +9,14 @@ from typing import Any
 
 from d500.cli import count, seed, stdout_console
 from d500.errors import CheckFailed, UsageError
-from d500.training.console import configure_threads, line, parser, progress_bar, resolve
+from d500.training.console import (
+    configure_threads,
+    line,
+    parser,
+    print_whole,
+    progress_bar,
+    resolve,
+)
 from d500.training.precision import precision_of
 
 
@@ -72,8 +79,7 @@ def train_level2(args: Any, workload: Any, entry: Any) -> int:
             checkpoints = type(checkpoints)(checkpoints.every)  # the next seed's own
         results.append((s, result))
         if not args.json:
-            out.print(line(workload, s, result) + note(workload, entry, args.backend, s),
-                      highlight=False)
+            print_whole(line(workload, s, result) + note(workload, entry, args.backend, s), out)
     if args.json:
         print(json.dumps([{"seed": s, "run_id": r.run_id, "status": r.status,
                            "exploration": exploration(workload, entry, args.backend, s),

@@ -84,6 +84,13 @@ def line(workload: Any, seed_: int, result: Any) -> str:
     return ", ".join(parts)
 
 
+def print_whole(text: str, out: Any = None) -> None:
+    """A result line on stdout (`out`: a d500.cli.stdout_console), never wrapped: a log or a
+    pipe gets 160 columns, and a figure fell apart from its unit on the next line."""
+    from d500.cli import stdout_console
+    (out or stdout_console()).print(text, highlight=False, soft_wrap=True)
+
+
 class progress_bar:  # noqa: N801 - used as a context manager, like a function
     """A rich progress bar on stderr: the step of the total, the loss, the last validation
     accuracy; call it with the trainer's progress dicts."""

@@ -14,7 +14,14 @@ from d500.errors import UsageError
 
 def main(argv: list[str], prog: str = "d500 tune") -> int:
     from d500.training import tune_parallel
-    from d500.training.console import configure_threads, line, parser, progress_bar, resolve
+    from d500.training.console import (
+        configure_threads,
+        line,
+        parser,
+        print_whole,
+        progress_bar,
+        resolve,
+    )
     if tune_parallel.launched_by_mpi():
         tune_parallel.share_cores()  # before a framework is imported
     p = parser(prog, __doc__.split("\n\n")[0])
@@ -79,8 +86,8 @@ def main(argv: list[str], prog: str = "d500 tune") -> int:
         return 0
     for t, r in report.ran:
         where = f" (rank {ranks[t.study, t.number]})" if (t.study, t.number) in ranks else ""
-        out.print(f"{trial_label(t.study, t.number)} {t.params}{where}: "
-                  + line(workload, t.seed, r), highlight=False)
+        print_whole(f"{trial_label(t.study, t.number)} {t.params}{where}: "
+                    + line(workload, t.seed, r), out)
     if report.kept:
         out.print(f"{len(report.kept)} trial(s) already done were kept (resumed)",
                   highlight=False)
