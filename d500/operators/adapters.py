@@ -71,8 +71,49 @@ class Runner:
         grads = tuple(grad_outputs)
         return lambda: self.op.backward(grads, inputs, outputs)
 
+    def shifted(self, arrays: Sequence[np.ndarray]) -> Callable[[Any], list[Any]]:
+        """For checked timing (d500.operators.host): a function from a shift (a NumPy scalar of
+        the first array's dtype) to the native inputs, the first being the first array plus
+        the shift. Converted once; the first input rewritten in place where its native array
+        shares NumPy's memory (NumPy, torch), converted anew each call otherwise."""
+        native = self.to_native(arrays)
+        view = writable_view(native[0])
+
+        def shift(s: Any) -> list[Any]:
+            if view is not None:
+                np.add(arrays[0], s, out=view)
+            else:
+                native[0] = self.to_native([np.add(arrays[0], s)])[0]
+            return native
+        return shift
+
+    def checksums(self, weights: Sequence[np.ndarray]) -> Callable[[Sequence[Any]], list[float]]:
+        """For checked timing: a function from one call's native outputs to their checksums,
+        each output's elements dotted with its float32 `weights` in float32. Here by einsum's
+        own loop on the outputs as NumPy: a BLAS dot's threads would contend with another
+        framework's thread pool (torch's OpenMP threads made it 9x slower on 2 cores)."""
+        def sums(outputs: Sequence[Any]) -> list[float]:
+            return [float(np.einsum("i,i->", w, flat32(self._numpy(y))))
+                    for w, y in zip(weights, outputs)]
+        return sums
+
     def _numpy(self, value: Any) -> Any:
         return value
+
+
+def flat32(y: Any) -> np.ndarray:
+    """An array's elements as a flat float32 NumPy array."""
+    y = np.asarray(y).ravel()
+    return y if y.dtype == np.float32 else y.astype(np.float32)
+
+
+def writable_view(native: Any) -> np.ndarray | None:
+    """A NumPy array sharing `native`'s memory, or None (a framework's tensor that copies)."""
+    try:
+        a, b = np.asarray(native), np.asarray(native)
+    except Exception:  # noqa: BLE001 - e.g. a bfloat16 torch tensor
+        return None
+    return a if a.flags.writeable and np.shares_memory(a, b) else None
 
 
 def _pad(grads: Sequence[Any], n: int) -> list[Any]:

@@ -7,6 +7,9 @@ side by side (d500.timing.measure_interleaved), each forward and each backward a
 callable: warm-up, then samples until the 95% CI of the median is within 5% or the time budget
 ends. A backward is timed alone, from the forward's saved state (`backward`): the operator's own
 backward (or torch autograd / a tf.GradientTape over its forward), each backend's own gradient.
+Every forward, the operator's and each backend's, is timed as the same checked calls
+(d500.operators.host.checked_forward: each call on its own shifted input, its outputs
+checksummed), so that every row of a comparison pays the check alike.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ import numpy as np
 from d500 import tolerances
 from d500.errors import D500Error, describe
 from d500.operators import flops
-from d500.operators.adapters import runner
+from d500.operators.adapters import Runner, runner
 from d500.operators.backward import FORWARD_AND_BACKWARD, BackwardCall, builtin_backward
 from d500.operators.base import CustomOperator
 from d500.operators.dtypes import is_float, saturate
+from d500.operators.host import checked_forward
 from d500.operators.reference import infer_outputs, typed_node_model
 from d500.operators.validate import Options, Report, compare, prepare, validate
 from d500.operators.workloads import Case
@@ -129,7 +133,7 @@ def bench(op_class: type[CustomOperator], case: Case, backends: list[str],
     rows.append(mine)
     if report.passed:
         run = runner(op_class(**case.attributes))
-        forward[0] = run.timed_forward(inputs)
+        forward[0] = checked_forward(run, inputs)
         _add_backward(backward, mine, 0, partial(_operator_backward, run, inputs, grads))
     rtol, atol = tolerances.operator_forward(case.np_dtype)
     for name in backends:
@@ -161,6 +165,8 @@ def _verify_calls(row: Row, timed: Any, prepared: Any, case: Case) -> None:
         return saturate(prepared.reference(wide), case.np_dtype)
 
     problem = timed.verify(reference, *tolerances.operator_forward(case.np_dtype))
+    if row.timing is not None:
+        row.timing["calls_checked"] = timed.checked
     if problem:
         row.status, row.error = "failed", problem
         row.figures.pop("latency", None)
@@ -235,13 +241,13 @@ def _time(rows: list[Row], forward: dict[int, Callable[[], Any]],
 
 
 def _round_trips(fn: Any) -> dict[str, Any]:
-    """What an operator host's round trips were, as the judge measured them (stated, never
-    subtracted): the slowest empty round trip, the calls in each, and the calls it checks."""
+    """What a forward's round trips were, as the judge measured them (stated, never
+    subtracted): the slowest empty round trip, the calls in each, whether each call was
+    shifted and checksummed, and (set by `_verify_calls`) how many the judge recomputed."""
     if not hasattr(fn, "overhead"):
         return {}
-    from d500.operators.host import SAMPLES
     return {"empty_round_trip": fn.overhead, "calls_per_round_trip": fn.inner,
-            "calls_checked": SAMPLES if getattr(fn, "scale", None) is not None else 0}
+            "calls_checksummed": getattr(fn, "scale", None) is not None, "calls_checked": 0}
 
 
 def per_inner_call(timing: Any, inner: int) -> Any:
@@ -275,8 +281,24 @@ def _backend(name: str, case: Case, inputs: list[np.ndarray], expected: np.ndarr
         row.error = (f"forward disagrees with the reference (max rel error {check.max_rel:.2e}, "
                      f"{check.mismatches} mismatches)")
         return row, None, None
+    try:
+        timed = checked_forward(ExecutableRunner(exe), inputs)
+    except Exception as err:  # noqa: BLE001 - as above, when its timed calls crash
+        row.error = _first_line(f"{type(err).__name__}: {err}")
+        return row, None, None
     row.status = "ok"
-    return row, (lambda: exe.run(inputs)), exe
+    return row, timed, exe
+
+
+class ExecutableRunner(Runner):
+    """A backend's executable of one node as a Runner (NumPy in and out), so that its forward
+    is timed through the same checked calls as an operator's (d500.operators.host)."""
+
+    def __init__(self, exe: Any):
+        self.exe, self.own_backward = exe, False
+
+    def call(self, native: Any) -> Any:
+        return self.exe.run(native)
 
 
 def _first_line(text: str, limit: int = 300) -> str:

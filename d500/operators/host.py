@@ -15,10 +15,23 @@ host ends with the judge (PR_SET_PDEATHSIG).
 The judge does not take the host's word for how many forward calls a round trip ran: each
 round trip carries a seed the judge draws then, from which every call's first input is shifted
 by its own amount (x + s_i, s_i in [0.05, 0.5] of mean |x|), and the host returns each call's
-outputs as a checksum (a dot product with seeded weights). After timing, the judge recomputes
-SAMPLES calls drawn from all round trips with the reference (`Batched.verify`); a missing or
-wrong one fails the run. The forward's checks cost the honest operator one pass over its input
-and one over its output per call; the backward's round trips are not checked.
+outputs as a checksum: their dot product with float32 weights, one per element, drawn from a key
+the judge sends when the timed call is prepared. After timing, the judge recomputes SAMPLES
+calls drawn from all round trips with the reference (`Batched.verify`); a missing or wrong one
+fails the run. To pass, a host must know every element of every call's output (every weight is
+nonzero), which costs it a call wherever the output changes with the shift: not Softmax's nor a
+normalization's (x + s normalizes as x does), whose calls a copy of one call passes. Knowing
+the weights from the start gains a cheat nothing more than knowing them per round trip would
+(the shifts are what it cannot know ahead). Weights of a short period, tiled, were rejected:
+where the period divides an output's stride, an operator's own invariants (Softmax's sums along
+that axis are 1) make the checksum a constant.
+
+The shift and the checksum run in the operator's framework (its Runner's `shifted` and
+`checksums`: NumPy's in-place add and einsum; torch.add and torch.dot in torch's threads; a
+jitted add and dot on JAX's device), one pass over the first input and one over the outputs per
+call. Built-in backends and operators imported by the judge run the same calls in its process
+(`checked_forward`, `Local`), so every row of a comparison pays the check alike. The backward's
+round trips are not checked.
 """
 
 from __future__ import annotations
@@ -149,8 +162,9 @@ class RemoteRunner:
         return self.host.ask("gradients", [np.asarray(a) for a in arrays], list(grad_outputs))
 
     def timed_forward(self, inputs: list[np.ndarray]) -> Batched:
-        self.host.ask("prepare", "forward", inputs, None)
-        return Batched(self.host, "forward", inputs)
+        key = secrets.randbits(63)  # the checksums' weights
+        self.host.ask("prepare", "forward", inputs, None, key)
+        return Batched(self.host, "forward", inputs, key)
 
     def timed_backward(self, inputs: list[np.ndarray], grads: list[np.ndarray | None]
                        ) -> Batched | None:
@@ -167,9 +181,11 @@ class Batched:
     else: a host that misreports it only makes its own round trips costlier or longer.
     A forward's round trips are checked call by call afterwards (`verify`)."""
 
-    def __init__(self, host: Host, kind: str, inputs: list[np.ndarray] | None = None):
-        self.host, self.kind = host, kind
+    def __init__(self, host: Host | Local, kind: str, inputs: list[np.ndarray] | None = None,
+                 key: int | None = None):
+        self.host, self.kind, self.key = host, kind, key
         self.inputs = inputs  # the forward's inputs: its calls are checked
+        self.checked = 0  # calls recomputed by `verify`
         self.scale = _shift_scale(inputs[0]) if inputs else None
         self.trips: list[tuple[int, int, np.ndarray]] = []  # (seed, calls, checksums)
         self._ask(1)  # a first call on a new array (jax: 0.3 s) would size the round trips
@@ -222,19 +238,43 @@ class Batched:
         picks = rng.choice(int(counts.sum()), size=min(samples, int(counts.sum())),
                            replace=False)
         starts = np.cumsum(counts) - counts
+        weights: list[np.ndarray] | None = None
         for pick in picks:
             t = int(np.searchsorted(starts, pick, side="right") - 1)
             seed, calls, sums = self.trips[t]
             i = int(pick - starts[t])
             shift = _shifts(seed, calls, self.scale)[i]
             want = reference([_shifted(self.inputs[0], shift), *self.inputs[1:]])
-            weights = _weights(seed, want)
+            weights = weights or _weights(self.key, want)
             for k, (w, y) in enumerate(zip(weights, want)):
                 if k >= sums.shape[1] or not _agrees(float(sums[i][k]), w, y, rtol, atol_frac):
                     return (f"timed call {i} of round trip {t} did not return the "
                             f"reference's output {k} for its input: the host did not run "
                             f"every call it was timed for")
+        self.checked = len(picks)
         return None
+
+
+class Local:
+    """A host's answers given in this process, to a Runner of d500's own (a built-in backend's
+    executable) or of an operator imported here: the same checked calls, without the pipe."""
+
+    def __init__(self, run: Any):
+        self.state: dict[str, Any] = {"run": run}
+
+    def ask(self, *message: Any) -> Any:
+        return _answer(None, self.state, message)
+
+
+def checked_forward(run: Any, inputs: list[np.ndarray]) -> Batched:
+    """The forward of `run` timed as checked round trips: in its host for an operator there
+    (RemoteRunner), else in this process, so that every row of a comparison pays the same."""
+    if isinstance(run, RemoteRunner):
+        return run.timed_forward(inputs)
+    key = secrets.randbits(63)
+    local = Local(run)
+    local.ask("prepare", "forward", inputs, None, key)
+    return Batched(local, "forward", inputs, key)
 
 
 def _shift_scale(x: np.ndarray) -> float | None:
@@ -249,24 +289,14 @@ def _shifts(seed: int, calls: int, scale: float) -> np.ndarray:
     return np.random.default_rng([seed, 0]).uniform(0.05, 0.5, calls) * scale
 
 
-def _shifted(x: np.ndarray, shift: float, out: np.ndarray | None = None) -> np.ndarray:
-    return np.add(x, np.asarray(shift).astype(x.dtype), out=out)
+def _shifted(x: np.ndarray, shift: float) -> np.ndarray:
+    return np.add(x, np.asarray(shift).astype(x.dtype))
 
 
-def _flat(y: Any) -> np.ndarray:
-    y = np.asarray(y).ravel()
-    return y if y.dtype == np.float32 else y.astype(np.float32)
-
-
-def _checksum(w: np.ndarray, y: Any) -> float:
-    """w . y in float32, by einsum's own loop: a BLAS dot's threads would contend with the
-    framework's own thread pool (torch's OpenMP threads made it 9x slower on 2 cores)."""
-    return float(np.einsum("i,i->", w, _flat(y)))
-
-
-def _weights(seed: int, outputs: list[Any]) -> list[np.ndarray]:
-    rng = np.random.default_rng([seed, 1])
-    return [rng.standard_normal(np.size(y), dtype=np.float32) for y in outputs]
+def _weights(key: int, outputs: list[Any]) -> list[np.ndarray]:
+    """One float32 weight per element of each output (native arrays: only their shapes)."""
+    rng = np.random.default_rng([key, 1])
+    return [rng.standard_normal(int(np.prod(np.shape(y))), dtype=np.float32) for y in outputs]
 
 
 def _agrees(got: float, w: np.ndarray, want: Any, rtol: float, atol_frac: float) -> bool:
@@ -287,6 +317,7 @@ def main(conn: Any) -> None:
     """The host process: import the file, then answer requests until told to exit."""
     children.bound_to_parent()
     children.confine()
+    children.keep()
     file, name, recorded = conn.recv()
     try:
         cls = _load(Path(file), name, recorded)
@@ -348,12 +379,13 @@ def _answer(cls: Any, state: dict[str, Any], message: tuple[Any, ...]) -> Any:
     if kind == "gradients":
         return run.gradients(message[1], message[2])
     if kind == "prepare":
-        _, which, inputs, grads = message
+        _, which, inputs, grads, *key = message
         call = run.timed_forward(inputs) if which == "forward" else run.timed_backward(inputs,
                                                                                        grads)
         state[which] = call
         if which == "forward":
-            state["inputs"] = inputs
+            state.update(inputs=inputs, key=key[0], shifted=run.shifted(inputs),
+                         checksums=None)
         return call is not None
     if kind == "repeat":  # replies with the host's own reading, which the judge never uses
         _, which, calls, seed, scale = message
@@ -364,38 +396,26 @@ def _answer(cls: Any, state: dict[str, Any], message: tuple[Any, ...]) -> Any:
             for _ in range(calls):
                 call()
         else:
-            sums = _checked_calls(run, state["inputs"], calls, seed, scale)
+            sums = _checked_calls(run, state, calls, seed, scale)
         return time.perf_counter() - t, sums
     raise D500Error(f"the operator host got an unknown request '{kind}'")
 
 
-def _checked_calls(run: Any, inputs: list[np.ndarray], calls: int, seed: int, scale: float
+def _checked_calls(run: Any, state: dict[str, Any], calls: int, seed: int, scale: float
                    ) -> np.ndarray:
     """Run the forward `calls` times, call i on the first input shifted by its own amount, and
-    return each call's outputs' checksums (calls x outputs)."""
+    return each call's outputs' checksums (calls x outputs), both done by the framework's own
+    kernels (the Runner's `shifted` and `checksums`)."""
     from d500.operators.adapters import as_tuple
-    shifts = _shifts(seed, calls, scale)
-    native = run.to_native(inputs)
-    view = _writable_view(native[0])  # NumPy and torch: shifted in place, no conversion
-    weights: list[np.ndarray] | None = None
+    shifts = _shifts(seed, calls, scale).astype(state["inputs"][0].dtype)
+    shifted = state["shifted"]
     sums = np.empty((calls, 0))
     for i in range(calls):
-        if view is not None:
-            _shifted(inputs[0], shifts[i], out=view)
-        else:
-            native = run.to_native([_shifted(inputs[0], shifts[i]), *inputs[1:]])
-        outs = [run._numpy(o) for o in as_tuple(run.call(native))]
-        if weights is None:
-            weights = _weights(seed, outs)
-            sums = np.empty((calls, len(outs)))
-        sums[i] = [_checksum(w, y) for w, y in zip(weights, outs)]
+        outs = as_tuple(run.call(shifted(shifts[i])))
+        if state.get("checksums") is None:  # the weights: once per timed call, from its key
+            state["checksums"] = run.checksums(_weights(state["key"], outs))
+        row = state["checksums"](outs)
+        if i == 0:
+            sums = np.empty((calls, len(row)))
+        sums[i] = row
     return sums
-
-
-def _writable_view(native: Any) -> np.ndarray | None:
-    """A NumPy array sharing `native`'s memory, or None (a framework's tensor that copies)."""
-    try:
-        a, b = np.asarray(native), np.asarray(native)
-    except Exception:  # noqa: BLE001 - e.g. a bfloat16 torch tensor
-        return None
-    return a if a.flags.writeable and np.shares_memory(a, b) else None

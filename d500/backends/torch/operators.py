@@ -32,6 +32,35 @@ class TorchRunner(Runner):
         from d500.backends.torch.dtypes import to_numpy
         return to_numpy(value)
 
+    def shifted(self, arrays):
+        """The shift added by torch.add in torch's own threads into the first input's tensor
+        (bfloat16 too, which NumPy cannot view). The shift is a value of the input's dtype, so
+        its float equals it exactly and the sum rounds as NumPy's does."""
+        import torch
+        native = self.to_native(arrays)
+        if not (isinstance(native[0], torch.Tensor) and native[0].is_floating_point()):
+            return super().shifted(arrays)
+        first = native[0].clone()
+
+        def shift(s):
+            torch.add(first, float(s), out=native[0])
+            return native
+        return shift
+
+    def checksums(self, weights):
+        """torch.dot in torch's own threads on a float output (NumPy's einsum otherwise): no
+        conversion to NumPy, no second thread pool."""
+        import torch
+        on_numpy = super().checksums(weights)
+        native = [torch.from_numpy(w) for w in weights]
+
+        def sums(outputs):
+            if not all(isinstance(y, torch.Tensor) and y.is_floating_point() for y in outputs):
+                return on_numpy(outputs)
+            return [torch.dot(w, y.reshape(-1).to(torch.float32)).item()
+                    for w, y in zip(native, outputs)]
+        return sums
+
     def _graph(self, arrays, grad_outputs):
         """Inputs (float ones requiring grad), outputs recorded by autograd, and the pairs of
         differentiable outputs and their output gradients."""

@@ -1,0 +1,59 @@
+"""Every row of `d500 op bench` pays the same call check (d500.operators.host.checked_forward):
+an entry whose forward is literally the reference backend's own code is recorded at about the
+built-in reference row's latency. Before, the built-in rows were timed unchecked while the entry
+paid a shift and a checksum per call: on this memory-bound case about 3x against the entry."""
+
+from __future__ import annotations
+
+from d500 import cli
+from d500.ledger import Ledger
+
+SAME = '''
+from d500 import backends
+from d500.operators import CustomOperator
+from d500.operators.reference import typed_node_model
+
+
+class SameAsReference(CustomOperator):
+    """Neg through the reference backend's executable: the built-in reference row's code."""
+    op_type = "Neg"
+    framework = "numpy"
+    exe = None
+
+    def forward(self, x):
+        if self.exe is None:
+            model = typed_node_model("Neg", {}, [x], 1, None)
+            self.exe = backends.get("reference").prepare(model)
+        return self.exe.run([x])[0]
+'''
+
+CASE = """name: neg-4d
+level: 0
+description: Neg on a feature map (memory-bound, cheap per element)
+operator: Neg
+dtype: float32
+metrics: [latency]
+rank_by: latency
+inputs: [[8, 32, 32, 32]]
+attributes: {}
+"""
+
+
+def test_an_entry_running_the_builtin_code_is_recorded_at_the_builtin_latency(tmp_path):
+    (tmp_path / "op.py").write_text(SAME)
+    (tmp_path / "neg-4d.yaml").write_text(CASE)
+    code = cli.main(["op", "bench", f"{tmp_path / 'op.py'}:SameAsReference", "--case",
+                     str(tmp_path / "neg-4d.yaml"), "--backends", "reference",
+                     "--budget", "0.5"])
+    assert code == 0
+    runs = {r["submission"]: r for r in Ledger().runs(level=0)}
+    builtin = runs.pop("builtin")
+    (entry,) = runs.values()
+    assert builtin["backend"] == "reference" and entry["status"] == "succeeded"
+    for run in (entry, builtin):
+        assert run["details"]["timing"]["calls_checksummed"] is True
+    assert entry["details"]["timing"]["calls_checked"] > 0
+    assert builtin["details"]["timing"]["calls_checked"] == 0  # d500's own: not recomputed
+    ratio = entry["figures"]["latency"] / builtin["figures"]["latency"]
+    # a loose bound: the machine may be loaded; unchecked built-ins gave about 3x here
+    assert 1 / 1.5 < ratio < 1.5, (entry["figures"]["latency"], builtin["figures"]["latency"])
