@@ -72,7 +72,9 @@ NOT_DRAWN = {  # status -> why such a run is not re-run
 # machine differs (measured: async_ps at 2 ranks, digits-mlp seed 0, re-run here: the same
 # epochs, test accuracy 4 samples of 300 apart, evaluations apart from the first one on).
 # TODO(level-3 owner): a `timing_dependent` attribute on the Scheme classes would say it once.
-TIMING_DEPENDENT = {"async_ps": "applies each worker's gradient when it arrives"}
+TIMING_DEPENDENT = {"async_ps": "applies each worker's gradient when it arrives",
+                    "ssp": "applies each worker's gradient when it arrives, within its "
+                           "staleness bound"}
 
 
 @dataclass
