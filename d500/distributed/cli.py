@@ -99,7 +99,19 @@ def train(args: Any, argv: list[str], prog: str) -> int:
 def show_partition(args: Any) -> int:
     """`d500 train WORKLOAD --submission DIR --show-partition`: the entry's pipeline cut (or
     tensor split) of the workload's model, printed (as each run records it in its details);
-    nothing trains."""
+    nothing trains. Under mpiexec rank 0 prints it, once; every rank checks alike (a mistake is
+    each rank's one line, as for a run)."""
+    import contextlib
+    import io
+
+    from d500.distributed.launch import launcher_rank
+    if launcher_rank() in (None, 0):
+        return _show_partition(args)
+    with contextlib.redirect_stdout(io.StringIO()):
+        return _show_partition(args)
+
+
+def _show_partition(args: Any) -> int:
     from d500.distributed import spec as specs
     from d500.training.console import resolve
     workload, entry = resolve(args)

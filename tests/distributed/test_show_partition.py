@@ -1,0 +1,21 @@
+"""`mpiexec -n 2 d500 train ... --show-partition` prints the cut once, from rank 0: every rank
+printed it, so the table came out twice (or interleaved); nothing trains either way."""
+
+from __future__ import annotations
+
+import pytest
+
+from d500.cli import main
+
+ARGS = ["train", "digits-mlp", "--submission", "pipeline-1f1b", "--show-partition"]
+
+
+@pytest.mark.parametrize("rank, shown", [("0", True), ("1", False)])
+def test_only_rank_0_prints_the_cut(monkeypatch, capsys, tmp_path, rank, shown):
+    monkeypatch.setenv("D500_HOME", str(tmp_path))
+    monkeypatch.setenv("PMI_RANK", rank)
+    monkeypatch.setenv("PMI_SIZE", "2")
+    assert main(ARGS) == 0
+    out = capsys.readouterr().out
+    assert ("imbalance (costliest stage / mean)" in out) is shown, out
+    assert shown or out == ""
