@@ -93,9 +93,11 @@ class Spec:
                              f"{group} ('distributed.data', not given, is the world size / "
                              f"{group})")
         if data * self.pipeline * self.tensor != world or data < 1:
+            need = data * self.pipeline * self.tensor
             raise UsageError(f"{self.where}: fields 'distributed.data' x 'pipeline' x 'tensor' "
                              f"= {self.data} x {self.pipeline} x {self.tensor} must equal the "
-                             f"world size {world} (mpiexec -n {world})")
+                             f"world size {world} (mpiexec -n {world}): the entry runs at "
+                             f"mpiexec -n {need}")
         return {"data": data, "pipeline": self.pipeline, "tensor": self.tensor}
 
     def logged(self) -> dict[str, Any]:

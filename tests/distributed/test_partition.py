@@ -208,7 +208,8 @@ def test_the_spec_takes_a_pipeline_with_sync_only():
         "e.yaml: fields 'distributed.pipeline' x 'tensor' = 2 x 1 = 2 ranks do not divide the "
         "world size 1 (mpiexec -n 1): run at a multiple of 2 ('distributed.data', not given, is "
         "the world size / 2)")
-    with pytest.raises(UsageError, match=r"= 2 x 2 x 1 must equal the world size 2 \(mpiexec"):
+    with pytest.raises(UsageError, match=r"= 2 x 2 x 1 must equal the world size 2 \(mpiexec "
+                                         r"-n 2\): the entry runs at mpiexec -n 4$"):
         parse({"scheme": "sync", "data": 2, "pipeline": 2}, "e.yaml").dims(2)
     assert spec.logged()["micro_batches"] == 4 and spec.logged()["pipeline_schedule"] == "1f1b"
     with pytest.raises(UsageError, match="scheme: sync, uncompressed, shard: none"):
