@@ -49,6 +49,7 @@ def _with_hint(parser: argparse.ArgumentParser, message: str) -> str:
         options = _options(parser)  # another subcommand's own option is no typo: no hint
         hint = next(filter(None, (_closest_option(arg, options) for arg in given
                                   if arg.startswith("--") and arg not in options)), "")
+        hint = hint or _before_command(parser, given, getattr(parser, "_given", []))
         positionals = _positionals(parser, getattr(parser, "_given", []))
         name = next((a[2:] for a in given if a[2:] in positionals), None)
         if name and not hint:  # `train --workload W`: W is given as it is, first
@@ -57,6 +58,23 @@ def _with_hint(parser: argparse.ArgumentParser, message: str) -> str:
     else:
         hint = _subcommands(parser, message)
     return f"{message} ({hint})" if hint else message
+
+
+def _before_command(parser: argparse.ArgumentParser, unknown: list[str], given: list[str]
+                    ) -> str:
+    """Where an option of `parser` itself came after its subcommand, which does not take it
+    (`d500 ledger import P --ledger F`): that it goes before the subcommand."""
+    own = {o: a for a in parser._actions for o in a.option_strings if o.startswith("--")}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            command = next((a for a in given if a in action.choices), None)
+            misplaced = next((a for a in unknown if a in own), None)
+            if command and misplaced:
+                value = "" if own[misplaced].nargs == 0 else \
+                    f" {own[misplaced].metavar or own[misplaced].dest.upper()}"
+                return (f"{misplaced} goes before the command: {parser.prog} "
+                        f"{misplaced}{value} {command} ...")
+    return ""
 
 
 def _subcommands(parser: argparse.ArgumentParser, message: str) -> str:

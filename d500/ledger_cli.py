@@ -46,9 +46,11 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
     p_export.add_argument("--level", type=int, choices=(0, 1, 2, 3))
     p_export.add_argument("--workload")
     sub.add_parser("verify", help="recompute every hash; exit 1 naming what changed")
-    p_import = sub.add_parser("import", help="merge a competitor's package (d500 package) "
-                              "into the ledger: checked as `d500 check` does, refused (exit 1) "
-                              "when it fails; the same package twice is a no-op")
+    said = ("merge a competitor's package (d500 package) into the ledger: checked as `d500 "
+            "check` does, refused (exit 1) when it fails; the same package twice is a no-op")
+    p_import = sub.add_parser("import", help=said, description=said[0].upper() + said[1:]
+                              + ". The ledger: $D500_HOME/ledger.sqlite, or `d500 ledger "
+                              "--ledger FILE import PACKAGE`.")
     p_import.add_argument("package", metavar="PACKAGE", help="the package file")
     p_import.add_argument("--force", action="store_true", help="import a package that fails "
                           "the check anyway; its runs are marked forced with its problems")

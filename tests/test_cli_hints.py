@@ -93,10 +93,16 @@ def test_a_mistyped_workload_or_optimizer_gets_the_closest(tmp_path):
 
 
 def test_another_subcommands_option_gets_no_hint_of_itself(tmp_path):
+    """`d500 ledger`'s own --ledger given after its command is no typo: the line says where it
+    goes (a user who ran `d500 ledger import P --ledger F` got only 'unrecognized')."""
     import os
-    out = d500("ledger", "list", "--ledger", "x", env={**os.environ, "D500_HOME": str(tmp_path)})
-    one_line_exit_2(out, "unrecognized arguments: --ledger x")
+    env = {**os.environ, "D500_HOME": str(tmp_path)}
+    out = d500("ledger", "list", "--ledger", "x", env=env)
+    one_line_exit_2(out, "unrecognized arguments: --ledger x (--ledger goes before the "
+                         "command: d500 ledger --ledger FILE list ...)")
     assert "did you mean" not in out.stderr
+    out = d500("ledger", "import", "p.tar.gz", "--ledger", "x", env=env)
+    one_line_exit_2(out, "(--ledger goes before the command: d500 ledger --ledger FILE import")
 
 
 def test_an_operator_file_without_its_class_asks_for_the_class(tmp_path):
