@@ -50,6 +50,8 @@ PIPELINE_SCHEDULES = ("gpipe", "1f1b")  # d500.distributed.pipeline.schedule
 DIMENSIONS = ("data", "pipeline", "tensor")
 SHARDS = ("none", "zero1", "zero2", "zero3")
 SHARDABLE = ("sync",)  # the schemes whose update a ZeRO stage can shard
+# the options of a sharded run (the stage is its shard's; zero3.Zero3 takes prefetch)
+SHARD_OPTIONS = {"zero1": (), "zero2": (), "zero3": ("prefetch",)}
 # MLPerf's lowest_numerical_precision_in_comm per compressor (what crosses the wire)
 PRECISION = {"none": "fp32", "fp16": "fp16", "topk": "fp32", "randomk": "fp32", "qsgd": "int8",
              "efsignsgd": "int1", "powersgd": "fp32"}
@@ -172,6 +174,11 @@ def parse(mapping: dict[str, Any] | None, path: str | Path) -> Spec:
     if shard not in SHARDS:
         raise ConfigError(f"{where}: field 'distributed.shard' must be one of "
                           f"{', '.join(SHARDS)}, got {shard!r}")
+    if shard != "none" and set(options) - set(SHARD_OPTIONS[shard]):
+        bad, known = sorted(set(options) - set(SHARD_OPTIONS[shard]))[0], SHARD_OPTIONS[shard]
+        raise ConfigError(f"{where}: field 'distributed.options': unknown option '{bad}' with "
+                          f"shard: {shard} (options: "
+                          f"{listed(bad, list(known)) if known else 'none'})")
     micro = _dimension(mapping, "micro_batches", where) or 1
     schedule = mapping.get("schedule", "gpipe")
     if schedule not in PIPELINE_SCHEDULES:

@@ -185,6 +185,21 @@ def test_a_prefetch_option_that_is_not_a_bool_is_one_line():
                     make_optimizer("sgd", lr=0.1))
 
 
+@pytest.mark.parametrize("shard, options, said", [
+    ("zero3", {"prefech": True}, "unknown option 'prefech' with shard: zero3 (options: prefetch; "
+                                 "did you mean 'prefetch'?)"),
+    ("zero1", {"stage": 2}, "unknown option 'stage' with shard: zero1 (options: none)"),
+    ("zero2", {"ring": True}, "unknown option 'ring' with shard: zero2 (options: none)")])
+def test_an_option_a_sharded_run_does_not_take_is_one_line_naming_the_file(shard, options,
+                                                                         said):
+    """Said when the entry is read, naming the file: zero3 said 'options: none' (Scheme's, not
+    its own prefetch), and `stage` under zero1 was a TypeError from inside the trainer."""
+    with pytest.raises(ConfigError) as err:
+        parse({"scheme": "sync", "shard": shard, "options": options}, "e.yaml")
+    assert str(err.value) == f"e.yaml: field 'distributed.options': {said}"
+    parse({"scheme": "sync", "shard": "zero3", "options": {"prefetch": True}}, "e.yaml")
+
+
 def test_a_native_optimizer_is_one_line():
     with pytest.raises(ConfigError, match="zero3 updates each rank's rows"):
         build_zero3(MLP, SPEC, Communicator.single(), backends.get("torch"),
