@@ -143,8 +143,9 @@ def watched(cls: Any, realtime: bool, seen: dict[str, Any]) -> Any:
 
     class Watched(cls):
         def give(self, *args: Any, **kwargs: Any) -> None:
-            process = getattr(self, "process", None)
-            seen.update(chunks=[], pids=[process.pid] if process is not None else [])
+            from d500 import children
+            process = getattr(self, "process", None)  # the worker's keeper: its child is it
+            seen.update(chunks=[], pids=[children.kept(process.pid)] if process else [])
             seen["before"] = snapshot()
             fifo(True)
             super().give(*args, **kwargs)

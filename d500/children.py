@@ -7,6 +7,7 @@ politely and then by force.
     process = ctx.Process(target=main, args=(child,), daemon=True); process.start()
     children.bound_to_parent()          # first thing in the child
     children.confine()                  # then no capability left (before the entry's code)
+    children.keep()                     # and a keeper that ends whatever it leaves behind
     children.take_environment(env)      # then the judge's environment, sent with the job
     children.end(conn, process)         # "exit" on its pipe, then a kill
 
@@ -126,6 +127,102 @@ def confine() -> None:
     except (OSError, AttributeError):
         pass
     _prctl(38, 1)  # PR_SET_NO_NEW_PRIVS
+
+
+def keep() -> None:
+    """In a child, before the entry's code (Linux): split in two. This process becomes the
+    keeper, d500's code only: a subreaper that adopts whatever the entry's process leaves
+    behind (a double fork), and once that process has ended kills and reaps all of it, then
+    ends as it did (its exit code, or its signal). Returns only in the new process, which dies
+    with its keeper. Nothing the entry starts outlives it: no process edits a file after the
+    run or spins on the cores that another run's load record counts as others'."""
+    if sys.platform != "linux":
+        return
+    keeper = os.getpid()
+    _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+    pid = os.fork()
+    if pid == 0:
+        _prctl(36, 0)
+        bound_to_parent()  # (PR_SET_PDEATHSIG is not inherited across fork)
+        if os.getppid() != keeper:  # the keeper died before the line above
+            os._exit(1)
+        return
+    code = 1
+    try:
+        os.closerange(3, _max_fd())  # the pipes are the child's: its end must read as EOF
+        code = _kept(pid)
+    finally:
+        os._exit(code)
+
+
+def _kept(pid: int) -> int:
+    """The keeper's work: reap until child `pid` ends, then end what is left; its exit code
+    (a signal that ended it ends the keeper too)."""
+    import signal
+    status = 1 << 8
+    while True:  # reap adopted processes too, until the child has ended
+        try:
+            done, code = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if done == pid:
+            status = code
+            break
+    _end_adopted()
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1
+
+
+def kept(pid: int) -> int:
+    """The process a keeper `pid` keeps (the one that runs the entry's code: benchmarks pin or
+    schedule it), or `pid` itself where it has no child (not yet split, or not Linux)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            found = f.read().split()
+    except OSError:
+        return pid
+    return int(found[0]) if found else pid
+
+
+def _end_adopted() -> None:
+    """SIGKILL every live child of this process, and reap them, until none is left."""
+    import signal
+    while True:
+        for pid in _children():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
+
+
+def _children() -> list[int]:
+    found = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children") as f:
+                found += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return found
+
+
+def _max_fd() -> int:
+    try:
+        return os.sysconf("SC_OPEN_MAX")
+    except (OSError, ValueError):
+        return 1024
 
 
 def _prctl(option: int, value: int) -> None:

@@ -242,6 +242,7 @@ def main(conn: Any) -> None:
     chunk."""
     children.bound_to_parent()
     children.confine()
+    children.keep()
     from d500.errors import describe
     try:
         job = conn.recv()

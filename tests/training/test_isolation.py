@@ -5,6 +5,7 @@ clock rules (validation on the clock, a target met after the budget is a miss) h
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -262,6 +263,46 @@ class Peek(Optimizer):
                                  timeout=60)
         assert control.returncode == 0, control.stderr
         assert _peeked(found)[0][str(os.getpid())] == ["ancestor", "read"]
+
+
+def test_nothing_the_entry_starts_outlives_its_run(home, tmp_path, monkeypatch):
+    """An optimizer that leaves a process behind (a double fork, as a daemon does) to edit the
+    ledger later or spin on the cores: the worker's keeper kills it when the worker ends
+    (d500.children.keep)."""
+    wl = workloads.load(MLP)
+    wl.max_epochs = 1
+    code = '''
+import os, time
+from d500.training.optimizers import Optimizer
+
+
+class Leave(Optimizer):
+    name = "leave"
+
+    def update(self, ops, params, grads, state, lr, t):
+        if int(t) == 1 and os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                with open(os.environ["D500_LEFT"], "a") as out:
+                    out.write(f"{os.getpid()}\\n")
+                time.sleep(600)
+            os._exit(0)
+        ops.add_(params, grads, -lr)
+'''
+    entry = _entry(tmp_path, code, "Leave")
+    left = tmp_path / "left.txt"
+    monkeypatch.setenv("D500_LEFT", str(left))
+    result = trainer.train(wl, entry.recipe, "torch", 0, ledger=Ledger(), submission="attack")
+    assert result.status in ("succeeded", "missed"), result.error
+    pids = [int(p) for p in left.read_text().split()]
+    assert len(pids) == 2  # the warm-up's step (before the clock) and step 1 of the run
+    try:
+        for pid in pids:
+            assert not Path(f"/proc/{pid}").exists(), f"process {pid} outlived its run"
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
 
 
 def _entry_modules() -> set[str]:
