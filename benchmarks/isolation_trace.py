@@ -50,8 +50,6 @@ def fresh(placement: str, seed: int, realtime: bool) -> dict[str, Any]:
     start = worker.Worker._start
 
     def placed(self: Any, ctx: Any) -> None:
-        if placement != "worker":  # d500's spin only as d500 runs it
-            self.spin, self.job = 0.0, replace(self.job, spin=0.0)
         start(self, ctx)
         if worker_cpus:  # (the keeper's, inherited by the worker, or the worker's)
             from d500 import children
