@@ -174,11 +174,15 @@ def parse(mapping: dict[str, Any] | None, path: str | Path) -> Spec:
     if shard not in SHARDS:
         raise ConfigError(f"{where}: field 'distributed.shard' must be one of "
                           f"{', '.join(SHARDS)}, got {shard!r}")
-    if shard != "none" and set(options) - set(SHARD_OPTIONS[shard]):
-        bad, known = sorted(set(options) - set(SHARD_OPTIONS[shard]))[0], SHARD_OPTIONS[shard]
-        raise ConfigError(f"{where}: field 'distributed.options': unknown option '{bad}' with "
-                          f"shard: {shard} (options: "
-                          f"{listed(bad, list(known)) if known else 'none'})")
+    from d500.distributed.schemes import SCHEMES
+    flat = scheme in SCHEMES and (dims["pipeline"] or 1) == 1 and (dims["tensor"] or 1) == 1
+    known = list(SHARD_OPTIONS[shard] if shard != "none" else
+                 SCHEMES[scheme].options if flat else options)
+    if set(options) - set(known):
+        bad = sorted(set(options) - set(known))[0]
+        raise ConfigError(f"{where}: field 'distributed.options': unknown option '{bad}' of "
+                          + (f"shard: {shard}" if shard != "none" else f"scheme '{scheme}'")
+                          + f" (options: {listed(bad, known) if known else 'none'})")
     micro = _dimension(mapping, "micro_batches", where) or 1
     schedule = mapping.get("schedule", "gpipe")
     if schedule not in PIPELINE_SCHEDULES:

@@ -186,10 +186,10 @@ def test_a_prefetch_option_that_is_not_a_bool_is_one_line():
 
 
 @pytest.mark.parametrize("shard, options, said", [
-    ("zero3", {"prefech": True}, "unknown option 'prefech' with shard: zero3 (options: prefetch; "
+    ("zero3", {"prefech": True}, "unknown option 'prefech' of shard: zero3 (options: prefetch; "
                                  "did you mean 'prefetch'?)"),
-    ("zero1", {"stage": 2}, "unknown option 'stage' with shard: zero1 (options: none)"),
-    ("zero2", {"ring": True}, "unknown option 'ring' with shard: zero2 (options: none)")])
+    ("zero1", {"stage": 2}, "unknown option 'stage' of shard: zero1 (options: none)"),
+    ("zero2", {"ring": True}, "unknown option 'ring' of shard: zero2 (options: none)")])
 def test_an_option_a_sharded_run_does_not_take_is_one_line_naming_the_file(shard, options,
                                                                          said):
     """Said when the entry is read, naming the file: zero3 said 'options: none' (Scheme's, not
@@ -198,6 +198,12 @@ def test_an_option_a_sharded_run_does_not_take_is_one_line_naming_the_file(shard
         parse({"scheme": "sync", "shard": shard, "options": options}, "e.yaml")
     assert str(err.value) == f"e.yaml: field 'distributed.options': {said}"
     parse({"scheme": "sync", "shard": "zero3", "options": {"prefetch": True}}, "e.yaml")
+    with pytest.raises(ConfigError, match=r"^e.yaml: field 'distributed.options': unknown option "
+                                          r"'rnig' of scheme 'ps' \(options: none\)$"):
+        parse({"scheme": "ps", "options": {"rnig": True}}, "e.yaml")  # a flat scheme: its own
+    with pytest.raises(ConfigError, match=r"option 'rnig' of scheme 'sync' \(options: ring; did "
+                                          r"you mean 'ring'\?\)$"):
+        parse({"scheme": "sync", "options": {"rnig": True}}, "e.yaml")
 
 
 def test_a_native_optimizer_is_one_line():
