@@ -282,7 +282,8 @@ def test_make_builds_by_name_and_refuses_bad_settings():
     assert (compressor.seed, compressor.worker) == (4, 3) and type(memory) is Memory
     compressor, memory = make("powersgd", {"rank": 4, "error_feedback": False}, seed=9)
     assert (compressor.rank, compressor.seed) == (4, 9) and type(memory) is Memory
-    with pytest.raises(UsageError, match="unknown compressor 'top-k'.*efsignsgd.*topk"):
+    with pytest.raises(UsageError, match="unknown compressor 'top-k'.*efsignsgd.*topk; did you "
+                                         "mean 'topk'"):
         make("top-k")
     with pytest.raises(ConfigError, match=r"sub.yaml: compression: compressor 'topk': density "
                                           r"must be a number in \(0, 1\], got 2"):

@@ -37,7 +37,7 @@ from d500.distributed.compression.reducer import (
 )
 from d500.distributed.compression.signsgd import EFSignSGD
 from d500.distributed.compression.sparse import RandomK, TopK
-from d500.errors import ConfigError, UsageError
+from d500.errors import ConfigError, UsageError, listed
 
 COMPRESSORS: dict[str, type[Compressor]] = {
     c.name: c for c in (NoneCompressor, FP16, TopK, RandomK, QSGD, EFSignSGD, PowerSGD)}
@@ -51,7 +51,7 @@ def make(name: str, params: Mapping[str, Any] | None = None, *, seed: int = 0, w
     Errors name `where` (e.g. "submission.yaml: compression") and the field."""
     if name not in COMPRESSORS:
         raise UsageError(f"{where}: unknown compressor '{name}' "
-                         f"(known: {', '.join(sorted(COMPRESSORS))})")
+                         f"(known: {listed(name, sorted(COMPRESSORS))})")
     cls = COMPRESSORS[name]
     params = dict(params or {})
     feedback = params.pop("error_feedback", cls.error_feedback)
