@@ -143,3 +143,13 @@ def test_a_mistyped_name_in_a_submission_file_gets_the_closest(level, extra, wor
                  *(["--show-partition"] if level == 3 else [])])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and words in err, err
+
+
+def test_train_help_says_how_a_level3_entry_runs():
+    """A level-3 user's first `d500 train --help` named level 2's folder only and no mpiexec;
+    tune (level 2 only) names level 2's folder."""
+    train, tune = d500("train", "--help"), d500("tune", "--help")
+    assert train.returncode == tune.returncode == 0
+    text = " ".join(train.stdout.split())
+    assert "(`mpiexec -n N d500 train ...`)" in text and "levels/3-distributed/*.yaml" in text
+    assert "levels/3-distributed" not in tune.stdout

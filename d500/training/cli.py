@@ -1,6 +1,7 @@
 """`d500 train WORKLOAD --submission DIR`: level-2 training runs (one per seed), each a ledger run
 with its evaluations and MLLOG; a progress bar shows the step, the loss and the last validation
-accuracy. Exit 0 when every run met the target, 1 when one missed, diverged or failed."""
+accuracy; a level-3 entry's runs go under MPI (`mpiexec -n N d500 train ...`). Exit 0 when every
+run met the target, 1 when one missed, diverged or failed."""
 
 from __future__ import annotations
 

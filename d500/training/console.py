@@ -13,9 +13,11 @@ from d500.errors import ConfigError
 from d500.training.precision import PRECISIONS
 
 
-def parser(prog: str, what: str) -> ArgumentParser:
+def parser(prog: str, what: str, levels: str = "levels/2-training/*.yaml, at level 3 "
+                                               "levels/3-distributed/*.yaml") -> ArgumentParser:
     p = ArgumentParser(prog=prog, description=what)
-    p.add_argument("workload", help="a levels/2-training/*.yaml file or workload name")
+    p.add_argument("workload", help=f"a workload file ({levels}) or name, looked up at the "
+                                    f"entry's level")
     p.add_argument("--submission", required=True, metavar="DIR", type=paths.entry_argument,
                    help="the entry: a folder with submission.yaml, or the name of one of "
                         "d500's example entries (e.g. sgd-momentum)")

@@ -24,7 +24,7 @@ def main(argv: list[str], prog: str = "d500 tune") -> int:
     )
     if tune_parallel.launched_by_mpi():
         tune_parallel.share_cores()  # before a framework is imported
-    p = parser(prog, __doc__.split("\n\n")[0])
+    p = parser(prog, __doc__.split("\n\n")[0], levels="levels/2-training/*.yaml")
     p.add_argument("--studies", type=count,
                    help="studies (default: the workload's; another number is an exploration "
                         "d500 check refuses)")
