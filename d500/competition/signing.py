@@ -28,7 +28,8 @@ def generate(keyfile: str | Path) -> str:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    keyfile = Path(keyfile)
+    from d500.paths import output_file
+    keyfile = output_file(keyfile, "me.key", "the private key's file name", option="KEYFILE")
     pub = pub_path(keyfile)
     for path in (keyfile, pub):
         if path.exists():

@@ -195,6 +195,17 @@ def test_not_a_package_is_one_line_exit_2(tmp_path, run_d500, digits_package):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_a_key_file_that_is_a_folder_or_a_key_is_one_line_exit_2(tmp_path, run_d500):
+    """`d500 keygen FOLDER` said the folder 'already exists; not overwriting a key'."""
+    result = run_d500(tmp_path / "home", "keygen", str(tmp_path))
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        f"d500 keygen: error: {tmp_path}: is a folder; KEYFILE takes the private key's file name "
+        f"(e.g. {tmp_path / 'me.key'})"], result.stderr
+    assert run_d500(tmp_path / "home", "keygen", str(tmp_path / "k")).returncode == 0
+    again = run_d500(tmp_path / "home", "keygen", str(tmp_path / "k"))
+    assert again.returncode == 2 and "already exists; not overwriting a key" in again.stderr
+
+
 def test_out_that_is_a_folder_is_one_line_exit_2(tmp_path, run_d500):
     """`--out` naming a folder failed only at the end, in a traceback (os.replace onto it)."""
     result = run_d500(tmp_path / "home", "package", str(tmp_path), "--out", str(tmp_path))
