@@ -429,11 +429,16 @@ class LoadWatch:
         self.root = root
         self.wall, self.busy, self.cpu = time.monotonic(), busy_seconds(), tree_cpu(root)
 
+    def restart(self) -> None:
+        """The timed part starts now: "during" and "own_cpu" are measured from here on (a
+        training run's clock starts after its setup, which can take 30 times what it times)."""
+        self.wall, self.busy, self.cpu = time.monotonic(), busy_seconds(), tree_cpu(self.root)
+
     def finish(self, job_load: float = 0.0) -> dict[str, Any]:
         """{"start", "end" (1/5/15-minute load averages), "others" (other processes' load at
         start and end), "during" (cores' worth of CPU other processes took during the run, or
-        the first MIN_DURING s from its start; with "own_cpu", the CPU seconds the `root`'s tree
-        took, where one was named), "usable_cores", "loaded"}. `job_load` (cores): what this
+        the first MIN_DURING s from its start; "own_cpu", the CPU seconds the `root`'s tree took
+        over those "wall" seconds), "usable_cores", "loaded"}. `job_load` (cores): what this
         job's processes outside the tree use on this host (parallel tuning's other ranks), taken
         out of the others'."""
         end = load_average()
@@ -449,8 +454,7 @@ class LoadWatch:
             own = tree_cpu(self.root) - self.cpu
             others = (busy - self.busy - own) / wall - job_load
             out["during"] = round(min(float(cores), max(0.0, others)), 2)  # ticks: +-2 of them
-            if self.root is not None:  # what the named tree took, measured here
-                out["own_cpu"] = round(own, 2)
+            out["own_cpu"], out["wall"] = round(own, 2), round(wall, 2)  # the work's own tree
         if job_load:
             out["job_load"] = round(job_load, 2)
         out["loaded"] = is_loaded(out)

@@ -51,12 +51,15 @@ from d500.competition.reproduce_prepare import (
     write_submission,
 )
 from d500.competition.reproduce_time import (
+    JUDGED_UP_TO,
     hardware_note,
+    judged,
     latency_checks,
     odds,
     pooled,
     slowdown,
     time_checks,
+    unjudged,
 )
 from d500.errors import D500Error, UsageError
 from d500.ledger.lifecycle import study_number, trial_label
@@ -295,7 +298,7 @@ def report_of(prepared: Prepared, result: dict[str, Any], ledger: Any,
             local = ledger.get(rep.run_id)
             same, rep.times = hardware_note(run.environment, local.get("provenance"))
             if same:
-                load = slowdown((local.get("details") or {}).get("load_average"))
+                load = _load(prepared, local, rep)
                 rep.checks += latency_checks(run.figures, result.get("figures") or {}, load)
         return rep
     if split_seed is not None:  # epochs only, judged pooled (reproduce_split.pooled)
@@ -314,17 +317,33 @@ def report_of(prepared: Prepared, result: dict[str, Any], ledger: Any,
     local = ledger.get(rep.run_id)
     same, rep.times = hardware_note(run.environment, local.get("provenance"))
     if same:
-        load = slowdown((local.get("details") or {}).get("load_average"))
+        load = _load(prepared, local, rep)
         rep.checks += time_checks(run.figures, result.get("figures") or {},
                                   (run.evaluations, local["evaluations"]), load)
         a, b = (f.get("time_to_accuracy") for f in (run.figures, result.get("figures") or {}))
-        if all(isinstance(v, (int, float)) and math.isfinite(v) for v in (a, b)):
-            rep.timed = (a, b, load)
-        if load > 1.0:
-            rep.times += (f"; this machine was loaded while reproducing: the tolerance is "
-                          f"widened {load:.2f}x, which can hide a forged time (reproduce on an "
-                          "idle machine)")
+        if judged(load) and all(isinstance(v, (int, float)) and math.isfinite(v)
+                                for v in (a, b)):
+            rep.timed = (a, b, load)  # pooled with the draw's other judged runs
     return rep
+
+
+def _load(prepared: Prepared, local: dict[str, Any], rep: RunReport) -> float:
+    """The reproduction's `slowdown` at the cores it wants (its ranks x threads; at level 0 at
+    least 2: the judge times the operator's host process across round trips, two processes
+    that meet at every call), noted in `rep.times` where it widened the tolerance or was too
+    loaded to judge times at all."""
+    record = (local.get("details") or {}).get("load_average")
+    ranks = prepared.run.world_size if prepared.run.level == 3 else None
+    demand = None if prepared.threads is None else prepared.threads * (ranks or 1)
+    if prepared.run.level == 0 and demand is not None:
+        demand = max(2, demand)
+    load = slowdown(record, demand)
+    if not judged(load):
+        rep.times += f"; {unjudged(record, demand)}"
+    elif load > 1.0:
+        rep.times += (f"; this machine was loaded while reproducing: the tolerance is widened "
+                      f"{load:.2f}x (at most {JUDGED_UP_TO:g}x: a halved time still shows)")
+    return load
 
 
 def reproduce(pkg: Any, runs: int = 2, seed: int | None = None, ledger: str | Path | None = None,

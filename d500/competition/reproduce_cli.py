@@ -1,8 +1,9 @@
 """`d500 reproduce PACKAGE [--runs K] [--seed S] [--split-seed S] [--ledger PATH] ...`: re-run K
 randomly chosen runs of a submission package on this machine and compare what must not depend on
 it (and, on the runs' own hardware, their times), with the odds that the draw holds a forged run.
-Exit 0 when every chosen run agrees, 1 when one disagrees (each named with the figure), 2 for
-bad input (not a package, K larger than its runs, a workload file that is not the rulebook's)."""
+Exit 0 when every chosen run agrees, 1 when one disagrees (each named with the figure) or could
+not be judged (inconclusive: its times on a machine too loaded to judge them), 2 for bad input
+(not a package, K larger than its runs, a workload file that is not the rulebook's)."""
 
 from __future__ import annotations
 
@@ -139,6 +140,11 @@ def render(result: Any) -> None:
         "(what must not depend on the machine: status, steps and epochs to the target, "
         "accuracies, evaluations, a validation's verdict, a network's agreement with the "
         "reference, node-test counts; times only on the run's own hardware)")
+    unjudged = [r.origin_id for r in result.runs if any(
+        c.inconclusive and c.tolerance.startswith("not judged: ") for c in r.checks)]
+    if unjudged:
+        out(f"times not judged for run(s) {', '.join(map(str, unjudged))}: this machine was "
+            "too loaded while reproducing to judge times; reproduce on a quieter machine")
 
 
 def as_json(result: Any) -> dict[str, Any]:

@@ -312,7 +312,8 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
     try:
         figures, status, why = _supervise(run, wl, entry.recipe, order.seed, order.data_dir,
                                           None, ranks, model, layout(order),
-                                          checkpoints=checkpoints, resume=order.resumed)
+                                          checkpoints=checkpoints, resume=order.resumed,
+                                          watch=watch)
     except Diverged as err:
         status, why, figures = "diverged", str(err), missed_figures(wl)
         ranks.finish(False)

@@ -129,7 +129,7 @@ def train(workload: Workload, recipe: Recipe, backend: str, seed: int, *, ledger
                                                   "submission": submission, "backend": backend})
         try:
             figures, status, error = _train(run, workload, recipe, backend_cls, model, seed,
-                                            data_dir, progress, checkpoints, resume)
+                                            data_dir, progress, checkpoints, resume, watch)
         except Diverged as err:
             run.finish("diverged", figures=missed_figures(workload), error=str(err),
                        details=ended())
@@ -198,7 +198,7 @@ def missed_figures(workload: Workload) -> dict[str, float]:
 
 def _train(run: Any, workload: Workload, recipe: Recipe, backend_cls: Any, model: Any,
            seed: int, data_dir: str | None, progress: Progress | None, checkpoints: Any = None,
-           resume: Any = None) -> tuple[dict[str, float], str, str]:
+           resume: Any = None, watch: Any = None) -> tuple[dict[str, float], str, str]:
     """The supervisor's side of a run (its worker, d500.training.worker, trains)."""
     from d500 import threads
     from d500.training.worker import Job, Worker
@@ -212,7 +212,7 @@ def _train(run: Any, workload: Workload, recipe: Recipe, backend_cls: Any, model
         judge = Judge(backend_cls, model)
         worker.ready()
         return _supervise(run, workload, recipe, seed, data_dir, progress, worker, judge,
-                          checkpoints=checkpoints, resume=resume)
+                          checkpoints=checkpoints, resume=resume, watch=watch)
     finally:
         worker.close()
 
@@ -276,12 +276,13 @@ class Layout:
 
 def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir: str | None,
                progress: Progress | None, worker: Any, judge: Judge,
-               layout: Layout | None = None, checkpoints: Any = None, resume: Any = None
-               ) -> tuple[dict[str, float], str, str]:
+               layout: Layout | None = None, checkpoints: Any = None, resume: Any = None,
+               watch: Any = None) -> tuple[dict[str, float], str, str]:
     """The judge's loop, at level 2 and 3 alike: the clock, the data, chunk after chunk of
     training by `worker` (d500.training.worker's protocol), the evaluations and the stop rule;
     returns (figures, status, why). Raises Diverged at a non-finite loss. It may write
-    `checkpoints` and start from `resume`'s (d500.training.resume)."""
+    `checkpoints` and start from `resume`'s (d500.training.resume). `watch` (a LoadWatch) starts
+    again with the clock: reproduce judges times by the load beside what was timed."""
     from d500.training.batch_schedule import Plan, batches
     from d500.training.data import dataset as datasets
 
@@ -289,6 +290,8 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
     shape, _ = datasets.shape_of(workload.dataset)
     log = run.mllog
     clock = Clock(start=run.begin())  # init_stop, run_start: the clock runs from here
+    if watch is not None:  # the load beside what the clock times, not beside the setup
+        watch.restart()
     if resume is not None:
         clock.before = resume.before  # every earlier segment's time, its checkpoint read too
     heart = None

@@ -2,7 +2,8 @@
 divided by 100 in its figures and its MLLOG alike and the ledger re-sealed with d500's own seal,
 it passes `d500 check` (the log agrees with the record); `d500 reproduce` benches it again and,
 on the run's own hardware, names the latency (d500.competition.reproduce_time.latency_checks).
-The honest packages' reproductions agree (their times within a loose bound: see _honest), the
+The honest packages' reproductions agree (their times too, or inconclusive where the machine was
+too loaded to judge them: see _honest), the
 level-1 one re-run in the backend mode it recorded (issue 18: an entry named
 `onnxruntime:basic` runs with onnxruntime's basic graph optimization).
 The level-0 operator sleeps 2 ms a call, so its latency depends little on the load."""
@@ -26,8 +27,6 @@ from d500.paths import rulebook
 
 from .test_consistency import forge, set_json
 
-LOOSE = 4.0
-
 SLOW = (Path(__file__).parents[1] / "operators" / "ops" / "slow_ops.py").read_text()
 
 
@@ -40,16 +39,21 @@ def _reproduced(package: Path, ledger: Path, rules: Path | None = None) -> RunRe
 
 
 def _honest(found: RunReport) -> None:
-    """An honest run's reproduction agrees on everything but, at most, its times, and those
-    within LOOSE x recorded: a time's 1.5x (x the measured load) is judged in
-    test_reproduce_time; here a burst of load from the tests beside this one (the rehearsal's
-    parallel pass) can slow a sub-second bench past it, while a forged time is 100x."""
+    """An honest run's reproduction agrees on everything; its times may be inconclusive (the
+    load beside it too high to judge them: the rehearsal's parallel pass), never disagree."""
     wrong = [c for c in found.checks if not c.agrees]
     assert not found.problem and found.checks, found
-    assert all(c.name in LATENCIES + RATES for c in wrong), wrong
-    for c in wrong:
-        slower = c.reproduced / c.recorded if c.name in LATENCIES else c.recorded / c.reproduced
-        assert slower <= LOOSE, c
+    assert all(c.name in LATENCIES + RATES and c.inconclusive for c in wrong), wrong
+
+
+def _forged(found: RunReport, forged: float) -> None:
+    """A latency forged 100x never agrees: it disagrees wherever the load beside the
+    reproduction explains less than 100x (judged or not), else it is inconclusive."""
+    [latency] = [c for c in found.checks if c.name == "latency"]
+    assert not latency.agrees and latency.recorded == forged
+    assert found.verdict == ("inconclusive" if latency.inconclusive else "disagrees"), found
+    if latency.inconclusive:
+        assert latency.tolerance.startswith("not judged: this machine was too loaded"), latency
 
 
 def _packed(entry: Path, home: Path, out: Path) -> Path:
@@ -91,9 +95,7 @@ def test_a_forged_level0_latency_passes_check_and_disagrees_on_reproduction(tmp_
     assert [r["value"] for r in records if r["key"] == "latency"] == [forged]
 
     found = _reproduced(package, tmp_path / "organiser2" / "ledger.sqlite")
-    assert found.verdict == "disagrees", found
-    [latency] = [c for c in found.checks if c.name == "latency"]
-    assert not latency.agrees and latency.recorded == forged
+    _forged(found, forged)
 
 
 def _forge_latency(home: Path, run_id: int, forged: float) -> None:
@@ -142,6 +144,4 @@ def test_a_forged_level1_bench_latency_disagrees_on_reproduction(tmp_path, run_d
     report = check(Package.open(package), rulebook())
     assert not [p for p in report.problems if f"run {run.origin_id}" in p], report.problems
     found = _reproduced(package, tmp_path / "organiser2" / "ledger.sqlite", rulebook())
-    assert found.verdict == "disagrees", found
-    [latency] = [c for c in found.checks if c.name == "latency"]
-    assert not latency.agrees and latency.recorded == forged
+    _forged(found, forged)

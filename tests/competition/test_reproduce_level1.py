@@ -90,12 +90,14 @@ def test_net_check_and_bench_runs_reproduce_and_agree(level1, run_d500, tmp_path
     assert sorted(r.workload for r in origin.values()) == ["check:cancelling", "mlp-mnist"]
     ledger = home / "ledger.sqlite"
     result = run_d500(home, "reproduce", str(package), "--runs", "2", "--seed", "0", "--json")
-    assert result.returncode == 0, result.stdout + result.stderr
     found = json.loads(result.stdout)
-    assert found["agrees"] and found["left_out"] == {}
+    assert result.returncode == (0 if found["agrees"] else 1), result.stdout + result.stderr
+    assert found["left_out"] == {}
     notes = {}
-    for run in found["runs"]:
-        assert run["verdict"] == "agrees" and run["level"] == 1
+    for run in found["runs"]:  # its times too, or not judged on a machine too loaded to
+        wrong = [c for c in run["checks"] if not c["agrees"]]  # judge them: never disagreeing
+        assert all(c["name"] in ("latency", "throughput") and c["inconclusive"] for c in wrong)
+        assert run["verdict"] == ("inconclusive" if wrong else "agrees") and run["level"] == 1
         by = {c["name"]: c for c in run["checks"]}
         bench = origin[run["origin_run"]].workload == "mlp-mnist"  # timed again on its hardware
         assert set(by) == {"status", "agreement", *(("latency", "throughput") if bench else ())}

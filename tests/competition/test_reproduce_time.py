@@ -10,16 +10,22 @@ import math
 import pytest
 
 from d500.competition.reproduce_time import (
+    JUDGED_UP_TO,
     RATIO,
     SLACK_S,
     at_least_one,
     hardware_note,
+    judged,
+    latency_checks,
+    not_judged,
     odds,
     odds_line,
     pooled,
     runs_for,
     slowdown,
     time_checks,
+    too_fast,
+    unjudged,
 )
 
 # digits-mlp seed 0 repeated on one loaded machine: time to accuracy and evaluation wall times
@@ -55,19 +61,113 @@ def test_a_time_halved_everywhere_disagrees(recorded):
                                                "squares over 6 common evaluations)")
 
 
-def test_on_a_loaded_machine_the_tolerance_widens_by_the_load():
-    record = {"others": [0.3, 1.8], "usable_cores": 2, "loaded": True}
-    assert slowdown(record) == pytest.approx(1.9)
-    assert slowdown({**record, "loaded": False}) == 1.0  # below LoadWatch's threshold
-    assert slowdown(None) == slowdown({"others": [None], "usable_cores": 2, "loaded": True}) == 1
-    slowed = (SLOW[0] * 1.69, [w * 1.69 for w in SLOW[1]])  # measured: 1.69x, others 1.8 / 2
+def test_the_slowdown_is_the_jobs_demand_over_the_cores_others_left_it():
+    """Others took o of n cores: a job wanting k of them had n - o, and its k ranks or threads,
+    which meet at every step, all ran at once ((n - o) / k)^k of the time; a one-thread job
+    beside one busy core of two is not slowed. LoadWatch's 'loaded' flag (a board's share, the
+    suite's 1) plays no part."""
+    two = {"usable_cores": 2, "loaded": False}
+    assert slowdown({**two, "during": 1.0}, demand=1) == 1.0  # a core left: not slowed
+    assert slowdown({**two, "during": 1.2}, demand=1) == 1.25  # 0.8 of its 1 core
+    assert slowdown({**two, "during": 0.1}, demand=2) == 1.11  # (2 / 1.9)^2
+    assert slowdown({**two, "during": 0.1}) == slowdown({**two, "during": 0.1}, demand=4)
+    assert slowdown({**two, "during": 0.0}, demand=2) == 1.0
+    assert judged(1.0) and judged(JUDGED_UP_TO) and not judged(1.26) and not judged(math.inf)
+    # past JUDGED_UP_TO: not judged, however the record flags it
+    for during, demand, load in ((1.3, 1, 1.43), (0.3, 2, 1.38), (2.0, 1, math.inf),
+                                 (1.9, 2, 400.0), (1.54, 2, 18.9)):
+        for loaded in (True, False):
+            found = slowdown({"usable_cores": 2, "loaded": loaded, "during": during}, demand)
+            assert found == load and not judged(found), (during, demand)
+    # no measurement during the run: the load averages' others, wanting R cores beside it
+    assert slowdown({"others": [0.1, 0.4], "usable_cores": 2}, demand=1) == 1.0
+    assert slowdown({"others": [0.2, 0.1], "usable_cores": 2}, demand=2) == 1.21
+    assert slowdown({"others": [3.0, 8.0], "usable_cores": 2}, demand=1) == 4.5
+    assert slowdown(None) == slowdown({"others": [None], "usable_cores": 2}) == 1.0
+
+
+def test_the_slowdown_bounds_what_was_measured_here():
+    """Honest reproductions beside N = 0-4 busy loops (benchmarks/reproduce_load.py, 2 cores,
+    other work at 1-minute load 7-15, 2026-11-27): (level, others' cores while it ran, its
+    demand k, reproduced / recorded). Each is within RATIO x the model's slowdown (none was
+    quiet enough to be judged: each is inconclusive); the level-0 ones, round trips between the
+    judge and the operator's host, slowed up to 70x at o = 1.9, past a one-core bound (15x)."""
+    measured = [(2, 1.51, 1, 0.67), (2, 1.73, 1, 0.88), (2, 1.92, 1, 3.68), (2, 1.93, 1, 4.43),
+                (2, 1.86, 1, 3.25), (2, 1.95, 1, 9.77), (3, 1.35, 2, 0.47), (3, 1.43, 2, 0.71),
+                (3, 1.54, 2, 5.85), (3, 1.36, 2, 3.95), (0, 1.42, 2, 1.74), (0, 1.75, 2, 40.82),
+                (0, 1.90, 2, 70.36), (0, 1.92, 2, 44.63)]
+    for level, during, k, ratio in measured:
+        load = slowdown({"usable_cores": 2, "during": during}, k)
+        assert ratio <= RATIO * load and not judged(load), (level, during, ratio)
+    assert 70.36 > RATIO * slowdown({"usable_cores": 2, "during": 1.90}, 1)  # k = 1 would accuse
+
+
+def test_no_judged_load_widens_the_tolerance_enough_to_hide_a_halved_time():
+    """The attack: the sender's code leaves a process spinning outside the job's tree (others'
+    load to LoadWatch) that slows nothing it times. Whatever slowdown the rule judges at, a
+    time halved and reproduced at full speed is too fast, by a margin."""
+    assert RATIO * JUDGED_UP_TO <= 0.95 * 2
+    for tenths in range(0, 21):
+        for demand in (1, 2, None):
+            load = slowdown({"usable_cores": 2, "during": tenths / 10}, demand)
+            if judged(load):
+                assert too_fast(1.0, 2.0, load, 0.0), (tenths, demand, load)
+                long = (SLOW[0] * 10, [w * 10 for w in SLOW[1]])  # the slack resolved (4.65 s)
+                assert not any(c.agrees for c in _checks(long, long, load, scale=0.5).values())
+
+
+def test_too_loaded_to_judge_is_inconclusive_never_agrees():
+    """A 2-rank job beside others taking 1.54 of 2 cores (measured: reproduced 5.85x its
+    record): not judged, inconclusive, unless slower than even 1.5 x 18.9 explains."""
+    record = {"usable_cores": 2, "during": 1.54, "loaded": True}
+    load, why = slowdown(record, 2), unjudged(record, 2)
+    assert why == ("times not judged: this machine was too loaded while reproducing to judge "
+                   "times (other processes took 1.54 of 2 cores while it ran; the run wants 2 "
+                   "core(s): it may have run 18.90x slower, and a tolerance widened beyond "
+                   "1.25x would accept a halved time; only a reproduction more than 1.5x18.90 "
+                   "recorded, slower than even this load explains, disagrees): reproduce on a "
+                   "quieter machine")
+    slowed = (SLOW[0] * 5.85, [w * 5.85 for w in SLOW[1]])
+    for scale in (1.0, 0.5, 0.25):  # honest, halved, quartered: none agrees
+        checks = _checks(SLOW, slowed, load, scale)
+        assert set(checks) == {"time_to_accuracy", "evaluation times"}
+        assert all(c.inconclusive and not c.agrees and c.tolerance == not_judged(load, SLACK_S)
+                   for c in checks.values()), checks
+    assert not_judged(load, SLACK_S) == (
+        "not judged: this machine was too loaded while reproducing, which may have slowed it "
+        "18.90x (judged up to 1.25x); disagrees only beyond 1.5x18.90 recorded + 0.05 s, slower "
+        "than even that explains")
+    checks = _checks(SLOW, slowed, load, 0.01)  # 585x: more than the load explains
+    assert all(not c.agrees and not c.inconclusive for c in checks.values()), checks
+    nothing_left = {"usable_cores": 2, "during": 2.0}
+    assert "no core was left to it" in unjudged(nothing_left, 1)
+    assert all(c.inconclusive for c in _checks(SLOW, slowed, slowdown(nothing_left, 1),
+                                               0.01).values())
+    found = latency_checks({"latency": 0.002, "throughput": 500.0},
+                           {"latency": 0.01, "throughput": 100.0}, load)
+    assert [(c.name, c.agrees, c.inconclusive) for c in found] == [
+        ("latency", False, True), ("throughput", False, True)]
+    found = latency_checks({"latency": 0.00002, "throughput": 50000.0},
+                           {"latency": 0.01, "throughput": 100.0}, load)  # 500x
+    assert [(c.name, c.agrees, c.inconclusive) for c in found] == [
+        ("latency", False, False), ("throughput", False, False)]
+
+
+def test_a_judged_load_widens_the_tolerance_by_that_much_only():
+    load = slowdown({"usable_cores": 2, "during": 1.2}, demand=1)
+    slowed = (SLOW[0] * 1.8, [w * 1.8 for w in SLOW[1]])  # within 1.5 x 1.25
     assert not all(c.agrees for c in _checks(SLOW, slowed).values())
-    checks = _checks(SLOW, slowed, load=slowdown(record))
+    checks = _checks(SLOW, slowed, load=load)
     assert all(c.agrees and not c.inconclusive for c in checks.values()), checks
     assert checks["time_to_accuracy"].tolerance == (
-        "reproduced at most 1.5x1.90 recorded + 0.05 s (same hardware; x1.90: this machine was "
+        "reproduced at most 1.5x1.25 recorded + 0.05 s (same hardware; x1.25: this machine was "
         "loaded while reproducing)")
-    assert all(c.agrees for c in _checks(SLOW, SLOW, load=1.9, scale=0.5).values())  # hidden
+    found = latency_checks({"latency": 0.002, "throughput": 500.0},
+                           {"latency": 0.0036, "throughput": 280.0}, load)
+    assert all(c.agrees for c in found) and len(found) == 2
+    assert not any(c.agrees for c in latency_checks({"latency": 0.001, "throughput": 1000.0},
+                                                    {"latency": 0.0036, "throughput": 280.0},
+                                                    load))
 
 
 def test_a_recorded_time_slower_than_its_reproduction_is_not_flagged():
@@ -145,7 +245,8 @@ def test_runs_too_short_for_one_slack_are_judged_together():
     honest = [(FAST[0], SLOW[0], 1.0), (SLOW[0], FAST[0], 1.0), (FAST[0], SLOW[0], 1.0)]
     assert pooled(honest).agrees
     assert pooled(halved[:1]) is None  # one run: its own check says it all
-    assert pooled([(0.1, 0.2, 1.9)] * 4).agrees  # a loaded reproduction widens it
-    assert pooled([(0.1, 0.2, 1.9)] * 4).tolerance == (
-        "reproduced at most 1.5x1.90 recorded + 0.100 s (0.05 s x sqrt(4); same hardware; "
-        "x1.90: this machine was loaded while reproducing)")  # as a run's own check says it
+    assert pooled([(0.1, 0.2, 1.2)] * 4).agrees  # a loaded reproduction widens it
+    assert not pooled([(0.1, 0.2, 1.0)] * 4).agrees
+    assert pooled([(0.1, 0.2, 1.2)] * 4).tolerance == (
+        "reproduced at most 1.5x1.20 recorded + 0.100 s (0.05 s x sqrt(4); same hardware; "
+        "x1.20: this machine was loaded while reproducing)")  # as a run's own check says it

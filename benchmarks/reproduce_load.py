@@ -1,0 +1,144 @@
+"""Honest runs reproduced beside N busy loops: reproduced/recorded against the rule's slowdown.
+
+    .venv/bin/python benchmarks/reproduce_load.py [--levels 0,2,3] [--loads 0,1,2,4] [--repeats 1]
+
+Each level's run is recorded once (at whatever load the machine has: printed), packaged, then
+reproduced by `d500 reproduce`'s own function with N processes spinning beside it. Per
+reproduction: the ratio reproduced/recorded of each timed figure, what its LoadWatch measured
+over the timed part (others' cores, its own cores, usable cores; the job's demand in cores),
+the slowdown the time rule estimated from them (d500.competition.reproduce_time.slowdown) and
+its verdict. An honest run is falsely accused where the verdict is 'DISAGREES'; the same run's
+time halved would be 'caught' (disagrees), 'inconclusive', or 'ACCEPTED' (the defect)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+D500 = [str(Path(sys.executable).with_name("d500"))]
+SPIN = "while True: pass"
+
+
+def _run(home: Path, *args: str) -> None:
+    done = subprocess.run([*D500, *args], env={**os.environ, "D500_HOME": str(home)},
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"d500 {' '.join(args)} failed: {done.stderr[-2000:]}")
+
+
+def record(level: int, tmp: Path) -> Path:
+    """The package of one honest run at `level`, under d500's own rulebook."""
+    from d500.competition.export import build
+    from d500.paths import rulebook
+    home = tmp / f"origin{level}"
+    if level == 2:
+        entry = ROOT / "submissions" / "sgd-momentum"
+        _run(home, "train", "digits-mlp", "--submission", str(entry), "--backend", "torch",
+             "--threads", "1", "--seed", "0")
+    elif level == 3:
+        from d500.distributed.launcher import launch_train
+        entry = ROOT / "submissions" / "sync"
+        report = launch_train(rulebook() / "3-distributed" / "digits-mlp.yaml", entry, 2,
+                              extra=["--seed", "0"],
+                              env={**os.environ, "D500_HOME": str(home)})
+        if not report.runs:
+            sys.exit(f"the level-3 run failed: {report.problem} {report.stderr[-2000:]}")
+    else:
+        entry = ROOT / "submissions" / "torch-softmax"
+        _run(home, "op", "bench", str(entry), "--case", "softmax-last-axis", "--backends",
+             "torch", "--budget", "0.5", "--threads", "1")
+    return build(entry, tmp / f"level{level}.tar.gz", home / "ledger.sqlite")
+
+
+class Spinners:
+    """N busy-loop processes, started on entry and killed on exit."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.procs = n, []
+
+    def __enter__(self) -> Spinners:
+        self.procs = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(self.n)]
+        time.sleep(1.0 if self.n else 0.0)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+def reproduce_once(package: Path, ledger: Path) -> dict:
+    """One honest reproduction: its time checks and the load its LoadWatch recorded."""
+    from d500.competition.package import Package
+    from d500.competition.reproduce import reproduce
+    from d500.ledger import Ledger
+    [report] = reproduce(Package.open(package), runs=1, seed=0, ledger=ledger).runs
+    if report.run_id is None:
+        sys.exit(f"the reproduction did not run: {report.problem}")
+    local = Ledger(ledger).get(report.run_id)
+    return {"report": report, "load": (local.get("details") or {}).get("load_average") or {}}
+
+
+TIMED = ("time_to_accuracy", "evaluation times", "latency", "backward_latency", "throughput")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--levels", default="0,2,3")
+    p.add_argument("--loads", default="0,1,2,4")
+    p.add_argument("--repeats", type=int, default=1)
+    args = p.parse_args()
+    os.environ.setdefault("CI", "1")
+    from d500.competition.reproduce_time import RATIO, judged, slowdown
+    with tempfile.TemporaryDirectory(prefix="reproduce-load-") as folder:
+        tmp = Path(folder)
+        print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; uptime: "
+              f"{os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}; "
+              f"{os.cpu_count()} cores")
+        packages = {}
+        for level in map(int, args.levels.split(",")):
+            packages[level] = record(level, tmp)
+            from d500.competition.package import Package
+            [run] = [r for r in Package.open(packages[level]).runs() if r.rank in (None, 0)]
+            was = run._json("details").get("load_average") or {}
+            print(f"level {level} recorded: " + ", ".join(
+                f"{k} {run.figures[k]:.4g}" for k in TIMED if k in run.figures)
+                + f"; its LoadWatch: others {was.get('during')} of {was.get('usable_cores')}")
+        print("level  N  1-min  check              ratio  others  own  cores demand  slowdown "
+              "verdict       halved")
+        i = 0
+        for n in map(int, args.loads.split(",")):
+            for level, package in packages.items():
+                for _ in range(args.repeats):
+                    i += 1
+                    with Spinners(n):
+                        found = reproduce_once(package, tmp / f"organiser{i}" / "l.sqlite")
+                    rep, load = found["report"], found["load"]
+                    demand = 1 if level == 2 else 2  # ranks x threads; level 0: host + judge
+                    allowed = slowdown(load, demand)
+                    own = (load["own_cpu"] / load["wall"] if load.get("wall") else None)
+                    for c in rep.checks:
+                        if c.name not in TIMED:
+                            continue
+                        ratio = (c.recorded / c.reproduced if c.name == "throughput"
+                                 else c.reproduced / c.recorded)
+                        verdict = ("inconclusive" if c.inconclusive else
+                                   "agrees" if c.agrees else "DISAGREES")
+                        caught = ("caught" if 2 * ratio > RATIO * allowed else "ACCEPTED"
+                                  if judged(allowed) else "inconclusive")
+                        print(f"{level:>5} {n:>2} {os.getloadavg()[0]:6.2f}  {c.name:<17} "
+                              f"{ratio:6.2f}  {load.get('during')!s:>6} "
+                              f"{'-' if own is None else f'{own:.2f}':>4} "
+                              f"{load.get('usable_cores')!s:>5} {demand:>6}  "
+                              f"{allowed:8.2f} "
+                              f"{verdict:<13} {caught}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
