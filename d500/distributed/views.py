@@ -49,6 +49,8 @@ class Row:
     oversubscribed: bool = False
     contended: bool = False  # other processes took a share of the machine during a run
     forced: bool = False  # imported past a failing d500 check: listed after every other row
+    package: str = ""  # the sha256 of the package its runs came in, or (a reproduction) re-ran
+    reproduction: bool = False  # `d500 reproduce` runs: listed right after the row they re-ran
 
     def median(self, name: str, missing: float | None = None, every: bool = False
                ) -> float | None:
@@ -101,14 +103,34 @@ def rows(level: int, boards: Sequence[Any], ledger: Any, per_machine: bool = Fal
         row.dims = dims(h, key[1])
         row.oversubscribed |= bool((r["details"] or {}).get("oversubscribed"))
         row.contended |= run_loaded(r)
-        row.forced |= bool((origin(r) or {}).get("forced"))
+        source = origin(r) or {}
+        row.forced |= bool(source.get("forced"))
+        row.package, row.reproduction = source.get("sha256") or "", bool(source.get("reproduction"))
         row.runs.append(r)
     for row in found.values():  # the required seeds only (an interrupted one: a miss), their
         # times RCP-scaled as the workload's board scales them (one figure, one value)
         row.runs = scaled(seeds.split(row.runs)[0])
     found = {key: row for key, row in found.items() if row.runs}
-    return sorted(found.values(), key=lambda x: (x.workload, x.ranks, x.forced, _key(x.time),
-                                                 x.submission, x.backend))
+    ordered = sorted((x for x in found.values() if not x.reproduction), key=lambda x: (
+        x.workload, x.ranks, x.forced, _key(x.time), x.submission, x.backend))
+    for copy in sorted((x for x in found.values() if x.reproduction),
+                       key=lambda x: (x.workload, x.ranks, x.submission, x.backend)):
+        ordered.insert(_beside(ordered, copy), copy)
+    return ordered
+
+
+def _beside(ordered: list[Row], copy: Row) -> int:
+    """Where a reproduction's row goes: right after the row of the package it re-ran (same
+    workload, world size and machine; the same backend first), else after its workload and
+    world size's last row, else at the end (as on the workload's board)."""
+    here = [(i, x) for i, x in enumerate(ordered) if (x.workload, x.ranks, x.machine) ==
+            (copy.workload, copy.ranks, copy.machine)]
+    for same in (lambda x: x.package == copy.package and x.backend == copy.backend,
+                 lambda x: x.package == copy.package, lambda x: True):
+        found = [i for i, x in here if same(x)]
+        if found:
+            return found[-1] + 1
+    return len(ordered)
 
 
 def dims(hyper: dict[str, Any], world: int) -> str:

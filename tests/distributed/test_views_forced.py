@@ -42,3 +42,18 @@ def test_a_row_timed_while_others_took_the_machine_is_marked_by_what_the_run_rec
     boards = [SimpleNamespace(workload="w", workload_sha256="s")]
     found = {r.submission.split(" ")[0]: r for r in views.rows(3, boards, ledger)}
     assert found["busy"].contended and not found["quiet"].contended
+
+
+def test_a_reproduction_row_comes_right_after_the_row_it_reproduces(monkeypatch):
+    """As on the workload's board: a faster reproduction was listed before the package it
+    re-ran, by its time, among the other entries."""
+    monkeypatch.setattr(views.seeds, "split", lambda runs: (list(runs), []))
+    package, other = run(1, "mine", 10.0, False), run(2, "other", 5.0, False)
+    copy = run(3, "mine", 1.0, False)
+    del copy["package"], copy["source"]
+    copy["details"] = {"reproduction": {"package": f"{1:064x}", "entry": "mine"}}
+    ledger = SimpleNamespace(runs=lambda level: [package, other, copy])
+    boards = [SimpleNamespace(workload="w", workload_sha256="s")]
+    found = [r.submission for r in views.rows(3, boards, ledger)]
+    assert found == ["other · package other 00000000", "mine · package mine 00000000",
+                     "mine · reproduction of package 00000000"], found
