@@ -264,8 +264,10 @@ def _print_run(run: dict[str, Any]) -> None:
 
     console = stdout_console(soft_wrap=True)
     style = STATUS_STYLE.get(run["status"], "")
+    n = run.get("world_size")  # level 3's
+    ranks = f" x{n} rank{'s' if n != 1 else ''}" if n else ""
     console.print(f"[bold]run {run['id']}[/]  level {run['level']}  {run['workload']}  "
-                  f"{run['submission']} on {run['backend']}  [{style}]{run['status']}[/]")
+                  f"{run['submission']} on {run['backend']}{ranks}  [{style}]{run['status']}[/]")
     fields = [("seed", run["seed"]), ("started", run["started"]), ("stopped", run["stopped"]),
               ("duration (s)", run["duration"]),
               ("trial", trial_label(run["study_number"], run["trial"], run["study"])

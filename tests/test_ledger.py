@@ -311,6 +311,7 @@ def test_cli_list_show_export(home, tmp_path):
     assert show.returncode == 0
     assert "diverged" in show.stdout and "loss is nan at step 5" in show.stdout
     assert "val_accuracy" in show.stdout and "verify: intact" in show.stdout
+    assert "b on torch  diverged" in show.stdout  # no world size at level 2
     missing = cli("ledger", "show", "99", home=home)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1
     assert "no run 99" in missing.stderr
@@ -336,6 +337,11 @@ def test_cli_list_show_export(home, tmp_path):
     assert unwritable.returncode == 2 and unwritable.stderr.count("\n") == 1
     assert "cannot write it" in unwritable.stderr and "Traceback" not in unwritable.stderr
     assert cli("ledger", "list", "--level", "7", home=home).returncode == 2
+    with ledger.start_run(level=3, workload="digits-mlp", submission="s", backend="torch",
+                          seed=3, world_size=2, group="g", rank=0) as run:
+        run.finish("failed", error="a level-3 run cut short")
+    assert "run 3  level 3  digits-mlp  s on torch x2 ranks  failed" in cli(
+        "ledger", "show", "3", home=home).stdout  # at how many ranks it ran
 
 
 def test_studies_record_every_trial(home):
