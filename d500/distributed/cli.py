@@ -130,8 +130,9 @@ def _show_partition(args: Any) -> int:
                          f"there is no cut to show (declare pipeline: 2 or more, or tensor: 2 "
                          f"or more)")
     part = cut(workload, spec)
+    data = f", {spec.data} data groups ({spec.data * spec.pipeline} ranks)" if spec.data else ""
     print(f"{workload.name} / {entry.name}: {spec.pipeline} stages, {spec.micro_batches} "
-          f"micro-batches, {spec.schedule}")
+          f"micro-batches, {spec.schedule}{data}")
     print(part.show())
     return 0
 

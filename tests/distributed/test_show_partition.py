@@ -19,3 +19,13 @@ def test_only_rank_0_prints_the_cut(monkeypatch, capsys, tmp_path, rank, shown):
     out = capsys.readouterr().out
     assert ("imbalance (costliest stage / mean)" in out) is shown, out
     assert shown or out == ""
+
+
+def test_a_declared_data_dimension_is_shown(monkeypatch, capsys, tmp_path):
+    """hybrid-data-pipeline runs 2 data groups of 2 stages: the line said only its stages."""
+    monkeypatch.setenv("D500_HOME", str(tmp_path))
+    assert main(["train", "digits-mlp", "--submission", "hybrid-data-pipeline",
+                 "--show-partition"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "digits-mlp / hybrid-data-pipeline: 2 stages, 4 micro-batches, 1f1b, 2 data groups "
+        "(4 ranks)")
