@@ -75,7 +75,10 @@ def version_notes(runs: list[Any], mine: tuple[str | None, str | None, bool | No
             groups.setdefault(made_with(run.environment), []).append(run.origin_id)
     notes = []
     for made, ids in sorted(groups.items(), key=lambda kv: kv[1]):
-        if made[:2] != mine[:2] or made[2]:
+        if made[:2] == mine[:2] and made[2]:  # the same commit: only the tree differs
+            notes.append(f"identity: run(s) {_ids(ids)} were made with {describe(made)}, the "
+                         f"commit this check runs, with uncommitted changes no check can see")
+        elif made[:2] != mine[:2]:
             notes.append(f"identity: run(s) {_ids(ids)} were made with {describe(made)}; this "
                          f"check runs {describe(mine)}")
     if isinstance(manifest_version, str) and manifest_version != mine[0]:

@@ -109,9 +109,13 @@ def test_version_notes_compare_version_commit_and_tree():
         "d500 0.1.0 at commit aaaaaaaaaaaa",
         "identity: run(s) 3 were made with d500 0.1.0 at commit bbbbbbbbbbbb; this check runs "
         "d500 0.1.0 at commit aaaaaaaaaaaa",
-        "identity: run(s) 4 were made with d500 0.1.0 at commit aaaaaaaaaaaa (dirty tree); "
-        "this check runs d500 0.1.0 at commit aaaaaaaaaaaa",
+        "identity: run(s) 4 were made with d500 0.1.0 at commit aaaaaaaaaaaa (dirty tree), the "
+        "commit this check runs, with uncommitted changes no check can see",
         "identity: the package was made by d500 0.2.0; this check runs d500 0.1.0"], notes
+    # both dirty at one commit: not 'made with X (dirty tree); this check runs X (dirty tree)'
+    assert identity.version_notes([Run(4, "0.1.0", "a" * 40, True)], mine[:2] + (True,)) == [
+        "identity: run(s) 4 were made with d500 0.1.0 at commit aaaaaaaaaaaa (dirty tree), the "
+        "commit this check runs, with uncommitted changes no check can see"]
 
 
 def test_the_platform_line_is_compared_with_the_provenance_cpu(digits_package):
