@@ -69,6 +69,9 @@ class Clock:
         return self.read() - self.start - self.paused + self.before
 
 
+SPLIT = {"train_time": "train", "eval_time": "evaluation", "data_time": "data"}  # figure: Clock
+
+
 def accuracy(predict: Callable[[dict[str, np.ndarray]], np.ndarray], x: np.ndarray,
              y: np.ndarray) -> float:
     """Fraction of samples whose largest logit is the label."""
@@ -323,6 +326,11 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
         worker.restore(resume.state)
         state.update(step=int(resume.meta["step"]), **resume.meta["judge"])
         begin = resume.epoch
+        # the training, evaluation and data time up to the checkpoint: the samples it counts
+        # from step 0 were trained in them, not in this segment alone (samples_per_second)
+        for name, value in (resume.meta.get("clock") or {}).items():
+            if name in SPLIT and isinstance(value, (int, float)) and math.isfinite(value):
+                setattr(clock, SPLIT[name], getattr(clock, SPLIT[name]) + max(0.0, value))
 
     def save(epoch: int) -> None:
         """A checkpoint after `epoch` epochs, on the clock, its sha256 in the ledger at once."""
@@ -335,8 +343,10 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
         judge.load(got.get("whole", got["model"]))
         state["loaded"] = state["step"]
         judged = {k: state[k] for k in ("losses", "val", "test", "evaluated")}
+        split = {"train_time": clock.train, "eval_time": clock.evaluation,
+                 "data_time": clock.data}  # a resume carries them on (SPLIT)
         meta = {**checkpoints.identity, "step": state["step"], "judge": judged,
-                "every": checkpoints.every}
+                "every": checkpoints.every, "clock": split}
         path, digest = checkpoint.write(run.dir / resuming.FOLDER, epoch, got, meta)
         seen = {}  # ranks holding pieces: what the judge saw, for a resume's check (the ledger's)
         if "whole" in got:
@@ -344,7 +354,8 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
             seen[resuming.WHOLE] = whole(got)
         checkpoints.written.append({"epoch": epoch, "step": state["step"],
                                     "file": run.store_path(path), "sha256": digest, **seen,
-                                    "seconds": clock.read() - t, "clock": clock.now()})
+                                    "seconds": clock.read() - t, "clock": clock.now(),
+                                    **split})
         resuming.record(run, checkpoints.written)
         heart.beat(clock.now(), force=True)
 

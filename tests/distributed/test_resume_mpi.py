@@ -304,6 +304,12 @@ def test_a_killed_job_resumes_at_its_world_size_and_matches_the_unbroken_run(rul
     # its clock counts the killed segment to its last sign of life
     assert info["before"] >= last["clock"]
     assert min(e["wall_time"] for e in ledger.evaluations(again)) > info["before"]
+    # its throughput: every sample over every segment's training time, the checkpoint's too
+    figures = row["figures"]
+    assert figures["train_time"] > last["train_time"] > 0, (figures, last)
+    assert figures["samples_per_second"] * figures["train_time"] == pytest.approx(
+        ledger.get(full)["figures"]["samples_per_second"]
+        * ledger.get(full)["figures"]["train_time"])
     if source not in ("sync", "local-sgd"):
         return  # (d500 check's restarts are the same code for every scheme: checked below)
 
