@@ -6,8 +6,9 @@ before, interleaved round trip by round trip.
 Per case it prints the median per-call wall time of each (the judge's clock: round trip / calls)
 and their ratio, and the host's CPU time per call of each (/proc, load-robust) and its ratio.
 Cases: Relu on relu-4d's 8x32x32x32 float32 (memory-bound, the worst case: the shift and the
-checksum are each a pass over the data) in NumPy, torch and JAX (whose arrays cannot be
-shifted in place: each call converts its input), and a 256x256 float32 MatMul in NumPy.
+checksum are each a pass over the data, as the Relu is) in NumPy, torch and JAX, and a 256x256
+float32 MatMul (compute-bound) in NumPy and torch. The shift and the checksum run in each
+operator's framework (d500.operators.adapters.Runner.shifted and .checksums).
 
     .venv/bin/python benchmarks/call_check.py [--rounds 30]
 """
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from d500 import children
 from d500.operators.host import Batched, RemoteClass
 
 OPERATORS = '''
@@ -62,6 +64,14 @@ class NumpyMatMul(CustomOperator):
 
     def forward(self, a, b):
         return a @ b
+
+
+class TorchMatMul(CustomOperator):
+    op_type = "MatMul"
+    framework = "torch"
+
+    def forward(self, a, b):
+        return a @ b
 '''
 
 
@@ -77,7 +87,7 @@ def case(file: Path, name: str, inputs: list[np.ndarray], rounds: int) -> None:
         run = cls().runner()
         checked = run.timed_forward(inputs)
         unchecked = Batched(cls.host, "forward")  # no inputs: the unchecked loop
-        pid = cls.host.process.pid
+        pid = children.kept(cls.host.process.pid)  # the process that runs the operator
         wall: dict[str, list[float]] = {"checked": [], "unchecked": []}
         cpu = dict.fromkeys(wall, 0.0)
         calls = dict.fromkeys(wall, 0)
@@ -118,7 +128,7 @@ def main() -> None:
         file = Path(tmp) / "ops.py"
         file.write_text(OPERATORS)
         for name, inputs in [("NumpyRelu", relu), ("TorchRelu", relu), ("JaxRelu", relu),
-                             ("NumpyMatMul", mm)]:
+                             ("NumpyMatMul", mm), ("TorchMatMul", mm)]:
             case(file, name, inputs, args.rounds)
     print("load:", os.getloadavg())
 

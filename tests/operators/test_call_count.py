@@ -110,3 +110,46 @@ def test_an_honest_host_is_recorded_with_its_round_trips_stated(home, tmp_path, 
     assert timing["empty_round_trip"] > 0 and timing["calls_per_round_trip"] >= 1
     assert timing["calls_checked"] == host.SAMPLES
 
+
+
+OPS = '''
+from d500.operators import CustomOperator
+
+
+class Relu(CustomOperator):
+    op_type = "Relu"
+
+    def forward(self, x):
+        return x * (x > 0)
+'''
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch", "jax"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_each_framework_shifts_as_the_judge_does_and_checksums_within_the_slack(
+        framework, dtype, tmp_path):
+    """The judge recomputes a call from NumPy's x + s: a framework's own shift (torch.add for a
+    tensor NumPy cannot view, a jitted add in JAX) must give the same bits, and its checksum
+    (torch.dot, a jitted jnp.dot) the float64 dot within the slack `verify` allows."""
+    import ml_dtypes
+
+    from d500.operators.adapters import as_tuple, runner
+    from d500.operators.base import load_class
+    (tmp_path / "relu.py").write_text(OPS.replace('"Relu"', f'"Relu"\n    framework = '
+                                                   f'"{framework}"'))
+    run = runner(load_class(tmp_path / "relu.py", "Relu").cls())
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    x = (np.random.default_rng(1).standard_normal((3, 50, 40)) * 10).astype(np_dtype)
+    shifted = run.shifted([x])
+    shifts = host._shifts(9, 4, host._shift_scale(x)).astype(x.dtype)
+    for s in shifts:
+        (outs,) = as_tuple(run.call(shifted(s)))
+        got = np.asarray(run._numpy(shifted(s)[0]))
+        want = host._shifted(x, s)
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+        (w,) = host._weights(KEY, [outs])
+        (sum_,) = run.checksums([w])([outs])
+        y = np.asarray(run._numpy(outs)).ravel()
+        assert host._agrees(sum_, w, y, 0.0, 0.0)
+        assert not host._agrees(sum_ + 1e-3 * float(np.abs(w) @ np.abs(y.astype(np.float64))),
+                                w, y, 0.0, 0.0)

@@ -33,12 +33,15 @@ class TorchRunner(Runner):
         return to_numpy(value)
 
     def shifted(self, arrays):
-        """The shift added by torch.add in torch's own threads into the first input's tensor
-        (bfloat16 too, which NumPy cannot view). The shift is a value of the input's dtype, so
-        its float equals it exactly and the sum rounds as NumPy's does."""
+        """NumPy's in-place add where the tensor shares NumPy's memory (torch.add there cost
+        the host twice the CPU beside torch.dot); else (bfloat16) torch.add into the tensor.
+        The shift is a value of the input's dtype, so the sum rounds as NumPy's does."""
         import torch
+
+        from d500.operators.adapters import writable_view
         native = self.to_native(arrays)
-        if not (isinstance(native[0], torch.Tensor) and native[0].is_floating_point()):
+        if writable_view(native[0]) is not None or not (
+                isinstance(native[0], torch.Tensor) and native[0].is_floating_point()):
             return super().shifted(arrays)
         first = native[0].clone()
 
