@@ -65,6 +65,9 @@ def trusted_key(value: str) -> str:
     from d500.competition import signing
     if HEX_KEY.match(value) and not Path(value).exists():
         return value.lower()
+    if re.fullmatch(r"[0-9a-fA-F]+", value) and not Path(value).exists():
+        raise UsageError(f"--trust {value}: neither a key file nor an ed25519 public key's 64 "
+                         f"hex digits ({len(value)} given)")
     return signing.public_key(value)
 
 

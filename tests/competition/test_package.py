@@ -428,3 +428,14 @@ def test_more_than_max_bytes_decompressed_is_refused(tmp_path, monkeypatch):
     monkeypatch.undo()
     with pytest.raises(D500Error, match="not a d500 package|format"):
         Package.open(path)  # under the real limit it is read (and is no package)
+
+
+def test_a_trusted_key_of_too_few_hex_digits_says_so(tmp_path, monkeypatch):
+    """`--trust 1234` said '1234: no such key file'."""
+    from d500.competition.check_cli import trusted_key
+    from d500.errors import UsageError
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match=r"^--trust 1234: neither a key file nor an ed25519 "
+                                         r"public key's 64 hex digits \(4 given\)$"):
+        trusted_key("1234")
+    assert trusted_key("AB" * 32) == "ab" * 32
