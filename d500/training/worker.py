@@ -27,7 +27,9 @@ mid-chunk, and at the end ("finish", want); ("save",) and ("restore", state) for
 seconds, ("trained", losses, state or None, stopped, where) at the end of a chunk, ("state",
 state or None) to "finish", ("saved", state) and ("restored",), ("error", line) when anything
 failed. What the
-worker says of its own time is never used: the supervisor times each round trip itself. Level 3
+worker says of its own time is never used: the supervisor times each round trip itself, and
+from that predicts when the next is due, which decides only when it looks (both sides spin a
+bounded while around a due message: d500.training.waiting). Level 3
 speaks the same protocol with its rank 0 (d500.distributed.judge), whose ranks train together.
 """
 
@@ -45,6 +47,7 @@ import numpy as np
 
 from d500 import children
 from d500.errors import D500Error
+from d500.training import waiting
 
 TICK = 0.25  # seconds between progress messages from the worker
 GRACE = 30.0  # seconds a worker may take to stop after the budget ran out (one step's worth)
@@ -71,6 +74,7 @@ class Job:
     threads: dict[str, Any] | None  # the supervisor's d500.threads.recorded()
     drop_last: bool
     env: dict[str, str] | None = None  # the worker's environment (None: the supervisor's now)
+    spin: float = waiting.CAP  # s the worker looks past the judge's answer's due time (0: never)
 
 
 @dataclass
@@ -93,9 +97,11 @@ class Trainee:
     wait for the end of its chunk)."""
 
     grace: float | None = GRACE
+    spin = 0.0  # s a wait for a chunk looks past its due time (d500.training.waiting; 0: never)
 
     def __init__(self, conn: Any):
         self.conn = conn
+        self.step_time: float | None = None  # s a step took in the last whole chunk, as timed here
 
     def ready(self) -> None:
         """Wait until the worker built the model and the optimizer (a WorkerError if not);
@@ -117,11 +123,17 @@ class Trainee:
         `remaining()` is the time budget left on the supervisor's clock: when it runs out the
         trainee is told to stop after its current step (and given up if it does not within
         `grace` s). `val`: the last validation accuracy, for the trainee's progress display."""
+        sent = time.perf_counter()
         self.conn.send(("train", epoch, first, count, want, val, batch))
+        # when the chunk should be back, from this side's timing of the last one: it decides
+        # when the wait looks without sleeping (d500.training.waiting), never what is timed
+        due = None if self.step_time is None or not self.spin else sent + count * self.step_time
         stop_sent = False
         while True:
             wait = self.grace if stop_sent else max(remaining(), 0.0)
-            if not self._poll(wait):
+            ready = (waiting.poll(self.conn, wait, due, self.spin) if due is not None
+                     else self._poll(wait))
+            if not ready:
                 if stop_sent:
                     self.close()
                     raise WorkerError(f"the worker did not stop within {self.grace:g} s after "
@@ -134,6 +146,8 @@ class Trainee:
                 if tick is not None:
                     tick(message[1], message[2])
             elif message[0] == "trained":
+                if not stop_sent and len(message[1]) == count and count:
+                    self.step_time = (time.perf_counter() - sent) / count
                 return Chunk(list(message[1]), message[2], stop_sent or message[3],
                              str(message[4]), message[5] if len(message) > 5 else None)
             else:
@@ -195,6 +209,7 @@ class Worker(Trainee):
     def __init__(self, job: Job):
         if job.env is None:
             job = replace(job, env=children.environment())
+        self.spin = job.spin
         from d500.backends import framework
         known = framework(job.backend)  # (an unknown framework is spawned)
         self.job = job
@@ -257,8 +272,15 @@ def main(conn: Any) -> None:
             return
         _, x, y, total_steps = message
         lr_at, steps = job.recipe.schedule(total_steps), 0
+        # the judge's answer to a chunk (its next message) is due when it came last time: till
+        # then the wait blocks, then looks without sleeping a while (d500.training.waiting)
+        handed, answer = None, 0.0  # when the last chunk went back; s its answer took
         while True:
+            if handed is not None:
+                waiting.poll(conn, None, handed + answer, job.spin)
             message = conn.recv()
+            if handed is not None:
+                answer, handed = time.perf_counter() - handed, None
             if message[0] == "stop":
                 continue  # a stop that crossed the end of its chunk
             if message[0] == "finish":
@@ -299,6 +321,7 @@ def main(conn: Any) -> None:
                     last = time.perf_counter()
             conn.send(("trained", losses, _state(trainer) if want else None, stopped, "",
                        trainer.compile_record()))
+            handed = time.perf_counter()
     except (EOFError, OSError, KeyboardInterrupt):
         return  # the supervisor went away
     except Exception as err:  # noqa: BLE001 - the submission's or backend's failure, as a line
