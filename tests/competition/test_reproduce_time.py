@@ -1,6 +1,8 @@
 """Reproduce's time comparison on hand-made figures and evaluations (a time halved disagrees, the
-spread measured between repeated runs agrees, a loaded machine widens the tolerance, another
-machine's hardware is not compared) and the draw's odds of holding a forged run."""
+spread measured between repeated runs agrees, a load up to 1.25x widens the tolerance and a
+heavier one leaves the times not judged, whatever load a sender fakes; another machine's
+hardware is not compared), the report that says so, and the draw's odds of holding a forged
+run."""
 
 from __future__ import annotations
 
@@ -250,3 +252,46 @@ def test_runs_too_short_for_one_slack_are_judged_together():
     assert pooled([(0.1, 0.2, 1.2)] * 4).tolerance == (
         "reproduced at most 1.5x1.20 recorded + 0.100 s (0.05 s x sqrt(4); same hardware; "
         "x1.20: this machine was loaded while reproducing)")  # as a run's own check says it
+
+
+def test_the_job_wants_its_ranks_times_threads_and_an_operator_two_processes():
+    from types import SimpleNamespace
+
+    from d500.competition.reproduce import RunReport, _load
+    local = {"details": {"load_average": {"usable_cores": 2, "during": 1.9}}}
+    for level, world, threads, load in ((2, None, 1, 10.0), (3, 2, 1, 400.0), (0, None, 1, 400.0),
+                                        (2, None, None, 400.0), (1, None, 1, 10.0)):
+        prepared = SimpleNamespace(run=SimpleNamespace(level=level, world_size=world),
+                                   threads=threads)
+        rep = RunReport(1, level, "w", "torch", 0)
+        assert _load(prepared, local, rep) == load, (level, world, threads)
+        assert rep.times.startswith("; times not judged: this machine was too loaded")
+    rep = RunReport(1, 2, "w", "torch", 0)
+    quiet = {"details": {"load_average": {"usable_cores": 2, "during": 1.2}}}
+    prepared = SimpleNamespace(run=SimpleNamespace(level=2, world_size=None), threads=1)
+    assert _load(prepared, quiet, rep) == 1.25
+    assert rep.times == ("; this machine was loaded while reproducing: the tolerance is widened "
+                         "1.25x (at most 1.25x: a halved time still shows)")
+
+
+def test_the_report_says_plainly_that_times_were_not_judged(capsys):
+    from pathlib import Path
+
+    from d500.competition.reproduce import Reproduction, RunReport
+    from d500.competition.reproduce_cli import as_json, render
+    load = slowdown({"usable_cores": 2, "during": 1.9}, 1)
+    run = RunReport(4, 2, "digits-mlp", "torch", 0, run_id=1)
+    run.checks = list(_checks(SLOW, (SLOW[0] * 3, [w * 3 for w in SLOW[1]]), load).values())
+    result = Reproduction(Path("p.tar.gz"), "0" * 64, "entry", 3, True, Path("l.sqlite"),
+                          drawn_from=[4], runs=[run])
+    assert run.verdict == "inconclusive" and not run.agrees and not result.agrees
+    render(result)
+    out = capsys.readouterr().out
+    assert "inconclusive: run 4: time_to_accuracy: recorded" in out
+    assert "disagrees:" not in out and "0 of 1 run(s) agree with the package" in out
+    assert ("times not judged for run(s) 4: this machine was too loaded while reproducing to "
+            "judge times; reproduce on a quieter machine") in out
+    found = as_json(result)
+    assert found["agrees"] is False and found["runs"][0]["verdict"] == "inconclusive"
+    assert all(c["inconclusive"] for c in found["runs"][0]["checks"])
+
