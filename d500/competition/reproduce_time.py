@@ -36,7 +36,10 @@ taking 1.51-1.93 cores, reproduced 0.67-4.43x its record (itself run at load), e
 latency at 1.42-1.92, 1.74-70x, estimate 11.9-625x (at k = 1, 15x at most: the judge and its
 host meet at every call, so level 0 counts k >= 2). Every one inconclusive, none accused;
 under the rule before, the 2-rank reproductions beside 1 and 2 busy loops (5.85x and 3.95x
-their records) disagreed.
+their records) disagreed. Even at niceness -20 (--nice -20) the digits run took 0.31-0.36 of
+a core, others 1.58-1.70 (its supervisor and worker wait on each other, and others fill the
+gaps): an estimate of 2.4-3.3x where it ran 0.64-1.01x its record, so the rule errs towards
+not judging.
 """
 
 from __future__ import annotations
