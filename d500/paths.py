@@ -112,16 +112,26 @@ def output_file(path: str | Path, example: str, what: str = "a file name", optio
     return path
 
 
-def write_output(path: str | Path, text: str) -> Path:
-    """Write a file the user asked for (--out), creating its folder; a path that cannot be
-    written is a UsageError naming it."""
+def write_output(path: str | Path, text: str | bytes) -> Path:
+    """Write a file the user asked for (--out, --png: text or bytes), creating its folder; a
+    path that cannot be written is a UsageError naming it."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text, encoding="utf-8")
     except OSError as err:
-        raise UsageError(f"{path}: cannot write it ({err.strerror})") from None
+        raise UsageError(f"{path}: cannot write it ({unwritable(path, err)})") from None
     return path
+
+
+def unwritable(path: Path, err: OSError) -> str:
+    """Why `path` could not be written: a file where one of its folders goes ('File exists'
+    said nothing of which), else the system's words."""
+    blocking = next((p for p in Path(path).parents if p.exists() and not p.is_dir()), None)
+    return f"{blocking} is a file, not a folder" if blocking else str(err.strerror or err)
 
 
 def cache(*parts: str) -> Path:

@@ -29,6 +29,7 @@ packed, so any new run in the ledger (of any entry) changes the package.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
@@ -53,7 +54,7 @@ from d500.competition.layout import (
     sha256,
 )
 from d500.errors import ConfigError, D500Error, UsageError
-from d500.paths import output_file
+from d500.paths import output_file, unwritable
 
 STUDY_COLUMNS = ("id", "name", "level", "workload", "submission", "backend", "objective",
                  "search_space", "budget", "status", "started", "stopped", "details")
@@ -98,8 +99,9 @@ def build(submission_dir: str | Path, out: str | Path, ledger: Any = None,
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_bytes(archive(members, created))
     except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise UsageError(f"{out}: cannot write the package ({err.strerror})") from None
+        with contextlib.suppress(OSError):  # (its folder may be a file: nothing to remove)
+            tmp.unlink(missing_ok=True)
+        raise UsageError(f"{out}: cannot write the package ({unwritable(out, err)})") from None
     try:
         pkg = Package.open(tmp)
         problems = pkg.member_problems() + pkg.chain_problems()

@@ -53,11 +53,10 @@ def main(argv: list[str], prog: str = "d500 scale") -> int:
     profiles = _profiles(Ledger(), target, named=target == args.target)
     net = given or _network(args, None)
     rows = scaling.predict(profiles, net, sizes, weak=args.weak)
-    from d500.paths import home
-    png_path = Path(args.png) if args.png else home() / (
-        f"scale-{_slug(target)}{'-weak' if args.weak else ''}.png")
-    png_path.parent.mkdir(parents=True, exist_ok=True)
-    png_path.write_bytes(scaling.plot(rows, net, weak=args.weak))
+    from d500.paths import home, write_output
+    png_path = write_output(Path(args.png) if args.png else home() / (
+        f"scale-{_slug(target)}{'-weak' if args.weak else ''}.png"),
+        scaling.plot(rows, net, weak=args.weak))
     if args.json:
         print(json.dumps({"network": {"alpha": net.alpha, "beta": net.beta, "spec": net.spec(),
                                       "source": net.source},

@@ -344,6 +344,12 @@ def test_the_cli_packs_signs_and_summarises(digits_home, entry_dir, tmp_path, ru
     assert Package.open(out).signature().valid
     again = run_d500(None, "keygen", str(signing_key))
     assert again.returncode == 2 and "already exists" in again.stderr
+    blocked = tmp_path / "a-file"  # --out under a file: a NotADirectoryError traceback before
+    blocked.write_text("")
+    under = run_d500(digits_home, "package", str(entry_dir), "--out", str(blocked / "e.tar.gz"))
+    assert under.returncode == 2 and under.stderr.strip().splitlines() == [
+        f"d500 package: error: {blocked / 'e.tar.gz'}: cannot write the package ({blocked} is a "
+        f"file, not a folder)"], under.stderr
 
 
 def test_level3_group_rows_are_packed_with_the_entry(ledger_copy, entry_dir, tmp_path):

@@ -1,0 +1,21 @@
+"""An output the user names (--out, --png) that cannot be written is one line naming it and why:
+`d500 scale --png` wrote its plot unguarded (a traceback), and a file where a folder goes said
+only 'File exists'."""
+
+from __future__ import annotations
+
+import pytest
+
+from d500.errors import UsageError
+from d500.paths import write_output
+
+
+def test_bytes_and_text_under_a_file_are_one_line(tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    for data in (b"\x89PNG", "text"):
+        with pytest.raises(UsageError) as err:
+            write_output(blocked / "sub" / "x.png", data)
+        assert str(err.value) == (f"{blocked / 'sub' / 'x.png'}: cannot write it ({blocked} is a "
+                                  f"file, not a folder)")
+    assert write_output(tmp_path / "new" / "x.png", b"\x89PNG").read_bytes() == b"\x89PNG"
