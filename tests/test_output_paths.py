@@ -19,3 +19,18 @@ def test_bytes_and_text_under_a_file_are_one_line(tmp_path):
         assert str(err.value) == (f"{blocked / 'sub' / 'x.png'}: cannot write it ({blocked} is a "
                                   f"file, not a folder)")
     assert write_output(tmp_path / "new" / "x.png", b"\x89PNG").read_bytes() == b"\x89PNG"
+
+
+def test_a_ledger_or_key_under_a_file_is_one_line(tmp_path):
+    """`d500 reproduce --ledger` under a file was a FileExistsError traceback; keygen said only
+    'File exists'."""
+    from d500.competition import signing
+    from d500.ledger import Ledger
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    with pytest.raises(UsageError, match=rf"x.sqlite: cannot make its folder \({blocked} is a "
+                                         rf"file, not a folder\)$"):
+        Ledger(blocked / "x.sqlite")
+    with pytest.raises(UsageError, match=rf"k: cannot write the key \({blocked} is a file, not "
+                                         rf"a folder\)$"):
+        signing.generate(blocked / "k")

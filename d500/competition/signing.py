@@ -46,7 +46,8 @@ def generate(keyfile: str | Path) -> str:
             f.write(private)
         pub.write_bytes(public)
     except OSError as err:
-        raise UsageError(f"{keyfile}: cannot write the key ({err.strerror})") from None
+        from d500.paths import unwritable
+        raise UsageError(f"{keyfile}: cannot write the key ({unwritable(keyfile, err)})") from None
     return _raw_hex(key.public_key())
 
 

@@ -67,7 +67,12 @@ class Store:
 
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path is not None else home() / "ledger.sqlite"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:  # (a file where a folder goes: one line, not a traceback)
+            from d500.paths import unwritable
+            raise UsageError(f"{self.path}: cannot make its folder "
+                             f"({unwritable(self.path, err)})") from None
         self.root = self.path.parent.resolve()
         self._lock = threading.RLock()
         self._db = self._open(time.monotonic() + OPEN_PATIENCE)
