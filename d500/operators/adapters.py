@@ -71,19 +71,23 @@ class Runner:
         grads = tuple(grad_outputs)
         return lambda: self.op.backward(grads, inputs, outputs)
 
-    def shifted(self, arrays: Sequence[np.ndarray]) -> Callable[[Any], list[Any]]:
-        """For checked timing (d500.operators.host): a function from a shift (a NumPy scalar of
-        the first array's dtype) to the native inputs, the first being the first array plus
-        the shift. Converted once; the first input rewritten in place where its native array
-        shares NumPy's memory (NumPy, torch), converted anew each call otherwise."""
+    def shifted(self, arrays: Sequence[np.ndarray]) -> Callable[[np.ndarray], list[Any]]:
+        """For checked timing (d500.operators.host): a function from a call's offsets (a short
+        array of the first array's dtype) to the native inputs, the first being the first
+        array plus the offsets tiled over its elements (`add_tiled`). Converted once; the first
+        input rewritten in place where its native array shares NumPy's memory (NumPy, torch),
+        converted anew each call otherwise."""
         native = self.to_native(arrays)
         view = writable_view(native[0])
+        first = np.ascontiguousarray(arrays[0]).reshape(-1)
+        flat = view.reshape(-1) if view is not None and view.flags.c_contiguous else None
 
-        def shift(s: Any) -> list[Any]:
-            if view is not None:
-                np.add(arrays[0], s, out=view)
+        def shift(offsets: np.ndarray) -> list[Any]:
+            if flat is not None:
+                add_tiled(first, offsets, flat)
             else:
-                native[0] = self.to_native([np.add(arrays[0], s)])[0]
+                out = add_tiled(first, offsets, np.empty_like(first))
+                native[0] = self.to_native([out.reshape(arrays[0].shape)])[0]
             return native
         return shift
 
@@ -99,6 +103,16 @@ class Runner:
 
     def _numpy(self, value: Any) -> Any:
         return value
+
+
+def add_tiled(flat: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """out = flat + offsets tiled (element j gets offsets[j % len(offsets)]), 1-D arrays; one
+    pass, the offsets staying in cache."""
+    n, period = flat.size, offsets.size
+    q = n // period * period
+    np.add(flat[:q].reshape(-1, period), offsets, out=out[:q].reshape(-1, period))
+    np.add(flat[q:], offsets[:n - q], out=out[q:])
+    return out
 
 
 def flat32(y: Any) -> np.ndarray:

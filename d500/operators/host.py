@@ -14,27 +14,29 @@ host ends with the judge (PR_SET_PDEATHSIG).
 
 The judge does not take the host's word for how many forward calls a round trip ran: each
 round trip carries a seed the judge draws then, from which every call's first input is shifted
-by its own amount (x + s_i, s_i in [0.05, 0.5] of mean |x|), and the host returns each call's
-outputs as a checksum: their dot product with float32 weights, one per element, drawn from a key
-the judge sends when the timed call is prepared. After timing, the judge recomputes SAMPLES
-calls drawn from all round trips with the reference (`Batched.verify`); a missing or wrong one
-fails the run. To pass, a host must know every element of every call's output (every weight is
-nonzero), which costs it a call wherever the output changes with the shift: not Softmax's nor a
-normalization's (x + s normalizes as x does), whose calls a copy of one call passes. Knowing
-the weights from the start gains a cheat nothing more than knowing them per round trip would
-(the shifts are what it cannot know ahead). Weights of a short period, tiled, were rejected:
-where the period divides an output's stride, an operator's own invariants (Softmax's sums along
-that axis are 1) make the checksum a constant.
+by its own amount: element j of x plus s_i * p[j % PERIOD], in [0.025, 0.5] of mean |x|. The
+host returns each call's outputs as a checksum, their dot product with float32 weights, one per
+element. The pattern p and the weights follow from a key the judge sends when the timed call is
+prepared. After timing, the judge recomputes SAMPLES calls drawn from all round trips with the
+reference (`Batched.verify`); a missing or wrong one fails the run. To pass, a host must know
+every element of every call's output (every weight is nonzero), and every element's input
+changes from call to call. The shift varies along every axis (PERIOD is a prime; not along an
+axis whose stride it divides), so Softmax and the normalizations, which undo a uniform shift
+along their axis, do not give one call's output for all (with one shift per call they did).
+Knowing the weights from the start gains a cheat nothing more than knowing them per round trip
+would (the shifts are what it cannot know ahead). Weights of a short period, tiled, were
+rejected: where the period divides an output's stride, an operator's own invariants (Softmax's
+sums along that axis are 1) make the checksum a constant.
 
 The shift and the checksum run in the operator's framework (its Runner's `shifted` and
-`checksums`: NumPy's in-place add and einsum; torch.add and torch.dot in torch's threads; a
-jitted add and dot on JAX's device), one pass over the first input and one over the outputs per
-call. Built-in backends and operators imported by the judge run the same calls in its process
-(`checked_forward`, `Local`), so every row of a comparison pays the check alike. The backward's
-round trips are not checked. What the check costs against the unchecked loop
-(`benchmarks/call_check.py --rounds 15`, 2026-11-27, load 8-14 on 2 cores, median of 3 runs):
-Relu on 1 MiB, memory-bound, 1.8x in NumPy, 4.5x in torch, 4.8x in JAX; a 256x256 MatMul 1.07x
-in torch, 1.08x in NumPy.
+`checksums`: NumPy's in-place add, also for torch's tensors, and einsum; torch.dot in torch's
+threads; a jitted add and dot on JAX's device), one pass over the first input and one over the
+outputs per call. Built-in backends and operators imported by the judge run the same calls in
+its process (`checked_forward`, `Local`), so every row of a comparison pays the check alike.
+The backward's round trips are not checked. What the check costs against the unchecked loop
+(`benchmarks/call_check.py --rounds 15`, 2026-11-27, load 8-14 on 2 cores, median of 3 runs,
+with one shift per call): Relu on 1 MiB, memory-bound, 1.8x in NumPy, 4.5x in torch, 4.8x in
+JAX; a 256x256 MatMul 1.07x in torch, 1.08x in NumPy.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ MAX_INNER = 100_000
 START = 300.0  # seconds the host may take to import the operator's file
 SAMPLES = 32  # forward calls the judge recomputes after timing: skipping 10 % of calls is
 #               caught with probability 1 - 0.9 ** 32 = 0.97
+PERIOD = 1021  # a prime: the offsets a call's elements get repeat with it (`_pattern`)
 CHECKSUM_SLACK = 1e-5  # a float32 dot product's rounding, relative to sum |w y|
 
 
@@ -246,8 +249,9 @@ class Batched:
             t = int(np.searchsorted(starts, pick, side="right") - 1)
             seed, calls, sums = self.trips[t]
             i = int(pick - starts[t])
-            shift = _shifts(seed, calls, self.scale)[i]
-            want = reference([_shifted(self.inputs[0], shift), *self.inputs[1:]])
+            x = self.inputs[0]
+            offsets = _offsets(_shifts(seed, calls, self.scale)[i], _pattern(self.key), x.dtype)
+            want = reference([_shifted(x, offsets), *self.inputs[1:]])
             weights = weights or _weights(self.key, want)
             for k, (w, y) in enumerate(zip(weights, want)):
                 if k >= sums.shape[1] or not _agrees(float(sums[i][k]), w, y, rtol, atol_frac):
@@ -292,8 +296,21 @@ def _shifts(seed: int, calls: int, scale: float) -> np.ndarray:
     return np.random.default_rng([seed, 0]).uniform(0.05, 0.5, calls) * scale
 
 
-def _shifted(x: np.ndarray, shift: float) -> np.ndarray:
-    return np.add(x, np.asarray(shift).astype(x.dtype))
+def _pattern(key: int) -> np.ndarray:
+    """How a call's shift varies over the input's elements: element j is shifted by
+    s_i * pattern[j % PERIOD], so that no axis (but one whose stride PERIOD divides) sees one
+    shift along it, which Softmax or a normalization would undo."""
+    return np.random.default_rng([key, 2]).uniform(0.5, 1.0, PERIOD)
+
+
+def _offsets(shift: float, pattern: np.ndarray, dtype: Any) -> np.ndarray:
+    return (shift * pattern).astype(dtype)
+
+
+def _shifted(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    from d500.operators.adapters import add_tiled
+    flat = np.ascontiguousarray(x).reshape(-1)
+    return add_tiled(flat, offsets, np.empty_like(flat)).reshape(x.shape)
 
 
 def _weights(key: int, outputs: list[Any]) -> list[np.ndarray]:
@@ -410,11 +427,12 @@ def _checked_calls(run: Any, state: dict[str, Any], calls: int, seed: int, scale
     return each call's outputs' checksums (calls x outputs), both done by the framework's own
     kernels (the Runner's `shifted` and `checksums`)."""
     from d500.operators.adapters import as_tuple
-    shifts = _shifts(seed, calls, scale).astype(state["inputs"][0].dtype)
+    dtype, pattern = state["inputs"][0].dtype, _pattern(state["key"])
+    shifts = _shifts(seed, calls, scale)
     shifted = state["shifted"]
     sums = np.empty((calls, 0))
     for i in range(calls):
-        outs = as_tuple(run.call(shifted(shifts[i])))
+        outs = as_tuple(run.call(shifted(_offsets(shifts[i], pattern, dtype))))
         if state.get("checksums") is None:  # the weights: once per timed call, from its key
             state["checksums"] = run.checksums(_weights(state["key"], outs))
         row = state["checksums"](outs)

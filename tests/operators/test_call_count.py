@@ -22,7 +22,7 @@ SLOW = (Path(__file__).parent / "ops" / "slow_ops.py").read_text()
 
 # The red team's attack (README, issue 17), on today's protocol: the host's loop runs one call
 # in ten and answers the other calls with copies of those it ran.
-ONE_IN_TEN = SLOW + '''
+SKIP = '''
 from d500.operators import host
 
 _real = host._answer
@@ -37,6 +37,22 @@ def _answer(cls, state, message):
 
 
 host._answer = _answer
+'''
+ONE_IN_TEN = SLOW + SKIP
+
+SOFTMAX = '''
+import numpy as np
+from d500.operators import CustomOperator
+
+
+class Softmax(CustomOperator):
+    op_type = "Softmax"
+    framework = "numpy"
+
+    def forward(self, x):
+        axis = self.attributes.get("axis", -1)
+        e = np.exp(x - x.max(axis=axis, keepdims=True))
+        return e / e.sum(axis=axis, keepdims=True)
 '''
 
 
@@ -67,6 +83,20 @@ def test_a_host_running_one_call_in_ten_is_caught_and_recorded_failed(home, tmp_
 KEY = 5  # the timed call's weights
 
 
+def test_one_call_in_ten_is_caught_on_softmax_whose_output_ignores_a_uniform_shift(
+        home, tmp_path, capsys, monkeypatch):
+    """Softmax(x + s) = Softmax(x): with one shift per call, copies of one call were right for
+    every call; each call's shift varies along every axis, so they are not."""
+    monkeypatch.setattr(host, "OVERHEAD", 0.5)
+    (tmp_path / "op.py").write_text(SOFTMAX + SKIP)
+    code = cli.main(["op", "bench", f"{tmp_path / 'op.py'}:Softmax", "--case",
+                     str(ROOT / "levels" / "0-operators" / "softmax-axis1.yaml"),
+                     "--backends", "reference", "--budget", "0.1"])
+    (mine,) = [r for r in Ledger().runs(level=0) if r["submission"] != "builtin"]
+    assert code == 1 and mine["status"] == "failed", mine
+    assert "did not run every call" in mine["error"]
+
+
 def _batched(trips, inputs):
     b = host.Batched.__new__(host.Batched)
     b.inputs, b.scale, b.trips, b.key = inputs, host._shift_scale(inputs[0]), trips, KEY
@@ -82,7 +112,8 @@ def _sums(seed, calls, x, scale, skip=None):
     shifts = host._shifts(seed, calls, scale)
     rows = []
     for i in range(calls):
-        (y,) = _relu([host._shifted(x, shifts[i if i != skip else i - 1])])
+        offsets = host._offsets(shifts[i if i != skip else i - 1], host._pattern(KEY), x.dtype)
+        (y,) = _relu([host._shifted(x, offsets)])
         rows.append([float(np.dot(host._weights(KEY, [y])[0], y.ravel()))])
     return np.array(rows)
 
@@ -139,13 +170,14 @@ def test_each_framework_shifts_as_the_judge_does_and_checksums_within_the_slack(
                                                    f'"{framework}"'))
     run = runner(load_class(tmp_path / "relu.py", "Relu").cls())
     np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
-    x = (np.random.default_rng(1).standard_normal((3, 50, 40)) * 10).astype(np_dtype)
+    x = (np.random.default_rng(1).standard_normal((3, 50, 41)) * 10).astype(np_dtype)
     shifted = run.shifted([x])
-    shifts = host._shifts(9, 4, host._shift_scale(x)).astype(x.dtype)
+    shifts = host._shifts(9, 4, host._shift_scale(x))
     for s in shifts:
-        (outs,) = as_tuple(run.call(shifted(s)))
-        got = np.asarray(run._numpy(shifted(s)[0]))
-        want = host._shifted(x, s)
+        offsets = host._offsets(s, host._pattern(KEY), x.dtype)
+        (outs,) = as_tuple(run.call(shifted(offsets)))
+        got = np.asarray(run._numpy(shifted(offsets)[0]))
+        want = host._shifted(x, offsets)
         assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
         (w,) = host._weights(KEY, [outs])
         (sum_,) = run.checksums([w])([outs])

@@ -47,15 +47,17 @@ class JaxRunner(Runner):
         return np.asarray(value)
 
     def shifted(self, arrays):
-        """The shift added on the device by a jitted add (no conversion of a new array each
-        call); the same float addition as NumPy's."""
+        """The offsets added on the device by a jitted add, tiled as `add_tiled` does (no
+        conversion of a new array each call); the same float addition as NumPy's."""
         import jax
+        import jax.numpy as jnp
         native = self.to_native(arrays)
-        first, add = native[0], jax.jit(lambda x, s: x + s)
+        first, shape = native[0], np.shape(arrays[0])
+        add = jax.jit(lambda x, o: (x.reshape(-1) + jnp.resize(o, x.size)).reshape(shape))
 
-        def shift(s):
+        def shift(offsets):
             with _x64():
-                native[0] = add(first, s)
+                native[0] = add(first, offsets)
             return native
         return shift
 

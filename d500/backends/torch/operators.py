@@ -34,19 +34,24 @@ class TorchRunner(Runner):
 
     def shifted(self, arrays):
         """NumPy's in-place add where the tensor shares NumPy's memory (torch.add there cost
-        the host twice the CPU beside torch.dot); else (bfloat16) torch.add into the tensor.
-        The shift is a value of the input's dtype, so the sum rounds as NumPy's does."""
+        the host twice the CPU beside torch.dot); else (bfloat16) torch.add into the tensor,
+        the offsets tiled as `add_tiled` does. The sum rounds as NumPy's does."""
         import torch
 
+        from d500.backends.torch.dtypes import from_numpy
         from d500.operators.adapters import writable_view
         native = self.to_native(arrays)
         if writable_view(native[0]) is not None or not (
                 isinstance(native[0], torch.Tensor) and native[0].is_floating_point()):
             return super().shifted(arrays)
-        first = native[0].clone()
+        first, out = native[0].clone().reshape(-1), native[0].view(-1)
+        n = first.numel()
 
-        def shift(s):
-            torch.add(first, float(s), out=native[0])
+        def shift(offsets):
+            period = offsets.size
+            q, off = n // period * period, from_numpy(offsets)
+            torch.add(first[:q].view(-1, period), off, out=out[:q].view(-1, period))
+            torch.add(first[q:], off[:n - q], out=out[q:])
             return native
         return shift
 
