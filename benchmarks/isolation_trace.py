@@ -8,13 +8,14 @@ from that sending to the judge's receipt. The pipe messages are timed by a hook
 (benchmarks/_hook/sitecustomize.py, on PYTHONPATH of a fresh process per run, inherited by its
 worker), so d500's own code runs unchanged. Placements: `worker` (as d500 runs it: each side
 spins a bounded while around the time its next message is due, d500.training.waiting),
-`blocking` (both sides block in every pipe read, as d500 ran before that), `pinned`
+`early-4ms` (so, but the judge looks from 4 ms before a chunk is due, not 1 ms), `blocking`
+(both sides block in every pipe read, as d500 ran before that), `pinned`
 (judge on CPU 0, worker on CPU 1), `one-cpu` (both on CPU 1), `poll-1ms` (both sides
 busy-poll 1 ms before a pipe read blocks), `never-sleep` (both busy-poll 50 ms, longer than a
 digits-mlp chunk). Same seed per round, the order rotated; digits-mlp, torch at 1 thread.
 
     .venv/bin/python benchmarks/isolation_trace.py [--pairs 10] [--realtime]
-        [--placements worker,blocking,pinned,one-cpu,poll-1ms,never-sleep]
+        [--placements worker,early-4ms,blocking,pinned,one-cpu,poll-1ms,never-sleep]
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-PLACEMENTS = {"worker": (None, None, 0.0), "blocking": (None, None, 0.0), "pinned": ({0}, {1}, 0.0),
+PLACEMENTS = {"worker": (None, None, 0.0), "early-4ms": (None, None, 0.0),
+              "blocking": (None, None, 0.0), "pinned": ({0}, {1}, 0.0),
               "one-cpu": ({1}, {1}, 0.0), "poll-1ms": (None, None, 0.001),
               "never-sleep": (None, None, 0.05)}  # judge's CPUs, worker's CPUs, busy-poll s
 
@@ -44,7 +46,7 @@ def fresh(placement: str, seed: int, realtime: bool) -> dict[str, Any]:
     import isolation
 
     from d500 import threads
-    from d500.training import submission, worker
+    from d500.training import submission, waiting, worker
     threads.configure(1, ["torch"])
     recipe = submission.load(isolation.ROOT / "submissions" / "sgd-momentum").recipe
     judge_cpus, worker_cpus, _ = PLACEMENTS.get(placement, (None, None, 0.0))
@@ -53,7 +55,9 @@ def fresh(placement: str, seed: int, realtime: bool) -> dict[str, Any]:
     start = worker.Worker._start
 
     def placed(self: Any, ctx: Any) -> None:
-        if placement != "worker":  # d500's spin only as d500 runs it
+        if placement == "early-4ms":  # the judge looks from 4 ms before a chunk is due
+            waiting.EARLY = 0.004
+        elif placement != "worker":  # d500's spin only as d500 runs it
             self.spin, self.job = 0.0, replace(self.job, spin=0.0)
         start(self, ctx)
         if worker_cpus:  # (the keeper's, inherited by the worker, or the worker's)
