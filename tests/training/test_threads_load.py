@@ -27,7 +27,7 @@ CORES = len(os.sched_getaffinity(0))
 
 NOTING = '''\
 """Momentum SGD that writes, at its first update, the thread counts the frameworks of its own
-training process report (a worker of the d500 process: to $NOTE_DIR/<the worker's parent's
+training process report (a worker of the d500 process: to $NOTE_DIR/<its keeper's parent's
 pid>.json, the d500 process or its forkserver, once per d500 process); under $D500_MEET_DIR the
 ranks' first trials overlap (tests/training/rendezvous.py)."""
 
@@ -44,7 +44,8 @@ class Noting(Momentum):
 
     def update(self, ops, params, grads, state, lr, t):
         meet(t)
-        out = Path(os.environ["NOTE_DIR"]) / f"{os.getppid()}.json"
+        keeper = Path(f"/proc/{os.getppid()}/stat").read_text()  # (d500.children.keep)
+        out = Path(os.environ["NOTE_DIR"]) / f"{keeper.rsplit(')', 1)[1].split()[1]}.json"
         if not out.exists():
             found = {}
             if "torch" in sys.modules:

@@ -3,6 +3,7 @@ resumes when the same command runs again, losing and repeating no completed tria
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -19,9 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 HOLDING = '''
 """AdamW that, in a process with D500_HOLD_DIR set, notes each trial it starts training (a file
-per trial in that folder: its pid, its parent's, its parent's parent's and its parent's command
-line) and holds the second one at its first update until it is killed."""
+per trial in that folder: its pid, then each ancestor's pid and command line, three deep) and
+holds the second one at its first update until it is killed."""
 
+import json
 import os
 import time
 from pathlib import Path
@@ -40,10 +42,12 @@ class Holding(AdamW):
         elif folder and int(t) == 1:
             trial = len(list(Path(folder).iterdir())) + 1
             note = Path(folder) / f".{trial}"
-            parent = os.getppid()
-            grandparent = Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()[1]
-            command = Path(f"/proc/{parent}/cmdline").read_bytes().replace(b"\\0", b" ")
-            note.write_text(f"{os.getpid()} {parent} {grandparent} {command.decode()}")
+            chain, pid = [os.getpid()], os.getppid()
+            for _ in range(3):
+                line = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\\0", b" ")
+                chain.append([pid, line.decode()])
+                pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            note.write_text(json.dumps(chain))
             note.replace(Path(folder) / str(trial))  # seen whole, or not at all
             if trial == 2:
                 time.sleep(600)  # killed here, mid-trial, by the test
@@ -106,11 +110,11 @@ def test_a_killed_tuning_resumes_with_nothing_lost(tmp_path):
     finally:
         proc.kill()
         proc.wait()
-    worker, parent, grandparent, line = (held / "2").read_text().split(" ", 3)
-    worker, parent, grandparent = int(worker), int(parent), int(grandparent)
-    assert worker != proc.pid  # held in the tuning's worker process: its child, or a child of
-    assert parent == proc.pid or (grandparent == proc.pid and "forkserver" in line), \
-        (proc.pid, parent, grandparent, line)  # its forkserver (d500.children),
+    worker, keeper, *above = json.loads((held / "2").read_text())
+    assert worker != proc.pid  # held in the tuning's worker process, kept by a child of the
+    assert keeper[0] != proc.pid and (above[0][0] == proc.pid or (  # tuning process, or of its
+        above[1][0] == proc.pid and "forkserver" in above[0][1])), (proc.pid, keeper, above)
+    # forkserver (d500.children),
     for _ in range(50):  # which ends with the tuning process (PR_SET_PDEATHSIG)
         if not Path(f"/proc/{worker}").exists() or "Z" in _state(worker):
             break
