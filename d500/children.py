@@ -159,6 +159,13 @@ def _kept(pid: int) -> int:
     """The keeper's work: reap until child `pid` ends, then end what is left; its exit code
     (a signal that ended it ends the keeper too)."""
     import signal
+    reaped = False
+
+    def stop(*_: Any) -> None:  # `end`'s SIGTERM: the child first, then what it left (below)
+        if not reaped:  # (its pid is still its own: not yet reaped)
+            os.kill(pid, signal.SIGKILL)
+
+    signal.signal(signal.SIGTERM, stop)
     status = 1 << 8
     while True:  # reap adopted processes too, until the child has ended
         try:
@@ -170,6 +177,7 @@ def _kept(pid: int) -> int:
         if done == pid:
             status = code
             break
+    reaped = True
     _end_adopted()
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -234,12 +242,17 @@ def _prctl(option: int, value: int) -> None:
 
 
 def end(conn: Any, process: Any, wait: float = 5.0) -> None:
-    """End a child: "exit" on its pipe, `wait` s for it to go, then a kill; its pipe closed."""
+    """End a child: "exit" on its pipe, `wait` s for it to go, then SIGTERM (a keeper kills the
+    process it keeps and what that left behind: a SIGKILL would orphan them), then a kill; its
+    pipe closed."""
     try:
         conn.send(("exit",))
     except (OSError, ValueError):
         pass
     process.join(timeout=wait)
+    if process.is_alive():
+        process.terminate()
+        process.join(timeout=2)
     if process.is_alive():
         process.kill()
         process.join(timeout=5)

@@ -167,3 +167,49 @@ def test_a_confined_child_holds_no_capability_and_a_shield_makes_the_judge_undum
     assert no_new_privs == 1
     assert dumpable == 1  # a confined rank stays readable by its peers (MPI reads their memory)
     assert queue.get(timeout=5) == 0  # a shielded judge is not dumpable
+
+
+def _kept_stubborn(conn) -> None:
+    """A kept child (behind children.keep) that leaves a double-forked sleeper behind, says its
+    pid, then reads nothing more."""
+    children.bound_to_parent()
+    children.keep()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            conn.send(os.getpid())
+            time.sleep(120)
+        os._exit(0)
+    while True:
+        time.sleep(1)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the keeper is Linux's (a subreaper)")
+def test_ending_a_kept_child_that_does_not_exit_ends_what_it_left_behind():
+    """`end` on a worker stuck in the entry's code: the keeper ends the kept process and what
+    it left behind; killing the keeper outright orphaned the sleeper to init, where it ran on."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("spawn")
+    conn, child = ctx.Pipe()
+    process = ctx.Process(target=_kept_stubborn, args=(child,), daemon=True)
+    process.start()
+    child.close()
+    assert conn.poll(120), "the sleeper never said its pid"
+    left = conn.recv()
+    try:
+        children.end(conn, process, wait=0.5)
+        assert not process.is_alive()
+        deadline = time.monotonic() + 5
+        while _running(left) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(left), f"process {left} outlived its ended keeper"
+    finally:
+        if _running(left):
+            os.kill(left, 9)
