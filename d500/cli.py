@@ -254,8 +254,21 @@ def _main(argv: list[str] | None) -> int:
         say(f"d500 {name}: error: {err}")
         return err.exit_code
     except KeyboardInterrupt:
+        _end_mpi_job(f"d500 {name}: interrupted", 130)
         say(f"d500 {name}: interrupted")
         return 130
+
+
+def _end_mpi_job(line: str, code: int) -> None:
+    """Under mpiexec, a rank stopped by Ctrl-C ends the whole job (MPI_Abort, after `line`):
+    returning, it waited in MPI_Finalize for a rank blocked in MPI that no signal reaches, and
+    mpiexec and both ranks hung, that rank spinning a core. Nothing where MPI never started."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized() or \
+            mpi.COMM_WORLD.Get_size() < 2:
+        return
+    from d500.distributed.faults import end_job
+    end_job(mpi.COMM_WORLD, line, code)
 
 
 if __name__ == "__main__":

@@ -125,6 +125,26 @@ def test_a_killed_rank_ends_the_job_and_the_run_is_never_left_running(tmp_path, 
           f"killed; the run shows {run['status']}")
 
 
+def test_ctrl_c_on_a_rank_ends_every_rank(tmp_path, long_run):
+    """A rank stopped by SIGINT (Ctrl-C) says so and ends the job (MPI_Abort) at once. It
+    returned normally and waited in MPI_Finalize for the other rank, blocked in MPI where no
+    KeyboardInterrupt reaches it, spinning a core, until a watchdog's limit (60 s here; seen
+    here once: a Ctrl-C'd pipeline job still running 11 min later)."""
+    home = tmp_path / "home"  # a pipeline: stage 1 waits in MPI_Recv for stage 0's sends
+    entry = jobs.entry(tmp_path, "pipeline-1f1b", folder="slow-pipe", name="pipe-slow",
+                       hyperparameters={"lr": 1e-6, "momentum": 0.0})
+    proc = start(home, long_run[0], entry, D500_MPI_TIMEOUT="60")  # no watchdog rescue
+    when_training(home, proc)
+    os.kill(jobs.rank_process(home, 0), signal.SIGINT)  # rank 0's alone: stage 1 waits on
+    err, took = finish(proc, since := time.perf_counter())
+    assert took < LIMIT, err
+    ranks_gone(home, since)
+    assert took < 20, err  # not the watchdog's 60 s
+    assert proc.returncode != 0 and "[rank 0] d500 train: interrupted" in err, err
+    assert "Traceback" not in err
+    print(f"the job ended {took:.1f} s after Ctrl-C")
+
+
 def test_a_stopped_rank_is_given_up_named_and_the_job_ends(tmp_path, long_run):
     home = tmp_path / "home"
     proc = start(home, *long_run, D500_MPI_TIMEOUT="5")
