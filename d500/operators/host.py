@@ -34,9 +34,9 @@ threads; a jitted add and dot on JAX's device), one pass over the first input an
 outputs per call. Built-in backends and operators imported by the judge run the same calls in
 its process (`checked_forward`, `Local`), so every row of a comparison pays the check alike.
 The backward's round trips are not checked. What the check costs against the unchecked loop
-(`benchmarks/call_check.py --rounds 15`, 2026-11-27, load 8-14 on 2 cores, median of 3 runs,
-with one shift per call): Relu on 1 MiB, memory-bound, 1.8x in NumPy, 4.5x in torch, 4.8x in
-JAX; a 256x256 MatMul 1.07x in torch, 1.08x in NumPy.
+(`benchmarks/call_check.py --rounds 15`, 2026-11-27, load 6.4-8.8 on 2 cores, median of 3
+runs, wall): Relu on 1 MiB, memory-bound, 2.0x in NumPy, 5.1x in torch, 4.2x in JAX; a 256x256
+MatMul 1.12x in NumPy, 1.10x in torch (README).
 """
 
 from __future__ import annotations
