@@ -126,12 +126,13 @@ class Judge:
             stopped = True
         return stopped
 
-    def lost(self, why: str, gone: bool = False) -> None:
+    def lost(self, why: str, gone: bool = False, interrupted: bool = False) -> None:
         """Tell the judge the run failed (any thread; once); wait until it recorded that.
-        `gone`: a rank's process died or went silent (the run can be resumed)."""
+        `gone`: a rank's process died or went silent (the run can be resumed); `interrupted`:
+        stopped by Ctrl-C, recorded `interrupted` as level 2 records it (and resumable)."""
         with self._lock:
             try:
-                self._lost.send(("lost", why, gone))
+                self._lost.send(("lost", why, gone, interrupted))
                 if self._lost.poll(LOST_ACK):
                     self._lost.recv()
             except (EOFError, OSError, ValueError):
@@ -194,13 +195,14 @@ class Ranks(Trainee):
             ready = wait([self.conn, self.lost], left if self.remaining is None
                          else HEARTBEAT if left is None else min(left, HEARTBEAT))
             if self.lost in ready:
+                stopped = False
                 try:
-                    _, why, gone = untrusted.receive(self.lost)
+                    _, why, gone, stopped = untrusted.receive(self.lost)
                 except (EOFError, OSError):
                     why, gone = "rank 0 ended without a word", False
                 except (untrusted.Forbidden, TypeError, ValueError) as err:
                     why, gone = f"rank 0 {err}", False
-                raise Lost(why, gone)
+                raise Lost(str(why), bool(gone), stopped is True)
             if ready or (end is not None and time.monotonic() >= end):
                 return bool(ready)
             if self.remaining is not None:
@@ -224,9 +226,9 @@ class Lost(WorkerError):
     """A rank (or rank 0 itself) failed; the run is recorded failed with this line. `gone`: a
     rank's process died or went silent (a restart from the last checkpoint may continue it)."""
 
-    def __init__(self, why: str, gone: bool = False):
+    def __init__(self, why: str, gone: bool = False, interrupted: bool = False):
         super().__init__(why)
-        self.gone = gone
+        self.gone, self.interrupted = gone, interrupted
 
 
 def main(conn: Any, lost: Any) -> None:
@@ -250,7 +252,7 @@ def main(conn: Any, lost: Any) -> None:
         conn.send(("opened", run.id))
         _judge(order, run, ranks)
     except Lost as err:
-        _failed(order, run, str(err), err.gone)
+        _failed(order, run, str(err), err.gone, err.interrupted)
         _ack(lost)
     except Refused as err:  # every rank was told: the run is recorded failed, no figures
         _failed(order, run, str(err))
@@ -386,13 +388,16 @@ def _details(order: Order) -> dict[str, Any]:
             "compressor": order.spec.compressor}
 
 
-def _failed(order: Order, run: Any, why: str, gone: bool = False) -> None:
+def _failed(order: Order, run: Any, why: str, gone: bool = False,
+            interrupted: bool = False) -> None:
     """Record the run failed (once: a run already finished stays as it was); `gone`: a rank was
-    lost (details "rank_lost": its last checkpoint may be resumed, d500.training.resume)."""
+    lost (details "rank_lost": its last checkpoint may be resumed, d500.training.resume);
+    `interrupted`: stopped by Ctrl-C, recorded so."""
     if run is None:
         return
     from d500.training.trainer import missed_figures
-    run.finish("failed", figures=missed_figures(order.workload), error=why,
+    run.finish("interrupted" if interrupted else "failed", figures=missed_figures(order.workload),
+               error=why,
                details={**_details(order), **({"rank_lost": True} if gone else {})})
 
 

@@ -180,7 +180,7 @@ def _relay(job: Job, seed: int, trainer: Any, scheme: Any, reducer: Any, judge: 
     """The ranks' side of the run, guarded: a rank that fails ends the job, and rank 0's judge
     records the run failed naming it."""
     comm = job.comm
-    lost = judge.lost if judge is not None else (lambda why, gone=False: None)
+    lost = judge.lost if judge is not None else (lambda why, gone=False, interrupted=False: None)
     watchdog = control = None
     if comm.mpi is not None:  # the run's own decisions never share the scheme's communicator
         from d500.distributed.faults import Watchdog
@@ -192,6 +192,9 @@ def _relay(job: Job, seed: int, trainer: Any, scheme: Any, reducer: Any, judge: 
         with watchdog if watchdog is not None else contextlib.nullcontext():
             status, error, figures = RankLoop(job, seed, trainer, scheme, reducer, judge,
                                               progress, control, mark).run()
+    except KeyboardInterrupt:  # Ctrl-C: recorded interrupted (resumable), as level 2 records it
+        lost("interrupted (Ctrl-C)", interrupted=True)
+        raise
     except Refused:  # the judge refused the run, every rank told at once: they end together
         if control is not None:
             watchdog.close()

@@ -142,6 +142,9 @@ def test_ctrl_c_on_a_rank_ends_every_rank(tmp_path, long_run):
     assert took < 20, err  # not the watchdog's 60 s
     assert proc.returncode != 0 and "[rank 0] d500 train: interrupted" in err, err
     assert "Traceback" not in err
+    run = jobs.last_run(home)  # recorded as level 2 records a Ctrl-C, resumable (it was
+    assert (run["status"], run["error"]) == ("interrupted", "interrupted (Ctrl-C)"), run
+    #                            'failed': "the worker sent 'exit' during training")
     print(f"the job ended {took:.1f} s after Ctrl-C")
 
 
