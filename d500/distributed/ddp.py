@@ -137,6 +137,8 @@ class DDPScheme:
     """torch DDP as a level-3 scheme (the Scheme interface of d500.distributed.schemes)."""
 
     name: ClassVar[str] = "ddp"
+    # how its traffic is named in its figures, and d500 scale times it (scaling.KINDS):
+    traffic_name: ClassVar[str] = "ddp_allreduce"  # its buckets' allreduces
     holds_loss = True
 
     def __init__(self, trainer: Any, comm: Communicator, *, reducer: Any = None,

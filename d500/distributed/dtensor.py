@@ -40,6 +40,8 @@ class DTensorScheme:
     """torch DTensor tensor parallelism as a level-3 scheme (see the module docstring)."""
 
     name: ClassVar[str] = "dtensor"
+    # how its traffic is named in its figures, and d500 scale times it (scaling.KINDS):
+    traffic_name: ClassVar[str] = "dtensor_allreduce"  # the row-parallel blocks' allreduces
     dimension: ClassVar[str] = "tensor"  # the one it splits, over the whole world
     holds_loss = True
 

@@ -40,6 +40,8 @@ class FSDPScheme:
     """torch FSDP2 as a level-3 scheme (the Scheme interface of d500.distributed.schemes)."""
 
     name: ClassVar[str] = "fsdp"
+    # how its traffic is named in its figures, and d500 scale times it (scaling.KINDS):
+    traffic_name: ClassVar[str] = "fsdp_gather_scatter"  # allgathers and a reduce-scatter of blocks
     holds_loss = True
 
     def __init__(self, trainer: Any, comm: Communicator, *, reducer: Any = None,

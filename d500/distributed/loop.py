@@ -253,8 +253,8 @@ class RankLoop:
         if self.own_traffic is not None:
             t = self.own_traffic
             st.sent, st.received = t.sent, t.received
-            st.traffic = {"ddp_allreduce": {"calls": t.calls, "sent": t.sent,
-                                            "received": t.received}}
+            st.traffic = {self.scheme.traffic_name: {"calls": t.calls, "sent": t.sent,
+                                                     "received": t.received}}
         else:
             counted = _merged([c.counters() for c in self.comms])
             st.traffic = {n: t for n, t in counted.items() if n not in (EVALUATE, FINISH)}

@@ -42,6 +42,8 @@ class PipeliningScheme:
     """torch.distributed.pipelining as a level-3 scheme (see the module docstring)."""
 
     name: ClassVar[str] = "pipelining"
+    # how its traffic is named in its figures, and d500 scale times it (scaling.KINDS):
+    traffic_name: ClassVar[str] = "pipelining_send"  # the stages' point-to-point sends
     dimension: ClassVar[str] = "pipeline"  # the one it cuts, over the whole world
 
     def __init__(self, stage: Any, comm: Communicator, micro_batches: int, schedule: str, *,

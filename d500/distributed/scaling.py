@@ -85,6 +85,8 @@ from d500.errors import UsageError
 SIZES = tuple(2**k for k in range(3, 11))  # 8 ... 1,024 ranks
 KINDS = {  # a collective's traffic name -> how the model times it
     "allreduce": "allreduce", "ring_allreduce": "allreduce", "ddp_allreduce": "allreduce",
+    "dtensor_allreduce": "allreduce", "fsdp_gather_scatter": "blocks",  # torch's baselines
+    "pipelining_send": "p2p",
     "allgather": "allgather", "broadcast": "tree", "reduce": "tree",
     "neighbour_exchange": "neighbour", "ps_push": "p2p", "ps_pull": "p2p",
     "reduce_scatter": "blocks", "allgatherv": "blocks",  # ZeRO: B cut into N blocks

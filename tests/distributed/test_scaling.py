@@ -607,3 +607,17 @@ def test_scale_shows_a_composed_run(tmp_path, monkeypatch, capsys):
     assert "sync / tensor 2 / pipeline 2 x 4 1f1b" in out
     assert "0.20 / 34,096 B" in out and "0.20 / 31,024 B" in out  # bubble / memory at 4, 16
     assert "no prediction at 6 ranks: 6 ranks do not hold whole tensor x pipeline groups" in out
+
+
+def test_torchs_baselines_name_their_own_traffic_and_scale_times_it_by_its_kind():
+    """DDP, FSDP2, DTensor and torch.distributed.pipelining count their traffic themselves;
+    each names it (it was all 'ddp_allreduce', so `d500 scale` called FSDP's allgathers and
+    the pipeline's sends an allreduce), and the model times each by what it is."""
+    from d500.distributed.ddp import DDPScheme
+    from d500.distributed.dtensor import DTensorScheme
+    from d500.distributed.fsdp import FSDPScheme
+    from d500.distributed.pipelining import PipeliningScheme
+    kinds = {cls.traffic_name: scaling.KINDS[cls.traffic_name]
+             for cls in (DDPScheme, FSDPScheme, DTensorScheme, PipeliningScheme)}
+    assert kinds == {"ddp_allreduce": "allreduce", "fsdp_gather_scatter": "blocks",
+                     "dtensor_allreduce": "allreduce", "pipelining_send": "p2p"}
