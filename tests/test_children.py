@@ -213,3 +213,35 @@ def test_ending_a_kept_child_that_does_not_exit_ends_what_it_left_behind():
     finally:
         if _running(left):
             os.kill(left, 9)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the keeper is Linux's (a subreaper)")
+def test_nothing_the_optimizer_probe_starts_outlives_it(tmp_path):
+    """The hyperparameter probe (d500.training.entry) imports the entry's file: a process its
+    top-level code leaves behind (a double fork, stdio closed, as a daemon does) ends with the
+    probe. Before, it ran on beside the judge, which it could wait for (a judge not yet
+    shielded, /proc/PID/mem opened then stays readable)."""
+    from d500.training.entry import EntryOptimizer
+    mark = tmp_path / "left"
+    (tmp_path / "leave.py").write_text(
+        "import os, time\nfrom d500.training.optimizers.sgd import Momentum\n"
+        "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        "        null = os.open(os.devnull, os.O_RDWR)\n"
+        "        for fd in (0, 1, 2):\n            os.dup2(null, fd)\n"
+        f"        open({str(mark)!r} + '.new', 'w').write(str(os.getpid()))\n"
+        f"        os.rename({str(mark)!r} + '.new', {str(mark)!r})\n"
+        "        time.sleep(120)\n    os._exit(0)\n"
+        f"while not os.path.exists({str(mark)!r}):\n    time.sleep(0.01)\n\n\n"
+        "class Leave(Momentum):\n    name = 'leave'\n")
+    entry = EntryOptimizer(tmp_path / "leave.py", "Leave")
+    entry.probe([{"lr": 0.1}])
+    assert entry.name == "leave"
+    left = int(mark.read_text())  # written before the probe's import went on
+    try:
+        deadline = time.monotonic() + 5
+        while _running(left) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(left), f"process {left} outlived the probe"
+    finally:
+        if _running(left):
+            os.kill(left, 9)
