@@ -94,8 +94,9 @@ def home() -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
+        why = "it is a file, not a folder" if path.exists() else unwritable(path, err)
         raise UsageError(f"D500_HOME={path}: cannot use it as the results directory "
-                         f"({err.strerror})") from None
+                         f"({why})") from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise UsageError(f"D500_HOME={path}: cannot use it as the results directory (not "
                          f"writable: set D500_HOME to a folder of yours)")

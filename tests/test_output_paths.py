@@ -34,3 +34,18 @@ def test_a_ledger_or_key_under_a_file_is_one_line(tmp_path):
     with pytest.raises(UsageError, match=rf"k: cannot write the key \({blocked} is a file, not "
                                          rf"a folder\)$"):
         signing.generate(blocked / "k")
+
+
+def test_a_results_directory_that_is_a_file_or_under_one_is_named_as_such(tmp_path,
+                                                                          monkeypatch):
+    """D500_HOME naming a file said only '(File exists)'; under a file, 'Not a directory'."""
+    from d500.paths import home
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    for path, why in ((blocked, "it is a file, not a folder"),
+                      (blocked / "sub", f"{blocked} is a file, not a folder")):
+        monkeypatch.setenv("D500_HOME", str(path))
+        with pytest.raises(UsageError) as err:
+            home()
+        assert str(err.value) == (f"D500_HOME={path}: cannot use it as the results directory "
+                                  f"({why})")
