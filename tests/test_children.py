@@ -245,3 +245,33 @@ def test_nothing_the_optimizer_probe_starts_outlives_it(tmp_path):
     finally:
         if _running(left):
             os.kill(left, 9)
+
+
+def _probed(queue, file, launcher) -> None:
+    import ctypes
+
+    from d500.training.entry import EntryOptimizer
+    if launcher:
+        os.environ["PMI_RANK"] = "0"
+    EntryOptimizer(Path(file), "Plain").probe([{"lr": 0.1}])
+    queue.put(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="prctl is Linux's")
+def test_a_judge_is_shielded_before_the_optimizer_probe_runs_the_entrys_code(tmp_path):
+    """The probe is the first of the entry's code a judge starts: a plain user's judge was
+    still readable then (a /proc/PID/mem opened while it is stays readable after `shield`).
+    An MPI rank (level 3's probe) stays readable by its peers."""
+    import multiprocessing
+    file = tmp_path / "plain.py"
+    file.write_text("from d500.training.optimizers.sgd import Momentum\n\n\n"
+                    "class Plain(Momentum):\n    name = 'plain'\n")
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    seen = []
+    for launcher in (False, True):
+        process = ctx.Process(target=_probed, args=(queue, str(file), launcher))
+        process.start()
+        seen.append(queue.get(timeout=120))
+        process.join(30)
+    assert seen == [0, 1]
