@@ -84,6 +84,12 @@ class Judge:
                          job.data_dir, job.group, threads.recorded(), job.checkpoint_every,
                          job.resumed))
 
+    def shielded(self) -> None:
+        """Wait until the judge process has made itself undumpable: a /proc/PID/mem opened
+        before then (a confined rank may: the judge, its child, holds no capability either)
+        stays readable after."""
+        self.expect("shielded")
+
     def open(self) -> int:
         """Open the ledger run (once every rank built); its id, or the judge's error raised."""
         self.send(("open",))
@@ -242,6 +248,7 @@ def main(conn: Any, lost: Any) -> None:
         bound_to_parent()
         children.shield()  # the ranks run the entry's code, each confined (distributed.cli)
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    conn.send(("shielded",))  # no rank runs the entry's code before this (trainer.judges)
     order: Order = conn.recv()  # sent as rank 0 spawned this process, before any entry code
     run, ranks = None, Ranks(conn, lost)
     try:

@@ -138,7 +138,10 @@ def judges(job: Job, seeds: list[int]) -> dict[int, Any]:
     if job.comm.rank != 0:
         return {}
     from d500.distributed.judge import Judge
-    return {s: Judge.spawn(job, s) for s in seeds}
+    spawned = {s: Judge.spawn(job, s) for s in seeds}
+    for judge in spawned.values():  # each shielded before any rank runs the entry's code
+        judge.shielded()  # (train's barrier)
+    return spawned
 
 
 def train(job: Job, seed: int, progress: Progress | None = None, judge: Any = None) -> Result:
@@ -149,6 +152,8 @@ def train(job: Job, seed: int, progress: Progress | None = None, judge: Any = No
     comm = job.comm
     if comm.rank == 0 and judge is None:  # before build(): the entry's code not yet run here
         judge = judges(job, [seed])[seed]
+    if comm.mpi is not None:  # no rank builds (runs the entry's code) before the judges are
+        comm.mpi.Barrier()  # shielded (judges())
     try:
         trainer, scheme, reducer = together(comm, lambda: build(job, seed))
     except BaseException:

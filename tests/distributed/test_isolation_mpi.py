@@ -85,3 +85,35 @@ def test_two_ranks_find_no_held_out_data_and_their_halved_clocks_change_no_time(
     assert any(who == "child" for look in peeked for who, _ in look.values())  # the judge
     for look in peeked:
         assert all(what == "PermissionError" for _, what in look.values()), look
+
+
+# Looks, as rank 0's entry file is imported (its build, right after it spawned its judge), at
+# the judge's memory: a /proc/PID/mem opened while the judge was still starting (not yet
+# shielded) would have stayed readable for the whole run
+EARLY = PEEK + """
+_found = {c: _peek(c) for c in _spawned()}
+with open(_os.environ["D500_EARLY"], "a") as _out:
+    _out.write(_json.dumps(_found) + "\\n")
+
+from d500.training.optimizers.sgd import Momentum
+
+
+class Early(Momentum):
+    name = "early"
+"""
+
+
+def test_no_rank_runs_the_entrys_code_before_its_judge_is_shielded(tmp_path):
+    home = tmp_path / "home"
+    early = tmp_path / "early.jsonl"
+    wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 1})
+    entry = jobs.entry(tmp_path, "sync", folder="early", files={"opt.py": EARLY},
+                       name="early", optimizer="opt.py:Early", hyperparameters={"lr": 0.1},
+                       search_space={}, feasible_points=[])
+    out = jobs.train(home, 2, wl, entry, "--seed", "0",
+                     env=jobs.environment(home, D500_EARLY=str(early)))
+    assert out.returncode in (0, 1), out.stderr
+    looks = [json.loads(line) for line in early.read_text().splitlines()]
+    judged = [what for look in looks for what in look.values()]
+    assert judged, looks  # rank 0's import found its judge
+    assert all(what == "PermissionError" for what in judged), looks
