@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def pytest_configure(config):
-    """d500's bytecode, written once before any test (by the controller, not each xdist worker).
+    """d500's bytecode, written once before any test (by the controller, not each xdist worker),
+    and the machine's peak FLOP/s measured (below).
     An editable install is never compiled, and where PYTHONDONTWRITEBYTECODE is set (as on the
     shared machine) no import writes it: every d500 process a test starts (a CLI run, an MPI rank, a
     level-2 worker) compiled each d500 module it imported, 0.27 s of CPU of a level-3 rank's
@@ -36,6 +37,12 @@ def pytest_configure(config):
     if not hasattr(config, "workerinput") and (ROOT / "d500").is_dir():  # (not a copy's toy)
         import compileall
         compileall.compile_dir(ROOT / "d500", quiet=1)
+        # this machine's peak FLOP/s, while nothing else of the suite runs: its workers inherit
+        # it (tests/helpers.seed_peak)
+        import json
+
+        from tests.helpers import measure_peak
+        os.environ.setdefault("D500_TEST_PEAK", json.dumps(measure_peak()))
 
 
 # Scheduling on pytest-xdist workers (`make test`: -n 2 --dist loadfile). A test file is one unit
