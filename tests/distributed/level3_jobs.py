@@ -84,6 +84,18 @@ def judged(tmp: Path, submission: Path | str, epochs: int = 2
     return out, last_run(home)
 
 
+def attacked(tmp: Path, code: str, cls: str, **env: str) -> subprocess.CompletedProcess:
+    """`mpiexec -n 2 d500 train` of digits-mlp (one epoch, its copy in `tmp`) at seed 0 in
+    tmp/home by a copy of the sync entry whose optimizer is class `cls` of opt.py, `code`; `env`:
+    the variables that code reads (where it writes what it found)."""
+    home = tmp / "home"
+    wl = workload(tmp, "digits-mlp", budget={"max_epochs": 1})
+    entry_dir = entry(tmp, "sync", folder="attack", files={"opt.py": code}, name="attack",
+                      optimizer=f"opt.py:{cls}", hyperparameters={"lr": 0.1}, search_space={},
+                      feasible_points=[])
+    return train(home, 2, wl, entry_dir, "--seed", "0", env=environment(home, **env))
+
+
 def caught(tmp: Path, source: str, name: str, code: str) -> dict[str, Any]:
     """The run of a copy of entry `source` whose optimizer file `name`.py (class Sgd) is `code`,
     which cheats on import in every rank, asserted recorded failed by the judge's audit."""

@@ -50,16 +50,12 @@ assert "_sleep(0.05)" in ATTACK and "_spin()" in ATTACK
 def test_two_ranks_find_no_held_out_data_and_their_halved_clocks_change_no_time(tmp_path):
     home = tmp_path / "home"
     found = tmp_path / "found.jsonl"
-    wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 1})
-    entry = jobs.entry(tmp_path, "sync", folder="attack", files={"opt.py": ATTACK},
-                       name="attack", optimizer="opt.py:Snoop", hyperparameters={"lr": 0.1},
-                       search_space={}, feasible_points=[])
-    out = jobs.train(home, 2, wl, entry, "--seed", "0",
-                     env=jobs.environment(home, D500_SNOOP=str(found),
-                                          D500_PEEK=str(tmp_path / "peek.jsonl")))
+    out = jobs.attacked(tmp_path, ATTACK, "Snoop", D500_SNOOP=str(found),
+                        D500_PEEK=str(tmp_path / "peek.jsonl"))
     assert out.returncode in (0, 1), out.stderr  # 1: the target missed in one epoch
     # the search: each rank looked twice, found its training split, and nothing held out
-    parts = split(dataset.load("digits"), workloads.load(wl).split_spec())
+    parts = split(dataset.load("digits"), workloads.load(jobs.LEVEL3 / "digits-mlp.yaml")
+                  .split_spec())
     train_rows = _hashes(parts.train.x)
     held_out = (_hashes(parts.validation.x) | _hashes(parts.test.x)) - train_rows
     looks = [set(json.loads(line)) for line in found.read_text().splitlines()]
@@ -104,14 +100,8 @@ class Early(Momentum):
 
 
 def test_no_rank_runs_the_entrys_code_before_its_judge_is_shielded(tmp_path):
-    home = tmp_path / "home"
     early = tmp_path / "early.jsonl"
-    wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 1})
-    entry = jobs.entry(tmp_path, "sync", folder="early", files={"opt.py": EARLY},
-                       name="early", optimizer="opt.py:Early", hyperparameters={"lr": 0.1},
-                       search_space={}, feasible_points=[])
-    out = jobs.train(home, 2, wl, entry, "--seed", "0",
-                     env=jobs.environment(home, D500_EARLY=str(early)))
+    out = jobs.attacked(tmp_path, EARLY, "Early", D500_EARLY=str(early))
     assert out.returncode in (0, 1), out.stderr
     looks = [json.loads(line) for line in early.read_text().splitlines()]
     judged = [what for look in looks for what in look.values()]

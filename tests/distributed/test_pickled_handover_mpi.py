@@ -15,13 +15,8 @@ pytestmark = [pytest.mark.mpi,
 
 
 def test_rank_0_sending_the_judge_a_pickle_that_calls_exec_runs_nothing_there(tmp_path):
-    home, pwned = tmp_path / "home", tmp_path / "pwned"
-    wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 1})
-    entry = jobs.entry(tmp_path, "sync", folder="attack", files={"opt.py": EXEC},
-                       name="attack", optimizer="opt.py:Plain", hyperparameters={"lr": 0.1},
-                       search_space={}, feasible_points=[])
-    out = jobs.train(home, 2, wl, entry, "--seed", "0",
-                     env=jobs.environment(home, D500_PWNED=str(pwned)))
+    pwned = tmp_path / "pwned"
+    out = jobs.attacked(tmp_path, EXEC, "Plain", D500_PWNED=str(pwned))
     assert not pwned.exists(), f"code ran in process {pwned.read_text()}"
     assert out.returncode != 0
     assert "(builtins.exec)" in out.stderr, out.stderr

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -62,19 +63,6 @@ class LeakyRelu(CustomOperator):
 '''
 
 
-RELU_OP = '''
-import numpy as np
-from d500.operators import CustomOperator
-
-
-class Relu(CustomOperator):
-    op_type = "Relu"
-    framework = "numpy"
-
-    def forward(self, x):
-        return np.maximum(x, 0)
-'''
-
 
 @pytest.fixture
 def home(tmp_path, monkeypatch):
@@ -97,9 +85,11 @@ def test_an_operator_halving_the_clocks_on_import_changes_no_recorded_latency(ho
 def test_an_operator_file_cannot_read_the_judges_memory(home, tmp_path, monkeypatch):
     """On import, the file reads the memory of every process above its host through /proc:
     the judge (this process), shielded, and the host, confined, leave it none (d500.children)."""
-    (tmp_path / "peek.py").write_text(PEEK + "\n_look()\n" + RELU_OP)
+    slow = (Path(__file__).parent / "ops" / "slow_ops.py").read_text()  # a Relu (that sleeps)
+    (tmp_path / "peek.py").write_text(PEEK + "\n_look()\n" + slow)
     monkeypatch.setenv("D500_PEEK", str(tmp_path / "peek.jsonl"))
-    assert cli.main(["op", "validate", f"{tmp_path / 'peek.py'}:Relu", "--case", str(RELU)]) == 0
+    assert cli.main(["op", "validate", f"{tmp_path / 'peek.py'}:SlowRelu", "--case",
+                     str(RELU)]) == 0
     (look,) = _peeked(tmp_path / "peek.jsonl")
     assert look[str(os.getpid())] == ["ancestor", "PermissionError"], look
 

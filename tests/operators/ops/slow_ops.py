@@ -1,5 +1,6 @@
 """A NumPy Relu that sleeps 2 ms a call: its latency depends little on the machine's load
-(tests/competition/test_reproduce_latency.py; tests/operators/test_call_count.py)."""
+(tests/competition/test_reproduce_latency.py; tests/operators/test_call_count.py,
+test_isolation.py)."""
 
 import time
 
