@@ -100,16 +100,25 @@ def _target(text: str) -> str:
 def _profiles(ledger: Any, target: str, named: bool = False) -> list[Any]:
     """The run `target` (an id), or the newest succeeded run at >= 2 ranks of every (entry,
     scheme, compressor) of the level-3 workload `target` (`named`: given by name, not by its
-    file, so a name the rulebook lacks is said so)."""
+    file, so a name the rulebook lacks is said so). By name, a run imported with --force past
+    `d500 check` is never the one modelled, and a `d500 reproduce` run only where its entry has
+    no run of its own: the board's rules (ranking.origin)."""
     from d500.distributed.scaling import Profile
+    from d500.leaderboard.ranking import origin
     if target.isdigit():
         return [Profile.from_run(ledger.get(int(target)))]
     newest: dict[tuple[str, str, str], dict[str, Any]] = {}
     for r in ledger.runs(level=3, workload=target, status="succeeded"):
         if (r["world_size"] or 1) < 2 or not (r["details"] or {}).get("ranks"):
             continue
+        source = origin(r) or {}
+        if source.get("forced"):
+            continue
         h = r["hyperparameters"]
-        newest[(r["submission"], h.get("scheme", "?"), h.get("compressor", "none"))] = r
+        key = (r["submission"], h.get("scheme", "?"), h.get("compressor", "none"))
+        if not source.get("reproduction") or key not in newest or (
+                origin(newest[key]) or {}).get("reproduction"):
+            newest[key] = r
     if not newest:
         if named and not ledger.runs(level=3, workload=target):
             from d500 import levels

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import pytest
 
@@ -621,3 +622,27 @@ def test_torchs_baselines_name_their_own_traffic_and_scale_times_it_by_its_kind(
              for cls in (DDPScheme, FSDPScheme, DTensorScheme, PipeliningScheme)}
     assert kinds == {"ddp_allreduce": "allreduce", "fsdp_gather_scatter": "blocks",
                      "dtensor_allreduce": "allreduce", "pipelining_send": "p2p"}
+
+
+def test_scale_by_name_models_an_entrys_own_run_never_a_forced_import(tmp_path):
+    """`d500 scale WORKLOAD` picks one run per entry and scheme: the newest of the entry's own,
+    never one imported with --force past `d500 check` (its per-rank figures are unchecked), and
+    a `d500 reproduce` run only where the entry has no run of its own."""
+    from types import SimpleNamespace
+
+    from d500.distributed import scale_cli
+
+    def rec(rid: int, submission: str, compute: float, **where: Any) -> dict:
+        r = run_record("sync", 2, [{}, {}], compute=compute)
+        return {**r, "id": rid, "submission": submission, "workload": "w3",
+                "status": "succeeded", **where}
+
+    forced = {"id": 1, "entry": "e", "sha256": "a" * 64, "forced": True, "packages": 1}
+    again = {"reproduction": {"package": "b" * 64, "entry": "e"}}
+    runs = [rec(1, "e", 1e-3), rec(2, "e", 9e-3, details={**rec(0, "e", 9e-3)["details"],
+                                                           **again}),
+            rec(3, "e", 5e-9, source=forced, package=forced),
+            rec(4, "lone", 2e-3, details={**rec(0, "lone", 2e-3)["details"], **again})]
+    ledger = SimpleNamespace(runs=lambda **_: runs)
+    picked = {p.compute for p in scale_cli._profiles(ledger, "w3")}
+    assert picked == {1e-3, 2e-3}  # e's own run (not its reproduction, not the forced one)
