@@ -119,6 +119,8 @@ def _show_partition(args: Any) -> int:
         raise UsageError(f"{workload.path}: --show-partition shows a level-3 entry's pipeline "
                          f"stages; '{workload.name}' is a level-{workload.level} workload")
     spec = specs.parse(entry.distributed, entry.path)
+    if getattr(args, "json", False):
+        return _partition_json(workload, entry, spec)
     if spec.tensor > 1 and spec.pipeline > 1:
         return _show_composed(workload, entry, spec)
     if spec.tensor > 1:
@@ -134,6 +136,29 @@ def _show_partition(args: Any) -> int:
     print(f"{workload.name} / {entry.name}: {spec.pipeline} stages, {spec.micro_batches} "
           f"micro-batches, {spec.schedule}{data}")
     print(part.show())
+    return 0
+
+
+def _partition_json(workload: Any, entry: Any, spec: Any) -> int:
+    """--show-partition --json: the cut and each split as the run's details record them."""
+    import json
+    if spec.pipeline < 2 and spec.tensor < 2:
+        raise UsageError(f"{entry.path}: field 'distributed.pipeline' is {spec.pipeline}: "
+                         f"there is no cut to show (declare pipeline: 2 or more, or tensor: 2 "
+                         f"or more)")
+    out: dict[str, Any] = {"workload": workload.name, "entry": entry.name,
+                           "pipeline": spec.pipeline, "tensor": spec.tensor}
+    if spec.pipeline > 1:
+        part = cut(workload, spec)
+        out.update(micro_batches=spec.micro_batches, schedule=spec.schedule,
+                   partition=part.record())
+        if spec.tensor > 1:
+            from d500.distributed.tensor.split import find
+            out["splits"] = [find(part.model(s.index), spec.tensor).record()
+                             for s in part.stages]
+    else:
+        out["split"] = tensor_split(workload, spec).record()
+    print(json.dumps(out, indent=1))
     return 0
 
 

@@ -5,6 +5,8 @@ and the bytes it must send a step) catch ranks that claim the pipeline's or hold
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -128,6 +130,12 @@ def test_show_partition_prints_the_composed_cut_and_each_stages_split(tmp_path):
     stage1 = out.stdout.split("stage 1 over its 2 tensor ranks:")[1].splitlines()
     assert any(x.startswith("linear11.weight") and "column (axis 1) / 2" in x for x in stage1)
     assert any(x.startswith("wte") and "replicated" in x for x in stage1)  # tied: held here too
+    js = jobs.plain_d500(home, "train", str(jobs.LEVEL3 / "text-lm.yaml"), "--submission",
+                         entry, "--show-partition", "--json")
+    assert js.returncode == 0, js.stderr
+    shown = json.loads(js.stdout)  # --json: the records a run's details hold, not the text
+    assert (shown["pipeline"], shown["tensor"], shown["schedule"]) == (2, 2, "1f1b")
+    assert len(shown["splits"]) == 2 and shown["partition"]
     mlp = jobs.entry(tmp_path, "tensor-pipeline", workloads=["digits-mlp"])
     bad = jobs.plain_d500(home, "train", str(jobs.LEVEL3 / "digits-mlp.yaml"), "--submission",
                           str(mlp), "--show-partition")
