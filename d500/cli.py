@@ -209,7 +209,12 @@ def _usage(table: dict[str, tuple[str, str]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """d500's entry point; output cut short by its reader (`d500 ... | head`) ends quietly."""
+    """d500's entry point; output cut short by its reader (`d500 ... | head`) ends quietly, and
+    a character the terminal's encoding lacks (LANG=C, PYTHONIOENCODING=ascii: the tables'
+    '×', '…', 'µ') prints as '?' instead of ending the command in a traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
     try:
         return _main(argv)
     except BrokenPipeError:  # the reader went away: no traceback, and none at exit's flush

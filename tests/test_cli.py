@@ -179,3 +179,15 @@ def test_an_inference_only_backend_names_the_trainable_ones(tmp_path):
                          "openvino", "--seed", "2", env={**os.environ, "D500_HOME": str(tmp_path)}),
                     "backend 'openvino' cannot train (inference only)",
                     f"trainable backends ({', '.join(backends.trainable())}; their modes")
+
+
+def test_a_terminal_without_utf8_gets_question_marks_not_a_traceback(tmp_path):
+    # `d500 data list` prints '…' for a dataset whose presence is not checked; under LANG=C
+    # or PYTHONIOENCODING=ascii rich's write raised UnicodeEncodeError, a traceback, exit 1
+    import os
+    env = {**os.environ, "PYTHONIOENCODING": "ascii", "D500_HOME": str(tmp_path)}
+    env.pop("D500_DATA", None)
+    out = d500("data", "list", env=env)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr
+    assert "mnist" in out.stdout and "?" in out.stdout
