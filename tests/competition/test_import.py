@@ -528,14 +528,20 @@ def test_two_packages_of_one_entry_are_one_row(organiser, grown_package, digits_
     assert len(ranked) == 1, rows
 
 
+@pytest.mark.parametrize("how", ["100x faster", "one seed of two"])
 def test_a_forced_entry_never_outranks_a_complete_one(digits_package, rival_package, rules_dir,
-                                                      run_d500, tmp_path):
+                                                      run_d500, tmp_path, how):
     """The digits entry forged 100x faster (every seed run re-sealed: check refuses it, the
-    logs disagree) and forced in; the honest rival is ranked first, the forced row after it,
-    unranked, with its mark."""
+    logs disagree), or packaged with only its faster required seed (the slower one's run left
+    out: a missing seed), and forced in; the honest rival is ranked first, the forced row after
+    it, unranked, with its mark."""
+    from d500.competition.layout import MANIFEST, mllog_member
+
     from .packages import reseal
 
-    seeds = [r.origin_id for r in Package.open(digits_package).runs() if r.trial is None]
+    runs = [r for r in Package.open(digits_package).runs() if r.trial is None]
+    seeds = [r.origin_id for r in runs]
+    slower = max(runs, key=lambda r: r.figures["time_to_accuracy"]).origin_id
 
     def faster(figures: dict) -> None:
         for key in ("time_to_accuracy", "epochs", "steps"):
@@ -543,12 +549,22 @@ def test_a_forced_entry_never_outranks_a_complete_one(digits_package, rival_pack
                 figures[key] = figures[key] / 100
 
     def edit(found: dict[str, bytes]) -> None:
+        if how == "one seed of two":  # its link stays in chain.json, as a hash only
+            del found[run_member(slower)], found[mllog_member(slower)]
+            manifest = json.loads(found[MANIFEST])
+            manifest["runs"] = [r for r in manifest["runs"] if r != slower]
+            found[MANIFEST] = json.dumps(manifest).encode()
+            return
         for origin_id in seeds:
             reseal(origin_id, faster)(found)
     forged = repack(digits_package, tmp_path / "forged.tar.gz", edit)
+    if how == "one seed of two":
+        assert len([r for r in Package.open(forged).runs() if r.trial is None]) == 1
     home = tmp_path / "home"
     refused = import_cli(run_d500, home, forged, "--rules", str(rules_dir))
     assert refused.returncode == 1, refused.stdout + refused.stderr
+    if how == "one seed of two":
+        assert "(of the workload's 2) have no run" in refused.stdout, refused.stdout
     for package, extra in ((forged, ("--force",)), (rival_package, ())):
         done = import_cli(run_d500, home, package, "--rules", str(rules_dir), *extra)
         assert done.returncode == 0, done.stdout + done.stderr
