@@ -152,9 +152,10 @@ def count(text: str) -> int:
 
 
 def seed(text: str) -> int:
-    """argparse type of a random seed: an integer >= 0 (NumPy's generators take no other)."""
-    if not text.strip().isdigit():
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    """argparse type of a random seed: an integer >= 0 (NumPy's generators take no other) that
+    the ledger's SQLite integer holds (below 2**63)."""
+    if not text.strip().isdecimal() or int(text) >= 2 ** 63:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0 and below 2**63, got {text!r}")
     return int(text)
 
 

@@ -95,6 +95,9 @@ def test_d500_home_that_is_a_file(tmp_path):
 
 @pytest.mark.parametrize("args, words", [
     (["net", "check", "model.onnx", "--seed", "-1"], ["--seed", "integer >= 0"]),
+    # a seed SQLite cannot hold was an OverflowError traceback once the run was being recorded
+    (["train", "digits-mlp", "--submission", "sgd-momentum", "--seed", str(2 ** 63)],
+     ["--seed", "below 2**63"]),
     (["net", "bench", "mlp-mnist", "--budget", "inf"], ["--budget", "positive number"]),
     (["run", "--budget", "0"], ["--budget", "positive number"])])
 def test_bad_seed_and_budget(args, words):
