@@ -182,3 +182,16 @@ def test_run_takes_threads(tmp_path):
     ledger = Ledger(home / "ledger.sqlite")
     counts = {ledger.get(r["id"])["provenance"]["threads"]["count"] for r in ledger.runs()}
     assert counts == {2}
+
+
+def test_more_threads_than_a_typo_allows_is_one_line(tmp_path):
+    # 10**20 was a torch traceback (Overflow when unpacking long long); 5000 on 2 cores ran
+    from d500 import provenance
+    too_many = str(4 * provenance.usable_cores() + 1)
+    for count in (too_many, "99999999999999999999"):
+        out = d500("train", "digits-mlp", "--submission", "sgd-momentum", "--seed", "0",
+                   "--threads", count, home=tmp_path / "home")
+        assert out.returncode == 2, out.stderr
+        assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+        assert f"expected at most {int(too_many) - 1} threads" in out.stderr
+    assert not (tmp_path / "home" / "ledger.sqlite").exists()
