@@ -148,7 +148,26 @@ def count(text: str) -> int:
     refused as the command line is read, before anything slow starts."""
     if not text.strip().isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    if int(text) > MOST:  # tune --trials 10**9 died drawing them all (7.45 GiB, a traceback)
+        raise argparse.ArgumentTypeError(f"expected at most {MOST:,}, got {text!r}")
     return int(text)
+
+
+MOST = 10 ** 6  # of anything `count` counts: a million trials of even digits-mlp take weeks
+
+
+def processes(text: str) -> int:
+    """argparse type of a number of worker processes (`conformance --jobs`): a `count` of at most
+    threads.OVERSUBSCRIBED x the usable cores (--jobs 10000 started a process, each importing
+    its framework, for every test at once)."""
+    from d500 import provenance
+    from d500.threads import OVERSUBSCRIBED
+    n, cores = count(text), provenance.usable_cores()
+    if n > OVERSUBSCRIBED * cores:
+        raise argparse.ArgumentTypeError(
+            f"expected at most {OVERSUBSCRIBED * cores} processes ({OVERSUBSCRIBED}x the {cores} "
+            f"cores this process may use), got {text!r}")
+    return n
 
 
 def seed(text: str) -> int:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from d500.cli import ArgumentParser, count, stdout_console
+from d500.cli import ArgumentParser, processes, stdout_console
 
 RANDOM_OUTPUT = re.compile(r"^test_(bernoulli|training_dropout)")
 
@@ -243,7 +243,7 @@ def main(argv: list[str], prog: str) -> int:
                         help="only these operator types")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--failures", action="store_true", help="list every failing test")
-    parser.add_argument("--jobs", type=count, default=1, metavar="N",
+    parser.add_argument("--jobs", type=processes, default=1, metavar="N",
                         help="run the tests in N worker processes (default 1: in this one)")
     args = parser.parse_args(argv)
     from d500 import backends

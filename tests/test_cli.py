@@ -99,7 +99,15 @@ def test_d500_home_that_is_a_file(tmp_path):
     (["train", "digits-mlp", "--submission", "sgd-momentum", "--seed", str(2 ** 63)],
      ["--seed", "below 2**63"]),
     (["net", "bench", "mlp-mnist", "--budget", "inf"], ["--budget", "positive number"]),
-    (["run", "--budget", "0"], ["--budget", "positive number"])])
+    (["run", "--budget", "0"], ["--budget", "positive number"]),
+    # drawing a billion trials was a 7.45 GiB MemoryError traceback; --jobs 10000 would start a
+    # process (each importing its framework) for every chunk of node tests at once (the
+    # missing entry and the mistyped --op stop them where the check is missing: this test never
+    # does either)
+    (["tune", "digits-mlp", "--trials", "1000000000", "--submission", "no-such-entry"],
+     ["--trials", "at most 1,000,000"]),
+    (["conformance", "--backend", "reference", "--op", "Reluu", "--jobs", "10000"],
+     ["--jobs", "processes", "cores this process may use"])])
 def test_bad_seed_and_budget(args, words):
     one_line_exit_2(d500(*args), *words)
 
