@@ -44,8 +44,8 @@ def main(argv: list[str], prog: str = "d500 train") -> int:
                    help="continue the killed or interrupted run RUN from its last checkpoint")
     args = p.parse_args(argv)
     from d500.distributed import cli as distributed
-    if distributed.wanted(args):  # a level-3 workload, or any `d500 train` under mpiexec
-        return distributed.train(args, argv, prog)
+    if args.show_partition or distributed.wanted(args):  # a level-3 workload, any `d500 train`
+        return distributed.train(args, argv, prog)  # under mpiexec, or a cut to show: not trained
     workload, entry = resolve(args)  # the cheap checks first: no framework imported yet
     seed_count(args, workload)
     return train_level2(args, workload, entry)
