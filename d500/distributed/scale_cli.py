@@ -185,7 +185,7 @@ def _print(profiles: list[Any], rows: list[Any], net: Any, png: Path, weak: bool
     from d500.metrics import format_duration
     out = stdout_console()
     out.print(f"network: alpha {net.alpha * 1e6:.3g} us, bandwidth {net.bandwidth / 1e9:.3g} GB/s "
-              f"({net.source})", highlight=False)
+              f"({net.source})", highlight=False, soft_wrap=True)
     for p in profiles:
         coll = ", ".join(f"{c.name} {c.calls:g}x{c.nbytes:,.0f} B" for c in p.collectives)
         held = "" if p.memory is None else f"; {p.memory:,.0f} B held per rank at any size" \
@@ -196,7 +196,7 @@ def _print(profiles: list[Any], rows: list[Any], net: Any, png: Path, weak: bool
                       "stash not measured"))
         out.print(f"{p.label} (run {p.run_id}, measured at {p.ranks} ranks): compute "
                   f"{format_duration(p.compute)}/step, step {format_duration(p.step)}; {coll}"
-                  f"{held}", highlight=False)
+                  f"{held}", highlight=False, soft_wrap=True)
     sizes = list(dict.fromkeys(r.ranks for r in rows))
     kind = "weak scaling: per-rank batch kept" if weak else "strong scaling: global batch kept"
     table = Table(title=f"predicted step time / communication share / scaling efficiency "
@@ -220,8 +220,8 @@ def _print(profiles: list[Any], rows: list[Any], net: Any, png: Path, weak: bool
               "cut N ways)", [p for p in profiles if p.shard != "none"], sizes, rows,
               lambda r: f"{r.memory:,.0f} B")
     for line in scaling.left_out(rows):
-        out.print(f"—  {line}", highlight=False)
-    out.print(f"plot: {png}", highlight=False)
+        out.print(f"—  {line}", highlight=False, soft_wrap=True)  # whole in a log or a pipe,
+    out.print(f"plot: {png}", highlight=False, soft_wrap=True)  # as a table is not
 
 
 def _per_size(out: Any, title: str, profiles: list[Any], sizes: list[int], rows: list[Any],

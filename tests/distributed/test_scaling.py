@@ -214,8 +214,8 @@ def test_scale_says_why_a_world_size_has_no_prediction_and_weak_keeps_its_own_pl
     assert weak.returncode == 0, weak.stderr
     assert "no prediction" not in weak.stdout and "—" not in weak.stdout
     strong_png, weak_png = home / f"scale-{run_id}.png", home / f"scale-{run_id}-weak.png"
-    assert f"plot: {strong_png}" in strong.stdout.replace("\n", "")
-    assert f"plot: {weak_png}" in weak.stdout.replace("\n", "")
+    assert f"plot: {strong_png}" in strong.stdout.splitlines()
+    assert f"plot: {weak_png}" in weak.stdout.splitlines()
     assert strong_png.read_bytes()[:4] == weak_png.read_bytes()[:4] == b"\x89PNG"
     assert strong_png.read_bytes() != weak_png.read_bytes()
     report = json.loads(jobs.plain_d500(home, "scale", run_id, "--network", "2us,12.5GB/s",
