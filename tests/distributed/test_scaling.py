@@ -209,6 +209,7 @@ def test_scale_says_why_a_world_size_has_no_prediction_and_weak_keeps_its_own_pl
     note = next(line for line in strong.stdout.splitlines() if "no prediction at" in line)
     assert "64, 128, 256, 512 and 1,024 ranks" in note
     assert "global batch of 32 samples is smaller than the rank count" in note
+    assert note.endswith("--weak keeps the per-rank batch)"), note  # whole: it broke at 160
     assert "8, 16" not in note
     weak = jobs.plain_d500(home, "scale", run_id, "--network", "2us,12.5GB/s", "--weak")
     assert weak.returncode == 0, weak.stderr
