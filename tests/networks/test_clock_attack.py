@@ -1,0 +1,72 @@
+"""Issue 17 at level 1: a backend (the entry of level 1, a package registered as an entry point)
+that halves the process's clocks on import, and whose training step sleeps 10 ms on the real
+clock, so that its true step time is known from below. Its code runs in d500's own process,
+which times it with the clocks it patched: the recorded train_step_time is about half the
+truth. Strict xfail: the hole is open (README, "What the checks cannot prove"); once the
+backend's timing is measured by code it cannot patch, this passes and must lose its mark."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# the reference evaluator under another name: clocks halved on import, each training step 10 ms
+PLUGIN = '''
+import time
+
+from d500.backends.hooks import Framework
+from d500.backends.reference import ReferenceBackend
+
+_perf, _sleep = time.perf_counter, time.sleep
+_p0 = _perf()
+time.perf_counter = lambda: _p0 + (_perf() - _p0) / 2
+
+
+class Tiny(Framework):
+    pass
+
+
+FRAMEWORK = Tiny("tiny", module="tinyfw", distribution="tinyfw", tie_rank=-1,
+                 optimizer_ops="d500.backends.reference.optimizer_ops")
+
+
+class TinyBackend(ReferenceBackend):
+    name = "tiny"
+    about = "the reference evaluator, its clocks halved"
+
+    @classmethod
+    def prepare(cls, model, *args, **kwargs):
+        exe = super().prepare(model, *args, **kwargs)
+        real = exe.gradients
+
+        def slow(*a, **k):
+            _sleep(0.01)
+            return real(*a, **k)
+        exe.gradients = slow
+        return exe
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="level 1: a backend's code shares d500's process and "
+                                       "clock (issue 17)")
+def test_a_backend_halving_the_clock_on_import_changes_no_recorded_step_time(tmp_path):
+    (tmp_path / "tinyfw.py").write_text(PLUGIN)
+    info = tmp_path / "tinyfw-1.2.3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tinyfw\nVersion: 1.2.3\n")
+    (info / "entry_points.txt").write_text("[d500.backends]\ntiny = tinyfw:TinyBackend\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "D500_HOME": str(tmp_path / "home")}
+    done = subprocess.run([sys.executable, "-m", "d500.cli", "net", "bench", "mlp-mnist",
+                           "--backends", "tiny", "--threads", "1", "--budget", "0.5", "--json"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    [run] = json.loads(done.stdout)
+    assert run["status"] == "succeeded", run
+    assert run["figures"]["train_step_time"] >= 0.01, run["figures"]  # halved: about 0.005
