@@ -133,7 +133,8 @@ def bench(op_class: type[CustomOperator], case: Case, backends: list[str],
     rows.append(mine)
     if report.passed:
         run = runner(op_class(**case.attributes))
-        forward[0] = checked_forward(run, inputs)
+        forward[0] = checked_forward(run, inputs, _reference(prepared, case),
+                                     tolerances.operator_forward(case.np_dtype))
         _add_backward(backward, mine, 0, partial(_operator_backward, run, inputs, grads))
     rtol, atol = tolerances.operator_forward(case.np_dtype)
     for name in backends:
@@ -157,16 +158,11 @@ def _verify_calls(row: Row, timed: Any, prepared: Any, case: Case) -> None:
     the reference, were not all run (d500.operators.host.Batched.verify)."""
     if not hasattr(timed, "verify"):
         return
-    from d500.operators.dtypes import is_exact
-    exact = is_exact(case.np_dtype)
-
-    def reference(arrays: list[np.ndarray]) -> list[np.ndarray]:
-        wide = [a if exact else a.astype(np.float64) for a in arrays]
-        return saturate(prepared.reference(wide), case.np_dtype)
-
-    problem = timed.verify(reference, *tolerances.operator_forward(case.np_dtype))
+    problem = timed.verify(_reference(prepared, case),
+                           *tolerances.operator_forward(case.np_dtype))
     if row.timing is not None:
         row.timing["calls_checked"] = timed.checked
+        row.timing["calls_told_apart"] = timed.power
     if problem:
         row.status, row.error = "failed", problem
         row.figures.pop("latency", None)
@@ -174,6 +170,17 @@ def _verify_calls(row: Row, timed: Any, prepared: Any, case: Case) -> None:
         row.figures.pop("peak_fraction", None)
         row.timing = row.backward_timing = None
         row.figures.pop("backward_latency", None)
+
+
+def _reference(prepared: Any, case: Case) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
+    """The reference's forward on inputs of the case's dtype, as the operator's are judged."""
+    from d500.operators.dtypes import is_exact
+    exact = is_exact(case.np_dtype)
+
+    def reference(arrays: list[np.ndarray]) -> list[np.ndarray]:
+        wide = [a if exact else a.astype(np.float64) for a in arrays]
+        return saturate(prepared.reference(wide), case.np_dtype)
+    return reference
 
 
 def _operator_backward(run: Any, inputs: list[np.ndarray], grads: list[np.ndarray | None]

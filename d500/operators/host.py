@@ -14,19 +14,42 @@ host ends with the judge (PR_SET_PDEATHSIG).
 
 The judge does not take the host's word for how many forward calls a round trip ran: each
 round trip carries a seed the judge draws then, from which every call's first input is shifted
-by its own amount: element j of x plus s_i * p[j % PERIOD], in [0.025, 0.5] of mean |x|. The
-host returns each call's outputs as a checksum, their dot product with float32 weights, one per
-element. The pattern p and the weights follow from a key the judge sends when the timed call is
-prepared. After timing, the judge recomputes SAMPLES calls drawn from all round trips with the
-reference (`Batched.verify`); a missing or wrong one fails the run. To pass, a host must know
-every element of every call's output (every weight is nonzero), and every element's input
-changes from call to call. The shift varies along every axis (PERIOD is a prime; not along an
-axis whose stride it divides), so Softmax and the normalizations, which undo a uniform shift
-along their axis, do not give one call's output for all (with one shift per call they did).
+by its own amounts: element j of x plus s_i * p[(j + r_i) % PERIOD], s_i in [0.05, 0.5] of the
+scale (mean |x| at first), r_i a roll in [0, PERIOD), p uniform in [0, 1) (non-negative: an
+input kept positive for Log or Pow stays so). The host returns each call's outputs as a
+checksum, their dot product with float32 weights, one per element. The pattern p and the
+weights follow from a key the judge sends when the timed call is prepared. After timing, the
+judge recomputes SAMPLES calls drawn from all round trips with the reference
+(`Batched.verify`); a missing or wrong one fails the run. To pass, a host must know every
+element of every call's output (every weight is nonzero), and every element's input changes
+from call to call. The shift varies along every axis (PERIOD is a prime; not along an axis
+whose stride it divides), so Softmax and the normalizations, which undo a uniform shift along
+their axis, do not give one call's output for all (with one shift per call they did).
 Knowing the weights from the start gains a cheat nothing more than knowing them per round trip
 would (the shifts are what it cannot know ahead). Weights of a short period, tiled, were
 rejected: where the period divides an output's stride, an operator's own invariants (Softmax's
 sums along that axis are 1) make the checksum a constant.
+
+Why the roll, and a bound of SIGMAS standard deviations: calls once differed only by s_i, all
+on one pattern, so two calls' checksums differed by about (s_i - s_k) C, C = sum_j w_j p_j
+dy_j/dx_j one number per key, N(0, ~n/3); and a checksum was allowed rtol sum |w y| +
+atol_frac max|y| sum |w|, the worst case, which grows like n. For relu-4d (n = 262,144) the
+bound was 18.5 and 0.45 |C| fell under it for 1 key in 8: every copy passed, and a host that
+ran 1 call in 10 was recorded with a tenth of its latency (the flake of
+tests/operators/test_call_count.py; its failing runs had |C| = 26 and 3.7, the passing ones
+78-368). Now two calls' offsets differ element by element, so a copy's difference is a sum of
+n independent terms, and the bound is statistical: an honest output's error e (|e_j| <= the
+tolerance t_j) is the host's, drawn apart from the weights w ~ N(0, 1), so sum w_j e_j is
+N(0, sum e_j^2): SIGMAS * ||t||_2 (a false failure 2e-9 a pick), plus the float32 dot's
+rounding. Both grow like sqrt(n). And the check's power is a fact the judge measures, not
+assumes: given the reference before timing (`checked_forward`, as `d500 op bench` does), it
+recomputes PROBES calls and grows the scale (x GROWTH, at most GROWTHS times) until the bound
+tells POWER of their pairs apart; `verify` measures it again on its picks, the share of pairs
+of recomputed calls a copy of one for the other would fail (`power`, recorded by the bench as
+`calls_told_apart`). Every float32 case of level 0 is told apart at 1.0; the bfloat16 cases
+(rtol 2^-5, atol 2^-6 of the peak) at about 0.33 at best: there a copy is caught a third of the
+time, a host running 1 call in 10 still with probability 1 - (1 - 0.9 / 3) ** 32 > 0.9999, one
+running 9 in 10 with 1 - (1 - 0.1 / 3) ** 32 = 0.66.
 
 The shift and the checksum run in the operator's framework (its Runner's `shifted` and
 `checksums`: NumPy's in-place add, also for torch's tensors, and einsum; torch.dot in torch's
@@ -62,6 +85,10 @@ SAMPLES = 32  # forward calls the judge recomputes after timing: skipping 10 % o
 #               caught with probability 1 - 0.9 ** 32 = 0.97
 PERIOD = 1021  # a prime: the offsets a call's elements get repeat with it (`_pattern`)
 CHECKSUM_SLACK = 1e-5  # a float32 dot product's rounding, relative to sum |w y|
+SIGMAS = 6.0  # an honest checksum's error is refused with probability 2e-9 (`_bound`)
+POWER = 0.9  # the least share of pairs of calls whose checksums the bound tells apart
+GROWTH, GROWTHS = 4.0, 3  # the shift's scale grows by GROWTH at most GROWTHS times (`calibrate`)
+PROBES = 4  # calls recomputed to measure the check's power before timing
 
 
 class Raised(D500Error):
@@ -167,10 +194,11 @@ class RemoteRunner:
                   ) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
         return self.host.ask("gradients", [np.asarray(a) for a in arrays], list(grad_outputs))
 
-    def timed_forward(self, inputs: list[np.ndarray]) -> Batched:
+    def timed_forward(self, inputs: list[np.ndarray], reference: Any = None,
+                      tolerance: tuple[float, float] | None = None) -> Batched:
         key = secrets.randbits(63)  # the checksums' weights
         self.host.ask("prepare", "forward", inputs, None, key)
-        return Batched(self.host, "forward", inputs, key)
+        return Batched(self.host, "forward", inputs, key, reference, tolerance)
 
     def timed_backward(self, inputs: list[np.ndarray], grads: list[np.ndarray | None]
                        ) -> Batched | None:
@@ -188,11 +216,16 @@ class Batched:
     A forward's round trips are checked call by call afterwards (`verify`)."""
 
     def __init__(self, host: Host | Local, kind: str, inputs: list[np.ndarray] | None = None,
-                 key: int | None = None):
+                 key: int | None = None, reference: Any = None,
+                 tolerance: tuple[float, float] | None = None):
         self.host, self.kind, self.key = host, kind, key
         self.inputs = inputs  # the forward's inputs: its calls are checked
         self.checked = 0  # calls recomputed by `verify`
+        self.power: float | None = None  # the share of pairs of calls the check told apart
+        self._weights: list[np.ndarray] | None = None
         self.scale = _shift_scale(inputs[0]) if inputs else None
+        if self.scale is not None and reference is not None and tolerance is not None:
+            self.calibrate(reference, *tolerance)
         self.trips: list[tuple[int, int, np.ndarray]] = []  # (seed, calls, checksums)
         self._ask(1)  # a first call on a new array (jax: 0.3 s) would size the round trips
         self.overhead = max(self._round_trip(0) for _ in range(5))
@@ -247,22 +280,54 @@ class Batched:
         picks = rng.choice(int(counts.sum()), size=min(samples, int(counts.sum())),
                            replace=False)
         starts = np.cumsum(counts) - counts
-        weights: list[np.ndarray] | None = None
+        expected = []  # (checksums, bounds) of each pick, as the reference gives them
         for pick in picks:
             t = int(np.searchsorted(starts, pick, side="right") - 1)
             seed, calls, sums = self.trips[t]
             i = int(pick - starts[t])
-            x = self.inputs[0]
-            offsets = _offsets(_shifts(seed, calls, self.scale)[i], _pattern(self.key), x.dtype)
-            want = reference([_shifted(x, offsets), *self.inputs[1:]])
-            weights = weights or _weights(self.key, want)
-            for k, (w, y) in enumerate(zip(weights, want)):
-                if k >= sums.shape[1] or not _agrees(float(sums[i][k]), w, y, rtol, atol_frac):
+            shifts, rolls = _shifts(seed, calls, self.scale)
+            want, bounds = self._reference_sums(reference, shifts[i], rolls[i], rtol,
+                                                atol_frac)
+            expected.append((want, bounds))
+            for k, (e, b) in enumerate(zip(want, bounds)):
+                if k >= sums.shape[1] or not _agrees(float(sums[i][k]), e, b):
                     return (f"timed call {i} of round trip {t} did not return the "
                             f"reference's output {k} for its input: the host did not run "
                             f"every call it was timed for")
         self.checked = len(picks)
+        power = _power(expected)
+        self.power = power if power is not None else self.power
         return None
+
+    def calibrate(self, reference: Any, rtol: float, atol_frac: float) -> None:
+        """Before timing: grow the shifts' scale until the bound tells apart the reference's
+        checksums of PROBES calls, pair by pair, with probability POWER (`_power`); at most
+        GROWTHS times, else the scale that told most apart."""
+        assert self.scale is not None
+        rng = np.random.default_rng(secrets.randbits(63))
+        tried = []
+        for _ in range(GROWTHS + 1):
+            shifts, rolls = _shifts(int(rng.integers(2 ** 62)), PROBES, self.scale)
+            power = _power([self._reference_sums(reference, s, r, rtol, atol_frac)
+                            for s, r in zip(shifts, rolls)])
+            if power is None or power >= POWER:
+                self.power = power
+                return
+            tried.append((power, -self.scale))
+            self.scale *= GROWTH
+        self.power, scale = max(tried)
+        self.scale = -scale
+
+    def _reference_sums(self, reference: Any, shift: float, roll: int, rtol: float,
+                        atol_frac: float) -> tuple[list[float], list[float]]:
+        """The checksums of one call's outputs as the reference gives them, and their bounds."""
+        x = self.inputs[0]
+        offsets = _offsets(shift, roll, _pattern(self.key), x.dtype)
+        want = reference([_shifted(x, offsets), *self.inputs[1:]])
+        if getattr(self, "_weights", None) is None:
+            self._weights = _weights(self.key, want)
+        pairs = [_expected(w, y, rtol, atol_frac) for w, y in zip(self._weights, want)]
+        return [e for e, _ in pairs], [b for _, b in pairs]
 
 
 class Local:
@@ -276,15 +341,18 @@ class Local:
         return _answer(None, self.state, message)
 
 
-def checked_forward(run: Any, inputs: list[np.ndarray]) -> Batched:
+def checked_forward(run: Any, inputs: list[np.ndarray], reference: Any = None,
+                    tolerance: tuple[float, float] | None = None) -> Batched:
     """The forward of `run` timed as checked round trips: in its host for an operator there
-    (RemoteRunner), else in this process, so that every row of a comparison pays the same."""
+    (RemoteRunner), else in this process, so that every row of a comparison pays the same.
+    With the reference and the forward's (rtol, atol_frac), the shifts are sized first so that
+    the check can tell calls apart (`Batched.calibrate`)."""
     if isinstance(run, RemoteRunner):
-        return run.timed_forward(inputs)
+        return run.timed_forward(inputs, reference, tolerance)
     key = secrets.randbits(63)
     local = Local(run)
     local.ask("prepare", "forward", inputs, None, key)
-    return Batched(local, "forward", inputs, key)
+    return Batched(local, "forward", inputs, key, reference, tolerance)
 
 
 def _shift_scale(x: np.ndarray) -> float | None:
@@ -295,19 +363,24 @@ def _shift_scale(x: np.ndarray) -> float | None:
     return float(np.mean(np.abs(x.astype(np.float64)))) or 1.0
 
 
-def _shifts(seed: int, calls: int, scale: float) -> np.ndarray:
-    return np.random.default_rng([seed, 0]).uniform(0.05, 0.5, calls) * scale
+def _shifts(seed: int, calls: int, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """Each call's shift s_i and roll r_i (each from its own stream: the first m calls' draws
+    do not depend on how many calls there are)."""
+    return (np.random.default_rng([seed, 0]).uniform(0.05, 0.5, calls) * scale,
+            np.random.default_rng([seed, 3]).integers(0, PERIOD, calls))
 
 
 def _pattern(key: int) -> np.ndarray:
-    """How a call's shift varies over the input's elements: element j is shifted by
-    s_i * pattern[j % PERIOD], so that no axis (but one whose stride PERIOD divides) sees one
-    shift along it, which Softmax or a normalization would undo."""
-    return np.random.default_rng([key, 2]).uniform(0.5, 1.0, PERIOD)
+    """How a call's shift varies over the input's elements: element j of call i is shifted by
+    s_i * p[(j + r_i) % PERIOD], so that no axis (but one whose stride PERIOD divides) sees one
+    shift along it, which Softmax or a normalization would undo, and two calls' offsets differ
+    element by element. Returned twice over, so that a call's roll is a slice."""
+    p = np.random.default_rng([key, 2]).uniform(0.0, 1.0, PERIOD)
+    return np.concatenate([p, p])
 
 
-def _offsets(shift: float, pattern: np.ndarray, dtype: Any) -> np.ndarray:
-    return (shift * pattern).astype(dtype)
+def _offsets(shift: float, roll: int, pattern: np.ndarray, dtype: Any) -> np.ndarray:
+    return (shift * pattern[int(roll):int(roll) + PERIOD]).astype(dtype)
 
 
 def _shifted(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -322,25 +395,48 @@ def _weights(key: int, outputs: list[Any]) -> list[np.ndarray]:
     return [rng.standard_normal(int(np.prod(np.shape(y))), dtype=np.float32) for y in outputs]
 
 
-def _agrees(got: float, w: np.ndarray, want: Any, rtol: float, atol_frac: float) -> bool:
+def _expected(w: np.ndarray, want: Any, rtol: float, atol_frac: float) -> tuple[float, float]:
+    """The checksum of the reference's output `want` and how far an honest one may be from it:
+    SIGMAS standard deviations of sum w_j e_j, where e_j, the output's error, is within the
+    tolerance t_j = rtol |y_j| + atol_frac max |y|: w is drawn from N(0, 1) apart from e, so
+    sum w_j e_j is N(0, sum e_j^2) at most N(0, sum t_j^2); plus the float32 dot's rounding."""
     y = np.asarray(want).astype(np.float64).ravel()
     w64 = w.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         expected = float(np.dot(w64, y))
     if not math.isfinite(expected):
+        return expected, 0.0
+    peak = float(np.max(np.abs(y), initial=0.0)) or 1.0
+    spread = math.sqrt(float(np.sum(np.square(rtol * np.abs(y) + atol_frac * peak))))
+    return expected, SIGMAS * spread + CHECKSUM_SLACK * float(np.dot(np.abs(w64), np.abs(y)))
+
+
+def _agrees(got: float, expected: float, bound: float) -> bool:
+    if not math.isfinite(expected):
         return math.isnan(got) if math.isnan(expected) else got == expected
-    finite = np.isfinite(y)
-    peak = float(np.max(np.abs(y[finite]), initial=0.0)) or 1.0
-    weighted = float(np.dot(np.abs(w64), np.abs(y)))
-    bound = (rtol + CHECKSUM_SLACK) * weighted + atol_frac * peak * float(np.abs(w64).sum())
     return abs(got - expected) <= bound
+
+
+def _power(expected: list[tuple[list[float], list[float]]]) -> float | None:
+    """The share of pairs of these calls (each its checksums and bounds) that a host answering
+    one with the other's checksums fails: some output's checksums differ by more than both
+    bounds. None: fewer than two calls, or none with finite checksums."""
+    told, pairs = 0, 0
+    for a in range(len(expected)):
+        for b in range(a):
+            (ea, ba), (eb, bb) = expected[a], expected[b]
+            if not all(map(math.isfinite, [*ea, *eb])):
+                continue
+            pairs += 1
+            told += any(abs(x - y) > u + v for x, y, u, v in zip(ea, eb, ba, bb))
+    return told / pairs if pairs else None
 
 
 def main(conn: Any) -> None:
     """The host process: import the file, then answer requests until told to exit."""
     children.bound_to_parent()
+    children.keep()  # (first: a PID namespace needs the capabilities confine drops)
     children.confine()
-    children.keep()
     file, name, recorded = conn.recv()
     try:
         cls = _load(Path(file), name, recorded)
@@ -431,11 +527,11 @@ def _checked_calls(run: Any, state: dict[str, Any], calls: int, seed: int, scale
     kernels (the Runner's `shifted` and `checksums`)."""
     from d500.operators.adapters import as_tuple
     dtype, pattern = state["inputs"][0].dtype, _pattern(state["key"])
-    shifts = _shifts(seed, calls, scale)
+    shifts, rolls = _shifts(seed, calls, scale)
     shifted = state["shifted"]
     sums = np.empty((calls, 0))
     for i in range(calls):
-        outs = as_tuple(run.call(shifted(_offsets(shifts[i], pattern, dtype))))
+        outs = as_tuple(run.call(shifted(_offsets(shifts[i], rolls[i], pattern, dtype))))
         if state.get("checksums") is None:  # the weights: once per timed call, from its key
             state["checksums"] = run.checksums(_weights(state["key"], outs))
         row = state["checksums"](outs)

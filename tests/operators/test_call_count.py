@@ -12,7 +12,8 @@ import pytest
 
 from d500 import cli
 from d500.ledger import Ledger
-from d500.operators import host
+from d500.operators import CustomOperator, host
+from d500.operators.adapters import runner
 
 from .conftest import ROOT
 
@@ -23,7 +24,8 @@ SLOW = (Path(__file__).parent / "ops" / "slow_ops.py").read_text()
 # The red team's attack (README, issue 17), on today's protocol: the host's loop runs one call
 # in ten and answers the other calls with copies of those it ran.
 SKIP = '''
-from d500.operators import host
+from d500.operators import CustomOperator, host
+from d500.operators.adapters import runner
 
 _real = host._answer
 
@@ -100,6 +102,7 @@ def test_one_call_in_ten_is_caught_on_softmax_whose_output_ignores_a_uniform_shi
 def _batched(trips, inputs):
     b = host.Batched.__new__(host.Batched)
     b.inputs, b.scale, b.trips, b.key = inputs, host._shift_scale(inputs[0]), trips, KEY
+    b.power, b._weights = None, None
     return b
 
 
@@ -109,10 +112,11 @@ def _relu(arrays):
 
 def _sums(seed, calls, x, scale, skip=None):
     """What an honest host answers (or, for call `skip`, the previous call's answer)."""
-    shifts = host._shifts(seed, calls, scale)
+    shifts, rolls = host._shifts(seed, calls, scale)
     rows = []
     for i in range(calls):
-        offsets = host._offsets(shifts[i if i != skip else i - 1], host._pattern(KEY), x.dtype)
+        j = i if i != skip else i - 1
+        offsets = host._offsets(shifts[j], rolls[j], host._pattern(KEY), x.dtype)
         (y,) = _relu([host._shifted(x, offsets)])
         rows.append([float(np.dot(host._weights(KEY, [y])[0], y.ravel()))])
     return np.array(rows)
@@ -172,9 +176,8 @@ def test_each_framework_shifts_as_the_judge_does_and_checksums_within_the_slack(
     np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
     x = (np.random.default_rng(1).standard_normal((3, 50, 41)) * 10).astype(np_dtype)
     shifted = run.shifted([x])
-    shifts = host._shifts(9, 4, host._shift_scale(x))
-    for s in shifts:
-        offsets = host._offsets(s, host._pattern(KEY), x.dtype)
+    for s, r in zip(*host._shifts(9, 4, host._shift_scale(x))):
+        offsets = host._offsets(s, r, host._pattern(KEY), x.dtype)
         (outs,) = as_tuple(run.call(shifted(offsets)))
         got = np.asarray(run._numpy(shifted(offsets)[0]))
         want = host._shifted(x, offsets)
@@ -182,6 +185,48 @@ def test_each_framework_shifts_as_the_judge_does_and_checksums_within_the_slack(
         (w,) = host._weights(KEY, [outs])
         (sum_,) = run.checksums([w])([outs])
         y = np.asarray(run._numpy(outs)).ravel()
-        assert host._agrees(sum_, w, y, 0.0, 0.0)
+        assert host._agrees(sum_, *host._expected(w, y, 0.0, 0.0))
         assert not host._agrees(sum_ + 1e-3 * float(np.abs(w) @ np.abs(y.astype(np.float64))),
-                                w, y, 0.0, 0.0)
+                                *host._expected(w, y, 0.0, 0.0))
+
+
+class _Relu(CustomOperator):
+    op_type = "Relu"
+    framework = "numpy"
+
+    def forward(self, x):
+        return np.maximum(x, 0)
+
+
+class OneInTenHere(host.Local):
+    """The attack above, in the judge's process (no host to start): one call in ten run, the
+    others answered with copies of those."""
+
+    def ask(self, *message):
+        if message[0] == "repeat" and message[4] is not None and message[2] > 1:
+            kind, which, calls, seed, scale = message
+            inside, sums = super().ask(kind, which, max(1, calls // 10), seed, scale)
+            return inside, np.resize(sums, (calls, sums.shape[1]))
+        return super().ask(*message)
+
+
+BLIND_KEY = 279  # with the first protocol's weights and pattern, a copy made no difference
+#                  (the flake of the test above): see test_copies_are_caught_whatever_the_key
+
+
+def test_copies_are_caught_whatever_the_key(monkeypatch):
+    """Each call was shifted by s_i times one pattern, so every two calls' checksums differed
+    by (s_i - s_k) C, C one number per key, and the bound grew with the elements, not their
+    square root: for a key whose C is near 0 (1 run in 8 of relu-4d), every copy passed."""
+    monkeypatch.setattr(host, "OVERHEAD", 0.5)
+    monkeypatch.setattr(host, "ROUND_TRIP", 0.01)
+    x = np.random.default_rng(0).permutation(np.linspace(-2, 2, 64 * 1024)).astype(
+        np.float32).reshape(64, 1024)
+    local = OneInTenHere(runner(_Relu()))
+    local.ask("prepare", "forward", [x], None, BLIND_KEY)
+    before = x.tobytes()
+    timed = host.Batched(local, "forward", [x], BLIND_KEY)
+    timed._ask(10 * host.SAMPLES)  # one long round trip, however fast the machine is
+    problem = timed.verify(_relu, 1e-4, 1e-5, rng=np.random.default_rng(0))
+    assert problem is not None and "did not run every call" in problem
+    assert x.tobytes() == before  # the judge's input: shifted copies only, never itself
