@@ -1,17 +1,25 @@
 """The rules choose the seeds at level 3 too (issue 17), with real `mpiexec -n 2` jobs: a seed the
 sender picks (`--seed 11`) is an exploration, listed by check and never scored; the required
 seed's run deleted from the ledger, the chain re-linked and re-sealed as d500 seals it, is a
-missing seed at its world size and a run id the chain skips. (Level 2's twins, and the killed
-seed: tests/competition/test_seeds.py.)"""
+missing seed at its world size and a run id the chain skips; a required seed's job killed from
+outside is refused and a miss until `mpiexec -n 2 d500 train` runs it again. (Level 2's twins:
+tests/competition/test_seeds.py.)"""
 
 from __future__ import annotations
 
+import math
+import os
+import signal
+import sqlite3
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from d500.competition.check import check
 from d500.competition.package import Package
+from d500.distributed.launcher import train_argv
 from d500.ledger import Ledger
 from d500.training import score
 from d500.training.seeds import required
@@ -66,3 +74,87 @@ def test_a_scouted_level3_seed_never_scores_and_a_deleted_one_is_missing(tmp_pat
         missing.format(f"{first}, {second}"),
         f"completeness: the chain skips run id(s) {runs[first]['id']}: rows deleted from the "
         f"ledger (a hidden run), or runs not yet ended when it was packaged"], report.problems
+
+
+# momentum SGD that, with D500_TEST_SLOW set, sleeps 0.2 s a step after its first epoch (37
+# steps): a job long enough to be killed once its first evaluation is in the ledger
+SLOW = '''
+import os
+import time
+
+from d500.training.optimizers.sgd import Momentum
+
+
+class Sgd(Momentum):
+    name = "slowsgd"
+
+    def update(self, ops, params, grads, state, lr, t):
+        if os.environ.get("D500_TEST_SLOW") and int(t) > 37:
+            time.sleep(0.2)
+        super().update(ops, params, grads, state, lr, t)
+'''
+
+
+def _evaluated(ledger: Path, seed: int) -> bool:
+    """Whether a run of `seed` is running and has recorded an evaluation."""
+    if not ledger.exists():
+        return False
+    try:
+        db = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True, timeout=5)
+        try:
+            found = db.execute("SELECT COUNT(*) FROM runs r JOIN evaluations e ON e.run_id = "
+                               "r.id WHERE r.seed = ? AND r.status = 'running'", (seed,))
+            return found.fetchone()[0] > 0
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return False
+
+
+@pytest.mark.slow  # three real 2-rank jobs of at most 2 epochs: ~20-35 s
+def test_a_killed_level3_seed_is_refused_and_a_miss_until_re_run(tmp_path):
+    """The first required seed run; the second's job SIGKILLed (every rank and mpiexec) once it
+    evaluated, recorded interrupted by `d500 ledger list`: check refuses it, the board counts it
+    as a miss (∞); `mpiexec -n 2 d500 train` runs it, and only it, again."""
+    rules = tmp_path / "rules"
+    (rules / "3-distributed").mkdir(parents=True)
+    wl = jobs.workload(rules / "3-distributed", "digits-mlp", seeds=2, budget={"max_epochs": 2})
+    entry = jobs.entry(tmp_path, "sync", folder="entry", name="l3-kill", files={"slow.py": SLOW},
+                       optimizer="slow.py:Sgd")
+    home, ledger = tmp_path / "home", tmp_path / "home" / "ledger.sqlite"
+    first, second = required(3, "digits-mlp", "l3-kill", "torch", 2, 2)
+    done = jobs.train(home, 2, wl, entry, "--seeds", "1")
+    assert done.returncode in (0, 1), done.stderr
+    proc = subprocess.Popen(train_argv(wl, entry, 2, extra=()), cwd=home.parent,
+                            env=jobs.environment(home, D500_TEST_SLOW="1"),
+                            start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        while not _evaluated(ledger, second):
+            assert proc.poll() is None and time.monotonic() < deadline, "seed 2 never started"
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    listed = jobs.plain_d500(home, "ledger", "list")  # seals the dead job's run as interrupted
+    assert listed.returncode == 0, listed.stderr
+    with Ledger(ledger) as book:
+        runs = book.runs(level=3)
+        [scored] = score.entries(runs)
+    killed = next(r for r in runs if r["seed"] == second)
+    assert killed["status"] == "interrupted"
+    assert killed["id"] in [r["id"] for r in scored.seeds]  # counted, as a miss
+    assert score.over_seeds([score.time_to_target(r) for r in scored.seeds]).median == math.inf
+    report = check(_package(home, entry, tmp_path / "killed.tar.gz"), rules)
+    assert report.problems == [
+        f"completeness: {WHERE}: required seed {second} (of the workload's 2) only interrupted "
+        f"(run(s) {killed['id']}): a miss until re-run to completion (`mpiexec -n 2 d500 train` "
+        f"without --seed runs it again)"]
+    again = jobs.train(home, 2, wl, entry)
+    assert again.returncode in (0, 1), again.stderr
+    with Ledger(ledger) as book:
+        newer = [r for r in book.runs(level=3) if r["id"] > killed["id"]]
+    assert [r["seed"] for r in newer] == [second]  # only the one left
+    report = check(_package(home, entry, tmp_path / "rerun.tar.gz"), rules)
+    assert report.problems == [], report.problems
