@@ -6,8 +6,8 @@ politely and then by force.
     ctx = children.context(["torch"])   # how to start one (a forkserver where it is safe)
     process = ctx.Process(target=main, args=(child,), daemon=True); process.start()
     children.bound_to_parent()          # first thing in the child
+    children.keep()                     # a keeper that ends whatever it leaves behind
     children.confine()                  # then no capability left (before the entry's code)
-    children.keep()                     # and a keeper that ends whatever it leaves behind
     children.take_environment(env)      # then the judge's environment, sent with the job
     children.end(conn, process)         # "exit" on its pipe, then a kill
 
@@ -80,8 +80,13 @@ def take_environment(env: dict[str, str] | None) -> None:
 def bound_to_parent() -> None:
     """Die with the parent (Linux: PR_SET_PDEATHSIG; a forkserver's child dies with the
     forkserver, which ends when the judge does), and leave ^C to it."""
+    _die_with_parent(ignore_interrupt=True)
+
+
+def _die_with_parent(ignore_interrupt: bool) -> None:
     import signal
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if ignore_interrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
@@ -129,35 +134,124 @@ def confine() -> None:
     _prctl(38, 1)  # PR_SET_NO_NEW_PRIVS
 
 
-def keep() -> None:
-    """In a child, before the entry's code (Linux): split in two. This process becomes the
-    keeper, d500's code only: a subreaper that adopts whatever the entry's process leaves
-    behind (a double fork), and once that process has ended kills and reaps all of it, then
-    ends as it did (its exit code, or its signal). Returns only in the new process, which dies
-    with its keeper. Nothing the entry starts outlives it: no process edits a file after the
-    run or spins on the cores that another run's load record counts as others'."""
+def keep(forward: bool = False) -> str:
+    """In a child, before the entry's code and before `confine` (Linux): split in two. This
+    process becomes the keeper, d500's code only (confined, undumpable): a subreaper that ends,
+    once the kept process has ended, all it left behind, then ends as it did (its exit code, or
+    its signal). Returns only in the kept process, which dies with its keeper; the caller then
+    confines it. Nothing the entry starts outlives it: no process edits a file after the run or
+    spins on the cores that another run's load record counts as others'.
+
+    Where the kernel lets this process (root, or a user namespace), the kept side runs in a PID
+    namespace of its own (`_isolated`): its pid 1 is d500's (`_init`), the entry's process its
+    child, and when that ends pid 1 does, and the kernel kills all the namespace holds; no
+    process in it can name, so signal, the keeper or the judge. Elsewhere a kept process could
+    kill its keeper (same user) and leave orphans to init. `forward` (an MPI rank, whose peers'
+    MPI reads its memory by pid: never in a namespace of its own): the keeper passes on the
+    signals a launcher sends (^C, hydra's SIGTERM and SIGUSR1) instead of ending it. Says
+    which keeper runs: "namespace", "subreaper", or "" (not Linux)."""
     if sys.platform != "linux":
-        return
+        return ""
+    isolated = not forward and _isolated()
+    if not forward and not isolated and os.environ.get("D500_DEBUG") == "1":
+        print("d500: debug: no PID namespace permitted here (unshare refused): the entry's "
+              "processes are kept by a subreaper only, which they could kill", file=sys.stderr)
     keeper = os.getpid()
     _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+    alive, held = os.pipe()  # the keeper holds `held`: a read of `alive` ends once it is gone
+    said, told = os.pipe() if isolated else (-1, -1)  # pid 1 tells the entry's wait status
+    import signal
+    passed = {getattr(signal, name) for name in FORWARDED} if forward else set()
+    signal.pthread_sigmask(signal.SIG_BLOCK, passed)  # held until the keeper passes them on
     pid = os.fork()
     if pid == 0:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, passed)
         _prctl(36, 0)
-        bound_to_parent()  # (PR_SET_PDEATHSIG is not inherited across fork)
-        if os.getppid() != keeper:  # the keeper died before the line above
+        os.close(held)
+        _die_with_parent(ignore_interrupt=not forward)  # (PDEATHSIG is not inherited by fork)
+        import select
+        if select.select([alive], [], [], 0)[0]:  # at EOF: the keeper died before that line
             os._exit(1)
-        return
+        os.close(alive)
+        if isolated:
+            os.close(said)
+            _init(told, keeper)
+        return "namespace" if isolated else "subreaper"
     code = 1
     try:
-        os.closerange(3, _max_fd())  # the pipes are the child's: its end must read as EOF
-        code = _kept(pid)
+        code = _kept(pid, forward, held, said)
     finally:
         os._exit(code)
 
 
-def _kept(pid: int) -> int:
+def _isolated() -> bool:
+    """A new PID namespace for this process's next child: root's (CAP_SYS_ADMIN), else in a
+    user namespace of its own that maps this user to itself, where the kernel allows one
+    (unprivileged user namespaces); False where neither is permitted."""
+    import ctypes
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return False
+    newpid, newuser = 0x20000000, 0x10000000
+    if libc.unshare(newpid) == 0:
+        return True
+    uid, gid = os.geteuid(), os.getegid()
+    if libc.unshare(newuser | newpid) != 0:
+        return False
+    try:
+        for name, text in (("uid_map", f"{uid} {uid} 1"), ("setgroups", "deny"),
+                           ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+    except OSError:
+        pass  # unmapped: the user reads as the overflow id inside, files stay this user's
+    return True
+
+
+def _init(told: int, keeper: int) -> None:
+    """Pid 1 of the kept namespace, d500's code: start the entry's process, with pid `keeper`
+    where the kernel lets it choose (each concurrent run's then differs: files named by pid do
+    not collide), reap every orphan of the namespace, and once that process has ended tell the
+    keeper its wait status on `told` and end: the kernel then kills all the namespace holds.
+    Returns only in the entry's process, whose parent (this) stays, so getppid() is 1."""
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(max(1, keeper - 1)))
+    except OSError:
+        pass
+    pid = os.fork()
+    if pid == 0:
+        os.close(told)
+        return
+    shield()
+    confine()
+    os.closerange(3, told)
+    os.closerange(told + 1, _max_fd())
+    status = None
+    while status is None:  # pid 1 is sent no signal it has no handler for: the keeper's
+        try:  # SIGKILL alone ends it
+            done, code = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if done == pid:
+            status = code
+    if status is not None:
+        os.write(told, status.to_bytes(4, "little"))
+    os._exit(0)
+
+
+FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM")
+
+
+def _kept(pid: int, forward: bool, held: int, said: int) -> int:
     """The keeper's work: reap until child `pid` ends, then end what is left; its exit code
-    (a signal that ended it ends the keeper too)."""
+    (a signal that ended it ends the keeper too). `forward`: the signals a launcher sends are
+    passed on to the child; else SIGTERM (`end`'s) kills it. `held`: the pipe end it keeps
+    open; `said` (a namespace's pid 1's): the pipe on which that tells the entry's wait
+    status, taken as the child's."""
     import signal
     reaped = False
 
@@ -165,7 +259,22 @@ def _kept(pid: int) -> int:
         if not reaped:  # (its pid is still its own: not yet reaped)
             os.kill(pid, signal.SIGKILL)
 
-    signal.signal(signal.SIGTERM, stop)
+    def pass_on(sig: int, _: Any) -> None:
+        if not reaped:
+            os.kill(pid, sig)
+
+    if forward:
+        for name in FORWARDED:
+            signal.signal(getattr(signal, name), pass_on)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {getattr(signal, n) for n in FORWARDED})
+    else:
+        signal.signal(signal.SIGTERM, stop)
+    confine()
+    shield()  # the kept process, as this user, cannot ptrace it
+    os.closerange(3, held)  # the pipes are the child's: its end must read as EOF
+    os.closerange(held + 1, said if said >= 0 else _max_fd())
+    if said >= 0:
+        os.closerange(said + 1, _max_fd())
     status = 1 << 8
     while True:  # reap adopted processes too, until the child has ended
         try:
@@ -178,6 +287,10 @@ def _kept(pid: int) -> int:
             status = code
             break
     reaped = True
+    if said >= 0:
+        told = os.read(said, 4)
+        if len(told) == 4:
+            status = int.from_bytes(told, "little")
     _end_adopted()
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -188,14 +301,27 @@ def _kept(pid: int) -> int:
 
 
 def kept(pid: int) -> int:
-    """The process a keeper `pid` keeps (the one that runs the entry's code: benchmarks pin or
-    schedule it), or `pid` itself where it has no child (not yet split, or not Linux)."""
+    """The process that runs the entry's code behind keeper `pid` (benchmarks pin or schedule
+    it): the keeper's child, or that child's where it is a PID namespace's pid 1 (`_init`);
+    `pid` itself where it has no child (not yet split, or not Linux)."""
+    child = _first_child(pid)
+    if child is None:
+        return pid
+    try:
+        if os.readlink(f"/proc/{child}/ns/pid") != os.readlink("/proc/self/ns/pid"):
+            return _first_child(child) or child
+    except OSError:
+        pass
+    return child
+
+
+def _first_child(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as f:
             found = f.read().split()
     except OSError:
-        return pid
-    return int(found[0]) if found else pid
+        return None
+    return int(found[0]) if found else None
 
 
 def _end_adopted() -> None:

@@ -177,7 +177,7 @@ def _kept_stubborn(conn) -> None:
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
-            conn.send(os.getpid())
+            conn.send(int(os.readlink("/proc/self")))  # its pid as the host sees it
             time.sleep(120)
         os._exit(0)
     while True:
@@ -215,6 +215,62 @@ def test_ending_a_kept_child_that_does_not_exit_ends_what_it_left_behind():
             os.kill(left, 9)
 
 
+def _parricide(conn) -> None:
+    """A kept child (behind children.keep, confined) that leaves a double-forked sleeper behind,
+    then kills its keeper (its parent, or found through /proc) and exits."""
+    import signal
+    children.bound_to_parent()
+    mode = children.keep()
+    children.confine()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            conn.send((mode, int(os.readlink("/proc/self"))))  # its pid as the host sees it
+            time.sleep(120)
+        os._exit(0)
+    time.sleep(0.5)
+    above = {os.getppid()}
+    try:
+        above.add(int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[1]))
+    except (OSError, ValueError):
+        pass
+    for pid in above - {0, os.getpid()}:
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+    os._exit(0)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PID namespaces are Linux's")
+def test_a_kept_process_that_kills_its_keeper_leaves_nothing_behind():
+    """The kept process is its user's: before, it could SIGKILL (or SIGSTOP) its keeper and
+    what it left then ran on, orphaned to init. In a PID namespace of its own it names no
+    process outside it, and its end ends all the namespace holds."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("spawn")
+    conn, child = ctx.Pipe()
+    process = ctx.Process(target=_parricide, args=(child,), daemon=True)
+    process.start()
+    child.close()
+    assert conn.poll(120), "the sleeper never said its pid"
+    mode, left = conn.recv()
+    try:
+        if mode != "namespace":
+            pytest.skip("this kernel permits no PID namespace here: the keeper is a subreaper")
+        process.join(30)
+        deadline = time.monotonic() + 5
+        while _running(left) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(left), f"process {left} outlived the kept process"
+    finally:
+        if _running(left):
+            os.kill(left, 9)
+        if process.is_alive():
+            process.kill()
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="the keeper is Linux's (a subreaper)")
 def test_nothing_the_optimizer_probe_starts_outlives_it(tmp_path):
     """The hyperparameter probe (d500.training.entry) imports the entry's file: a process its
@@ -228,7 +284,7 @@ def test_nothing_the_optimizer_probe_starts_outlives_it(tmp_path):
         "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
         "        null = os.open(os.devnull, os.O_RDWR)\n"
         "        for fd in (0, 1, 2):\n            os.dup2(null, fd)\n"
-        f"        open({str(mark)!r} + '.new', 'w').write(str(os.getpid()))\n"
+        f"        open({str(mark)!r} + '.new', 'w').write(os.readlink('/proc/self'))\n"
         f"        os.rename({str(mark)!r} + '.new', {str(mark)!r})\n"
         "        time.sleep(120)\n    os._exit(0)\n"
         f"while not os.path.exists({str(mark)!r}):\n    time.sleep(0.01)\n\n\n"

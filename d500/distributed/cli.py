@@ -73,6 +73,8 @@ def train(args: Any, argv: list[str], prog: str) -> int:
                          f"workload: run it under MPI, e.g. mpiexec -n {n} d500 train "
                          f"{args.workload} --submission {args.submission}{note}")
     from d500 import children
+    children.keep(forward=True)  # a keeper per rank, split before MPI starts (no namespace:
+    #                              MPI's peers on this host read this rank's memory by pid)
     children.confine()  # a rank runs the entry's code: first, before MPI starts any thread
     from d500.distributed import faults
     faults.ignore_launcher_notices()  # hydra's notice of a rank's exit must not end this one

@@ -22,6 +22,7 @@ it reads whenever it waits, and it records the run failed before it answers. A p
 
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing
 import os
@@ -248,6 +249,7 @@ def main(conn: Any, lost: Any) -> None:
         bound_to_parent()
         children.shield()  # the ranks run the entry's code, each confined (distributed.cli)
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    job_root()  # (found before any rank runs the entry's code)
     conn.send(("shielded",))  # no rank runs the entry's code before this (trainer.judges)
     order: Order = conn.recv()  # sent as rank 0 spawned this process, before any entry code
     run, ranks = None, Ranks(conn, lost)
@@ -422,16 +424,32 @@ def _oversubscribed(ranks: list[Any]) -> bool:
     return here > usable_cores()
 
 
+@functools.cache
 def job_root() -> int:
     """The process whose tree holds this job's processes on this host, the judge's included:
-    under a launcher, the proxy that started the local ranks (rank 0's parent; the judge is rank
-    0's child), else rank 0. Their CPU is read from /proc, not taken from the ranks' word: the
-    entry's code runs in them, and a rank that reported less CPU than it took made its own work
-    others' load, an idle machine loaded, and reproduce's time tolerance wider."""
+    under a launcher, the proxy that started the local ranks (rank 0's keeper's parent, or rank
+    0's where it has none: d500.children.keep; the judge is rank 0's child), else rank 0. Their
+    CPU is read from /proc, not taken from the ranks' word: the entry's code runs in them, and a
+    rank that reported less CPU than it took made its own work others' load, an idle machine
+    loaded, and reproduce's time tolerance wider. Found once, as the judge starts (`main`),
+    before any rank runs the entry's code (which could rename its own command line)."""
     from d500.distributed.launch import launched_by_mpi
     from d500.provenance import parent_of
     rank0 = os.getppid()
-    return (parent_of(rank0) if launched_by_mpi() else None) or rank0
+    if not launched_by_mpi():
+        return rank0
+    up = parent_of(rank0)
+    if up is not None and _cmdline(up) == _cmdline(rank0) is not None:  # a keeper: a fork
+        up = parent_of(up)
+    return up or rank0
+
+
+def _cmdline(pid: int) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return None
 
 
 def _load(watch: Any, ranks: list[Any]) -> dict[str, Any]:

@@ -122,8 +122,8 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
 if __name__ == "__main__":
     from d500 import children
     children.bound_to_parent()
+    children.keep()  # nothing the file's code starts outlives the probe
     children.confine()  # (not shielding its parent: a level-3 rank must stay readable by its
     #                      peers, whose MPI reads large messages from its memory)
-    children.keep()  # nothing the file's code starts outlives the probe
     reply = _answer(json.loads(sys.stdin.read()))
     sys.stdout.write("\n" + json.dumps(reply, default=float) + "\n")

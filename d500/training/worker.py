@@ -256,8 +256,8 @@ def main(conn: Any) -> None:
     """The worker process: receive the job, build, receive the training split, train chunk by
     chunk."""
     children.bound_to_parent()
+    children.keep()  # (first: a PID namespace needs the capabilities confine drops)
     children.confine()
-    children.keep()
     from d500.errors import describe
     try:
         job = conn.recv()

@@ -116,19 +116,24 @@ def plain_d500(home: Path, *args: str, timeout: float = 120) -> subprocess.Compl
 
 
 def rank_process(home: Path, rank: int) -> int | None:
-    """The pid of the d500 process of `rank` in a job whose D500_HOME is `home`."""
+    """The pid of the d500 process of `rank` in a job whose D500_HOME is `home`: the kept one
+    (a fork of its keeper, d500.children.keep, which holds the same environment and command
+    line), or the keeper while it has not split yet."""
+    found = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             env = (proc / "environ").read_bytes().split(b"\0")
             cmdline = (proc / "cmdline").read_bytes()
-        except OSError:
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
             continue
         if (f"D500_HOME={home}".encode() in env and f"PMI_RANK={rank}".encode() in env
                 and b"d500.cli" in cmdline):
-            return int(proc.name)
-    return None
+            found[int(proc.name)] = parent
+    kept = [pid for pid, parent in found.items() if parent in found]
+    return (kept or sorted(found) or [None])[0]
 
 
 def settled(home: Path, run: int, seconds: float) -> dict[str, Any]:

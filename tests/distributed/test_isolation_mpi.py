@@ -8,7 +8,11 @@ tests/training/test_isolation.py.)"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import time
+from pathlib import Path
 
 import pytest
 
@@ -107,3 +111,55 @@ def test_no_rank_runs_the_entrys_code_before_its_judge_is_shielded(tmp_path):
     judged = [what for look in looks for what in look.values()]
     assert judged, looks  # rank 0's import found its judge
     assert all(what == "PermissionError" for what in judged), looks
+
+
+# Leaves, at each rank's first step, a process behind (a double fork, stdio closed, as a daemon
+# does) that would edit the ledger after the job or load the machine during another run's timing
+LEAVE = '''
+import os, time
+from d500.training.optimizers import Optimizer
+
+
+class Leave(Optimizer):
+    name = "leave"
+
+    def update(self, ops, params, grads, state, lr, t):
+        if int(t) == 1 and os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
+                with open(os.environ["D500_LEFT"], "a") as out:
+                    out.write(os.readlink("/proc/self") + "\\n")  # its pid on the host
+                time.sleep(600)
+            os._exit(0)
+        ops.add_(params, grads, -lr)
+'''
+
+
+def test_nothing_a_rank_starts_outlives_the_job(tmp_path):
+    """Each rank runs behind a keeper (d500.children.keep, without a PID namespace of its own:
+    its MPI peers read its memory by pid) that ends what it left behind as it ends; before, a
+    rank's parent was hydra's proxy and the sleeper ran on after mpiexec returned."""
+    left = tmp_path / "left.txt"
+    out = jobs.attacked(tmp_path, LEAVE, "Leave", D500_LEFT=str(left))
+    pids = [int(p) for p in left.read_text().split()] if left.exists() else []
+    try:
+        assert out.returncode in (0, 1), out.stderr  # 1: the target missed in one epoch
+        assert len(pids) >= 2, (pids, out.stderr)  # a rank's warm-up and its run, each rank
+        deadline = time.monotonic() + 5
+        while (alive := [p for p in pids if _running(p)]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive, f"process(es) {alive} outlived the job"
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
