@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 from typing import Any
@@ -146,22 +147,47 @@ def keep(forward: bool = False) -> str:
     namespace of its own (`_isolated`): its pid 1 is d500's (`_init`), the entry's process its
     child, and when that ends pid 1 does, and the kernel kills all the namespace holds; no
     process in it can name, so signal, the keeper or the judge. Elsewhere a kept process could
-    kill its keeper (same user) and leave orphans to init. `forward` (an MPI rank, whose peers'
-    MPI reads its memory by pid: never in a namespace of its own): the keeper passes on the
-    signals a launcher sends (^C, hydra's SIGTERM and SIGUSR1) instead of ending it. Says
-    which keeper runs: "namespace", "subreaper", or "" (not Linux)."""
+    kill its keeper (same user) and leave orphans to init.
+
+    `forward` (an MPI rank, whose peers' MPI reads its memory by pid: never in a namespace of
+    its own): the keepers pass on the signals a launcher sends (^C, hydra's SIGTERM and SIGUSR1)
+    instead of ending the rank. Hydra SIGKILLs the process it started when a job aborts, so that
+    one only waits: the rank's keeper is its child, in a session of its own, and ends the rank
+    and all it left behind when the waiter dies. Says which keeper runs: "namespace",
+    "subreaper", or "" (not Linux)."""
     if sys.platform != "linux":
         return ""
-    isolated = not forward and _isolated()
-    if not forward and not isolated and os.environ.get("D500_DEBUG") == "1":
+    if forward:
+        waiter = os.getpid()
+        _split(forward=True)  # returns in the keeper, the child of the process hydra waits on
+        os.setsid()  # out of hydra's process group
+        signal.pthread_sigmask(signal.SIG_BLOCK, {ORPHANED})  # (handled once the rank is split)
+        _prctl(1, ORPHANED)  # PR_SET_PDEATHSIG: the waiter is gone
+        if os.getppid() != waiter:  # it died before the line above
+            os._exit(1)
+        _split(forward=True, orphaned=True)
+        return "subreaper"
+    isolated = _isolated()
+    if not isolated and os.environ.get("D500_DEBUG") == "1":
         print("d500: debug: no PID namespace permitted here (unshare refused): the entry's "
               "processes are kept by a subreaper only, which they could kill", file=sys.stderr)
     keeper = os.getpid()
+    told = _split(forward=False, isolated=isolated)
+    if isolated:
+        _init(told, keeper)
+    return "namespace" if isolated else "subreaper"
+
+
+def _split(forward: bool, isolated: bool = False, orphaned: bool = False) -> int:
+    """Fork; this process keeps the child (`_kept`) and ends as it does. Returns only in the
+    child, which dies with it: the pipe end on which a namespace's pid 1 tells the keeper the
+    entry's wait status (`isolated`), else -1."""
+    import signal
     _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
     alive, held = os.pipe()  # the keeper holds `held`: a read of `alive` ends once it is gone
-    said, told = os.pipe() if isolated else (-1, -1)  # pid 1 tells the entry's wait status
-    import signal
+    said, told = os.pipe() if isolated else (-1, -1)
     passed = {getattr(signal, name) for name in FORWARDED} if forward else set()
+    passed |= {ORPHANED} if orphaned else set()
     signal.pthread_sigmask(signal.SIG_BLOCK, passed)  # held until the keeper passes them on
     pid = os.fork()
     if pid == 0:
@@ -175,11 +201,10 @@ def keep(forward: bool = False) -> str:
         os.close(alive)
         if isolated:
             os.close(said)
-            _init(told, keeper)
-        return "namespace" if isolated else "subreaper"
+        return told
     code = 1
     try:
-        code = _kept(pid, forward, held, said)
+        code = _kept(pid, passed, held, said)
     finally:
         os._exit(code)
 
@@ -244,13 +269,14 @@ def _init(told: int, keeper: int) -> None:
 
 
 FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM")
+ORPHANED = getattr(signal, "SIGPWR", 30)  # a rank's keeper: the process hydra waits on died
 
 
-def _kept(pid: int, forward: bool, held: int, said: int) -> int:
+def _kept(pid: int, passed: set[int], held: int, said: int) -> int:
     """The keeper's work: reap until child `pid` ends, then end what is left; its exit code
-    (a signal that ended it ends the keeper too). `forward`: the signals a launcher sends are
-    passed on to the child; else SIGTERM (`end`'s) kills it. `held`: the pipe end it keeps
-    open; `said` (a namespace's pid 1's): the pipe on which that tells the entry's wait
+    (a signal that ended it ends the keeper too). `passed`: the signals passed on to the child
+    (ORPHANED among them kills it); none: SIGTERM (`end`'s) kills it. `held`: the pipe end it
+    keeps open; `said` (a namespace's pid 1's): the pipe on which that tells the entry's wait
     status, taken as the child's."""
     import signal
     reaped = False
@@ -263,12 +289,11 @@ def _kept(pid: int, forward: bool, held: int, said: int) -> int:
         if not reaped:
             os.kill(pid, sig)
 
-    if forward:
-        for name in FORWARDED:
-            signal.signal(getattr(signal, name), pass_on)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {getattr(signal, n) for n in FORWARDED})
-    else:
+    for sig in passed:
+        signal.signal(sig, stop if sig == ORPHANED else pass_on)
+    if not passed:
         signal.signal(signal.SIGTERM, stop)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, passed)
     confine()
     shield()  # the kept process, as this user, cannot ptrace it
     os.closerange(3, held)  # the pipes are the child's: its end must read as EOF

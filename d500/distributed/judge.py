@@ -427,8 +427,8 @@ def _oversubscribed(ranks: list[Any]) -> bool:
 @functools.cache
 def job_root() -> int:
     """The process whose tree holds this job's processes on this host, the judge's included:
-    under a launcher, the proxy that started the local ranks (rank 0's keeper's parent, or rank
-    0's where it has none: d500.children.keep; the judge is rank 0's child), else rank 0. Their
+    under a launcher, the proxy that started the local ranks (above rank 0's keeper and the
+    process the proxy waits on, d500.children.keep; the judge is rank 0's child), else rank 0. Their
     CPU is read from /proc, not taken from the ranks' word: the entry's code runs in them, and a
     rank that reported less CPU than it took made its own work others' load, an idle machine
     loaded, and reproduce's time tolerance wider. Found once, as the judge starts (`main`),
@@ -438,9 +438,10 @@ def job_root() -> int:
     rank0 = os.getppid()
     if not launched_by_mpi():
         return rank0
-    up = parent_of(rank0)
-    if up is not None and _cmdline(up) == _cmdline(rank0) is not None:  # a keeper: a fork
-        up = parent_of(up)
+    up, line = parent_of(rank0), _cmdline(rank0)
+    for _ in range(2):  # its keeper and the process hydra waits on: forks of rank 0
+        if up is not None and line is not None and _cmdline(up) == line:
+            up = parent_of(up)
     return up or rank0
 
 

@@ -163,3 +163,47 @@ def _running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+ABORTED = '''
+import os, sys, time
+from d500 import children
+children.keep(forward=True)  # as `d500 train` does on each rank (d500.distributed.cli)
+children.confine()
+from mpi4py import MPI
+if MPI.COMM_WORLD.Get_rank() == 1:
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            with open(sys.argv[1] + ".new", "w") as out:
+                out.write(os.readlink("/proc/self"))  # its pid on the host
+            os.rename(sys.argv[1] + ".new", sys.argv[1])
+            time.sleep(120)
+        os._exit(0)
+    time.sleep(60)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+MPI.COMM_WORLD.Abort(3)
+'''
+
+
+def test_nothing_a_rank_starts_outlives_an_aborted_job(tmp_path):
+    """MPI_Abort: hydra SIGKILLs every process it started. A rank's keeper killed so left what
+    the rank started (a double fork, its own session) running; the process hydra starts now only
+    waits, and the rank's keeper, its child in a session of its own, outlives it and ends all."""
+    import subprocess
+    import sys
+    mark = tmp_path / "left"
+    out = subprocess.run([str(jobs.MPIEXEC), "-n", "2", sys.executable, "-c", ABORTED,
+                          str(mark)], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[2])
+    left = int(mark.read_text())
+    try:
+        assert out.returncode == 3, out.stderr
+        deadline = time.monotonic() + 5
+        while _running(left) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(left), f"process {left} outlived the aborted job"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(left, 9)

@@ -11,6 +11,17 @@ import time as _time
 from pathlib import Path as _Path
 
 
+def above(n):
+    """The process `n` levels above this one, as the host sees it: a worker's keeper is 1 above
+    (2 where the worker runs in a PID namespace of its own, its getppid() then 1: pid 1 there
+    between; d500.children.keep)."""
+    pid = "self"
+    for _ in range(n):
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    return pid
+
+
 def meet(step, ranks=2):
     """At the first update of a rank's first trial, when $D500_MEET_DIR is set: note the rank's
     process there (the parent of the worker that trains: the rank or its forkserver), then wait
@@ -18,7 +29,7 @@ def meet(step, ranks=2):
     folder = _os.environ.get("D500_MEET_DIR")
     if not folder or int(step) != 1:
         return
-    mine = _Path(folder) / str(_os.getppid())
+    mine = _Path(folder) / str(above(2 if _os.getppid() == 1 else 1))  # the worker's keeper
     if mine.exists():
         return
     mine.touch()

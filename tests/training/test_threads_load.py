@@ -44,8 +44,8 @@ class Noting(Momentum):
 
     def update(self, ops, params, grads, state, lr, t):
         meet(t)
-        keeper = Path(f"/proc/{os.getppid()}/stat").read_text()  # (d500.children.keep)
-        out = Path(os.environ["NOTE_DIR"]) / f"{keeper.rsplit(')', 1)[1].split()[1]}.json"
+        d500 = above(3 if os.getppid() == 1 else 2)  # the keeper's parent (d500.children.keep)
+        out = Path(os.environ["NOTE_DIR"]) / f"{d500}.json"
         if not out.exists():
             found = {}
             if "torch" in sys.modules:
