@@ -23,7 +23,10 @@ took as the judge timed it, worker against in-process, chunk by chunk (less nois
 run), and over the timed part the CPU time of both sides, and the worker's CPU migrations and
 context switches (Linux /proc): where the split's time goes, even on a loaded machine.
 --realtime runs both sides SCHED_FIFO over the timed part (root), so that other processes'
-load no longer delays them.
+load no longer delays them. And where each side's time to accuracy went, phase by phase
+(`phases`: the data read, its hand-over, the first chunk, the later ones, the judge's loads,
+validation, the ledger rows, the rest), paired, split into what is fixed a run and what a chunk
+adds; last, a VERDICT line: whether the split is within the 2 % the design allows.
 
     .venv/bin/python benchmarks/isolation.py [--case both|mlp|resnet20] [--pairs 5]
         [--threads 1] [--warm] [--start forkserver|spawn] [--realtime]
@@ -62,6 +65,9 @@ class InProcess:
         from d500.training.worker import _build
         self.trainer = _build(self.job)
 
+    def share(self, shapes: Any, dtypes: Any) -> None:
+        pass  # nothing handed over
+
     def give(self, x: Any, y: Any, total_steps: int) -> None:
         self.x, self.y, self.steps = x, y, 0
         self.lr_at = self.job.recipe.schedule(total_steps)
@@ -96,6 +102,7 @@ class SharedJudge:
 
     def __init__(self, backend_cls: Any, model: Any):
         self.backend_cls = backend_cls
+        self.shapes, self.dtypes = {}, {}  # (nothing to share)
 
     def load(self, state: Any) -> None:
         pass
@@ -126,8 +133,9 @@ def counts(pid: int, tid: int | None = None) -> dict[str, float]:
 
 def watched(cls: Any, realtime: bool, seen: dict[str, Any]) -> Any:
     """`cls` (the worker's handle, or InProcess) recording into `seen`, over the timed part
-    (give to finish): each chunk's time as the judge sees it, and the scheduler counts of the
-    judge's thread and the worker's process; with `realtime`, both run SCHED_FIFO meanwhile."""
+    (run_start to finish): each chunk's time as the judge sees it, and the scheduler counts of
+    the judge's thread and the worker's process; with `realtime`, both run SCHED_FIFO
+    meanwhile."""
     import threading
 
     def fifo(on: bool) -> None:
@@ -141,19 +149,27 @@ def watched(cls: Any, realtime: bool, seen: dict[str, Any]) -> Any:
         return {"judge": counts(os.getpid(), threading.get_native_id()),
                 **{"worker": counts(pid) for pid in seen["pids"]}}
 
+    def timed() -> None:  # at run_start (the Clock's creation, `clocked`)
+        seen["before"] = snapshot()
+        fifo(True)
+
     class Watched(cls):
-        def give(self, *args: Any, **kwargs: Any) -> None:
+        def ready(self) -> None:
             from d500 import children
+            super().ready()
             process = getattr(self, "process", None)  # the worker's keeper: its child is it
-            seen.update(chunks=[], pids=[children.kept(process.pid)] if process else [])
-            seen["before"] = snapshot()
-            fifo(True)
-            super().give(*args, **kwargs)
+            seen.update(chunks=[], pids=[children.kept(process.pid)] if process else [],
+                        timed=timed)
+
+        def give(self, *args: Any, **kwargs: Any) -> None:
+            with event(seen, "give"):
+                super().give(*args, **kwargs)
 
         def train(self, *args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
             try:
-                return super().train(*args, **kwargs)
+                with event(seen, "chunk"):
+                    return super().train(*args, **kwargs)
             finally:
                 seen["chunks"].append(time.perf_counter() - start)
 
@@ -169,23 +185,101 @@ def watched(cls: Any, realtime: bool, seen: dict[str, Any]) -> Any:
     return Watched
 
 
+class event:
+    """Records into seen["events"] when the code in its `with` ran: (what, start, end)."""
+
+    def __init__(self, seen: dict[str, Any], what: str):
+        self.seen, self.what = seen, what
+
+    def __enter__(self) -> None:
+        self.start = time.perf_counter()
+
+    def __exit__(self, *_: Any) -> None:
+        self.seen.setdefault("events", []).append((self.what, self.start, time.perf_counter()))
+
+
+def judged(cls: Any, seen: dict[str, Any]) -> Any:
+    """The judge `cls` (d500's, or SharedJudge) with its loads of a hand-over recorded."""
+    class Judged(cls):
+        def load(self, state: Any) -> None:
+            with event(seen, "load"):
+                super().load(state)
+    return Judged
+
+
+def clocked(cls: Any, seen: dict[str, Any]) -> Any:
+    """The run's Clock, kept in seen["clock"], with every reading of now() it gave: the one that
+    became time to accuracy says when (time.perf_counter) the target was met."""
+    class Clocked(cls):
+        def __init__(self, *args: Any, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            self.nows: list[tuple[float, float]] = []
+            seen["clock"] = self
+            seen["timed"]()
+
+        def now(self) -> float:
+            value = super().now()
+            self.nows.append((self.read(), value))
+            return value
+    return Clocked
+
+
+PHASES = ("load data", "hand data", "to chunk 1", "chunk 1", "chunks 2+", "judge load",
+          "validation", "ledger rows", "other")
+
+
+def phases(seen: dict[str, Any], tta: float) -> dict[str, float]:
+    """Where a run's time to accuracy went (s), from what `watched`, `judged` and `clocked`
+    saw: the data read from disk (run_start to the hand-over of the training split), that
+    hand-over, up to the first chunk, the first chunk, the other chunks, the judge's loads of
+    the model, validation, the evaluations' ledger rows (a commit each) and the rest (MLLOG,
+    the loop itself); they sum to it."""
+    clock = seen["clock"]
+    reach = next(raw for raw, value in clock.nows if value == tta)  # the target met, raw
+    events = [e for e in seen["events"] if e[2] <= reach]
+    got = dict.fromkeys(PHASES, 0.0)
+    give = next(e for e in events if e[0] == "give")
+    chunks = [e for e in events if e[0] == "chunk"]
+    got["load data"] = give[1] - clock.start
+    got["hand data"] = give[2] - give[1]
+    got["to chunk 1"] = chunks[0][1] - give[2]
+    got["chunk 1"] = chunks[0][2] - chunks[0][1]
+    got["chunks 2+"] = sum(e - s for _, s, e in chunks[1:])
+    got["judge load"] = sum(e - s for w, s, e in events if w == "load")
+    got["validation"] = clock.evaluation
+    got["ledger rows"] = sum(e - s for w, s, e in events if w == "row")  # SQLite, synchronous
+    got["other"] = tta - sum(got.values())
+    got["count"] = len(chunks)
+    return got
+
+
 def run(workload: Any, recipe: Any, seed: int, inprocess: bool, realtime: bool = False
         ) -> dict[str, Any]:
-    """One run's figures, trained in a worker or in this process, with what `watched` saw."""
-    from d500.ledger import Ledger
+    """One run's figures, trained in a worker or in this process, with what `watched` saw and
+    where its time to accuracy went (`phases`)."""
+    from d500.ledger import Ledger, lifecycle
     from d500.training import trainer, worker
-    saved, seen = (worker.Worker, trainer.Judge), {}
+    saved, seen = (worker.Worker, trainer.Judge, trainer.Clock), {}
     worker.Worker = watched(InProcess if inprocess else saved[0], realtime, seen)
-    if inprocess:
-        trainer.Judge = SharedJudge
+    trainer.Judge = judged(SharedJudge if inprocess else saved[1], seen)
+    trainer.Clock = clocked(saved[2], seen)
+    row = lifecycle.Run.evaluation
+
+    def evaluation(self: Any, *args: Any, **kwargs: Any) -> None:  # an evaluation's ledger row
+        with event(seen, "row"):
+            row(self, *args, **kwargs)
+
+    lifecycle.Run.evaluation = evaluation
     try:
         result = trainer.train(workload, recipe, "torch", seed, ledger=Ledger(),
                                submission="bench")
     finally:
-        worker.Worker, trainer.Judge = saved
+        worker.Worker, trainer.Judge, trainer.Clock = saved
+        lifecycle.Run.evaluation = row
     if result.status != "succeeded":
         raise SystemExit(f"run with seed {seed} {result.status}: {result.error}")
-    return {**result.figures, "chunks": seen.get("chunks", []), "counts": seen.get("counts", {})}
+    return {**result.figures, "chunks": seen.get("chunks", []), "counts": seen.get("counts", {}),
+            "phases": phases(seen, result.figures["time_to_accuracy"])}
 
 
 def case(name: str) -> Any:
@@ -353,6 +447,7 @@ def main() -> None:
         if args.warm:
             run(workload, recipe, 99, True), run(workload, recipe, 99, False)
         ratios, extra, cpu, pooled = [], [], [], {"mig": [], "vol": [], "inv": []}
+        split: list[tuple[dict[str, float], dict[str, float]]] = []
         for i in range(args.pairs):
             seed = 100 + i
             order = (True, False) if i % 2 == 0 else (False, True)
@@ -365,6 +460,7 @@ def main() -> None:
                 raise SystemExit(f"seed {seed}: {a['epochs']} epochs in-process, "
                                  f"{b['epochs']} in a worker: not the same run")
             ratios.append(b["time_to_accuracy"] / a["time_to_accuracy"])
+            split.append((a["phases"], b["phases"]))
             # each chunk after the first (both sides train the same chunks), as the judge
             # timed it: what one hand-over adds, less noisy than a whole run's ratio
             pairs_ = list(zip(a["chunks"][1:], b["chunks"][1:]))
@@ -397,12 +493,53 @@ def main() -> None:
             print(f"{'':<18} a chunk after the first: worker {d:+.2f} ms against in-process "
                   f"{base:.2f} ms ({100 * d / base:+.1f} %, median of {len(extra)} paired "
                   f"chunks)", flush=True)
+        breakdown(split)
         if cpu:
             m = {k: statistics.median(v) for k, v in pooled.items()}
             print(f"{'':<18} CPU time over the timed part, judge+worker/in-process: median "
                   f"{statistics.median(cpu):.3f}; the worker a run: {m['mig']:g} migrations, "
                   f"{m['vol']:g} voluntary and {m['inv']:g} involuntary switches (medians)",
                   flush=True)
+        print(verdict(workload.name, ratios, lo, hi), flush=True)
+
+
+def breakdown(split: list[tuple[dict[str, float], dict[str, float]]]) -> None:
+    """Where the time to accuracy's difference went, phase by phase (`phases`), paired: the
+    median over pairs of worker minus in-process, beside the in-process median, in ms; then
+    what is fixed a run (up to the first chunk's end, less what a later chunk adds) and what a
+    chunk adds (its training, the judge's load, validation, the rest between chunks)."""
+    if not split:
+        return
+    med = {k: (statistics.median(b[k] - a[k] for a, b in split) * 1e3,
+               statistics.median(a[k] for a, _ in split) * 1e3) for k in PHASES}
+    parts = ", ".join(f"{k} {d:+.2f} ({base:.2f})" for k, (d, base) in med.items())
+    print(f"{'':<18} time to accuracy, worker minus in-process by phase (median of {len(split)} "
+          f"pairs, ms; in-process in brackets): {parts}", flush=True)
+    per, fixed = [], []
+    for a, b in split:
+        n = max(a["count"] - 1, 1)
+        chunk = (b["chunks 2+"] - a["chunks 2+"]) / n  # what a later chunk's training adds
+        between = sum(b[k] - a[k] for k in ("judge load", "validation", "ledger rows", "other")
+                      ) / a["count"]
+        per.append(chunk + between)
+        fixed.append(sum(b[k] - a[k] for k in ("load data", "hand data", "to chunk 1",
+                                                "chunk 1")) - chunk)
+    print(f"{'':<18} fixed a run (to the first chunk's end, less a later chunk's addition) "
+          f"{statistics.median(fixed) * 1e3:+.2f} ms; a chunk with its evaluation "
+          f"{statistics.median(per) * 1e3:+.2f} ms (medians over pairs)", flush=True)
+
+
+def verdict(name: str, ratios: list[float], lo: float, hi: float) -> str:
+    """The line that says whether the split's cost is within the 2 % the design allows."""
+    m = statistics.median(ratios)
+    if hi <= 1.02:
+        word = "WITHIN 2 %, shown (the whole 95 % CI of the median is at most 1.020)"
+    elif m <= 1.02:
+        word = (f"within 2 % at the median, NOT shown (the 95 % CI reaches {hi:.3f}: more "
+                f"pairs, or a quieter machine)")
+    else:
+        word = f"NOT within 2 % (median {m:.3f}, 95 % CI {lo:.3f}-{hi:.3f})"
+    return f"VERDICT {name}: time to accuracy worker/in-process {m:.3f}: {word}"
 
 
 def _may_realtime() -> bool:

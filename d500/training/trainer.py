@@ -214,6 +214,7 @@ def _train(run: Any, workload: Workload, recipe: Recipe, backend_cls: Any, model
     try:
         judge = Judge(backend_cls, model)
         worker.ready()
+        worker.share(judge.shapes, judge.dtypes)  # the model comes back in shared memory
         return _supervise(run, workload, recipe, seed, data_dir, progress, worker, judge,
                           checkpoints=checkpoints, resume=resume, watch=watch)
     finally:

@@ -18,7 +18,9 @@ spawned interpreter (d500.children), new for every run. It takes the supervisor'
 from the job, and ends with its supervisor (PR_SET_PDEATHSIG on Linux; EOF on its pipe
 elsewhere).
 
-The protocol, over one multiprocessing Pipe: the supervisor sends the Job, ("data", x, y,
+The protocol, over one multiprocessing Pipe: the supervisor sends the Job, where it can
+("handover", layout, size) with a shared memory file's fd after it (d500.training.handover: the
+worker then writes the model there and sends SHARED in its place), ("data", x, y,
 total_steps), then ("train", epoch, first, count, want, val, batch) per chunk (the steps up to
 the next evaluation at the batch the judge chose for the epoch, d500.training.batch_schedule;
 `want`: hand the model over at its end) and ("stop",) when the time budget runs out
@@ -28,8 +30,8 @@ seconds, ("trained", losses, state or None, stopped, where) at the end of a chun
 state or None) to "finish", ("saved", state) and ("restored",), ("error", line) when anything
 failed. What the
 worker says of its own time is never used: the supervisor times each round trip itself, and
-from that predicts when the next is due, which decides only when it looks (both sides spin a
-bounded while around a due message: d500.training.waiting). Level 3
+from that predicts when the next is due, which decides only when it looks (it spins a bounded
+while around a due chunk: d500.training.waiting; the worker blocks for the answer). Level 3
 speaks the same protocol with its rank 0 (d500.distributed.judge), whose ranks train together.
 """
 
@@ -47,7 +49,7 @@ import numpy as np
 
 from d500 import children
 from d500.errors import D500Error
-from d500.training import waiting
+from d500.training import handover, waiting
 
 TICK = 0.25  # seconds between progress messages from the worker
 GRACE = 30.0  # seconds a worker may take to stop after the budget ran out (one step's worth)
@@ -74,7 +76,10 @@ class Job:
     threads: dict[str, Any] | None  # the supervisor's d500.threads.recorded()
     drop_last: bool
     env: dict[str, str] | None = None  # the worker's environment (None: the supervisor's now)
-    spin: float = waiting.CAP  # s the worker looks past the judge's answer's due time (0: never)
+    # s the worker looks past the judge's answer's due time (0: never, its default: a worker
+    # spinning while the judge answered, SCHED_FIFO, starved the kernel's work on its CPU that
+    # the judge's ledger commit waits for: +0.45 ms an evaluation, README "What the split costs")
+    spin: float = 0.0
 
 
 @dataclass
@@ -98,6 +103,7 @@ class Trainee:
 
     grace: float | None = GRACE
     spin = 0.0  # s a wait for a chunk looks past its due time (d500.training.waiting; 0: never)
+    board: handover.Board | None = None  # where the model comes, when not pickled (a Worker's)
 
     def __init__(self, conn: Any):
         self.conn = conn
@@ -148,7 +154,7 @@ class Trainee:
             elif message[0] == "trained":
                 if not stop_sent and len(message[1]) == count and count:
                     self.step_time = (time.perf_counter() - sent) / count
-                return Chunk(list(message[1]), message[2], stop_sent or message[3],
+                return Chunk(list(message[1]), self._state(message[2]), stop_sent or message[3],
                              str(message[4]), message[5] if len(message) > 5 else None)
             else:
                 raise WorkerError(f"the worker sent '{message[0]}' during training")
@@ -156,7 +162,7 @@ class Trainee:
     def finish(self, want: bool) -> dict[str, np.ndarray] | None:
         """The end of training: the final model if `want` (level 3's schemes finish here)."""
         self.conn.send(("finish", want))
-        return self._expect("state", START)[1]
+        return self._state(self._expect("state", START)[1])
 
     def save(self) -> dict[str, Any]:
         """The trainee's state for a checkpoint (d500.training.checkpoint.capture)."""
@@ -170,6 +176,21 @@ class Trainee:
 
     def close(self) -> None:
         raise NotImplementedError
+
+    def _state(self, state: Any) -> Any:
+        """A handed-over state as sent, or taken from the board where the message says so: the
+        judge's own copy, checked against the board (d500.training.handover)."""
+        if not (isinstance(state, str) and state == handover.SHARED):
+            return state
+        if self.board is None:
+            raise WorkerError(f"{self._who} named a shared hand-over it was never given")
+        try:
+            return self.board.take()
+        except handover.Changed:
+            self.close()
+            raise WorkerError(f"{self._who} wrote into the model it handed over after handing "
+                              f"it over (the shared memory changed while the judge copied "
+                              f"it)") from None
 
     def _poll(self, timeout: float | None) -> bool:
         return self.conn.poll(timeout)
@@ -209,7 +230,7 @@ class Worker(Trainee):
     def __init__(self, job: Job):
         if job.env is None:
             job = replace(job, env=children.environment())
-        self.spin = job.spin
+        self.spin = waiting.CAP  # the judge looks for a due chunk without sleeping a while
         from d500.backends import framework
         known = framework(job.backend)  # (an unknown framework is spawned)
         self.job = job
@@ -243,9 +264,22 @@ class Worker(Trainee):
             raise WorkerError(f"the worker's trainer computes in {self.precision}, but the "
                               f"recipe says {want}")
 
+    def share(self, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, Any]) -> None:
+        """After `ready`, before the clock: a board for the model's arrays (the judge's shapes
+        and dtypes), offered to the worker, which then hands the model over there
+        (d500.training.handover); where the system has none, it goes pickled."""
+        board = handover.Board.create(shapes, dtypes)
+        if board is not None and handover.offer(self.conn, board):
+            self.board = board
+        elif board is not None:
+            board.close()
+
     def close(self) -> None:
-        """End the worker (politely, then by force)."""
+        """End the worker (politely, then by force), and unmap its board."""
         children.end(self.conn, self.process)
+        board, self.board = self.board, None
+        if board is not None:
+            board.close()
 
     def _ended(self) -> str:
         self.process.join(timeout=5)
@@ -267,24 +301,29 @@ def main(conn: Any) -> None:
         from d500.training.data.samplers import EpochSampler
         trainer = _build(job)
         conn.send(("ready", trainer.precision))  # what it computes in: the judge logs it
-        message = conn.recv()
+        message, board = conn.recv(), None
+        if message[0] == "handover":  # where the model goes back (d500.training.handover)
+            board = handover.accept(conn, message)
+            message = conn.recv()
         if message[0] != "data":
             return
         _, x, y, total_steps = message
         lr_at, steps = job.recipe.schedule(total_steps), 0
         # the judge's answer to a chunk (its next message) is due when it came last time: till
-        # then the wait blocks, then looks without sleeping a while (d500.training.waiting)
-        handed, answer = None, 0.0  # when the last chunk went back; s its answer took
+        # then the wait blocks, then looks without sleeping a while (d500.training.waiting);
+        # the first chunk follows the data at once, so is looked for all along
+        handed, answer, learn = time.perf_counter(), 0.0, False
         while True:
             if handed is not None:
                 waiting.poll(conn, None, handed + answer, job.spin)
             message = conn.recv()
             if handed is not None:
-                answer, handed = time.perf_counter() - handed, None
+                answer = time.perf_counter() - handed if learn else answer
+                handed = None
             if message[0] == "stop":
                 continue  # a stop that crossed the end of its chunk
             if message[0] == "finish":
-                conn.send(("state", _state(trainer) if message[1] else None))
+                conn.send(("state", _handed(trainer, board) if message[1] else None))
                 continue
             if message[0] in ("save", "restore"):  # a checkpoint (d500.training.checkpoint)
                 from d500.training import checkpoint
@@ -319,9 +358,9 @@ def main(conn: Any) -> None:
                 if time.perf_counter() - last >= TICK:
                     conn.send(("tick", steps, loss))
                     last = time.perf_counter()
-            conn.send(("trained", losses, _state(trainer) if want else None, stopped, "",
-                       trainer.compile_record()))
-            handed = time.perf_counter()
+            conn.send(("trained", losses, _handed(trainer, board) if want else None, stopped,
+                       "", trainer.compile_record()))
+            handed, learn = time.perf_counter(), True
     except (EOFError, OSError, KeyboardInterrupt):
         return  # the supervisor went away
     except Exception as err:  # noqa: BLE001 - the submission's or backend's failure, as a line
@@ -338,6 +377,17 @@ def main(conn: Any) -> None:
 def _state(trainer: Any) -> dict[str, np.ndarray]:
     """The model as the judge loads it: parameters and running statistics by name."""
     return {**trainer.parameters(), **trainer.buffers()}
+
+
+def _handed(trainer: Any, board: handover.Board | None) -> dict[str, np.ndarray] | str:
+    """The model for the judge: written on the board (its parameters straight from their
+    NumPy views where the trainer has them), and SHARED said in its place; else pickled."""
+    if board is not None:
+        views = trainer.parameter_views()
+        if board.put({**(views if views is not None else trainer.parameters()),
+                      **trainer.buffers()}):
+            return handover.SHARED
+    return _state(trainer)
 
 
 def _build(job: Job) -> Any:
