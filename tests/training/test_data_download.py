@@ -165,3 +165,12 @@ def test_unreachable_servers_and_embedded_data_are_one_line_errors(tmp_path, pub
         download.download("digits", tmp_path)
     with pytest.raises(DatasetError, match="unknown dataset 'svhn'"):
         download.download("svhn", tmp_path)
+
+
+def test_to_naming_a_file_says_it_is_a_file(tmp_path):
+    # `d500 data download mnist --to notes.txt` said '.../notes.txt/mnist: cannot create it
+    # (Not a directory)'
+    (tmp_path / "notes.txt").write_text("mine\n")
+    with pytest.raises(DatasetError, match=f"cannot create it \\({tmp_path / 'notes.txt'} is a "
+                                           f"file, not a folder\\)"):
+        download.download("mnist", tmp_path / "notes.txt")

@@ -114,7 +114,8 @@ def download(name: str, to: str | os.PathLike, url_base: str | None = None,
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise DatasetError(f"{folder}: cannot create it ({err.strerror})") from None
+        from d500.paths import unwritable  # --to naming a file: said so, not 'Not a directory'
+        raise DatasetError(f"{folder}: cannot create it ({unwritable(folder, err)})") from None
     base = location(spec, url_base)
     fetched = []
     for file in spec.files:
