@@ -85,7 +85,6 @@ def bound_to_parent() -> None:
 
 
 def _die_with_parent(ignore_interrupt: bool) -> None:
-    import signal
     if ignore_interrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -182,7 +181,6 @@ def _split(forward: bool, isolated: bool = False, orphaned: bool = False) -> int
     """Fork; this process keeps the child (`_kept`) and ends as it does. Returns only in the
     child, which dies with it: the pipe end on which a namespace's pid 1 tells the keeper the
     entry's wait status (`isolated`), else -1."""
-    import signal
     _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
     alive, held = os.pipe()  # the keeper holds `held`: a read of `alive` ends once it is gone
     said, told = os.pipe() if isolated else (-1, -1)
@@ -278,7 +276,6 @@ def _kept(pid: int, passed: set[int], held: int, said: int) -> int:
     (ORPHANED among them kills it); none: SIGTERM (`end`'s) kills it. `held`: the pipe end it
     keeps open; `said` (a namespace's pid 1's): the pipe on which that tells the entry's wait
     status, taken as the child's."""
-    import signal
     reaped = False
 
     def stop(*_: Any) -> None:  # `end`'s SIGTERM: the child first, then what it left (below)
@@ -351,7 +348,6 @@ def _first_child(pid: int) -> int | None:
 
 def _end_adopted() -> None:
     """SIGKILL every live child of this process, and reap them, until none is left."""
-    import signal
     while True:
         for pid in _children():
             try:
