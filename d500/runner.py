@@ -58,9 +58,10 @@ def main(argv: list[str], prog: str = "d500 run") -> int:
     args = parser.parse_args(argv)
     if not args.quiet_wait >= 0:
         parser.error(f"--quiet-wait: expected seconds >= 0, got {args.quiet_wait}")
+    from d500 import backends
+    backends.host_plugins()  # a third-party backend's code never runs in the judge's process
     plan = make_plan(args)
     plan.quiet_wait = args.quiet_wait
-    from d500 import backends
     threads.configure(args.threads, threads.frameworks(plan.options.backends
                                                        or backends.installed()))
     return execute(plan, html=not args.no_html)
@@ -106,6 +107,10 @@ def make_plan(args: Any) -> Plan:
                              f"{', '.join(str(level.number) for level in levels)}"
                              f"{' (' + hint + ')' if hint else ''}")
     for name in options.backends or []:  # after the cheap checks: it imports the framework
+        if backends.hosted(name):  # its host imports it (d500.networks.hosted)
+            if not backends.is_installed(name):
+                raise UsageError(f"backend '{name}' is not installed here")
+            continue
         backends.get(name)  # not installed: a usage error now, not mid-run
     plan = Plan(options=options)
     for level in levels:

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from d500.errors import UsageError, describe, did_you_mean
+from d500.errors import D500Error, UsageError, describe, did_you_mean
 
 if TYPE_CHECKING:
     from d500.backends.base import Backend
@@ -44,6 +44,26 @@ def split(name: str) -> tuple[str, str]:
     return base, mode
 
 
+# Level 1's judge (`d500 net bench`, `d500 run`) runs a backend that is not d500's own in a host
+# process of its own (d500.networks.hosted): once `host_plugins()` is called, this process
+# never imports such a backend's module (code there could patch the judge's clock on import).
+_hosting = False
+
+
+def host_plugins() -> None:
+    """From now on, in this process: a third-party backend is known by its entry point's
+    metadata only (`about`: module and distribution, no hooks), and `get` refuses it (its code
+    runs in a host: d500.networks.hosted)."""
+    global _hosting
+    _hosting = True
+
+
+def hosted(name: str) -> bool:
+    """Whether backend `name` runs in a host of its own here (a third-party one, once
+    `host_plugins()` was called)."""
+    return _hosting and split(name)[0] not in BUILTIN
+
+
 def about(name: str) -> Framework | None:
     """What d500 knows about the framework backend `name` (any of its modes) runs on: the
     FRAMEWORK its registered module defines, else (a third-party backend) what its class says;
@@ -51,7 +71,19 @@ def about(name: str) -> Framework | None:
     without a FRAMEWORK."""
     base = split(name)[0]
     ref = available().get(base)
+    if ref is not None and hosted(base):
+        return _metadata(base, ref)
     return None if ref is None else _about(base, ref)
+
+
+@cache
+def _metadata(base: str, ref: str) -> Framework:
+    """A third-party framework as its entry point's metadata gives it, nothing imported."""
+    from d500.backends.hooks import Framework
+    dist = next((ep.dist.name for ep in entry_points(group="d500.backends")
+                 if ep.name == base and ep.dist is not None), None)
+    module = ref.partition(":")[0]
+    return Framework(base, module=module, distribution=dist or module.partition(".")[0])
 
 
 @cache
@@ -98,6 +130,8 @@ def framework(name: str) -> tuple[str, str] | None:
         fw = about(name)
     except ImportError:
         return None
+    if hosted(name):
+        return None  # its host imports it, never this process
     return None if fw is None else (fw.module, fw.distribution)
 
 
@@ -237,7 +271,7 @@ def select(text: str | None) -> list[str]:
         base, mode = split(name)
         if base not in known:
             raise unknown(name)
-        if mode and is_installed(base):
+        if mode and is_installed(base) and not hosted(base):
             get(name)  # an unknown mode fails here, in one line naming the framework's modes
     return list(dict.fromkeys(names))
 
@@ -258,6 +292,9 @@ def get(name: str) -> type[Backend]:
     base, mode = split(name)
     if base not in known:
         raise unknown(name)
+    if hosted(base):
+        raise D500Error(f"backend '{name}' is not d500's own: it runs in a host process of its "
+                        f"own here (d500.networks.hosted), never imported by the judge")
     module, _, attr = known[base].partition(":")
     try:
         cls = getattr(import_module(module), attr)

@@ -3,8 +3,10 @@ the workload's batch size, training-step time and agreement with the reference; 
 with the load averages at the start and end of the timing (d500.provenance.LoadWatch).
 
 Backends are timed side by side (d500.timing.measure_interleaved), so machine noise hits them
-alike. A backend that cannot run the model, or whose outputs disagree with the reference beyond
-the tolerance of d500.networks.compare, is recorded as a failed run (with its figures) and is
+alike. A backend that is not d500's own runs in a host process of its own and is timed in round
+trips from this side of the pipe (d500.networks.hosted): its code never shares the judge's clock.
+A backend that cannot run the model, or whose outputs disagree with the reference beyond the
+tolerance of d500.networks.compare, is recorded as a failed run (with its figures) and is
 never ranked.
 """
 
@@ -71,9 +73,11 @@ def _check_batch(workload: Workload, model: onnx.ModelProto) -> None:
 def bench(workload: Workload, backends: Sequence[str], *, ledger: Any = None,
           budget: float | None = None, progress: Progress | None = None) -> BenchResult:
     """Benchmark `workload` on `backends`; every backend's figures become a ledger run."""
-    from d500.backends import get
+    from d500 import backends as _backends
     from d500.ledger import Ledger
+    from d500.networks import hosted
 
+    _backends.host_plugins()  # a third-party backend is never imported here
     say = progress or (lambda text: None)
     ledger = ledger if ledger is not None else Ledger()
     budget = workload.budget if budget is None else budget
@@ -82,7 +86,11 @@ def bench(workload: Workload, backends: Sequence[str], *, ledger: Any = None,
     _check_batch(workload, model)
     feeds1, feeds_b = bench_inputs(workload, model)
     train_model, train_path = training_model(workload, model, model_path)
-    classes = {b: get(b) for b in backends}  # unknown or missing backends fail up front
+    try:  # unknown or missing backends fail up front
+        classes = {b: hosted.backend(b) for b in backends}
+    except BaseException:
+        hosted.close_all()
+        raise
     hyper = {"batch_size": workload.batch_size, "budget": budget, "train": workload.train}
     results = [BackendBench(b) for b in backends]
     reference_out = None
@@ -127,6 +135,8 @@ def bench(workload: Workload, backends: Sequence[str], *, ledger: Any = None,
                 r.run.finish(status, figures=r.figures, details=r.details,
                              error=r.error or describe(err))
         raise
+    finally:
+        hosted.close_all()
     return BenchResult(workload, results)
 
 
@@ -310,8 +320,9 @@ def time_inference(alive: list[BackendBench], feeds1, feeds_b, workload: Workloa
     alive = [r for r in alive if r.status == "running"]
     for figure, batch, feeds in inference_passes(workload, feeds1, feeds_b):
         running = [r for r in alive if r.status == "running"]
-        timings = _interleave(running, lambda r, feeds=feeds: (lambda: r.exe.run(feeds)),
-                              budget, say, f"{workload.name}: {figure} at batch {batch}")
+        timings = _interleave(running, lambda r, feeds=feeds: _timed(
+            r, r.exe, "forward", feeds, lambda: r.exe.run(feeds)),
+            budget, say, f"{workload.name}: {figure} at batch {batch}")
         for r in running:
             if r.backend not in timings:
                 continue
@@ -338,8 +349,9 @@ def time_training(alive: list[BackendBench], classes, train_path, train_model,
     if not ready:
         return
     timings = _interleave(
-        ready, lambda r: (lambda: r.train_exe.gradients(
-            feeds, output=loss, wrt=list(r.train_exe.parameter_names))), budget, say,
+        ready, lambda r: _timed(r, r.train_exe, "step", feeds, lambda: r.train_exe.gradients(
+            feeds, output=loss, wrt=list(r.train_exe.parameter_names)), loss=loss,
+            reference=lambda: _reference_exe(train_path)), budget, say,
         f"{workload.name}: training step at batch {workload.batch_size}")
     for r in ready:
         if r.backend in timings:
@@ -364,10 +376,67 @@ def _tagged(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
     return call
 
 
+def _reference_exe(model: Path | onnx.ModelProto) -> Any:
+    from d500.backends import get
+    return get("reference").prepare(model if isinstance(model, onnx.ModelProto) else str(model))
+
+
+def _timed(r: BackendBench, exe: Any, kind: str, feeds: dict[str, np.ndarray],
+           call: Callable[[], Any], *, loss: str | None = None,
+           reference: Callable[[], Any] | None = None) -> Callable[[], Any]:
+    """What one timed sample of `r` runs: `call` in this process (a built-in backend), else
+    a round trip of the hosted call `inner` times (d500.networks.hosted.HostedCall), whose last
+    calls are checked with the reference after timing (`_verify`)."""
+    from d500.networks.hosted import HostedExecutable
+    if not isinstance(exe, HostedExecutable):
+        return call
+    wrt = list(exe.parameter_names) if kind == "step" else None
+    timed = exe.timed(kind, feeds, loss, wrt)
+    timed.reference = reference or (lambda: _reference_exe(exe.model))
+    return timed
+
+
+def _verify(r: BackendBench, fn: Any, timing: Timing, what: str) -> Timing:
+    """A hosted round trip's timing per call, its last calls checked (`r` fails if wrong)."""
+    from d500.operators.bench import per_inner_call
+    inner = getattr(fn, "inner", None)
+    if inner is None:
+        return timing
+    try:
+        wrong = fn.verify(fn.reference())
+    except Exception as err:  # noqa: BLE001 - the reference cannot run it: nothing checked
+        wrong, fn.checked = None, 0
+        r.details.setdefault("hosted_note", f"the reference could not check: {describe(err)}")
+    r.details.setdefault("hosted", {})[what.split(": ", 1)[-1]] = {
+        "empty_round_trip": fn.overhead, "calls_per_round_trip": inner,
+        "round_trips_checked": fn.checked, "checked": "each checked round trip's last call"}
+    if wrong:
+        r.status, r.error = "failed", wrong
+    return per_inner_call(timing, inner)
+
+
 def _interleave(rs: list[BackendBench], make_fn, budget: float, say: Progress,
                 what: str) -> dict[str, Timing]:
     """Time the backends side by side; one that raises while timed fails, the others go on."""
     rs = [r for r in rs if r.status == "running"]
+    fns: dict[str, Any] = {}
+    for r in list(rs):
+        try:
+            fns[r.backend] = make_fn(r)
+        except Exception as err:  # noqa: BLE001 - a hosted call that cannot be sized
+            _fail(r, err)
+            rs.remove(r)
+    timings = _interleave_fns(rs, fns, budget, say, what)
+    for r in rs:
+        if r.backend in timings:
+            timings[r.backend] = _verify(r, fns[r.backend], timings[r.backend], what)
+            if r.status != "running":
+                del timings[r.backend]
+    return timings
+
+
+def _interleave_fns(rs: list[BackendBench], fns: dict[str, Any], budget: float,
+                    say: Progress, what: str) -> dict[str, Timing]:
     while rs:
         counts: dict[str, int] = {}
 
@@ -378,7 +447,8 @@ def _interleave(rs: list[BackendBench], make_fn, budget: float, say: Progress,
         say(what)
         try:
             # Each backend's first call was made already: one more call of warm-up is enough.
-            return measure_interleaved({r.backend: _tagged(r.backend, make_fn(r)) for r in rs},
+            return measure_interleaved({r.backend: _tagged(r.backend, fns[r.backend])
+                                        for r in rs},
                                        budget=budget, warmup=1, progress=tick)
         except _TimedFailure as failure:
             culprit = next(r for r in rs if r.backend == failure.backend)

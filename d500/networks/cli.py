@@ -163,9 +163,11 @@ def _short(text: str, n: int = 160) -> str:
 CI_DETAIL = {"latency": "latency", "throughput": "throughput", "train_step_time": "train_step"}
 
 def _bench(args: Any) -> int:
+    from d500 import backends
     from d500.networks import workloads
     from d500.networks.bench import bench
 
+    backends.host_plugins()  # a third-party backend runs in a host (d500.networks.hosted)
     workload = workloads.load(workloads.find(args.workload))
     names = backend_list(args.backends)
     threads.configure(args.threads, threads.frameworks(names))

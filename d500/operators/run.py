@@ -85,4 +85,5 @@ def default_backends() -> list[str]:
     """The backends an operator is timed beside by default: every installed one, the NumPy
     reference last."""
     from d500 import backends
-    return [b for b in backends.installed() if b != "reference"] + ["reference"]
+    return [b for b in backends.installed()  # a hosted one only at level 1 (README)
+            if b != "reference" and not backends.hosted(b)] + ["reference"]

@@ -44,7 +44,8 @@ class TrainingLevel(Level):
                 if not options.workloads:
                     raise
         chosen = [b for b in (options.backends or RUN_BACKENDS)
-                  if backends.is_installed(b) and getattr(backends.get(b), "trainable", True)]
+                  if backends.is_installed(b) and not backends.hosted(b)  # (README: level 2)
+                  and getattr(backends.get(b), "trainable", True)]
         items = []
         for folder in self.entries():
             entry = submissions.load(folder)

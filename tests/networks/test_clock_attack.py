@@ -2,8 +2,9 @@
 that halves the process's clocks on import, and whose training step sleeps 10 ms on the real
 clock, so that its true step time is known from below. Its code runs in d500's own process,
 which times it with the clocks it patched: the recorded train_step_time is about half the
-truth. Strict xfail: the hole is open (README, "What the checks cannot prove"); once the
-backend's timing is measured by code it cannot patch, this passes and must lose its mark."""
+truth when its code shares d500's process. A backend that is not d500's own now runs in a host
+process of its own, timed in round trips from the judge's side (d500.networks.hosted): its
+patched clock times nothing (fails with the backend imported in d500's process)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,8 +53,6 @@ class TinyBackend(ReferenceBackend):
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="level 1: a backend's code shares d500's process and "
-                                       "clock (issue 17)")
 def test_a_backend_halving_the_clock_on_import_changes_no_recorded_step_time(tmp_path):
     (tmp_path / "tinyfw.py").write_text(PLUGIN)
     info = tmp_path / "tinyfw-1.2.3.dist-info"

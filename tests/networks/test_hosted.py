@@ -1,0 +1,66 @@
+"""Level 1's backend host (d500.networks.hosted): a third-party backend run by `d500 net bench` in
+a process of its own. An honest one is recorded with its figures and agrees with the reference;
+one that answers every call from a cache (computes once, never again) fails, since each round
+trip's last call runs on inputs the judge shifted then (fails with the last call unchecked)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PLUGIN = '''
+from d500.backends.hooks import Framework
+from d500.backends.reference import ReferenceBackend
+
+FRAMEWORK = Framework("honest", module="hostedfw", distribution="hostedfw",
+                      optimizer_ops="d500.backends.reference.optimizer_ops")
+
+
+class HonestBackend(ReferenceBackend):
+    name = "honest"
+    about = "the reference evaluator under another name"
+
+
+class CachedBackend(ReferenceBackend):
+    name = "cached"
+    about = "the reference evaluator, each call answered with its first outputs"
+
+    @classmethod
+    def prepare(cls, model, *args, **kwargs):
+        exe = super().prepare(model, *args, **kwargs)
+        run, gradients, kept = exe.run, exe.gradients, {}
+        exe.run = lambda *a, **k: kept.setdefault("run", run(*a, **k))
+        exe.gradients = lambda *a, **k: kept.setdefault("grad", gradients(*a, **k))
+        return exe
+'''
+
+
+def test_a_hosted_backend_is_recorded_and_one_answering_from_a_cache_fails(tmp_path):
+    (tmp_path / "hostedfw.py").write_text(PLUGIN)
+    info = tmp_path / "hostedfw-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hostedfw\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[d500.backends]\nhonest = hostedfw:HonestBackend\n"
+                                           "cached = hostedfw:CachedBackend\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "D500_HOME": str(tmp_path / "home")}
+    done = subprocess.run([sys.executable, "-m", "d500.cli", "net", "bench", "mlp-mnist",
+                           "--backends", "honest,cached,reference", "--threads", "1",
+                           "--budget", "0.3", "--json"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    runs = {r["backend"]: r for r in json.loads(done.stdout)}
+    assert done.returncode == 1, done.stderr  # the cached one failed
+    honest, cached = runs["honest"], runs["cached"]
+    assert honest["status"] == "succeeded", honest
+    assert honest["figures"]["agreement"] == 0.0
+    for figure in ("latency", "throughput", "train_step_time"):
+        assert honest["figures"][figure] > 0, figure
+    # the same code as the reference row, timed in round trips from the judge's side
+    assert 0.2 < honest["figures"]["train_step_time"] / (
+        runs["reference"]["figures"]["train_step_time"]) < 5
+    assert cached["status"] == "failed"
+    assert "did not run the call it was timed for" in cached["error"], cached["error"]
