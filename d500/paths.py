@@ -103,13 +103,18 @@ def home() -> Path:
     return path
 
 
-def output_file(path: str | Path, example: str, what: str = "a file name", option: str = "--out"
-                ) -> Path:
+def output_file(path: str | Path, example: str, what: str = "a file name", option: str = "--out",
+                endings: tuple[str, ...] = ()) -> Path:
     """The file an option names for output, checked before the work that fills it: a folder is
-    a UsageError naming a file in it (`example`, its name)."""
+    a UsageError naming a file in it (`example`, its name), and so is a name not ending in one
+    of `endings` where given (what is written there would not be what its name says)."""
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{path}: is a folder; {option} takes {what} (e.g. {path / example})")
+    if endings and path.suffix.lower() not in endings:
+        raise UsageError(f"{path}: {option} writes {Path(example).suffix[1:].upper()}: a file "
+                         f"name ending in {' or '.join(endings)} "
+                         f"(e.g. {path.with_suffix(Path(example).suffix)})")
     return path
 
 

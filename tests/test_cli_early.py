@@ -91,6 +91,19 @@ def test_a_folder_where_a_file_goes(args, words, tmp_path):
     assert list(folder.iterdir()) == []
 
 
+@pytest.mark.parametrize("args, words", [
+    (["leaderboard", "--out", "{dir}/board.pdf"],
+     ["{dir}/board.pdf: --out writes the board as Markdown to a name ending in .md and as HTML"]),
+    (["scale", "1", "--network", "2us,12.5GB/s", "--png", "{dir}/plot.svg"],
+     ["{dir}/plot.svg: --png writes PNG: a file name ending in .png (e.g. {dir}/plot.png)"])])
+def test_an_output_named_for_another_format(args, words, tmp_path):
+    """board.pdf got the Markdown board and plot.svg a PNG's bytes, without a word."""
+    given = [a.format(dir=tmp_path) for a in args]
+    one_line_exit_2(d500(*given, env={**os.environ, "D500_HOME": str(tmp_path / "home")}),
+                    *[w.format(dir=tmp_path) for w in words])
+    assert not list(tmp_path.glob("board*")) and not list(tmp_path.glob("plot*"))
+
+
 def test_an_entry_path_that_is_not_there_is_said_as_given(tmp_path):
     one_line_exit_2(d500("train", "digits-mlp", "--submission", "./no-such-entry",
                          env={**os.environ, "D500_HOME": str(tmp_path / "home")}),

@@ -41,7 +41,7 @@ def main(argv: list[str], prog: str = "d500 scale") -> int:
     target = _target(args.target)
     if args.png:
         from d500.paths import output_file
-        output_file(args.png, "scale.png", option="--png")
+        output_file(args.png, "scale.png", option="--png", endings=(".png",))
     world = launch.world()
     given = _network(args, None) if args.network else None  # a bad --network before anything
     if world is not None and given is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from d500.cli import ArgumentParser, stdout_console
@@ -11,6 +12,8 @@ from d500.leaderboard import progress, terminal, text
 from d500.leaderboard.output import FORMATS, render, write_html, write_markdown
 from d500.leaderboard.ranking import build
 from d500.paths import output_file, write_output
+
+MARKDOWN = (".md", ".markdown", ".txt", "")  # what --out without --format writes Markdown to
 
 
 def main(argv: list[str], prog: str = "d500 leaderboard") -> int:
@@ -32,11 +35,17 @@ def main(argv: list[str], prog: str = "d500 leaderboard") -> int:
                         "ranked apart; accuracies and steps/epochs to target are always ranked "
                         "across machines)")
     args = parser.parse_args(argv)
+    given = args.format is not None
     if args.format is None:  # `--out board.html` is the HTML page, not Markdown in that file
         html = args.out and args.out.lower().endswith((".html", ".htm"))
         args.format = "html" if html else "md"
     if args.out:
         output_file(args.out, f"leaderboard.{'html' if args.format == 'html' else 'md'}")
+    if args.out and not given and args.format == "md" and \
+            Path(args.out).suffix.lower() not in MARKDOWN:
+        raise UsageError(f"{args.out}: --out writes the board as Markdown to a name ending in "
+                         f".md and as HTML to one ending in .html (--format md: Markdown to any "
+                         f"name)")  # board.pdf got Markdown
     from d500.ledger import Ledger
 
     ledger = Ledger.open_for_reading(args.ledger)
