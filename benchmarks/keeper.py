@@ -20,6 +20,7 @@ import time
 
 def _split(queue, namespace: bool) -> None:
     import torch  # noqa: F401 - what a worker holds as it splits
+
     import d500.training.worker  # noqa: F401
     from d500 import children
     if not namespace:
