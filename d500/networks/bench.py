@@ -321,7 +321,7 @@ def time_inference(alive: list[BackendBench], feeds1, feeds_b, workload: Workloa
     for figure, batch, feeds in inference_passes(workload, feeds1, feeds_b):
         running = [r for r in alive if r.status == "running"]
         timings = _interleave(running, lambda r, feeds=feeds: _timed(
-            r, r.exe, "forward", feeds, lambda: r.exe.run(feeds)),
+            r, r.exe, "forward", feeds, lambda: r.exe.run(feeds), trip=budget / TRIPS),
             budget, say, f"{workload.name}: {figure} at batch {batch}")
         for r in running:
             if r.backend not in timings:
@@ -351,7 +351,7 @@ def time_training(alive: list[BackendBench], classes, train_path, train_model,
     timings = _interleave(
         ready, lambda r: _timed(r, r.train_exe, "step", feeds, lambda: r.train_exe.gradients(
             feeds, output=loss, wrt=list(r.train_exe.parameter_names)), loss=loss,
-            reference=lambda: _reference_exe(train_path)), budget, say,
+            reference=lambda: _reference_exe(train_path), trip=budget / TRIPS), budget, say,
         f"{workload.name}: training step at batch {workload.batch_size}")
     for r in ready:
         if r.backend in timings:
@@ -376,6 +376,9 @@ def _tagged(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
     return call
 
 
+TRIPS = 8  # a hosted backend's round trips last at least budget / TRIPS (d500.networks.hosted)
+
+
 def _reference_exe(model: Path | onnx.ModelProto) -> Any:
     from d500.backends import get
     return get("reference").prepare(model if isinstance(model, onnx.ModelProto) else str(model))
@@ -383,7 +386,8 @@ def _reference_exe(model: Path | onnx.ModelProto) -> Any:
 
 def _timed(r: BackendBench, exe: Any, kind: str, feeds: dict[str, np.ndarray],
            call: Callable[[], Any], *, loss: str | None = None,
-           reference: Callable[[], Any] | None = None) -> Callable[[], Any]:
+           reference: Callable[[], Any] | None = None, trip: float = 0.0
+           ) -> Callable[[], Any]:
     """What one timed sample of `r` runs: `call` in this process (a built-in backend), else
     a round trip of the hosted call `inner` times (d500.networks.hosted.HostedCall), whose last
     calls are checked with the reference after timing (`_verify`)."""
@@ -391,7 +395,7 @@ def _timed(r: BackendBench, exe: Any, kind: str, feeds: dict[str, np.ndarray],
     if not isinstance(exe, HostedExecutable):
         return call
     wrt = list(exe.parameter_names) if kind == "step" else None
-    timed = exe.timed(kind, feeds, loss, wrt)
+    timed = exe.timed(kind, feeds, loss, wrt, trip)
     timed.reference = reference or (lambda: _reference_exe(exe.model))
     return timed
 
@@ -409,6 +413,7 @@ def _verify(r: BackendBench, fn: Any, timing: Timing, what: str) -> Timing:
         r.details.setdefault("hosted_note", f"the reference could not check: {describe(err)}")
     r.details.setdefault("hosted", {})[what.split(": ", 1)[-1]] = {
         "empty_round_trip": fn.overhead, "calls_per_round_trip": inner,
+        "outside_host_reading": float(np.median(fn.outside)) if fn.outside else None,
         "round_trips_checked": fn.checked, "checked": "each checked round trip's last call"}
     if wrong:
         r.status, r.error = "failed", wrong
