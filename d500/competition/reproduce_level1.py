@@ -164,16 +164,20 @@ def _shapes(shapes: dict[str, Any]) -> str:
 
 def run(job: dict[str, Any], ledger: Any) -> dict[str, Any]:
     """Re-run the job's level-1 run into `ledger`; the result as reproduce_job reports it."""
-    from d500 import threads
+    from d500 import backends, threads
+    from d500.networks import hosted
     settings = job["params"]
+    if settings["kind"] in ("bench", "check"):  # as net bench and net check run it
+        backends.host_plugins()  # a third-party backend in a host (d500.networks.hosted)
     if job["threads"] is not None:
         threads.configure(int(job["threads"]), threads.frameworks([job["backend"],
                                                                    "reference"]))
     if settings["kind"] == "conformance":
         return _conformance(job, ledger)
-    if settings["kind"] == "bench":
-        return _bench(job, ledger)
-    return _check(job, ledger)
+    try:
+        return _bench(job, ledger) if settings["kind"] == "bench" else _check(job, ledger)
+    finally:
+        hosted.close_all()
 
 
 def _sealed(ledger: Any, run_id: int, extra: dict[str, Any]) -> dict[str, Any]:
@@ -218,10 +222,9 @@ def _bench(job: dict[str, Any], ledger: Any) -> dict[str, Any]:
     the reference's outputs, each forward pass it times (batch 1, batch B) called once, and the
     first training step where it times them; recorded with the status, figures and error bench
     gives."""
-    from d500.backends import get
     from d500.errors import describe
     from d500.model import load
-    from d500.networks import bench, workloads
+    from d500.networks import bench, hosted, workloads
     s, backend = job["params"], job["backend"]
     wl = workloads.load(job["workload"])
     path = Path(s["model"])
@@ -238,7 +241,7 @@ def _bench(job: dict[str, Any], ledger: Any) -> dict[str, Any]:
     compared = None
     try:
         train_model, train_path = bench.training_model(wl, model, path)
-        cls = get(backend)
+        cls = hosted.backend(backend)
         reference = None
         if "agreement" in wl.metrics and backend != "reference":
             reference = bench.reference_outputs(path, feeds1, lambda text: None, wl.name)

@@ -67,11 +67,13 @@ def main(argv: list[str], prog: str = "d500 net") -> int:
 # ------------------------------------------------------------------ check
 
 def _check(args: Any) -> int:
+    from d500 import backends
     from d500.model import load
     from d500.networks import inputs
     from d500.networks.check import Recorder, check
     from d500.networks.workloads import FOLDER
 
+    backends.host_plugins()  # a third-party backend runs in a host (d500.networks.hosted)
     if args.rtol is not None and not args.rtol > 0:
         raise UsageError("--rtol must be positive")
     if args.inputs and args.dim:
