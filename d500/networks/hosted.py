@@ -68,9 +68,15 @@ class Raised(D500Error):
 def backend(name: str) -> Any:
     """The class of backend `name`: hosted when it is not d500's own (d500.backends.hosted),
     one host per backend per process; else the backend class itself."""
+    import sys
+
     from d500 import backends
     if not backends.hosted(name):
         return backends.get(name)
+    module = backends.available()[backends.split(name)[0]].partition(":")[0]
+    if module in sys.modules:  # its import ran here: a clock it patched would time the others
+        raise D500Error(f"backend '{name}' was imported into d500's own process before it was "
+                        f"hosted ({module}): run it from a d500 command of its own")
     if name not in _hosts:
         _hosts[name] = HostedBackend.start(name)
     return _hosts[name]

@@ -53,13 +53,18 @@ class TinyBackend(ReferenceBackend):
 '''
 
 
-def test_a_backend_halving_the_clock_on_import_changes_no_recorded_step_time(tmp_path):
+def _installed(tmp_path: Path) -> dict[str, str]:
+    """The plugin installed under tmp_path; the environment of a d500 command that finds it."""
     (tmp_path / "tinyfw.py").write_text(PLUGIN)
     info = tmp_path / "tinyfw-1.2.3.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tinyfw\nVersion: 1.2.3\n")
     (info / "entry_points.txt").write_text("[d500.backends]\ntiny = tinyfw:TinyBackend\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "D500_HOME": str(tmp_path / "home")}
+    return {**os.environ, "PYTHONPATH": str(tmp_path), "D500_HOME": str(tmp_path / "home")}
+
+
+def test_a_backend_halving_the_clock_on_import_changes_no_recorded_step_time(tmp_path):
+    env = _installed(tmp_path)
     done = subprocess.run([sys.executable, "-m", "d500.cli", "net", "bench", "mlp-mnist",
                            "--backends", "tiny", "--threads", "1", "--budget", "0.5", "--json"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -67,3 +72,18 @@ def test_a_backend_halving_the_clock_on_import_changes_no_recorded_step_time(tmp
     [run] = json.loads(done.stdout)
     assert run["status"] == "succeeded", run
     assert run["figures"]["train_step_time"] >= 0.01, run["figures"]  # halved: about 0.005
+
+
+def test_d500_run_records_its_true_step_time_too(tmp_path):
+    """`d500 run` of level 1: its net check and net bench host the backend (d500.runner)."""
+    env = _installed(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "d500.cli", "run", "--level", "1", "--quick",
+                           "--backends", "tiny", "--threads", "1", "--quiet-wait", "0"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    found = subprocess.run([sys.executable, "-c", (
+        "import json; from d500.ledger import Ledger; print(json.dumps([r['figures'] for r in "
+        "Ledger().runs(level=1, workload='mlp-mnist')]))")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    [figures] = json.loads(found.stdout)
+    assert figures["train_step_time"] >= 0.01, figures  # halved: about 0.005

@@ -40,14 +40,18 @@ class CachedBackend(ReferenceBackend):
 '''
 
 
-def test_a_hosted_backend_is_recorded_and_one_answering_from_a_cache_fails(tmp_path):
+def _installed(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "hostedfw.py").write_text(PLUGIN)
     info = tmp_path / "hostedfw-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hostedfw\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text("[d500.backends]\nhonest = hostedfw:HonestBackend\n"
                                            "cached = hostedfw:CachedBackend\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "D500_HOME": str(tmp_path / "home")}
+    return {**os.environ, "PYTHONPATH": str(tmp_path), "D500_HOME": str(tmp_path / "home")}
+
+
+def test_a_hosted_backend_is_recorded_and_one_answering_from_a_cache_fails(tmp_path):
+    env = _installed(tmp_path)
     done = subprocess.run([sys.executable, "-m", "d500.cli", "net", "bench", "mlp-mnist",
                            "--backends", "honest,cached,reference", "--threads", "1",
                            "--budget", "0.3", "--json"],
@@ -64,3 +68,30 @@ def test_a_hosted_backend_is_recorded_and_one_answering_from_a_cache_fails(tmp_p
         runs["reference"]["figures"]["train_step_time"]) < 5
     assert cached["status"] == "failed"
     assert "did not run the call it was timed for" in cached["error"], cached["error"]
+
+
+def test_once_hosted_the_judge_never_imports_a_third_party_backend(tmp_path):
+    """Known by its metadata only; get() refuses it; one imported before is refused a host."""
+    code = """
+import sys
+from d500 import backends, provenance, threads
+from d500.errors import D500Error
+from d500.networks import hosted
+backends.host_plugins()
+threads.configure(1, threads.frameworks(["honest", "reference"]))
+provenance.versions()
+print(backends.about("honest").distribution, backends.version("honest"), "hostedfw" in sys.modules)
+for attempt in (lambda: backends.get("honest"), lambda: (__import__("hostedfw"),
+                                                           hosted.backend("honest"))):
+    try:
+        attempt()
+    except D500Error as err:
+        print(err)
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_installed(tmp_path),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "hostedfw 0.1 False"
+    assert "runs in a host process of its own" in lines[1]
+    assert "imported into d500's own process before it was hosted" in lines[2]
