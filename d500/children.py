@@ -216,11 +216,12 @@ def _isolated() -> bool:
         libc = ctypes.CDLL(None, use_errno=True)
     except OSError:
         return False
-    newpid, newuser = 0x20000000, 0x10000000
-    if libc.unshare(newpid) == 0:
+    newpid, newuser, newns = 0x20000000, 0x10000000, 0x00020000
+    if libc.unshare(newpid | newns) == 0:
+        _read_only(libc)
         return True
     uid, gid = os.geteuid(), os.getegid()
-    if libc.unshare(newuser | newpid) != 0:
+    if libc.unshare(newuser | newpid | newns) != 0:
         return False
     try:
         for name, text in (("uid_map", f"{uid} {uid} 1"), ("setgroups", "deny"),
@@ -229,7 +230,67 @@ def _isolated() -> bool:
                 f.write(text)
     except OSError:
         pass  # unmapped: the user reads as the overflow id inside, files stay this user's
+    _read_only(libc)
     return True
+
+
+def _read_only(libc: Any) -> bool:
+    """In a mount namespace of this process's own: `protected()` bound read-only onto itself,
+    so that the entry's code cannot write what a judge reads later (the ledger, d500's code, a
+    .pth file that every later interpreter runs); the working directory re-entered through the
+    new mounts (the old one reached the writable mount by relative paths). The namespace is
+    first made a slave of the one it came from, or nothing is mounted (a bind in a shared tree
+    would propagate to the judge's). Once the entry is confined it may not unmount them, nor
+    in a user namespace of its own (the kernel locks mounts inherited from a more privileged
+    namespace, and refuses to bind a mount whose children are locked without them). False
+    where any step was refused."""
+    rec, slave, bind, remount, rdonly = 0x4000, 0x80000, 0x1000, 0x20, 0x1
+    if libc.mount(None, b"/", None, rec | slave, None) != 0:
+        return False
+    locked = ((os.ST_NOSUID, 0x2), (os.ST_NODEV, 0x4), (os.ST_NOEXEC, 0x8),
+              (os.ST_NOATIME, 0x400), (os.ST_NODIRATIME, 0x800), (os.ST_RELATIME, 0x200000))
+    done = True
+    for path in protected():
+        where = os.fsencode(path)
+        if libc.mount(where, where, None, bind | rec, None) != 0:
+            done = False
+            continue
+        kept = sum(ms for st, ms in locked if os.statvfs(path).f_flag & st)  # (a user
+        # namespace may not clear them)
+        done &= libc.mount(None, where, None, remount | bind | rdonly | kept, None) == 0
+    try:
+        os.chdir(os.getcwd())
+    except OSError:
+        pass
+    return done
+
+
+def protected() -> list[str]:
+    """The folders an entry's process sees read-only: the results directory ($D500_HOME: the
+    ledger), the folder d500 is imported from, the Python installation and virtual environment
+    (sys.prefix, sys.base_prefix) and the user's site-packages; never the root or the temporary
+    folder a library writes its caches in, nor a folder holding it."""
+    import site
+    import tempfile
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = [os.environ.get("D500_HOME", "d500-results"), here, sys.prefix, sys.base_prefix,
+             sys.exec_prefix]
+    try:
+        found.append(site.getusersitepackages())
+    except (AttributeError, OSError):
+        pass
+    temp = os.path.realpath(tempfile.gettempdir())
+    paths: list[str] = []
+    for path in sorted({os.path.realpath(os.path.expanduser(p)) for p in found}):
+        if not os.path.isdir(path) or path == "/" or _under(temp, path):
+            continue
+        if not any(_under(path, p) for p in paths):
+            paths.append(path)
+    return paths
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def _init(told: int, keeper: int) -> None:

@@ -331,3 +331,69 @@ def test_a_judge_is_shielded_before_the_optimizer_probe_runs_the_entrys_code(tmp
         seen.append(queue.get(timeout=120))
         process.join(30)
     assert seen == [0, 1]
+
+
+def _forger(conn, folders: list[str]) -> None:
+    """A kept, confined child that tries to create a file in each of `folders` by absolute
+    path, by a path relative to the working directory it started in, and from a user and mount
+    namespace of its own after detaching the mounts (or binding "/" alone to reach under them);
+    sends what happened to each."""
+    import ctypes
+    children.bound_to_parent()
+    mode = children.keep()
+    children.confine()
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def write(path: str) -> str:
+        try:
+            with open(path, "a") as out:
+                out.write("# forged\n")
+            os.unlink(path)
+            return "written"
+        except OSError as err:
+            return os.strerror(err.errno)
+
+    found = {f: [write(f"{f}/forged-{os.getpid()}"),
+                 write(os.path.relpath(f"{f}/forged-{os.getpid()}"))] for f in folders}
+    if os.fork() == 0:  # every capability, in namespaces of its own
+        mine = libc.unshare(0x10000000 | 0x00020000) == 0  # CLONE_NEWUSER | CLONE_NEWNS
+        root = f"/tmp/d500-forger-{os.getpid()}"
+        os.mkdir(root)
+        libc.mount(b"/", root.encode(), None, 0x1000, None)  # MS_BIND, not recursive
+        for f in folders:
+            libc.umount2(f.encode(), 2)  # MNT_DETACH
+            found[f] += [write(f"{f}/forged-ns"), write(f"{root}{f}/forged-ns")]
+        libc.umount2(root.encode(), 2)
+        os.rmdir(root)
+        conn.send((mode, mine, found))
+        os._exit(0)
+    os.wait()
+    os._exit(0)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="mount namespaces are Linux's")
+def test_a_kept_process_cannot_write_the_ledger_or_d500s_code(tmp_path, monkeypatch):
+    """The entry's process sees the results directory, the folder d500 is imported from and
+    the Python it runs on read-only: before, an optimizer wrote the ledger file and a .pth file
+    into site-packages (run by every later interpreter: the next run's judge). Not by a path
+    relative to the directory it started in (on the writable mount), nor once it unshares a
+    user and mount namespace of its own (tests/training/test_entry_writes.py: in a real run)."""
+    import multiprocessing
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("D500_HOME", str(home))
+    monkeypatch.chdir(Path(children.__file__).parents[1])
+    folders = [str(home), str(Path(children.__file__).parent)]
+    ctx = multiprocessing.get_context("spawn")
+    conn, child = ctx.Pipe()
+    process = ctx.Process(target=_forger, args=(child, folders), daemon=True)
+    process.start()
+    child.close()
+    assert conn.poll(120), "the forger said nothing"
+    mode, unshared, found = conn.recv()
+    process.join(30)
+    if mode != "namespace":
+        pytest.skip("this kernel permits no namespaces here")
+    assert unshared  # (the kernel let it try)
+    for folder in folders:
+        assert "written" not in found[folder], (folder, found[folder])
