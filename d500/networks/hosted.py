@@ -174,8 +174,10 @@ class HostedExecutable:
         self.parameter_names = [str(n) for n in facts["parameter_names"]]
         self._settings = dict(facts["settings"] or {})
         for key in ("precision", "compile_time", "compile_cache", "baked_inputs"):
-            if facts.get(key) is not None:
+            if facts.get(key) is not None:  # the backend's word, as in d500's process
                 setattr(self, key, facts[key])
+        if not _float_dtype(getattr(self, "precision", None)):
+            self.precision = None  # a lower precision only where NumPy names a float dtype
 
     def settings(self) -> dict[str, Any]:
         return self._settings
@@ -193,7 +195,9 @@ class HostedExecutable:
         """The timed call `kind` ("forward": run; "step": gradients) as round trips, each at
         least `trip` seconds long."""
         call = int(self.host.ask("time", self.id, kind, feeds, output, wrt))
-        return HostedCall(self.host, kind, call, feeds, output, wrt, trip)
+        timed = HostedCall(self.host, kind, call, feeds, output, wrt, trip)
+        timed.precision = getattr(self, "precision", None)  # as its agreement is judged
+        return timed
 
 
 class HostedCall(Batched):
@@ -206,6 +210,7 @@ class HostedCall(Batched):
         self.call, self.feeds, self.output, self.wrt = call, feeds, output, wrt
         self.lasts: list[tuple[int, Any]] = []  # (seed, the last call's outputs)
         self.outside: list[float] = []  # each round trip's share outside the host's reading
+        self.precision: str | None = None  # a lower precision it computes in (its word)
         super().__init__(host, kind)
         if trip > 0:  # longer round trips: a woken host's delay is a smaller share of each
             per_call = max(float(self._ask(self.inner)[0]) / self.inner, 1e-9)
@@ -227,6 +232,7 @@ class HostedCall(Batched):
         """Recompute the last call of `samples` round trips (the final one among them) with
         `reference` (the reference backend's executable of the same model); what is wrong, or
         None."""
+        from d500.errors import describe
         from d500.networks.compare import compare
         if not self.lasts:
             return None
@@ -251,13 +257,29 @@ class HostedCall(Batched):
                 return (f"round trip {t}'s last timed call returned no outputs of the judge's "
                         f"input: the host did not run the call it was timed for")
             for k, (g, w) in enumerate(zip(got_list, want)):
-                c = compare(f"{k}", np.asarray(g), np.asarray(w))
+                try:  # what the host sent: whatever it is, an error here is its failure
+                    c = compare(f"{k}", np.asarray(g), np.asarray(w), precision=self.precision)
+                except Exception as err:  # noqa: BLE001 - named in the failure
+                    return (f"round trip {t}'s last timed call returned output {k} that d500 "
+                            f"cannot compare with the reference's ({describe(err)})")
                 if not c.ok:
                     return (f"round trip {t}'s last timed call did not return the reference's "
                             f"output {k} for the judge's input (max rel error {c.max_rel:.3g}): "
                             f"the host did not run the call it was timed for")
         self.checked = len(picks)
         return None
+
+
+def _float_dtype(name: Any) -> bool:
+    """Whether `name` is a precision d500.networks.compare can judge at (a dtype's name)."""
+    from d500.networks.compare import rtol_for
+    if not isinstance(name, str):
+        return False
+    try:
+        rtol_for(np.dtype(np.float32), name)
+    except (TypeError, ValueError, KeyError):
+        return False
+    return True
 
 
 def shifted(feeds: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
