@@ -1,0 +1,99 @@
+"""The judge pauses its clock while it measures test accuracy (d500.training.trainer: no decision
+reads it). The worker is idle then, waiting for its next chunk, but the entry's code is not
+bound to wait with it: a thread it starts can keep computing (extra steps on the batches it has
+seen) on time that no figure counts. The attack, performed: a thread that notes the time every
+~1 ms while it runs, against the judge's test evaluations timed from this process."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from d500.ledger import Ledger
+from d500.training import submission, trainer, workloads
+
+ROOT = Path(__file__).resolve().parents[2]
+MLP = ROOT / "levels" / "2-training" / "digits-mlp.yaml"
+SGD = ROOT / "submissions" / "sgd-momentum"
+
+# From its first update on, a thread computes without pause and notes when it ran (the times of
+# its loop, every ~1 ms) in $D500_BUSY, rewritten every 50 ms.
+BUSY = '''
+import json, os, threading, time
+import numpy as np
+from d500.training.optimizers import Optimizer
+
+_started = []
+
+
+def _busy():
+    seen, a, last = [], np.ones((16, 16)), 0.0
+    while True:
+        a = a @ a / 16  # a stand-in for extra steps on cached batches
+        time.sleep(1e-3)  # (light: the run itself is not slowed)
+        now = time.perf_counter()
+        if now - (seen[-1] if seen else 0.0) >= 2e-4:
+            seen.append(now)
+        if now - last >= 0.05:  # (the folder goes once the test ends)
+            with open(os.environ["D500_BUSY"] + ".new", "w") as out:
+                json.dump(seen, out)
+            os.replace(os.environ["D500_BUSY"] + ".new", os.environ["D500_BUSY"])
+            last = now
+
+
+class Busy(Optimizer):
+    name = "busy"
+
+    def update(self, ops, params, grads, state, lr, t):
+        if not _started and int(t) == 1:
+            _started.append(threading.Thread(target=_busy, daemon=True).start())
+        ops.add_(params, grads, -lr)
+'''
+
+
+@pytest.mark.slow  # (a real run, 15-30 s at load 6)
+@pytest.mark.skipif(sys.platform != "linux", reason="one monotonic clock across processes")
+@pytest.mark.xfail(strict=True, reason="open (issue 17): the entry's threads run on while the "
+                   "judge's clock is paused for test accuracy; the judge could measure test "
+                   "accuracy on its copies after the worker has ended, or stop the worker's "
+                   "namespace meanwhile")
+def test_the_entry_computes_nothing_while_the_clock_is_paused(tmp_path, monkeypatch):
+    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
+    folder = tmp_path / "entry"
+    folder.mkdir()
+    (folder / "opt.py").write_text(BUSY)
+    data = yaml.safe_load((SGD / "submission.yaml").read_text())
+    data.update(name="busy", optimizer="opt.py:Busy", hyperparameters={"lr": 0.1},
+                search_space={}, feasible_points=[])
+    (folder / "submission.yaml").write_text(yaml.safe_dump(data))
+    busy = tmp_path / "busy.json"
+    monkeypatch.setenv("D500_BUSY", str(busy))
+    paused: list[tuple[float, float]] = []
+    calls = []
+    measure = trainer.QUALITY["accuracy"]
+
+    def timed(predict, x, y):  # every second call of an evaluation is the test split's
+        t = time.perf_counter()
+        value = measure(predict, x, y)
+        calls.append((t, time.perf_counter()))
+        return value
+
+    monkeypatch.setitem(trainer.QUALITY, "accuracy", timed)
+    wl = workloads.load(MLP)
+    wl.max_epochs = 1
+    result = trainer.train(wl, submission.load(folder).recipe, "torch", 0, ledger=Ledger(),
+                           submission="busy")
+    assert result.status in ("succeeded", "missed"), result.error
+    paused = calls[1::2]
+    assert paused
+    seen = json.loads(busy.read_text())
+    assert seen, "the thread never ran"
+    during = [s for s in seen if any(a <= s <= b for a, b in paused)]
+    assert not during, (f"the entry's thread ran {len(during)} times while the clock was "
+                        f"paused ({sum(b - a for a, b in paused) * 1e3:.1f} ms paused; "
+                        f"figures {result.figures})")
