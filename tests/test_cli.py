@@ -112,6 +112,18 @@ def test_bad_seed_and_budget(args, words):
     one_line_exit_2(d500(*args), *words)
 
 
+def test_reference_refuses_what_it_cannot_run_before_its_first_run(tmp_path):
+    """An inference-only backend was refused once the first run's progress bar had started;
+    --ranks 0 ran every seed at the default 2 ranks (0 read as 'not given')."""
+    import os
+    env = {**os.environ, "D500_HOME": str(tmp_path)}
+    one_line_exit_2(d500("reference", "digits-mlp", "--runs", "10", "--backend", "onnxruntime",
+                         env=env), "'onnxruntime' cannot train")
+    one_line_exit_2(d500("reference", "digits-mlp", "--entry", "sync", "--ranks", "0", "--runs",
+                         "1", env=env), "--ranks", "integer >= 1")  # --runs 1: never runs
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.fixture
 def models(tmp_path, monkeypatch):
     """A truncated file, a non-ONNX file and a model with a custom-domain operator."""

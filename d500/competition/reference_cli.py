@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from d500 import paths
-from d500.cli import ArgumentParser, seed
+from d500.cli import ArgumentParser, count, seed
 from d500.errors import UsageError
 from d500.training.precision import PRECISIONS
 
@@ -36,12 +36,12 @@ def main(argv: list[str], prog: str = "d500 reference") -> int:
                         + ", ".join(f"{v} at level {k}" for k, v in
                                     reference.DEFAULT_ENTRY.items()) + ")")
     p.add_argument("--backend", default="torch", help="a trainable backend (default torch)")
-    p.add_argument("--runs", type=int, default=20, metavar="N",
+    p.add_argument("--runs", type=count, default=20, metavar="N",
                    help=f"reference runs, distinct seeds (default 20, at least "
                         f"{convergence.MIN_SAMPLES})")
     p.add_argument("--first-seed", type=seed, default=reference.FIRST_SEED, metavar="S",
                    help=f"the seeds are S, S+1, ... (default {reference.FIRST_SEED})")
-    p.add_argument("--ranks", type=int, metavar="R",
+    p.add_argument("--ranks", type=count, metavar="R",
                    help="level 3: the world size (default 2 when the workload allows it)")
     paths.add_data_option(p)
     p.add_argument("--precision", choices=PRECISIONS,
@@ -82,6 +82,8 @@ def main(argv: list[str], prog: str = "d500 reference") -> int:
                                                               args.backend)
         entry.validate(points)
     backends.get(args.backend)  # after the cheap checks: it imports the framework
+    from d500.training.trainer import preflight  # an inference-only backend refused here, not
+    preflight(workload, entry.recipe, args.backend, args.data)  # at the first run's start
     def measure(params: dict[str, Any] | None = None) -> Any:
         return reference.measure(
             workload, entry, args.backend, args.runs, first_seed=args.first_seed,
