@@ -178,6 +178,10 @@ def seed(text: str) -> int:
     return int(text)
 
 
+# The commands whose ranks work together under mpiexec -n K; any other ran K times over, side by
+# side (mpiexec -n 2 d500 net bench recorded two benchmarks, each timed beside the other).
+UNDER_MPI = ("train", "tune", "scale", "benchmark")  # benchmark: a script that takes it
+
 # name -> (module with `main(argv, prog) -> int`, one-line help); each registered level adds its
 # own (d500.levels). Modules are imported lazily so `d500 --help` never imports a framework.
 CORE: dict[str, tuple[str, str]] = {
@@ -267,6 +271,12 @@ def _main(argv: list[str] | None) -> int:
         hint = did_you_mean(name, table)
         say(f"d500: error: unknown command '{name}' (choose from {', '.join(table)}"
             f"{'; ' + hint if hint else ''})")
+        return 2
+    from d500.distributed.launch import launcher_rank
+    if name not in UNDER_MPI and launcher_rank() is not None:
+        say(f"d500 {name}: error: it runs in one process, and under mpiexec every rank would "
+            f"run it again beside the others (drop mpiexec; it is for d500 "
+            f"{', '.join(UNDER_MPI[:-1])} and {UNDER_MPI[-1]})")
         return 2
     from d500.backends import quiet_frameworks
     quiet_frameworks()  # before any command imports a framework, or a user's file does

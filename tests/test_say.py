@@ -74,3 +74,22 @@ def test_ranks_failing_together_print_one_prefixed_line_each(tmp_path):
             assert line.count("error:") == 1 and f"{missing}: no such entry" in line, line
             assert line[9:].startswith("d500 train: error: "), line
     assert time.perf_counter() - t0 < 300
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(jobs.MPIEXEC is None, reason="no mpiexec beside Python")
+def test_a_one_process_command_under_mpiexec_is_each_ranks_one_line(tmp_path):
+    """`mpiexec -n 2 d500 net bench ...` ran two benchmarks side by side, each timed beside the
+    other, and recorded both; any command but train, tune and scale now stops on every rank."""
+    env = {**os.environ, "D500_HOME": str(tmp_path / "home")}
+    result = subprocess.run([str(jobs.MPIEXEC), "-n", "2", sys.executable, "-m", "d500.cli",
+                             "ledger", "verify"], capture_output=True, text=True, env=env,
+                            timeout=120, check=False)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.splitlines()
+    assert sorted(line[:9] for line in lines) == ["[rank 0] ", "[rank 1] "], result.stderr
+    for line in lines:
+        assert line[9:].startswith("d500 ledger: error: it runs in one process, and under "
+                                   "mpiexec every rank"), line
+        assert "it is for d500 train, tune, scale and benchmark" in line
+    assert result.stdout == "" and not (tmp_path / "home").exists()
