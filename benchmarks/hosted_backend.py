@@ -21,7 +21,7 @@ from d500 import threads
 from d500.backends import get
 from d500.networks import bench, workloads
 from d500.networks.bench import TRIPS
-from d500.networks.hosted import HostedBackend
+from d500.networks.hosted import HostedBackend, allocator
 
 
 def main() -> None:
@@ -36,6 +36,7 @@ def main() -> None:
     args = parser.parse_args()
     only = args.case
     threads.configure(1, ["numpy"])
+    allocator()  # the judge's heap as its hosts' (net bench does so)
     wl = workloads.load(workloads.find(args.workload))
     model, path = wl.onnx_model()
     feeds1, feeds_b = bench.bench_inputs(wl, model)
