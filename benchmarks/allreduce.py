@@ -23,6 +23,7 @@ import argparse
 import sys
 
 import numpy as np
+from _args import repetitions
 from _mpi import parse_under_mpiexec
 from ratio import interleave, report
 
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=_sizes, default="4,16,64",
                         help="buffer sizes in MB, comma-separated (e.g. 0.5,4)")
-    parser.add_argument("--repetitions", type=int, default=15)
+    parser.add_argument("--repetitions", type=repetitions, default=15)
     parser.add_argument("--number", type=int, default=5, help="calls per timed repetition")
     args = parse_under_mpiexec(parser, argv, __file__)
     from mpi4py import MPI

@@ -25,6 +25,7 @@ import sys
 import time
 
 import numpy as np
+from _args import repetitions
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -58,7 +59,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workload", default="bert-base-shaped")
     ap.add_argument("--backends", default=BACKENDS)
-    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--rounds", type=repetitions, default=9)
     ap.add_argument("--number", type=int, default=1, help="calls per backend per round")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--mkl-torch", action="store_true",

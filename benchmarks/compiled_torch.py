@@ -26,6 +26,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from _args import repetitions
+
 from d500 import threads  # noqa: E402
 from d500.backends import get  # noqa: E402
 from d500.networks import workloads  # noqa: E402
@@ -68,7 +70,7 @@ def python_wrapper(model, feeds):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workload", default="light-resnet50")
-    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--rounds", type=repetitions, default=15)
     ap.add_argument("--number", type=int, default=3, help="calls per backend per round")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()

@@ -27,6 +27,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import numpy as np  # noqa: E402
+from _args import repetitions
 from ratio import interleave  # noqa: E402
 
 from d500 import threads  # noqa: E402
@@ -93,7 +94,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default="digits-mlp,digits-lenet")
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--repetitions", type=int, default=30)
+    ap.add_argument("--repetitions", type=repetitions, default=30)
     ap.add_argument("--number", type=int, default=10, help="steps per backend per repetition")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--synthetic", action="store_true",

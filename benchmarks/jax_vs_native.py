@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import onnx
+from _args import repetitions
 from onnx import TensorProto, helper, numpy_helper
 from ratio import agree, compare
 
@@ -126,7 +127,7 @@ def native_resnet(p: dict[str, jax.Array], x: jax.Array) -> jax.Array:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--repetitions", type=int, default=15)
+    parser.add_argument("--repetitions", type=repetitions, default=15)
     parser.add_argument("--number", type=int, default=5, help="calls per timed repetition")
     args = parser.parse_args(argv)
     from d500.backends.jax import JaxBackend

@@ -16,6 +16,7 @@ import statistics
 import time
 
 import torch
+from _args import repetitions
 
 # BERT-base at sequence 128: Q/K/V/O projections, the feed-forward pair, the vocabulary head.
 SHAPES = ((768, 768), (768, 3072), (3072, 768), (768, 8192), (768, 30522))
@@ -23,7 +24,7 @@ SHAPES = ((768, 768), (768, 3072), (3072, 768), (768, 8192), (768, 30522))
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repetitions", type=int, default=9)
+    ap.add_argument("--repetitions", type=repetitions, default=9)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--tokens", type=int, default=128)
     args = ap.parse_args()

@@ -44,6 +44,7 @@ import sys
 import time
 
 import numpy as np
+from _args import repetitions
 from _mpi import parse_under_mpiexec
 
 from d500.distributed.launch import share_cores
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=256, help="samples per step")
     parser.add_argument("--hidden", default="128,64", help="the MLP's hidden widths")
     parser.add_argument("--steps", type=int, default=10, help="steps per round and setting")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=repetitions, default=5)
     parser.add_argument("--micro", default="1,2,4,8", help="micro-batch counts")
     parser.add_argument("--sleep", type=float, default=0.0, metavar="US",
                         help="add US microseconds of sleep per sample to every forward (twice "

@@ -31,6 +31,7 @@ import time
 from typing import Any
 
 import numpy as np
+from _args import repetitions
 from _mpi import parse_under_mpiexec
 
 from d500.distributed.launch import share_cores
@@ -43,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=4096, help="samples per step")
     parser.add_argument("--micro", type=int, default=1, help="micro-batches (GPipe)")
     parser.add_argument("--steps", type=int, default=10, help="steps per round")
-    parser.add_argument("--rounds", type=int, default=6, help="rounds (the first not counted)")
+    parser.add_argument("--rounds", type=repetitions, default=6,
+                        help="rounds (the first not counted)")
     parser.add_argument("--keep-heap", action="store_true",
                         help="glibc keeps freed memory (see the module docstring)")
     args = parse_under_mpiexec(parser, argv, __file__)

@@ -23,6 +23,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _args import repetitions
 from ratio import interleave  # noqa: E402
 
 
@@ -64,7 +65,7 @@ def stepper(backend: str, model, batches, optimizer: tuple[str, dict], lr: float
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backends", nargs="+", default=["torch", "tensorflow"])
-    p.add_argument("--repetitions", type=int, default=7)
+    p.add_argument("--repetitions", type=repetitions, default=7)
     p.add_argument("--number", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from _args import repetitions
 from _mpi import parse_under_mpiexec
 
 from d500.distributed.launch import share_cores
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch's side: DistributedDataParallel or FSDP2 (default ddp)")
     parser.add_argument("--prefetch", action="store_true",
                         help="zero3: the next layer's gather during a layer (option prefetch)")
-    parser.add_argument("--repetitions", type=int, default=15)
+    parser.add_argument("--repetitions", type=repetitions, default=15)
     parser.add_argument("--number", type=int, default=10, help="steps per timed repetition")
     args = parse_under_mpiexec(parser, argv, __file__)
     share_cores()  # before torch is imported: one intra-op thread per rank on 2 cores

@@ -24,6 +24,7 @@ import sys
 import time
 
 import numpy as np
+from _args import repetitions
 from _mpi import parse_under_mpiexec
 
 from d500.distributed.launch import share_cores
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=64, help="samples per step")
     parser.add_argument("--width", type=int, default=64, help="the transformer's width")
     parser.add_argument("--steps", type=int, default=10, help="steps per round and setting")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=repetitions, default=5)
     args = parse_under_mpiexec(parser, argv, __file__)
     share_cores()
     from mpi4py import MPI

@@ -30,6 +30,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from _args import repetitions
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from ratio import agree, compare  # noqa: E402
 
@@ -136,7 +137,7 @@ def build(batch: int, seed: int = 0):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--repetitions", type=int, default=15)
+    parser.add_argument("--repetitions", type=repetitions, default=15)
     parser.add_argument("--number", type=int, default=5, help="calls per timed repetition")
     args = parser.parse_args(argv)
     from d500.backends.tensorflow import TensorFlowBackend

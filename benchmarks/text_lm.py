@@ -23,6 +23,7 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from _args import repetitions
 from ratio import interleave  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
                         default=["tensorflow", "jax", "torch:compiled", "torch@bf16",
                                  "tensorflow@bf16"],
                         help="BACKEND or BACKEND@PRECISION (bf16), each timed against torch")
-    parser.add_argument("--repetitions", type=int, default=7)
+    parser.add_argument("--repetitions", type=repetitions, default=7)
     parser.add_argument("--number", type=int, default=5, help="steps per repetition")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1)

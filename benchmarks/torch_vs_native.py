@@ -19,6 +19,7 @@ import warnings
 
 import numpy as np
 import torch
+from _args import repetitions
 from ratio import interleave, report
 from torch import nn
 
@@ -88,7 +89,7 @@ def build(batch: int, seed: int = 0):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--repetitions", type=int, default=20)
+    parser.add_argument("--repetitions", type=repetitions, default=20)
     parser.add_argument("--number", type=int, default=5, help="calls per timed repetition")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads for both sides (default 1: on a shared machine "

@@ -40,6 +40,7 @@ from itertools import cycle
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np
+from _args import repetitions
 from ratio import interleave, report
 
 LR, MOMENTUM, BATCHES = 0.01, 0.9, 8
@@ -350,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--framework", choices=("both", "torch", "tensorflow"), default="both")
     parser.add_argument("--case", choices=("both", *CASES), default="both")
-    parser.add_argument("--repetitions", type=int, default=15)
+    parser.add_argument("--repetitions", type=repetitions, default=15)
     parser.add_argument("--number", type=int, default=0,
                         help="steps per timed repetition (default: as many as take ~0.6 s)")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from _args import repetitions
 from _mpi import parse_under_mpiexec
 
 from d500.distributed.launch import share_cores
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="mlp", choices=[*SHAPES, "transformer"])
     parser.add_argument("--batch", type=int, default=32, help="samples per rank and step")
-    parser.add_argument("--repetitions", type=int, default=15)
+    parser.add_argument("--repetitions", type=repetitions, default=15)
     parser.add_argument("--number", type=int, default=10, help="steps per timed repetition")
     args = parse_under_mpiexec(parser, argv, __file__)
     share_cores()  # before torch is imported: one intra-op thread per rank on 2 cores

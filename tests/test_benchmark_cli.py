@@ -48,3 +48,14 @@ def test_a_scripts_usage_error_is_one_line_with_the_closest(tmp_path):
     assert sizes.returncode == 2 and sizes.stderr == (
         "allreduce.py: error: argument --sizes: expected sizes in MB > 0, comma-separated, got "
         "'0.5,x'\n"), sizes.stderr
+
+
+def test_too_few_repetitions_is_one_line(tmp_path):
+    """allreduce --repetitions 1 ran, then ended in statistics' 'must have at least two data
+    points' traceback (the quartiles of one ratio); every script's --rounds/--repetitions now
+    takes benchmarks/_args.repetitions."""
+    for name, option in (("allreduce", "--repetitions"), ("pipeline_bubble", "--rounds")):
+        done = d500("benchmark", name, option, "1", cwd=tmp_path)
+        assert done.returncode == 2 and done.stdout == "", done.stderr
+        assert done.stderr == (f"{name}.py: error: argument {option}: expected an integer >= 2, "
+                               f"got '1'\n")
