@@ -146,7 +146,8 @@ def keep(forward: bool = False) -> str:
     namespace of its own (`_isolated`): its pid 1 is d500's (`_init`), the entry's process its
     child, and when that ends pid 1 does, and the kernel kills all the namespace holds; no
     process in it can name, so signal, the keeper or the judge. Elsewhere a kept process could
-    kill its keeper (same user) and leave orphans to init.
+    kill its keeper (same user) and leave orphans to init. It also gets a mount namespace in
+    which the ledger's folder, d500's code and its Python are read-only (`_read_only`).
 
     `forward` (an MPI rank, whose peers' MPI reads its memory by pid: never in a namespace of
     its own): the keepers pass on the signals a launcher sends (^C, hydra's SIGTERM and SIGUSR1)
@@ -235,21 +236,27 @@ def _isolated() -> bool:
 
 
 def _read_only(libc: Any) -> bool:
-    """In a mount namespace of this process's own: `protected()` bound read-only onto itself,
-    so that the entry's code cannot write what a judge reads later (the ledger, d500's code, a
-    .pth file that every later interpreter runs); the working directory re-entered through the
-    new mounts (the old one reached the writable mount by relative paths). The namespace is
-    first made a slave of the one it came from, or nothing is mounted (a bind in a shared tree
-    would propagate to the judge's). Once the entry is confined it may not unmount them, nor
-    in a user namespace of its own (the kernel locks mounts inherited from a more privileged
-    namespace, and refuses to bind a mount whose children are locked without them). False
-    where any step was refused."""
+    """In a mount namespace of this process's own: `protected()` bound read-only onto itself
+    (but `writable()`, bound again from the writable mount), so that the entry's code cannot
+    write what a judge reads later (the ledger, d500's code, a .pth file that every later
+    interpreter runs); the working directory re-entered through the new mounts (the old one
+    reached the writable mount by relative paths). The namespace is first made a slave of the
+    one it came from, or nothing is mounted (a bind in a shared tree would propagate to the
+    judge's). Once the entry is confined it may not unmount them, nor in a user namespace of
+    its own (the kernel locks mounts inherited from a more privileged namespace, and refuses
+    to bind a mount whose children are locked without them). False where a step was refused."""
     rec, slave, bind, remount, rdonly = 0x4000, 0x80000, 0x1000, 0x20, 0x1
     if libc.mount(None, b"/", None, rec | slave, None) != 0:
         return False
     locked = ((os.ST_NOSUID, 0x2), (os.ST_NODEV, 0x4), (os.ST_NOEXEC, 0x8),
               (os.ST_NOATIME, 0x400), (os.ST_NODIRATIME, 0x800), (os.ST_RELATIME, 0x200000))
-    done = True
+    done, open_ = True, []
+    for path in writable():  # (reached through the writable mount below them)
+        try:
+            os.makedirs(path, exist_ok=True)
+            open_.append((path, os.open(path, os.O_PATH | os.O_DIRECTORY)))
+        except OSError:
+            done = False
     for path in protected():
         where = os.fsencode(path)
         if libc.mount(where, where, None, bind | rec, None) != 0:
@@ -258,6 +265,10 @@ def _read_only(libc: Any) -> bool:
         kept = sum(ms for st, ms in locked if os.statvfs(path).f_flag & st)  # (a user
         # namespace may not clear them)
         done &= libc.mount(None, where, None, remount | bind | rdonly | kept, None) == 0
+    for path, fd in open_:
+        done &= libc.mount(f"/proc/self/fd/{fd}".encode(), os.fsencode(path), None, bind | rec,
+                           None) == 0
+        os.close(fd)
     try:
         os.chdir(os.getcwd())
     except OSError:
@@ -287,6 +298,15 @@ def protected() -> list[str]:
         if not any(_under(path, p) for p in paths):
             paths.append(path)
     return paths
+
+
+def writable() -> list[str]:
+    """Within `protected()`, what an entry's process still writes: the results directory's
+    cache (d500.paths.cache: Inductor's compiled kernels, which a torch:compiled worker writes).
+    Open: a judge that compiles the same model (torch:compiled evaluates with Inductor) reads
+    this cache too."""
+    home = os.path.realpath(os.path.expanduser(os.environ.get("D500_HOME", "d500-results")))
+    return [os.path.join(home, "cache")] if os.path.isdir(home) else []
 
 
 def _under(path: str, folder: str) -> bool:

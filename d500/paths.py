@@ -141,7 +141,13 @@ def unwritable(path: Path, err: OSError) -> str:
 
 
 def cache(*parts: str) -> Path:
-    """A cache directory under the results directory."""
-    path = home().joinpath("cache", *parts)
-    path.mkdir(parents=True, exist_ok=True)
+    """A cache directory under the results directory: the one part of it an entry's process
+    may write (d500.children.protected), so it needs no more than this folder writable."""
+    path = Path(os.environ.get("D500_HOME", "d500-results")).expanduser().resolve().joinpath(
+        "cache", *parts)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        home()  # the results directory's own fault, said in one line
+        raise
     return path
