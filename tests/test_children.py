@@ -355,6 +355,7 @@ def _forger(conn, folders: list[str]) -> None:
 
     found = {f: [write(f"{f}/forged-{os.getpid()}"),
                  write(os.path.relpath(f"{f}/forged-{os.getpid()}"))] for f in folders}
+    found["cache"] = write(f"{os.environ['D500_HOME']}/cache/kernel")  # (Inductor's, writable)
     if os.fork() == 0:  # every capability, in namespaces of its own
         mine = libc.unshare(0x10000000 | 0x00020000) == 0  # CLONE_NEWUSER | CLONE_NEWNS
         root = f"/tmp/d500-forger-{os.getpid()}"
