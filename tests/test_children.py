@@ -378,7 +378,8 @@ def test_a_kept_process_cannot_write_the_ledger_or_d500s_code(tmp_path, monkeypa
     the Python it runs on read-only: before, an optimizer wrote the ledger file and a .pth file
     into site-packages (run by every later interpreter: the next run's judge). Not by a path
     relative to the directory it started in (on the writable mount), nor once it unshares a
-    user and mount namespace of its own (tests/training/test_entry_writes.py: in a real run)."""
+    user and mount namespace of its own (tests/training/test_entry_writes.py: in a real run).
+    The results directory's cache/ stays writable."""
     import multiprocessing
     home = tmp_path / "home"
     home.mkdir()
@@ -398,3 +399,4 @@ def test_a_kept_process_cannot_write_the_ledger_or_d500s_code(tmp_path, monkeypa
     assert unshared  # (the kernel let it try)
     for folder in folders:
         assert "written" not in found[folder], (folder, found[folder])
+    assert found["cache"] == "written"  # a torch:compiled worker writes its kernels there
