@@ -92,6 +92,10 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
         elif args.command == "export":
             if args.format is None:  # `--out runs.json` is JSON, not CSV in that file
                 suffix = Path(args.out or "").suffix.lower().lstrip(".")
+                if suffix not in ("csv", "json", "jsonl", "txt", ""):  # runs.xlsx got CSV
+                    raise UsageError(f"{args.out}: --out writes CSV to a name ending in .csv, "
+                                     f"JSON to .json and JSON lines to .jsonl (--format csv: "
+                                     f"CSV to any name)")
                 args.format = suffix if suffix in ("json", "jsonl") else "csv"
             if args.out:
                 output_file(args.out, f"runs.{args.format}")

@@ -95,9 +95,12 @@ def test_a_folder_where_a_file_goes(args, words, tmp_path):
     (["leaderboard", "--out", "{dir}/board.pdf"],
      ["{dir}/board.pdf: --out writes the board as Markdown to a name ending in .md and as HTML"]),
     (["scale", "1", "--network", "2us,12.5GB/s", "--png", "{dir}/plot.svg"],
-     ["{dir}/plot.svg: --png writes PNG: a file name ending in .png (e.g. {dir}/plot.png)"])])
+     ["{dir}/plot.svg: --png writes PNG: a file name ending in .png (e.g. {dir}/plot.png)"]),
+    (["ledger", "export", "--out", "{dir}/runs.xlsx"],
+     ["{dir}/runs.xlsx: --out writes CSV to a name ending in .csv, JSON to .json"])])
 def test_an_output_named_for_another_format(args, words, tmp_path):
-    """board.pdf got the Markdown board and plot.svg a PNG's bytes, without a word."""
+    """board.pdf got the Markdown board, plot.svg a PNG's bytes and runs.xlsx CSV text, without
+    a word."""
     given = [a.format(dir=tmp_path) for a in args]
     one_line_exit_2(d500(*given, env={**os.environ, "D500_HOME": str(tmp_path / "home")}),
                     *[w.format(dir=tmp_path) for w in words])
