@@ -109,6 +109,8 @@ def bench(workload: Workload, backends: Sequence[str], *, ledger: Any = None,
                               "framework_version": classes[r.backend].version(),
                               "model": workload.model_label(), "inputs": {
                                   k: list(v.shape) for k, v in feeds1.items()}})
+            if isinstance(classes[r.backend], hosted.HostedBackend):  # its host's word
+                r.details["host_threads"] = classes[r.backend].host.ask("threads")
             outputs = first_call(r, classes[r.backend], model_path, feeds1,
                                  say=lambda text: say(f"{workload.name}: {text}"))
             if outputs is not None:
