@@ -155,8 +155,10 @@ def _check(value: Any, typ: Any, spec: Field, path: Path, where: str, root: Path
         raise ConfigError(f"{path}: field '{where}' must be {_name(typ)}, "
                           f"got {type(value).__name__} {value!r}")
     if spec.choices is not None and value not in spec.choices:
+        hint = did_you_mean(value, spec.choices)
         raise ConfigError(f"{path}: field '{where}' is {value!r}; "
-                          f"allowed: {', '.join(map(str, spec.choices))}")
+                          f"allowed: {', '.join(map(str, spec.choices))}"
+                          f"{'; ' + hint if hint else ''}")
     return value
 
 
@@ -175,7 +177,9 @@ def check_metrics(data: Mapping[str, Any], path: Path, measured: Sequence[str], 
                               f"not measure (it measures {', '.join(measured)})")
     rank_by = data["rank_by"] or names[0]
     if rank_by not in names:
-        raise ConfigError(f"{path}: field 'rank_by' is '{rank_by}', not one of its metrics")
+        hint = did_you_mean(rank_by, names)
+        raise ConfigError(f"{path}: field 'rank_by' is '{rank_by}', not one of its metrics "
+                          f"({', '.join(names)}{'; ' + hint if hint else ''})")
     return rank_by
 
 

@@ -191,10 +191,16 @@ def check_class(cls: type[CustomOperator], file: Path | str) -> None:
         raise UsageError(f"{file}: {cls.__name__}.framework is '{cls.framework}' "
                          f"(allowed: {', '.join(allowed)})")
     if not cls.op_type or not onnx.defs.has(cls.op_type):
-        ops = sorted({s.name for s in onnx.defs.get_all_schemas() if s.domain == ""})
-        hint = did_you_mean(cls.op_type, ops)
+        hint = operator_hint(cls.op_type)
         raise UsageError(f"{file}: {cls.__name__}.op_type '{cls.op_type}' is not an ONNX "
                          f"operator of the default domain" + (f" ({hint})" if hint else ""))
+
+
+def operator_hint(op_type: str) -> str:
+    """did you mean the closest default-domain ONNX operator to a mistyped `op_type` ('')."""
+    import onnx.defs
+    ops = sorted({s.name for s in onnx.defs.get_all_schemas() if s.domain == ""})
+    return did_you_mean(op_type, ops)
 
 
 def _import(file: Path):

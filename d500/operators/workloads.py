@@ -101,8 +101,10 @@ def load_case(path: str | Path) -> Case:
                               f"a list of numbers")
     from onnx import defs
     if not defs.has(data["operator"]):
+        from d500.operators.base import operator_hint
+        hint = operator_hint(data["operator"])
         raise ConfigError(f"{path}: field 'operator': '{data['operator']}' is not an ONNX "
-                          f"operator")
+                          f"operator" + (f" ({hint})" if hint else ""))
     return Case(name=data["name"], op_type=data["operator"], shapes=shapes,
                 attributes=dict(data["attributes"]), dtype=data["dtype"], ranges=ranges,
                 opset=data["opset"], time_budget=data["time_budget"], path=path.resolve(),

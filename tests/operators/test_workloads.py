@@ -49,6 +49,18 @@ def test_bad_case_files_name_the_field(tmp_path):
     bad.write_text(base + "inputs: [[2]]\nrank_by: gflops\n")
     with pytest.raises(ConfigError, match="field 'rank_by' is 'gflops', not one of its metrics"):
         load_case(bad)
+    # a mistyped name gets the closest (it said only that the name was wrong)
+    bad.write_text(base.replace("Relu", "Rellu") + "inputs: [[2]]\n")
+    with pytest.raises(ConfigError, match="'Rellu' is not an ONNX operator \\(did you mean "
+                                          "'Relu'\\?\\)"):
+        load_case(bad)
+    bad.write_text(base + "inputs: [[2]]\nrank_by: latncy\n")
+    with pytest.raises(ConfigError, match="not one of its metrics \\(latency; did you mean "
+                                          "'latency'\\?\\)"):
+        load_case(bad)
+    bad.write_text(base + "inputs: [[2]]\ndtype: float33\n")
+    with pytest.raises(ConfigError, match="'float33'; allowed: .*; did you mean 'float32'\\?"):
+        load_case(bad)
     bad.write_text(base + "inputs: [[2]]\ntime_budget: -1\n")
     with pytest.raises(ConfigError, match="field 'time_budget' must be a positive number"):
         load_case(bad)
