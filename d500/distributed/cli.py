@@ -235,6 +235,12 @@ def _checked(args: Any, world: int) -> tuple[Any, Any, Any]:
     global_recipe = dataclasses.replace(entry.recipe,
                                         batch_size=workload.global_batch(
                                             entry.recipe.batch_size, world))
+    share = global_recipe.batch_size // spec.dims(world)["data"]  # a pipeline's samples a step
+    if spec.pipeline > 1 and spec.micro_batches > share:  # ran min(M, share), recorded M
+        raise UsageError(f"{entry.path}: field 'distributed.micro_batches' is "
+                         f"{spec.micro_batches}, more than the {share} samples each pipeline "
+                         f"gets a step (global batch {global_recipe.batch_size} over "
+                         f"{spec.dims(world)['data']} data group(s)): at most {share}")
     backends.get(args.backend)
     preflight(workload, global_recipe, args.backend, args.data)
     if args.checkpoint_every or args.resume is not None:

@@ -251,3 +251,22 @@ def test_the_judge_believes_no_bubble_below_what_any_stages_leave():
     forged = aggregate(ranks(0.01, 0.01, theory=0.01), bubble=0.2)  # its own theory, lower
     assert "bubble_fraction" not in forged and forged["bubble_theory"] == 0.2
     assert BUBBLE_FLOOR * 0.2 <= 0.96 * 0.2  # honest runs' lowest (M = 1) stays recorded
+
+
+@pytest.mark.mpi
+def test_more_micro_batches_than_a_steps_samples_is_one_line_on_every_rank(tmp_path):
+    """micro_batches: 100 at digits-mlp's global batch of 32 trained 32 one-sample micro-batches
+    and recorded micro_batches 100 (and the bubble theory of 100); now every rank refuses it
+    in its first checks, before any framework loads."""
+    from tests.distributed import level3_jobs as jobs
+    if jobs.MPIEXEC is None:
+        pytest.skip("no mpiexec beside Python")
+    entry = jobs.entry(tmp_path, "pipeline-1f1b", distributed={
+        "scheme": "sync", "pipeline": 2, "micro_batches": 100, "schedule": "1f1b"})
+    result = jobs.train(tmp_path / "home", 2, jobs.LEVEL3 / "digits-mlp.yaml", entry,
+                        "--seed", "0", timeout=120)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2 and all(
+        "field 'distributed.micro_batches' is 100, more than the 32 samples each pipeline gets a "
+        "step (global batch 32 over 1 data group(s)): at most 32" in line for line in lines), lines
