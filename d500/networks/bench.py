@@ -219,7 +219,10 @@ def first_call(r: BackendBench, backend: type[Backend], model_path: Path,
         if timed:
             r.figures["first_call_time"] = time.perf_counter() - t0
             if (compiled := getattr(r.exe, "compile_time", None)) is not None:
-                r.figures["compile_time"] = compiled  # its part of first_call_time
+                if _hosted(r.exe):  # its host's word, not a figure d500 measured
+                    r.details["compile_time_said"] = compiled
+                else:
+                    r.figures["compile_time"] = compiled  # its part of first_call_time
             if cache := getattr(r.exe, "compile_cache", None):  # an earlier run's compile?
                 from d500.training.compiling import DETAIL
                 r.details[DETAIL] = {"cache": cache}
@@ -229,6 +232,11 @@ def first_call(r: BackendBench, backend: type[Backend], model_path: Path,
         _fail(r, err)
         return None
     return outputs
+
+
+def _hosted(exe: Any) -> bool:
+    from d500.networks.hosted import HostedExecutable
+    return isinstance(exe, HostedExecutable)
 
 
 def judge_agreement(r: BackendBench, outputs: list[np.ndarray],
