@@ -183,6 +183,9 @@ def parse(mapping: dict[str, Any] | None, path: str | Path) -> Spec:
         raise ConfigError(f"{where}: field 'distributed.options': unknown option '{bad}' of "
                           + (f"shard: {shard}" if shard != "none" else f"scheme '{scheme}'")
                           + f" (options: {listed(bad, known) if known else 'none'})")
+    if flat and shard == "none":  # their values too: ssp's staleness -1 failed inside a rank
+        SCHEMES[scheme].checked_options(options, f"{where}: field 'distributed.options' of "
+                                                 f"scheme '{scheme}'")
     micro = _dimension(mapping, "micro_batches", where) or 1
     schedule = mapping.get("schedule", "gpipe")
     if schedule not in PIPELINE_SCHEDULES:

@@ -136,6 +136,19 @@ def test_options_are_validated(name, options, message):
         make(name, trainer(), Communicator.single(), **options)
 
 
+@pytest.mark.parametrize(("name", "options", "message"), [
+    ("ssp", {"staleness": -1}, "option 'staleness' must be a whole number >= 0, got -1"),
+    ("local_sgd", {"period": 0}, "option 'period' must be a whole number >= 1, got 0"),
+    ("sync", {"ring": "yes"}, "option 'ring' must be true or false, got 'yes'")])
+def test_an_entrys_option_values_are_checked_as_its_file_is_read(name, options, message):
+    """ssp's staleness -1 passed the file's checks and failed inside rank 0 once the run's
+    progress bar was up, a line without the file; now the file's check says it, every rank."""
+    from d500.distributed.spec import parse
+    with pytest.raises(ConfigError, match=f"^e.yaml: field 'distributed.options' of scheme "
+                                          f"'{name}': {message}$"):
+        parse({"scheme": name, "options": options}, "e.yaml")
+
+
 @pytest.mark.parametrize("name", ["dpsgd", "local_sgd", "async_ps"])
 def test_schemes_without_compression_refuse_a_compressor(name):
     c = Communicator.single()

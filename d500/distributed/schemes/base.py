@@ -87,18 +87,28 @@ class Scheme:
     # why a checkpoint cannot restore this scheme exactly ("": it can, d500.distributed.resuming)
     unresumable: ClassVar[str] = ""
 
-    def __init__(self, trainer: Any, comm: Communicator, *, reducer: Any = None,
-                 bucket_bytes: int = DEFAULT_BUCKET_BYTES, **options: Any):
-        where = f"scheme '{self.name}'"
-        unknown = sorted(set(options) - set(self.options))
+    @classmethod
+    def checked_options(cls, options: dict[str, Any], where: str) -> dict[str, Any]:
+        """Every option's value, its default where not given; a ConfigError starting with
+        `where` for an unknown option or a value not of its kind (d500.distributed.spec checks
+        an entry's when it reads the file, before any rank trains)."""
+        unknown = sorted(set(options) - set(cls.options))
         if unknown:
-            known = ", ".join(self.options) or "none"
+            known = ", ".join(cls.options) or "none"
             raise ConfigError(f"{where}: unknown option '{unknown[0]}' (options: {known})")
-        for key, spec in self.options.items():
+        values = {}
+        for key, spec in cls.options.items():
             value = options.get(key, spec.default)
             test, meaning = _KINDS[spec.kind]
             if not test(value):
                 raise ConfigError(f"{where}: option '{key}' must be {meaning}, got {value!r}")
+            values[key] = value
+        return values
+
+    def __init__(self, trainer: Any, comm: Communicator, *, reducer: Any = None,
+                 bucket_bytes: int = DEFAULT_BUCKET_BYTES, **options: Any):
+        where = f"scheme '{self.name}'"
+        for key, value in self.checked_options(options, where).items():
             setattr(self, key, value)
         if reducer is not None and not self.compressible:
             able = ", ".join(n for n, c in SCHEMES.items() if c.compressible)
