@@ -335,13 +335,24 @@ def test_check_present_looks_without_hashing(tmp_path, monkeypatch):
     check_present("digits")
     with pytest.raises(DatasetError, match="give --data DIR or set D500_DATA"):
         check_present("cifar10")
-    make_idx(tmp_path / "mnist")  # wrong digests: found by load(), not by this cheap look
+    make_idx(tmp_path / "mnist")
+    adopt(monkeypatch, "mnist", tmp_path / "mnist")
+    images = tmp_path / "mnist" / "train-images-idx3-ubyte.gz"
+    images.write_bytes(images.read_bytes()[:-1] + b"?")  # a wrong digest: load() finds it
     monkeypatch.setattr(registry, "digest", lambda *a: pytest.fail("hashed a file"))
     check_present("mnist", tmp_path)
-    (tmp_path / "mnist" / "train-labels-idx1-ubyte.gz").unlink()
+    # a file of another size than the published one: said here (a run found it, recorded
+    # itself failed and spent its seed)
+    images.write_bytes(b"garbage\n")
     with pytest.raises(DatasetError) as err:
         check_present("mnist", tmp_path)
-    assert "train-labels-idx1-ubyte.gz: missing" in one_line(err)
+    size = registry.REGISTRY["mnist"].file("train-images-idx3-ubyte.gz").size
+    assert f"train-images-idx3-ubyte.gz: 8 bytes, not the published {size:,} of mnist's" \
+        in one_line(err)
+    images.unlink()
+    with pytest.raises(DatasetError) as err:
+        check_present("mnist", tmp_path)
+    assert "train-images-idx3-ubyte.gz: missing" in one_line(err)
 
 
 def test_shapes_known_before_loading_match_the_data(tmp_path, monkeypatch):

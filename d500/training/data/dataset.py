@@ -191,3 +191,4 @@ def check_present(name: str | dict[str, Any], data_dir: str | os.PathLike | None
     for file in spec.files:
         if not registry.present(spec, file.name, root):
             registry.resolve(spec, file.name, root)  # raises the one-line error naming it
+        registry.check_size(spec, file, root)  # a garbled file: said now, not in a failed run

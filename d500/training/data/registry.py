@@ -217,6 +217,18 @@ def check(path: Path, algorithm: str, expected: str, spec: Spec, root: Path) -> 
             f"{path.name} (a corrupt, partial or different file); {how_to_get(spec, root)}")
 
 
+def check_size(spec: Spec, file: File, root: str | Path) -> None:
+    """A published file of another size than the published one is a DatasetError naming both
+    (the cheap look before a run: a corrupt or partial file was found only by the run's digest,
+    which recorded the run failed and spent its seed)."""
+    path = folder(spec, Path(root).expanduser()) / file.name
+    if path.is_file() and path.stat().st_size != file.size:
+        raise DatasetError(
+            f"{path}: {path.stat().st_size:,} bytes, not the published {file.size:,} of "
+            f"{spec.name}'s {file.name} (a corrupt, partial or different file); "
+            f"{how_to_get(spec, root)}")
+
+
 def resolve(spec: Spec, name: str, root: str | Path) -> Path:
     """The checked path of one published file under a data directory: the download itself, or
     an unpacked form the registry knows a digest for. A missing or wrong file is a one-line
