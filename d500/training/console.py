@@ -93,11 +93,20 @@ def print_whole(text: str, out: Any = None) -> None:
     (out or stdout_console()).print(text, highlight=False, soft_wrap=True)
 
 
+SAY_EVERY = 30.0  # s between a progress bar's plain lines where stderr is no terminal
+
+
 class progress_bar:  # noqa: N801 - used as a context manager, like a function
     """A rich progress bar on stderr: the step of the total, the loss, the last validation
-    accuracy; call it with the trainer's progress dicts."""
+    accuracy; call it with the trainer's progress dicts. Where stderr is no terminal (a log, a
+    pipe, mpiexec's ranks) rich draws it only when it stops, so a line every SAY_EVERY s says
+    how far the run is (a 10-minute run's log said nothing until its end)."""
 
     def __init__(self, title: str):
+        import sys
+        import time
+        self.title, self.started = title, time.monotonic()
+        self.said = None if sys.stderr.isatty() else self.started
         from rich.console import Console
         from rich.progress import (
             BarColumn,
@@ -126,3 +135,12 @@ class progress_bar:  # noqa: N801 - used as a context manager, like a function
         info = f"loss {state['loss']:.4f}" + (f", {what} {val:.4f}" if val is not None else "")
         self.progress.update(self.task, completed=state["step"], total=state["total"],
                              info=info)
+        import time
+        now = time.monotonic()
+        if self.said is not None and now - self.said >= SAY_EVERY:
+            import sys
+            self.said = now
+            epoch = f", epoch {state['epoch']}" if "epoch" in state else ""
+            sys.stderr.write(f"{self.title}: step {state['step']} of {state['total']}{epoch}, "
+                             f"{info}, {now - self.started:.0f} s\n")
+            sys.stderr.flush()

@@ -14,3 +14,18 @@ def test_a_long_result_line_is_one_line_in_a_pipe(capsys):
     assert len(text) > 200
     print_whole(text)
     assert capsys.readouterr().out == text + "\n"
+
+
+def test_a_progress_bar_in_a_log_says_how_far_the_run_is(capsys, monkeypatch):
+    """rich draws a bar on no terminal only when it stops: a long run's log (or mpiexec's
+    ranks, whose stderr is a pipe) showed nothing until its end; now a line every SAY_EVERY s."""
+    from d500.training import console
+    monkeypatch.setattr(console, "SAY_EVERY", 0.0)
+    with console.progress_bar("digits-mlp / sgd-momentum / torch seed 3") as bar:
+        bar({"step": 37, "total": 370, "loss": 0.5, "val_accuracy": 0.9, "epoch": 1})
+        monkeypatch.setattr(console, "SAY_EVERY", 3600.0)
+        bar({"step": 74, "total": 370, "loss": 0.25, "val_accuracy": 0.95, "epoch": 2})
+    lines = [x for x in capsys.readouterr().err.splitlines() if " s" in x and "step " in x]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("digits-mlp / sgd-momentum / torch seed 3: step 37 of 370, "
+                               "epoch 1, loss 0.5000, val acc 0.9000, ")
