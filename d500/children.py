@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import signal
 import sys
 import threading
@@ -236,39 +237,50 @@ def _isolated() -> bool:
 
 
 def _read_only(libc: Any) -> bool:
-    """In a mount namespace of this process's own: `protected()` bound read-only onto itself
-    (but `writable()`, bound again from the writable mount), so that the entry's code cannot
-    write what a judge reads later (the ledger, d500's code, a .pth file that every later
-    interpreter runs); the working directory re-entered through the new mounts (the old one
-    reached the writable mount by relative paths). The namespace is first made a slave of the
-    one it came from, or nothing is mounted (a bind in a shared tree would propagate to the
-    judge's). Once the entry is confined it may not unmount them, nor in a user namespace of
-    its own (the kernel locks mounts inherited from a more privileged namespace, and refuses
-    to bind a mount whose children are locked without them). False where a step was refused."""
+    """In a mount namespace of this process's own, the files an entry's process may write: the
+    temporary folder (tempfile.gettempdir()), devices, /proc and the results directory's cache
+    (`writable()`); every other mount is made read-only, and `protected()` is bound read-only
+    onto itself (it may lie in the temporary folder), so that the entry's code cannot write
+    what a judge reads later: the ledger, d500's code, its Python (a .pth file that every
+    later interpreter runs), the system's libraries and /etc (a root entry wrote
+    /etc/ld.so.preload, which every later process loads). The working directory is re-entered
+    through the new mounts (the old one reached the writable mount by relative paths). The
+    namespace is first made a slave of the one it came from, or nothing is mounted (a bind in
+    a shared tree would propagate to the judge's). Once the entry is confined it may not
+    unmount them, nor in a user namespace of its own (the kernel locks mounts inherited from
+    a more privileged namespace, and refuses to bind a mount whose children are locked
+    without them). False where a step was refused."""
+    import tempfile
     rec, slave, bind, remount, rdonly = 0x4000, 0x80000, 0x1000, 0x20, 0x1
     if libc.mount(None, b"/", None, rec | slave, None) != 0:
         return False
     locked = ((os.ST_NOSUID, 0x2), (os.ST_NODEV, 0x4), (os.ST_NOEXEC, 0x8),
               (os.ST_NOATIME, 0x400), (os.ST_NODIRATIME, 0x800), (os.ST_RELATIME, 0x200000))
-    done, open_ = True, []
-    for path in writable():  # (reached through the writable mount below them)
+
+    def flags(path: str) -> int:  # (a user namespace may not clear them)
+        return sum(ms for st, ms in locked if os.statvfs(path).f_flag & st)
+
+    def view(path: str, mode: int, again: bool = True) -> bool:
+        where = os.fsencode(path)
+        try:
+            if again and libc.mount(where, where, None, bind | rec, None) != 0:
+                return False
+            return libc.mount(None, where, None, remount | bind | mode | flags(path), None) == 0
+        except OSError:  # (statvfs: a mount point this process cannot reach)
+            return False
+
+    done, temp = True, os.path.realpath(tempfile.gettempdir())  # (it tries a write: first)
+    for path in writable():
         try:
             os.makedirs(path, exist_ok=True)
-            open_.append((path, os.open(path, os.O_PATH | os.O_DIRECTORY)))
         except OSError:
             done = False
-    for path in protected():
-        where = os.fsencode(path)
-        if libc.mount(where, where, None, bind | rec, None) != 0:
-            done = False
-            continue
-        kept = sum(ms for st, ms in locked if os.statvfs(path).f_flag & st)  # (a user
-        # namespace may not clear them)
-        done &= libc.mount(None, where, None, remount | bind | rdonly | kept, None) == 0
-    for path, fd in open_:
-        done &= libc.mount(f"/proc/self/fd/{fd}".encode(), os.fsencode(path), None, bind | rec,
-                           None) == 0
-        os.close(fd)
+    for path in _mounts():
+        if not _under(path, "/proc") and not _under(path, "/sys") and not _under(path, "/dev"):
+            done &= view(path, rdonly, again=False)
+    for path, mode in ([(temp, 0)] + [(p, rdonly) for p in protected()] +
+                       [(p, 0) for p in writable()]):
+        done &= view(path, mode)
     try:
         os.chdir(os.getcwd())
     except OSError:
@@ -276,11 +288,28 @@ def _read_only(libc: Any) -> bool:
     return done
 
 
+def _mounts() -> list[str]:
+    """This mount namespace's mount points, parents first."""
+    found = []
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                point = line.split()[4]
+                found.append(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), point))
+    except OSError:
+        return []
+    return sorted(set(found), key=lambda p: (p.count("/"), p))
+
+
 def protected() -> list[str]:
     """The folders an entry's process sees read-only: the results directory ($D500_HOME: the
     ledger), the folder d500 is imported from, the Python installation and virtual environment
     (sys.prefix, sys.base_prefix) and the user's site-packages; never the root or the temporary
-    folder a library writes its caches in, nor a folder holding it."""
+    folder a library writes its caches in, nor a folder holding it. $D500_HOME is read as the
+    split runs: a fork of the forkserver reads the forkserver's (the judge's when it started
+    it, before the job's environment comes), so a judge that changed it since (a test, a
+    notebook: not the CLI) leaves its new results directory writable if it lies in the
+    temporary folder."""
     import site
     import tempfile
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -374,9 +374,10 @@ def _forger(conn, folders: list[str]) -> None:
 
 @pytest.mark.skipif(sys.platform != "linux", reason="mount namespaces are Linux's")
 def test_a_kept_process_cannot_write_the_ledger_or_d500s_code(tmp_path, monkeypatch):
-    """The entry's process sees the results directory, the folder d500 is imported from and
-    the Python it runs on read-only: before, an optimizer wrote the ledger file and a .pth file
-    into site-packages (run by every later interpreter: the next run's judge). Not by a path
+    """The entry's process sees the results directory, the folder d500 is imported from, the
+    Python it runs on and the rest of the system (but the temporary folder) read-only: before,
+    an optimizer wrote the ledger file, /etc and a .pth file into site-packages (run by every
+    later interpreter: the next run's judge). Not by a path
     relative to the directory it started in (on the writable mount), nor once it unshares a
     user and mount namespace of its own (tests/training/test_entry_writes.py: in a real run).
     The results directory's cache/ stays writable."""
@@ -385,7 +386,8 @@ def test_a_kept_process_cannot_write_the_ledger_or_d500s_code(tmp_path, monkeypa
     home.mkdir()
     monkeypatch.setenv("D500_HOME", str(home))
     monkeypatch.chdir(Path(children.__file__).parents[1])
-    folders = [str(home), str(Path(children.__file__).parent)]
+    folders = [str(home), str(Path(children.__file__).parent), "/etc"]  # (/etc/ld.so.preload:
+    # a library every later process loads, the judge's included, where the entry runs as root)
     ctx = multiprocessing.get_context("spawn")
     conn, child = ctx.Pipe()
     process = ctx.Process(target=_forger, args=(child, folders), daemon=True)

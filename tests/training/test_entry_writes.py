@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 import d500
+from d500 import children
 from d500.ledger import Ledger
 from d500.training import submission, trainer, workloads
 
@@ -103,6 +104,9 @@ def _forged(folders: list[str]) -> list[Path]:
 def test_an_entry_cannot_write_the_ledger_d500_or_its_python(tmp_path, monkeypatch):
     home = tmp_path / "home"
     monkeypatch.setenv("D500_HOME", str(home))
+    # spawned: a fork of the suite's forkserver splits with the forkserver's environment, whose
+    # D500_HOME is an earlier test's (the job's environment comes after: d500.children.protected)
+    monkeypatch.setattr(children, "METHOD", "spawn")
     monkeypatch.chdir(ROOT)  # the working directory a judge runs in: the repository
     ledger = Ledger()
     package = str(Path(d500.__file__).resolve().parent)
