@@ -148,7 +148,8 @@ def keep(forward: bool = False) -> str:
     child, and when that ends pid 1 does, and the kernel kills all the namespace holds; no
     process in it can name, so signal, the keeper or the judge. Elsewhere a kept process could
     kill its keeper (same user) and leave orphans to init. It also gets a mount namespace in
-    which the ledger's folder, d500's code and its Python are read-only (`_read_only`).
+    which it writes only the temporary folder, devices and the results directory's cache
+    (`_read_only`): not the ledger, d500's code, its Python nor the system's files.
 
     `forward` (an MPI rank, whose peers' MPI reads its memory by pid: never in a namespace of
     its own): the keepers pass on the signals a launcher sends (^C, hydra's SIGTERM and SIGUSR1)
