@@ -273,6 +273,10 @@ def find(name_or_path: str, folder: Path, level: int) -> Path:
         if isinstance(data, Mapping) and data.get("name") == name_or_path:
             return f
     hint = did_you_mean(name_or_path, [f.stem for f in files])
+    other = sorted(f for f in folder.parent.glob(f"[0-9]-*/{name_or_path}.yaml")
+                   if f.parent != folder)  # train mlp-mnist: a level-1 workload's name
+    if other:
+        hint = f"{name_or_path} is a workload of another level: {other[0]}"
     known = ", ".join(f.stem for f in files)
     raise ConfigError(f"no level-{level} workload named '{name_or_path}' (in {folder}: {known}"
                       f"{'; ' + hint if hint else ''})")

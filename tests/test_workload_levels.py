@@ -58,3 +58,12 @@ def test_a_folder_where_a_yaml_file_goes(tmp_path):
 def test_net_check_given_a_workload_file_names_net_bench(tmp_path):
     out = d500("net", "check", L1, env={**os.environ, "D500_HOME": str(tmp_path)})
     one_line_exit_2(out, f"{L1}: a YAML file; `net check` takes an ONNX file", "net bench")
+
+
+def test_a_name_of_another_levels_workload_names_its_file():
+    """`d500 train mlp-mnist` (a level-1 workload) listed level 2's names and nothing more; a
+    file path of another level was already said so (above)."""
+    with pytest.raises(ConfigError, match=f"; mlp-mnist is a workload of another level: {L1}\\)$"):
+        workload.find("mlp-mnist", rulebook() / "2-training", 2)
+    with pytest.raises(ConfigError, match="did you mean 'digits-mlp'"):  # a typo: the hint
+        workload.find("digits-mpl", rulebook() / "2-training", 2)
