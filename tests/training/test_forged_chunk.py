@@ -1,0 +1,60 @@
+"""The worker's answer to a chunk is the entry's to forge: its code runs in the worker and can
+patch the pipe. One that sends every chunk's losses twice makes the judge count twice the steps
+it asked for (d500.training.worker.Worker.train takes any number): the run records twice the
+samples trained, so twice the throughput, and the epoch's later chunks are never asked for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from d500.ledger import Ledger
+from d500.training import submission, trainer, workloads
+
+ROOT = Path(__file__).resolve().parents[2]
+MLP = ROOT / "levels" / "2-training" / "digits-mlp.yaml"
+SGD = ROOT / "submissions" / "sgd-momentum"
+
+DOUBLE = '''
+from multiprocessing import connection
+from d500.training.optimizers import Optimizer
+
+_send = connection.Connection.send
+
+
+def _doubled(self, message):
+    if isinstance(message, tuple) and message and message[0] == "trained":
+        message = ("trained", list(message[1]) * 2, *message[2:])
+    return _send(self, message)
+
+
+connection.Connection.send = _doubled
+
+
+class Double(Optimizer):
+    name = "double"
+
+    def update(self, ops, params, grads, state, lr, t):
+        ops.add_(params, grads, -lr)
+'''
+
+
+@pytest.mark.slow  # (a real run, ~15 s)
+@pytest.mark.xfail(strict=True, reason="open (issue 17): the judge takes a chunk's losses as its "
+                   "step count, however many the worker sends")
+def test_a_worker_answering_with_more_steps_than_asked_fails_its_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
+    folder = tmp_path / "entry"
+    folder.mkdir()
+    (folder / "opt.py").write_text(DOUBLE)
+    data = yaml.safe_load((SGD / "submission.yaml").read_text())
+    data.update(name="double", optimizer="opt.py:Double", hyperparameters={"lr": 0.1},
+                search_space={}, feasible_points=[])
+    (folder / "submission.yaml").write_text(yaml.safe_dump(data))
+    wl = workloads.load(MLP)
+    wl.max_epochs = 1
+    result = trainer.train(wl, submission.load(folder).recipe, "torch", 0, ledger=Ledger(),
+                           submission="double")
+    assert result.status == "failed", (result.status, sorted(result.figures.items()))
