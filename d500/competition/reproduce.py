@@ -137,13 +137,15 @@ class Reproduction:
     runs: list[RunReport] = field(default_factory=list)
     split_seed: int | None = None
     split: list[Check] = field(default_factory=list)  # per workload, under split_seed
+    fresh_seeds: int | None = None  # --fresh-seeds N: the entry re-run at N drawn seeds
+    fresh: list[Check] = field(default_factory=list)  # per result, recorded against fresh
     pooled: list[Check] = field(default_factory=list)  # the draw's times on their hardware
     restarts: list[str] = field(default_factory=list)  # resumed runs and their segments
 
     @property
     def agrees(self) -> bool:
         return bool(self.runs) and all(r.agrees for r in self.runs) and all(
-            c.agrees for c in self.split + self.pooled)
+            c.agrees for c in self.split + self.pooled + self.fresh)
 
     def odds(self) -> dict[str, Any]:
         """How likely this draw was to hold a forged run (d500.competition.reproduce_time)."""
@@ -348,12 +350,15 @@ def _load(prepared: Prepared, local: dict[str, Any], rep: RunReport) -> float:
 
 def reproduce(pkg: Any, runs: int = 2, seed: int | None = None, ledger: str | Path | None = None,
               rules_dir: str | Path | None = None, data_dir: str | None = None,
-              note: Any = lambda text: None, split_seed: int | None = None) -> Reproduction:
+              note: Any = lambda text: None, split_seed: int | None = None,
+              fresh_seeds: int | None = None) -> Reproduction:
     """Draw `runs` runs of the package by `seed` (None: an unpredictable one, reported),
     refuse the draw unless every chosen run's workload file is the rulebook's, re-run each and
     compare it; `note` gets a line as each run starts and ends. `split_seed`: re-run levels 2
     and 3 under that split of the dataset instead of the workload's, and compare epochs to
-    target only (d500.competition.reproduce_split)."""
+    target only (d500.competition.reproduce_split). `fresh_seeds` N: instead of drawn runs,
+    re-run each result's entry at N seeds drawn from the draw seed and test its recorded
+    required-seed runs against them (d500.competition.reproduce_seeds)."""
     from d500.ledger import Ledger
     from d500.paths import rulebook
 
@@ -367,11 +372,14 @@ def reproduce(pkg: Any, runs: int = 2, seed: int | None = None, ledger: str | Pa
     from d500.competition import restarts  # every resumed run's segments, listed
     result.restarts = restarts.problems(pkg.runs())[1]
     result.drawn_from = [r.origin_id for r in candidates]
-    chosen = choose(candidates, runs, result.seed)
+    chosen = [] if fresh_seeds is not None else choose(candidates, runs, result.seed)
     folder = book.root / "reproduce" / pkg.sha256[:12]
     submission_dir = write_submission(pkg, folder / "submission")
     jobs = folder / "jobs"
     jobs.mkdir(parents=True, exist_ok=True)
+    if fresh_seeds is not None:
+        return fresh(pkg, result, fresh_seeds, (rules, submission_dir, jobs), book, data_dir,
+                     note)
     ready: list[Prepared | RunReport] = []
     result.split_seed = split_seed
     pairs: dict[str, tuple[Any, list[tuple[float, float]]]] = {}
@@ -415,6 +423,68 @@ def reproduce(pkg: Any, runs: int = 2, seed: int | None = None, ledger: str | Pa
                         for name, (reference, found) in pairs.items()]
     together = pooled([r.timed for r in result.runs if r.timed is not None])
     result.pooled = [together] if together is not None else []
+    return result
+
+
+def fresh(pkg: Any, result: Reproduction, n: int, where: tuple[Path, Path, Path], book: Any,
+          data_dir: str | None, note: Any) -> Reproduction:
+    """`reproduce(fresh_seeds=n)`: each level-2/3 result's entry re-run at n seeds drawn from
+    the draw seed, each a reproduction of the result's first required-seed run at another seed,
+    and the recorded required-seed runs tested against them (reproduce_seeds.verdict)."""
+    import dataclasses
+
+    from d500.competition import reproduce_seeds
+    rules, submission_dir, jobs = where
+    result.fresh_seeds = n
+    found = reproduce_seeds.results(pkg.runs())
+    if not found:
+        raise UsageError(f"{pkg.path}: --fresh-seeds: the package holds no level-2 or level-3 "
+                         "run of a required seed to compare fresh seeds with")
+    ready = []
+    for template, required in found:  # every refusal before anything runs
+        try:
+            prepared = prepare(pkg, template, rules, submission_dir)
+            preflight(prepared, data_dir)
+            ready.append((prepared, required))
+        except Unreproducible as err:
+            result.runs.append(RunReport(template.origin_id, template.level, template.workload,
+                                         template.backend, None, template.world_size,
+                                         problem=f"not reproducible: {err}"))
+    for prepared, required in ready:
+        template = prepared.run
+        cap = getattr(prepared.workload, "max_epochs", None) or 10**6
+        recorded = [v for v in (reproduce_seeds.value(r.status, r.figures, cap)
+                                for r in required) if v is not None]
+        values = []
+        seeds = reproduce_seeds.draw(result.seed, template.workload, template.backend, n)
+        for i, s in enumerate(seeds, 1):
+            note(f"[{i}/{n}] {template.workload} / {template.backend}: fresh seed {s}")
+            item = dataclasses.replace(prepared, run=dataclasses.replace(
+                template, row={**template.row, "seed": s}))
+            details = {"reproduction": {
+                "package": pkg.sha256, "entry": result.entry, "origin_run": template.origin_id,
+                "origin_row_hash": template.row_hash, "draw_seed": result.seed,
+                "fresh_seed": s}}
+            run = execute(item, book.path, details, data_dir, jobs)
+            rep = RunReport(template.origin_id, template.level, template.workload,
+                            template.backend, s, template.world_size, None, run.get("run_id"))
+            v = reproduce_seeds.value(run.get("status"), run.get("figures") or {}, cap)
+            if rep.run_id is None:
+                rep.problem = f"the fresh-seed run did not run: {run.get('error')}"
+            else:
+                rep.checks = [Check("status", None, run.get("status"), "reported", True),
+                              Check("epochs", None, (run.get("figures") or {}).get("epochs"),
+                                    "reported; judged together with the other fresh seeds",
+                                    True, note="not counted: it ended without its epochs "
+                                               "saying anything of its seed" if v is None
+                                    else "")]
+                if v is not None:
+                    values.append(v)
+            result.runs.append(rep)
+            note(f"[{i}/{n}] fresh seed {s}: run {rep.run_id}, {run.get('status')}")
+        result.fresh.append(reproduce_seeds.verdict(template.workload, result.entry,
+                                                    template.backend, recorded, values,
+                                                    result.seed))
     return result
 
 

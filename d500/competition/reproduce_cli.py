@@ -1,4 +1,5 @@
-"""`d500 reproduce PACKAGE [--runs K] [--seed S] [--split-seed S] [--ledger PATH] ...`: re-run K
+"""`d500 reproduce PACKAGE [--runs K] [--seed S] [--split-seed S] [--fresh-seeds N] [--ledger PATH]
+...`: re-run K
 randomly chosen runs of a submission package on this machine and compare what must not depend on
 it (and, on the runs' own hardware, their times), with the odds that the draw holds a forged run.
 Exit 0 when every chosen run agrees, 1 when one disagrees (each named with the figure) or could
@@ -22,7 +23,7 @@ HEADERS = ("run", "workload", "backend", "seed", "trial", "ranks", "reproduced a
 def main(argv: list[str], prog: str = "d500 reproduce") -> int:
     p = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     p.add_argument("package", help="a package file (d500 package ... --out FILE)")
-    p.add_argument("--runs", type=count, default=2, metavar="K",
+    p.add_argument("--runs", type=count, metavar="K",
                    help="how many runs to re-run, drawn at random (default 2)")
     p.add_argument("--seed", type=seed, metavar="S",
                    help="the seed of the draw (default: an unpredictable one, printed, so the "
@@ -37,16 +38,25 @@ def main(argv: list[str], prog: str = "d500 reproduce") -> int:
                    help="re-run training runs under the dataset split of seed S, one the "
                         "sender never saw, and compare their epochs to target only (a run "
                         "that trained on rebuilt held-out data is slower there)")
+    p.add_argument("--fresh-seeds", type=count, metavar="N",
+                   help="instead of re-running recorded runs, re-run the entry at N seeds drawn "
+                        "now from the draw seed (--seed repeats them) and flag recorded "
+                        "required seeds that trained faster than chance explains (scouted "
+                        "seeds); N >= 4 against 3 recorded seeds, >= 5 against 2")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     args = p.parse_args(argv)
+    if args.fresh_seeds is not None and (args.runs is not None or args.split_seed is not None):
+        p.error("--fresh-seeds re-runs no recorded run: give it without --runs and "
+                "--split-seed")
     from d500.competition.package import Package
     from d500.competition.reproduce import reproduce
 
     pkg = Package.open(args.package)
-    result = reproduce(pkg, runs=args.runs, seed=args.seed, ledger=args.ledger,
+    result = reproduce(pkg, runs=2 if args.runs is None else args.runs, seed=args.seed,
+                       ledger=args.ledger,
                        rules_dir=args.rules, data_dir=args.data,
                        note=lambda text: print(text, file=sys.stderr, flush=True),
-                       split_seed=args.split_seed)
+                       split_seed=args.split_seed, fresh_seeds=args.fresh_seeds)
     if args.json:
         print(json.dumps(as_json(result), indent=1, default=str))
     else:
@@ -94,6 +104,8 @@ def render(result: Any) -> None:
         console.print(text, highlight=False, soft_wrap=True)
 
     how = "given" if result.seed_given else "drawn"
+    if result.fresh_seeds is not None:
+        return fresh(result, out, console)
     out(f"{result.package}: entry '{result.entry}', sha256 {result.sha256[:16]}…; "
         f"{len(result.runs)} of {len(result.drawn_from)} re-runnable run(s) chosen with seed "
         f"{result.seed} ({how}; `--seed {result.seed}` repeats the choice); recorded in "
@@ -147,13 +159,46 @@ def render(result: Any) -> None:
             "too loaded while reproducing to judge times; reproduce on a quieter machine")
 
 
+def fresh(result: Any, out: Any, console: Any) -> None:
+    """`--fresh-seeds`: the draw, each fresh-seed run, then each result's verdict."""
+    from rich.table import Table
+    how = "given" if result.seed_given else "drawn"
+    out(f"{result.package}: entry '{result.entry}', sha256 {result.sha256[:16]}…; "
+        f"{result.fresh_seeds} fresh seed(s) per result drawn with seed {result.seed} ({how}; "
+        f"`--seed {result.seed}` repeats them); recorded in {result.ledger}")
+    table = Table(title_justify="left")
+    for name in ("workload", "backend", "ranks", "fresh seed", "run", "status", "epochs"):
+        table.add_column(name, overflow="fold")
+    for r in result.runs:
+        by = {c.name: c for c in r.checks}
+        table.add_row(str(r.workload), str(r.backend), str(r.world_size or "-"),
+                      "-" if r.seed is None else str(r.seed),
+                      "-" if r.run_id is None else str(r.run_id),
+                      show(by["status"].reproduced) if "status" in by else r.problem,
+                      show(by["epochs"].reproduced) if "epochs" in by else "-")
+    console.print(table)
+    for r in result.runs:
+        for line in r.disagreements():
+            out(f"not run: {line}")
+    for check in result.fresh:
+        verdict = "inconclusive" if check.inconclusive else (
+            "agrees" if check.agrees else "FLAGGED")
+        out(f"{verdict}: {check.line()}")
+
+
 def as_json(result: Any) -> dict[str, Any]:
     return {"package": str(result.package), "sha256": result.sha256, "entry": result.entry,
             "seed": result.seed, "seed_given": result.seed_given, "ledger": str(result.ledger),
             "drawn_from": result.drawn_from, "left_out": result.left_out,
             "restarts": result.restarts,
-            "odds": result.odds() if result.drawn_from else None,
+            "odds": result.odds() if result.drawn_from and result.fresh_seeds is None
+            else None,
             "agrees": result.agrees, "split_seed": result.split_seed,
+            "fresh_seeds": result.fresh_seeds,
+            "fresh": [{"check": c.name, "recorded": c.recorded, "reproduced": c.reproduced,
+                       "tolerance": c.tolerance, "agrees": c.agrees,
+                       "inconclusive": c.inconclusive, "note": c.note}
+                      for c in result.fresh],
             "split": [{"check": c.name, "recorded": c.recorded, "reproduced": c.reproduced,
                        "agrees": c.agrees, "inconclusive": c.inconclusive, "note": c.note}
                       for c in result.split],
