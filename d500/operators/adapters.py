@@ -91,6 +91,29 @@ class Runner:
             return native
         return shift
 
+    def shifted_backward(self, arrays: Sequence[np.ndarray],
+                         grad_outputs: Sequence[np.ndarray | None]
+                         ) -> Callable[[np.ndarray], list[Any]] | None:
+        """For checked timing of the backward (d500.operators.host): a function from a call's
+        offsets to its float inputs' gradients (`float_grads`), the output gradient
+        `first_grad` names being the given one plus the offsets tiled (`add_tiled`); None
+        without a backward. Here rewritten in place in the NumPy array the operator's backward
+        reads; a framework that converts it (torch, JAX, TensorFlow) overrides this."""
+        k = first_grad(grad_outputs)
+        if k is None:
+            return None
+        grads = [None if g is None else np.array(g, copy=True, order="C") for g in grad_outputs]
+        call = self.timed_backward(arrays, grads)
+        if call is None:
+            return None
+        flat = grads[k].reshape(-1)
+        first = flat.copy()
+
+        def backward(offsets: np.ndarray) -> list[Any]:
+            add_tiled(first, offsets, flat)
+            return float_grads(call(), arrays)
+        return backward
+
     def checksums(self, weights: Sequence[np.ndarray]) -> Callable[[Sequence[Any]], list[float]]:
         """For checked timing: a function from one call's native outputs to their checksums,
         each output's elements dotted with its float32 `weights` in float32. Here by einsum's
@@ -113,6 +136,26 @@ def add_tiled(flat: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> np.ndar
     np.add(flat[:q].reshape(-1, period), offsets, out=out[:q].reshape(-1, period))
     np.add(flat[q:], offsets[:n - q], out=out[q:])
     return out
+
+
+def first_grad(grad_outputs: Sequence[Any]) -> int | None:
+    """The output gradient a checked backward shifts: the first float one given."""
+    from d500.operators.dtypes import is_float
+    return next((k for k, g in enumerate(grad_outputs)
+                 if g is not None and is_float(np.asarray(g).dtype)), None)
+
+
+def float_grads(result: Any, arrays: Sequence[np.ndarray]) -> list[Any]:
+    """A backward's result as one gradient per float input, in order (NumPy zeros for one it
+    left out): a Runner's backward gives one per input or one per float input."""
+    from d500.operators.dtypes import is_float
+    floats = [is_float(np.asarray(a).dtype) for a in arrays]
+    got = list(as_tuple(result))
+    if len(got) != sum(floats):
+        got = [g for g, f in zip(pad_any(got, len(arrays)), floats) if f]
+    kept = [a for a, f in zip(arrays, floats) if f]
+    return [np.zeros(np.shape(a), np.asarray(a).dtype) if g is None else g
+            for g, a in zip(got, kept)]
 
 
 def flat32(y: Any) -> np.ndarray:

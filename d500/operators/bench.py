@@ -9,7 +9,10 @@ ends. A backward is timed alone, from the forward's saved state (`backward`): th
 backward (or torch autograd / a tf.GradientTape over its forward), each backend's own gradient.
 Every forward, the operator's and each backend's, is timed as the same checked calls
 (d500.operators.host.checked_forward: each call on its own shifted input, its outputs
-checksummed), so that every row of a comparison pays the check alike.
+checksummed), and every backward alike (checked_backward: each call on its own shifted output
+gradient, its input gradients checksummed; a backend's through `HookRunner`), so that every row
+of a comparison pays the check alike. The operator's calls are then recomputed in a sample with
+the reference (`_verify_calls`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from d500.operators.adapters import Runner, runner
 from d500.operators.backward import FORWARD_AND_BACKWARD, BackwardCall, builtin_backward
 from d500.operators.base import CustomOperator
 from d500.operators.dtypes import is_float, saturate
-from d500.operators.host import checked_forward
+from d500.operators.host import checked_backward, checked_forward
 from d500.operators.reference import infer_outputs, typed_node_model
 from d500.operators.validate import Options, Report, compare, prepare, validate
 from d500.operators.workloads import Case
@@ -135,7 +138,9 @@ def bench(op_class: type[CustomOperator], case: Case, backends: list[str],
         run = runner(op_class(**case.attributes))
         forward[0] = checked_forward(run, inputs, _reference(prepared, case),
                                      tolerances.operator_forward(case.np_dtype))
-        _add_backward(backward, mine, 0, partial(_operator_backward, run, inputs, grads))
+        _add_backward(backward, mine, 0, partial(_operator_backward, run, inputs, grads,
+                                                 _gradient_reference(case),
+                                                 _gradient_tolerance(case)))
     rtol, atol = tolerances.operator_forward(case.np_dtype)
     for name in backends:
         row, call, exe = _backend(name, case, inputs, expected, rtol, atol)
@@ -144,18 +149,19 @@ def bench(op_class: type[CustomOperator], case: Case, backends: list[str],
             k = len(rows) - 1
             forward[k] = call
             _add_backward(backward, row, k,
-                          partial(builtin_backward, name, exe, case, inputs, grads))
+                          partial(_builtin_backward, name, exe, case, inputs, grads))
     if forward:
         _time(rows, forward, backward, budget if budget is not None else case.time_budget,
               n_flops, peak)
         if 0 in forward:
-            _verify_calls(mine, forward[0], prepared, case)
+            _verify_calls(mine, forward[0], backward.get(0), prepared, case)
     return CaseResult(case, report, rows, n_flops)
 
 
-def _verify_calls(row: Row, timed: Any, prepared: Any, case: Case) -> None:
-    """Fail the operator's row when an operator host's timed calls, recomputed in a sample with
-    the reference, were not all run (d500.operators.host.Batched.verify)."""
+def _verify_calls(row: Row, timed: Any, backward: BackwardCall | None, prepared: Any,
+                  case: Case) -> None:
+    """Fail the operator's row when its timed forward or backward calls, recomputed in a sample
+    with the reference, were not all run (d500.operators.host.Batched.verify)."""
     if not hasattr(timed, "verify"):
         return
     problem = timed.verify(_reference(prepared, case),
@@ -163,6 +169,15 @@ def _verify_calls(row: Row, timed: Any, prepared: Any, case: Case) -> None:
     if row.timing is not None:
         row.timing["calls_checked"] = timed.checked
         row.timing["calls_told_apart"] = timed.power
+        if timed.unverified:
+            row.timing["calls_unverified"] = timed.unverified
+    if not problem and backward is not None and hasattr(backward.call, "verify"):
+        problem = backward.call.verify(_gradient_reference(case), *_gradient_tolerance(case))
+        if row.backward_timing is not None:
+            row.backward_timing["calls_checked"] = backward.call.checked
+            row.backward_timing["calls_told_apart"] = backward.call.power
+            if backward.call.unverified:
+                row.backward_timing["calls_unverified"] = backward.call.unverified
     if problem:
         row.status, row.error = "failed", problem
         row.figures.pop("latency", None)
@@ -183,12 +198,46 @@ def _reference(prepared: Any, case: Case) -> Callable[[list[np.ndarray]], list[n
     return reference
 
 
-def _operator_backward(run: Any, inputs: list[np.ndarray], grads: list[np.ndarray | None]
-                       ) -> BackwardCall | None:
+def _gradient_reference(case: Case) -> Callable[..., list[np.ndarray]]:
+    """The reference's gradients of the float inputs (float64; zeros where it gives none)."""
+    from d500.operators.reference import reference_gradients
+
+    def reference(inputs: list[np.ndarray], grads: list[np.ndarray | None]
+                  ) -> list[np.ndarray]:
+        wide = [a.astype(np.float64) if is_float(a.dtype) else a for a in inputs]
+        seeds = [None if g is None else np.asarray(g).astype(np.float64) for g in grads]
+        got = reference_gradients(case.op_type, case.attributes, wide, seeds, case.opset)
+        return [np.zeros(a.shape) if g is None else np.asarray(g)
+                for g, a in zip(got, inputs) if is_float(a.dtype)]
+    return reference
+
+
+def _gradient_tolerance(case: Case) -> tuple[float, float]:
+    """(rtol, atol_frac) of a checked backward call's input gradients, element by element: the
+    directional derivative's tolerance, and a hundredth of it of the peak (as much made Log's
+    gradient, 1/x, peaked, a blind check: its pairs of calls told apart 0.05 at most)."""
+    tol = tolerances.operator_gradient(case.np_dtype)
+    return tol, tol / 100
+
+
+def _operator_backward(run: Any, inputs: list[np.ndarray], grads: list[np.ndarray | None],
+                       reference: Any, tolerance: tuple[float, float]) -> BackwardCall | None:
     if not run.has_gradients or all(g is None for g in grads):
         return None
-    call = run.timed_backward(inputs, grads)
+    call = checked_backward(run, inputs, grads, reference, tolerance)
     return None if call is None else BackwardCall(call, method="the operator's backward")
+
+
+def _builtin_backward(name: str, exe: Any, case: Case, inputs: list[np.ndarray],
+                      grads: list[np.ndarray | None]) -> BackwardCall | None:
+    """A backend's own backward timed through the same checked calls as the operator's
+    (`HookRunner`), so that its row pays the check alike."""
+    buffers = [None if g is None else np.array(g, copy=True, order="C") for g in grads]
+    made = builtin_backward(name, exe, case, inputs, buffers)
+    if made is None:
+        return None
+    call = checked_backward(HookRunner(made.call, buffers), inputs, buffers)
+    return None if call is None else BackwardCall(call, made.includes, made.method)
 
 
 def _add_backward(backward: dict[int, BackwardCall], row: Row, k: int,
@@ -234,7 +283,8 @@ def _time(rows: list[Row], forward: dict[int, Callable[[], Any]],
                 row.figures["peak_fraction"] = 100.0 * n_flops / timing.median / peak
     for k, b in backward.items():
         row, timing = rows[k], timings[f"b{k}"]
-        summary = {**timing.summary(), "includes": b.includes, "method": b.method}
+        summary = {**timing.summary(), "includes": b.includes, "method": b.method,
+                   **_round_trips(b.call)}
         median = timing.median
         if b.includes == FORWARD_AND_BACKWARD:
             median = timing.median - timings[f"f{k}"].median
@@ -306,6 +356,43 @@ class ExecutableRunner(Runner):
 
     def call(self, native: Any) -> Any:
         return self.exe.run(native)
+
+
+class HookRunner(Runner):
+    """A backend's own backward (d500.operators.backward) as a Runner for checked timing: before
+    each call the output gradient is rewritten in place in the array the backend was given
+    (the reference and torch's float tensors read it there; JAX and TensorFlow converted it
+    once and pay the same add without seeing it), and the call's results are checksummed
+    through NumPy. Not verified: a built-in row pays the check, as its forward does."""
+
+    def __init__(self, call: Callable[[], Any], grads: list[np.ndarray | None]):
+        self.hook, self.buffers, self.own_backward = call, grads, False
+
+    def shifted_backward(self, arrays: Any, grad_outputs: Any) -> Callable[[np.ndarray], Any]:
+        from d500.operators.adapters import add_tiled, first_grad
+        k = first_grad(self.buffers)
+        assert k is not None  # builtin_backward gave a call: some output has a gradient
+        flat = self.buffers[k].reshape(-1)
+        first = flat.copy()
+
+        def backward(offsets: np.ndarray) -> list[np.ndarray]:
+            add_tiled(first, offsets, flat)
+            return _leaves(self.hook())
+        return backward
+
+
+def _leaves(value: Any) -> list[np.ndarray]:
+    """The arrays in a backend's result (tensors, nested in tuples, lists and dicts), as NumPy."""
+    if value is None:
+        return []
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        return [leaf for v in value for leaf in _leaves(v)]
+    try:
+        return [np.asarray(value)]
+    except (TypeError, RuntimeError):  # a bfloat16 torch tensor
+        return [np.asarray(value.float())]
 
 
 def _first_line(text: str, limit: int = 300) -> str:

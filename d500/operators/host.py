@@ -44,22 +44,38 @@ N(0, sum e_j^2): SIGMAS * ||t||_2 (a false failure 2e-9 a pick), plus the float3
 rounding. Both grow like sqrt(n). And the check's power is a fact the judge measures, not
 assumes: given the reference before timing (`checked_forward`, as `d500 op bench` does), it
 recomputes PROBES calls and grows the scale (x GROWTH, at most GROWTHS times) until the bound
-tells POWER of their pairs apart; `verify` measures it again on its picks, the share of pairs
-of recomputed calls a copy of one for the other would fail (`power`, recorded by the bench as
-`calls_told_apart`). Every float32 case of level 0 is told apart at 1.0; the bfloat16 cases
-(rtol 2^-5, atol 2^-6 of the peak) at about 0.33 at best: there a copy is caught a third of the
-time, a host running 1 call in 10 still with probability 1 - (1 - 0.9 / 3) ** 32 > 0.9999, one
-running 9 in 10 with 1 - (1 - 0.1 / 3) ** 32 = 0.66.
+tells about POWER of their pairs apart (`_power`: two calls' checksums differ by a normal draw,
+so a share of pairs always falls within the bound, the smaller the more the draw's spread
+exceeds it); `verify` counts it again on its picks, the share of pairs of recomputed calls a
+copy of one for the other would fail (`power`, recorded by the bench as `calls_told_apart`).
+Each copy is caught with that probability q, a host skipping a share f of its calls with
+1 - (1 - f q) ** SAMPLES. On level 0's cases (seed 0): every float32 one 0.95-0.995 (the scale
+grown x4 on 5 of them), so a host running one call in ten is caught with probability
+1 - 1e-27 and one running 9 in 10 with 0.96; the bfloat16 ones (rtol 2^-5, atol 2^-6 of the
+peak) 0.29 (MatMul) and 0.11 (Softmax) at best (x64): 1 in 10 caught with 1 - 6e-5 and 0.96,
+9 in 10 with 0.61 and 0.30.
+
+The backward's round trips are checked the same way (`checked_backward`, the Runner's
+`shifted_backward`): call i of a round trip shifts the first float output gradient by its own
+amounts, the host returns the float inputs' gradients as checksums, and the judge recomputes
+SAMPLES calls with the reference's gradients (d500.operators.reference.reference_gradients),
+at the gradients' tolerance (d500.tolerances.operator_gradient as rtol, a hundredth of it as
+atol_frac; d500.operators.bench._gradient_tolerance). A
+built-in row's backward (d500.operators.backward's hooks) pays the same shift and checksums in
+the judge's process (d500.operators.bench.HookRunner), unverified as its forward is. Where the
+reference cannot recompute a call (an operator it has no gradient of), no call is checked and
+the record says why (`unverified`, the bench's `calls_unverified`).
 
 The shift and the checksum run in the operator's framework (its Runner's `shifted` and
 `checksums`: NumPy's in-place add, also for torch's tensors, and einsum; torch.dot in torch's
 threads; a jitted add and dot on JAX's device), one pass over the first input and one over the
 outputs per call. Built-in backends and operators imported by the judge run the same calls in
 its process (`checked_forward`, `Local`), so every row of a comparison pays the check alike.
-The backward's round trips are not checked. What the check costs against the unchecked loop
-(`benchmarks/call_check.py --rounds 15`, 2026-11-27, load 6.4-8.8 on 2 cores, median of 3
-runs, wall): Relu on 1 MiB, memory-bound, 2.0x in NumPy, 5.1x in torch, 4.2x in JAX; a 256x256
-MatMul 1.12x in NumPy, 1.10x in torch (README).
+What the check costs against the unchecked loop (`benchmarks/call_check.py --rounds 15`,
+2026-11-27 17:05-17:12, load 6.5-8.3 on 2 cores, median of 3 runs, wall; forward, backward):
+Relu on 1 MiB, memory-bound, 2.4x, 2.6x in NumPy, 4.0x, 2.7x in torch, 7.0x, 4.5x in JAX; a
+256x256 MatMul 1.12x, 1.17x in NumPy, 1.08x, 1.08x in torch (README; the forward, before the
+roll: Relu 2.0x, 5.1x, 4.2x, MatMul 1.12x, 1.10x, load 6.4-8.8).
 """
 
 from __future__ import annotations
@@ -81,14 +97,14 @@ ROUND_TRIP = 0.05  # seconds of timed calls per round trip at least
 OVERHEAD = 0.01  # the largest share of a round trip its own cost may take
 MAX_INNER = 100_000
 START = 300.0  # seconds the host may take to import the operator's file
-SAMPLES = 32  # forward calls the judge recomputes after timing: skipping 10 % of calls is
-#               caught with probability 1 - 0.9 ** 32 = 0.97
+SAMPLES = 32  # calls the judge recomputes after timing: skipping 10 % of calls is caught
+#               with probability 1 - (1 - 0.1 q) ** 32, 0.97 where each copy is (q = 1)
 PERIOD = 1021  # a prime: the offsets a call's elements get repeat with it (`_pattern`)
 CHECKSUM_SLACK = 1e-5  # a float32 dot product's rounding, relative to sum |w y|
-SIGMAS = 6.0  # an honest checksum's error is refused with probability 2e-9 (`_bound`)
-POWER = 0.9  # the least share of pairs of calls whose checksums the bound tells apart
+SIGMAS = 6.0  # an honest checksum's error is refused with probability 2e-9 (`_expected`)
+POWER = 0.95  # the share of pairs of calls whose checksums the bound should tell apart
 GROWTH, GROWTHS = 4.0, 3  # the shift's scale grows by GROWTH at most GROWTHS times (`calibrate`)
-PROBES = 4  # calls recomputed to measure the check's power before timing
+PROBES = 6  # calls recomputed to estimate the check's power before timing
 
 
 class Raised(D500Error):
@@ -200,11 +216,13 @@ class RemoteRunner:
         self.host.ask("prepare", "forward", inputs, None, key)
         return Batched(self.host, "forward", inputs, key, reference, tolerance)
 
-    def timed_backward(self, inputs: list[np.ndarray], grads: list[np.ndarray | None]
+    def timed_backward(self, inputs: list[np.ndarray], grads: list[np.ndarray | None],
+                       reference: Any = None, tolerance: tuple[float, float] | None = None
                        ) -> Batched | None:
-        if not self.host.ask("prepare", "backward", inputs, grads):
+        key = secrets.randbits(63)
+        if not self.host.ask("prepare", "backward", inputs, grads, key):
             return None
-        return Batched(self.host, "backward")
+        return Batched(self.host, "backward", inputs, key, reference, tolerance, grads)
 
 
 class Batched:
@@ -213,17 +231,23 @@ class Batched:
     a process's wake-up on a busy machine takes milliseconds) is under OVERHEAD of it. The
     calls are sized by the host's own reading of its time, which the judge uses for nothing
     else: a host that misreports it only makes its own round trips costlier or longer.
-    A forward's round trips are checked call by call afterwards (`verify`)."""
+    Round trips given a key are checked call by call afterwards (`verify`): a forward's calls
+    each shift its first input, a backward's its first float output gradient (`first_grad`)."""
 
     def __init__(self, host: Host | Local, kind: str, inputs: list[np.ndarray] | None = None,
                  key: int | None = None, reference: Any = None,
-                 tolerance: tuple[float, float] | None = None):
+                 tolerance: tuple[float, float] | None = None,
+                 grads: list[np.ndarray | None] | None = None):
+        from d500.operators.adapters import first_grad
         self.host, self.kind, self.key = host, kind, key
-        self.inputs = inputs  # the forward's inputs: its calls are checked
+        self.inputs, self.grads = inputs, grads  # what the calls ran on
+        self.first = 0 if grads is None else first_grad(grads)  # the array each call shifts
         self.checked = 0  # calls recomputed by `verify`
         self.power: float | None = None  # the share of pairs of calls the check told apart
+        self.unverified: str | None = None  # why the reference could not recompute a call
         self._weights: list[np.ndarray] | None = None
-        self.scale = _shift_scale(inputs[0]) if inputs else None
+        checked = inputs and key is not None and (kind == "forward" or self.first is not None)
+        self.scale = _shift_scale(self._varied()) if checked else None
         if self.scale is not None and reference is not None and tolerance is not None:
             self.calibrate(reference, *tolerance)
         self.trips: list[tuple[int, int, np.ndarray]] = []  # (seed, calls, checksums)
@@ -259,8 +283,9 @@ class Batched:
 
     def verify(self, reference: Any, rtol: float, atol_frac: float, samples: int = SAMPLES,
                rng: Any = None) -> str | None:
-        """Recompute `samples` of the forward calls the host ran, drawn from all its round
-        trips, with `reference` (NumPy inputs -> outputs); what is wrong, or None."""
+        """Recompute `samples` of the calls the host ran, drawn from all its round trips, with
+        `reference` (a forward's: NumPy inputs -> outputs; a backward's: (inputs, output
+        gradients) -> the float inputs' gradients); what is wrong, or None."""
         if self.scale is None:
             return None
         rng = rng or np.random.default_rng(secrets.randbits(63))
@@ -286,13 +311,18 @@ class Batched:
             seed, calls, sums = self.trips[t]
             i = int(pick - starts[t])
             shifts, rolls = _shifts(seed, calls, self.scale)
-            want, bounds = self._reference_sums(reference, shifts[i], rolls[i], rtol,
-                                                atol_frac)
+            try:
+                want, bounds = self._reference_sums(reference, shifts[i], rolls[i], rtol,
+                                                    atol_frac)
+            except D500Error as err:  # the reference cannot recompute a call: none checked
+                self.unverified = str(err)
+                return None
             expected.append((want, bounds))
             for k, (e, b) in enumerate(zip(want, bounds)):
                 if k >= sums.shape[1] or not _agrees(float(sums[i][k]), e, b):
-                    return (f"timed call {i} of round trip {t} did not return the "
-                            f"reference's output {k} for its input: the host did not run "
+                    what = "output" if self.kind == "forward" else "input gradient"
+                    return (f"timed {self.kind} call {i} of round trip {t} did not return "
+                            f"the reference's {what} {k} for its input: the host did not run "
                             f"every call it was timed for")
         self.checked = len(picks)
         power = _power(expected)
@@ -308,8 +338,12 @@ class Batched:
         tried = []
         for _ in range(GROWTHS + 1):
             shifts, rolls = _shifts(int(rng.integers(2 ** 62)), PROBES, self.scale)
-            power = _power([self._reference_sums(reference, s, r, rtol, atol_frac)
-                            for s, r in zip(shifts, rolls)])
+            try:
+                power = _power([self._reference_sums(reference, s, r, rtol, atol_frac)
+                                for s, r in zip(shifts, rolls)], model=True)
+            except D500Error as err:  # e.g. no reference gradient of this operator: `verify`
+                self.unverified = str(err)  # will say so
+                return
             if power is None or power >= POWER:
                 self.power = power
                 return
@@ -321,13 +355,23 @@ class Batched:
     def _reference_sums(self, reference: Any, shift: float, roll: int, rtol: float,
                         atol_frac: float) -> tuple[list[float], list[float]]:
         """The checksums of one call's outputs as the reference gives them, and their bounds."""
-        x = self.inputs[0]
-        offsets = _offsets(shift, roll, _pattern(self.key), x.dtype)
-        want = reference([_shifted(x, offsets), *self.inputs[1:]])
+        x = self._varied()
+        shifted = _shifted(x, _offsets(shift, roll, _pattern(self.key), x.dtype))
+        if self.kind == "forward":
+            want = reference([shifted, *self.inputs[1:]])
+        else:
+            grads = list(self.grads)
+            grads[self.first] = shifted
+            want = reference(self.inputs, grads)
         if getattr(self, "_weights", None) is None:
             self._weights = _weights(self.key, want)
         pairs = [_expected(w, y, rtol, atol_frac) for w, y in zip(self._weights, want)]
         return [e for e, _ in pairs], [b for _, b in pairs]
+
+
+    def _varied(self) -> np.ndarray:
+        """The array each call shifts."""
+        return self.inputs[0] if self.kind == "forward" else np.asarray(self.grads[self.first])
 
 
 class Local:
@@ -353,6 +397,22 @@ def checked_forward(run: Any, inputs: list[np.ndarray], reference: Any = None,
     local = Local(run)
     local.ask("prepare", "forward", inputs, None, key)
     return Batched(local, "forward", inputs, key, reference, tolerance)
+
+
+def checked_backward(run: Any, inputs: list[np.ndarray], grads: list[np.ndarray | None],
+                     reference: Any = None, tolerance: tuple[float, float] | None = None
+                     ) -> Batched | None:
+    """The backward of `run` timed as checked round trips, as `checked_forward` times the
+    forward (each call's first float output gradient shifted, its input gradients
+    checksummed); None without a backward."""
+    if isinstance(run, RemoteRunner):
+        return run.timed_backward(inputs, grads, reference, tolerance)
+    key = secrets.randbits(63)
+    local = Local(run)
+    if not local.ask("prepare", "backward", inputs, grads, key):
+        return None
+    kept = [None if g is None else np.array(g, copy=True) for g in grads]  # as sent
+    return Batched(local, "backward", inputs, key, reference, tolerance, kept)
 
 
 def _shift_scale(x: np.ndarray) -> float | None:
@@ -417,11 +477,15 @@ def _agrees(got: float, expected: float, bound: float) -> bool:
     return abs(got - expected) <= bound
 
 
-def _power(expected: list[tuple[list[float], list[float]]]) -> float | None:
+def _power(expected: list[tuple[list[float], list[float]]], model: bool = False
+           ) -> float | None:
     """The share of pairs of these calls (each its checksums and bounds) that a host answering
     one with the other's checksums fails: some output's checksums differ by more than both
-    bounds. None: fewer than two calls, or none with finite checksums."""
-    told, pairs = 0, 0
+    bounds. A pair's difference is about normal, mean 0: with `model`, the share that
+    N(0, their mean square) leaves past the mean bound, per output, from a few calls (15
+    pairs of 6 give it closer than counting them). None: fewer than two calls, or none with
+    finite checksums."""
+    told, pairs, gaps = 0, 0, []
     for a in range(len(expected)):
         for b in range(a):
             (ea, ba), (eb, bb) = expected[a], expected[b]
@@ -429,7 +493,17 @@ def _power(expected: list[tuple[list[float], list[float]]]) -> float | None:
                 continue
             pairs += 1
             told += any(abs(x - y) > u + v for x, y, u, v in zip(ea, eb, ba, bb))
-    return told / pairs if pairs else None
+            gaps.append([(x - y, u + v) for x, y, u, v in zip(ea, eb, ba, bb)])
+    if not pairs:
+        return None
+    if not model:
+        return told / pairs
+    missed = 1.0
+    for k in range(len(gaps[0])):
+        spread = math.sqrt(sum(g[k][0] ** 2 for g in gaps) / pairs)
+        bound = sum(g[k][1] for g in gaps) / pairs
+        missed *= math.erf(bound / (spread * math.sqrt(2))) if spread > 0 else 1.0
+    return 1.0 - missed
 
 
 def main(conn: Any) -> None:
@@ -499,12 +573,21 @@ def _answer(cls: Any, state: dict[str, Any], message: tuple[Any, ...]) -> Any:
         return run.gradients(message[1], message[2])
     if kind == "prepare":
         _, which, inputs, grads, *key = message
+        if key and which == "forward":
+            shifted = run.shifted(inputs)
+            state["checked " + which] = {"apply": lambda offsets: run.call(shifted(offsets)),
+                                         "key": key[0], "dtype": inputs[0].dtype}
+        elif key:
+            from d500.operators.adapters import first_grad
+            apply = run.shifted_backward(inputs, grads)
+            if apply is None:
+                return False
+            state["checked " + which] = {"apply": apply, "key": key[0],
+                                         "dtype": np.asarray(grads[first_grad(grads)]).dtype}
+            return True
         call = run.timed_forward(inputs) if which == "forward" else run.timed_backward(inputs,
                                                                                        grads)
         state[which] = call
-        if which == "forward":
-            state.update(inputs=inputs, key=key[0], shifted=run.shifted(inputs),
-                         checksums=None)
         return call is not None
     if kind == "repeat":  # replies with the host's own reading, which the judge never uses
         _, which, calls, seed, scale = message
@@ -515,26 +598,26 @@ def _answer(cls: Any, state: dict[str, Any], message: tuple[Any, ...]) -> Any:
             for _ in range(calls):
                 call()
         else:
-            sums = _checked_calls(run, state, calls, seed, scale)
+            sums = _checked_calls(run, state["checked " + which], calls, seed, scale)
         return time.perf_counter() - t, sums
     raise D500Error(f"the operator host got an unknown request '{kind}'")
 
 
-def _checked_calls(run: Any, state: dict[str, Any], calls: int, seed: int, scale: float
+def _checked_calls(run: Any, checked: dict[str, Any], calls: int, seed: int, scale: float
                    ) -> np.ndarray:
-    """Run the forward `calls` times, call i on the first input shifted by its own amount, and
-    return each call's outputs' checksums (calls x outputs), both done by the framework's own
-    kernels (the Runner's `shifted` and `checksums`)."""
+    """Run the prepared call `calls` times, call i on its array (the forward's first input, the
+    backward's first float output gradient) shifted by its own amounts, and return each call's
+    results' checksums (calls x results), both done by the framework's own kernels (the
+    Runner's `shifted` or `shifted_backward`, and `checksums`)."""
     from d500.operators.adapters import as_tuple
-    dtype, pattern = state["inputs"][0].dtype, _pattern(state["key"])
+    dtype, pattern = checked["dtype"], _pattern(checked["key"])
     shifts, rolls = _shifts(seed, calls, scale)
-    shifted = state["shifted"]
     sums = np.empty((calls, 0))
     for i in range(calls):
-        outs = as_tuple(run.call(shifted(_offsets(shifts[i], rolls[i], pattern, dtype))))
-        if state.get("checksums") is None:  # the weights: once per timed call, from its key
-            state["checksums"] = run.checksums(_weights(state["key"], outs))
-        row = state["checksums"](outs)
+        outs = as_tuple(checked["apply"](_offsets(shifts[i], rolls[i], pattern, dtype)))
+        if checked.get("checksums") is None:  # the weights: once per timed call, from its key
+            checked["checksums"] = run.checksums(_weights(checked["key"], outs))
+        row = checked["checksums"](outs)
         if i == 0:
             sums = np.empty((calls, len(row)))
         sums[i] = row

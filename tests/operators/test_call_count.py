@@ -102,7 +102,8 @@ def test_one_call_in_ten_is_caught_on_softmax_whose_output_ignores_a_uniform_shi
 def _batched(trips, inputs):
     b = host.Batched.__new__(host.Batched)
     b.inputs, b.scale, b.trips, b.key = inputs, host._shift_scale(inputs[0]), trips, KEY
-    b.power, b._weights = None, None
+    b.power, b._weights, b.kind, b.grads, b.first = None, None, "forward", None, 0
+    b.unverified = None
     return b
 
 
@@ -143,7 +144,13 @@ def test_an_honest_host_is_recorded_with_its_round_trips_stated(home, tmp_path, 
     assert mine["figures"]["latency"] >= 0.002
     timing = mine["details"]["timing"]
     assert timing["empty_round_trip"] > 0 and timing["calls_per_round_trip"] >= 1
-    assert timing["calls_checked"] == host.SAMPLES
+    assert timing["calls_checked"] == host.SAMPLES and timing["calls_told_apart"] >= 0.8
+    backward = mine["details"]["backward_timing"]
+    assert backward["calls_checksummed"] and backward["calls_checked"] == host.SAMPLES
+    assert mine["figures"]["backward_latency"] > 0
+    (builtin,) = [r for r in Ledger().runs(level=0) if r["submission"] == "builtin"]
+    for timing in (builtin["details"]["timing"], builtin["details"]["backward_timing"]):
+        assert timing["calls_checksummed"]  # the reference's row pays the same check
 
 
 
@@ -230,3 +237,48 @@ def test_copies_are_caught_whatever_the_key(monkeypatch):
     problem = timed.verify(_relu, 1e-4, 1e-5, rng=np.random.default_rng(0))
     assert problem is not None and "did not run every call" in problem
     assert x.tobytes() == before  # the judge's input: shifted copies only, never itself
+
+
+SKIP_BACKWARD = SKIP.replace('message[3] is not None', 'message[1] == "backward" and '
+                                                       'message[4] is not None')
+
+
+def test_a_host_running_one_backward_call_in_ten_is_caught_and_recorded_failed(
+        home, tmp_path, capsys, monkeypatch):
+    """The same attack on the backward's round trips: each backward call's output gradient is
+    shifted by its own amounts, its input gradients checksummed and recomputed in a sample."""
+    monkeypatch.setattr(host, "OVERHEAD", 0.5)
+    code, mine = _bench(tmp_path, SLOW + SKIP_BACKWARD)
+    assert code == 1
+    assert mine["status"] == "failed", mine
+    assert "timed backward call" in mine["error"] and "did not run every call" in mine["error"]
+    assert not {"latency", "backward_latency"} & set(mine["figures"] or {})
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch", "jax",
+                                       pytest.param("tensorflow", marks=pytest.mark.slow)])
+def test_each_framework_shifts_the_output_gradient_as_the_judge_does(framework, tmp_path):
+    """A checked backward call runs on its own output gradient (the Runner's shifted_backward):
+    call by call, the input gradient is the one the judge computes from the shifted gradient."""
+    from d500.operators.adapters import as_tuple
+    from d500.operators.base import load_class
+    text = OPS.replace('"Relu"', f'"Relu"\n    framework = "{framework}"')
+    if framework == "tensorflow":  # where x * (x > 0) is a bool tensor
+        text = text.replace("return x * (x > 0)", "import tensorflow as tf\n"
+                            "        return tf.nn.relu(x)")
+    if framework == "numpy":  # NumPy has no autograd: the operator's own backward
+        text += ("\n    def backward(self, grad_outputs, inputs, outputs):\n"
+                 "        return [grad_outputs[0] * (inputs[0] > 0)]\n")
+    (tmp_path / "relu.py").write_text(text)
+    run = runner(load_class(tmp_path / "relu.py", "Relu").cls())
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 50, 41)).astype(np.float32)
+    g = rng.standard_normal(x.shape).astype(np.float32)
+    before = g.tobytes()
+    backward = run.shifted_backward([x], [g])
+    for s, r in zip(*host._shifts(9, 3, host._shift_scale(g))):
+        offsets = host._offsets(s, r, host._pattern(KEY), g.dtype)
+        (got,) = as_tuple(backward(offsets))
+        want = host._shifted(g, offsets) * (x > 0)
+        assert np.array_equal(np.asarray(run._numpy(got)), want)
+    assert g.tobytes() == before  # the caller's gradient: never rewritten

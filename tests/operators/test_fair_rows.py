@@ -5,6 +5,8 @@ paid a shift and a checksum per call: on this memory-bound case about 3x against
 
 from __future__ import annotations
 
+import pytest
+
 from d500 import cli
 from d500.ledger import Ledger
 
@@ -57,3 +59,42 @@ def test_an_entry_running_the_builtin_code_is_recorded_at_the_builtin_latency(tm
     ratio = entry["figures"]["latency"] / builtin["figures"]["latency"]
     # a loose bound: the machine may be loaded; unchecked built-ins gave about 3x here
     assert 1 / 1.5 < ratio < 1.5, (entry["figures"]["latency"], builtin["figures"]["latency"])
+
+
+NEG_BACKWARD = '''
+import numpy as np
+from d500.operators import CustomOperator
+
+
+class Neg(CustomOperator):
+    """Neg and its gradient in NumPy, as the reference backend's table computes them."""
+    op_type = "Neg"
+    framework = "numpy"
+
+    def forward(self, x):
+        return np.negative(x)
+
+    def backward(self, grad_outputs, inputs, outputs):
+        return [np.negative(grad_outputs[0])]
+'''
+
+
+@pytest.mark.slow  # 15-40 s on a loaded 2-core machine
+def test_an_entry_backward_is_checked_and_timed_as_the_builtin_backward(tmp_path):
+    """The backward's rows pay the same check too (d500.operators.host.checked_backward): the
+    entry's calls in its host, the reference's own VJP in d500's process."""
+    (tmp_path / "op.py").write_text(NEG_BACKWARD)
+    (tmp_path / "neg-4d.yaml").write_text(CASE.replace("metrics: [latency]",
+                                                       "metrics: [latency, backward_latency]"))
+    code = cli.main(["op", "bench", f"{tmp_path / 'op.py'}:Neg", "--case",
+                     str(tmp_path / "neg-4d.yaml"), "--backends", "reference",
+                     "--budget", "0.5"])
+    assert code == 0
+    runs = {r["submission"]: r for r in Ledger().runs(level=0)}
+    builtin = runs.pop("builtin")
+    (entry,) = runs.values()
+    for run in (entry, builtin):
+        assert run["details"]["backward_timing"]["calls_checksummed"] is True
+    assert entry["details"]["backward_timing"]["calls_checked"] > 0
+    ratio = entry["figures"]["backward_latency"] / builtin["figures"]["backward_latency"]
+    assert 1 / 1.5 < ratio < 1.5, (entry["figures"], builtin["figures"])

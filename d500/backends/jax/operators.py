@@ -114,6 +114,30 @@ class JaxRunner(Runner):
                 return jax.block_until_ready(self._apply(pull, cotangents))
         return call
 
+    def shifted_backward(self, arrays, grad_outputs):
+        """The output gradient's cotangent plus the offsets by a jitted add on the device (as
+        `shifted`), then the pullback of one jax.vjp, as `backward_call`."""
+        import jax
+        import jax.numpy as jnp
+
+        from d500.operators.adapters import first_grad, float_grads
+        k = first_grad(grad_outputs)
+        mask, floats, others = self._split(arrays)
+        if k is None or not floats:
+            return None
+        with _x64():
+            outputs, pull = jax.vjp(lambda *xs: self._of_floats(mask, others, *xs), *floats)
+            cotangents = list(_cotangents(outputs, list(grad_outputs)))
+        first = cotangents[k]
+        add = jax.jit(lambda g, o: (g.reshape(-1) + jnp.resize(o, g.size)).reshape(g.shape))
+
+        def backward(offsets):
+            with _x64():
+                cotangents[k] = add(first, offsets)
+                return float_grads(jax.block_until_ready(
+                    self._apply(pull, tuple(cotangents))), arrays)
+        return backward
+
 
 def _x64():
     """The context every JAX operator call runs in (as d500's JAX backend computes)."""

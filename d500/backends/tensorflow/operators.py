@@ -48,6 +48,27 @@ class TensorFlowRunner(Runner):
         outs, grads = [o for o, _ in pairs], [g for _, g in pairs]
         return lambda: tape.gradient(outs, wrt, output_gradients=grads)
 
+    def shifted_backward(self, arrays, grad_outputs):
+        """The output gradient converted anew each call, the offsets added by NumPy (a
+        tf.constant cannot be rewritten), then the persistent tape's gradient."""
+        import tensorflow as tf
+
+        from d500.operators.adapters import add_tiled, first_grad, float_grads
+        if first_grad(grad_outputs) is None:
+            return None
+        tape, inputs, _, pairs = self._tape(arrays, grad_outputs, persistent=True)
+        wrt = [t for t in inputs if t.dtype.is_floating]
+        if not pairs or not wrt:
+            return None
+        outs, grads = [o for o, _ in pairs], [g for _, g in pairs]
+        first = np.ascontiguousarray(grads[0].numpy()).reshape(-1)  # first_grad's pair
+        shape = grads[0].shape
+
+        def backward(offsets):
+            grads[0] = tf.constant(add_tiled(first, offsets, np.empty_like(first)).reshape(shape))
+            return float_grads(tape.gradient(outs, wrt, output_gradients=grads), arrays)
+        return backward
+
     def gradients(self, arrays, grad_outputs):
         import tensorflow as tf
         tape, inputs, outputs, pairs = self._tape(arrays, grad_outputs)

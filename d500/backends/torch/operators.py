@@ -45,15 +45,34 @@ class TorchRunner(Runner):
                 isinstance(native[0], torch.Tensor) and native[0].is_floating_point()):
             return super().shifted(arrays)
         first, out = native[0].clone().reshape(-1), native[0].view(-1)
-        n = first.numel()
 
         def shift(offsets):
-            period = offsets.size
-            q, off = n // period * period, from_numpy(offsets)
-            torch.add(first[:q].view(-1, period), off, out=out[:q].view(-1, period))
-            torch.add(first[q:], off[:n - q], out=out[q:])
+            _add_tiled(first, from_numpy(offsets), out)
             return native
         return shift
+
+    def shifted_backward(self, arrays, grad_outputs):
+        """The output gradient's tensor rewritten in place by torch.add (`_add_tiled`), then
+        torch.autograd.grad on the graph recorded once, as `backward_call`."""
+        import torch
+
+        from d500.backends.torch.dtypes import from_numpy
+        from d500.operators.adapters import first_grad, float_grads
+        if first_grad(grad_outputs) is None:
+            return None
+        mine = [None if g is None else np.array(g, copy=True) for g in grad_outputs]
+        inputs, _, pairs = self._graph(arrays, mine)  # its tensors may share `mine`'s memory
+        wrt = [t for t in inputs if t.requires_grad]
+        if not pairs or not wrt:
+            return None
+        outs, grads = [o for o, _ in pairs], [g for _, g in pairs]
+        first, out = grads[0].clone().reshape(-1), grads[0].view(-1)  # first_grad's pair
+
+        def backward(offsets):
+            _add_tiled(first, from_numpy(offsets), out)
+            return float_grads(torch.autograd.grad(outs, wrt, grads, retain_graph=True,
+                                                   allow_unused=True), arrays)
+        return backward
 
     def checksums(self, weights):
         """torch.dot in torch's own threads on a float output (NumPy's einsum otherwise): no
@@ -105,6 +124,15 @@ class TorchRunner(Runner):
             return None
         outs, grads = [o for o, _ in pairs], [g for _, g in pairs]
         return lambda: torch.autograd.grad(outs, wrt, grads, retain_graph=True, allow_unused=True)
+
+
+def _add_tiled(first: Any, offsets: Any, out: Any) -> None:
+    """out = first + offsets tiled, 1-D tensors (d500.operators.adapters.add_tiled in torch)."""
+    import torch
+    n, period = first.numel(), offsets.numel()
+    q = n // period * period
+    torch.add(first[:q].view(-1, period), offsets, out=out[:q].view(-1, period))
+    torch.add(first[q:], offsets[:n - q], out=out[q:])
 
 
 def as_torch_function(op: CustomOperator) -> Callable[..., Any]:
