@@ -152,6 +152,9 @@ class Trainee:
                 if tick is not None:
                     tick(message[1], message[2])
             elif message[0] == "trained":
+                if len(message[1]) > count:  # its losses are the steps the judge counts
+                    raise WorkerError(f"the worker answered {len(message[1])} steps for the "
+                                      f"{count} it was asked to train")
                 if not stop_sent and len(message[1]) == count and count:
                     self.step_time = (time.perf_counter() - sent) / count
                 return Chunk(list(message[1]), self._state(message[2]), stop_sent or message[3],

@@ -1,7 +1,7 @@
 """The worker's answer to a chunk is the entry's to forge: its code runs in the worker and can
 patch the pipe. One that sends every chunk's losses twice makes the judge count twice the steps
-it asked for (d500.training.worker.Worker.train takes any number): the run records twice the
-samples trained, so twice the throughput, and the epoch's later chunks are never asked for."""
+it asked for, were the answer taken as it came: the run would record twice the samples trained,
+so twice the throughput. Worker.train refuses an answer of more steps than asked: the run fails."""
 
 from __future__ import annotations
 
@@ -42,8 +42,6 @@ class Double(Optimizer):
 
 
 @pytest.mark.slow  # (a real run, ~15 s)
-@pytest.mark.xfail(strict=True, reason="open (issue 17): the judge takes a chunk's losses as its "
-                   "step count, however many the worker sends")
 def test_a_worker_answering_with_more_steps_than_asked_fails_its_run(tmp_path, monkeypatch):
     monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
     folder = tmp_path / "entry"
@@ -58,3 +56,4 @@ def test_a_worker_answering_with_more_steps_than_asked_fails_its_run(tmp_path, m
     result = trainer.train(wl, submission.load(folder).recipe, "torch", 0, ledger=Ledger(),
                            submission="double")
     assert result.status == "failed", (result.status, sorted(result.figures.items()))
+    assert "steps for the" in result.error, result.error
