@@ -295,24 +295,35 @@ def case(name: str) -> Any:
 
 
 def one(name: str, seed: int, inprocess: bool, threads_: int,
-        method: str | None = None, realtime: bool = False) -> dict[str, Any]:
-    """One run in a fresh process (its worker started by `method`, else as d500 chooses): its
-    figures."""
+        method: str | None = None, realtime: bool = False, pipe: bool = False
+        ) -> dict[str, Any]:
+    """One run in a fresh process (its worker started by `method`, else as d500 chooses; `pipe`:
+    the model handed over pickled through the pipe, not in shared memory): its figures."""
     code = (f"import sys, json; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
             f"import isolation as b; print(json.dumps(b.fresh({name!r}, {seed}, {inprocess}, "
-            f"{threads_}, {method!r}, {realtime})))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=False)
-    if done.returncode != 0:
-        raise SystemExit(done.stderr.strip().splitlines()[-1])
-    return json.loads(done.stdout.strip().splitlines()[-1])
+            f"{threads_}, {method!r}, {realtime}, {pipe})))")
+    for attempt in (1, 2):
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=False)
+        last = (done.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
+        if done.returncode == 0:
+            return json.loads(done.stdout.strip().splitlines()[-1])
+        if attempt == 1 and "process ended (exit code" in last:  # a worker that never started
+            print(f"  (seed {seed}: {last}; run again once)", flush=True)
+            continue
+        raise SystemExit(last)
+    raise AssertionError("unreachable")
 
 
 def fresh(name: str, seed: int, inprocess: bool, threads_: int,
-          method: str | None = None, realtime: bool = False) -> dict[str, Any]:
+          method: str | None = None, realtime: bool = False, pipe: bool = False
+          ) -> dict[str, Any]:
     """In the fresh process of `one`."""
     home = tempfile.TemporaryDirectory(prefix="d500-isolation-")
     os.environ["D500_HOME"] = home.name
+    if pipe:  # no board offered: the worker pickles its model (d500.training.handover)
+        from d500.training import handover
+        handover.Board.create = classmethod(lambda cls, shapes, dtypes: None)
     from d500 import children, threads
     children.METHOD = method
     from d500.training import submission
@@ -411,6 +422,9 @@ def main() -> None:
     p.add_argument("--start", choices=("forkserver", "spawn"),
                    help="how the worker starts (default: as d500 chooses, a fork of the "
                         "forkserver for torch)")
+    p.add_argument("--pipe", action="store_true",
+                   help="a third side in every pair: the worker handing its model over pickled "
+                        "through the pipe, not in shared memory")
     p.add_argument("--realtime", action="store_true",
                    help="judge and worker (or the in-process loop) run SCHED_FIFO over the "
                         "timed part: other processes' load no longer delays them (Linux, root "
@@ -448,14 +462,19 @@ def main() -> None:
             run(workload, recipe, 99, True), run(workload, recipe, 99, False)
         ratios, extra, cpu, pooled = [], [], [], {"mig": [], "vol": [], "inv": []}
         split: list[tuple[dict[str, float], dict[str, float]]] = []
+        piped: list[tuple[float, tuple[dict[str, float], dict[str, float]]]] = []
         for i in range(args.pairs):
             seed = 100 + i
-            order = (True, False) if i % 2 == 0 else (False, True)
-            got = {inproc: (run(workload, recipe, seed, inproc, args.realtime) if args.warm
-                            else one(name, seed, inproc, args.threads, args.start,
-                                     args.realtime))
-                   for inproc in order}
+            sides: list[Any] = [True, False] + (["pipe"] if args.pipe and not args.warm else [])
+            order = sides[i % len(sides):] + sides[:i % len(sides)]
+            got = {side: (run(workload, recipe, seed, side is True, args.realtime) if args.warm
+                          else one(name, seed, side is True, args.threads, args.start,
+                                   args.realtime, side == "pipe"))
+                   for side in order}
             a, b = got[True], got[False]
+            if "pipe" in got:
+                piped.append((got["pipe"]["time_to_accuracy"] / a["time_to_accuracy"],
+                              (a["phases"], got["pipe"]["phases"])))
             if a["epochs"] != b["epochs"]:
                 raise SystemExit(f"seed {seed}: {a['epochs']} epochs in-process, "
                                  f"{b['epochs']} in a worker: not the same run")
@@ -500,10 +519,19 @@ def main() -> None:
                   f"{statistics.median(cpu):.3f}; the worker a run: {m['mig']:g} migrations, "
                   f"{m['vol']:g} voluntary and {m['inv']:g} involuntary switches (medians)",
                   flush=True)
+        if piped:
+            r = [x for x, _ in piped]
+            plo, phi = median_ci(r)
+            print(f"{'':<18} the model pickled through the pipe instead (--pipe): time to "
+                  f"accuracy worker/in-process median {statistics.median(r):.3f} (95% CI "
+                  f"{plo:.3f}-{phi:.3f}); shared memory/pipe, paired: median "
+                  f"{statistics.median(x / y for x, y in zip(ratios, r)):.3f}", flush=True)
+            breakdown([x for _, x in piped], "pipe")
         print(verdict(workload.name, ratios, lo, hi), flush=True)
 
 
-def breakdown(split: list[tuple[dict[str, float], dict[str, float]]]) -> None:
+def breakdown(split: list[tuple[dict[str, float], dict[str, float]]], side: str = "worker"
+              ) -> None:
     """Where the time to accuracy's difference went, phase by phase (`phases`), paired: the
     median over pairs of worker minus in-process, beside the in-process median, in ms; then
     what is fixed a run (up to the first chunk's end, less what a later chunk adds) and what a
@@ -513,7 +541,7 @@ def breakdown(split: list[tuple[dict[str, float], dict[str, float]]]) -> None:
     med = {k: (statistics.median(b[k] - a[k] for a, b in split) * 1e3,
                statistics.median(a[k] for a, _ in split) * 1e3) for k in PHASES}
     parts = ", ".join(f"{k} {d:+.2f} ({base:.2f})" for k, (d, base) in med.items())
-    print(f"{'':<18} time to accuracy, worker minus in-process by phase (median of {len(split)} "
+    print(f"{'':<18} time to accuracy, {side} minus in-process by phase (median of {len(split)} "
           f"pairs, ms; in-process in brackets): {parts}", flush=True)
     per, fixed = [], []
     for a, b in split:

@@ -312,17 +312,16 @@ def main(conn: Any) -> None:
             return
         _, x, y, total_steps = message
         lr_at, steps = job.recipe.schedule(total_steps), 0
-        # the judge's answer to a chunk (its next message) is due when it came last time: till
-        # then the wait blocks, then looks without sleeping a while (d500.training.waiting);
-        # the first chunk follows the data at once, so is looked for all along
-        handed, answer, learn = time.perf_counter(), 0.0, False
+        # the judge's answer to a chunk (its next message) is due when it came last time: with
+        # job.spin, till then the wait blocks, then looks without sleeping a while
+        # (d500.training.waiting); without (the default), it blocks
+        handed, answer = None, 0.0  # when the last chunk went back; s its answer took
         while True:
             if handed is not None:
                 waiting.poll(conn, None, handed + answer, job.spin)
             message = conn.recv()
             if handed is not None:
-                answer = time.perf_counter() - handed if learn else answer
-                handed = None
+                answer, handed = time.perf_counter() - handed, None
             if message[0] == "stop":
                 continue  # a stop that crossed the end of its chunk
             if message[0] == "finish":
@@ -363,7 +362,7 @@ def main(conn: Any) -> None:
                     last = time.perf_counter()
             conn.send(("trained", losses, _handed(trainer, board) if want else None, stopped,
                        "", trainer.compile_record()))
-            handed, learn = time.perf_counter(), True
+            handed = time.perf_counter()
     except (EOFError, OSError, KeyboardInterrupt):
         return  # the supervisor went away
     except Exception as err:  # noqa: BLE001 - the submission's or backend's failure, as a line
