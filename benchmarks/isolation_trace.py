@@ -6,8 +6,9 @@ times a chunk of training) into: `out`, from the judge's sending a chunk to the 
 receiving it; `own`, the worker's chunk from that receipt to its sending the model back; `back`,
 from that sending to the judge's receipt. The pipe messages are timed by a hook
 (benchmarks/_hook/sitecustomize.py, on PYTHONPATH of a fresh process per run, inherited by its
-worker), so d500's own code runs unchanged. Placements: `worker` (as d500 runs it: each side
-spins a bounded while around the time its next message is due, d500.training.waiting),
+worker), so d500's own code runs unchanged. Placements: `worker` (as d500 runs it: the judge
+spins a bounded while around the time a chunk is due, d500.training.waiting; the worker
+blocks for the answer since its spin starved the judge's ledger commit, README),
 `early-4ms` (so, but the judge looks from 4 ms before a chunk is due, not 1 ms), `blocking`
 (both sides block in every pipe read, as d500 ran before that), `pinned`
 (judge on CPU 0, worker on CPU 1), `one-cpu` (both on CPU 1), `poll-1ms` (both sides
