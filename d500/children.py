@@ -270,10 +270,12 @@ def _read_only(libc: Any) -> bool:
         except OSError:  # (statvfs: a mount point this process cannot reach)
             return False
 
+    from d500.paths import ENTRY_CACHE
     done, temp = True, os.path.realpath(tempfile.gettempdir())  # (it tries a write: first)
     for path in writable():
         try:
             os.makedirs(path, exist_ok=True)
+            os.environ[ENTRY_CACHE] = path  # this process's caches (d500.paths.cache)
         except OSError:
             done = False
     for path in _mounts():
@@ -332,11 +334,13 @@ def protected() -> list[str]:
 
 def writable() -> list[str]:
     """Within `protected()`, what an entry's process still writes: the results directory's
-    cache (d500.paths.cache: Inductor's compiled kernels, which a torch:compiled worker writes).
-    Open: a judge that compiles the same model (torch:compiled evaluates with Inductor) reads
-    this cache too."""
+    entries' cache (d500.paths.entry_cache: Inductor's compiled kernels, which a torch:compiled
+    worker writes), where d500.paths.cache puts every cache of that process; the judges' own
+    caches beside it (Inductor's, the ONNX node tests' pickle, the peak FLOP/s) stay read-only
+    to it. Open: one entry's process may write what another entry's reads there later."""
+    from d500.paths import entry_cache
     home = os.path.realpath(os.path.expanduser(os.environ.get("D500_HOME", "d500-results")))
-    return [os.path.join(home, "cache")] if os.path.isdir(home) else []
+    return [entry_cache(home)] if os.path.isdir(home) else []
 
 
 def _under(path: str, folder: str) -> bool:

@@ -140,11 +140,25 @@ def unwritable(path: Path, err: OSError) -> str:
     return f"{blocking} is a file, not a folder" if blocking else str(err.strerror or err)
 
 
+ENTRY_CACHE = "D500_ENTRY_CACHE"  # set in an entry's process only (d500.children.keep)
+
+
+def entry_cache(home: str) -> str:
+    """The one folder of the results directory `home` an entry's process writes: its caches
+    (a torch:compiled worker's kernels, an operator host's compiled library), which no judge
+    reads."""
+    return os.path.join(home, "cache", "entries")
+
+
 def cache(*parts: str) -> Path:
-    """A cache directory under the results directory: the one part of it an entry's process
-    may write (d500.children.protected), so it needs no more than this folder writable."""
-    path = Path(os.environ.get("D500_HOME", "d500-results")).expanduser().resolve().joinpath(
-        "cache", *parts)
+    """A cache directory under the results directory, or in an entry's process (where
+    ENTRY_CACHE names it) under `entry_cache`, the one part of it that process may write
+    (d500.children.writable): a judge never reads what an entry wrote (a planted pickle, a
+    forged peak FLOP/s, a poisoned Inductor kernel). It needs no more than this folder
+    writable."""
+    path = Path(os.environ.get(ENTRY_CACHE) or os.path.join(
+        os.environ.get("D500_HOME", "d500-results"), "cache")).expanduser().resolve().joinpath(
+        *parts)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError:

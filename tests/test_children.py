@@ -355,7 +355,9 @@ def _forger(conn, folders: list[str]) -> None:
 
     found = {f: [write(f"{f}/forged-{os.getpid()}"),
                  write(os.path.relpath(f"{f}/forged-{os.getpid()}"))] for f in folders}
-    found["cache"] = write(f"{os.environ['D500_HOME']}/cache/kernel")  # (Inductor's, writable)
+    from d500.paths import cache
+    found["cache"] = write(f"{cache('torch-inductor')}/kernel")  # (its own Inductor's)
+    found["judge's cache"] = write(f"{os.environ['D500_HOME']}/cache/kernel")
     if os.fork() == 0:  # every capability, in namespaces of its own
         mine = libc.unshare(0x10000000 | 0x00020000) == 0  # CLONE_NEWUSER | CLONE_NEWNS
         root = f"/tmp/d500-forger-{os.getpid()}"
@@ -380,7 +382,8 @@ def test_a_kept_process_cannot_write_the_ledger_or_d500s_code(tmp_path, monkeypa
     later interpreter: the next run's judge). Not by a path
     relative to the directory it started in (on the writable mount), nor once it unshares a
     user and mount namespace of its own (tests/training/test_entry_writes.py: in a real run).
-    The results directory's cache/ stays writable."""
+    The entries' own cache stays writable; the judges' caches beside it do not (the entry
+    wrote the judge's Inductor kernels, peak FLOP/s and pickled node tests)."""
     import multiprocessing
     home = tmp_path / "home"
     home.mkdir()
@@ -402,3 +405,5 @@ def test_a_kept_process_cannot_write_the_ledger_or_d500s_code(tmp_path, monkeypa
     for folder in folders:
         assert "written" not in found[folder], (folder, found[folder])
     assert found["cache"] == "written"  # a torch:compiled worker writes its kernels there
+    assert found["judge's cache"] != "written"
+    assert (home / "cache" / "entries" / "torch-inductor").is_dir()
