@@ -270,12 +270,12 @@ def _read_only(libc: Any) -> bool:
         except OSError:  # (statvfs: a mount point this process cannot reach)
             return False
 
-    from d500.paths import ENTRY_CACHE
+    from d500.paths import enter_entry_cache
     done, temp = True, os.path.realpath(tempfile.gettempdir())  # (it tries a write: first)
     for path in writable():
         try:
             os.makedirs(path, exist_ok=True)
-            os.environ[ENTRY_CACHE] = path  # this process's caches (d500.paths.cache)
+            enter_entry_cache(path)  # this process's caches (d500.paths.cache)
         except OSError:
             done = False
     for path in _mounts():

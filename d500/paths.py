@@ -141,6 +141,14 @@ def unwritable(path: Path, err: OSError) -> str:
 
 
 ENTRY_CACHE = "D500_ENTRY_CACHE"  # set in an entry's process only (d500.children.keep)
+_entered: list[str] = []  # (the same, kept where a worker's job replaces its environment)
+
+
+def enter_entry_cache(path: str) -> None:
+    """This process is an entry's: its caches go to `path` (d500.children.keep), also after
+    its environment is replaced by a job's, and in the processes it starts."""
+    _entered[:] = [path]
+    os.environ[ENTRY_CACHE] = path
 
 
 def entry_cache(home: str) -> str:
@@ -156,6 +164,8 @@ def cache(*parts: str) -> Path:
     (d500.children.writable): a judge never reads what an entry wrote (a planted pickle, a
     forged peak FLOP/s, a poisoned Inductor kernel). It needs no more than this folder
     writable."""
+    if _entered:
+        os.environ[ENTRY_CACHE] = _entered[0]  # (for the processes this one starts)
     path = Path(os.environ.get(ENTRY_CACHE) or os.path.join(
         os.environ.get("D500_HOME", "d500-results"), "cache")).expanduser().resolve().joinpath(
         *parts)

@@ -262,8 +262,9 @@ class Backend(onnx.backend.base.Backend):
 
     @classmethod
     def compiled_programs(cls) -> set[str] | None:
-        """The programs this mode's compile cache holds now, by key (d500.training.compiling
-        marks a run warm with them); None for a mode that does not compile."""
+        """The programs this mode's compile cache (an entry's worker's) holds now, by key
+        (d500.training.compiling marks a run warm with them); None for a mode that does not
+        compile."""
         return None
 
     @classmethod

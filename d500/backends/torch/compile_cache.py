@@ -5,7 +5,7 @@ every kernel; a warm one reuses what an earlier process built, which is faster).
     key = program_key(gm, settings)    # sha256 of torch's version, the settings and the program
     warm = seen(key)                   # before compiling
     mark(key)                          # after
-    before = snapshot()                # what a supervisor reads at its clock's start
+    before = snapshot(entries=True)    # a worker's, as its supervisor reads it at the clock
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from d500.backends.torch.compiled import inductor_cache
+from d500.paths import cache, entry_cache
 
 
 def _folder() -> Path:
@@ -47,7 +48,11 @@ def mark(key: str) -> None:
     (folder / key).touch()
 
 
-def snapshot() -> set[str]:
-    """The program keys this cache holds now."""
+def snapshot(entries: bool = False) -> set[str]:
+    """The program keys this cache holds now; `entries`: the one an entry's worker compiles
+    into (d500.paths.entry_cache, unless the user named Inductor's folder), as its judge finds
+    it."""
     folder = _folder()
+    if entries and folder.parent == cache("torch-inductor"):
+        folder = Path(entry_cache(str(cache().parent))) / "torch-inductor" / folder.name
     return {p.name for p in folder.iterdir()} if folder.is_dir() else set()

@@ -378,7 +378,7 @@ class TorchBackend(Backend):
         if cls.mode != "compiled":
             return None
         from d500.backends.torch.compile_cache import snapshot
-        return snapshot()
+        return snapshot(entries=True)  # the worker's cache: what the judge compiled is not it
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
