@@ -89,7 +89,8 @@ def make_plan(args: Any) -> Plan:
     from d500 import backends
 
     options = RunOptions(workloads=list(args.workload or []),
-                         backends=backends.select(args.backends) if args.backends else None,
+                         backends=(None if args.backends is None  # "": refused, as ","
+                                   else backends.select(args.backends)),
                          budget=args.budget or (QUICK_BUDGET if args.quick else BUDGET),
                          quick=args.quick)
     levels = _levels(args.level)

@@ -214,3 +214,14 @@ def test_a_terminal_without_utf8_gets_question_marks_not_a_traceback(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stderr
     assert "mnist" in out.stdout and "?" in out.stdout
+
+
+def test_an_empty_backends_list_is_refused_not_read_as_every_backend():
+    """`--backends "$B"` with B unset ran every installed backend (op bench, run, net); now it
+    is empty, as ',' was. (--level 9 would stop the run where the check is missing.)"""
+    from d500 import backends
+    from d500.errors import UsageError
+    with pytest.raises(UsageError, match="^--backends is empty$"):
+        backends.select("")
+    one_line_exit_2(d500("run", "--quick", "--backends", "", "--level", "9"),
+                    "d500 run: error: --backends is empty")

@@ -260,8 +260,9 @@ def version(name: str) -> str | None:
 
 def select(text: str | None) -> list[str]:
     """A comma list of backend names as a user gives it (`--backends a,b`), each checked to be
-    known; empty or None: every installed backend."""
-    if not text:
+    known; None (not given): every installed backend; "" is empty, as "," is (`--backends "$B"`
+    with B unset ran every backend)."""
+    if text is None:
         return installed()
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
