@@ -9,7 +9,13 @@ and submitting under the fastest is scouting seeds by another route. Trains, for
 scout-0..scout-K-1, the entry's recipe at each name's required seeds (a throw-away D500_HOME,
 the workload's rules), and prints each name's epochs to target and their median, then the
 spread of the names' medians and the reference-convergence verdict (d500 check's) on the best
-and the worst name's succeeded runs. Epochs do not depend on the machine; `uptime` is printed."""
+and the worst name's succeeded runs. Epochs do not depend on the machine; `uptime` is printed.
+
+With `--fresh N[,N...]` it then says how often `d500 reproduce --fresh-seeds N` would flag the
+best name and how often an honest result (3 runs drawn at random from the same pool): the fresh
+runs are drawn (with replacement, `--draws` times, from a fixed seed) from the workload's
+reference runs, which are the same entry's default recipe on the same backend at other seeds, and
+tested as reproduce tests them (d500.competition.reproduce_seeds.verdict)."""
 
 from __future__ import annotations
 
@@ -30,6 +36,8 @@ def main() -> None:
     parser.add_argument("--workload", default="digits-mlp")
     parser.add_argument("--entry", default="sgd-momentum")
     parser.add_argument("--backend", default="torch")
+    parser.add_argument("--fresh", default="", help="fresh-seed counts to judge the best name at")
+    parser.add_argument("--draws", type=int, default=1000)
     args = parser.parse_args()
     os.environ["D500_HOME"] = tempfile.mkdtemp(prefix="d500-seed-names-")
     from d500.competition import convergence
@@ -62,7 +70,28 @@ def main() -> None:
         ok = [e for e in epochs if math.isfinite(e)]
         verdict = convergence.check_epochs(reference, ok, batch_size=entry.recipe.batch_size)
         print(f"{label} {name}: {verdict.status}: {verdict.reason}")
+    for n in (int(v) for v in args.fresh.split(",") if v):
+        power(reference.samples, found[0][2], wl.max_epochs, n, args.draws)
     print("load:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+
+
+def power(pool: tuple[float, ...], best: list[float], max_epochs: int, n: int, draws: int
+          ) -> None:
+    """How often --fresh-seeds n flags the best name's runs, and an honest result's."""
+    import numpy as np
+
+    from d500.competition.reproduce_seeds import verdict
+    rng = np.random.default_rng(0)
+    recorded = [e if math.isfinite(e) else max_epochs + 1 for e in best]
+    flagged = honest = 0
+    for _ in range(draws):
+        fresh = [float(v) for v in rng.choice(pool, n)]
+        flagged += not verdict("w", "e", "b", recorded, fresh, 0).agrees
+        fair = [float(v) for v in rng.choice(pool, len(recorded))]
+        honest += not verdict("w", "e", "b", fair, fresh, 0).agrees
+    print(f"--fresh-seeds {n}: the best name {recorded} flagged in {flagged / draws:.1%} of "
+          f"{draws} draws of fresh runs from the {len(pool)} reference runs; an honest result "
+          f"of {len(recorded)} runs from the same pool in {honest / draws:.1%}")
 
 
 if __name__ == "__main__":
