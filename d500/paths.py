@@ -52,6 +52,9 @@ def entry_argument(text: str) -> str:
     folder, or (a bare name) one line saying that neither a folder here nor an example entry
     has that name."""
     import argparse
+    if not text.strip():  # `--submission "$E"` with E unset said 'submission.yaml: no such file'
+        raise argparse.ArgumentTypeError("is empty: give an entry folder (./my-entry) or an "
+                                         "example entry's name (sgd-momentum)")
     found = entry(text)
     if not Path(found).exists() and "/" not in text and os.sep not in text:  # a bare name;
         # a path the loader names as missing itself

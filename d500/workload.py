@@ -256,6 +256,9 @@ def model_source(model: Mapping[str, Any], path: Path, sources: Sequence[str]) -
 
 def find(name_or_path: str, folder: Path, level: int) -> Path:
     """A workload file by path, or by file stem or `name:` field among `folder`'s files."""
+    if not str(name_or_path).strip():  # Path('') is '.', which said '.: no such workload file'
+        raise ConfigError(f"the workload is empty: give a level-{level} workload's name or file "
+                          f"(in {folder})")
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
         if not p.is_file():

@@ -104,7 +104,20 @@ def test_an_output_named_for_another_format(args, words, tmp_path):
     given = [a.format(dir=tmp_path) for a in args]
     one_line_exit_2(d500(*given, env={**os.environ, "D500_HOME": str(tmp_path / "home")}),
                     *[w.format(dir=tmp_path) for w in words])
-    assert not list(tmp_path.glob("board*")) and not list(tmp_path.glob("plot*"))
+    assert not [p for p in tmp_path.iterdir() if p.name != "home"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["train", "digits-mlp", "--submission", ""], ["--submission: is empty: give an entry"]),
+    (["package", "", "--out", "x.tar.gz"], ["SUBMISSION_DIR: is empty"]),
+    (["train", "", "--submission", "sgd-momentum"], ["the workload is empty: give a level-2"]),
+    (["net", "bench", ""], ["the workload is empty: give a level-1"]),
+    (["scale", ""], ["the target is empty: give a level-3 run's id"])])
+def test_an_empty_argument_says_it_is_empty(args, words, tmp_path):
+    """`--submission "$E"` with E unset said 'submission.yaml: no such file', and an empty
+    workload '.: no such workload file' (Path('') is the working directory)."""
+    one_line_exit_2(d500(*args, env={**os.environ, "D500_HOME": str(tmp_path / "home")}),
+                    *words)
 
 
 def test_an_entry_path_that_is_not_there_is_said_as_given(tmp_path):

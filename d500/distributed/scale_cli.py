@@ -90,6 +90,8 @@ def _sizes(text: str | None) -> tuple[int, ...]:
 def _target(text: str) -> str:
     """A run id or workload name as given, or the `name:` of a level-3 workload file (a file of
     another level, a missing one, is a ConfigError naming it)."""
+    if not text.strip():  # Path('') is '.', which said '.: a folder, where a YAML file is'
+        raise UsageError("the target is empty: give a level-3 run's id or a level-3 workload")
     path = Path(text)
     if text.isdigit() or (path.suffix not in (".yaml", ".yml") and not path.exists()):
         return text
