@@ -33,6 +33,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 PRELOAD = ["d500.forkserver", "numpy", "onnx", "torch", "d500.backends.torch.executable",
@@ -450,6 +451,75 @@ def kept(pid: int) -> int:
     except OSError:
         pass
     return child
+
+
+def hold(keeper: int, deadline: float = 0.5) -> list[int]:
+    """Stop every process behind `keeper` (a worker's d500 keeper): the entry's process, all it
+    started and the orphans its namespace's pid 1 adopted, and wait (up to `deadline` s) until
+    each of their threads has stopped. A judge holds them while it works off the clock (test
+    accuracy): no thread of the entry's computes on time that no figure counts. The pids, for
+    `release`."""
+    held: list[int] = []
+    while True:  # (a process may fork while the others stop)
+        new = [p for p in _descendants(keeper) if p not in held]
+        if not new:
+            break
+        for pid in new:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+                held.append(pid)
+            except ProcessLookupError:
+                pass
+    end = time.monotonic() + deadline
+    for pid in held:
+        while not _stopped(pid) and time.monotonic() < end:
+            os.sched_yield()
+    return held
+
+
+def release(held: list[int]) -> None:
+    """Let the processes `hold` stopped run on."""
+    for pid in held:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as f:
+                    kids = [int(c) for c in f.read().split()]
+            except OSError:
+                continue
+            found += kids
+            todo += kids
+    return found
+
+
+def _stopped(pid: int) -> bool:
+    """Whether every thread of `pid` is stopped (or the process is gone)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("T", "t", "Z", "X"):
+            return False
+    return True
 
 
 def _first_child(pid: int) -> int | None:

@@ -15,9 +15,10 @@ The clock (MLPerf's run_start) starts after the worker translated the model and 
 optimizer, and before the first data is touched: dataset loading, batching, the transfer of the
 training split to the worker and validation are inside time_to_accuracy. Test accuracy is
 measured at every evaluation with the clock paused (no decision reads it; its time is reported
-apart). A NaN or infinite loss ends the run `diverged`, a spent budget `missed` (the worker is
-told to stop mid-chunk); both score infinity and stay in the ledger. The load averages at the
-run's start and end are recorded with it (details "load_average"), as levels 0 and 1 record them.
+apart), the worker's processes stopped meanwhile (Trainee.hold). A NaN or infinite loss ends
+the run `diverged`, a spent budget `missed` (the worker is told to stop mid-chunk); both score
+infinity and stay in the ledger. The load averages at the run's start and end are recorded with
+it (details "load_average"), as levels 0 and 1 record them.
 """
 
 from __future__ import annotations
@@ -375,7 +376,11 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
         at, stamp = clock.now(), time.time() * 1e3  # eval_stop at the clock's reading
         log.end(mllog.EVAL_STOP, metadata=meta, time_ms=stamp)
         t = clock.read()
-        test = measure(judge.predict, parts.test.x, parts.test.y)
+        held = worker.hold()  # the entry computes nothing off the clock
+        try:
+            test = measure(judge.predict, parts.test.x, parts.test.y)
+        finally:
+            worker.release(held)
         clock.paused += clock.read() - t
         losses = state["losses"]
         train_loss = float(np.mean(losses)) if losses else math.nan

@@ -109,6 +109,14 @@ class Trainee:
         self.conn = conn
         self.step_time: float | None = None  # s a step took in the last whole chunk, as timed here
 
+    def hold(self) -> list[int]:
+        """Stop the trainee's processes while the judge works off the clock (a Worker's;
+        level 3's ranks run on: open); what `release` takes."""
+        return []
+
+    def release(self, held: list[int]) -> None:
+        children.release(held)
+
     def ready(self) -> None:
         """Wait until the worker built the model and the optimizer (a WorkerError if not);
         `precision` is then the one its trainer computes in (d500.training.precision)."""
@@ -251,6 +259,12 @@ class Worker(Trainee):
             self.conn.send(self.job)  # data can hang its parent when it exceeds a pipe buffer
         except (OSError, ValueError):
             pass  # the worker died at once: ready() says so
+
+    def hold(self) -> list[int]:
+        """Stop the entry's processes (SIGSTOP, d500.children.hold), waiting for the next chunk
+        anyway, while the judge measures test accuracy off the clock: a thread the entry
+        started computed on there (tests/training/test_paused_clock.py)."""
+        return children.hold(self.process.pid) if sys.platform == "linux" else []
 
     def ready(self) -> None:
         """Wait until the worker built the model and the optimizer; a forked worker not ready
