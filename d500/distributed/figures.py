@@ -31,7 +31,8 @@ class RankStats:
     pid: int
     steps: int = 0
     step_seconds: float = 0.0  # wall time inside the scheme's step (computation + communication)
-    comm_seconds: float | None = 0.0  # inside the communicator's collectives (None: not separable)
+    comm_seconds: float | None = 0.0  # inside the collectives, within the steps (None: not
+    # separable); each step's at most that step's seconds, so compute = step - comm >= 0
     sent: int = 0  # bytes, training collectives
     received: int = 0
     traffic: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
@@ -64,14 +65,15 @@ def aggregate(ranks: list[RankStats], param_bytes: int | None = None,
     from the judge's own cut or split). A pipeline's bubble_fraction is left out where the
     stages' mean is below BUBBLE_FLOOR x `bubble`, the judge's own (P-1)/(M+P-1): no stages wait
     that little on average, so a lower claim (a rank that says it never waited) is not a
-    measurement. A claim between the floor and the truth is not caught."""
+    measurement. A claim between the floor and the truth is not caught. comm_time, compute_time
+    and comm_share are left out where a rank's times are not `timed`."""
     out: dict[str, float] = {"step_time": statistics.fmean(r.step_seconds / max(1, r.steps)
                                                            for r in ranks)}
     if least is None or all(r.sent / max(1, r.steps) >= least.get(r.rank, 0) for r in ranks):
         out["bytes_per_step"] = statistics.fmean(r.sent / max(1, r.steps) for r in ranks)
         out["bytes_received_per_step"] = statistics.fmean(r.received / max(1, r.steps)
                                                           for r in ranks)
-    if all(r.comm_seconds is not None for r in ranks):
+    if all(timed(r) for r in ranks):
         comm = [r.comm_seconds or 0.0 for r in ranks]
         total = sum(r.step_seconds for r in ranks)
         out["comm_time"] = statistics.fmean(comm)
@@ -96,6 +98,14 @@ def aggregate(ranks: list[RankStats], param_bytes: int | None = None,
     if payload > 0:
         out["compression_ratio"] = sum(r.dense_bytes for r in ranks) / payload
     return out
+
+
+def timed(r: RankStats) -> bool:
+    """Whether a rank's communication seconds are a part of its step seconds: measured
+    (not None), finite and 0 <= comm <= step. The loop keeps each step's collectives within the
+    step; a rank saying more (comm_share > 1, negative compute) says what no clock measured."""
+    c, s = r.comm_seconds, r.step_seconds
+    return (c is not None and math.isfinite(c) and math.isfinite(s) and 0.0 <= c <= s)
 
 
 def held_memory(ranks: list[RankStats], param_bytes: int | None,

@@ -232,7 +232,9 @@ class RankLoop:
         loss = self.scheme.step(feeds, lr, weight)
         dt = time.perf_counter() - t
         st.step_seconds += dt
-        self.durations.append((dt, sum(x.seconds for x in self.comms) - c))
+        # the collectives' seconds inside this step, at most the step (a thread's collectives
+        # beside the step's own cannot add more): compute = step - comm >= 0 by construction
+        self.durations.append((dt, min(dt, max(0.0, sum(x.seconds for x in self.comms) - c))))
         st.steps += 1
         self.step += 1
         if math.isfinite(loss) and self.scheme.holds_loss:
@@ -261,7 +263,9 @@ class RankLoop:
             st.eval_traffic = {n: t for n, t in counted.items() if n in (EVALUATE, FINISH)}
             st.sent = int(sum(t["sent"] for t in st.traffic.values()))
             st.received = int(sum(t["received"] for t in st.traffic.values()))
-            st.comm_seconds = float(sum(t["seconds"] for t in st.traffic.values()))
+            # inside the steps only: what settle() completes between them (a server's drain of
+            # the workers' gradients) is training traffic, but in no step's time
+            st.comm_seconds = float(sum(comm for _, comm in self.durations))
         st.cpu_seconds = self.mark.own_cpu()
         if self.durations:
             steps = np.array(self.durations)
