@@ -105,7 +105,8 @@ def timed(r: RankStats) -> bool:
     (not None), finite and 0 <= comm <= step. The loop keeps each step's collectives within the
     step; a rank saying more (comm_share > 1, negative compute) says what no clock measured."""
     c, s = r.comm_seconds, r.step_seconds
-    return (c is not None and math.isfinite(c) and math.isfinite(s) and 0.0 <= c <= s)
+    return (all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (c, s))
+            and math.isfinite(c) and math.isfinite(s) and 0.0 <= c <= s)
 
 
 def held_memory(ranks: list[RankStats], param_bytes: int | None,

@@ -28,7 +28,7 @@ def test_aggregate_shares_within_the_steps():
     assert 0.0 <= out["comm_share"] <= 1.0
 
 
-@pytest.mark.parametrize("comm", [2.2, -0.1, math.nan, math.inf])
+@pytest.mark.parametrize("comm", [2.2, -0.1, math.nan, math.inf, "0.1", True])
 def test_aggregate_refuses_a_rank_whose_comm_is_not_part_of_its_step(comm):
     # the figures the new user saw: rank 0 said 2.2 s in collectives over 0.8 s of steps
     # (comm_share 1.41, compute_time -0.65); a rank's word, so its lie must not be recorded
