@@ -19,9 +19,10 @@ import time
 
 from d500 import threads
 from d500.backends import get
+from d500.heap import allocator
 from d500.networks import bench, workloads
 from d500.networks.bench import TRIPS
-from d500.networks.hosted import HostedBackend, allocator
+from d500.networks.hosted import HostedBackend
 
 
 def main() -> None:

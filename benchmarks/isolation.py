@@ -8,8 +8,9 @@ old loop's work. Both sides go through the same supervisor (d500.training.traine
 the same seed reaches its target at the same step on both, and the ratio of the times to accuracy
 is the split's cost. Cases: digits-mlp, and ResNet-20 on the digits (CIFAR-10 is not shipped;
 8x8 inputs, its 270k parameters handed over at every evaluation). `--case operators` measures
-level 0's split instead: an operator's forward timed in this process against its operator host's
-round trips (d500.operators.host). `--case handover`: the judge's load of a hand-over
+level 0's split instead: an operator's forward timed in this process against in its operator
+host (d500.operators.host), both as d500 op bench's checked round trips, both heaps set alike
+(d500.heap). `--case handover`: the judge's load of a hand-over
 (d500.training.trainer.Judge.load) into its parameters' NumPy views against through
 set_parameters, interleaved, for both models.
 
@@ -40,6 +41,7 @@ import argparse
 import json
 import math
 import os
+import secrets
 import statistics
 import subprocess
 import sys
@@ -338,13 +340,15 @@ def fresh(name: str, seed: int, inprocess: bool, threads_: int,
 def operators(budget: float) -> None:
     """Level 0: an operator's forward timed in this process and through its host's round trips
     (d500.operators.host), interleaved; the ratio host/in-process per entry."""
+    from d500.heap import allocator
     from d500.operators.adapters import runner
     from d500.operators.base import load
     from d500.operators.bench import per_inner_call
-    from d500.operators.host import ROUND_TRIP
+    from d500.operators.host import ROUND_TRIP, checked_forward
     from d500.operators.validate import prepare
     from d500.operators.workloads import load_case
     from d500.timing import measure_interleaved
+    allocator()  # this process's heap as its hosts' (d500 op bench does so)
     level0 = ROOT / "levels" / "0-operators"
     for entry, case_name in (("numpy-im2col-conv", "conv-3x3-pad1"), ("c-gemm", "gemm-256"),
                              ("torch-softmax", "softmax-axis1"), ("numpy-im2col-conv",
@@ -357,20 +361,23 @@ def operators(budget: float) -> None:
             from d500.operators.base import source_path
             from d500.operators.compile import build
             build(source_path(local.cls))
-        here = runner(local.cls(**c.attributes)).timed_forward(inputs)
-        there = runner(remote.cls(**c.attributes)).timed_forward(inputs)
+        # both sides the checked round trips d500 op bench times (each call's input shifted,
+        # its outputs checksummed): in this process (Local) and in the host
+        here = checked_forward(runner(local.cls(**c.attributes)), inputs)
+        there = checked_forward(runner(remote.cls(**c.attributes)), inputs)
         t = measure_interleaved({"here": here, "there": there}, budget=budget,
                                 min_sample=ROUND_TRIP)  # as d500's level-0 bench samples
-        a, b = t["here"], per_inner_call(t["there"], there.inner)
+        a, b = per_inner_call(t["here"], here.inner), per_inner_call(t["there"], there.inner)
         # the round trip's own cost: the judge's reading of a round trip against the host's
         # reading of the calls inside it (the host's clock, trusted here only to measure this)
         trips = []
         for _ in range(7):
             start = time.perf_counter()
-            inside = remote.cls.host.ask("repeat", "forward", there.inner)
+            inside, _ = remote.cls.host.ask("repeat", "forward", there.inner,
+                                            secrets.randbits(63), there.scale)
             trips.append((time.perf_counter() - start) / inside - 1)
-        print(f"  {entry} on {case_name}: in-process {a.median * 1e3:.4f} ms, host "
-              f"{b.median * 1e3:.4f} ms ({there.inner} calls a round trip): host/in-process "
+        print(f"  {entry} on {case_name}: in-process {a.median * 1e3:.4f} ms ({here.inner} "
+              f"calls a round trip), host {b.median * 1e3:.4f} ms ({there.inner}): host/in-process "
               f"{b.median / a.median:.3f}; a round trip's own cost "
               f"{100 * statistics.median(trips):.2f} % of it", flush=True)
 

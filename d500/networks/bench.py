@@ -433,9 +433,9 @@ def _verify(r: BackendBench, fn: Any, timing: Timing, what: str) -> Timing:
 def _interleave(rs: list[BackendBench], make_fn, budget: float, say: Progress,
                 what: str) -> dict[str, Timing]:
     """Time the backends side by side; one that raises while timed fails, the others go on.
-    This process's heap is set as its hosts' are (d500.networks.hosted.allocator), so that an
+    This process's heap is set as its hosts' are (d500.heap.allocator), so that an
     in-process row and a hosted one allocate alike."""
-    from d500.networks.hosted import allocator
+    from d500.heap import allocator
     allocator()
     rs = [r for r in rs if r.status == "running"]
     fns: dict[str, Any] = {}

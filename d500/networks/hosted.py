@@ -59,10 +59,10 @@ import onnx
 
 from d500 import children, untrusted
 from d500.errors import D500Error, UsageError
+from d500.heap import allocator
 from d500.operators.host import MAX_INNER, Batched
 
 START = 300.0  # seconds the host may take to import the backend or translate the model
-MMAP_MAX, TRIM = 32 << 20, 64 << 20  # the judge's and the hosts' heaps (`allocator`)
 CHECKED = 3  # round trips whose last call the judge recomputes with the reference
 
 _hosts: dict[str, HostedBackend] = {}
@@ -329,22 +329,6 @@ def main(conn: Any) -> None:
         except Exception as err:  # noqa: BLE001 - the backend's failure, as one line
             from d500.errors import describe
             conn.send(("raised", describe(err)))
-
-
-def allocator() -> None:
-    """glibc's heap set alike in the judge (before it times a row) and in each host (before the
-    backend loads): temporaries up to MMAP_MAX on the heap (glibc's own ceiling for its dynamic
-    threshold), the heap trimmed past TRIM. Left to glibc, a young host trimmed its heap and
-    mmapped the reference's training-step temporaries anew each call (mlp-mnist at batch 64:
-    1.8x the judge's time), while a judge's batch-32 resnet20 pass took 1.3x the host's:
-    benchmarks/hosted_backend.py, README."""
-    import ctypes
-    try:
-        libc = ctypes.CDLL(None)
-        libc.mallopt(-3, MMAP_MAX)  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, TRIM)  # M_TRIM_THRESHOLD
-    except (OSError, AttributeError):
-        pass  # not glibc
 
 
 def _serve_refusal(conn: Any, text: str) -> None:

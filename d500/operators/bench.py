@@ -117,7 +117,10 @@ def bench(op_class: type[CustomOperator], case: Case, backends: list[str],
           submission: str, options: Options | None = None, budget: float | None = None,
           peak: float | None = None) -> CaseResult:
     """Validate, then time the operator and every backend's implementation on one case, the
-    forward and the backward separately."""
+    forward and the backward separately. This process's heap is set as the operator host's
+    (d500.heap.allocator), so that a hosted row and an in-process one allocate alike."""
+    from d500.heap import allocator
+    allocator()
     options = options or Options()
     prepared = prepare(case, options.seed, options.scales)
     inputs = [a.copy() for a in prepared.inputs]

@@ -512,6 +512,8 @@ def main(conn: Any) -> None:
     children.keep()  # (first: a PID namespace needs the capabilities confine drops)
     children.confine()
     file, name, recorded = conn.recv()
+    from d500.heap import allocator
+    allocator()  # the judge's heap (d500.operators.bench.bench sets it before timing)
     try:
         cls = _load(Path(file), name, recorded)
     except UsageError as err:
@@ -562,6 +564,9 @@ def _answer(cls: Any, state: dict[str, Any], message: tuple[Any, ...]) -> Any:
     if kind == "threads":  # what the operator's frameworks run with in this process
         from d500 import threads
         return threads.actual()
+    if kind == "heap":  # whether glibc mmaps a block of each size here (d500.heap.probe)
+        from d500.heap import probe
+        return probe()
     if kind == "make":
         state.clear()
         state["run"] = runner(cls(**message[1]))
