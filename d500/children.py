@@ -348,12 +348,32 @@ def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
+def _own_proc() -> bool:
+    """In a namespace's pid 1, before the entry's process starts: a /proc of the namespace's
+    own, in a mount namespace of pid 1's own (its keeper, outside, keeps the host's). The
+    entry's processes see only each other there, and their pids and thread ids are those /proc
+    names: on the host's /proc, a thread named by another (XLA names its pool's threads so)
+    was named through /proc/self/task/TID with the namespace's TID, another thread there, and
+    the framework's thread count read from the names was wrong. False where refused (a user
+    namespace whose /proc is partly hidden): the host's stays."""
+    import ctypes
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return False
+    rec, slave, nosuid, nodev, noexec = 0x4000, 0x80000, 0x2, 0x4, 0x8
+    if libc.unshare(0x00020000) != 0 or libc.mount(None, b"/", None, rec | slave, None) != 0:
+        return False
+    return libc.mount(b"proc", b"/proc", b"proc", nosuid | nodev | noexec, None) == 0
+
+
 def _init(told: int, keeper: int) -> None:
     """Pid 1 of the kept namespace, d500's code: start the entry's process, with pid `keeper`
     where the kernel lets it choose (each concurrent run's then differs: files named by pid do
     not collide), reap every orphan of the namespace, and once that process has ended tell the
     keeper its wait status on `told` and end: the kernel then kills all the namespace holds.
     Returns only in the entry's process, whose parent (this) stays, so getppid() is 1."""
+    _own_proc()
     try:
         with open("/proc/sys/kernel/ns_last_pid", "w") as f:
             f.write(str(max(1, keeper - 1)))
@@ -484,6 +504,32 @@ def release(held: list[int]) -> None:
             os.kill(pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
+
+
+def cpu_seconds(keeper: int) -> tuple[float, dict[int, float]]:
+    """The CPU seconds (user + system, every thread) that `keeper` and all behind it used so far:
+    the entry's process, what it started, and those reaped (by their parent, or as orphans by
+    the namespace's pid 1: in its cutime/cstime); and, by live thread id, the seconds each
+    waited runnable for a CPU (schedstat: on a loaded machine a thread wants more than it gets).
+    Open: a child of a process that ignores SIGCHLD is reaped without its time counted, and a
+    thread's wait ends with it."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, waited = 0, {}
+    for pid in [keeper, *_descendants(keeper)]:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except (OSError, IndexError):
+            continue
+        total += sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                    waited[int(task)] = int(f.read().split()[1]) / 1e9
+            except (OSError, IndexError, ValueError):
+                pass
+    return total / tick, waited
 
 
 def _descendants(pid: int) -> list[int]:

@@ -295,6 +295,8 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
     shape, _ = datasets.shape_of(workload.dataset)
     log = run.mllog
     clock = Clock(start=run.begin())  # init_stop, run_start: the clock runs from here
+    from d500.training.cpu import Meter
+    meter = Meter(worker)  # the CPU time the entry's processes use from here (cpu.BOUND)
     if watch is not None:  # the load beside what the clock times, not beside the setup
         watch.restart()
     if resume is not None:
@@ -311,7 +313,7 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
     plan = Plan.of(batches(recipe.growth(), layout.batch, workload.max_epochs),
                    len(parts.train.y), workload.drop_last)
     total_steps = plan.total
-    worker.give(parts.train.x, parts.train.y, total_steps)
+    meter.timed(worker.give, parts.train.x, parts.train.y, total_steps)
     from d500.training import compiling  # what a compiling mode's cache held at the start
     compiled = {"before": compiling.cached_programs(judge.backend_cls), "figures": {}}
     clock.data += clock.read() - t0
@@ -325,7 +327,7 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
                              "loaded": None}
     begin = 0
     if resume is not None:  # on the clock: the worker takes the checkpoint's state
-        worker.restore(resume.state)
+        meter.timed(worker.restore, resume.state)
         state.update(step=int(resume.meta["step"]), **resume.meta["judge"])
         begin = resume.epoch
         # the training, evaluation and data time up to the checkpoint: the samples it counts
@@ -339,7 +341,7 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
         from d500.training import checkpoint
         from d500.training import resume as resuming
         t = clock.read()
-        got = worker.save()
+        got = meter.timed(worker.save)
         # the names and shapes checked as at an evaluation (level 3, ranks holding pieces of
         # the model: the whole one, gathered as for an evaluation, d500.distributed.resuming)
         judge.load(got.get("whole", got["model"]))
@@ -429,8 +431,8 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
                 workload.every_epochs and (epoch + 1) % workload.every_epochs == 0
                 and first + count == steps_per_epoch))
             t = clock.read()
-            chunk = worker.train(epoch, first, count, remaining, tick(epoch), want, state["val"],
-                                 batch)
+            chunk = meter.timed(worker.train, epoch, first, count, remaining, tick(epoch), want,
+                                state["val"], batch)
             clock.train += clock.read() - t
             for loss in chunk.losses:
                 state["step"] += 1
@@ -467,7 +469,8 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
             save(epoch + 1)
     last = state["reached"] is None and state["evaluated"] != state["step"]
     t = clock.read()
-    final = worker.finish(last)  # the trainee's final model (level 3: the scheme's)
+    final = meter.timed(worker.finish, last)  # the trainee's final model (level 3: the scheme's)
+    meter.check(run)  # fails a run whose entry used more CPU than its threads give
     if last:  # the end: always one last evaluation, the finish's time trained before it
         # (after the last evaluation, where the target was met or the last step evaluated, it
         # is in no figure: the split is of the time up to the last evaluation, and nothing

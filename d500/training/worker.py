@@ -117,6 +117,11 @@ class Trainee:
     def release(self, held: list[int]) -> None:
         children.release(held)
 
+    def cpu_seconds(self) -> tuple[float, dict[int, float]] | None:
+        """CPU seconds the trainee's processes used so far, and each live thread's wait for a
+        CPU (a Worker's, d500.children.cpu_seconds; None: not measured)."""
+        return None
+
     def ready(self) -> None:
         """Wait until the worker built the model and the optimizer (a WorkerError if not);
         `precision` is then the one its trainer computes in (d500.training.precision)."""
@@ -265,6 +270,12 @@ class Worker(Trainee):
         anyway, while the judge measures test accuracy off the clock: a thread the entry
         started computed on there (tests/training/test_paused_clock.py)."""
         return children.hold(self.process.pid) if sys.platform == "linux" else []
+
+    def cpu_seconds(self) -> tuple[float, dict[int, float]] | None:
+        """CPU seconds the entry's processes used so far, every thread of each, the reaped ones
+        too, and each live thread's wait for a CPU (d500.children.cpu_seconds); None off
+        Linux."""
+        return children.cpu_seconds(self.process.pid) if sys.platform == "linux" else None
 
     def ready(self) -> None:
         """Wait until the worker built the model and the optimizer; a forked worker not ready

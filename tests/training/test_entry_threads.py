@@ -1,19 +1,25 @@
 """A run records the thread count d500 gave the worker (provenance "threads", chosen from the
 machine's load or --threads), but the entry's code runs in that worker and may raise it: an
 optimizer calling torch.set_num_threads(count + 1) (and widening its CPU affinity) trains on
-more cores than the run says, on a machine where others' load made d500 give it fewer. The
-attack, performed on a real 'd500 train --threads 1'."""
+more cores than the run says, on a machine where others' load made d500 give it fewer. No
+setting stops it (a process may widen its own affinity): the judge measures the CPU time the
+entry's processes used against the recorded threads x the time it worked, and fails the run over
+d500.training.cpu's bound. The attack, performed on a real 'd500 train --threads 1', and the same
+work on the one thread the run records, which passes."""
 
 from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from d500.training.cpu import SLACK_S, bound
 
 ROOT = Path(__file__).resolve().parents[2]
 SGD = ROOT / "submissions" / "sgd-momentum"
@@ -28,20 +34,21 @@ class Greedy(Optimizer):
     name = "greedy"
 
     def update(self, ops, params, grads, state, lr, t):
-        if int(t) == 1:
+        if int(t) == 1 and os.environ.get("D500_WIDEN"):
             os.sched_setaffinity(0, range(os.cpu_count()))
             torch.set_num_threads(torch.get_num_threads() + 1)
         if int(t) == 5:
             with open(os.environ["D500_GREEDY"], "a") as out:
                 out.write(json.dumps(torch.get_num_threads()) + "\\n")
+        a = torch.ones(384, 384)
+        a = a @ a / 384  # a stand-in for extra work (steps on cached batches) on those threads
         ops.add_(params, grads, -lr)
 '''
 
 
-@pytest.mark.slow  # (one 'd500 train' subprocess, ~15 s)
-@pytest.mark.xfail(strict=True, reason="open (issue 17): the worker's thread count is the "
-                   "entry's to change; the judge records the count it gave, not what was used")
-def test_an_entry_trains_on_the_threads_its_run_records(tmp_path):
+def _train(tmp_path: Path, widen: bool) -> tuple[subprocess.CompletedProcess, list, dict]:
+    """A 'd500 train --threads 1' of the entry; its output, the threads it said it trained on
+    and its run's row (status, error, details)."""
     folder = tmp_path / "entry"
     folder.mkdir()
     (folder / "opt.py").write_text(GREEDY)
@@ -51,10 +58,40 @@ def test_an_entry_trains_on_the_threads_its_run_records(tmp_path):
     (folder / "submission.yaml").write_text(yaml.safe_dump(data))
     said = tmp_path / "threads.jsonl"
     env = {**os.environ, "D500_HOME": str(tmp_path / "home"), "D500_GREEDY": str(said)}
+    env.pop("D500_WIDEN", None)
+    if widen:
+        env["D500_WIDEN"] = "1"
     done = subprocess.run([sys.executable, "-m", "d500.cli", "train", "digits-mlp",
                            "--submission", str(folder), "--threads", "1", "--seed", "0"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode in (0, 1), done.stderr
     used = [json.loads(line) for line in said.read_text().splitlines()]
-    assert used, done.stderr
-    assert used[-1] == 1, f"the run records 1 thread; the entry trained on {used[-1]}"
+    db = sqlite3.connect(tmp_path / "home" / "ledger.sqlite")
+    status, error, details = db.execute("SELECT status, error, details FROM runs").fetchone()
+    db.close()
+    return done, used, {"status": status, "error": error or "", **json.loads(details)}
+
+
+@pytest.mark.slow  # (one 'd500 train' subprocess, ~15 s)
+@pytest.mark.skipif(sys.platform != "linux" or len(os.sched_getaffinity(0)) < 2,
+                    reason="/proc's CPU times; more cores than the one thread recorded")
+def test_an_entry_trains_on_the_threads_its_run_records(tmp_path):
+    done, used, run = _train(tmp_path, widen=True)
+    assert used and used[-1] > 1, done.stderr  # the attack: it trained on more threads
+    cpu, load = run["worker_cpu"], run["load_average"]
+    free = load["usable_cores"] - load.get("during", 0.0)
+    if run["status"] != "failed" and free < bound("torch") + 0.4:
+        pytest.skip(f"other processes left the entry {free:.2f} cores: too few to judge {cpu}")
+    assert run["status"] == "failed", f"the run records 1 thread; the entry used {cpu}, {load}"
+    assert cpu["ratio"] > bound("torch") and "recorded thread" in run["error"], run
+
+
+@pytest.mark.slow  # (one 'd500 train' subprocess, ~10 s)
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc's CPU times")
+def test_the_same_work_on_the_recorded_thread_passes(tmp_path):
+    done, used, run = _train(tmp_path, widen=False)
+    assert used == [1], done.stderr
+    assert run["status"] in ("succeeded", "missed"), run["error"]
+    cpu = run["worker_cpu"]
+    assert cpu["threads"] == 1 and 0 < cpu["ratio"], cpu
+    assert cpu["cpu_s"] <= cpu["bound"] * cpu["wall_s"] + SLACK_S, cpu
