@@ -11,25 +11,21 @@ import time as _time
 from pathlib import Path as _Path
 
 
-def above(n):
-    """The process `n` levels above this one, as the host sees it: a worker's keeper is 1 above
-    (2 where the worker runs in a PID namespace of its own, its getppid() then 1: pid 1 there
-    between; d500.children.keep)."""
-    pid = "self"
-    for _ in range(n):
-        with open(f"/proc/{pid}/stat") as f:
-            pid = int(f.read().rsplit(")", 1)[1].split()[1])
-    return pid
+def who():
+    """The d500 process a worker trains for: its MPI rank (hydra's PMI_RANK, in the environment
+    a worker takes from that process), else "0". (Not read from /proc: a worker in a PID
+    namespace of its own has a /proc of its own, where nothing above its namespace shows.)"""
+    return _os.environ.get("PMI_RANK", "0")
 
 
 def meet(step, ranks=2):
-    """At the first update of a rank's first trial, when $D500_MEET_DIR is set: note the rank's
-    process there (the parent of the worker that trains: the rank or its forkserver), then wait
+    """At the first update of a rank's first trial, when $D500_MEET_DIR is set: note the rank
+    there, then wait
     (at most 300 s) until `ranks` processes have."""
     folder = _os.environ.get("D500_MEET_DIR")
     if not folder or int(step) != 1:
         return
-    mine = _Path(folder) / str(above(2 if _os.getppid() == 1 else 1))  # the worker's keeper
+    mine = _Path(folder) / who()
     if mine.exists():
         return
     mine.touch()

@@ -27,8 +27,8 @@ CORES = len(os.sched_getaffinity(0))
 
 NOTING = '''\
 """Momentum SGD that writes, at its first update, the thread counts the frameworks of its own
-training process report (a worker of the d500 process: to $NOTE_DIR/<its keeper's parent's
-pid>.json, the d500 process or its forkserver, once per d500 process); under $D500_MEET_DIR the
+training process report (a worker of the d500 process: to $NOTE_DIR/<its rank>.json, once per
+d500 process); under $D500_MEET_DIR the
 ranks' first trials overlap (tests/training/rendezvous.py)."""
 
 import json
@@ -44,8 +44,7 @@ class Noting(Momentum):
 
     def update(self, ops, params, grads, state, lr, t):
         meet(t)
-        d500 = above(3 if os.getppid() == 1 else 2)  # the keeper's parent (d500.children.keep)
-        out = Path(os.environ["NOTE_DIR"]) / f"{d500}.json"
+        out = Path(os.environ["NOTE_DIR"]) / f"{who()}.json"
         if not out.exists():
             found = {}
             if "torch" in sys.modules:
