@@ -422,8 +422,15 @@ def _kept(pid: int, passed: set[int], held: int, said: int) -> int:
         if not reaped:
             os.kill(pid, sig)
 
+    def abort(*_: Any) -> None:  # a rank's job is gone (hydra SIGKILLed the waiter): all at
+        for child in [pid, *_descendants(os.getpid())]:  # once, as a SIGKILL of the job would,
+            try:  # so that no process of it (rank 0's judge) records an end in between
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
     for sig in passed:
-        signal.signal(sig, stop if sig == ORPHANED else pass_on)
+        signal.signal(sig, abort if sig == ORPHANED else pass_on)
     if not passed:
         signal.signal(signal.SIGTERM, stop)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, passed)
