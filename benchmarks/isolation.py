@@ -95,6 +95,15 @@ class InProcess:
     def finish(self, want: bool) -> Any:
         return {} if want else None
 
+    def hold(self) -> list[int]:
+        return []  # (its own process: nothing to stop, d500.training.worker.Trainee.hold)
+
+    def release(self, held: list[int]) -> None:
+        pass
+
+    def cpu_seconds(self) -> None:
+        return None  # (not measured: the judge's own process)
+
     def close(self) -> None:
         InProcess.current = None
 
