@@ -573,11 +573,17 @@ def breakdown(split: list[tuple[dict[str, float], dict[str, float]]], side: str 
           f"{statistics.median(per) * 1e3:+.2f} ms (medians over pairs)", flush=True)
 
 
+SHOWN_FROM = 6  # pairs: fewer give no 95 % CI of the median (d500.timing.median_ci: min-max)
+
+
 def verdict(name: str, ratios: list[float], lo: float, hi: float) -> str:
     """The line that says whether the split's cost is within the 2 % the design allows."""
     m = statistics.median(ratios)
-    if hi <= 1.02:
+    if hi <= 1.02 and len(ratios) >= SHOWN_FROM:
         word = "WITHIN 2 %, shown (the whole 95 % CI of the median is at most 1.020)"
+    elif m <= 1.02 and len(ratios) < SHOWN_FROM:
+        word = (f"within 2 % at the median, NOT shown ({len(ratios)} pair(s): a 95 % CI of the "
+                f"median needs {SHOWN_FROM} or more)")
     elif m <= 1.02:
         word = (f"within 2 % at the median, NOT shown (the 95 % CI reaches {hi:.3f}: more "
                 f"pairs, or a quieter machine)")

@@ -79,3 +79,11 @@ def test_the_trace_hook_times_each_chunk_from_both_processes(tmp_path):
     for c in chunks:
         assert 0.019 <= c["own"] < 1.0  # the child's 20 ms, seen between its receipt and reply
         assert 0 <= c["out"] < 0.5 and 0 <= c["back"] < 0.5
+
+
+def test_the_verdict_shows_the_bound_only_with_a_95_percent_ci():
+    """One pair's ratio under 1.02 is its own 'interval' (min-max): never 'shown' (it said
+    WITHIN 2 %, shown, for `--pairs 1`); six pairs all under 1.02 are."""
+    assert "NOT shown" in isolation.verdict("w", [0.82], 0.82, 0.82)
+    assert "WITHIN 2 %, shown" in isolation.verdict("w", [1.0] * 6, 1.0, 1.0)
+    assert "NOT within 2 %" in isolation.verdict("w", [1.05] * 6, 1.05, 1.05)
