@@ -51,5 +51,6 @@ def mmapped(size: int) -> bool | None:
 
 def probe() -> tuple[bool | None, bool | None]:
     """Whether a block of 3/4 MMAP_MAX, then one of 5/4 MMAP_MAX, is mmapped here: (False, True)
-    once `allocator` ran; a fresh process's glibc mmaps both."""
+    once `allocator` ran; a fresh process's glibc mmaps both. Meaningful in a young process only:
+    an old one may serve either block from a free chunk it holds, whatever its thresholds."""
     return mmapped(MMAP_MAX * 3 // 4), mmapped(MMAP_MAX * 5 // 4)
