@@ -13,6 +13,7 @@ from typing import Any
 from d500.cli import ArgumentParser, stdout_console
 from d500.errors import D500Error, UsageError
 from d500.paths import output_file, write_output
+from d500.say import say
 
 STATUS_STYLE = {"succeeded": "green", "running": "cyan", "failed": "red", "diverged": "red",
                 "missed": "yellow", "timeout": "yellow", "interrupted": "magenta"}
@@ -70,12 +71,17 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
         if args.command == "list":
             runs = ledger.runs(level=args.level, workload=args.workload, status=args.status,
                                submission=args.submission, backend=args.backend)
+            chosen = {k: getattr(args, k) for k in ("level", "workload", "status",
+                                                    "submission", "backend")}
+            chosen = {k: v for k, v in chosen.items() if v is not None}
             if args.json:
                 print(json.dumps([_public(r) for r in runs], indent=1))
+                hint = "" if runs else _near(ledger, chosen)
+                if hint:  # the JSON stays `[]`; the hint goes to stderr
+                    given = " ".join(f"--{k} {v}" for k, v in chosen.items())
+                    say(f"{prog} list: no run matches {given} ({hint})")
             else:
-                chosen = {k: getattr(args, k) for k in ("level", "workload", "status",
-                                                        "submission", "backend")}
-                _print_list(runs, ledger, {k: v for k, v in chosen.items() if v is not None})
+                _print_list(runs, ledger, chosen)
         elif args.command == "show":
             if args.run == "last":
                 every = ledger.runs()
@@ -235,8 +241,11 @@ def _print_list(runs: list[dict[str, Any]], ledger: Any,
     if not runs:
         every = len(ledger.runs()) if filters else 0
         chosen = " ".join(f"--{k} {v}" for k, v in (filters or {}).items())
-        console.print(f"no run of the {every} in {ledger.path} matches {chosen}" if every
-                      else f"no runs recorded in {ledger.path}", markup=False, highlight=False)
+        hint = _near(ledger, filters or {}) if every else ""
+        console.print(f"no run of the {every} in {ledger.path} matches {chosen}"
+                      f"{f' ({hint})' if hint else ''}" if every
+                      else f"no runs recorded in {ledger.path}", markup=False, highlight=False,
+                      soft_wrap=True)
         return
     table = Table(title=f"{len(runs)} run{'' if len(runs) == 1 else 's'} in {ledger.path}",
                   title_justify="left")
@@ -258,6 +267,18 @@ def _print_list(runs: list[dict[str, Any]], ledger: Any,
                       "" if r["duration"] is None else format_duration(r["duration"]),
                       _figures_text(r["figures"]) or (r["error"] or "")[:80])
     console.print(table)
+
+
+def _near(ledger: Any, filters: dict[str, Any]) -> str:
+    """"did you mean 'conv'?" for the first --workload, --submission or --backend that no
+    recorded run has, when a recorded one is close; else ""."""
+    from d500.errors import did_you_mean
+    runs = ledger.runs()
+    for key in ("workload", "submission", "backend"):
+        recorded = {r[key] for r in runs if r[key]}
+        if key in filters and filters[key] not in recorded:
+            return did_you_mean(filters[key], sorted(recorded))
+    return ""
 
 
 def _print_run(run: dict[str, Any]) -> None:

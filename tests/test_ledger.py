@@ -306,7 +306,13 @@ def test_cli_list_show_export(home, tmp_path):
     assert "1 run in " in table.stdout and "2 runs in " in cli("ledger", "list", home=home).stdout
     typo = cli("ledger", "list", "--workload", "cnov", home=home)  # not "no runs recorded"
     assert typo.returncode == 0 and "no run of the 2 in " in typo.stdout
-    assert "matches --workload cnov" in typo.stdout
+    assert "matches --workload cnov (did you mean 'conv'?)" in typo.stdout
+    assert cli("ledger", "list", "--workload", "mnist", "--status", "failed",
+               home=home).stdout.strip().endswith("matches --workload mnist --status failed")
+    near = cli("ledger", "list", "--submission", "bb", "--json", home=home)
+    assert near.returncode == 0 and json.loads(near.stdout) == []
+    assert near.stderr == "d500 ledger list: no run matches --submission bb (did you mean " \
+                          "'b'?)\n"
     show = cli("ledger", "show", "last", home=home)
     assert show.returncode == 0
     assert "diverged" in show.stdout and "loss is nan at step 5" in show.stdout

@@ -35,10 +35,15 @@ def main(argv: list[str], prog: str = "d500 scale") -> int:
                                                  "$D500_HOME/scale-<target>.png, with --weak "
                                                  "scale-<target>-weak.png)")
     p.add_argument("--json", action="store_true", help="print the predictions as JSON")
+    p.add_argument("--ledger", metavar="FILE", help="a ledger file other than "
+                   "$D500_HOME/ledger.sqlite")
     args = p.parse_args(argv)
     from d500.distributed import launch
     sizes = _sizes(args.ranks)
     target = _target(args.target)
+    if args.ledger is not None and not Path(args.ledger).is_file():  # said on every rank,
+        from d500.ledger import Ledger  # before the network's sweep
+        Ledger.open_for_reading(args.ledger)  # raises, naming it
     if args.png:
         from d500.paths import output_file
         output_file(args.png, "scale.png", option="--png", endings=(".png",))
@@ -50,7 +55,8 @@ def main(argv: list[str], prog: str = "d500 scale") -> int:
         return 0  # rank 0 prints
     from d500.distributed import scaling
     from d500.ledger import Ledger
-    profiles = _profiles(Ledger(), target, named=target == args.target)
+    with Ledger.open_for_reading(args.ledger) as ledger:
+        profiles = _profiles(ledger, target, named=target == args.target)
     net = given or _network(args, None)
     rows = scaling.predict(profiles, net, sizes, weak=args.weak)
     from d500.paths import home, write_output

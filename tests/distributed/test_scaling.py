@@ -185,6 +185,22 @@ def test_scale_cli_refusals(tmp_path):
     assert len(bad.stderr.strip().splitlines()) == 1
 
 
+def test_scale_reads_the_ledger_named_by_its_ledger_option(tmp_path):
+    """`d500 scale RUN --ledger FILE` models a run of that file, as `d500 ledger --ledger FILE`
+    and `d500 leaderboard --ledger FILE` read it (it had no --ledger: only $D500_HOME's); a
+    missing file is one line, exit 2, before the network is measured."""
+    elsewhere, home = tmp_path / "elsewhere", tmp_path / "home"
+    run_id = str(recorded_sync_run(elsewhere))
+    there = jobs.plain_d500(home, "scale", run_id, "--network", "2us,12.5GB/s", "--ledger",
+                            str(elsewhere / "ledger.sqlite"), "--json")
+    assert there.returncode == 0, there.stderr
+    assert json.loads(there.stdout)["profiles"][0]["run_id"] == int(run_id)
+    missing = jobs.plain_d500(home, "scale", run_id, "--ledger", str(tmp_path / "nope.sqlite"))
+    assert missing.returncode == 2
+    assert missing.stderr == f"d500 scale: error: {tmp_path / 'nope.sqlite'}: no such ledger " \
+                             f"file\n"
+
+
 def recorded_sync_run(home) -> int:
     """A succeeded 2-rank sync run at a global batch of 32 in the ledger under `home`, as the
     level-3 trainer records it (per-rank figures in its details)."""
