@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from d500.cli import ArgumentParser
+from d500.errors import UsageError
 from d500.paths import entry_argument
+
+ENDINGS = (".tar.gz", ".tgz")  # what a package is: a gzipped tar
 
 
 def main(argv: list[str], prog: str = "d500 package") -> int:
@@ -18,12 +22,16 @@ def main(argv: list[str], prog: str = "d500 package") -> int:
                    help="the entry: a folder with submission.yaml, or that file (or the name "
                         "of one of d500's example entries)")
     p.add_argument("--out", required=True, metavar="FILE",
-                   help="the package to write (a .tar.gz)")
+                   help="the package to write (a .tar.gz or .tgz)")
     p.add_argument("--ledger", metavar="PATH",
                    help="the ledger file (default $D500_HOME/ledger.sqlite)")
     p.add_argument("--sign", metavar="KEYFILE",
                    help="sign with this ed25519 private key (make one with d500 keygen)")
     args = p.parse_args(argv)
+    out = Path(args.out)
+    if not out.is_dir() and not out.name.lower().endswith(ENDINGS):  # x.zip held a tar.gz
+        raise UsageError(f"{out}: --out writes a gzipped tar: a file name ending in "
+                         f"{' or '.join(ENDINGS)} (e.g. {out.with_suffix('').name}.tar.gz)")
     from d500.competition.export import build
     from d500.competition.package import Package
 

@@ -206,6 +206,18 @@ def test_a_key_file_that_is_a_folder_or_a_key_is_one_line_exit_2(tmp_path, run_d
     assert again.returncode == 2 and "already exists; not overwriting a key" in again.stderr
 
 
+def test_out_named_for_another_format_is_one_line_exit_2(tmp_path, run_d500):
+    """`--out x.zip` wrote a tar.gz under that name: a name that is not .tar.gz or .tgz is
+    refused before anything is packed, and nothing is written."""
+    for name in ("x.zip", "x.tar", "x"):
+        result = run_d500(tmp_path / "home", "package", str(tmp_path), "--out",
+                          str(tmp_path / name))
+        assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+            f"d500 package: error: {tmp_path / name}: --out writes a gzipped tar: a file name "
+            f"ending in .tar.gz or .tgz (e.g. x.tar.gz)"], result.stderr
+        assert not (tmp_path / name).exists()
+
+
 def test_out_that_is_a_folder_is_one_line_exit_2(tmp_path, run_d500):
     """`--out` naming a folder failed only at the end, in a traceback (os.replace onto it)."""
     result = run_d500(tmp_path / "home", "package", str(tmp_path), "--out", str(tmp_path))
