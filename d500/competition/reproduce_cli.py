@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from typing import Any
 
 from d500 import paths
@@ -147,16 +148,42 @@ def render(result: Any) -> None:
     for check in result.pooled:
         out(f"{'agrees' if check.agrees else 'DISAGREES'}, the drawn runs' times together: "
             f"{check.line()}")
-    bad = [r for r in result.runs if not r.agrees]
-    out(f"{len(result.runs) - len(bad)} of {len(result.runs)} run(s) agree with the package "
-        "(what must not depend on the machine: status, steps and epochs to the target, "
-        "accuracies, evaluations, a validation's verdict, a network's agreement with the "
-        "reference, node-test counts; times only on the run's own hardware)")
+    out(tally(result.runs))
     unjudged = [r.origin_id for r in result.runs if any(
         c.inconclusive and c.tolerance.startswith("not judged: ") for c in r.checks)]
     if unjudged:
         out(f"times not judged for run(s) {', '.join(map(str, unjudged))}: this machine was "
             "too loaded while reproducing to judge times; reproduce on a quieter machine")
+
+
+COMPARED = ("what must not depend on the machine: status, steps and epochs to the target, "
+            "accuracies, evaluations, a validation's verdict, a network's agreement with the "
+            "reference, node-test counts; times only on the run's own hardware")
+
+
+def tally(runs: list[Any]) -> str:
+    """The closing line: how many runs agree; where the others are only inconclusive, that
+    (and why) instead of "0 of 1 run(s) agree", which read as a disagreement."""
+    n, count = len(runs), Counter(r.verdict for r in runs)
+    unsure = [r for r in runs if r.verdict == "inconclusive"]
+    why = "; ".join(f"run {r.origin_id}: {_unsure(r)}" for r in unsure)
+    if unsure and count["agrees"] + len(unsure) == n:
+        rest = f"; the other {count['agrees']} agree" if count["agrees"] else ""
+        return (f"{len(unsure)} of {n} run(s) inconclusive ({why}), none disagrees with the "
+                f"package{rest} ({COMPARED})")
+    return (f"{count['agrees']} of {n} run(s) agree with the package ({COMPARED})"
+            + (f"; {len(unsure)} inconclusive ({why})" if unsure else ""))
+
+
+def _unsure(report: Any) -> str:
+    """Why a run's verdict is inconclusive, in a few words."""
+    checks = [c for c in report.checks if c.inconclusive and not c.agrees]
+    if any(c.tolerance.startswith("not judged: ") for c in checks):
+        return "its times were not judged, this machine being too loaded while reproducing"
+    if any("spent its time budget" in c.note for c in report.checks):
+        return ("one of the two spent its time budget before the other's target step, the "
+                "evaluations agreeing: machine speed, not the result")
+    return "not judged: " + ", ".join(c.name for c in checks)
 
 
 def fresh(result: Any, out: Any, console: Any) -> None:

@@ -288,10 +288,20 @@ def test_the_report_says_plainly_that_times_were_not_judged(capsys):
     render(result)
     out = capsys.readouterr().out
     assert "inconclusive: run 4: time_to_accuracy: recorded" in out
-    assert "disagrees:" not in out and "0 of 1 run(s) agree with the package" in out
+    assert "disagrees:" not in out and "0 of 1" not in out  # read as a disagreement
+    assert ("1 of 1 run(s) inconclusive (run 4: its times were not judged, this machine being "
+            "too loaded while reproducing), none disagrees with the package (what") in out
     assert ("times not judged for run(s) 4: this machine was too loaded while reproducing to "
             "judge times; reproduce on a quieter machine") in out
     found = as_json(result)
     assert found["agrees"] is False and found["runs"][0]["verdict"] == "inconclusive"
+    same = RunReport(5, 2, "digits-mlp", "torch", 1, run_id=2)
+    same.checks = list(_checks(SLOW, SLOW, 1.0).values())
+    assert same.verdict == "agrees"
+    render(Reproduction(Path("p.tar.gz"), "0" * 64, "entry", 3, True, Path("l.sqlite"),
+                        drawn_from=[4, 5], runs=[run, same]))
+    assert "1 of 2 run(s) inconclusive (run 4: its times were not judged, this machine being " \
+           "too loaded while reproducing), none disagrees with the package; the other 1 agree" \
+           in " ".join(capsys.readouterr().out.split())
     assert all(c["inconclusive"] for c in found["runs"][0]["checks"])
 
