@@ -469,12 +469,13 @@ def kept(pid: int) -> int:
     """The process that runs the entry's code behind keeper `pid` (benchmarks pin or schedule
     it): the keeper's child, or that child's where it is a PID namespace's pid 1 (`_init`);
     `pid` itself where it has no child (not yet split, or not Linux)."""
-    child = _first_child(pid)
-    if child is None:
+    found = _children(pid)
+    if not found:
         return pid
+    child = found[0]
     try:
         if os.readlink(f"/proc/{child}/ns/pid") != os.readlink("/proc/self/ns/pid"):
-            return _first_child(child) or child
+            return (_children(child) or [child])[0]
     except OSError:
         pass
     return child
@@ -526,11 +527,10 @@ def cpu_seconds(keeper: int) -> tuple[float, dict[int, float]]:
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            tasks = os.listdir(f"/proc/{pid}/task")
         except (OSError, IndexError):
             continue
         total += sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
-        for task in tasks:
+        for task in _tasks(pid):
             try:
                 with open(f"/proc/{pid}/task/{task}/schedstat") as f:
                     waited[int(task)] = int(f.read().split()[1]) / 1e9
@@ -540,31 +540,40 @@ def cpu_seconds(keeper: int) -> tuple[float, dict[int, float]]:
 
 
 def _descendants(pid: int) -> list[int]:
+    """The processes below `pid`: its children, theirs, and so on."""
     found, todo = [], [pid]
     while todo:
-        parent = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{parent}/task/{task}/children") as f:
-                    kids = [int(c) for c in f.read().split()]
-            except OSError:
-                continue
-            found += kids
-            todo += kids
+        kids = _children(todo.pop())
+        found += kids
+        todo += kids
     return found
+
+
+def _children(pid: int | str = "self") -> list[int]:
+    """The children of process `pid` ("self": this one), every thread's (a child is listed under
+    the thread that started it); none where it is gone."""
+    found = []
+    for task in _tasks(pid):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return found
+
+
+def _tasks(pid: int | str) -> list[str]:
+    """The thread ids of process `pid` as /proc names them, the main thread first; none where it
+    is gone."""
+    try:
+        return os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
 
 
 def _stopped(pid: int) -> bool:
     """Whether every thread of `pid` is stopped (or the process is gone)."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return True
-    for task in tasks:
+    for task in _tasks(pid):
         try:
             with open(f"/proc/{pid}/task/{task}/stat") as f:
                 state = f.read().rsplit(")", 1)[1].split()[0]
@@ -573,15 +582,6 @@ def _stopped(pid: int) -> bool:
         if state not in ("T", "t", "Z", "X"):
             return False
     return True
-
-
-def _first_child(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            found = f.read().split()
-    except OSError:
-        return None
-    return int(found[0]) if found else None
 
 
 def _end_adopted() -> None:
@@ -598,17 +598,6 @@ def _end_adopted() -> None:
             return
         except InterruptedError:
             continue
-
-
-def _children() -> list[int]:
-    found = []
-    for task in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{task}/children") as f:
-                found += [int(c) for c in f.read().split()]
-        except OSError:
-            pass
-    return found
 
 
 def _max_fd() -> int:
