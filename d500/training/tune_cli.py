@@ -89,16 +89,22 @@ def main(argv: list[str], prog: str = "d500 tune") -> int:
         print_whole(f"{trial_label(t.study, t.number)} {t.params}{where}: "
                     + line(workload, t.seed, r), out)
     if report.kept:
-        out.print(f"{len(report.kept)} trial(s) already done were kept (resumed)",
-                  highlight=False)
+        print_whole(f"{len(report.kept)} trial(s) already done were kept (resumed)", out)
     if best:
-        from d500 import metrics
-        e = best[0]
-        fmt = metrics.get("time_to_accuracy").format
-        out.print(f"score: {fmt(e.score)} (median over {len(e.studies)} studies of each "
-                  f"study's fastest trial to the target); tuning cost {fmt(e.tuning_cost)} "
-                  f"over {len(e.trials)} trials; trials: {e.counts()}", highlight=False)
+        print_whole(score_line(best[0]), out)  # whole in a pipe or a log: it broke at 160
     return 0
+
+
+def score_line(e: Any) -> str:
+    """"score: ... ; tuning cost ... over N trials; trials: 3 succeeded, 1 missed" of a tuned
+    entry (d500.training.score.Entry)."""
+    from d500 import metrics
+    fmt = metrics.get("time_to_accuracy").format
+    studies = f"{len(e.studies)} stud{'y' if len(e.studies) == 1 else 'ies'}"
+    counts = ", ".join(f"{n} {status}" for status, n in e.counts().items())
+    return (f"score: {fmt(e.score)} (median over {studies} of each study's fastest trial to "
+            f"the target); tuning cost {fmt(e.tuning_cost)} over {len(e.trials)} trials; "
+            f"trials: {counts}")
 
 
 def abort(prog: str, err: BaseException, comm: Any) -> NoReturn:

@@ -135,3 +135,33 @@ def test_a_killed_tuning_resumes_with_nothing_lost(tmp_path):
     [study] = Ledger(home / "ledger.sqlite").studies()
     assert study["status"] == "succeeded"
     assert Ledger(home / "ledger.sqlite").verify() == []
+
+
+def test_the_score_line_is_one_line_in_a_pipe(tmp_path, capsys):
+    """`d500 tune`'s closing score line, printed where stdout is no terminal (a pipe, a log:
+    160 columns), stays one line: rich wrapped it at 160 when a tuning had several trial
+    statuses, the count of each a dict's repr ({'succeeded': 3, ...})."""
+    from d500.cli import stdout_console
+    from d500.training import score
+    from d500.training.console import print_whole
+    from d500.training.tune_cli import score_line
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    statuses = ("succeeded", "missed", "diverged", "failed", "interrupted")
+    for s in range(2):
+        study = ledger.start_study(f"s{s}", 2, "digits-mlp", "adamw", "torch",
+                                   "time_to_accuracy")
+        for n, status in enumerate(statuses):
+            run = ledger.start_run(level=2, workload="digits-mlp", submission="adamw",
+                                   backend="torch", study=study.id, trial=n,
+                                   hyperparameters={"lr": 0.1 * (n + 1)})
+            run.finish(status, figures={"time_to_accuracy": 61.5 + n + s,
+                                        "test_accuracy": 0.9} if status == "succeeded" else {})
+        study.finish()
+    [entry] = score.entries([t["run"] for st in ledger.studies()
+                             for t in ledger.trials(st["id"])])
+    text = score_line(entry)
+    assert len(text) > 160 and text.endswith(
+        "over 10 trials; trials: 2 succeeded, 2 missed, 2 diverged, 2 failed, 2 interrupted")
+    assert "(median over 2 studies of each study's fastest trial" in text
+    print_whole(text, stdout_console())
+    assert capsys.readouterr().out == text + "\n"
