@@ -387,17 +387,8 @@ def _init(told: int, keeper: int) -> None:
     confine()
     os.closerange(3, told)
     os.closerange(told + 1, _max_fd())
-    status = None
-    while status is None:  # pid 1 is sent no signal it has no handler for: the keeper's
-        try:  # SIGKILL alone ends it
-            done, code = os.waitpid(-1, 0)
-        except ChildProcessError:
-            break
-        except InterruptedError:
-            continue
-        if done == pid:
-            status = code
-    if status is not None:
+    status = _reap_until(pid)  # pid 1 is sent no signal it has no handler for: the keeper's
+    if status is not None:  # SIGKILL alone ends it
         os.write(told, status.to_bytes(4, "little"))
     os._exit(0)
 
@@ -440,17 +431,9 @@ def _kept(pid: int, passed: set[int], held: int, said: int) -> int:
     os.closerange(held + 1, said if said >= 0 else _max_fd())
     if said >= 0:
         os.closerange(said + 1, _max_fd())
-    status = 1 << 8
-    while True:  # reap adopted processes too, until the child has ended
-        try:
-            done, code = os.waitpid(-1, 0)
-        except ChildProcessError:
-            break
-        except InterruptedError:
-            continue
-        if done == pid:
-            status = code
-            break
+    status = _reap_until(pid)
+    if status is None:
+        status = 1 << 8
     reaped = True
     if said >= 0:
         told = os.read(said, 4)
@@ -463,6 +446,20 @@ def _kept(pid: int, passed: set[int], held: int, said: int) -> int:
             signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1
+
+
+def _reap_until(pid: int) -> int | None:
+    """Reap this process's children, the orphans it adopted too, until child `pid` ends: its
+    wait status; None where no child was left before it."""
+    while True:
+        try:
+            done, code = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return None
+        except InterruptedError:
+            continue
+        if done == pid:
+            return code
 
 
 def kept(pid: int) -> int:
