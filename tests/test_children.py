@@ -177,14 +177,40 @@ def _kept_stubborn(conn) -> None:
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
-            conn.send(int(os.readlink("/proc/self")))  # its pid as the host sees it
+            conn.send(_me())
             time.sleep(120)
         os._exit(0)
     while True:
         time.sleep(1)
 
 
-def _running(pid: int) -> bool:
+def _me() -> str:
+    """This process as `_on_host` finds it: its PID namespace and its pid there. In a namespace
+    with a /proc of its own (d500.children._own_proc) /proc/self is not the host's pid, and
+    the process the host names so is another's, which the tests below asserted ended, then
+    killed."""
+    return f"{os.readlink('/proc/self/ns/pid')} {os.readlink('/proc/self')}"
+
+
+def _on_host(me: str) -> int | None:
+    """The host's pid of the process that `_me` names, None where it has ended: the one in that
+    namespace whose innermost pid (NSpid's last) is that."""
+    ns, pid = me.split()
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{name}/ns/pid") != ns:
+                continue
+            status = Path(f"/proc/{name}/status").read_text().splitlines()
+        except OSError:
+            continue
+        if next((line.split()[-1] for line in status if line.startswith("NSpid:")), "") == pid:
+            return int(name)
+    return None
+
+
+def _running(pid: int | None) -> bool:
+    if pid is None:
+        return False
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
@@ -202,7 +228,8 @@ def test_ending_a_kept_child_that_does_not_exit_ends_what_it_left_behind():
     process.start()
     child.close()
     assert conn.poll(120), "the sleeper never said its pid"
-    left = conn.recv()
+    left = _on_host(conn.recv())
+    assert left is not None, "the sleeper is not found from the host"
     try:
         children.end(conn, process, wait=0.5)
         assert not process.is_alive()
@@ -225,7 +252,7 @@ def _parricide(conn) -> None:
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
-            conn.send((mode, int(os.readlink("/proc/self"))))  # its pid as the host sees it
+            conn.send((mode, _me()))
             time.sleep(120)
         os._exit(0)
     time.sleep(0.5)
@@ -255,7 +282,8 @@ def test_a_kept_process_that_kills_its_keeper_leaves_nothing_behind():
     process.start()
     child.close()
     assert conn.poll(120), "the sleeper never said its pid"
-    mode, left = conn.recv()
+    mode, me = conn.recv()
+    left = _on_host(me)  # (None: ended already, its keeper killed)
     try:
         if mode != "namespace":
             pytest.skip("this kernel permits no PID namespace here: the keeper is a subreaper")
@@ -284,7 +312,8 @@ def test_nothing_the_optimizer_probe_starts_outlives_it(tmp_path):
         "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
         "        null = os.open(os.devnull, os.O_RDWR)\n"
         "        for fd in (0, 1, 2):\n            os.dup2(null, fd)\n"
-        f"        open({str(mark)!r} + '.new', 'w').write(os.readlink('/proc/self'))\n"
+        f"        open({str(mark)!r} + '.new', 'w').write("
+        "os.readlink('/proc/self/ns/pid') + ' ' + os.readlink('/proc/self'))\n"
         f"        os.rename({str(mark)!r} + '.new', {str(mark)!r})\n"
         "        time.sleep(120)\n    os._exit(0)\n"
         f"while not os.path.exists({str(mark)!r}):\n    time.sleep(0.01)\n\n\n"
@@ -292,7 +321,7 @@ def test_nothing_the_optimizer_probe_starts_outlives_it(tmp_path):
     entry = EntryOptimizer(tmp_path / "leave.py", "Leave")
     entry.probe([{"lr": 0.1}])
     assert entry.name == "leave"
-    left = int(mark.read_text())  # written before the probe's import went on
+    left = _on_host(mark.read_text())  # (None: ended with the probe)
     try:
         deadline = time.monotonic() + 5
         while _running(left) and time.monotonic() < deadline:
