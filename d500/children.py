@@ -4,7 +4,7 @@ politely and then by force.
 
     children.shield()                   # in the judge: its memory closed to the children
     ctx = children.context(["torch"])   # how to start one (a forkserver where it is safe)
-    process = ctx.Process(target=main, args=(child,), daemon=True); process.start()
+    process = ctx.Process(target=main, args=(child,), daemon=True); children.start(process)
     children.bound_to_parent()          # first thing in the child
     children.keep()                     # a keeper that ends whatever it leaves behind
     children.confine()                  # then no capability left (before the entry's code)
@@ -34,6 +34,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 PRELOAD = ["d500.forkserver", "numpy", "onnx", "torch", "d500.backends.torch.executable",
@@ -95,6 +97,38 @@ def _die_with_parent(ignore_interrupt: bool) -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def start(process: Any) -> None:
+    """`process.start()`, a spawned child ignoring ^C from its first instruction
+    (`_interrupt_left`): it ignores ^C for good from `bound_to_parent` on anyway. (A forkserver's
+    child inherits the forkserver's ^C, left since its start, and its start waits for the
+    forkserver's preload: seconds in which this process must take a ^C.)"""
+    if getattr(process, "_start_method", None) != "spawn":
+        process.start()
+        return
+    with _interrupt_left():
+        process.start()
+
+
+@contextmanager
+def _interrupt_left() -> Iterator[None]:
+    """A spawn (a child, the forkserver) that inherits SIG_IGN for ^C (a signal's disposition,
+    not its block, outlives exec): a ^C at its start-up (a terminal's reaches the whole process
+    group) raised KeyboardInterrupt in its imports (site's, NumPy's) and printed their
+    traceback under the judge's "interrupted". Meanwhile this process holds ^C blocked, and
+    takes one that came as soon as the child is started (Linux keeps a blocked signal pending
+    even while it is ignored)."""
+    if threading.current_thread() is not threading.main_thread():  # (signal handlers: main's)
+        yield
+        return
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def shield() -> None:
@@ -638,7 +672,8 @@ def _start_forkserver() -> None:
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
     try:
-        forkserver.ensure_running()
+        with _interrupt_left():  # (its children then ignore ^C from their start too)
+            forkserver.ensure_running()
     finally:
         if before is None:
             del os.environ["PYTHONPATH"]

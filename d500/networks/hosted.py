@@ -105,7 +105,7 @@ class Host:
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=main, args=(child,), name="d500-backend-host",
                                    daemon=True)
-        self.process.start()
+        children.start(self.process)  # ^C held till it ignores it
         child.close()
         self.conn.send((name, threads.recorded()))
 

@@ -258,7 +258,7 @@ class Worker(Trainee):
         super().__init__(conn)
         self.method = ctx.get_start_method()
         self.process = ctx.Process(target=main, args=(child,), name="d500-worker", daemon=True)
-        self.process.start()
+        children.start(self.process)  # ^C held till it ignores it
         child.close()
         try:  # the job goes over our pipe: a spawned child that dies while it reads its start-up
             self.conn.send(self.job)  # data can hang its parent when it exceeds a pipe buffer
