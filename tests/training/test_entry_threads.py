@@ -17,12 +17,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from d500.training.cpu import SLACK_S, bound
 
-ROOT = Path(__file__).resolve().parents[2]
-SGD = ROOT / "submissions" / "sgd-momentum"
+from . import entries
 
 GREEDY = '''
 import json, os
@@ -49,13 +47,7 @@ class Greedy(Optimizer):
 def _train(tmp_path: Path, widen: bool) -> tuple[subprocess.CompletedProcess, list, dict]:
     """A 'd500 train --threads 1' of the entry; its output, the threads it said it trained on
     and its run's row (status, error, details)."""
-    folder = tmp_path / "entry"
-    folder.mkdir()
-    (folder / "opt.py").write_text(GREEDY)
-    data = yaml.safe_load((SGD / "submission.yaml").read_text())
-    data.update(name="greedy", optimizer="opt.py:Greedy", hyperparameters={"lr": 0.1},
-                search_space={}, feasible_points=[])
-    (folder / "submission.yaml").write_text(yaml.safe_dump(data))
+    folder = entries.folder(tmp_path, GREEDY, "Greedy", name="greedy")
     said = tmp_path / "threads.jsonl"
     env = {**os.environ, "D500_HOME": str(tmp_path / "home"), "D500_GREEDY": str(said)}
     env.pop("D500_WIDEN", None)
@@ -63,7 +55,7 @@ def _train(tmp_path: Path, widen: bool) -> tuple[subprocess.CompletedProcess, li
         env["D500_WIDEN"] = "1"
     done = subprocess.run([sys.executable, "-m", "d500.cli", "train", "digits-mlp",
                            "--submission", str(folder), "--threads", "1", "--seed", "0"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                          cwd=entries.ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode in (0, 1), done.stderr
     used = [json.loads(line) for line in said.read_text().splitlines()]
     db = sqlite3.connect(tmp_path / "home" / "ledger.sqlite")

@@ -13,16 +13,14 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-import yaml
 
 import d500
 from d500 import children
 from d500.ledger import Ledger
-from d500.training import submission, trainer, workloads
 
-ROOT = Path(__file__).resolve().parents[2]
-MLP = ROOT / "levels" / "2-training" / "digits-mlp.yaml"
-SGD = ROOT / "submissions" / "sgd-momentum"
+from . import entries
+from .entries import ROOT
+
 MARK = "d500-forged-by-an-entry"
 
 # At its first update, tries to create a file in each folder of $D500_TARGETS (by absolute path,
@@ -84,17 +82,6 @@ class Forge(Optimizer):
 '''.replace("@MARK@", MARK)
 
 
-def _entry(tmp_path: Path) -> submission.Submission:
-    folder = tmp_path / "entry"
-    folder.mkdir()
-    (folder / "opt.py").write_text(FORGE)
-    data = yaml.safe_load((SGD / "submission.yaml").read_text())
-    data.update(name="attack", optimizer="opt.py:Forge", hyperparameters={"lr": 0.1},
-                search_space={}, feasible_points=[])
-    (folder / "submission.yaml").write_text(yaml.safe_dump(data))
-    return submission.load(folder)
-
-
 def _forged(folders: list[str]) -> list[Path]:
     return [p for f in folders for p in Path(f).glob(f"{MARK}-*")]
 
@@ -115,11 +102,8 @@ def test_an_entry_cannot_write_the_ledger_d500_or_its_python(tmp_path, monkeypat
     monkeypatch.setenv("D500_TARGETS", json.dumps(folders))
     monkeypatch.setenv("D500_REPORT", str(report))
     monkeypatch.setenv("D500_LEDGER_FILE", str(ledger.path))
-    wl = workloads.load(MLP)
-    wl.max_epochs = 1
     try:
-        result = trainer.train(wl, _entry(tmp_path).recipe, "torch", 0, ledger=ledger,
-                               submission="attack")
+        result = entries.run(entries.entry(tmp_path, FORGE, "Forge"), ledger=ledger)
         assert result.status in ("succeeded", "missed"), result.error
         looks = [json.loads(line) for line in report.read_text().splitlines()]
         assert len(looks) == 2  # the warm-up's step before the clock, and step 1 of the run

@@ -5,17 +5,9 @@ so twice the throughput. Worker.train refuses an answer of more steps than asked
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import yaml
 
-from d500.ledger import Ledger
-from d500.training import submission, trainer, workloads
-
-ROOT = Path(__file__).resolve().parents[2]
-MLP = ROOT / "levels" / "2-training" / "digits-mlp.yaml"
-SGD = ROOT / "submissions" / "sgd-momentum"
+from . import entries
 
 DOUBLE = '''
 from multiprocessing import connection
@@ -42,18 +34,7 @@ class Double(Optimizer):
 
 
 @pytest.mark.slow  # (a real run, ~15 s)
-def test_a_worker_answering_with_more_steps_than_asked_fails_its_run(tmp_path, monkeypatch):
-    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
-    folder = tmp_path / "entry"
-    folder.mkdir()
-    (folder / "opt.py").write_text(DOUBLE)
-    data = yaml.safe_load((SGD / "submission.yaml").read_text())
-    data.update(name="double", optimizer="opt.py:Double", hyperparameters={"lr": 0.1},
-                search_space={}, feasible_points=[])
-    (folder / "submission.yaml").write_text(yaml.safe_dump(data))
-    wl = workloads.load(MLP)
-    wl.max_epochs = 1
-    result = trainer.train(wl, submission.load(folder).recipe, "torch", 0, ledger=Ledger(),
-                           submission="double")
+def test_a_worker_answering_with_more_steps_than_asked_fails_its_run(home, tmp_path):
+    result = entries.run(entries.entry(tmp_path, DOUBLE, "Double", name="double"))
     assert result.status == "failed", (result.status, sorted(result.figures.items()))
     assert "steps for the" in result.error, result.error

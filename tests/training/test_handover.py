@@ -19,7 +19,8 @@ from d500.ledger import Ledger
 from d500.training import handover, trainer, workloads
 from d500.training.worker import Trainee, WorkerError
 
-from .test_isolation import MLP, SGD, _entry
+from . import entries
+from .entries import MLP, SGD
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="no memfd here")
 
@@ -136,21 +137,12 @@ class Plain(Optimizer):
 '''
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
-
-
 @pytest.mark.slow  # ~13 s: the scribbling thread slows the worker
 def test_a_worker_scribbling_on_the_board_gains_nothing(home, tmp_path):
     """The attack through the entry's code: its run fails (a write caught mid-copy) or is judged
     on the zeros it wrote before the judge copied them (accuracy ~0.1), never better than its
     honest run (1 epoch: short of the target either way)."""
-    wl = workloads.load(MLP)
-    wl.max_epochs = 1
-    entry = _entry(tmp_path, SCRIBBLE, "Plain")
-    result = trainer.train(wl, entry.recipe, "torch", 0, ledger=Ledger(), submission="attack")
+    result = entries.run(entries.entry(tmp_path, SCRIBBLE, "Plain"))
     assert result.status in ("failed", "missed"), result
     if result.status == "failed":
         assert result.error.startswith("the worker wrote into the model it handed over"), \

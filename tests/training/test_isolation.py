@@ -26,9 +26,9 @@ from d500.training import submission, trainer, workloads
 from d500.training.data import dataset
 from d500.training.data.splits import split
 
-ROOT = Path(__file__).resolve().parents[2]
-MLP = ROOT / "levels" / "2-training" / "digits-mlp.yaml"
-SGD = ROOT / "submissions" / "sgd-momentum"
+from . import entries
+from .entries import MLP, ROOT, SGD
+
 REAL_PERF_COUNTER, REAL_TIME = time.perf_counter, time.time
 
 # Looks, at every update, through every frame of the stack and every object the garbage
@@ -178,23 +178,6 @@ class Slow(Optimizer):
 '''
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
-
-
-def _entry(tmp_path: Path, code: str, cls: str) -> submission.Submission:
-    folder = tmp_path / "entry"
-    folder.mkdir()
-    (folder / "opt.py").write_text(code)
-    data = yaml.safe_load((SGD / "submission.yaml").read_text())
-    data.update(name="attack", optimizer=f"opt.py:{cls}", hyperparameters={"lr": 0.1},
-                search_space={}, feasible_points=[])
-    (folder / "submission.yaml").write_text(yaml.safe_dump(data))
-    return submission.load(folder)
-
-
 def _hashes(x: np.ndarray) -> set[str]:
     return {hashlib.sha256(np.ascontiguousarray(r, dtype=np.float32).tobytes()).hexdigest()
             for r in x.reshape(len(x), -1)}
@@ -202,14 +185,12 @@ def _hashes(x: np.ndarray) -> set[str]:
 
 def test_an_optimizer_searching_the_stack_and_heap_finds_no_held_out_data(home, tmp_path,
                                                                           monkeypatch):
-    wl = workloads.load(MLP)
-    wl.max_epochs = 1
-    entry = _entry(tmp_path, SNOOP, "Snoop")
+    entry = entries.entry(tmp_path, SNOOP, "Snoop")
     found = tmp_path / "found.jsonl"
     monkeypatch.setenv("D500_SNOOP", str(found))
-    result = trainer.train(wl, entry.recipe, "torch", 0, ledger=Ledger(), submission="attack")
+    result = entries.run(entry)
     assert result.status in ("succeeded", "missed"), result.error
-    parts = split(dataset.load("digits"), wl.split_spec())
+    parts = split(dataset.load("digits"), workloads.load(MLP).split_spec())
     train_rows = _hashes(parts.train.x)
     held_out = (_hashes(parts.validation.x) | _hashes(parts.test.x)) - train_rows
     looks = [set(json.loads(line)) for line in found.read_text().splitlines()]
@@ -235,8 +216,6 @@ def _peeked(path: Path) -> list[dict[str, Any]]:
 def test_an_optimizer_cannot_read_the_judges_memory(home, tmp_path, monkeypatch):
     """The judge is shielded (undumpable) and the worker confined (no capabilities, even as
     root), so /proc/JUDGE/mem is closed to it (d500.children.shield, confine)."""
-    wl = workloads.load(MLP)
-    wl.max_epochs = 1
     code = PEEK + '''
 from d500.training.optimizers import Optimizer
 
@@ -249,10 +228,10 @@ class Peek(Optimizer):
             _look()
         ops.add_(params, grads, -lr)
 '''
-    entry = _entry(tmp_path, code, "Peek")
+    entry = entries.entry(tmp_path, code, "Peek")
     found = tmp_path / "peek.jsonl"
     monkeypatch.setenv("D500_PEEK", str(found))
-    result = trainer.train(wl, entry.recipe, "torch", 0, ledger=Ledger(), submission="attack")
+    result = entries.run(entry)
     assert result.status in ("succeeded", "missed"), result.error
     looks = _peeked(found)
     assert len(looks) == 2  # the warm-up's step before the clock, and step 1 of the run
@@ -276,8 +255,6 @@ def test_nothing_the_entry_starts_outlives_its_run(home, tmp_path, monkeypatch):
     """An optimizer that leaves a process behind (a double fork, as a daemon does) to edit the
     ledger later or spin on the cores: the worker's keeper kills it when the worker ends
     (d500.children.keep)."""
-    wl = workloads.load(MLP)
-    wl.max_epochs = 1
     code = '''
 import os, time
 from d500.training.optimizers import Optimizer
@@ -296,10 +273,10 @@ class Leave(Optimizer):
             os._exit(0)
         ops.add_(params, grads, -lr)
 '''
-    entry = _entry(tmp_path, code, "Leave")
+    entry = entries.entry(tmp_path, code, "Leave")
     left = tmp_path / "left.txt"
     monkeypatch.setenv("D500_LEFT", str(left))
-    result = trainer.train(wl, entry.recipe, "torch", 0, ledger=Ledger(), submission="attack")
+    result = entries.run(entry)
     assert result.status in ("succeeded", "missed"), result.error
     pids = [int(p) for p in left.read_text().split()]
     assert len(pids) == 2  # the warm-up's step (before the clock) and step 1 of the run
@@ -320,12 +297,10 @@ def _entry_modules() -> set[str]:
 
 def test_an_optimizer_patching_the_clock_on_import_does_not_change_the_recorded_times(
         home, tmp_path):
-    wl = workloads.load(MLP)
-    wl.max_epochs = 2
     before = _entry_modules()  # other tests' in-process entries (tests/training/test_optimizers)
-    entry = _entry(tmp_path, CLOCK, "Slow")
+    entry = entries.entry(tmp_path, CLOCK, "Slow")
     ledger = Ledger()
-    result = trainer.train(wl, entry.recipe, "torch", 0, ledger=ledger, submission="attack")
+    result = entries.run(entry, epochs=2, ledger=ledger)
     assert time.perf_counter is REAL_PERF_COUNTER and time.time is REAL_TIME
     assert _entry_modules() == before  # never imported here
     figures = ledger.get(result.run_id)["figures"]
@@ -450,7 +425,7 @@ def test_the_judge_validates_an_entrys_optimizer_without_importing_it(tmp_path):
             f"open({str(mark)!r}, 'a').write(str(os.getpid()) + '\\n')\n\n\n"
             "class Marked(Momentum):\n    name = 'marked'\n")
     before = _entry_modules()
-    entry = _entry(tmp_path, code, "Marked")
+    entry = entries.entry(tmp_path, code, "Marked")
     pids = mark.read_text().split()
     assert pids and str(os.getpid()) not in pids
     assert _entry_modules() == before

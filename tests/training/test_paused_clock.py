@@ -9,17 +9,12 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 
 import pytest
-import yaml
 
-from d500.ledger import Ledger
-from d500.training import submission, trainer, workloads
+from d500.training import trainer
 
-ROOT = Path(__file__).resolve().parents[2]
-MLP = ROOT / "levels" / "2-training" / "digits-mlp.yaml"
-SGD = ROOT / "submissions" / "sgd-momentum"
+from . import entries
 
 # From its first update on, a thread computes without pause and notes when it ran (the times of
 # its loop, every ~1 ms) in $D500_BUSY, rewritten every 5 ms.
@@ -58,15 +53,8 @@ class Busy(Optimizer):
 
 @pytest.mark.slow  # (a real run, 15-30 s at load 6)
 @pytest.mark.skipif(sys.platform != "linux", reason="one monotonic clock across processes")
-def test_the_entry_computes_nothing_while_the_clock_is_paused(tmp_path, monkeypatch):
-    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
-    folder = tmp_path / "entry"
-    folder.mkdir()
-    (folder / "opt.py").write_text(BUSY)
-    data = yaml.safe_load((SGD / "submission.yaml").read_text())
-    data.update(name="busy", optimizer="opt.py:Busy", hyperparameters={"lr": 0.1},
-                search_space={}, feasible_points=[])
-    (folder / "submission.yaml").write_text(yaml.safe_dump(data))
+def test_the_entry_computes_nothing_while_the_clock_is_paused(home, tmp_path, monkeypatch):
+    entry = entries.entry(tmp_path, BUSY, "Busy", name="busy")
     busy = tmp_path / "busy.json"
     monkeypatch.setenv("D500_BUSY", str(busy))
     paused: list[tuple[float, float]] = []
@@ -80,10 +68,7 @@ def test_the_entry_computes_nothing_while_the_clock_is_paused(tmp_path, monkeypa
         return value
 
     monkeypatch.setitem(trainer.QUALITY, "accuracy", timed)
-    wl = workloads.load(MLP)
-    wl.max_epochs = 1
-    result = trainer.train(wl, submission.load(folder).recipe, "torch", 0, ledger=Ledger(),
-                           submission="busy")
+    result = entries.run(entry)
     assert result.status in ("succeeded", "missed"), result.error
     paused = calls[1::2]
     assert paused

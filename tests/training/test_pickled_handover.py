@@ -13,10 +13,8 @@ import numpy as np
 import pytest
 
 from d500 import untrusted
-from d500.ledger import Ledger
-from d500.training import trainer, workloads
 
-from .test_isolation import MLP, _entry
+from . import entries
 
 # On import (in the worker), finds the pipe to its supervisor and sends down it a message whose
 # unpickling calls exec: the code would run in the supervisor, beside its clock and held-out data.
@@ -46,21 +44,11 @@ class Plain(Optimizer):
 '''
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
-
-
 def test_a_worker_sending_a_pickle_that_calls_exec_runs_nothing_in_the_supervisor(
         home, tmp_path, monkeypatch):
-    wl = workloads.load(MLP)
-    wl.max_epochs = 1
     pwned = tmp_path / "pwned"
     monkeypatch.setenv("D500_PWNED", str(pwned))
-    entry = _entry(tmp_path, EXEC, "Plain")
-    ledger = Ledger()
-    result = trainer.train(wl, entry.recipe, "torch", 0, ledger=ledger, submission="attack")
+    result = entries.run(entries.entry(tmp_path, EXEC, "Plain"))
     assert not pwned.exists(), f"code ran in process {pwned.read_text()}"
     assert result.status == "failed"
     assert "builtins.exec" in result.error and "\n" not in result.error.strip(), result.error
