@@ -182,6 +182,26 @@ class Executable(onnx.backend.base.BackendRep):
         return precision
 
 
+class InferenceOnly(Executable):
+    """An inference-only backend's executable (onnxruntime, OpenVINO): its parameters are the
+    model's float initializers as written; it neither sets nor differentiates them."""
+
+    def parameters(self) -> dict[str, np.ndarray]:
+        wanted = set(self.parameter_names)
+        return {t.name: numpy_helper.to_array(t) for t in self.model.graph.initializer
+                if t.name in wanted}
+
+    def set_parameters(self, values: Any) -> None:
+        raise UsageError(self._refused("settable parameters"))
+
+    def gradients(self, inputs: Any, **kwargs: Any):
+        raise UsageError(self._refused("gradients"))
+
+    def _refused(self, what: str) -> str:
+        return (f"backend '{self.backend_name}' is inference-only in d500: it has no {what}; "
+                f"use the reference, torch or tensorflow backend")
+
+
 class Backend(onnx.backend.base.Backend):
     """A framework backend, found by name in the `d500.backends` entry-point group."""
 

@@ -18,16 +18,14 @@ import onnx
 import onnx.defs
 
 from d500 import threads
-from d500.backends.base import Backend, Executable
+from d500.backends.base import Backend, Executable, InferenceOnly
 from d500.backends.hooks import Framework
-from d500.errors import ModelError, UnsupportedOperator, UsageError
+from d500.errors import ModelError, UnsupportedOperator
 
 _IR = re.compile(r"Unsupported model IR version: \d+, max supported IR version: (\d+)")
 _OPSET = re.compile(r"official support for domain (ai\.onnx|\S*) is till opset (\d+)")
 _MISSING = re.compile(r"implementation for (\w+)\((\d+)\) node with name '([^']*)'")
 _UNREGISTERED = re.compile(r"(\S*):(\w+)\((-?\d+)\) is not a registered function/op")
-INFERENCE_ONLY = ("backend 'onnxruntime' is inference-only in d500: it has no {what}; "
-                  "use the reference, torch or tensorflow backend")
 
 
 def _graphs(graph: onnx.GraphProto):
@@ -97,7 +95,7 @@ FRAMEWORK = OnnxRuntime(
 OPTIMIZATION = {"": "ORT_ENABLE_ALL", "basic": "ORT_ENABLE_BASIC"}
 
 
-class OnnxRuntimeExecutable(Executable):
+class OnnxRuntimeExecutable(InferenceOnly):
     backend_name = "onnxruntime"
 
     def __init__(self, model: onnx.ModelProto, device: str = "CPU", mode: str = ""):
@@ -161,18 +159,6 @@ class OnnxRuntimeExecutable(Executable):
     def run(self, inputs: Any, **kwargs: Any) -> list[Any]:
         feeds = {k: _as_input(v) for k, v in self.bind(inputs).items()}
         return [_as_output(x) for x in self._session.run(None, feeds)]
-
-    def parameters(self) -> dict[str, np.ndarray]:
-        from onnx import numpy_helper
-        wanted = set(self.parameter_names)
-        return {t.name: numpy_helper.to_array(t) for t in self.model.graph.initializer
-                if t.name in wanted}
-
-    def set_parameters(self, values: Any) -> None:
-        raise UsageError(INFERENCE_ONLY.format(what="settable parameters"))
-
-    def gradients(self, inputs: Any, **kwargs: Any):
-        raise UsageError(INFERENCE_ONLY.format(what="gradients"))
 
     @property
     def native(self) -> Any:

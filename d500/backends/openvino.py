@@ -25,12 +25,10 @@ import numpy as np
 import onnx
 
 from d500 import threads
-from d500.backends.base import Backend, Executable
+from d500.backends.base import Backend, Executable, InferenceOnly
 from d500.backends.hooks import Framework
-from d500.errors import ModelError, UnsupportedOperator, UsageError
+from d500.errors import ModelError, UnsupportedOperator
 
-INFERENCE_ONLY = ("backend 'openvino' is inference-only in d500: it has no {what}; "
-                  "use the reference, torch or tensorflow backend")
 # mode -> (OpenVINO's inference precision hint, the dtype d500 judges the outputs at: None for
 # the model's own)
 PRECISION: dict[str, tuple[str, str | None]] = {"": ("f32", None), "bf16": ("bf16", "bfloat16")}
@@ -66,7 +64,7 @@ FRAMEWORK = Framework(
                    "has no bf16 units), judged at bfloat16's tolerance; inference only"})
 
 
-class OpenVinoExecutable(Executable):
+class OpenVinoExecutable(InferenceOnly):
     backend_name = "openvino"
 
     def __init__(self, model: onnx.ModelProto, device: str = "CPU", mode: str = ""):
@@ -125,18 +123,6 @@ class OpenVinoExecutable(Executable):
         # which are copied once here (the next call overwrites them)
         results = self._request.infer(feeds, share_inputs=True, share_outputs=True)
         return [np.array(results[k]) for k in self._outputs]
-
-    def parameters(self) -> dict[str, np.ndarray]:
-        from onnx import numpy_helper
-        wanted = set(self.parameter_names)
-        return {t.name: numpy_helper.to_array(t) for t in self.model.graph.initializer
-                if t.name in wanted}
-
-    def set_parameters(self, values: Any) -> None:
-        raise UsageError(INFERENCE_ONLY.format(what="settable parameters"))
-
-    def gradients(self, inputs: Any, **kwargs: Any):
-        raise UsageError(INFERENCE_ONLY.format(what="gradients"))
 
     @property
     def native(self) -> Any:
