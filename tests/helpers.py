@@ -91,3 +91,31 @@ def seed_node_tests(home: Path) -> None:
             partial = folder / f"{shared.name}.{os.getpid()}.tmp"
             shutil.copyfile(shared, partial)
             partial.replace(folder / shared.name)
+
+
+# A process of an entry's as `on_host` finds it: its PID namespace and its pid there, the
+# expression an entry's code (which imports os) writes. In the namespace of an entry's process,
+# with a /proc of its own (d500.children._own_proc), /proc/self is not the host's pid: the
+# host's process of that number is another's.
+ME = "os.readlink('/proc/self/ns/pid') + ' ' + os.readlink('/proc/self')"
+
+
+def me() -> str:
+    """This process as ME names it."""
+    return os.readlink("/proc/self/ns/pid") + " " + os.readlink("/proc/self")
+
+
+def on_host(named: str) -> int | None:
+    """The host's pid of the process ME named, None where it has ended: the one in that PID
+    namespace whose innermost pid (NSpid's last) is that."""
+    ns, pid = named.split()
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{name}/ns/pid") != ns:
+                continue
+            status = Path(f"/proc/{name}/status").read_text().splitlines()
+        except OSError:
+            continue
+        if next((line.split()[-1] for line in status if line.startswith("NSpid:")), "") == pid:
+            return int(name)
+    return None

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from d500 import children
+from tests.helpers import ME, me, on_host
 
 _MINE: str | None = None  # set by a child in its own memory; a later child must not see it
 
@@ -177,35 +178,11 @@ def _kept_stubborn(conn) -> None:
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
-            conn.send(_me())
+            conn.send(me())
             time.sleep(120)
         os._exit(0)
     while True:
         time.sleep(1)
-
-
-def _me() -> str:
-    """This process as `_on_host` finds it: its PID namespace and its pid there. In a namespace
-    with a /proc of its own (d500.children._own_proc) /proc/self is not the host's pid, and
-    the process the host names so is another's, which the tests below asserted ended, then
-    killed."""
-    return f"{os.readlink('/proc/self/ns/pid')} {os.readlink('/proc/self')}"
-
-
-def _on_host(me: str) -> int | None:
-    """The host's pid of the process that `_me` names, None where it has ended: the one in that
-    namespace whose innermost pid (NSpid's last) is that."""
-    ns, pid = me.split()
-    for name in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if os.readlink(f"/proc/{name}/ns/pid") != ns:
-                continue
-            status = Path(f"/proc/{name}/status").read_text().splitlines()
-        except OSError:
-            continue
-        if next((line.split()[-1] for line in status if line.startswith("NSpid:")), "") == pid:
-            return int(name)
-    return None
 
 
 def _running(pid: int | None) -> bool:
@@ -228,7 +205,7 @@ def test_ending_a_kept_child_that_does_not_exit_ends_what_it_left_behind():
     process.start()
     child.close()
     assert conn.poll(120), "the sleeper never said its pid"
-    left = _on_host(conn.recv())
+    left = on_host(conn.recv())
     assert left is not None, "the sleeper is not found from the host"
     try:
         children.end(conn, process, wait=0.5)
@@ -252,7 +229,7 @@ def _parricide(conn) -> None:
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
-            conn.send((mode, _me()))
+            conn.send((mode, me()))
             time.sleep(120)
         os._exit(0)
     time.sleep(0.5)
@@ -282,8 +259,8 @@ def test_a_kept_process_that_kills_its_keeper_leaves_nothing_behind():
     process.start()
     child.close()
     assert conn.poll(120), "the sleeper never said its pid"
-    mode, me = conn.recv()
-    left = _on_host(me)  # (None: ended already, its keeper killed)
+    mode, named = conn.recv()
+    left = on_host(named)  # (None: ended already, its keeper killed)
     try:
         if mode != "namespace":
             pytest.skip("this kernel permits no PID namespace here: the keeper is a subreaper")
@@ -312,8 +289,7 @@ def test_nothing_the_optimizer_probe_starts_outlives_it(tmp_path):
         "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
         "        null = os.open(os.devnull, os.O_RDWR)\n"
         "        for fd in (0, 1, 2):\n            os.dup2(null, fd)\n"
-        f"        open({str(mark)!r} + '.new', 'w').write("
-        "os.readlink('/proc/self/ns/pid') + ' ' + os.readlink('/proc/self'))\n"
+        f"        open({str(mark)!r} + '.new', 'w').write({ME})\n"
         f"        os.rename({str(mark)!r} + '.new', {str(mark)!r})\n"
         "        time.sleep(120)\n    os._exit(0)\n"
         f"while not os.path.exists({str(mark)!r}):\n    time.sleep(0.01)\n\n\n"
@@ -321,7 +297,7 @@ def test_nothing_the_optimizer_probe_starts_outlives_it(tmp_path):
     entry = EntryOptimizer(tmp_path / "leave.py", "Leave")
     entry.probe([{"lr": 0.1}])
     assert entry.name == "leave"
-    left = _on_host(mark.read_text())  # (None: ended with the probe)
+    left = on_host(mark.read_text())  # (None: ended with the probe)
     try:
         deadline = time.monotonic() + 5
         while _running(left) and time.monotonic() < deadline:
