@@ -30,8 +30,8 @@ from d500.training.seeds import required
 from d500.training.window import choose
 
 from .conftest import ENTRY
+from .seed_attacks import delete_and_relink
 from .test_consistency import forge
-from .test_seeds import delete_and_relink
 
 NAME = "digits-mlp (level 2) / torch"
 

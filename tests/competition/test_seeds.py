@@ -13,52 +13,19 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import sqlite3
-import subprocess
 import sys
-import time
-from pathlib import Path
 from types import SimpleNamespace
 
 from d500.competition.check import check
 from d500.competition.completeness import seed_problems
-from d500.competition.package import Package
-from d500.ledger import Ledger, integrity
+from d500.ledger import Ledger
 from d500.training import score
 from d500.training.seeds import required
 
 from .conftest import ENTRY, OPTIMIZER, ROOT, SUBMISSION
+from .seed_attacks import delete_and_relink, kill_once_evaluated, package
 
 RESULT = "completeness: digits-mlp (level 2) / torch: "
-
-
-def delete_and_relink(ledger: Path, run_ids: list[int]) -> None:
-    """What a sender with the ledger can do: delete runs' rows and re-make every later link of
-    the chain and its head with d500's own row hash, so that the chain verifies again."""
-    db = sqlite3.connect(ledger)
-    with db:
-        for rid in run_ids:
-            for table in ("evaluations", "artifacts", "trials"):
-                db.execute(f"DELETE FROM {table} WHERE run_id = ?", (rid,))
-            db.execute("DELETE FROM runs WHERE id = ?", (rid,))
-        rows = db.execute("SELECT id, sealed FROM runs WHERE chain_seq IS NOT NULL "
-                          "ORDER BY chain_seq").fetchall()
-        prev = integrity.GENESIS
-        for seq, (rid, sealed) in enumerate(rows, 1):
-            digest = integrity.row_hash(prev, rid, sealed)
-            db.execute("UPDATE runs SET chain_seq = ?, prev_hash = ?, row_hash = ? WHERE id = ?",
-                       (seq, prev, digest, rid))
-            prev = digest
-        db.execute("INSERT OR REPLACE INTO meta VALUES ('chain_head', ?)",
-                   (f"{len(rows)} {prev}",))
-    db.close()
-
-
-def package(run_d500, home: Path, entry: Path, out: Path) -> Package:
-    done = run_d500(home, "package", str(entry), "--out", str(out))
-    assert done.returncode == 0, done.stderr
-    return Package.open(out)
 
 
 def test_a_deleted_seed_is_a_missing_seed_and_a_gap_in_the_chain(
@@ -137,17 +104,8 @@ def test_a_killed_seed_is_refused_and_a_miss_until_re_run(rules_dir, run_d500, t
     assert done.returncode in (0, 1), done.stderr
     env = {**os.environ, "D500_HOME": str(home), "D500_TEST_SLOW": "1",
            "TF_CPP_MIN_LOG_LEVEL": "3"}
-    proc = subprocess.Popen([sys.executable, "-m", "d500.cli", "train", workload, "--submission",
-                             str(entry)], cwd=ROOT, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 300
-        while not _evaluated(home / "ledger.sqlite", second):
-            assert proc.poll() is None and time.monotonic() < deadline, "seed 2 never started"
-            time.sleep(0.2)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the supervisor and its worker
-        proc.wait()
+    kill_once_evaluated([sys.executable, "-m", "d500.cli", "train", workload, "--submission",
+                         str(entry)], ROOT, env, home / "ledger.sqlite", second, deadline=300)
     listed = run_d500(home, "ledger", "list")  # seals the dead writer's run as interrupted
     assert listed.returncode == 0, listed.stderr
     with Ledger(home / "ledger.sqlite") as book:
@@ -174,22 +132,6 @@ def test_a_killed_seed_is_refused_and_a_miss_until_re_run(rules_dir, run_d500, t
         [entry_score] = score.entries(book.runs(level=2))
     assert sorted(r["seed"] for r in entry_score.seeds) == sorted([first, second])
     assert all(r["status"] != "interrupted" for r in entry_score.seeds)
-
-
-def _evaluated(ledger: Path, seed: int) -> bool:
-    """Whether a run of `seed` is running and has recorded an evaluation (well under way)."""
-    if not ledger.exists():
-        return False
-    try:
-        db = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True, timeout=5)
-        try:
-            found = db.execute("SELECT COUNT(*) FROM runs r JOIN evaluations e ON e.run_id = "
-                               "r.id WHERE r.seed = ? AND r.status = 'running'", (seed,))
-            return found.fetchone()[0] > 0
-        finally:
-            db.close()
-    except sqlite3.Error:
-        return False
 
 
 def test_interrupted_runs_never_count_as_seeds():

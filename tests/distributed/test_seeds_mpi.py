@@ -8,22 +8,15 @@ tests/competition/test_seeds.py.)"""
 from __future__ import annotations
 
 import math
-import os
-import signal
-import sqlite3
-import subprocess
-import time
-from pathlib import Path
 
 import pytest
 
 from d500.competition.check import check
-from d500.competition.package import Package
 from d500.distributed.launcher import train_argv
 from d500.ledger import Ledger
 from d500.training import score
 from d500.training.seeds import required
-from tests.competition.test_seeds import delete_and_relink
+from tests.competition.seed_attacks import delete_and_relink, kill_once_evaluated, package
 from tests.distributed import level3_jobs as jobs
 
 pytestmark = [pytest.mark.mpi,
@@ -31,12 +24,6 @@ pytestmark = [pytest.mark.mpi,
 
 NAME = "l3-seeds"
 WHERE = "digits-mlp (level 3) / torch x2 ranks"
-
-
-def _package(home: Path, entry: Path, out: Path) -> Package:
-    done = jobs.plain_d500(home, "package", str(entry), "--out", str(out))
-    assert done.returncode == 0, done.stderr
-    return Package.open(out)
 
 
 @pytest.mark.slow  # two real 2-rank jobs of one epoch each: ~15 s
@@ -60,7 +47,7 @@ def test_a_scouted_level3_seed_never_scores_and_a_deleted_one_is_missing(tmp_pat
     missing = (f"completeness: {WHERE}: required seed(s) {{}} (of the workload's 2) have no "
                f"run: the rules choose the seeds (`mpiexec -n 2 d500 train` without --seed runs "
                f"them)")
-    report = check(_package(home, entry, tmp_path / "scouted.tar.gz"), rules)
+    report = check(package(jobs.plain_d500, home, entry, tmp_path / "scouted.tar.gz"), rules)
     assert report.problems == [missing.format(second)]  # the scout stands in for no seed
     assert report.not_scored == [f"{WHERE}: run(s) {runs[11]['id']} (seed(s) 11) are "
                                  f"explorations: seeds the rules did not choose"]
@@ -69,7 +56,7 @@ def test_a_scouted_level3_seed_never_scores_and_a_deleted_one_is_missing(tmp_pat
     delete_and_relink(ledger, [runs[first]["id"]])
     verified = jobs.plain_d500(home, "ledger", "--ledger", str(ledger), "verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    report = check(_package(home, entry, tmp_path / "deleted.tar.gz"), rules)
+    report = check(package(jobs.plain_d500, home, entry, tmp_path / "deleted.tar.gz"), rules)
     assert report.problems == [
         missing.format(f"{first}, {second}"),
         f"completeness: the chain skips run id(s) {runs[first]['id']}: rows deleted from the "
@@ -95,22 +82,6 @@ class Sgd(Momentum):
 '''
 
 
-def _evaluated(ledger: Path, seed: int) -> bool:
-    """Whether a run of `seed` is running and has recorded an evaluation."""
-    if not ledger.exists():
-        return False
-    try:
-        db = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True, timeout=5)
-        try:
-            found = db.execute("SELECT COUNT(*) FROM runs r JOIN evaluations e ON e.run_id = "
-                               "r.id WHERE r.seed = ? AND r.status = 'running'", (seed,))
-            return found.fetchone()[0] > 0
-        finally:
-            db.close()
-    except sqlite3.Error:
-        return False
-
-
 @pytest.mark.slow  # three real 2-rank jobs of at most 2 epochs: ~20-35 s
 def test_a_killed_level3_seed_is_refused_and_a_miss_until_re_run(tmp_path):
     """The first required seed run; the second's job SIGKILLed (every rank and mpiexec) once it
@@ -125,18 +96,8 @@ def test_a_killed_level3_seed_is_refused_and_a_miss_until_re_run(tmp_path):
     first, second = required(3, "digits-mlp", "l3-kill", "torch", 2, 2)
     done = jobs.train(home, 2, wl, entry, "--seeds", "1")
     assert done.returncode in (0, 1), done.stderr
-    proc = subprocess.Popen(train_argv(wl, entry, 2, extra=()), cwd=home.parent,
-                            env=jobs.environment(home, D500_TEST_SLOW="1"),
-                            start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 180
-        while not _evaluated(ledger, second):
-            assert proc.poll() is None and time.monotonic() < deadline, "seed 2 never started"
-            time.sleep(0.2)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    kill_once_evaluated(train_argv(wl, entry, 2, extra=()), home.parent,
+                        jobs.environment(home, D500_TEST_SLOW="1"), ledger, second, deadline=180)
     listed = jobs.plain_d500(home, "ledger", "list")  # seals the dead job's run as interrupted
     assert listed.returncode == 0, listed.stderr
     with Ledger(ledger) as book:
@@ -146,7 +107,7 @@ def test_a_killed_level3_seed_is_refused_and_a_miss_until_re_run(tmp_path):
     assert killed["status"] == "interrupted"
     assert killed["id"] in [r["id"] for r in scored.seeds]  # counted, as a miss
     assert score.over_seeds([score.time_to_target(r) for r in scored.seeds]).median == math.inf
-    report = check(_package(home, entry, tmp_path / "killed.tar.gz"), rules)
+    report = check(package(jobs.plain_d500, home, entry, tmp_path / "killed.tar.gz"), rules)
     assert report.problems == [
         f"completeness: {WHERE}: required seed {second} (of the workload's 2) only interrupted "
         f"(run(s) {killed['id']}): a miss until re-run to completion (`mpiexec -n 2 d500 train` "
@@ -156,5 +117,5 @@ def test_a_killed_level3_seed_is_refused_and_a_miss_until_re_run(tmp_path):
     with Ledger(ledger) as book:
         newer = [r for r in book.runs(level=3) if r["id"] > killed["id"]]
     assert [r["seed"] for r in newer] == [second]  # only the one left
-    report = check(_package(home, entry, tmp_path / "rerun.tar.gz"), rules)
+    report = check(package(jobs.plain_d500, home, entry, tmp_path / "rerun.tar.gz"), rules)
     assert report.problems == [], report.problems
