@@ -57,19 +57,14 @@ from typing import Any
 import numpy as np
 import onnx
 
-from d500 import children, untrusted
+from d500 import children
 from d500.errors import D500Error, UsageError
 from d500.heap import allocator
-from d500.operators.host import MAX_INNER, Batched
+from d500.operators.host import MAX_INNER, Batched, Host, serve, serve_refusal
 
-START = 300.0  # seconds the host may take to import the backend or translate the model
 CHECKED = 3  # round trips whose last call the judge recomputes with the reference
 
 _hosts: dict[str, HostedBackend] = {}
-
-
-class Raised(D500Error):
-    """The backend raised in its host: the message is its type, text and innermost frame."""
 
 
 def backend(name: str) -> Any:
@@ -95,45 +90,6 @@ def close_all() -> None:
         _hosts.popitem()[1].close()
 
 
-class Host:
-    """The judge's handle on one host process."""
-
-    def __init__(self, name: str):
-        from d500 import threads
-        children.shield()
-        ctx = children.context(method="spawn")
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=main, args=(child,), name="d500-backend-host",
-                                   daemon=True)
-        children.start(self.process)  # ^C held till it ignores it
-        child.close()
-        self.conn.send((name, threads.recorded()))
-
-    def ask(self, *message: Any) -> Any:
-        """Send one request, return its reply (a backend that raised: Raised)."""
-        try:
-            self.conn.send(message)
-            if not self.conn.poll(START):
-                raise D500Error(f"the backend host did not answer '{message[0]}' within "
-                                f"{START:g} s")
-            kind, value = untrusted.receive(self.conn)  # its pickles may call nothing here
-        except (EOFError, OSError, BrokenPipeError):
-            self.process.join(timeout=5)
-            raise Raised(f"the backend's process ended (exit code {self.process.exitcode}) "
-                         f"during '{message[0]}'") from None
-        except (untrusted.Forbidden, TypeError, ValueError) as err:
-            raise Raised(f"the backend's process answered '{message[0]}' with what d500 "
-                         f"does not read: {err}") from None
-        if kind == "raised":
-            raise Raised(value)
-        if kind == "refused":
-            raise UsageError(value)
-        return value
-
-    def close(self) -> None:
-        children.end(self.conn, self.process)
-
-
 class HostedBackend:
     """What the judge knows of a hosted backend class: the facts its host reports."""
 
@@ -146,7 +102,7 @@ class HostedBackend:
 
     @classmethod
     def start(cls, name: str) -> HostedBackend:
-        host = Host(name)
+        host = Host(main, "backend", name)
         try:
             return cls(host, host.ask("facts"))
         except BaseException:
@@ -314,29 +270,10 @@ def main(conn: Any) -> None:
             threads.configure(modules=[fw[0]] if fw else [],
                               fallback=(recorded["count"], recorded["set_by"]))
     except UsageError as err:
-        _serve_refusal(conn, str(err))
+        serve_refusal(conn, str(err))
         return
     state: dict[str, Any] = {"cls": cls, "name": name, "exes": [], "timed": []}
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return
-        if message[0] == "exit":
-            return
-        try:
-            conn.send(("ok", _answer(state, message)))
-        except Exception as err:  # noqa: BLE001 - the backend's failure, as one line
-            from d500.errors import describe
-            conn.send(("raised", describe(err)))
-
-
-def _serve_refusal(conn: Any, text: str) -> None:
-    try:
-        conn.recv()
-        conn.send(("refused", text))
-    except (EOFError, OSError):
-        pass
+    serve(conn, lambda message: _answer(state, message))
 
 
 def _numpy(value: Any) -> Any:

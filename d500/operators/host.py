@@ -85,6 +85,7 @@ import multiprocessing
 import secrets
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,8 @@ from d500.errors import D500Error, UsageError
 ROUND_TRIP = 0.05  # seconds of timed calls per round trip at least
 OVERHEAD = 0.01  # the largest share of a round trip its own cost may take
 MAX_INNER = 100_000
-START = 300.0  # seconds the host may take to import the operator's file
+START = 300.0  # seconds a host may take to answer (import the operator's file, the backend's
+#               module; translate a model)
 SAMPLES = 32  # calls the judge recomputes after timing: skipping 10 % of calls is caught
 #               with probability 1 - (1 - 0.1 q) ** 32, 0.97 where each copy is (q = 1)
 PERIOD = 1021  # a prime: the offsets a call's elements get repeat with it (`_pattern`)
@@ -108,37 +110,41 @@ PROBES = 6  # calls recomputed to estimate the check's power before timing
 
 
 class Raised(D500Error):
-    """The operator raised in the host: the message is its type, text and innermost frame."""
+    """What a host runs (an operator, a backend) raised there: the message is its type, text and
+    innermost frame."""
 
 
 class Host:
-    """The judge's handle on one host process."""
+    """The judge's handle on one host process, spawned to run `target` (level 0's `main`,
+    d500.networks.hosted's), which is sent `first` and this process's thread setting; `what`
+    ("operator", "backend") names what it runs in the errors."""
 
-    def __init__(self, file: Path, name: str):
+    def __init__(self, target: Callable[[Any], None], what: str, *first: Any):
         from d500 import threads
+        self.what = what
         children.shield()
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=main, args=(child,), name="d500-operator-host",
+        self.process = ctx.Process(target=target, args=(child,), name=f"d500-{what}-host",
                                    daemon=True)
         children.start(self.process)  # ^C held till it ignores it
         child.close()
-        self.conn.send((str(file), name, threads.recorded()))
+        self.conn.send((*first, threads.recorded()))
 
     def ask(self, *message: Any) -> Any:
-        """Send one request, return its reply (an operator that raised: Raised)."""
+        """Send one request, return its reply (what the host runs raised: Raised)."""
         try:
             self.conn.send(message)
             if not self.conn.poll(START):
-                raise D500Error(f"the operator host did not answer '{message[0]}' within "
+                raise D500Error(f"the {self.what} host did not answer '{message[0]}' within "
                                 f"{START:g} s")
             kind, value = untrusted.receive(self.conn)  # its pickles may call nothing here
         except (EOFError, OSError, BrokenPipeError):
             self.process.join(timeout=5)
-            raise Raised(f"the operator's process ended (exit code {self.process.exitcode}) "
-                         f"during '{message[0]}'") from None
+            raise Raised(f"the {self.what}'s process ended (exit code "
+                         f"{self.process.exitcode}) during '{message[0]}'") from None
         except (untrusted.Forbidden, TypeError, ValueError) as err:
-            raise Raised(f"the operator's process answered '{message[0]}' with what d500 "
+            raise Raised(f"the {self.what}'s process answered '{message[0]}' with what d500 "
                          f"does not read: {err}") from None
         if kind == "raised":
             raise Raised(value)
@@ -167,7 +173,7 @@ class RemoteClass:
     def start(cls, file: Path, name: str) -> RemoteClass:
         """Import `file` in a new host and check its class `name` there (a UsageError, as an
         in-process import gives, when the file or class is wrong)."""
-        host = Host(file, name)
+        host = Host(main, "operator", str(file), name)
         try:
             return cls(host, host.ask("facts"))
         except BaseException:
@@ -517,9 +523,15 @@ def main(conn: Any) -> None:
     try:
         cls = _load(Path(file), name, recorded)
     except UsageError as err:
-        _serve_refusal(conn, str(err))
+        serve_refusal(conn, str(err))
         return
     state: dict[str, Any] = {}
+    serve(conn, lambda message: _answer(cls, state, message))
+
+
+def serve(conn: Any, answer: Callable[[tuple[Any, ...]], Any]) -> None:
+    """In a host: answer each request (`answer(message)`; what it raised, as one line) until
+    told to exit or the judge is gone."""
     while True:
         try:
             message = conn.recv()
@@ -528,8 +540,8 @@ def main(conn: Any) -> None:
         if message[0] == "exit":
             return
         try:
-            conn.send(("ok", _answer(cls, state, message)))
-        except Exception as err:  # noqa: BLE001 - the operator's failure, as one line
+            conn.send(("ok", answer(message)))
+        except Exception as err:  # noqa: BLE001 - the hosted code's failure, as one line
             from d500.errors import describe
             conn.send(("raised", describe(err)))
 
@@ -544,8 +556,9 @@ def _load(file: Path, name: str, recorded: dict[str, Any] | None) -> Any:
     return cls
 
 
-def _serve_refusal(conn: Any, text: str) -> None:
-    """Answer the first request with the import's UsageError."""
+def serve_refusal(conn: Any, text: str) -> None:
+    """In a host: answer the first request with the UsageError of its start (the file, the
+    backend not loaded)."""
     try:
         conn.recv()
         conn.send(("refused", text))
