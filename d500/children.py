@@ -512,15 +512,16 @@ def kept(pid: int) -> int:
     return child
 
 
-def hold(keeper: int, deadline: float = 0.5) -> list[int]:
+def hold(keeper: int, deadline: float = 0.5, spare: Any = ()) -> list[int]:
     """Stop every process behind `keeper` (a worker's d500 keeper): the entry's process, all it
     started and the orphans its namespace's pid 1 adopted, and wait (up to `deadline` s) until
     each of their threads has stopped. A judge holds them while it works off the clock (test
-    accuracy): no thread of the entry's computes on time that no figure counts. The pids, for
-    `release`."""
+    accuracy): no thread of the entry's computes on time that no figure counts. `spare`: pids
+    left running, their children stopped (level 3's judge, its ranks' keepers: d500's own,
+    d500.distributed.jobtree). The pids, for `release`."""
     held: list[int] = []
     while True:  # (a process may fork while the others stop)
-        new = [p for p in _descendants(keeper) if p not in held]
+        new = [p for p in _descendants(keeper) if p not in held and p not in spare]
         if not new:
             break
         for pid in new:

@@ -285,6 +285,8 @@ def _run(args: Any, world: Any, workload: Any, entry: Any, spec: Any) -> int:
         job.group = f"mpi {iso(time.time())} {socket.gethostname()}:{os.getpid()}"
     results = []
     waiting = judges(job, seeds)  # rank 0: every run's judge, before any entry code ran here
+    from d500.distributed import guard
+    guard.install(world)  # every rank: its signals kept off the keepers (the judges unfiltered)
     try:
         for s in seeds:
             title = (f"{workload.name} / {entry.name} / {args.backend} x{size} ranks seed {s}")

@@ -121,6 +121,15 @@ def identity() -> dict[str, Any]:
     return process_identity()
 
 
+def _gap(now: float, last: float, beat: float) -> float:
+    """Seconds this thread did not run since its last turn (at `last`, 0: none yet), when more
+    than a `beat` beyond its poll: its process was stopped (level 3's judge stops every rank
+    while it measures test accuracy, d500.distributed.jobtree) or starved. Its peers' silence
+    counts from when it runs again: they were stopped with it."""
+    gap = now - last - POLL if last else 0.0
+    return gap if gap > beat else 0.0
+
+
 class Watchdog:
     """Heartbeats between rank 0 and every other rank on a duplicated communicator; see the
     module docstring. Construct it on every rank at the same point (it duplicates `mpi` and
@@ -222,9 +231,11 @@ class Watchdog:
         workers = list(range(1, self.size))
         heard = dict.fromkeys(workers, time.monotonic())
         status = MPI.Status()
-        next_beat = 0.0
+        next_beat = last = 0.0
         while not self._stop.is_set():
             now = time.monotonic()
+            gap, last = _gap(now, last, self.beat), now
+            heard = {r: t + gap for r, t in heard.items()}
             if now >= next_beat:
                 self._send_beats(workers)
                 next_beat = now + self.beat
@@ -246,9 +257,11 @@ class Watchdog:
 
     def _watch_root(self) -> None:
         heard = time.monotonic()
-        next_beat = 0.0
+        next_beat = last = 0.0
         while not self._stop.is_set():
             now = time.monotonic()
+            gap, last = _gap(now, last, self.beat), now
+            heard += gap
             if now >= next_beat:
                 self._send_beats([0])
                 next_beat = now + self.beat

@@ -34,6 +34,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from d500 import children, untrusted
+from d500.distributed.jobtree import Escaped, JobTree
 from d500.distributed.resuming import Refused, verify
 from d500.errors import D500Error, Diverged, describe
 from d500.training.worker import START, Trainee, WorkerError
@@ -162,6 +163,14 @@ class Ranks(Trainee):
         self.audit: Any = None  # a pipeline's (d500.distributed.pipeline.audit.Audit)
         self.remaining: Any = None  # while a chunk trains: the budget left (it beats the heart)
         self.resumed: Any = None  # ranks holding pieces, resumed: the checkpoint to check against
+        self.tree: Any = None  # jobtree.JobTree: this host's ranks, behind their keepers
+
+    def hold(self) -> list[int]:
+        """Stop every rank's processes on this host (all ranks wait for the judge meanwhile:
+        rank 0 on its pipe, the others in a collective it follows) while the judge measures test
+        accuracy off the clock (d500.distributed.jobtree); none where the judge runs in a test's
+        thread. A rank's keeper or waiter stopped or killed raises jobtree.Escaped."""
+        return self.tree.hold() if self.tree is not None else []
 
     def give(self, x: Any, y: Any, total_steps: int) -> None:
         if self.audit is not None:
@@ -249,10 +258,11 @@ def main(conn: Any, lost: Any) -> None:
         bound_to_parent()
         children.shield()  # the ranks run the entry's code, each confined (distributed.cli)
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-    job_root()  # (found before any rank runs the entry's code)
+    tree = _tree()  # (found before any rank runs the entry's code)
     conn.send(("shielded",))  # no rank runs the entry's code before this (trainer.judges)
     order: Order = conn.recv()  # sent as rank 0 spawned this process, before any entry code
     run, ranks = None, Ranks(conn, lost)
+    ranks.tree = tree
     try:
         message = untrusted.receive(conn)  # what follows rank 0 sends beside the entry's code
         if message[0] != "open":
@@ -265,6 +275,13 @@ def main(conn: Any, lost: Any) -> None:
         _ack(lost)
     except Refused as err:  # every rank was told: the run is recorded failed, no figures
         _failed(order, run, str(err))
+    except Escaped as err:  # recorded failed, then what left the job's tree ended
+        _failed(order, run, str(err))
+        try:
+            conn.send(("error", str(err)))
+        except (OSError, ValueError):
+            pass
+        tree.end_escaped()
     except (EOFError, OSError, KeyboardInterrupt):
         _failed(order, run, "rank 0 ended without a word")
     except Exception as err:  # noqa: BLE001 - d500's own failure or a bad hand-over, as a line
@@ -349,6 +366,8 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
                "scheme_details": stats[0].scheme_details if stats else {}}
     if ranks.audit is not None:
         details["audited_steps"] = ranks.audit.audited
+    if ranks.tree is not None and (broken := ranks.tree.broken()):  # (at each hold too)
+        raise Escaped(broken)
     run.finish(status, figures=figures, error=why or None, details=details)
     ranks.conn.send(("result", status, why, figures))
 
@@ -422,6 +441,17 @@ def _oversubscribed(ranks: list[Any]) -> bool:
     from d500.provenance import usable_cores
     here = sum(1 for r in ranks if r.host == socket.gethostname())
     return here > usable_cores()
+
+
+def _tree() -> JobTree | None:
+    """This host's ranks behind their keepers, under `job_root` (the judge in a process of its
+    own under a launcher, on Linux), else None."""
+    from d500.distributed.launch import launched_by_mpi
+    root = job_root()
+    if (threading.current_thread() is not threading.main_thread() or not launched_by_mpi()
+            or not os.path.isdir("/proc/self/task")):
+        return None
+    return JobTree.found(root)
 
 
 @functools.cache

@@ -110,8 +110,8 @@ class Trainee:
         self.step_time: float | None = None  # s a step took in the last whole chunk, as timed here
 
     def hold(self) -> list[int]:
-        """Stop the trainee's processes while the judge works off the clock (a Worker's;
-        level 3's ranks run on: open); what `release` takes."""
+        """Stop the trainee's processes while the judge works off the clock (a Worker's, level
+        3's ranks: d500.distributed.judge.Ranks); what `release` takes."""
         return []
 
     def release(self, held: list[int]) -> None:
