@@ -213,7 +213,11 @@ def _train(run: Any, workload: Workload, recipe: Recipe, backend_cls: Any, model
               workload.drop_last)
     worker = Worker(job)
     try:
+        from d500.training import warmup
+        began = time.perf_counter()
         judge = Judge(backend_cls, model)
+        worker.warmup = warmup.bound(time.perf_counter() - began, recipe.batch_size,
+                                     workload.max_seconds)
         worker.ready()
         worker.share(judge.shapes, judge.dtypes)  # the model comes back in shared memory
         return _supervise(run, workload, recipe, seed, data_dir, progress, worker, judge,

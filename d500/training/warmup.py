@@ -22,6 +22,14 @@ import onnx
 from onnx import helper
 
 ROWS = 8  # the judge's evaluation batch of zeros: its code paths, not every shape's kernels
+# The worker's warm-up (its copy of the model translated, one step on zeros) may take FACTOR x
+# what the judge took to translate its own copy and run ROWS rows of zeros forward, scaled by the
+# batch's rows over ROWS (a step is ~3 forwards: ~7x to spare), and at least FLOOR s (a first
+# step's one-time costs, a loaded machine), but never more than the workload's whole time budget
+# (a step longer than that trains nothing in it): an optimizer that hung there was waited on for
+# the worker's whole start-up allowance (d500.training.worker.START, 600 s)
+FACTOR = 20.0
+FLOOR = 30.0
 
 
 def zeros(model: onnx.ModelProto, rows: int) -> dict[str, np.ndarray]:
@@ -37,6 +45,17 @@ def zeros(model: onnx.ModelProto, rows: int) -> dict[str, np.ndarray]:
                 for i, d in enumerate(tensor.shape.dim)]
         feeds[value.name] = np.zeros(dims, helper.tensor_dtype_to_np_dtype(tensor.elem_type))
     return feeds
+
+
+def bound(judge_seconds: float, batch: int, max_seconds: float) -> tuple[float, str]:
+    """Seconds the worker's warm-up may take, and why that many (for the error line)."""
+    measured = FACTOR * judge_seconds * max(1.0, batch / ROWS)
+    if max_seconds <= max(measured, FLOOR):
+        return max_seconds, "the workload's whole time budget, max_seconds"
+    if measured <= FLOOR:
+        return FLOOR, "its floor"
+    return measured, (f"{FACTOR:g}x the {judge_seconds:.3g} s the judge took to build its copy "
+                      f"and run {ROWS} rows forward, x {batch}/{ROWS} rows")
 
 
 def train_step(job: Any, backend_cls: Any, model: onnx.ModelProto) -> None:

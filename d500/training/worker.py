@@ -25,7 +25,8 @@ total_steps), then ("train", epoch, first, count, want, val, batch) per chunk (t
 the next evaluation at the batch the judge chose for the epoch, d500.training.batch_schedule;
 `want`: hand the model over at its end) and ("stop",) when the time budget runs out
 mid-chunk, and at the end ("finish", want); ("save",) and ("restore", state) for checkpoints
-(d500.training.resume); the worker answers ("ready",), ("tick", step, loss) at most every TICK
+(d500.training.resume); the worker answers ("built",) then ("ready",) (its warm-up between
+them: the judge bounds it, d500.training.warmup.bound), ("tick", step, loss) at most every TICK
 seconds, ("trained", losses, state or None, stopped, where) at the end of a chunk, ("state",
 state or None) to "finish", ("saved", state) and ("restored",), ("error", line) when anything
 failed. What the
@@ -243,6 +244,8 @@ class Trainee:
 class Worker(Trainee):
     """The supervisor's handle on one worker process."""
 
+    warmup: tuple[float, str] | None = None  # s its warm-up may take, and why (warmup.bound)
+
     def __init__(self, job: Job):
         if job.env is None:
             job = replace(job, env=children.environment())
@@ -285,6 +288,17 @@ class Worker(Trainee):
             sys.stderr.write(f"d500: a forked worker was not ready within {FORKED_READY:g} s; "
                              "starting a spawned one\n")
             self._start(children.context(method="spawn"))
+        self._expect("built", START)
+        seconds, why = self.warmup or (START, "the worker's start-up allowance")
+        if not self._poll(min(seconds, START)):
+            children.end(self.conn, self.process, wait=0.0)  # hung: it reads no "exit"
+            recipe = self.job.recipe
+            who = (f"{recipe.entry.file}: the optimizer {recipe.entry.class_name}"
+                   if recipe.entry is not None else
+                   f"{recipe.where}: the built-in optimizer '{recipe.optimizer_name}'")
+            raise WorkerError(f"{who} did not finish its warm-up (one step of a copy of the "
+                              f"model on zeros, before the clock) within "
+                              f"{min(seconds, START):.3g} s ({why})")
         super().ready()
         want = self.job.recipe.precision
         if self.precision != want:  # what it computes in is what the run records, or no run
@@ -327,7 +341,7 @@ def main(conn: Any) -> None:
         # imported before the clock: d500.training.data's first import (~20 ms) fell inside the
         # first timed chunk, a cost the loop before the split paid before its clock
         from d500.training.data.samplers import EpochSampler
-        trainer = _build(job)
+        trainer = _build(job, lambda: conn.send(("built",)))
         conn.send(("ready", trainer.precision))  # what it computes in: the judge logs it
         message, board = conn.recv(), None
         if message[0] == "handover":  # where the model goes back (d500.training.handover)
@@ -417,9 +431,10 @@ def _handed(trainer: Any, board: handover.Board | None) -> dict[str, np.ndarray]
     return _state(trainer)
 
 
-def _build(job: Job) -> Any:
-    """Threads as the supervisor set them, the model translated, the optimizer built, a copy
-    of both stepped once on zeros (d500.training.warmup)."""
+def _build(job: Job, built: Callable[[], None]) -> Any:
+    """Threads as the supervisor set them, the model translated, the optimizer built (then
+    `built()`: the supervisor times the warm-up from there), a copy of both stepped once on
+    zeros (d500.training.warmup)."""
     import onnx
 
     from d500 import backends, threads
@@ -432,5 +447,6 @@ def _build(job: Job) -> Any:
     exe = backend_cls.prepare(model)
     trainer = exe.trainer(job.recipe.optimizer(backend_cls.name), loss="loss",
                           native=job.recipe.native, precision=job.recipe.precision)
+    built()
     warmup.train_step(job, backend_cls, model)  # before the clock, on zeros and a copy
     return trainer
