@@ -281,8 +281,9 @@ class Worker(Trainee):
         return children.cpu_seconds(self.process.pid) if sys.platform == "linux" else None
 
     def ready(self) -> None:
-        """Wait until the worker built the model and the optimizer; a forked worker not ready
-        within FORKED_READY s is replaced by a spawned one (said on stderr)."""
+        """Wait until the worker built the model and the optimizer, then until its warm-up
+        step is done, within `warmup` (d500.training.warmup.bound); a forked worker that built
+        nothing within FORKED_READY s is replaced by a spawned one (said on stderr)."""
         if self.method == "forkserver" and not self._poll(FORKED_READY):
             children.end(self.conn, self.process, wait=1.0)
             sys.stderr.write(f"d500: a forked worker was not ready within {FORKED_READY:g} s; "
