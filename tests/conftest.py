@@ -58,7 +58,38 @@ def pytest_configure_node(node):  # the controller tells its workers (theirs say
     node.workerinput["d500_groups"] = node.config.getoption("dist", "no") == "loadfile"
 
 
+# `pytest -m serial` (make test's second pass) imports only the test files that mark a test
+# serial: importing all of them (TensorFlow, JAX and torch among their imports, and pytest's
+# assertion rewriting of each, never cached where PYTHONDONTWRITEBYTECODE is set) took 17 s of
+# CPU to select its few tests, 1.5 s this way. A file marks one by writing `mark.serial`
+# (`@pytest.mark.serial`, or in its `pytestmark`): every collection of the whole suite checks
+# that no test is marked serial some other way, which this pass would not import.
+SERIAL = "mark.serial"
+
+
+def pytest_ignore_collect(collection_path, config):
+    if (config.getoption("markexpr", "") == "serial" and collection_path.suffix == ".py"
+            and collection_path.name.startswith("test_")
+            and SERIAL not in collection_path.read_text()):
+        return True
+    return None
+
+
+def _serial_marks_are_written(items) -> None:
+    """Every test marked serial is in a file that writes `mark.serial` (see SERIAL)."""
+    texts: dict = {}
+    for item in items:
+        if item.get_closest_marker("serial") is not None:
+            if item.path not in texts:
+                texts[item.path] = SERIAL in item.path.read_text()
+            if not texts[item.path]:
+                raise pytest.UsageError(f"{item.nodeid} is marked serial without '{SERIAL}' in "
+                                        "its file: `pytest -m serial` would not import it")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects the serial tests
 def pytest_collection_modifyitems(config, items):
+    _serial_marks_are_written(items)
     if not getattr(config, "workerinput", {}).get("d500_groups"):
         return
     from _pytest.nodeid import coerce_node_id  # pytest 9's item id (xdist's loadgroup sets
