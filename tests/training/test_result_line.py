@@ -25,7 +25,14 @@ def test_a_progress_bar_in_a_log_says_how_far_the_run_is(capsys, monkeypatch):
         bar({"step": 37, "total": 370, "loss": 0.5, "val_accuracy": 0.9, "epoch": 1})
         monkeypatch.setattr(console, "SAY_EVERY", 3600.0)
         bar({"step": 74, "total": 370, "loss": 0.25, "val_accuracy": 0.95, "epoch": 2})
-    lines = [x for x in capsys.readouterr().err.splitlines() if " s" in x and "step " in x]
-    assert len(lines) == 1, lines
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2, lines
     assert lines[0].startswith("digits-mlp / sgd-momentum / torch seed 3: step 37 of 370, "
                                "epoch 1, loss 0.5000, val acc 0.9000, ")
+    # its end: that plain line, not the bar squeezed to 80 columns ("7… loss 0.2500, val a…")
+    assert lines[1].startswith("digits-mlp / sgd-momentum / torch seed 3: step 74 of 370, "
+                               "epoch 2, loss 0.2500, val acc 0.9500, "), lines
+    with console.progress_bar("digits-mlp / adamw / torch seed 0"):
+        pass  # interrupted before its first step
+    assert capsys.readouterr().err == "digits-mlp / adamw / torch seed 0: before its first " \
+                                      "step, 0 s\n"
