@@ -430,7 +430,9 @@ def fresh(pkg: Any, result: Reproduction, n: int, where: tuple[Path, Path, Path]
           data_dir: str | None, note: Any) -> Reproduction:
     """`reproduce(fresh_seeds=n)`: each level-2/3 result's entry re-run at n seeds drawn from
     the draw seed, each a reproduction of the result's first required-seed run at another seed,
-    and the recorded required-seed runs tested against them (reproduce_seeds.verdict)."""
+    and the recorded required-seed runs tested against them (reproduce_seeds.verdict). This
+    ledger's boards score the result on these runs (d500.training.seeds.drawn); n below a
+    workload's `seeds:` is refused before anything runs."""
     import dataclasses
 
     from d500.competition import reproduce_seeds
@@ -450,6 +452,12 @@ def fresh(pkg: Any, result: Reproduction, n: int, where: tuple[Path, Path, Path]
             result.runs.append(RunReport(template.origin_id, template.level, template.workload,
                                          template.backend, None, template.world_size,
                                          problem=f"not reproducible: {err}"))
+    for prepared, _ in ready:  # the board scores drawn seeds only at the workload's N or more
+        need = getattr(prepared.workload, "seeds", None) or 1
+        if n < need:
+            raise UsageError(f"--fresh-seeds {n}: {prepared.run.workload} scores {need} seeds "
+                             f"(its `seeds:`), and the board scores a result at the organiser's "
+                             f"seeds only at {need} or more: draw at least {need}")
     for prepared, required in ready:
         template = prepared.run
         cap = getattr(prepared.workload, "max_epochs", None) or 10**6

@@ -51,6 +51,8 @@ class Row:
     forced: bool = False  # imported past a failing d500 check: listed after every other row
     package: str = ""  # the sha256 of the package its runs came in, or (a reproduction) re-ran
     reproduction: bool = False  # `d500 reproduce` runs: listed right after the row they re-ran
+    drawn: bool = False  # runs at seeds the organiser drew (d500 reproduce --fresh-seeds): scored
+    known: bool = False  # scored on seeds known before its runs beside drawn rows: listed after
 
     def median(self, name: str, missing: float | None = None, every: bool = False
                ) -> float | None:
@@ -106,17 +108,39 @@ def rows(level: int, boards: Sequence[Any], ledger: Any, per_machine: bool = Fal
         source = origin(r) or {}
         row.forced |= bool(source.get("forced"))
         row.package, row.reproduction = source.get("sha256") or "", bool(source.get("reproduction"))
+        row.drawn = bool(source.get("drawn"))
         row.runs.append(r)
-    for row in found.values():  # the required seeds only (an interrupted one: a miss), their
-        # times RCP-scaled as the workload's board scales them (one figure, one value)
-        row.runs = scaled(seeds.split(row.runs)[0])
+    for row in found.values():  # the required seeds only (an interrupted one: a miss), or the
+        # organiser's drawn ones; times RCP-scaled as the workload's board scales them
+        row.runs = scaled(seeds.split(row.runs, own_draws=True)[0])
     found = {key: row for key, row in found.items() if row.runs}
+    _drawn_score(list(found.values()))
     ordered = sorted((x for x in found.values() if not x.reproduction), key=lambda x: (
-        x.workload, x.ranks, x.forced, _key(x.time), x.submission, x.backend))
+        x.workload, x.ranks, x.known, x.forced, _key(x.time), x.submission, x.backend))
     for copy in sorted((x for x in found.values() if x.reproduction),
                        key=lambda x: (x.workload, x.ranks, x.submission, x.backend)):
         ordered.insert(_beside(ordered, copy), copy)
     return ordered
+
+
+def _drawn_score(rows: list[Row]) -> None:
+    """As the workload's board (d500.leaderboard.ranking): a row at N or more seeds the organiser
+    drew scores its result, and the package's own row goes beside it (`reproduction`); fewer
+    drawn seeds go beside the package's row; other rows of that workload and world size, scored
+    on seeds known before their runs, follow the rows at drawn seeds (`known`)."""
+    scoring = set()
+    for x in (x for x in rows if x.drawn):
+        first = x.runs[0]
+        need = seeds.scoring(first.get("workload_text"), first.get("workload_file")) or 1
+        if len({r.get("seed") for r in x.runs}) < need:
+            x.reproduction = True
+        else:
+            scoring.add((x.workload, x.ranks, x.backend, x.package))
+    for x in (x for x in rows if not x.drawn and not x.reproduction):
+        if (x.workload, x.ranks, x.backend, x.package) in scoring:
+            x.reproduction = True
+        else:
+            x.known = any((w, n) == (x.workload, x.ranks) for w, n, _, _ in scoring)
 
 
 def _beside(ordered: list[Row], copy: Row) -> int:

@@ -67,6 +67,7 @@ def entry_name(board: Board, entry: Entry, legend: Legend | None = None) -> str:
     sha = ((entry.package or {}).get("sha256") or "")[:8]
     if entry.package:
         name += (f" (reproduction of {sha})" if entry.package.get("reproduction")
+                 else f" (organiser's seeds, package {sha})" if entry.package.get("drawn")
                  else f" (package {sha})")
     if len(board.machines) < 2:
         return name

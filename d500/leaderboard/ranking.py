@@ -6,6 +6,12 @@ machine (hardware identity, d500.leaderboard.environments) from one source (this
 imported package): runs of different hardware are never aggregated together. A ranking metric
 that depends on the hardware ranks entries only against entries of the same machine, unless
 `across_machines`. Nothing here formats text; the renderers do.
+
+At the training levels, a result the organiser re-ran at seeds it drew after the package was
+committed (`d500 reproduce --fresh-seeds N`, `d500.training.seeds.drawn`) is scored on those runs:
+their row is ranked, the package's own row (its required seeds, which the sender could know
+before running, and pick by picking a name) is listed beside it, unranked. On a board with such a
+row, every row scored on seeds known before its runs is listed after, unranked (`seeds_note`).
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ class Entry:
     ratio: float | None = None
     missed: int = 0  # succeeded runs without the ranking metric's figure (target missed)
     problems: list[str] = field(default_factory=list)
+    seeds_note: str = ""  # why its seeds do not rank it (the organiser's seeds score), or ""
     environments: list[dict[str, Any]] = field(default_factory=list)  # distinct, run order
     environment_ids: list[int] = field(default_factory=list)  # their ledger ids, same order
 
@@ -219,7 +226,8 @@ def _board(level: int | None, name: str, sha: str | None, group: list[dict[str, 
         package = origin(r)  # from a competition package, or reproducing one
         env = envs.get(r["environment"])
         key = (r["submission"] or "", r["backend"] or "", machine(env),
-               package.get("id", package.get("sha256")) if package else None,
+               (package.get("drawn"), package.get("id", package.get("sha256")))
+               if package else None,
                ((env or {}).get("threads") or {}).get("count"), run_loaded(r),
                precision_of(r))
         entry = entries.setdefault(key, Entry(*key[:3], package=package, threads=key[4],
@@ -244,6 +252,8 @@ def _board(level: int | None, name: str, sha: str | None, group: list[dict[str, 
                   description=rules.description, rules_problem=rules.problem,
                   across_machines=across_machines)
     _name_variants(list(entries.values()))
+    if level in (2, 3):
+        _seeds_notes(list(entries.values()))
     board.entries = _ranked(list(entries.values()), rank_by, across_machines)
     return board
 
@@ -289,6 +299,9 @@ def origin(run: dict[str, Any]) -> dict[str, Any] | None:
     rep = (run.get("details") or {}).get("reproduction")
     if not isinstance(rep, dict):
         return None
+    from d500.training.seeds import drawn
+    if drawn(run):  # scored: a run at a seed the organiser drew (d500 reproduce --fresh-seeds)
+        return {"sha256": rep.get("package"), "entry": rep.get("entry"), "drawn": True}
     return {"sha256": rep.get("package"), "entry": rep.get("entry"), "reproduction": True}
 
 
@@ -302,6 +315,8 @@ def submission_label(submission: str, source: dict[str, Any] | None) -> str:
     sha = (source.get("sha256") or "")[:8]
     if source.get("reproduction"):
         return f"{submission} · reproduction of package {sha}".rstrip()
+    if source.get("drawn"):
+        return f"{submission} · at the organiser's seeds, package {sha}".rstrip()
     forced = " ⚠ forced (failed d500 check)" if source.get("forced") else ""
     count = source.get("packages") or 1
     pooled = f" (pooled with {count - 1} earlier package(s))" if count > 1 else ""
@@ -315,8 +330,10 @@ def _ranked(entries: list[Entry], rank_by: Metric | None, across_machines: bool)
     entries timed on a loaded machine after the clean ones, ranked among themselves (apart);
     entries forced in past `d500 check` after the others, without rank or ratio; `d500
     reproduce` runs never ranked either, each entry of them right after the one it reproduces."""
-    copies = [e for e in entries if reproduction(e)]
-    entries = [e for e in entries if not reproduction(e)]
+    copies = [e for e in entries if reproduction(e) or e.seeds_note.startswith(BESIDE)]
+    after = [e for e in entries if not reproduction(e) and e.seeds_note
+             and not e.seeds_note.startswith(BESIDE)]  # seeds known before: after, unranked
+    entries = [e for e in entries if not reproduction(e) and not e.seeds_note]
     first_run = {}
     for e in entries:
         start = min((r["started_unix"] or 0 for r in e.runs + e.trials), default=0)
@@ -341,9 +358,52 @@ def _ranked(entries: list[Entry], rank_by: Metric | None, across_machines: bool)
                 e.rank = i if value is not None else None
                 e.ratio = rank_by.ratio_to_best(value, best)
         ordered += ranked
+    ordered += sorted(after, key=lambda e: (
+        rank_by.sort_key(e.aggregate.get(rank_by.name)) if rank_by else 0, e.submission,
+        e.backend, e.machine))
     for copy in sorted(copies, key=lambda e: (e.submission, e.backend, e.machine)):
         ordered.insert(_beside(ordered, copy), copy)
     return ordered
+
+
+BESIDE = "listed beside"  # a seeds_note that puts its row beside the row that scores it
+
+
+def drawn_entry(entry: Entry) -> bool:
+    """Whether an entry's runs are the organiser's fresh-seed reproductions (they score)."""
+    return bool(entry.package and entry.package.get("drawn"))
+
+
+def _seeds_notes(entries: list[Entry]) -> None:
+    """Which rows the seeds leave unranked, and why (`Entry.seeds_note`): a row at the
+    organiser's seeds holding fewer drawn seeds than the workload scores (N, its `seeds:`) is
+    listed beside its package's row; where one holds N or more, the rows of its entry (submission,
+    backend, precision) scored on their own required seeds are listed beside it, and every other
+    row scored on seeds known before its runs is listed after the ranked rows."""
+    from d500.training.seeds import scoring
+    scoring_rows = set()
+    for e in (e for e in entries if drawn_entry(e)):
+        first = e.runs[0] if e.runs else {}
+        need = scoring(first.get("workload_text"), first.get("workload_file")) or 1
+        have = len({r.get("seed") for r in _scored(2, e.runs)})
+        if have < need:
+            e.seeds_note = (f"{BESIDE} its package's: {have} of the {need} seeds the workload "
+                            "scores drawn by the organiser (d500 reproduce --fresh-seeds): "
+                            "not scored")
+        else:
+            scoring_rows.add((e.submission, e.backend, e.precision))
+    if not scoring_rows:
+        return
+    for e in entries:
+        if drawn_entry(e) or reproduction(e) or not e.runs:
+            continue
+        if (e.submission, e.backend, e.precision) in scoring_rows:
+            e.seeds_note = (f"{BESIDE} its row at the organiser's seeds: its own required "
+                            "seeds, known before its runs, not scored")
+        else:
+            e.seeds_note = ("scored on its required seeds, known before its runs (the entry's "
+                            "name picks them): unranked beside rows scored at seeds the "
+                            "organiser drew (d500 reproduce --fresh-seeds)")
 
 
 def reproduction(entry: Entry) -> bool:
@@ -383,7 +443,7 @@ def _scored(level: int | None, runs: list[dict[str, Any]]) -> list[dict[str, Any
     from d500.training.score import scaled
     from d500.training.seeds import split
     return scaled([{**r, "status": "missed"} if r["status"] == "interrupted" else r
-                   for r in split(runs)[0]])
+                   for r in split(runs, own_draws=True)[0]])
 
 
 def _values(runs: list[dict[str, Any]], metric: Metric) -> list[float]:

@@ -113,8 +113,10 @@ def rank_cell(entry: Entry) -> str:
 
 
 def submission(entry: Entry) -> str:
-    """The entry's submission as shown (ranking.submission_label: package or reproduction)."""
-    return submission_label(entry.submission, entry.package)
+    """The entry's submission as shown (ranking.submission_label: package or reproduction),
+    and why its seeds leave it unranked (ranking.Entry.seeds_note)."""
+    label = submission_label(entry.submission, entry.package)
+    return f"{label} · {entry.seeds_note}" if entry.seeds_note else label
 
 
 def env_cell(entry: Entry, legend: Legend, short: bool = False, mark: bool = True) -> str:

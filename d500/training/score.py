@@ -7,7 +7,8 @@ tuning-inclusive cost and statistics over seeds.
 - over seeds: median, MLPerf's olympic mean and a bootstrap 95% confidence interval of the
   median, never the best run, over the required seeds only (d500.training.seeds: an interrupted
   required seed is a miss until re-run; a run with any other seed is an exploration, listed and
-  never scored);
+  never scored), or over the seeds the organiser drew where it re-ran the result at N or more
+  (`d500 reproduce --fresh-seeds`: the entry's own seed runs are then listed, `seeds_note`);
 - a study's trials 0..T-1 only (T its workload's `tuning: trials`) ever score;
 - the performance profile over workloads is d500.profile's (shared with levels 0 and 1);
 - times are compared on one machine only: `by_machine` splits runs by their hardware
@@ -71,6 +72,8 @@ class Entry:
     choice: seeds.Choice | None = None  # the M > N window that scores (None: M = N)
     reproduction: bool = False  # `d500 reproduce` runs: shown beside their package, unranked
     name: str = ""  # the submission's own name (`submission` is its label on the boards)
+    drawn: bool = False  # the organiser's fresh-seed reproductions: they score the result
+    seeds_note: str = ""  # why its seeds do not score it (the organiser's seeds do), or ""
 
     @property
     def trials(self) -> list[dict[str, Any]]:
@@ -125,19 +128,44 @@ def entries(runs: Iterable[dict[str, Any]]) -> list[Entry]:
         key = (r["workload"] or "", submission_label(r["submission"] or "", source),
                (r["backend"] or "") + ("" if low == "fp32" else f" · {low}"))
         entry = found.setdefault(key, Entry(*key, reproduction=bool(
-            source and source.get("reproduction")), name=r["submission"] or ""))
+            source and source.get("reproduction")), name=r["submission"] or "",
+            drawn=bool(source and source.get("drawn"))))
         study = r.get("study")
         if study is None:
             outside.setdefault(key, []).append(r)
         elif in_budget(r):
             entry.studies.setdefault(study, []).append(r)
     for key, seed_runs in outside.items():
-        out = seeds.sort_out(seed_runs)
+        out = seeds.sort_out(seed_runs, own_draws=True)
         found[key].seeds, found[key].explorations = out.scored, out.explorations
         found[key].unscored, found[key].choice = out.unscored, out.choice
+    _seeds_notes(list(found.values()))
     # a package's rows and their reproductions side by side, per backend
     return sorted(found.values(), key=lambda e: (e.workload, e.name, e.backend,
                                                  e.reproduction, e.submission))
+
+
+def _seeds_notes(entries: list[Entry]) -> None:
+    """As the workload's board (d500.leaderboard.ranking): a result the organiser scored at N or
+    more seeds it drew makes its entry's own seed runs unscored, and every other entry's of that
+    workload scored on seeds known before its runs; too few drawn seeds score nothing."""
+    scoring_rows = set()
+    for e in (e for e in entries if e.drawn):
+        first = e.seeds[0] if e.seeds else {}
+        need = seeds.scoring(first.get("workload_text"), first.get("workload_file")) or 1
+        if len(e.seeds) < need:
+            e.seeds_note = (f"{len(e.seeds)} of the {need} seeds the workload scores drawn by "
+                            "the organiser: not scored")
+        else:
+            scoring_rows.add((e.workload, e.name, e.backend))
+    for e in entries:
+        if e.drawn or e.reproduction or not e.seeds or not any(
+                w == e.workload for w, _, _ in scoring_rows):
+            continue
+        e.seeds_note = ("its own required seeds, known before its runs: the organiser's drawn "
+                        "seeds score it" if (e.workload, e.name, e.backend) in scoring_rows
+                        else "scored on its required seeds, known before its runs (the name "
+                             "picks them): not compared with rows at the organiser's seeds")
 
 
 def rcp_of(scored: list[dict[str, Any]]) -> Any:

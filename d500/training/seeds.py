@@ -16,6 +16,13 @@ seed order (seed i < M, fixed before any run) closest to their median score
 sender's: not the start times (a re-dated start and MLLOG would reorder runs that started close
 together), not the ledger ids (a re-sealed ledger can renumber them), not the order the sender
 chose to launch the seeds in (`--seed`, one at a time, after seeing the first ones' times).
+
+The required seeds are known before any run (they follow from the entry's name, which the sender
+picks), so a sender can scout names. Where the organiser has re-run a result at seeds drawn after
+the package was committed (`d500 reproduce --fresh-seeds N`, recorded in the organiser's own
+ledger), those runs score instead (`sort_out(rows, own_draws=True)`, `drawn`): one per drawn seed,
+in draw order, and the sender's required seeds of that result are listed, not scored
+(d500.leaderboard.ranking, d500.training.score, d500.distributed.views).
 """
 
 from __future__ import annotations
@@ -108,19 +115,52 @@ class Sorted:
     choice: Choice | None = None
 
 
-def split(runs: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split(runs: Iterable[dict[str, Any]], own_draws: bool = False
+          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(the runs that score, the explorations) of sort_out."""
-    out = sort_out(runs)
+    out = sort_out(runs, own_draws)
     return out.scored, out.explorations
 
 
-def sort_out(runs: Iterable[dict[str, Any]]) -> Sorted:
+def drawn(run: dict[str, Any]) -> bool:
+    """Whether a ledger row is one of its own ledger's fresh-seed reproductions (`d500 reproduce
+    --fresh-seeds`: the seed drawn by the ledger's owner after the package was committed). An
+    imported row never is, whatever its details say (its package's sender wrote them)."""
+    rep = (run.get("details") or {}).get("reproduction")
+    return (not run.get("source") and not run.get("package") and isinstance(rep, dict)
+            and run.get("seed") is not None and rep.get("fresh_seed") == run.get("seed"))
+
+
+def drawn_scored(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The fresh-seed reproductions that score, one per drawn seed: its first ended run, else
+    its last interrupted one (a miss); in the order the ledger recorded them."""
+    by_seed: dict[Any, list[dict[str, Any]]] = {}
+    for r in sorted(runs, key=lambda r: r.get("id") or 0):
+        by_seed.setdefault(r.get("seed"), []).append(r)
+    out = []
+    for same in by_seed.values():
+        ended = [r for r in same if r["status"] in ENDED]
+        cut = [r for r in same if r["status"] == "interrupted"]
+        out += ended[:1] or cut[-1:]
+    return sorted(out, key=lambda r: r.get("id") or 0)
+
+
+def sort_out(runs: Iterable[dict[str, Any]], own_draws: bool = False) -> Sorted:
     """Seed runs (outside any study) of one result sorted out: per required seed its ended runs,
     else its last interrupted one (a miss); running runs of a required seed are neither; other
-    seeds are explorations. With M > N required, the window of N (d500.training.window) scores."""
+    seeds are explorations. With M > N required, the window of N (d500.training.window) scores.
+    With `own_draws` (rows of a ledger, not a package under check), the ledger's own fresh-seed
+    reproductions (`drawn`) score, one per drawn seed, and no window applies to them."""
     counted: list[dict[str, Any]] = []
     explorations: list[dict[str, Any]] = []
     by_seed: dict[Any, list[dict[str, Any]]] = {}
+    runs = list(runs)
+    if own_draws and any(drawn(r) for r in runs):
+        fresh = [r for r in runs if drawn(r)]
+        scored = drawn_scored(fresh)
+        kept = {id(r) for r in scored}  # a drawn seed's other runs: run, not scored
+        return Sorted(scored, [r for r in fresh if id(r) not in kept],
+                      [r for r in runs if not drawn(r)])
     for r in runs:
         if r.get("seed") in required_of(r):
             by_seed.setdefault(r.get("seed"), []).append(r)

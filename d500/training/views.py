@@ -128,6 +128,16 @@ def seeds_view(entries: list[score.Entry], on: str | None = None) -> View:
                          f"{', '.join(str(r.get('id')) for r in e.unscored)}")
         if scale.factor != 1.0 or scale.result_mean is not None:
             notes.append(f"RCP scale: {name}: {scale.reason}")
+        if e.drawn:
+            draws = sorted({str((r.get("details") or {}).get("reproduction", {}).get(
+                "draw_seed")) for r in e.seeds})
+            notes.append(f"{'not scored' if e.seeds_note else 'scored'}: {name}: the "
+                         f"organiser's seed(s) {', '.join(str(r.get('seed')) for r in e.seeds)}"
+                         f" (run(s) {', '.join(str(r.get('id')) for r in e.seeds)}, d500 "
+                         f"reproduce --fresh-seeds, draw seed {', '.join(draws)})"
+                         + (f": {e.seeds_note}" if e.seeds_note else ""))
+        elif e.seeds_note:
+            notes.append(f"not scored: {name}: {e.seeds_note}")
     tail = "" if on else " and median test quality"
     return View(f"seeds{_on(on)}: time to accuracy over the scored seeds (median, MLPerf olympic "
                 f"mean, bootstrap 95% interval of the median; a miss counts as ∞; times "
@@ -202,6 +212,10 @@ def profile_view(entries: list[score.Entry], on: str | None = None) -> View | No
     for e in entries:
         if e.reproduction:  # a re-check of a package's result, not an entry
             continue
+        if not e.studies and (e.seeds_note or e.drawn and any(  # its tuning score counts
+                o.studies and (o.workload, o.name, o.backend) == (e.workload, e.name, e.backend)
+                for o in entries)):
+            continue  # seeds that do not score it (d500.training.score._seeds_notes)
         value = e.score if e.studies else score.over_seeds(
             [score.time_to_target(r) for r in e.seeds]).median
         if value is not None:

@@ -20,7 +20,7 @@ def run(rid: int, submission: str, tta: float, forced: bool) -> dict:
 
 
 def test_a_forced_row_comes_after_a_complete_one(monkeypatch):
-    monkeypatch.setattr(views.seeds, "split", lambda runs: (list(runs), []))
+    monkeypatch.setattr(views.seeds, "split", lambda runs, **_: (list(runs), []))
     ledger = SimpleNamespace(runs=lambda level: [run(1, "honest", 10.0, False),
                                                  run(2, "forged", 0.1, True)])
     boards = [SimpleNamespace(workload="w", workload_sha256="s")]
@@ -33,7 +33,7 @@ def test_a_row_timed_while_others_took_the_machine_is_marked_by_what_the_run_rec
         monkeypatch):
     """The mark follows the CPU other processes took during the run (its LoadWatch record's
     `during`) under the board's own share, not a flag the sender wrote."""
-    monkeypatch.setattr(views.seeds, "split", lambda runs: (list(runs), []))
+    monkeypatch.setattr(views.seeds, "split", lambda runs, **_: (list(runs), []))
     monkeypatch.setenv("D500_LOADED_SHARE", "0.25")
     busy, quiet = run(1, "busy", 1.0, False), run(2, "quiet", 2.0, False)
     busy["details"] = {"load_average": {"during": 1.2, "usable_cores": 2, "loaded": False}}
@@ -47,7 +47,7 @@ def test_a_row_timed_while_others_took_the_machine_is_marked_by_what_the_run_rec
 def test_a_reproduction_row_comes_right_after_the_row_it_reproduces(monkeypatch):
     """As on the workload's board: a faster reproduction was listed before the package it
     re-ran, by its time, among the other entries."""
-    monkeypatch.setattr(views.seeds, "split", lambda runs: (list(runs), []))
+    monkeypatch.setattr(views.seeds, "split", lambda runs, **_: (list(runs), []))
     package, other = run(1, "mine", 10.0, False), run(2, "other", 5.0, False)
     copy = run(3, "mine", 1.0, False)
     del copy["package"], copy["source"]

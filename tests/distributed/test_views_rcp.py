@@ -22,7 +22,7 @@ def run(rid: int, tta: float, epochs: int) -> dict:
 
 
 def test_the_table_scales_time_to_accuracy_as_the_board_does(monkeypatch):
-    monkeypatch.setattr(views.seeds, "split", lambda runs: (list(runs), []))  # all 3 score
+    monkeypatch.setattr(views.seeds, "split", lambda runs, **_: (list(runs), []))  # all 3 score
     runs = [run(1, 1.0, 4), run(2, 2.0, 4), run(3, 3.0, 4)]  # reference: 4-10 epochs, mean ~7
     ledger = SimpleNamespace(runs=lambda level: runs)
     boards = [SimpleNamespace(workload="digits-mlp", workload_sha256="s")]
