@@ -382,10 +382,14 @@ def _seeds_notes(entries: list[Entry]) -> None:
     row scored on seeds known before its runs is listed after the ranked rows."""
     from d500.training.seeds import scoring
     scoring_rows = set()
+    drawn_seeds: dict[tuple, set] = {}  # a result's drawn seeds, its rows split by load or not
+    for e in (e for e in entries if drawn_entry(e)):
+        drawn_seeds.setdefault((e.submission, e.backend, e.precision, e.package.get("sha256")),
+                               set()).update(r.get("seed") for r in _scored(2, e.runs))
     for e in (e for e in entries if drawn_entry(e)):
         first = e.runs[0] if e.runs else {}
         need = scoring(first.get("workload_text"), first.get("workload_file")) or 1
-        have = len({r.get("seed") for r in _scored(2, e.runs)})
+        have = len(drawn_seeds[(e.submission, e.backend, e.precision, e.package.get("sha256"))])
         if have < need:
             e.seeds_note = (f"{BESIDE} its package's: {have} of the {need} seeds the workload "
                             "scores drawn by the organiser (d500 reproduce --fresh-seeds): "
