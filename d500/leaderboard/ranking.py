@@ -57,6 +57,7 @@ class Entry:
     missed: int = 0  # succeeded runs without the ranking metric's figure (target missed)
     problems: list[str] = field(default_factory=list)
     seeds_note: str = ""  # why its seeds do not rank it (the organiser's seeds score), or ""
+    beside: bool = False  # with a seeds_note: listed beside the row that scores it, else after
     environments: list[dict[str, Any]] = field(default_factory=list)  # distinct, run order
     environment_ids: list[int] = field(default_factory=list)  # their ledger ids, same order
 
@@ -330,9 +331,9 @@ def _ranked(entries: list[Entry], rank_by: Metric | None, across_machines: bool)
     entries timed on a loaded machine after the clean ones, ranked among themselves (apart);
     entries forced in past `d500 check` after the others, without rank or ratio; `d500
     reproduce` runs never ranked either, each entry of them right after the one it reproduces."""
-    copies = [e for e in entries if reproduction(e) or e.seeds_note.startswith(BESIDE)]
+    copies = [e for e in entries if reproduction(e) or e.beside]
     after = [e for e in entries if not reproduction(e) and e.seeds_note
-             and not e.seeds_note.startswith(BESIDE)]  # seeds known before: after, unranked
+             and not e.beside]  # seeds known before its runs: after, unranked
     entries = [e for e in entries if not reproduction(e) and not e.seeds_note]
     first_run = {}
     for e in entries:
@@ -366,9 +367,6 @@ def _ranked(entries: list[Entry], rank_by: Metric | None, across_machines: bool)
     return ordered
 
 
-BESIDE = "listed beside"  # a seeds_note that puts its row beside the row that scores it
-
-
 def drawn_entry(entry: Entry) -> bool:
     """Whether an entry's runs are the organiser's fresh-seed reproductions (they score)."""
     return bool(entry.package and entry.package.get("drawn"))
@@ -378,8 +376,9 @@ def _seeds_notes(entries: list[Entry]) -> None:
     """Which rows the seeds leave unranked, and why (`Entry.seeds_note`): a row at the
     organiser's seeds holding fewer drawn seeds than the workload scores (N, its `seeds:`) is
     listed beside its package's row; where one holds N or more, the rows of its entry (submission,
-    backend, precision) scored on their own required seeds are listed beside it, and every other
-    row scored on seeds known before its runs is listed after the ranked rows."""
+    backend, precision) scored on their own required seeds (which the entry's name picks) are
+    listed beside it, and every other row scored on seeds known before its runs is listed after
+    the ranked rows."""
     from d500.training.seeds import scoring
     scoring_rows = set()
     drawn_seeds: dict[tuple, set] = {}  # a result's drawn seeds, its rows split by load or not
@@ -391,9 +390,7 @@ def _seeds_notes(entries: list[Entry]) -> None:
         need = scoring(first.get("workload_text"), first.get("workload_file")) or 1
         have = len(drawn_seeds[(e.submission, e.backend, e.precision, e.package.get("sha256"))])
         if have < need:
-            e.seeds_note = (f"{BESIDE} its package's: {have} of the {need} seeds the workload "
-                            "scores drawn by the organiser (d500 reproduce --fresh-seeds): "
-                            "not scored")
+            e.seeds_note, e.beside = f"not scored: {have} of {need} drawn seeds", True
         else:
             scoring_rows.add((e.submission, e.backend, e.precision))
     if not scoring_rows:
@@ -402,12 +399,9 @@ def _seeds_notes(entries: list[Entry]) -> None:
         if drawn_entry(e) or reproduction(e) or not e.runs:
             continue
         if (e.submission, e.backend, e.precision) in scoring_rows:
-            e.seeds_note = (f"{BESIDE} its row at the organiser's seeds: its own required "
-                            "seeds, known before its runs, not scored")
+            e.seeds_note, e.beside = "not scored: its own seeds; the organiser's score it", True
         else:
-            e.seeds_note = ("scored on its required seeds, known before its runs (the entry's "
-                            "name picks them): unranked beside rows scored at seeds the "
-                            "organiser drew (d500 reproduce --fresh-seeds)")
+            e.seeds_note = "unranked: its seeds were known before its runs"
 
 
 def reproduction(entry: Entry) -> bool:

@@ -154,18 +154,17 @@ def _seeds_notes(entries: list[Entry]) -> None:
         first = e.seeds[0] if e.seeds else {}
         need = seeds.scoring(first.get("workload_text"), first.get("workload_file")) or 1
         if len(e.seeds) < need:
-            e.seeds_note = (f"{len(e.seeds)} of the {need} seeds the workload scores drawn by "
-                            "the organiser: not scored")
+            e.seeds_note = f"{len(e.seeds)} of {need} drawn seeds"
         else:
             scoring_rows.add((e.workload, e.name, e.backend))
     for e in entries:
         if e.drawn or e.reproduction or not e.seeds or not any(
                 w == e.workload for w, _, _ in scoring_rows):
             continue
-        e.seeds_note = ("its own required seeds, known before its runs: the organiser's drawn "
-                        "seeds score it" if (e.workload, e.name, e.backend) in scoring_rows
-                        else "scored on its required seeds, known before its runs (the name "
-                             "picks them): not compared with rows at the organiser's seeds")
+        e.seeds_note = ("its own seeds; the organiser's score it"
+                        if (e.workload, e.name, e.backend) in scoring_rows
+                        else "its seeds were known before its runs: unranked beside rows at the "
+                             "organiser's seeds")
 
 
 def rcp_of(scored: list[dict[str, Any]]) -> Any:

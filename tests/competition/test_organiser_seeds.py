@@ -89,12 +89,11 @@ def test_the_organisers_drawn_seeds_rank_and_seeds_known_before_do_not(tmp_path,
     assert [r["id"] for r in ranking._scored(2, b.runs)] == b_drawn
     assert [e.rank for e in board.entries] == [1, None, None, None, None]
     assert board.entries[1] is rows[("B", False)]  # beside the row that scores it
-    assert "its own required seeds, known before its runs, not scored" in rows[
-        ("B", False)].seeds_note
-    assert "1 of the 2 seeds the workload scores" in rows[("C", True)].seeds_note
+    assert rows[("B", False)].seeds_note == "not scored: its own seeds; the organiser's score it"
+    assert rows[("C", True)].seeds_note == "not scored: 1 of 2 drawn seeds"
     for sub in ("scouted", "C"):  # seeds the name picks: after, unranked, though fastest
         assert rows[(sub, False)].aggregate["time_to_accuracy"] == 1.0
-        assert rows[(sub, False)].seeds_note.startswith("scored on its required seeds")
+        assert rows[(sub, False)].seeds_note == "unranked: its seeds were known before its runs"
     assert [r["id"] for r in book.runs() if seeds.drawn(r)] == b_drawn + c_drawn
     # a drawn stamp on a row imported from a package (its sender's word) never scores
     row = dict(book.get(b_drawn[0]), package={"sha256": "0" * 64})
@@ -104,7 +103,8 @@ def test_the_organisers_drawn_seeds_rank_and_seeds_known_before_do_not(tmp_path,
     entries = score.entries(book.runs(level=2))
     by = {(e.name, e.drawn): e for e in entries}
     assert [r["id"] for r in by[("B", True)].seeds] == b_drawn
-    assert by[("B", False)].seeds_note.startswith("its own required seeds")
+    assert by[("B", False)].seeds_note == "its own seeds; the organiser's score it"
+    assert by[("scouted", False)].seeds_note.startswith("its seeds were known before its runs")
     notes = views.seeds_view(entries).notes
     assert any(n.startswith("scored: w / B · at the organiser's seeds") and "draw seed 5" in n
                for n in notes), notes
