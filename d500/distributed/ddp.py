@@ -133,7 +133,26 @@ def with_buffers(full: dict[str, np.ndarray], trainer: Any) -> dict[str, np.ndar
                        for n, v in trainer.buffers().items()}}
 
 
-class DDPScheme:
+class Stepped:
+    """What a scheme of torch's own (DDP, FSDP, DTensor, pipelining) checkpoints of itself: its
+    step count. The model and the optimizer's state are its trainer's (d500.distributed.resuming,
+    as a sync rank's) or, cut across ranks, each rank's `piece` (shards, a stage's weights);
+    torch leaves nothing of a step in flight."""
+
+    _steps = 0
+
+    def settle(self) -> None:
+        """Nothing in flight between steps."""
+
+    def saved(self) -> dict[str, np.ndarray]:
+        """Its step count, for a checkpoint."""
+        return {"steps": np.asarray(self._steps, np.int64)}
+
+    def restored(self, arrays: dict[str, np.ndarray]) -> None:
+        self._steps = int(arrays["steps"])
+
+
+class DDPScheme(Stepped):
     """torch DDP as a level-3 scheme (the Scheme interface of d500.distributed.schemes)."""
 
     name: ClassVar[str] = "ddp"
@@ -184,17 +203,6 @@ class DDPScheme:
             p.grad = None
         self._steps += 1
         return float(loss.item())
-
-    def settle(self) -> None:
-        """DDP leaves nothing in flight between steps."""
-
-    def saved(self) -> dict[str, np.ndarray]:
-        """Its step count, for a checkpoint (its trainer holds the model and optimizer state,
-        d500.distributed.resuming, as a sync rank's does)."""
-        return {"steps": np.asarray(self._steps, np.int64)}
-
-    def restored(self, arrays: dict[str, np.ndarray]) -> None:
-        self._steps = int(arrays["steps"])
 
     @contextmanager
     def evaluated(self) -> Any:

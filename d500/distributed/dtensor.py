@@ -34,9 +34,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from d500.distributed.comm import Communicator, Traffic, ring_counts
+from d500.distributed.ddp import Stepped
 
 
-class DTensorScheme:
+class DTensorScheme(Stepped):
     """torch DTensor tensor parallelism as a level-3 scheme (see the module docstring)."""
 
     name: ClassVar[str] = "dtensor"
@@ -199,16 +200,6 @@ class DTensorScheme:
             t.optimizer.step(local, named, self.state, lr)
         self._steps += 1
         return float(loss.item())
-
-    def settle(self) -> None:
-        """DTensor leaves nothing in flight between steps."""
-
-    def saved(self) -> dict[str, np.ndarray]:
-        """Its step count, for a checkpoint (the weights and their state: `piece`)."""
-        return {"steps": np.asarray(self._steps, np.int64)}
-
-    def restored(self, arrays: dict[str, np.ndarray]) -> None:
-        self._steps = int(arrays["steps"])
 
     @contextmanager
     def evaluated(self) -> Any:

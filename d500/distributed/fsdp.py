@@ -34,9 +34,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from d500.distributed.comm import Communicator, Traffic
+from d500.distributed.ddp import Stepped
 
 
-class FSDPScheme:
+class FSDPScheme(Stepped):
     """torch FSDP2 as a level-3 scheme (the Scheme interface of d500.distributed.schemes)."""
 
     name: ClassVar[str] = "fsdp"
@@ -110,16 +111,6 @@ class FSDPScheme:
         self.traffic.calls += 3
         self.traffic.sent += moved
         self.traffic.received += moved
-
-    def settle(self) -> None:
-        """FSDP leaves nothing in flight between steps."""
-
-    def saved(self) -> dict[str, np.ndarray]:
-        """Its step count, for a checkpoint (the shards and their state: `piece`)."""
-        return {"steps": np.asarray(self._steps, np.int64)}
-
-    def restored(self, arrays: dict[str, np.ndarray]) -> None:
-        self._steps = int(arrays["steps"])
 
     @contextmanager
     def evaluated(self) -> Any:

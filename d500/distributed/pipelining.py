@@ -33,12 +33,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from d500.distributed.comm import Communicator, Traffic
+from d500.distributed.ddp import Stepped
 from d500.errors import UsageError
 
 SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B"}  # spec.schedule -> torch's
 
 
-class PipeliningScheme:
+class PipeliningScheme(Stepped):
     """torch.distributed.pipelining as a level-3 scheme (see the module docstring)."""
 
     name: ClassVar[str] = "pipelining"
@@ -117,16 +118,6 @@ class PipeliningScheme:
         self._count(len(labels))
         self._steps += 1
         return float(sum(x.item() for x in losses) / weight) if s.last else 0.0
-
-    def settle(self) -> None:
-        """torch's schedule leaves nothing in flight between steps."""
-
-    def saved(self) -> dict[str, np.ndarray]:
-        """Its step count, for a checkpoint (the stage's trainer holds the rest)."""
-        return {"steps": np.asarray(self._steps, np.int64)}
-
-    def restored(self, arrays: dict[str, np.ndarray]) -> None:
-        self._steps = int(arrays["steps"])
 
     @contextmanager
     def evaluated(self) -> Any:
