@@ -38,6 +38,7 @@ def main(argv: list[str], prog: str = "d500 scale") -> int:
     p.add_argument("--ledger", metavar="FILE", help="a ledger file other than "
                    "$D500_HOME/ledger.sqlite")
     args = p.parse_args(argv)
+    args.prog = prog
     from d500.distributed import launch
     sizes = _sizes(args.ranks)
     target = _target(args.target)
@@ -142,6 +143,10 @@ def _network(args: Any, world: Any) -> Any:
     from d500.distributed import network
     if args.network:
         return network.parse_network(args.network)
+    if world is None or world.Get_rank() == 0:  # ~15 s at load 12, said nothing meanwhile
+        from d500.say import say
+        say(f"{args.prog}: measuring this machine's network (a ping-pong sweep between 2 MPI "
+            f"ranks; --network LATENCY,BANDWIDTH gives a cluster's instead) ...")
     if world is not None:
         from d500.distributed.comm import Communicator
         return network.measure(Communicator(world))

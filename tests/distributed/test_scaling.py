@@ -201,6 +201,21 @@ def test_scale_reads_the_ledger_named_by_its_ledger_option(tmp_path):
                              f"file\n"
 
 
+@pytest.mark.slow  # the sweep: ~15 s at load 12
+@pytest.mark.skipif(jobs.MPIEXEC is None, reason="no mpiexec beside Python")
+def test_scale_says_it_measures_the_network_before_it_does(tmp_path):
+    """Without --network, `d500 scale` measures this machine's MPI (mpiexec -n 2, a ping-pong
+    sweep): one line on stderr says so first (the sweep took ~15 s here and said nothing)."""
+    home = tmp_path / "home"
+    run_id = str(recorded_sync_run(home))
+    out = jobs.plain_d500(home, "scale", run_id, "--json", timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.splitlines() == [
+        "d500 scale: measuring this machine's network (a ping-pong sweep between 2 MPI ranks; "
+        "--network LATENCY,BANDWIDTH gives a cluster's instead) ..."]
+    assert json.loads(out.stdout)["network"]["source"] == "ping-pong"
+
+
 def recorded_sync_run(home) -> int:
     """A succeeded 2-rank sync run at a global batch of 32 in the ledger under `home`, as the
     level-3 trainer records it (per-rank figures in its details)."""
