@@ -31,7 +31,8 @@ def main(argv: list[str], prog: str = "d500 data") -> int:
                            description=DOWNLOAD_HELP)
     p_get.add_argument("name", choices=list(registry.REGISTRY), metavar="NAME",
                        help=", ".join(registry.REGISTRY))
-    p_get.add_argument("--to", metavar="DIR", help="the data directory (default: $D500_DATA)")
+    p_get.add_argument("--to", "--data", dest="to", metavar="DIR",  # --data: as list, train
+                       help="the data directory (default: $D500_DATA)")
     p_get.add_argument("--url-base", metavar="URL", help="where to fetch the files from")
     p_get.add_argument("--timeout", type=float, default=60.0,
                        help="seconds without data before giving up (default 60)")

@@ -27,7 +27,10 @@ def test_download_then_list(tmp_path, server, published, capsys):  # noqa: F811
     assert data_cli.main(["download", "mnist", "--to", str(to), "--url-base", server.url]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 4 and all(line.endswith("downloaded, sha256 ok") for line in out)
-    assert data_cli.main(["download", "mnist", "--to", str(to), "--url-base", server.url]) == 0
+    # --data DIR, as `data list` and `train` name the folder, is --to's other name (it was
+    # "unrecognized arguments: --data")
+    assert cli.main(["data", "download", "mnist", "--data", str(to), "--url-base",
+                     server.url]) == 0
     assert all(line.endswith("already present, sha256 ok")
                for line in capsys.readouterr().out.splitlines())
 
