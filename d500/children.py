@@ -500,13 +500,13 @@ def kept(pid: int) -> int:
     """The process that runs the entry's code behind keeper `pid` (benchmarks pin or schedule
     it): the keeper's child, or that child's where it is a PID namespace's pid 1 (`_init`);
     `pid` itself where it has no child (not yet split, or not Linux)."""
-    found = _children(pid)
+    found = of(pid)
     if not found:
         return pid
     child = found[0]
     try:
         if os.readlink(f"/proc/{child}/ns/pid") != os.readlink("/proc/self/ns/pid"):
-            return (_children(child) or [child])[0]
+            return (of(child) or [child])[0]
     except OSError:
         pass
     return child
@@ -575,21 +575,22 @@ def _descendants(pid: int) -> list[int]:
     """The processes below `pid`: its children, theirs, and so on."""
     found, todo = [], [pid]
     while todo:
-        kids = _children(todo.pop())
+        kids = of(todo.pop())
         found += kids
         todo += kids
     return found
 
 
-def _children(pid: int | str = "self") -> list[int]:
+def of(pid: int | str = "self") -> list[int]:
     """The children of process `pid` ("self": this one), every thread's (a child is listed under
-    the thread that started it); none where it is gone."""
+    the thread that started it); none where it is gone. The one reader of /proc's process tree
+    (d500.distributed.jobtree's too)."""
     found = []
     for task in _tasks(pid):
         try:
             with open(f"/proc/{pid}/task/{task}/children") as f:
                 found += [int(c) for c in f.read().split()]
-        except OSError:
+        except (OSError, ValueError):
             pass
     return found
 
@@ -619,7 +620,7 @@ def _stopped(pid: int) -> bool:
 def _end_adopted() -> None:
     """SIGKILL every live child of this process, and reap them, until none is left."""
     while True:
-        for pid in _children():
+        for pid in of():
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

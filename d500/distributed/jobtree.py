@@ -67,9 +67,9 @@ class JobTree:
         if top is None:
             return None
         ranks = []
-        for waiter in _children(root):
-            keepers = _children(waiter)
-            kept = _children(keepers[0]) if len(keepers) == 1 else []
+        for waiter in children.of(root):
+            keepers = children.of(waiter)
+            kept = children.of(keepers[0]) if len(keepers) == 1 else []
             procs = [_proc(p) for p in (waiter, *keepers, *kept)]
             if len(kept) != 1 or None in procs:
                 return None
@@ -151,21 +151,6 @@ def _stat(pid: int) -> tuple[str, int, int] | None:
 def _proc(pid: int) -> Proc | None:
     found = _stat(pid)
     return None if found is None else Proc(pid, found[2])
-
-
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                found += [int(c) for c in f.read().split()]
-        except (OSError, ValueError):
-            pass
-    return found
 
 
 def _rank(pid: int) -> str:
