@@ -84,6 +84,7 @@ class Escape(Optimizer):
 '''
 
 
+@pytest.mark.slow  # one real 2-rank job of one epoch: ~10 s, 17 s at load 10
 def test_a_rank_cannot_stop_its_keeper_nor_kill_its_waiter(tmp_path):
     left, tried = tmp_path / "left.txt", tmp_path / "tried.json"
     home = tmp_path / "home"
