@@ -119,7 +119,8 @@ def _interrupt_left() -> Iterator[None]:
     traceback under the judge's "interrupted". Meanwhile this process holds ^C blocked, and
     takes one that came as soon as the child is started (Linux keeps a blocked signal pending
     even while it is ignored)."""
-    if threading.current_thread() is not threading.main_thread():  # (signal handlers: main's)
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is None:  # (handlers: main's; one set in C: kept)
         yield
         return
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
