@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from d500.distributed.launch import launched_by_mpi
-from d500.errors import CheckFailed, D500Error, UsageError
+from d500.errors import D500Error, UsageError
 
 
 def wanted(args: Any) -> bool:
@@ -311,12 +311,8 @@ def _run(args: Any, world: Any, workload: Any, entry: Any, spec: Any) -> int:
                            "exploration": exploration(workload, entry, args.backend, s, size),
                            "figures": r.figures, "error": r.error}
                           for s, r in results], indent=1, default=str))
-    bad = [(s, r) for s, r in results if r.status != "succeeded"]
-    if bad:
-        s, r = bad[0]
-        raise CheckFailed(f"{len(bad)} of {len(results)} run(s) did not reach the target; "
-                          f"seed {s}: {r.status}: {r.error}")
-    return 0
+    from d500.training.cli import reached
+    return reached(results)
 
 
 def _seeds(job: Any, args: Any) -> list[int]:

@@ -86,6 +86,12 @@ def train_level2(args: Any, workload: Any, entry: Any) -> int:
                            "exploration": exploration(workload, entry, args.backend, s),
                            "figures": r.figures, "error": r.error} for s, r in results],
                          indent=1, default=str))
+    return reached(results)
+
+
+def reached(results: list[tuple[int, Any]]) -> int:
+    """0 where every seed's run (seed, result) reached the target, else a CheckFailed naming how
+    many did not and the first of them (level 2's and level 3's `d500 train`)."""
     bad = [(s, r) for s, r in results if r.status != "succeeded"]
     if bad:
         s, r = bad[0]
