@@ -146,9 +146,9 @@ def print_check(report, console=None) -> None:
     shapes = ", ".join(f"{k} {'x'.join(map(str, v)) or 'scalar'}"
                        for k, v in report.input_shapes.items())
     seed = f", seed {report.seed}" if report.seed is not None else ", from --inputs"
-    console.print(f"inputs: {shapes}{seed}", highlight=False)
+    console.print(f"inputs: {shapes}{seed}", highlight=False, soft_wrap=True)
     if report.note:
-        console.print(f"note: {report.note}", highlight=False)
+        console.print(f"note: {report.note}", highlight=False, soft_wrap=True)
     verdict = {0: "[green]all backends agree[/]", 1: "[red]a backend disagrees or failed[/]",
                2: "[yellow]a backend lacks an operator of this model[/]"}[report.exit_code]
     console.print(verdict)
@@ -223,10 +223,12 @@ def print_bench(result, console=None) -> None:
     console.print(table)
     for r in result.results:
         if r.error:
-            console.print(f"[red]{r.backend}[/]: {_short(r.error, 300)}", highlight=False)
+            console.print(f"[red]{r.backend}[/]: {_short(r.error, 300)}", highlight=False,
+                          soft_wrap=True)
     console.print(f"ranked by {wl.rank_by}; ±p = half-width of the 95% confidence interval of "
                   f"the median; ×N = N times worse than the best; recorded in the ledger "
-                  f"(d500 leaderboard --level 1 --workload {wl.name})", highlight=False)
+                  f"(d500 leaderboard --level 1 --workload {wl.name})", highlight=False,
+                  soft_wrap=True)  # whole in a pipe or a log
 
 
 def _list() -> int:

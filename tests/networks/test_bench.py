@@ -100,6 +100,10 @@ def test_cli_bench_prints_the_table_and_records(tmp_path, home):
     assert result.returncode == 0, result.stderr
     assert "net bench tiny-mlp" in result.stdout and "onnxruntime" in result.stdout
     assert "recorded in the ledger" in result.stdout
+    ranked = [line for line in result.stdout.splitlines() if line.startswith("ranked by ")]
+    assert len(ranked) == 1 and ranked[0].endswith(  # whole in a pipe: rich broke it at 160
+        "; ×N = N times worse than the best; recorded in the ledger (d500 leaderboard --level 1 "
+        "--workload tiny-mlp)"), result.stdout
     listed = d500("ledger", "list", "--level", "1", "--json", home=home)
     import json
     runs = json.loads(listed.stdout)
