@@ -361,6 +361,15 @@ def parent_of(pid: int) -> int | None:
         return None
 
 
+def cmdline_of(pid: int) -> bytes | None:
+    """Process `pid`'s command line as /proc holds it (NUL after each word, Linux), or None
+    where /proc does not say."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+
+
 def tree_cpu(root: int | None = None) -> float:
     """CPU seconds of this process (or of process `root`, read from /proc), its ended children
     and every live descendant (Linux; this process and its ended children elsewhere): the run's

@@ -27,7 +27,7 @@ import struct
 import sys
 from typing import Any
 
-from d500.provenance import parent_of
+from d500.provenance import cmdline_of, parent_of
 
 # per architecture: AUDIT_ARCH, seccomp(2), and the system calls filtered
 ARCHES = {
@@ -77,8 +77,9 @@ def _kept_by() -> tuple[int, ...] | None:
     keeper = os.getppid()
     waiter = parent_of(keeper)
     proxy = parent_of(waiter) if waiter else None
-    line = _cmdline(os.getpid())
-    if not waiter or not proxy or line is None or {_cmdline(keeper), _cmdline(waiter)} != {line}:
+    line = cmdline_of(os.getpid())
+    if (not waiter or not proxy or line is None
+            or {cmdline_of(keeper), cmdline_of(waiter)} != {line}):
         return None
     return keeper, waiter, proxy
 
@@ -147,10 +148,3 @@ def _threads(pid: int) -> list[int]:
     except (OSError, ValueError):
         return []
 
-
-def _cmdline(pid: int) -> bytes | None:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return None

@@ -464,23 +464,15 @@ def job_root() -> int:
     loaded, and reproduce's time tolerance wider. Found once, as the judge starts (`main`),
     before any rank runs the entry's code (which could rename its own command line)."""
     from d500.distributed.launch import launched_by_mpi
-    from d500.provenance import parent_of
+    from d500.provenance import cmdline_of, parent_of
     rank0 = os.getppid()
     if not launched_by_mpi():
         return rank0
-    up, line = parent_of(rank0), _cmdline(rank0)
+    up, line = parent_of(rank0), cmdline_of(rank0)
     for _ in range(2):  # its keeper and the process hydra waits on: forks of rank 0
-        if up is not None and line is not None and _cmdline(up) == line:
+        if up is not None and line is not None and cmdline_of(up) == line:
             up = parent_of(up)
     return up or rank0
-
-
-def _cmdline(pid: int) -> bytes | None:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return None
 
 
 def _load(watch: Any, ranks: list[Any]) -> dict[str, Any]:
