@@ -130,11 +130,17 @@ class MLLogger:
             if not self._file.closed:
                 self._file.close()
 
+    def _line(self, event_type: str, key: str, value: Any, metadata: dict | None,
+              time_ms: float | None) -> str:
+        """The event's line, stamped now unless `time_ms` is given, with its caller's file and
+        line under the metadata given."""
+        meta = {**_caller(), **(metadata or {})}
+        return encode(self.namespace, time.time() * 1e3 if time_ms is None else time_ms,
+                      event_type, key, value, meta)
+
     def _log(self, event_type: str, key: str, value: Any, metadata: dict | None,
              time_ms: float | None) -> None:
-        meta = {**_caller(), **(metadata or {})}
-        line = encode(self.namespace, time.time() * 1e3 if time_ms is None else time_ms,
-                      event_type, key, value, meta)
+        line = self._line(event_type, key, value, metadata, time_ms)
         with self._lock:
             if self._file.closed:
                 raise ValueError(f"MLLOG file {self.path} is closed")
@@ -158,9 +164,7 @@ class MLBuffer(MLLogger):
 
     def _log(self, event_type: str, key: str, value: Any, metadata: dict | None,
              time_ms: float | None) -> None:
-        meta = {**_caller(), **(metadata or {})}
-        line = encode(self.namespace, time.time() * 1e3 if time_ms is None else time_ms,
-                      event_type, key, value, meta)
+        line = self._line(event_type, key, value, metadata, time_ms)
         with self._lock:
             self.records.append(json.loads(line[len(TOKEN):]))
 
