@@ -199,9 +199,9 @@ def execute(plan: Plan, html: bool = True) -> int:
     stages = ", ".join(f"{k} {v:.0f} s" for k, v in took.items())
     out.print(f"{len(runs)} runs recorded in {ledger.path} ({summary or 'none'}) in "
               f"{time.perf_counter() - start:.0f} s ({stages}); details: {log_path}",
-              highlight=False)
+              highlight=False, soft_wrap=True)  # whole in a pipe or a log (it broke at 160)
     for line in problems:
-        out.print(f"[red]problem:[/] {line}", highlight=False)
+        out.print(f"[red]problem:[/] {line}", highlight=False, soft_wrap=True)
     return 1 if problems else 0
 
 
@@ -212,7 +212,7 @@ def _quiet(limit: float, stage: Any, err: Any) -> None:
     if others is not None and others > loaded_share() * usable_cores():
         err.print(f"the machine stayed loaded for {limit:.0f} s (other processes take "
                   f"{others:.1f} of {usable_cores()} cores): timing anyway; its runs are marked "
-                  "loaded and ranked apart", highlight=False)
+                  "loaded and ranked apart", highlight=False, soft_wrap=True)
 
 
 class _Stage:

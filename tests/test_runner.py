@@ -46,7 +46,9 @@ def test_run_levels_0_and_1_records_everything_and_prints_the_leaderboard(home):
     level0 = [r for r in runs if r["level"] == 0]
     assert {r["submission"] for r in level0} >= {"c-gemm"}
     assert all(r["workload"] == "gemm-small" and r["status"] == "succeeded" for r in level0)
-    assert f"{len(runs)} runs recorded" in out
+    [summary] = [line for line in out.splitlines() if line.startswith(f"{len(runs)} runs ")]
+    assert summary.startswith(f"{len(runs)} runs recorded in {home / 'ledger.sqlite'} (") and \
+        "; details: " in summary, out  # one line in a pipe: rich broke it at 160 columns
     assert "level 0" in result.stderr and "net bench" in result.stderr  # the progress bars
 
 
