@@ -211,6 +211,10 @@ def fresh(result: Any, out: Any, console: Any) -> None:
         verdict = "inconclusive" if check.inconclusive else (
             "agrees" if check.agrees else "FLAGGED")
         out(f"{verdict}: {check.line()}")
+    if any(r.run_id is not None for r in result.runs):
+        out(f"scored: the boards of {result.ledger} rank each result re-run here on its "
+            "fresh-seed runs (the organiser's seeds), its package's own seed runs listed beside "
+            "it, unranked")
 
 
 def as_json(result: Any) -> dict[str, Any]:

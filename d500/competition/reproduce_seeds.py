@@ -16,6 +16,10 @@ counts as max_epochs + 1 on both sides (the same transform on both keeps the nul
 slower than any success); a run that failed or timed out says nothing about its seed and is
 left out, named. With M recorded runs and N fresh, the smallest p-value is 1 / C(M + N, M):
 at M = 3, N must be at least 4 for a flag to be possible (1/35), at M = 2 at least 5 (1/21).
+
+The test has little power against a name picked among K for its seeds (one epoch of gain is
+inside the seeds' spread: README), so the fresh runs also score: the boards of the ledger they
+are recorded in rank the result on them, not on its recorded seeds (d500.training.seeds.drawn).
 """
 
 from __future__ import annotations

@@ -183,7 +183,8 @@ def test_scouting_names_and_submitting_the_fastest_gains_nothing(run_d500, tmp_p
     assert packed.returncode == 0, packed.stderr
 
     org = tmp_path / "org"
-    _organiser(org, package, rules, run_d500, n=1)
+    _, said = _organiser(org, package, rules, run_d500, n=1)
+    assert "scored: the boards of" in said and "rank each result re-run here" in said, said
     [drawn] = reproduce_seeds.draw(DRAW, "digits-mlp", "torch", 1)  # no name in it
     with Ledger(org / "ledger.sqlite") as book:
         [board] = ranking.build(book, level=2)
@@ -198,5 +199,7 @@ def test_scouting_names_and_submitting_the_fastest_gains_nothing(run_d500, tmp_p
                      str(drawn), "--threads", "1", "--json")
     assert again.returncode == 0, again.stderr
     [other] = json.loads(again.stdout)
+    print(f"scouted epochs {epochs}; {best} sent; scored at drawn seed {drawn}: "
+          f"{run['figures'].get('epochs')} epochs; {worst} there: {other['figures']}")
     assert (other["status"], other["figures"].get("epochs")) == (
         run["status"], run["figures"].get("epochs")), (epochs, other, run["figures"])
