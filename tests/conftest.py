@@ -48,8 +48,11 @@ def pytest_configure(config):
 # Scheduling on pytest-xdist workers (`make test`: -n 2 --dist loadfile). A test file is one unit
 # of work (its module fixtures built once), except that a test marked xdist_group("name") is a
 # unit of its own with the others of its group: the node suite's modes, minutes each, would
-# otherwise all run on one worker. Those units go first, the files after them as xdist orders
-# them (most tests first), so that no long unit starts when the other worker is nearly done.
+# otherwise all run on one worker. Those units go first, then the files that mark a test slow or
+# mpi (seconds to a minute each), then the rest, each part as xdist orders it (most tests first):
+# xdist alone left the files of one to three tests for last, among them most of the long ones
+# (MPI jobs, reproductions), and a worker takes its next unit while 2 tests of its own are still
+# to run, so the pass could end on one worker running a minute of them while the other waited.
 GROUP = "@"  # a nodeid's suffix naming its group, as xdist's own loadgroup writes it
 
 
@@ -107,9 +110,22 @@ def pytest_xdist_make_scheduler(config, log):
 
     from xdist.scheduler import LoadFileScheduling
 
+    heavy: dict[str, bool] = {}
+
+    def is_heavy(unit: str) -> bool:  # a file that marks a test slow or mpi (read once)
+        file = unit.split(GROUP, 1)[0]
+        if file not in heavy:
+            path = config.rootpath / file
+            text = path.read_text() if path.is_file() else ""
+            heavy[file] = "mark.slow" in text or "mark.mpi" in text
+        return heavy[file]
+
     class GroupsFirst(OrderedDict):
         def popitem(self, last=True):
-            key = next((k for k in self if GROUP in k), None) if not last else None
+            key = None
+            if not last:
+                key = next((k for k in self if GROUP in k), None) \
+                    or next((k for k in self if is_heavy(k)), None)
             return (key, self.pop(key)) if key is not None else super().popitem(last)
 
     class FilesAndGroups(LoadFileScheduling):

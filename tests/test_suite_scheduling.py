@@ -25,6 +25,7 @@ def test_plain():
     pass
 '''
 MANY = "".join(f"def test_{k}():\n    pass\n\n\n" for k in range(6))
+HEAVY = "import pytest\n\n\n@pytest.mark.slow\ndef test_long():\n    pass\n"
 
 
 def _toy(tmp_path: Path) -> Path:
@@ -32,7 +33,8 @@ def _toy(tmp_path: Path) -> Path:
     shutil.copy(CONFTEST, tmp_path / "tests" / "conftest.py")
     (tmp_path / "tests" / "test_grouped.py").write_text(GROUPED)
     (tmp_path / "tests" / "test_many.py").write_text(MANY)
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "tests" / "test_heavy.py").write_text(HEAVY)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: long\n")
     return tmp_path
 
 
@@ -48,7 +50,7 @@ def _pytest(folder: Path, *args: str) -> list[tuple[str, str]]:
 
 def test_groups_are_units_of_their_own_run_first_on_both_workers(tmp_path):
     done = _pytest(_toy(tmp_path), "-n", "2", "--dist", "loadfile")
-    assert len(done) == 10
+    assert len(done) == 11
     parts = {node: worker for worker, node in done if "test_part" in node}
     assert sorted(parts) == [f"tests/test_grouped.py::test_part[{n}]@part-{n}" for n in range(3)]
     assert set(parts.values()) == {"gw0", "gw1"}  # the file's groups shared by the workers
@@ -58,6 +60,15 @@ def test_groups_are_units_of_their_own_run_first_on_both_workers(tmp_path):
     assert len(many) == 1  # an ungrouped file stays on one worker (its module fixtures: once)
 
 
+def test_a_file_that_marks_a_test_slow_goes_after_the_groups_before_the_other_files(tmp_path):
+    """xdist alone orders files by their number of tests, most first: the one-test file that
+    marks its test slow would go last, and a long test there ends the pass on one worker."""
+    done = [node for _, node in _pytest(_toy(tmp_path), "-n", "1", "--dist", "loadfile")]
+    assert [n.split("::")[0] for n in done[3:]] == ["tests/test_heavy.py", *["tests/test_many.py"]
+                                                    * 6, "tests/test_grouped.py"], done
+    assert all("test_part" in n for n in done[:3]), done
+
+
 def test_without_xdist_node_ids_are_plain(tmp_path):
     done = _pytest(_toy(tmp_path))
-    assert len(done) == 10 and not any("@" in node for _, node in done)
+    assert len(done) == 11 and not any("@" in node for _, node in done)
