@@ -27,8 +27,9 @@ from d500.training import checkpoint, resume
 from tests.distributed import level3_jobs as jobs
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow,
-              pytest.mark.serial,  # a rank is killed on a timer: alone
               pytest.mark.skipif(jobs.MPIEXEC is None, reason="no mpiexec beside Python")]
+KILLED = pytest.mark.serial  # a rank is killed between a sealed checkpoint and the job's end,
+# two epochs or more later: alone, not beside another test
 
 EPOCHS = 20  # the killed job has the epochs after its second checkpoint to be caught in
 SHORT = 4  # ranks holding pieces: a checkpoint every epoch, killed after the second (few steps)
@@ -246,6 +247,7 @@ PIECED = ("pipeline-gpipe", "tensor-parallel", "zero-3",  # each rank a stage, s
           "fsdp-baseline", "tp-baseline", "pipelining-baseline")  # or torch's own
 
 
+@KILLED
 @pytest.mark.parametrize("source, options", [
     ("sync", ("-disable-auto-cleanup",)),  # rank 0 lives to record the run failed, rank lost
     # (unless MPICH aborts it, its peer dead mid-Allreduce: then interrupted, as local-sgd's)
@@ -339,6 +341,7 @@ def test_a_scheme_whose_state_depends_on_timing_cannot_checkpoint(rules):
     assert not (home / "ledger.sqlite").exists() or Ledger(home / "ledger.sqlite").runs() == []
 
 
+@KILLED
 def test_a_killed_tensor_pipeline_job_on_text_resumes_to_the_unbroken_runs_parameters(tmp_path):
     """tensor-pipeline ({pipeline: 2, tensor: 2}, 4 ranks: each rank a tensor shard of a
     stage, AdamW) on a tiny text-lm (2 transformer layers, one a stage; 2 documents, 20 steps
