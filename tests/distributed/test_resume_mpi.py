@@ -330,6 +330,7 @@ def test_a_killed_job_resumes_at_its_world_size_and_matches_the_unbroken_run(rul
 
 
 def test_a_scheme_whose_state_depends_on_timing_cannot_checkpoint(rules):
+    """Refused before a step runs, nothing killed: in the parallel pass."""
     tmp, files = rules
     wl = files[EPOCHS]
     home = tmp / "async" / "home"
