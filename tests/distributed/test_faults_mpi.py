@@ -23,8 +23,8 @@ from d500.ledger import Ledger
 from tests.distributed import level3_jobs as jobs
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow,
-              pytest.mark.serial,  # every rank must exit within LIMIT s of the fault: alone
               pytest.mark.skipif(jobs.MPIEXEC is None, reason="no mpiexec beside Python")]
+TIMED = pytest.mark.serial  # every rank must exit within LIMIT s of the fault: alone
 
 LIMIT = 30.0  # seconds every rank has to exit after the fault
 RANK1_FAILS = '''
@@ -100,6 +100,7 @@ def the_run(home, since: float | None = None) -> dict:
     return jobs.settled(home, runs[0]["id"], LIMIT - (time.perf_counter() - since))
 
 
+@TIMED
 @pytest.mark.parametrize("options", [(), ("-disable-auto-cleanup",)],
                          ids=["default cleanup", "disable-auto-cleanup"])
 def test_a_killed_rank_ends_the_job_and_the_run_is_never_left_running(tmp_path, long_run,
@@ -125,6 +126,7 @@ def test_a_killed_rank_ends_the_job_and_the_run_is_never_left_running(tmp_path, 
           f"killed; the run shows {run['status']}")
 
 
+@TIMED
 def test_ctrl_c_on_a_rank_ends_every_rank(tmp_path, long_run):
     """A rank stopped by SIGINT (Ctrl-C) says so and ends the job (MPI_Abort) at once. It
     returned normally and waited in MPI_Finalize for the other rank, blocked in MPI where no
@@ -148,6 +150,7 @@ def test_ctrl_c_on_a_rank_ends_every_rank(tmp_path, long_run):
     print(f"the job ended {took:.1f} s after Ctrl-C")
 
 
+@TIMED
 def test_a_stopped_rank_is_given_up_named_and_the_job_ends(tmp_path, long_run):
     home = tmp_path / "home"
     proc = start(home, *long_run, D500_MPI_TIMEOUT="5")
@@ -172,6 +175,7 @@ def test_a_stopped_rank_is_given_up_named_and_the_job_ends(tmp_path, long_run):
 
 
 def test_a_rank_failing_alone_fails_the_run_naming_it(tmp_path):
+    """No fault timed from outside (the whole job within 120 s): in the parallel pass."""
     home = tmp_path / "home"
     wl = jobs.workload(tmp_path, "digits-mlp")
     entry = jobs.entry(tmp_path, "sync", folder="fails", name="fails-on-rank-1",
