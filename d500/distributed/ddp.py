@@ -133,6 +133,19 @@ def with_buffers(full: dict[str, np.ndarray], trainer: Any) -> dict[str, np.ndar
                        for n, v in trainer.buffers().items()}}
 
 
+def close_group(trainer: Any = None) -> None:
+    """The process group closed on every rank together (left open, the first rank to exit breaks
+    the others' gloo connections); first, rank 0's buffers of `trainer` (running statistics)
+    everywhere."""
+    import torch.distributed as dist
+    if trainer is not None:
+        values = trainer.values
+        for name in trainer.buffer_names:
+            dist.broadcast(values[name], 0)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 class Stepped:
     """What a scheme of torch's own (DDP, FSDP, DTensor, pipelining) checkpoints of itself: its
     step count. The model and the optimizer's state are its trainer's (d500.distributed.resuming,
@@ -218,13 +231,8 @@ class DDPScheme(Stepped):
         together (left open, the first rank to exit breaks the others' gloo connections)."""
         if self.ddp is None:
             return
-        import torch.distributed as dist
         self.ddp = None
-        values = self.trainer.values
-        for name in self.trainer.buffer_names:  # rank 0's running statistics everywhere
-            dist.broadcast(values[name], 0)
-        dist.barrier()
-        dist.destroy_process_group()
+        close_group(self.trainer)
 
     def figures(self) -> dict[str, float]:
         return {}

@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from d500.distributed.comm import Communicator, Traffic, ring_counts
-from d500.distributed.ddp import Stepped
+from d500.distributed.ddp import Stepped, close_group
 
 
 class DTensorScheme(Stepped):
@@ -223,9 +223,7 @@ class DTensorScheme(Stepped):
 
     def finish(self) -> None:
         """The process group closes on every rank together."""
-        import torch.distributed as dist
-        dist.barrier()
-        dist.destroy_process_group()
+        close_group()
 
     def memory(self) -> dict[str, float]:
         """Bytes of the replicated weights and this rank's local shards (parameters, their

@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from d500.distributed.comm import Communicator, Traffic
-from d500.distributed.ddp import Stepped
+from d500.distributed.ddp import Stepped, close_group
 
 
 class FSDPScheme(Stepped):
@@ -136,12 +136,7 @@ class FSDPScheme(Stepped):
             p.data = torch.from_numpy(full[name])
         if self.comm.mpi is None:
             return
-        import torch.distributed as dist
-        values = self.trainer.values
-        for name in self.trainer.buffer_names:  # rank 0's running statistics everywhere
-            dist.broadcast(values[name], 0)
-        dist.barrier()
-        dist.destroy_process_group()
+        close_group(self.trainer)
 
     def memory(self) -> dict[str, float]:
         """Bytes of this rank's local shards (parameters, last gradients: their size) and the

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from d500.distributed.comm import Communicator, Traffic
-from d500.distributed.ddp import Stepped
+from d500.distributed.ddp import Stepped, close_group
 from d500.errors import UsageError
 
 SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B"}  # spec.schedule -> torch's
@@ -137,9 +137,7 @@ class PipeliningScheme(Stepped):
 
     def finish(self) -> None:
         """The process group closes on every rank together."""
-        import torch.distributed as dist
-        dist.barrier()
-        dist.destroy_process_group()
+        close_group()
 
     def memory(self) -> dict[str, float]:
         """Bytes of this stage's parameters (their gradients: the same) and optimizer state."""
