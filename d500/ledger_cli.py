@@ -106,6 +106,10 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
             if args.out:
                 output_file(args.out, f"runs.{args.format}")
             runs = ledger.runs(level=args.level, workload=args.workload)
+            chosen = {"workload": args.workload} if args.workload else {}
+            hint = "" if runs or not chosen else _near(ledger, chosen)
+            if hint:  # what is written stays the (empty) export; the hint goes to stderr
+                say(f"{prog} export: no run matches --workload {args.workload} ({hint})")
             if args.format != "csv":  # everything: evaluations, artifacts, provenance
                 runs = [{**ledger.get(r["id"]), "status": r["status"]} for r in runs]
             else:

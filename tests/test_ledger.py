@@ -309,6 +309,10 @@ def test_cli_list_show_export(home, tmp_path):
     assert "matches --workload cnov (did you mean 'conv'?)" in typo.stdout
     assert cli("ledger", "list", "--workload", "mnist", "--status", "failed",
                home=home).stdout.strip().endswith("matches --workload mnist --status failed")
+    typo = cli("ledger", "export", "--workload", "cnov", home=home)
+    assert typo.returncode == 0 and typo.stdout.count("\n") == 1  # the CSV header alone
+    assert typo.stderr == "d500 ledger export: no run matches --workload cnov (did you mean " \
+                          "'conv'?)\n"
     near = cli("ledger", "list", "--submission", "bb", "--json", home=home)
     assert near.returncode == 0 and json.loads(near.stdout) == []
     assert near.stderr == "d500 ledger list: no run matches --submission bb (did you mean " \
