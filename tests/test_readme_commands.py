@@ -43,6 +43,7 @@ def outside(tmp_path) -> Path:
     return folder
 
 
+@pytest.mark.slow  # real d500 runs: 32 s at load 13
 def test_level0_entries_and_cases_by_name_and_a_case_file(outside):
     done = d500(outside, "op", "validate", "numpy-im2col-conv", "--case", "conv-3x3-pad1")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -56,6 +57,7 @@ def test_level0_entries_and_cases_by_name_and_a_case_file(outside):
     assert "Traceback" not in wrong.stderr
 
 
+@pytest.mark.slow  # 18 s at load 13
 def test_the_level1_workload_file_of_the_readme(outside):
     text = yaml_block("name: my-net")
     assert "file: my-net.onnx" in text and "loss: loss" in text
@@ -69,6 +71,7 @@ def test_the_level1_workload_file_of_the_readme(outside):
     assert run["workload"] == "my-net" and "train_step_time" in run["figures"]
 
 
+@pytest.mark.slow  # 41 s at load 13
 def test_the_lion_entry_trains_by_name_and_a_level3_entry_is_found_by_name(outside):
     shipped = ROOT / "submissions" / "lion"
     assert (shipped / "submission.yaml").read_text().startswith(

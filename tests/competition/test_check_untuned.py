@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
+
 from .conftest import ENTRY
 
 
+@pytest.mark.slow  # seed runs: 13 s at load 13
 def test_seed_runs_without_tuning_on_a_backend_are_named_as_such(digits_home, rules_dir,
                                                                  entry_dir, run_d500, tmp_path):
     home = tmp_path / "home"

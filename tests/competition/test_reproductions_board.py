@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
+
 from d500.competition.package import Package
 from d500.leaderboard import ranking
 from d500.leaderboard.plots import entry_name
@@ -17,6 +19,7 @@ from d500.training import score, views
 from .packages import draw_seed
 
 
+@pytest.mark.slow  # a reproduction: 13 s at load 13
 def test_a_reproduction_sits_beside_its_run_unranked_and_outside_the_profile(
         digits_home, digits_package, rules_dir, run_d500, tmp_path):
     home = tmp_path / "home"

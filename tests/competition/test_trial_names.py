@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from d500.competition.package import Package
 from d500.ledger import Ledger
 
@@ -26,6 +28,7 @@ def _d500(home: Path, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=600, cwd=ROOT, env=env, check=False)
 
 
+@pytest.mark.slow  # d500 tune and reproduce runs: 21 s at load 13
 def test_tune_ledger_list_and_show_name_a_trial_alike(digits_home, rules_dir, entry_dir,
                                                       tmp_path):
     home = tmp_path / "home"  # its ledger holds studies 1 and 2 already: the new one is id 3
@@ -53,6 +56,7 @@ def test_tune_ledger_list_and_show_name_a_trial_alike(digits_home, rules_dir, en
         assert (other["study_number"], other["trial"]) in {(0, 0), (0, 1), (1, 0), (1, 1)}
 
 
+@pytest.mark.slow  # 22 s at load 13
 def test_reproduce_and_check_name_a_trial_as_the_ledger_does(digits_package, digits_ledger,
                                                              rules_dir, tmp_path):
     pkg = Package.open(digits_package)

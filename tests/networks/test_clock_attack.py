@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # the reference evaluator under another name: clocks halved on import, each training step 10 ms
@@ -63,6 +65,7 @@ def _installed(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(tmp_path), "D500_HOME": str(tmp_path / "home")}
 
 
+@pytest.mark.slow  # 10 s at load 13
 def test_a_backend_halving_the_clock_on_import_changes_no_recorded_step_time(tmp_path):
     env = _installed(tmp_path)
     done = subprocess.run([sys.executable, "-m", "d500.cli", "net", "bench", "mlp-mnist",
@@ -74,6 +77,7 @@ def test_a_backend_halving_the_clock_on_import_changes_no_recorded_step_time(tmp
     assert run["figures"]["train_step_time"] >= 0.01, run["figures"]  # halved: about 0.005
 
 
+@pytest.mark.slow  # 12 s at load 13
 def test_d500_run_records_its_true_step_time_too(tmp_path):
     """`d500 run` of level 1: its net check and net bench host the backend (d500.runner)."""
     env = _installed(tmp_path)

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PLUGIN = '''
@@ -50,6 +52,7 @@ def _installed(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(tmp_path), "D500_HOME": str(tmp_path / "home")}
 
 
+@pytest.mark.slow  # d500 processes: 16 s at load 13
 def test_a_hosted_backend_is_recorded_and_one_answering_from_a_cache_fails(tmp_path):
     env = _installed(tmp_path)
     done = subprocess.run([sys.executable, "-m", "d500.cli", "net", "bench", "mlp-mnist",

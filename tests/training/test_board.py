@@ -47,6 +47,7 @@ def ledger(tmp_path_factory) -> Ledger:
     mp.undo()
 
 
+@pytest.mark.slow  # its module's 7 runs: 10 s at load 13
 def test_the_terminal_board_shows_scores_cost_and_seeds(ledger):
     text = leaderboard.render(ledger, level=2, fmt="terminal")
     assert "tuning: score" in text and "tuning cost" in text
