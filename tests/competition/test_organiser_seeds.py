@@ -82,6 +82,7 @@ def test_the_organisers_drawn_seeds_rank_and_seeds_known_before_do_not(tmp_path,
             _seed_run(book, path, sub, s, 1.0)
     b_drawn = _drawn(book, path, "B", 5, [4.0, 6.0])
     c_drawn = _drawn(book, path, "C", 5, [2.0])
+    again = _drawn(book, path, "B", 5, [0.5])  # a drawn seed re-run: its first run counts
     [board] = ranking.build(book, level=2)
     rows = {(e.submission, ranking.drawn_entry(e)): e for e in board.entries}
     b = rows[("B", True)]
@@ -94,7 +95,8 @@ def test_the_organisers_drawn_seeds_rank_and_seeds_known_before_do_not(tmp_path,
     for sub in ("scouted", "C"):  # seeds the name picks: after, unranked, though fastest
         assert rows[(sub, False)].aggregate["time_to_accuracy"] == 1.0
         assert rows[(sub, False)].seeds_note == "unranked: its seeds were known before its runs"
-    assert [r["id"] for r in book.runs() if seeds.drawn(r)] == b_drawn + c_drawn
+    assert [r["id"] for r in book.runs() if seeds.drawn(r)] == b_drawn + c_drawn + again
+    assert [r["id"] for r in seeds.sort_out(b.runs, own_draws=True).unscored] == again
     # a drawn stamp on a row imported from a package (its sender's word) never scores
     row = dict(book.get(b_drawn[0]), package={"sha256": "0" * 64})
     assert not seeds.drawn(row)
