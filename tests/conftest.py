@@ -140,3 +140,11 @@ def pytest_xdist_make_scheduler(config, log):
             return f"{file}{GROUP}{group}" if grouped else file
 
     return FilesAndGroups(config, log)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    """A results directory of the test's own ($D500_HOME: the ledger `Ledger()` opens, where a
+    d500 command records its runs); tests/operators' and test_conformance's are autouse."""
+    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"

@@ -58,12 +58,6 @@ class Softmax(CustomOperator):
 '''
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
-
-
 def _bench(tmp_path, text):
     (tmp_path / "op.py").write_text(text)
     code = cli.main(["op", "bench", f"{tmp_path / 'op.py'}:SlowRelu", "--case", str(RELU),

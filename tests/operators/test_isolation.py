@@ -64,12 +64,6 @@ class LeakyRelu(CustomOperator):
 
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
-
-
 def test_an_operator_halving_the_clocks_on_import_changes_no_recorded_latency(home, tmp_path):
     (tmp_path / "slow.py").write_text(CLOCK)
     perf, wall = time.perf_counter, time.time
