@@ -66,9 +66,11 @@ def test_a_hosted_backend_is_recorded_and_one_answering_from_a_cache_fails(tmp_p
     assert honest["figures"]["agreement"] == 0.0
     for figure in ("latency", "throughput", "train_step_time"):
         assert honest["figures"][figure] > 0, figure
-    # the same code as the reference row, timed in round trips from the judge's side
-    assert 0.2 < honest["figures"]["train_step_time"] / (
-        runs["reference"]["figures"]["train_step_time"]) < 5
+    # the same code as the reference row, timed in round trips from the judge's side: a few
+    # steps of 0.3 s each, beside another test worker (5.4x read once at load 15; the host's
+    # cost measured quiet is ~1.0x, benchmarks/hosted_backend.py), so only a sanity bound
+    assert 0.1 < honest["figures"]["train_step_time"] / (
+        runs["reference"]["figures"]["train_step_time"]) < 10
     assert cached["status"] == "failed"
     assert "did not run the call it was timed for" in cached["error"], cached["error"]
 
