@@ -82,6 +82,7 @@ def page_width_problems(driver) -> list[str]:
         return out;""")
 
 
+@pytest.mark.slow  # its module's runs of every level, then Chromium: 39 s at load 11
 @pytest.mark.browser
 def test_every_level_reads_at_1280_px_with_a_legend_and_the_summaries(every_level, tmp_path):
     from browser import chromium, decoded

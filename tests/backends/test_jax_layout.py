@@ -44,6 +44,7 @@ def net(seed: int = 0, training: bool = False):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
 
 
+@pytest.mark.slow  # JAX compiles: 16 s and 4 s at load 11
 @pytest.mark.parametrize("training", [False, True])
 def test_channels_last_values_leave_in_onnx_layout(training):
     model = net(training=training)

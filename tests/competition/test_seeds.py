@@ -16,6 +16,8 @@ import os
 import sys
 from types import SimpleNamespace
 
+import pytest
+
 from d500.competition.check import check
 from d500.competition.completeness import seed_problems
 from d500.ledger import Ledger
@@ -47,6 +49,7 @@ def test_a_deleted_seed_is_a_missing_seed_and_a_gap_in_the_chain(
     assert slow["seed"] in seeds  # the fixture ran exactly the rules' seeds
 
 
+@pytest.mark.slow  # d500 runs: 18 s at load 11
 def test_a_scouted_seed_is_an_exploration_never_scored(ledger_copy, rules_dir, entry_dir,
                                                         run_d500, tmp_path):
     home, workload = ledger_copy.parent, str(rules_dir / "2-training" / "digits-mlp.yaml")
@@ -89,6 +92,7 @@ SLOW = OPTIMIZER.replace('''    def update(self, ops, params, grads, state, lr, 
 ''')
 
 
+@pytest.mark.slow  # a run killed, then run again: 29 s at load 11
 def test_a_killed_seed_is_refused_and_a_miss_until_re_run(rules_dir, run_d500, tmp_path):
     """Seed 1 of 2 run, seed 2 SIGKILLed mid-run (recorded interrupted by `d500 ledger list`):
     check refuses it, the board counts it as a miss (∞); `d500 train` runs it again and then
