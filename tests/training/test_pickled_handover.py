@@ -44,6 +44,7 @@ class Plain(Optimizer):
 '''
 
 
+@pytest.mark.slow  # a real training run: 20 s at load 13
 def test_a_worker_sending_a_pickle_that_calls_exec_runs_nothing_in_the_supervisor(
         home, tmp_path, monkeypatch):
     pwned = tmp_path / "pwned"
