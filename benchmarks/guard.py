@@ -23,7 +23,7 @@ def _measure(queue, filtered: bool, calls: int, protected: int) -> None:
     from d500.distributed import guard
     children.confine()  # no_new_privs, as a rank has set before its filter
     if filtered:
-        assert guard._load(guard.program([protected], [protected]))
+        assert guard.load([protected], [protected])
     me, out = os.getpid(), {}
     for name, call in (("getppid", os.getppid), ("kill(self, 0)", lambda: os.kill(me, 0))):
         t = time.perf_counter()

@@ -14,56 +14,51 @@ those pids, of a process group (0, negative: a rank shares its keeper's) or of e
 (-1); to tgkill(), rt_tgsigqueueinfo() and prlimit64() (an RLIMIT_CPU of 0 is a SIGKILL) of
 those pids, tkill() of any of their threads, F_SETOWN (a SIGIO sent on its behalf) to them or
 to a group and F_SETOWN_EX, FIOSETOWN and SIOCSPGRP (their targets lie in memory a filter cannot
-read), every pidfd_send_signal(), and any system call of another ABI (x86's 32-bit one).
+read), every pidfd_send_signal(), and any system call of another ABI (x86's 32-bit one, x32).
+libseccomp (through pyseccomp) builds and loads it: rules by system call name, each int
+argument compared on its low 32 bits (all the kernel reads of it).
 """
 
 from __future__ import annotations
 
-import ctypes
+import errno
 import os
-import platform
 import socket
-import struct
 import sys
 from typing import Any
 
 from d500.provenance import cmdline_of, parent_of
 
-# per architecture: AUDIT_ARCH, seccomp(2), and the system calls filtered
-ARCHES = {
-    "x86_64": (0xC000003E, 317, {"kill": 62, "tkill": 200, "tgkill": 234,
-                                 "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
-                                 "pidfd_send_signal": 424, "prlimit64": 302, "fcntl": 72,
-                                 "ioctl": 16}),
-    "aarch64": (0xC00000B7, 277, {"kill": 129, "tkill": 130, "tgkill": 131,
-                                  "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240,
-                                  "pidfd_send_signal": 424, "prlimit64": 261, "fcntl": 25,
-                                  "ioctl": 29}),
-}
 F_SETOWN, F_SETOWN_EX = 8, 15
 FIOSETOWN, SIOCSPGRP = 0x8901, 0x8902
-ALLOW, DENY = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
-NEGATIVE = 0x80000000  # an int argument's low word at or above this: a group, or -1
-X32 = 0x40000000  # x86_64's x32 ABI: system call numbers with this bit
+LOW = 0xFFFFFFFF  # an int argument: its low word (the kernel drops the register's high one)
+NEGATIVE = 0x80000000  # an int argument's low word with this bit: a group, or -1
 _installed = False
+
+
+def library() -> Any:
+    """pyseccomp (libseccomp's interface), or None where it or libseccomp is missing."""
+    try:
+        import pyseccomp
+    except (ImportError, RuntimeError, OSError):  # RuntimeError: no libseccomp found
+        return None
+    return pyseccomp
 
 
 def install(world: Any) -> bool:
     """Every rank of `world` (collective): gather each rank's keeper, waiter and proxy, then
     filter this rank's signals to those on its host. False where no filter was installed (not
-    Linux, an architecture not in ARCHES, a kernel without seccomp, or a rank not kept)."""
+    Linux, no libseccomp or an architecture it does not know, a kernel without seccomp, or a
+    rank not kept)."""
     global _installed
     mine = _kept_by()
     every = world.allgather((socket.gethostname(), mine))
-    if _installed or mine is None or platform.machine() not in ARCHES:
+    if _installed or mine is None:
         return False
     here = [kept for host, kept in every if host == socket.gethostname() and kept]
     pids = sorted({p for kept in here for p in kept})
     threads = sorted({t for p in pids for t in _threads(p)} | set(pids))
-    try:
-        _installed = _load(program(pids, threads))
-    except ValueError:
-        pass
+    _installed = load(pids, threads)
     if not _installed and os.environ.get("D500_DEBUG") == "1":
         print("d500: debug: no seccomp filter loaded on this rank: its processes could signal "
               "its keeper and waiter", file=sys.stderr)
@@ -84,62 +79,48 @@ def _kept_by() -> tuple[int, ...] | None:
     return keeper, waiter, proxy
 
 
-def program(pids: list[int], threads: list[int], machine: str | None = None) -> list[tuple]:
-    """The filter, as (code, jt, jf, k) instructions (classic BPF over struct seccomp_data)."""
-    arch, _, nr = ARCHES[machine or platform.machine()]
-    out: list[tuple] = [(0x20, 0, 0, 4), (0x15, 1, 0, arch), (0x06, 0, 0, DENY),
-                        (0x20, 0, 0, 0)]  # the ABI checked; the system call's number loaded
-    if (machine or platform.machine()) == "x86_64":
-        out += [(0x35, 0, 1, X32), (0x06, 0, 0, DENY)]
+def program(pids: list[int], threads: list[int]) -> Any:
+    """The filter (a pyseccomp.SyscallFilter, not loaded) for this machine's ABI: every other
+    ABI's system calls (x86's 32-bit one, x32) refused by libseccomp's bad-architecture action;
+    OSError where libseccomp cannot build it."""
+    sc = library()
+    if sc is None:
+        raise OSError(errno.ENOSYS, "no libseccomp")
+    deny = sc.ERRNO(errno.EPERM)
+    out = sc.SyscallFilter(defaction=sc.ALLOW)
+    out.set_attr(sc.Attr.ACT_BADARCH, deny)
+    out.set_attr(sc.Attr.CTL_TSYNC, 1)  # every thread of this process (MPI's included)
 
-    def block(call: int, tests: list[tuple]) -> None:
-        """If the call is `call`: `tests` (each jumping to DENY when it holds), else on."""
-        body = tests + [(0x06, 0, 0, ALLOW), (0x06, 0, 0, DENY)]
-        fixed = []
-        for i, (code, jt, jf, k) in enumerate(body):  # jt/jf -1: to this block's DENY
-            to_deny = len(body) - 1 - i - 1
-            fixed.append((code, to_deny if jt == -1 else jt, to_deny if jf == -1 else jf, k))
-        if len(fixed) > 255:  # (a jump's reach)
-            raise ValueError(f"{len(pids)} pids, {len(threads)} threads: too many to filter")
-        out.extend([(0x15, 0, len(fixed), call)] + fixed + [(0x20, 0, 0, 0)])
+    def low(i: int, value: int) -> Any:
+        return sc.Arg(i, sc.MASKED_EQ, LOW, value)
 
-    def arg(i: int) -> tuple:
-        return (0x20, 0, 0, 16 + 8 * i)  # args[i]'s low word (little-endian)
-
-    def among(values: list[int]) -> list[tuple]:
-        return [(0x15, -1, 0, v) for v in values]
-
-    group = [(0x15, -1, 0, 0), (0x35, -1, 0, NEGATIVE)]  # 0, -1, -pgid
+    negative = sc.Arg(0, sc.MASKED_EQ, NEGATIVE, NEGATIVE)  # -1, -pgid
     for name in ("kill", "rt_sigqueueinfo"):
-        block(nr[name], [arg(0), *group, *among(pids)])
-    for name in ("tgkill", "rt_tgsigqueueinfo", "prlimit64"):
-        block(nr[name], [arg(0), *among(pids)])
-    block(nr["tkill"], [arg(0), *among(threads)])
-    out += [(0x15, 0, 1, nr["pidfd_send_signal"]), (0x06, 0, 0, DENY)]
-    owner = [(0x15, 1, 0, F_SETOWN), (0x06, 0, 0, ALLOW), arg(2), (0x35, -1, 0, NEGATIVE),
-             *among(pids)]
-    block(nr["fcntl"], [arg(1), (0x15, -1, 0, F_SETOWN_EX), *owner])
-    block(nr["ioctl"], [arg(1), (0x15, -1, 0, FIOSETOWN), (0x15, -1, 0, SIOCSPGRP)])
-    out.append((0x06, 0, 0, ALLOW))
+        out.add_rule(deny, name, low(0, 0))  # this process's group
+        out.add_rule(deny, name, negative)
+    for name in ("kill", "rt_sigqueueinfo", "tgkill", "rt_tgsigqueueinfo", "prlimit64"):
+        for pid in pids:
+            out.add_rule(deny, name, low(0, pid))
+    for thread in threads:
+        out.add_rule(deny, "tkill", low(0, thread))
+    out.add_rule(deny, "pidfd_send_signal")
+    out.add_rule(deny, "fcntl", low(1, F_SETOWN_EX))
+    out.add_rule(deny, "fcntl", low(1, F_SETOWN), sc.Arg(2, sc.MASKED_EQ, NEGATIVE, NEGATIVE))
+    for pid in pids:
+        out.add_rule(deny, "fcntl", low(1, F_SETOWN), low(2, pid))
+    for request in (FIOSETOWN, SIOCSPGRP):
+        out.add_rule(deny, "ioctl", low(1, request))
     return out
 
 
-def _load(instructions: list[tuple]) -> bool:
-    """seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC): every thread of this
-    process filtered (MPI's included); whether the kernel took it."""
-    data = b"".join(struct.pack("HBBI", *i) for i in instructions)
-    buffer = ctypes.create_string_buffer(data, len(data))
-
-    class Program(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-    prog = Program(len(instructions), ctypes.cast(buffer, ctypes.c_void_p))
+def load(pids: list[int], threads: list[int]) -> bool:
+    """Build the filter and load it (seccomp(SECCOMP_SET_MODE_FILTER, TSYNC) through libseccomp):
+    whether the kernel took it."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        call = ARCHES[platform.machine()][1]
-        return libc.syscall(call, 1, 1, ctypes.byref(prog)) == 0
-    except (OSError, AttributeError):
+        program(pids, threads).load()
+    except OSError:
         return False
+    return True
 
 
 def _threads(pid: int) -> list[int]:
@@ -147,4 +128,3 @@ def _threads(pid: int) -> list[int]:
         return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
     except (OSError, ValueError):
         return []
-

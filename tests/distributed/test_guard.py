@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -18,19 +17,19 @@ import pytest
 
 from d500.distributed import guard
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux" or platform.machine() not in guard.ARCHES,
-                                reason="seccomp filters of this architecture")
+pytestmark = pytest.mark.skipif(sys.platform != "linux" or guard.library() is None,
+                                reason="libseccomp (Linux)")
 
 TRY = '''
-import ctypes, fcntl, json, os, resource, signal, socket, sys, time
+import ctypes, fcntl, json, os, platform, resource, signal, socket, sys, time
 from d500 import children
 from d500.distributed import guard
 
 kept, free = int(sys.argv[1]), int(sys.argv[2])
 children.confine()  # no_new_privs, as a rank has set before its filter
-assert guard._load(guard.program([kept], [kept]))
+assert guard.load([kept], [kept])
 libc = ctypes.CDLL(None, use_errno=True)
-nr = guard.ARCHES[guard.platform.machine()][2]
+sc = guard.library()
 
 
 def attempt(what, call):
@@ -44,7 +43,8 @@ def attempt(what, call):
 
 
 def raw(name, *args):
-    if libc.syscall(nr[name], *args) != 0:
+    number = name if isinstance(name, int) else sc.resolve_syscall(sc.Arch.NATIVE, name)
+    if libc.syscall(ctypes.c_long(number), *map(ctypes.c_long, args)) != 0:
         raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
 
 
@@ -64,7 +64,12 @@ for target in (kept, free):
     os.kill(free, signal.SIGCONT)
 out["group"] = {"kill0": attempt("kill", lambda: os.kill(0, signal.SIGCONT)),
                 "killpg": attempt("kill", lambda: os.killpg(os.getpgid(kept), signal.SIGCONT)),
-                "setown_ex": attempt("fcntl", lambda: fcntl.fcntl(a, 15, b"\\0" * 8))}
+                "setown_ex": attempt("fcntl", lambda: fcntl.fcntl(a, 15, b"\\0" * 8)),
+                # the pid's high word set: the kernel reads only the low one
+                "high": attempt("kill", lambda: raw("kill", (1 << 32) | kept, signal.SIGSTOP)),
+                "ioctl": attempt("ioctl", lambda: fcntl.ioctl(a, 0x8902, b"\\0" * 4))}
+if platform.machine() == "x86_64":  # x32's getpid: another ABI's number
+    out["group"]["x32"] = attempt("x32", lambda: raw(0x40000000 | 39))
 print(json.dumps(out))
 '''
 
