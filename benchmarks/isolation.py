@@ -65,7 +65,7 @@ class InProcess:
 
     def ready(self) -> None:
         from d500.training.worker import _build
-        self.trainer = _build(self.job)
+        self.trainer = _build(self.job, lambda: None)
 
     def share(self, shapes: Any, dtypes: Any) -> None:
         pass  # nothing handed over
@@ -332,9 +332,9 @@ def fresh(name: str, seed: int, inprocess: bool, threads_: int,
     """In the fresh process of `one`."""
     home = tempfile.TemporaryDirectory(prefix="d500-isolation-")
     os.environ["D500_HOME"] = home.name
-    if pipe:  # no board offered: the worker pickles its model (d500.training.handover)
-        from d500.training import handover
-        handover.Board.create = classmethod(lambda cls, shapes, dtypes: None)
+    if pipe:  # no board offered for the model: the worker pickles it (d500.training.handover)
+        from d500.training import worker
+        worker.Worker.share = lambda self, shapes, dtypes: None
     from d500 import children, threads
     children.METHOD = method
     from d500.training import submission

@@ -7,6 +7,12 @@ pipe: a memory file the judge creates and seals against resizing, laid out by th
     board.put(state) and conn.send(("trained", losses, SHARED, ...))  # the worker
     state = board.take()                              # the judge: its own copy, checked
 
+The training split goes the other way on a board of its own (d500.training.worker's "shelf"):
+the judge creates it before the clock from the split's known layout, both sides fault its
+pages in (`touch`) before the clock, and after the clock the judge writes the split there and
+sends SHARED in place of the arrays, which the worker then reads in place. The judge never
+reads it back: what the worker writes there changes nothing the judge holds.
+
 The worker writes its parameters and running statistics there, then sends a one-byte-sized
 notice (SHARED in place of the state) through the pipe. The judge copies the whole buffer into
 memory of its own and compares the two bitwise: the worker's code can write the shared memory
@@ -70,6 +76,15 @@ class Board:
                     fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
         return cls(fd, layout, size)
 
+    def touch(self, write: bool) -> None:
+        """Fault every page of the board in before it is timed (`write`: the judge's, which
+        allocates the pages; else the worker's, which maps them): its use then faults none."""
+        page = mmap.PAGESIZE
+        if write:
+            self.raw[::page] = 0
+        else:
+            int(self.raw[::page].sum())
+
     def put(self, state: dict[str, Any]) -> bool:
         """The worker: write `state` into the board, cast to the judge's dtypes; False (nothing
         meant) when an array is missing, not numbers or of another shape: then the state goes
@@ -104,13 +119,14 @@ class Board:
         os.close(self.fd)
 
 
-def offer(conn: Any, board: Board) -> bool:
-    """The judge: tell the worker the layout and pass it the board's fd over the pipe (a Unix
-    socket); False where fds cannot pass (the worker then pickles its state)."""
+def offer(conn: Any, board: Board, what: str = "handover") -> bool:
+    """The judge: tell the worker the layout (in a message named `what`) and pass it the
+    board's fd over the pipe (a Unix socket); False where fds cannot pass (the worker then
+    pickles its state)."""
     from multiprocessing import reduction
     if not getattr(reduction, "HAVE_SEND_HANDLE", False):
         return False
-    conn.send(("handover", board.layout, board.size))
+    conn.send((what, board.layout, board.size))
     reduction.send_handle(conn, board.fd, None)
     return True
 

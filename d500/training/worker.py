@@ -20,20 +20,21 @@ elsewhere).
 
 The protocol, over one multiprocessing Pipe: the supervisor sends the Job, where it can
 ("handover", layout, size) with a shared memory file's fd after it (d500.training.handover: the
-worker then writes the model there and sends SHARED in its place), ("data", x, y,
-total_steps), then ("train", epoch, first, count, want, val, batch) per chunk (the steps up to
-the next evaluation at the batch the judge chose for the epoch, d500.training.batch_schedule;
-`want`: hand the model over at its end) and ("stop",) when the time budget runs out
-mid-chunk, and at the end ("finish", want); ("save",) and ("restore", state) for checkpoints
-(d500.training.resume); the worker answers ("built",) then ("ready",) (its warm-up between
-them: the judge bounds it, d500.training.warmup.bound), ("tick", step, loss) at most every TICK
-seconds, ("trained", losses, state or None, stopped, where) at the end of a chunk, ("state",
-state or None) to "finish", ("saved", state) and ("restored",), ("error", line) when anything
-failed. What the
-worker says of its own time is never used: the supervisor times each round trip itself, and
-from that predicts when the next is due, which decides only when it looks (it spins a bounded
-while around a due chunk: d500.training.waiting; the worker blocks for the answer). Level 3
-speaks the same protocol with its rank 0 (d500.distributed.judge), whose ranks train together.
+worker then writes the model there and sends SHARED in its place) and ("shelf", layout, size)
+with another's (the training split's: after the clock "data" then says SHARED for x and y, which
+the worker reads there), ("data", x, y, total_steps), then ("train", epoch, first, count, want,
+val, batch) per chunk (the steps up to the next evaluation at the batch the judge chose for the
+epoch, d500.training.batch_schedule; `want`: hand the model over at its end) and ("stop",) when
+the time budget runs out mid-chunk, and at the end ("finish", want); ("save",) and ("restore",
+state) for checkpoints (d500.training.resume); the worker answers ("built",) then ("ready",)
+(its warm-up between them: the judge bounds it, d500.training.warmup.bound), ("tick", step,
+loss) at most every TICK seconds, ("trained", losses, state or None, stopped, where) at the end
+of a chunk, ("state", state or None) to "finish", ("saved", state) and ("restored",), ("error",
+line) when anything failed. What the worker says of its own time is never used: the supervisor
+times each round trip itself, and from that predicts when the next is due, which decides only
+when it looks (it spins a bounded while around a due chunk: d500.training.waiting; the worker
+blocks for the answer). Level 3 speaks the same protocol with its rank 0
+(d500.distributed.judge), whose ranks train together.
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ class Trainee:
     grace: float | None = GRACE
     spin = 0.0  # s a wait for a chunk looks past its due time (d500.training.waiting; 0: never)
     board: handover.Board | None = None  # where the model comes, when not pickled (a Worker's)
+    shelf: handover.Board | None = None  # where the training split goes, when not pickled
 
     def __init__(self, conn: Any):
         self.conn = conn
@@ -131,7 +133,14 @@ class Trainee:
 
     def give(self, x: np.ndarray, y: np.ndarray, total_steps: int) -> None:
         """The training split (the only data the worker ever holds) and the run's step count
-        (the learning-rate schedule's length)."""
+        (the learning-rate schedule's length): written on the shelf where one was shared and
+        the split fits its layout exactly (SHARED sent in its place), else pickled."""
+        shelf = self.shelf
+        if shelf is not None and all(
+                np.shape(a) == shelf.views[n].shape and np.asarray(a).dtype == shelf.views[n].dtype
+                for n, a in (("x", x), ("y", y))) and shelf.put({"x": x, "y": y}):
+            self.conn.send(("data", handover.SHARED, handover.SHARED, total_steps))
+            return
         self.conn.send(("data", x, y, total_steps))
 
     def train(self, epoch: int, first: int, count: int, remaining: Callable[[], float],
@@ -317,12 +326,29 @@ class Worker(Trainee):
         elif board is not None:
             board.close()
 
+    def share_data(self, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, Any]) -> None:
+        """After `share`, before the clock: a shelf for the training split ("x" and "y" as the
+        dataset gives them, d500.training.data.dataset.train_layout), its pages faulted in on
+        both sides, offered to the worker, which reads the split there once `give` wrote it
+        after the clock; the pickled send cost ~0.3 ms more of digits-mlp's time to accuracy
+        (README "What the split costs")."""
+        shelf = handover.Board.create(shapes, dtypes)
+        if shelf is None:
+            return
+        shelf.touch(write=True)
+        if handover.offer(self.conn, shelf, "shelf"):
+            self.shelf = shelf
+        else:
+            shelf.close()
+
     def close(self) -> None:
-        """End the worker (politely, then by force), and unmap its board."""
+        """End the worker (politely, then by force), and unmap its boards."""
         children.end(self.conn, self.process)
-        board, self.board = self.board, None
-        if board is not None:
-            board.close()
+        for name in ("board", "shelf"):
+            board = getattr(self, name)
+            setattr(self, name, None)
+            if board is not None:
+                board.close()
 
     def _ended(self) -> str:
         self.process.join(timeout=5)
@@ -348,9 +374,16 @@ def main(conn: Any) -> None:
         if message[0] == "handover":  # where the model goes back (d500.training.handover)
             board = handover.accept(conn, message)
             message = conn.recv()
+        shelf = None
+        if message[0] == "shelf":  # where the training split comes (Worker.share_data)
+            shelf = handover.accept(conn, message)
+            shelf.touch(write=False)  # its pages mapped here before the clock
+            message = conn.recv()
         if message[0] != "data":
             return
         _, x, y, total_steps = message
+        if shelf is not None and isinstance(x, str) and x == handover.SHARED:
+            x, y = shelf.views["x"], shelf.views["y"]  # read in place, on the shelf
         lr_at, steps = job.recipe.schedule(total_steps), 0
         # the judge's answer to a chunk (its next message) is due when it came last time: with
         # job.spin, till then the wait blocks, then looks without sleeping a while

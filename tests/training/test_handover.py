@@ -1,8 +1,9 @@
 """The model handed over through shared memory (d500.training.handover): the judge evaluates a
 copy of its own, a worker that writes the board while the judge copies it fails its run, one
 that writes after the copy changes nothing judged, and the file cannot be resized under the
-judge's mapping; a real run hands its model over there and reaches the same accuracies as
-through the pipe."""
+judge's mapping; the training split goes to the worker on a shelf of its own, written only once
+given (after the clock), the judge's arrays its own; a real run hands its model and its data over
+there and reaches the same accuracies as through the pipe."""
 
 from __future__ import annotations
 
@@ -58,6 +59,28 @@ def test_a_handed_over_model_is_the_judges_own_copy_and_later_writes_change_noth
     assert not board.put({**sent, "w": np.zeros((5, 3), np.float32)})
     assert not board.put({"w": sent["w"]})
     board.close()
+
+
+def test_the_training_split_is_on_the_shelf_only_once_given_and_the_judge_keeps_its_own():
+    x = np.arange(6 * 4, dtype=np.float32).reshape(6, 1, 2, 2) + 1
+    y = np.arange(6, dtype=np.int64) + 1
+    shelf = handover.Board.create({"x": x.shape, "y": y.shape}, {"x": x.dtype, "y": y.dtype})
+    shelf.touch(write=True)
+    ours, theirs = multiprocessing.Pipe()
+    judge = _Judge(ours)
+    judge.shelf = shelf
+    assert not shelf.raw.any()  # before the clock the worker maps zeros
+    judge.give(x, y, 10)
+    assert theirs.recv() == ("data", handover.SHARED, handover.SHARED, 10)
+    assert np.array_equal(shelf.views["x"], x) and np.array_equal(shelf.views["y"], y)
+    shelf.raw[:] = 0xFF  # the worker writes its copy: the judge's split is its own
+    assert x[0, 0, 0, 0] == 1 and y[0] == 1
+    # a split that does not fit the layout exactly (shape or dtype) goes pickled
+    for a, b in ((x[:5], y[:5]), (x.astype(np.float64), y)):
+        judge.give(a, b, 10)
+        got = theirs.recv()
+        assert np.array_equal(got[1], a) and got[1].dtype == a.dtype
+    shelf.close()
 
 
 def test_a_notice_without_a_board_fails():
@@ -149,24 +172,31 @@ def test_a_worker_scribbling_on_the_board_gains_nothing(home, tmp_path):
             result.error
 
 
-def test_a_run_hands_its_model_over_on_the_board_with_the_accuracies_of_the_pipe(
+def test_a_run_hands_its_model_and_its_data_over_in_shared_memory_as_through_the_pipe(
         home, monkeypatch):
     from d500.training import submission, worker
     wl = workloads.load(MLP)
     wl.max_epochs = 2
     recipe = submission.load(SGD).recipe
-    boards, share = [], worker.Worker.share
+    boards, shelves = [], []
+    share, share_data = worker.Worker.share, worker.Worker.share_data
 
     def recorded(self, shapes, dtypes):
         share(self, shapes, dtypes)
         boards.append(self.board)
 
+    def shelved(self, shapes, dtypes):
+        share_data(self, shapes, dtypes)
+        shelves.append(self.shelf)
+
     monkeypatch.setattr(worker.Worker, "share", recorded)
+    monkeypatch.setattr(worker.Worker, "share_data", shelved)
     ledger = Ledger()
     shared = trainer.train(wl, recipe, "torch", 3, ledger=ledger, submission="s")
-    assert boards and boards[0] is not None  # the model came back in shared memory
+    # the model came back in shared memory, and the training split went there
+    assert boards and boards[0] is not None and shelves and shelves[0] is not None
     monkeypatch.setattr(handover.Board, "create", classmethod(lambda cls, s, d: None))
     piped = trainer.train(wl, recipe, "torch", 3, ledger=ledger, submission="s")
-    assert boards[1] is None
+    assert boards[1] is None and shelves[1] is None
     got = [[e["metrics"] for e in ledger.evaluations(r.run_id)] for r in (shared, piped)]
     assert got[0] == got[1] and len(got[0]) == 2

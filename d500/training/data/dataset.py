@@ -153,6 +153,17 @@ def shape_of(dataset: str | dict[str, Any]) -> tuple[tuple[int, ...], int]:
     return SHAPES[name]
 
 
+def train_layout(fields: dict[str, Any]
+                 ) -> tuple[dict[str, tuple[int, ...]], dict[str, np.dtype]] | None:
+    """The shapes and dtypes of a workload's training split ("x": float32 [N, C, H, W], "y":
+    int64 [N], as `parts` gives it), known before any data is read; None for a text corpus."""
+    if fields["name"] not in SHAPES:
+        return None
+    count = int(fields["train"])
+    return ({"x": (count, *SHAPES[fields["name"]][0]), "y": (count,)},
+            {"x": np.dtype(np.float32), "y": np.dtype(np.int64)})
+
+
 def parts(fields: dict[str, Any], data_dir: str | os.PathLike | None = None
           ) -> tuple[Any, dict[str, str]]:
     """The Splits of a workload's `dataset` fields and the files read ("name": "sha256:<hex>"):
