@@ -96,6 +96,11 @@ from d500.errors import D500Error, UsageError
 
 ROUND_TRIP = 0.05  # seconds of timed calls per round trip at least
 OVERHEAD = 0.01  # the largest share of a round trip its own cost may take
+# seconds of timed calls per round trip at most: a loaded machine's empty round trip (the
+# slowest of five) read 50 ms, which OVERHEAD alone made 5 s round trips of checked calls, the
+# per-call time under-read too: one `op bench --budget 0.05` row ran 11 minutes (load 13). A
+# round trip's cost is then over OVERHEAD, and the row says so (empty_round_trip, its calls)
+MAX_TRIP = 1.0
 MAX_INNER = 100_000
 START = 300.0  # seconds a host may take to answer (import the operator's file, the backend's
 #               module; translate a model)
@@ -234,7 +239,8 @@ class RemoteRunner:
 class Batched:
     """One timed call: a round trip in which the host runs the prepared call `inner` times,
     `inner` chosen so that the round trip's own cost (the slowest of a few empty round trips:
-    a process's wake-up on a busy machine takes milliseconds) is under OVERHEAD of it. The
+    a process's wake-up on a busy machine takes milliseconds) is under OVERHEAD of it, within
+    MAX_TRIP s (past which the cost is over OVERHEAD: a loaded machine, as recorded). The
     calls are sized by the host's own reading of its time, which the judge uses for nothing
     else: a host that misreports it only makes its own round trips costlier or longer.
     Round trips given a key are checked call by call afterwards (`verify`): a forward's calls
@@ -259,7 +265,7 @@ class Batched:
         self.trips: list[tuple[int, int, np.ndarray]] = []  # (seed, calls, checksums)
         self._ask(1)  # a first call on a new array (jax: 0.3 s) would size the round trips
         self.overhead = max(self._round_trip(0) for _ in range(5))
-        target = max(ROUND_TRIP, self.overhead / OVERHEAD)
+        target = min(max(ROUND_TRIP, self.overhead / OVERHEAD), MAX_TRIP)
         calls = 1
         while True:
             inside = float(self._ask(calls)[0])

@@ -5,6 +5,7 @@ honest operator passing through the same path: tests/operators/test_isolation.py
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -276,3 +277,26 @@ def test_each_framework_shifts_the_output_gradient_as_the_judge_does(framework, 
         want = host._shifted(g, offsets) * (x > 0)
         assert np.array_equal(np.asarray(run._numpy(got)), want)
     assert g.tobytes() == before  # the caller's gradient: never rewritten
+
+
+class WokenLate(host.Local):
+    """A host on a loaded machine: each empty round trip (the judge's reading of a round
+    trip's own cost) waits 60 ms, as a process's wake-up did at load 13."""
+
+    def ask(self, *message):
+        if message[0] == "repeat" and message[2] == 0:
+            time.sleep(0.06)
+        return super().ask(*message)
+
+
+def test_a_slow_empty_round_trip_never_makes_round_trips_longer_than_max_trip():
+    """60 ms of overhead at OVERHEAD 1 % asked for 6 s round trips (a `--budget 0.05` row ran
+    for 11 minutes): they stay within MAX_TRIP, and the overhead is recorded as read."""
+    x = np.linspace(-2, 2, 64 * 1024).astype(np.float32)
+    local = WokenLate(runner(_Relu()))
+    local.ask("prepare", "forward", [x], None, 7)
+    timed = host.Batched(local, "forward", [x], 7)
+    assert timed.overhead >= 0.06
+    t = time.perf_counter()
+    timed()
+    assert time.perf_counter() - t < 2.5  # MAX_TRIP 1 s and its wake-up (6.6 s unbounded)
