@@ -190,6 +190,8 @@ def _report(done: Any, package: str, path: Any, verbose: bool = False) -> int:
               f"maps each origin run to its run here)")
     elif done.runs and not verbose:
         print("(--verbose maps each origin run to its run here)")
+    if done.same_code:
+        print(done.same_code)
     if done.forced:
         print(f"FORCED past {len(done.problems)} problem(s); its runs are marked forced:")
         for problem in done.problems:

@@ -5,6 +5,7 @@ line per problem (warnings on stderr), 2 when the file is not a d500 package."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -46,6 +47,7 @@ def main(argv: list[str], prog: str = "d500 check") -> int:
     trusted = [trusted_key(value) for value in args.trust]
     pkg = Package.open(args.package)
     report = check(pkg, rules, trusted)
+    report.notes += same_code_notes(pkg)
     if args.strict:
         report.problems += [f"strict: {note}" for note in report.notes]
     if args.json:
@@ -58,6 +60,26 @@ def main(argv: list[str], prog: str = "d500 check") -> int:
     else:
         print(summary(pkg, report))
     return 0 if report.passed else 1
+
+
+def same_code_notes(pkg: Any) -> list[str]:
+    """One line when the package's code is an entry's of another name already imported into
+    this D500_HOME's ledger (d500.competition.same_code); none without that ledger."""
+    from d500.competition import same_code
+    from d500.ledger import Ledger
+    from d500.paths import home
+
+    if not Path(os.environ.get("D500_HOME", "d500-results")).expanduser().is_dir():
+        return []  # no results directory here: nothing imported (home() would make one)
+    path = home() / "ledger.sqlite"
+    if not path.is_file():
+        return []
+    ledger = Ledger.open_for_reading(str(path))
+    try:
+        copy = same_code.first_of(ledger, pkg)
+    finally:
+        ledger.close()
+    return [] if copy is None else [f"identity: {same_code.line(pkg.manifest.get('entry'), copy)}"]
 
 
 def trusted_key(value: str) -> str:

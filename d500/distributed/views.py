@@ -115,6 +115,12 @@ def rows(level: int, boards: Sequence[Any], ledger: Any, per_machine: bool = Fal
         row.runs = scaled(seeds.split(row.runs, own_draws=True)[0])
     found = {key: row for key, row in found.items() if row.runs}
     _drawn_score(list(found.values()))
+    from d500.competition import same_code
+    copies = same_code.copies(ledger) if hasattr(ledger, "packages") else {}
+    for x in found.values():  # another name's package of code an entry brought first: after
+        if (copy := copies.get(x.package)) is not None and not x.reproduction:
+            x.known = True
+            x.submission += f" · unranked: its code is entry {copy.entry}'s"
     ordered = sorted((x for x in found.values() if not x.reproduction), key=lambda x: (
         x.workload, x.ranks, x.known, x.forced, _key(x.time), x.submission, x.backend))
     for copy in sorted((x for x in found.values() if x.reproduction),

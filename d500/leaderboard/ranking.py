@@ -12,6 +12,11 @@ committed (`d500 reproduce --fresh-seeds N`, `d500.training.seeds.drawn`) is sco
 their row is ranked, the package's own row (its required seeds, which the sender could know
 before running, and pick by picking a name) is listed beside it, unranked. On a board with such a
 row, every row scored on seeds known before its runs is listed after, unranked (`seeds_note`).
+
+An entry whose imported package holds the code of a package imported earlier under another entry
+name (d500.competition.same_code) is that entry: the first imported ranks, the later names' rows
+are listed after the ranked rows, unranked, each naming it (`seeds_note`), so that one entry's
+code sent under K names (K draws of the organiser's seeds) never ranks as the best of K.
 """
 
 from __future__ import annotations
@@ -130,7 +135,7 @@ def build(ledger: Any = None, level: int | None = None, workload: str | None = N
     per_run, general = ledger.verify_runs()
     progress.step("ranking the runs")
     return _boards(ledger.runs(level=level, workload=workload), per_run, general,
-                   ledger.environments(), across_machines)
+                   ledger.environments(), across_machines, _copies(ledger))
 
 
 def boards_for(ledger: Any, workloads: Iterable[tuple[int | None, str]],
@@ -141,16 +146,24 @@ def boards_for(ledger: Any, workloads: Iterable[tuple[int | None, str]],
     per_run, general = ledger.verify_runs()
     progress.step("ranking the runs")
     envs = ledger.environments()
+    copies = _copies(ledger)
     boards: list[Board] = []
     for level, name in dict.fromkeys(workloads):
         found = _boards(ledger.runs(level=level, workload=name), per_run, general, envs,
-                        across_machines)
+                        across_machines, copies)
         boards += [b for b in found if found and b.workload_sha256 == found[0].workload_sha256]
     return boards
 
 
+def _copies(ledger: Any) -> dict[str, Any]:
+    """{package sha256: same_code.Copy} of the imported packages whose code is another entry's."""
+    from d500.competition import same_code
+    return same_code.copies(ledger) if hasattr(ledger, "packages") else {}
+
+
 def _boards(runs: list[dict[str, Any]], per_run: dict[int, list[str]], general: list[str],
-            envs: dict[int, Any], across_machines: bool = False) -> list[Board]:
+            envs: dict[int, Any], across_machines: bool = False,
+            copies: dict[str, Any] | None = None) -> list[Board]:
     groups: dict[tuple, list[dict[str, Any]]] = {}
     # a partial run (`d500 conformance --op X`) is a quick check, not a result: no board
     runs = [r for r in runs if not (r.get("details") or {}).get("partial")]
@@ -166,7 +179,7 @@ def _boards(runs: list[dict[str, Any]], per_run: dict[int, list[str]], general: 
     for (lvl, name, sha, model_sha, world), group in sorted(groups.items(), key=lambda kv: (
             kv[0][0] if kv[0][0] is not None else -1, kv[0][1] or "", -newest[kv[0][:4]],
             kv[0][4] or 0)):
-        board = _board(lvl, name, sha, group, per_run, general, envs, across_machines)
+        board = _board(lvl, name, sha, group, per_run, general, envs, across_machines, copies)
         board.world_size = world
         if versions[(lvl, name)] > 1:
             model = f", model {model_sha[:12]}" if model_sha else ""
@@ -218,7 +231,7 @@ def _defined(names: list[str]) -> list[Metric]:
 
 def _board(level: int | None, name: str, sha: str | None, group: list[dict[str, Any]],
            per_run: dict[int, list[str]], general: list[str], envs: dict[int, Any],
-           across_machines: bool = False) -> Board:
+           across_machines: bool = False, copies: dict[str, Any] | None = None) -> Board:
     rules = _rules(group)
     known = _defined(rules.names)
     rank_by = next((m for m in known if m.name == rules.rank_by), None)
@@ -255,6 +268,7 @@ def _board(level: int | None, name: str, sha: str | None, group: list[dict[str, 
     _name_variants(list(entries.values()))
     if level in (2, 3):
         _seeds_notes(list(entries.values()))
+    _code_notes(list(entries.values()), copies or {})
     board.entries = _ranked(list(entries.values()), rank_by, across_machines)
     return board
 
@@ -402,6 +416,16 @@ def _seeds_notes(entries: list[Entry]) -> None:
             e.seeds_note, e.beside = "not scored: its own seeds; the organiser's score it", True
         else:
             e.seeds_note = "unranked: its seeds were known before its runs"
+
+
+def _code_notes(entries: list[Entry], copies: dict[str, Any]) -> None:
+    """Rows of a package whose code an entry of another name imported first holds (its own
+    rows, its fresh-seed and other reproductions): unranked, listed after, naming that entry."""
+    for e in entries:
+        copy = copies.get((e.package or {}).get("sha256") or "")
+        if copy is not None and not reproduction(e):
+            e.seeds_note = f"unranked: its code is entry {copy.entry}'s (package {copy.sha256[:8]})"
+            e.beside = False
 
 
 def reproduction(entry: Entry) -> bool:

@@ -73,6 +73,7 @@ class Imported:
     folder: Path | None = None
     imported: float | None = None  # unix time of the import (the first one, if `already`)
     skipped: list[str] = field(default_factory=list)  # runs held already, with the same seal
+    same_code: str = ""  # its code is an entry's of another name imported first: that line
 
 
 @dataclass
@@ -141,6 +142,9 @@ def import_package(ledger: Ledger, package: str | Path | Package, *, force: bool
             shutil.rmtree(folder, ignore_errors=True)
         raise
     done.skipped = skipped
+    from d500.competition import same_code
+    if (copy := same_code.first_of(ledger, pkg)) is not None:
+        done.same_code = same_code.line(entry, copy)
     return done
 
 

@@ -74,6 +74,8 @@ class Entry:
     name: str = ""  # the submission's own name (`submission` is its label on the boards)
     drawn: bool = False  # the organiser's fresh-seed reproductions: they score the result
     seeds_note: str = ""  # why its seeds do not score it (the organiser's seeds do), or ""
+    package: str = ""  # the sha256 of the package its runs came from (or reproduce), else ""
+    copy_of: str = ""  # the entry of another name whose code its package's is (same_code)
 
     @property
     def trials(self) -> list[dict[str, Any]]:
@@ -115,8 +117,11 @@ class Entry:
         return out
 
 
-def entries(runs: Iterable[dict[str, Any]]) -> list[Entry]:
-    """Group level-2/3 runs into entries: tuning trials by study, the other runs as seeds."""
+def entries(runs: Iterable[dict[str, Any]], copies: Mapping[str, Any] | None = None
+            ) -> list[Entry]:
+    """Group level-2/3 runs into entries: tuning trials by study, the other runs as seeds.
+    `copies` ({package sha256: d500.competition.same_code.Copy}): entries of a package whose
+    code an entry of another name brought first are that entry's copies, never scored."""
     from d500.leaderboard.ranking import origin, submission_label
     from d500.training.precision import precision_of
 
@@ -140,6 +145,11 @@ def entries(runs: Iterable[dict[str, Any]]) -> list[Entry]:
         found[key].seeds, found[key].explorations = out.scored, out.explorations
         found[key].unscored, found[key].choice = out.unscored, out.choice
     _seeds_notes(list(found.values()))
+    for e in found.values():
+        copy = (copies or {}).get(e.package)
+        if copy is not None and not e.reproduction:
+            e.copy_of = copy.entry
+            e.seeds_note = f"its code is entry {copy.entry}'s (package {copy.sha256[:8]}): unranked"
     # a package's rows and their reproductions side by side, per backend
     return sorted(found.values(), key=lambda e: (e.workload, e.name, e.backend,
                                                  e.reproduction, e.submission))

@@ -44,8 +44,10 @@ def _views(level: int, boards: Sequence[Any], ledger: Any) -> list[View]:
     if not runs:
         return []
     machines = apart(boards)
+    from d500.competition import same_code
+    copies = same_code.copies(ledger) if hasattr(ledger, "packages") else {}
     if not machines:
-        entries = score.entries(runs)
+        entries = score.entries(runs, copies)
         out = [tuning_view(entries), seeds_view(entries), profile_view(entries)]
         out += [curves_view(w, [[e for e in entries if e.workload == w]], ledger)
                 for w in sorted({e.workload for e in entries})]
@@ -55,11 +57,11 @@ def _views(level: int, boards: Sequence[Any], ledger: Any) -> list[View]:
     words = {key: machines.get(key) or hardware_text(envs.get(group[0]["environment"]))
              for key, group in groups.items()}
     out = []
-    per_machine = {key: score.entries(group) for key, group in groups.items()}
+    per_machine = {key: score.entries(group, copies) for key, group in groups.items()}
     for key, entries in per_machine.items():
         out += [tuning_view(entries, words[key]), seeds_view(entries, words[key]),
                 profile_view(entries, words[key])]
-    pooled = score.entries(runs)
+    pooled = score.entries(runs, copies)
     out.append(accuracy_view(pooled))
     out += [curves_view(w, [[e for e in entries if e.workload == w]
                             for entries in per_machine.values()], ledger, list(words.values()))
@@ -210,7 +212,7 @@ def profile_view(entries: list[score.Entry], on: str | None = None) -> View | No
     and × best instead of the plot."""
     scores: dict[str, dict[str, float]] = {}
     for e in entries:
-        if e.reproduction:  # a re-check of a package's result, not an entry
+        if e.reproduction or e.copy_of:  # a re-check, or a copy of another entry's code
             continue
         if not e.studies and (e.seeds_note or e.drawn and any(  # its tuning score counts
                 o.studies and (o.workload, o.name, o.backend) == (e.workload, e.name, e.backend)
