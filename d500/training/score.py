@@ -134,7 +134,8 @@ def entries(runs: Iterable[dict[str, Any]], copies: Mapping[str, Any] | None = N
                (r["backend"] or "") + ("" if low == "fp32" else f" · {low}"))
         entry = found.setdefault(key, Entry(*key, reproduction=bool(
             source and source.get("reproduction")), name=r["submission"] or "",
-            drawn=bool(source and source.get("drawn"))))
+            drawn=bool(source and source.get("drawn")),
+            package=(source or {}).get("sha256") or ""))
         study = r.get("study")
         if study is None:
             outside.setdefault(key, []).append(r)

@@ -300,7 +300,8 @@ def test_a_tampered_package_forced_in_stays_flagged(digits_package, rules_dir, r
 
 @pytest.fixture(scope="module")
 def rival_package(tmp_path_factory, run_d500, rules_dir) -> Path:
-    """A second entry trained in its own D500_HOME (its own ledger) and packaged."""
+    """A second entry, its code not the digits entry's, trained in its own D500_HOME (its own
+    ledger) and packaged."""
     base = tmp_path_factory.mktemp("rival")
     entry = base / "entry"
     entry.mkdir()
