@@ -250,11 +250,13 @@ def folder_files(folder: Path) -> dict[str, bytes] | None:
 
 
 def imported(ledger: Any) -> list[tuple[str, str, str]]:
-    """(entry, package sha256, code digest) of every package imported, oldest first, whose
-    submission files are still where the import put them."""
+    """(entry, package sha256, code digest) of every package imported whose submission files
+    are still where the import put them: those imported whole oldest first, then the forced
+    ones oldest first (a forced package is never the first of its code while a whole one of
+    it is there: else an honest copy imported after it ranked nowhere)."""
     from d500.ledger.imports import package_folder
     out = []
-    for p in ledger.packages():
+    for p in sorted(ledger.packages(), key=lambda p: bool(p["forced"])):  # (stable)
         files = folder_files(package_folder(ledger, p["sha256"]) / "files" / "submission")
         if files:
             out.append((p["entry"], p["sha256"], digest(files)))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from d500.competition import same_code
 from d500.competition.same_code import digest, python_form
 
 from .conftest import OPTIMIZER, SUBMISSION
@@ -152,3 +153,27 @@ def test_one_entrys_code_under_two_names_is_one_entry(digits_package, entry_dir,
     assert any(n.startswith(f"not scored: digits-mlp / {COPY}") and view in n for n in notes)
     assert [row[0] for row in views.profile_view(entries).rows
             if COPY in row[0]] == [], "a copy is no entry of the profile"
+
+
+def test_a_forced_package_is_never_the_first_of_its_code(tmp_path):
+    """A forced package A imported first, then a whole package B of A's code: B ranks, A is the
+    copy (first imported would have left nothing of that code ranked, A being ranked apart)."""
+    import time as clock
+
+    from d500.ledger import Ledger
+    from d500.ledger.imports import package_folder
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    code = {"submission.yaml": b"name: x\n", "opt.py": b"def f(a):\n    return a\n"}
+    for entry, sha, forced in (("forced-a", "a" * 64, 1), ("whole-b", "b" * 64, 0),
+                               ("later-c", "c" * 64, 0)):
+        with ledger._write() as db:
+            db.execute("INSERT INTO packages (sha256, entry, manifest, signer, imported, forced,"
+                       " problems, chain) VALUES (?,?,?,?,?,?,?,?)",
+                       (sha, entry, "{}", None, clock.time(), forced, "[]", "[]"))
+        folder = package_folder(ledger, sha) / "files" / "submission"
+        folder.mkdir(parents=True)
+        for name, data in code.items():
+            (folder / name).write_bytes(data)
+    copies = same_code.copies(ledger)
+    assert set(copies) == {"a" * 64, "c" * 64}
+    assert copies["a" * 64] == copies["c" * 64] == same_code.Copy("whole-b", "b" * 64)
