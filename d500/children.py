@@ -550,15 +550,16 @@ def release(held: list[int]) -> None:
             pass
 
 
-def cpu_seconds(keeper: int) -> tuple[float, dict[int, float]]:
+def cpu_seconds(keeper: int) -> tuple[float, dict[int, tuple[float, float]]]:
     """The CPU seconds (user + system, every thread) that `keeper` and all behind it used so far:
     the entry's process, what it started, and those reaped (by their parent, or as orphans by
-    the namespace's pid 1: in its cutime/cstime); and, by live thread id, the seconds each
-    waited runnable for a CPU (schedstat: on a loaded machine a thread wants more than it gets).
-    Open: a child of a process that ignores SIGCHLD is reaped without its time counted, and a
-    thread's wait ends with it."""
+    the namespace's pid 1: in its cutime/cstime); and, by live thread id, the seconds it ran and
+    the seconds it waited runnable for a CPU (schedstat's first two fields: on a loaded machine
+    a thread wants more than it gets). Open: a child of a process that ignores SIGCHLD is reaped
+    without its time counted, and a thread's own figures end with it (its CPU time stays in its
+    process's)."""
     tick = os.sysconf("SC_CLK_TCK")
-    total, waited = 0, {}
+    total, live = 0, {}
     for pid in [keeper, *_descendants(keeper)]:
         try:
             with open(f"/proc/{pid}/stat") as f:
@@ -569,10 +570,11 @@ def cpu_seconds(keeper: int) -> tuple[float, dict[int, float]]:
         for task in _tasks(pid):
             try:
                 with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                    waited[int(task)] = int(f.read().split()[1]) / 1e9
-            except (OSError, IndexError, ValueError):
+                    ran, waited = f.read().split()[:2]
+                live[int(task)] = (int(ran) / 1e9, int(waited) / 1e9)
+            except (OSError, ValueError):
                 pass
-    return total / tick, waited
+    return total / tick, live
 
 
 def _descendants(pid: int) -> list[int]:

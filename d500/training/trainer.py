@@ -389,7 +389,7 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
         at, stamp = clock.now(), time.time() * 1e3  # eval_stop at the clock's reading
         log.end(mllog.EVAL_STOP, metadata=meta, time_ms=stamp)
         t = clock.read()
-        held = worker.hold()  # the entry computes nothing off the clock
+        held = meter.hold()  # the entry computes nothing off the clock
         try:
             test = measure(judge.predict, parts.test.x, parts.test.y)
         finally:

@@ -120,9 +120,9 @@ class Trainee:
     def release(self, held: list[int]) -> None:
         children.release(held)
 
-    def cpu_seconds(self) -> tuple[float, dict[int, float]] | None:
-        """CPU seconds the trainee's processes used so far, and each live thread's wait for a
-        CPU (a Worker's, d500.children.cpu_seconds; None: not measured)."""
+    def cpu_seconds(self) -> tuple[float, dict[int, tuple[float, float]]] | None:
+        """CPU seconds the trainee's processes used so far, and each live thread's run and wait
+        for a CPU (a Worker's, d500.children.cpu_seconds; None: not measured)."""
         return None
 
     def ready(self) -> None:
@@ -283,10 +283,10 @@ class Worker(Trainee):
         started computed on there (tests/training/test_paused_clock.py)."""
         return children.hold(self.process.pid) if sys.platform == "linux" else []
 
-    def cpu_seconds(self) -> tuple[float, dict[int, float]] | None:
+    def cpu_seconds(self) -> tuple[float, dict[int, tuple[float, float]]] | None:
         """CPU seconds the entry's processes used so far, every thread of each, the reaped ones
-        too, and each live thread's wait for a CPU (d500.children.cpu_seconds); None off
-        Linux."""
+        too, and each live thread's run and wait for a CPU (d500.children.cpu_seconds); None
+        off Linux."""
         return children.cpu_seconds(self.process.pid) if sys.platform == "linux" else None
 
     def ready(self) -> None:
