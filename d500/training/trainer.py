@@ -393,7 +393,7 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
         try:
             test = measure(judge.predict, parts.test.x, parts.test.y)
         finally:
-            worker.release(held)
+            meter.release(held)
         clock.paused += clock.read() - t
         losses = state["losses"]
         train_loss = float(np.mean(losses)) if losses else math.nan
