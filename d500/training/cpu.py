@@ -71,8 +71,9 @@ class Meter:
         """The worker's `release` of what `hold` stopped."""
         self.worker.release(held)
         after = self.worker.cpu_seconds() if self.before is not None else None
-        if after is not None and self.before is not None:  # (the live threads' alone: a CPU
-            self.paused += sum(live(self.before, after))  # tick there is no thread's to charge)
+        if after is not None and self.before is not None:  # threads read both times alone: a
+            self.paused += sum(live(self.before, after, born=False))  # CPU tick there is no
+            # thread's to charge, and a thread the first reading missed would bring its life
         self.before = None
 
     def timed(self, call: Any, *args: Any, **kwargs: Any) -> Any:
@@ -125,12 +126,15 @@ def runnable(start: Reading, end: Reading) -> dict[str, float]:
             "runnable_s": max(used, ran) + waited + ended * per, "slack_s": SLACK_S * (1 + per)}
 
 
-def live(start: Reading, end: Reading) -> tuple[float, float]:
-    """The seconds the threads alive at `end` ran and waited for a CPU since `start`."""
+def live(start: Reading, end: Reading, born: bool = True) -> tuple[float, float]:
+    """The seconds the threads alive at `end` ran and waited for a CPU since `start` (`born`:
+    those started since too, all of their life)."""
     ran = waited = 0.0
     for tid, (r, w) in end[1].items():
         r0, w0 = start[1].get(tid, (0.0, 0.0))
         if r < r0 or w < w0:  # a thread id used again: a new thread
             r0 = w0 = 0.0
+        if not born and (tid not in start[1] or (r0, w0) == (0.0, 0.0)):
+            continue
         ran, waited = ran + r - r0, waited + w - w0
     return ran, waited
