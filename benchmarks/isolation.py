@@ -41,6 +41,7 @@ import argparse
 import json
 import math
 import os
+import re
 import secrets
 import statistics
 import subprocess
@@ -320,7 +321,14 @@ def one(name: str, seed: int, inprocess: bool, threads_: int,
         if done.returncode == 0:
             return json.loads(done.stdout.strip().splitlines()[-1])
         if attempt == 1 and "process ended (exit code" in last:  # a worker that never started
-            print(f"  (seed {seed}: {last}; run again once)", flush=True)
+            # its own last words on stderr (a traceback's last line): a spawned worker imports
+            # d500 from disk as it starts, and one started while d500's files were edited (a
+            # name one file imports that the other does not define yet) ends so: the likely
+            # cause, as an unchanging copy showed no such end (README, "Starting a worker")
+            why = [ln for ln in done.stderr.splitlines()[:-1]
+                   if re.match(r"[\w.]+(Error|Exception|Interrupt)\b", ln)][-1:]
+            print(f"  (seed {seed}: {last}{': ' + why[0] if why else ''}; run again once)",
+                  flush=True)
             continue
         raise SystemExit(last)
     raise AssertionError("unreachable")
