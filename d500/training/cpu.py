@@ -28,8 +28,8 @@ DETAIL = "worker_cpu"
 Reading = tuple[float, dict[int, tuple[float, float]]]  # d500.children.cpu_seconds's
 # runnable s / (threads x s worked) an honest run stays under, by the worker's framework.
 # Measured (benchmarks/worker_cpu.py, README "What a worker's threads use", 2 cores at load 8 to
-# 13, others' work): honest digits-mlp runs at --threads 1 and the default read 0.90-1.07 on
-# torch, 1.03-1.08 on tensorflow, 1.74-2.04 on jax (its runtime's threads beside the Python
+# 14, others' work): honest digits-mlp runs at --threads 1 and the default read 0.90-1.17 on
+# torch, 1.03-1.08 on tensorflow, 1.70-2.04 on jax (its runtime's threads beside the Python
 # one spin waiting for each other: runnable while they wait); before holds were left out,
 # up to 1.58 (torch, in 0.16 s worked), 1.13 and 3.6. An entry on 3 torch threads read
 # 1.55-1.97, one computing on short-lived threads of its own 1.56-1.80.
