@@ -82,7 +82,7 @@ def _train(tmp_path: Path, widen: str) -> tuple[subprocess.CompletedProcess, lis
 SCHEDSTAT = os.path.exists("/proc/self/task/%d/schedstat" % os.getpid())
 
 
-@pytest.mark.slow  # (one 'd500 train' subprocess, ~13 s)
+@pytest.mark.slow  # (one 'd500 train' subprocess: 20 s at load 9, 45 s at load 13)
 @pytest.mark.skipif(sys.platform != "linux" or len(os.sched_getaffinity(0)) < 2 or not SCHEDSTAT,
                     reason="/proc's CPU times and schedstat; more cores than the one recorded")
 @pytest.mark.parametrize("widen", ["pool", "short"])
@@ -98,7 +98,7 @@ def test_an_entry_trains_on_the_threads_its_run_records(tmp_path, widen):
         assert cpu["ended_s"] > 0 and cpu["ended_waited_s"] > 0, cpu
 
 
-@pytest.mark.slow  # (one 'd500 train' subprocess, ~10 s)
+@pytest.mark.slow  # (one 'd500 train' subprocess: 25 s at load 9, 50 s at load 13)
 @pytest.mark.skipif(sys.platform != "linux", reason="/proc's CPU times")
 def test_the_same_work_on_the_recorded_thread_passes(tmp_path):
     done, used, run = _train(tmp_path, widen="")
