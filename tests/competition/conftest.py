@@ -13,6 +13,9 @@ the real `d500 train` and `d500 tune` commands into its own ledger, and packaged
                     each on torch when measured), runs 3-6 the trials (diverged, failed, diverged,
                     failed) of studies 1 and 2
     digits_package  the package of entry_dir built from digits_ledger (unsigned)
+    organiser       a folder: org/ an organiser's home that imported the digits package and
+                    re-ran it at 5 drawn seeds (`d500 reproduce --fresh-seeds 5 --seed 7 --json`:
+                    reproduce.json, reproduce.rc), digits-packager.tar.gz that package
     signing_key     an ed25519 key made by `d500 keygen` (its public key: signing_key.pub)
     signed_package  the same package signed with signing_key
     ledger_copy     (per test) a copy of digits_home to change: returns its ledger file
@@ -56,6 +59,7 @@ WORKLOAD_CHANGES = {  # field -> the line that replaces it in the rulebook's dig
     "tuning": "tuning: {studies: 2, trials: 2, seed: 0}",
     "budget": "budget: {max_epochs: 8, max_seconds: 120}",
 }
+ORGANISER_DRAW = 7  # the organiser fixture's draw seed (fixed, so that its runs are fixed)
 SUBMISSION = """\
 name: digits-packager
 level: 2
@@ -170,25 +174,60 @@ def _build(folder: Path) -> None:
     (folder / "sha256").write_text(_digest(folder))  # written last: the build is complete
 
 
-@pytest.fixture(scope="session")
-def built(tmp_path_factory: pytest.TempPathFactory):
-    """rules/, entry/ and home/ (trained), built once per session: under xdist, once for all
-    workers in the run's shared temporary folder; a worker checks at its end that they are as
-    built."""
+def _once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]):
+    """The folder `name` built by `build(folder)` once per session: under xdist, once for all
+    workers in the run's shared temporary folder (the first to ask builds, under a file lock the
+    others wait on); a worker checks at its end that it is as built."""
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
-        folder = tmp_path_factory.mktemp("built")
-        _build(folder)
+        folder = factory.mktemp(name)
+        build(folder)
     else:
-        root = tmp_path_factory.getbasetemp().parent  # one per run, the workers' temps below it
-        folder = root / "competition-built"
-        with open(root / "competition-built.lock", "w") as lock:
+        root = factory.getbasetemp().parent  # one per run, the workers' temps below it
+        folder = root / f"competition-{name}"
+        with open(root / f"competition-{name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
             if not (folder / "sha256").exists():
                 shutil.rmtree(folder, ignore_errors=True)  # a worker's failed build
-                _build(folder)
+                build(folder)
     sha = (folder / "sha256").read_text()
     yield folder
     assert _digest(folder) == sha, f"a test changed the shared competition build {folder}"
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory):
+    """rules/, entry/ and home/ (trained), built once per session for all workers."""
+    yield from _once(tmp_path_factory, "built", _build)
+
+
+def _organise(built: Path) -> Callable[[Path], None]:
+    """The organiser fixture's build: the digits package imported and re-run at drawn seeds."""
+    def build(folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        home = Path(shutil.copytree(built / "home", folder / "sender"))
+        package = folder / "digits-packager.tar.gz"
+        _ok(d500(home, "package", str(built / "entry"), "--out", str(package)), "d500 package")
+        rules = ("--rules", str(built / "rules"))
+        imported = d500(folder / "org", "ledger", "import", str(package), *rules)
+        assert imported.returncode == 0, imported.stdout + imported.stderr
+        (folder / "import.txt").write_text(imported.stdout)
+        done = _ok(d500(folder / "org", "reproduce", str(package), "--fresh-seeds", "5", "--seed",
+                        str(ORGANISER_DRAW), *rules, "--json"), "d500 reproduce")
+        (folder / "reproduce.json").write_text(done.stdout)
+        (folder / "reproduce.rc").write_text(str(done.returncode))
+        shutil.rmtree(folder / "org" / "cache", ignore_errors=True)
+        (folder / "sha256").write_text(_digest(folder))  # written last: the build is complete
+    return build
+
+
+@pytest.fixture(scope="session")
+def organiser(tmp_path_factory: pytest.TempPathFactory, built: Path):
+    """The organiser's side of the digits entry, built once per session for all workers:
+    org/ a D500_HOME whose ledger imported the digits package (import.txt: what import said) and
+    re-ran it at 5 seeds drawn with draw seed ORGANISER_DRAW (`d500 reproduce --fresh-seeds 5
+    --json`: reproduce.json, its exit code reproduce.rc); digits-packager.tar.gz that package
+    (built from a copy of the trained home, sender/). Copy org/ to change it."""
+    yield from _once(tmp_path_factory, "organiser", _organise(built))
 
 
 @pytest.fixture(scope="session")

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from d500.competition import reproduce_seeds
+
+from .conftest import ORGANISER_DRAW
 
 KEYED = '''
 """Momentum SGD that trains well at its entry's required seeds only (it finds the run's seed in
@@ -52,13 +53,6 @@ schedule: {name: cosine, warmup: 0.05}
 """
 
 
-def _reproduce(run_d500, package: Path, rules: Path, org: Path) -> tuple[int, dict]:
-    done = run_d500(None, "reproduce", str(package), "--fresh-seeds", "5", "--seed", "7",
-                    "--rules", str(rules), "--json", "--ledger", str(org / "ledger.sqlite"))
-    assert done.returncode in (0, 1), done.stderr
-    return done.returncode, json.loads(done.stdout)
-
-
 def _keyed(tmp_path: Path, run_d500, rules: Path) -> tuple[int, dict]:
     entry = tmp_path / "digits-keyed"
     entry.mkdir()
@@ -72,21 +66,26 @@ def _keyed(tmp_path: Path, run_d500, rules: Path) -> tuple[int, dict]:
     package = tmp_path / "keyed.tar.gz"
     packed = run_d500(home, "package", str(entry), "--out", str(package))
     assert packed.returncode == 0, packed.stderr
-    return _reproduce(run_d500, package, rules, tmp_path / "keyed-org")
+    done = run_d500(None, "reproduce", str(package), "--fresh-seeds", "5", "--seed",
+                    str(ORGANISER_DRAW), "--rules", str(rules), "--json", "--ledger",
+                    str(tmp_path / "keyed-org" / "ledger.sqlite"))
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, json.loads(done.stdout)
 
 
 @pytest.mark.slow
 def test_seeds_better_than_fresh_ones_are_flagged_and_honest_ones_are_not(
-        tmp_path, run_d500, rules_dir, digits_package):
-    with ThreadPoolExecutor(2) as pool:
-        keyed = pool.submit(_keyed, tmp_path, run_d500, rules_dir)
-        honest = pool.submit(_reproduce, run_d500, digits_package, rules_dir,
-                             tmp_path / "honest-org")
-        (kcode, kres), (hcode, hres) = keyed.result(), honest.result()
+        tmp_path, run_d500, rules_dir, organiser):
+    """The keyed entry trained, packaged and re-run here; the honest entry's re-run is the
+    organiser fixture's (the same command, shared with test_same_code and test_organiser_seeds).
+    """
+    kcode, kres = _keyed(tmp_path, run_d500, rules_dir)
+    hcode = int((organiser / "reproduce.rc").read_text())
+    hres = json.loads((organiser / "reproduce.json").read_text())
     for result in (kres, hres):
-        assert result["fresh_seeds"] == 5 and result["seed"] == 7
+        assert result["fresh_seeds"] == 5 and result["seed"] == ORGANISER_DRAW
         seeds = [r["seed"] for r in result["runs"]]
-        assert seeds == reproduce_seeds.draw(7, "digits-mlp", "torch", 5)
+        assert seeds == reproduce_seeds.draw(ORGANISER_DRAW, "digits-mlp", "torch", 5)
         assert all(r["run_id"] is not None for r in result["runs"])
         [check] = result["fresh"]
         assert not check["inconclusive"], check
