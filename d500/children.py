@@ -441,12 +441,14 @@ def _kept(pid: int, passed: set[int], held: int, said: int) -> int:
     reaped = False
 
     def stop(*_: Any) -> None:  # `end`'s SIGTERM: the child first, then what it left (below)
-        if not reaped:  # (its pid is still its own: not yet reaped)
-            os.kill(pid, signal.SIGKILL)
+        pass_on(signal.SIGKILL, None)
 
     def pass_on(sig: int, _: Any) -> None:
-        if not reaped:
-            os.kill(pid, sig)
+        if not reaped:  # (its pid is still its own: not yet reaped)
+            try:  # (reaped already, where the signal came between the wait and the flag: the
+                os.kill(pid, sig)  # error it raised here ended the keeper with exit code 1)
+            except ProcessLookupError:
+                pass
 
     def abort(*_: Any) -> None:  # a rank's job is gone (hydra SIGKILLed the waiter): all at
         for child in [pid, *_descendants(os.getpid())]:  # once, as a SIGKILL of the job would,
