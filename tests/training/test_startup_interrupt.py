@@ -18,6 +18,11 @@ import pytest
 from tests.helpers import seed_peak
 
 ROOT = Path(__file__).resolve().parents[2]
+# `d500` as a terminal's shell starts it: ^C at its default, unblocked, whatever this test
+# process inherited or was left with (an xdist worker: the job inherits its disposition and mask)
+D500 = ("import runpy, signal, sys; signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
+        "signal.signal(signal.SIGINT, signal.default_int_handler); sys.argv[0] = 'd500'; "
+        "runpy.run_module('d500.cli', run_name='__main__')")
 
 
 def _child(parent: int, mark: bytes) -> int | None:
@@ -40,7 +45,7 @@ def test_a_ctrl_c_as_the_worker_starts_is_one_line(tmp_path, start, mark):
     env = {**os.environ, "D500_HOME": str(home), "TF_CPP_MIN_LOG_LEVEL": "3",
            "D500_WORKER_START": start}
     job = subprocess.Popen(
-        [sys.executable, "-m", "d500.cli", "train", "digits-mlp", "--submission", "adamw",
+        [sys.executable, "-c", D500, "train", "digits-mlp", "--submission", "adamw",
          "--backend", "reference", "--seed", "0"], env=env, cwd=ROOT, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
