@@ -12,10 +12,11 @@ the median of the pairs' ratios (d500.timing.median_ci), and the machine's load.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import statistics
 import time
+
+from _spawned import result
 
 
 def _measure(queue, filtered: bool, calls: int, protected: int) -> None:
@@ -34,13 +35,7 @@ def _measure(queue, filtered: bool, calls: int, protected: int) -> None:
 
 
 def measure(filtered: bool, calls: int) -> dict[str, float]:
-    ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    process = ctx.Process(target=_measure, args=(queue, filtered, calls, os.getpid()))
-    process.start()
-    out = queue.get(timeout=300)
-    process.join(60)
-    return out
+    return result(_measure, filtered, calls, os.getpid())
 
 
 def main() -> None:

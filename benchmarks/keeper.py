@@ -13,9 +13,10 @@ the subreaper in both).
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import statistics
 import time
+
+from _spawned import result
 
 
 def _split(queue, namespace: bool) -> None:
@@ -31,13 +32,7 @@ def _split(queue, namespace: bool) -> None:
 
 
 def split(namespace: bool) -> tuple[str, float]:
-    ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    process = ctx.Process(target=_split, args=(queue, namespace))
-    process.start()
-    out = queue.get(timeout=300)
-    process.join(60)
-    return out
+    return result(_split, namespace)
 
 
 def main() -> None:

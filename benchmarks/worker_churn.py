@@ -17,10 +17,8 @@ import os
 import re
 import tempfile
 import time
-from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
@@ -34,16 +32,12 @@ def main() -> None:
     log = tempfile.NamedTemporaryFile(prefix="d500-churn-stderr-", suffix=".log", delete=False)
     say = os.fdopen(os.dup(2), "w", buffering=1)
     os.dup2(log.fileno(), 2)  # the workers' stderr (and the forkserver's) goes to the file
-    from d500 import children, threads
-    from d500.training import submission, trainer, workloads
-    from d500.training.worker import Job, Worker, WorkerError
+    from _digits import digits_job
+
+    from d500 import children
+    from d500.training.worker import Worker, WorkerError
     children.METHOD = args.start
-    threads.configure(1, ["torch"])
-    workload = workloads.load(ROOT / "levels" / "2-training" / "digits-mlp.yaml")
-    recipe = submission.load(ROOT / "submissions" / "sgd-momentum").recipe
-    _, model = trainer.ready(workload, recipe, "torch", None, 0)
-    job = Job(model.SerializeToString(), "torch", recipe, 0, threads.recorded(),
-              workload.drop_last)
+    _, _, job = digits_job()
     failed, started, t = 0, 0, time.perf_counter()
     say.write(f"load {os.getloadavg()[0]:.2f}; {args.starts} starts, {args.start}, "
               f"{args.together} at once\n")

@@ -16,10 +16,8 @@ import os
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("spawn", "forkserver")
 
 
@@ -57,15 +55,10 @@ def main() -> None:
     args = p.parse_args()
     home = tempfile.TemporaryDirectory(prefix="d500-worker-start-")
     os.environ["D500_HOME"] = home.name
-    from d500 import children, threads
-    from d500.training import submission, trainer, workloads
-    from d500.training.worker import Job
-    threads.configure(1, ["torch"])
-    workload = workloads.load(ROOT / "levels" / "2-training" / "digits-mlp.yaml")
-    recipe = submission.load(ROOT / "submissions" / "sgd-momentum").recipe
-    _, model = trainer.ready(workload, recipe, "torch", None, 0)
-    job = Job(model.SerializeToString(), "torch", recipe, 0, threads.recorded(),
-              workload.drop_last)
+    from _digits import digits_job
+
+    from d500 import children
+    workload, recipe, job = digits_job()
     t = time.perf_counter()
     children.context(method="forkserver")
     first = start(job, "forkserver")
