@@ -257,8 +257,11 @@ def _main(argv: list[str] | None) -> int:
     if argv[0] == "--version":
         print(f"d500 {__version__}")
         return 0
-    if argv[0] == "help" and len(argv) > 1:  # `d500 help train`: train's own help
-        argv = [argv[1], "--help"]
+    if argv[0] == "help" and argv[1].startswith("-"):  # `d500 help --help`: d500's own
+        print(_usage(table))
+        return 0
+    if argv[0] == "help":  # `d500 help train`, `d500 help ledger list`: that command's help
+        argv = [*argv[1:], "--help"]
     name, rest = argv[0], argv[1:]
     if name.startswith("-"):
         from d500.errors import did_you_mean
