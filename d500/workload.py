@@ -260,13 +260,13 @@ def find(name_or_path: str, folder: Path, level: int) -> Path:
         raise ConfigError(f"the workload is empty: give a level-{level} workload's name or file "
                           f"(in {folder})")
     p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") or p.exists():
-        if not p.is_file():
-            raise ConfigError(f"{p}: no such workload file")
+    if p.is_file():
         return p
+    if p.suffix in (".yaml", ".yml") and not p.exists():
+        raise ConfigError(f"{p}: no such workload file")
     files = sorted(folder.glob("*.yaml"))
     for f in files:
-        if f.stem == name_or_path:
+        if f.stem == name_or_path:  # a name, even where a folder of that name is here
             return f
     for f in files:
         try:

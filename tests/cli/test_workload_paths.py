@@ -1,0 +1,26 @@
+"""A workload named on the command line where the current folder holds a folder: a name is
+still found, and a folder given as the workload is said to be a folder (it read 'no such
+workload file', about a path that plainly exists)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from d500.levels import get
+
+
+def test_a_folder_named_like_a_workload_does_not_hide_the_workload(tmp_path, monkeypatch):
+    (tmp_path / "digits-mlp").mkdir()  # the user's own folder for their digits-mlp runs
+    monkeypatch.chdir(tmp_path)
+    assert get(2).find("digits-mlp") == get(2).rulebook() / "digits-mlp.yaml"
+
+
+def test_a_folder_given_as_the_workload_is_said_to_be_a_folder(tmp_path):
+    env = {**os.environ, "D500_HOME": str(tmp_path / "home")}
+    done = subprocess.run([sys.executable, "-m", "d500.cli", "train", str(tmp_path),
+                           "--submission", "sgd-momentum"], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=120, check=False)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"{tmp_path}: a folder, where a level-2 workload's file or name" in done.stderr
