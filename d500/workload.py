@@ -275,6 +275,10 @@ def find(name_or_path: str, folder: Path, level: int) -> Path:
             continue
         if isinstance(data, Mapping) and data.get("name") == name_or_path:
             return f
+    if p.exists():  # a folder (or a device), which said 'no such workload file'
+        raise ConfigError(f"{p}: a folder, where a level-{level} workload's file or name is "
+                          f"expected (in {folder})" if p.is_dir() else
+                          f"{p}: not a workload file")
     hint = did_you_mean(name_or_path, [f.stem for f in files])
     other = sorted(f for f in folder.parent.glob(f"[0-9]-*/{name_or_path}.yaml")
                    if f.parent != folder)  # train mlp-mnist: a level-1 workload's name
