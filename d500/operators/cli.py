@@ -53,6 +53,7 @@ def parser(prog: str) -> ArgumentParser:
 
 def main(argv: list[str], prog: str = "d500 op") -> int:
     args = parser(prog).parse_args(argv)
+    check_arguments(args)
     from d500.operators.base import load
     from d500.operators.compile import CompileError
     try:
@@ -108,21 +109,38 @@ def parse_attr(text: str) -> tuple[str, Any]:
     return name.strip(), value
 
 
+def check_arguments(args: Any) -> None:
+    """The command line's own mistakes (an --attr, an --input-shape, a case name, a backend
+    name), said before the operator loads: a C operator compiles first, a Python one starts its
+    host process, and `--backends torch,tensorflw` was refused 5 s later."""
+    for text in args.attr:
+        parse_attr(text)
+    for text in args.input_shape:
+        parse_shape(text)
+    if args.case and args.input_shape:
+        raise UsageError("give either --case or --input-shape, not both")
+    if args.attr and not args.input_shape:
+        raise UsageError("--attr needs --input-shape (a case file sets its own attributes)")
+    if args.case:
+        from d500.operators.level import LEVEL
+        for name in args.case:
+            LEVEL.find(name)
+    if args.command == "bench":
+        from d500 import backends
+        backends.select(args.backends)
+
+
 def resolve_cases(loaded: Any, args: Any) -> list:
     from d500.operators.reference import check_arity, describe
     from d500.operators.workloads import Case, cases_for, load_case
     op_type = loaded.cls.op_type
     attrs = dict(parse_attr(a) for a in args.attr)
-    if args.case and args.input_shape:
-        raise UsageError("give either --case or --input-shape, not both")
     if args.input_shape:
         shapes = [parse_shape(s) for s in args.input_shape]
         check_arity(op_type, len(shapes), loaded.cls.opset)
         dtype = args.dtype or "float32"
         name = f"{describe(op_type, attrs, shapes)} {dtype}"
         return [Case(name, op_type, shapes, attrs, dtype, opset=loaded.cls.opset)]
-    if attrs:
-        raise UsageError("--attr needs --input-shape (a case file sets its own attributes)")
     if args.case:
         from d500.operators.level import LEVEL
         cases = [load_case(LEVEL.find(p)) for p in args.case]  # a file, or a rulebook case name

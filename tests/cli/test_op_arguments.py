@@ -1,0 +1,29 @@
+"""`d500 op` says a mistake of its command line before it loads the operator (a C operator
+compiles, a Python one is imported in its host process): a mistyped backend, a bad --attr or
+--input-shape, an unknown case name. The operator file here leaves a mark when imported."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize("args, words", [
+    (["bench", "{op}", "--backends", "torch,tensorflw"], "unknown backend 'tensorflw'"),
+    (["validate", "{op}", "--input-shape", "8,a,3"], "--input-shape '8,a,3'"),
+    (["validate", "{op}", "--input-shape", "4", "--attr", "alpha"], "--attr 'alpha'"),
+    (["validate", "{op}", "--attr", "alpha=1"], "--attr needs --input-shape"),
+    (["validate", "{op}", "--case", "no-such-case"], "no level-0 workload named 'no-such-case'")])
+def test_a_command_line_mistake_is_said_before_the_operator_loads(args, words, tmp_path):
+    mark = tmp_path / "imported"
+    (tmp_path / "my_op.py").write_text(f"open({str(mark)!r}, 'w').close()\n")
+    args = [a.format(op=f"{tmp_path / 'my_op.py'}:MyRelu") for a in args]
+    done = subprocess.run([sys.executable, "-m", "d500.cli", "op", *args], capture_output=True,
+                          text=True, env={**os.environ, "D500_HOME": str(tmp_path / "home")},
+                          cwd=tmp_path, timeout=120, check=False)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert words in done.stderr, done.stderr
+    assert not mark.exists(), "the operator was loaded before the mistake was said"
