@@ -200,9 +200,10 @@ def tensor_split(workload: Any, spec: Any) -> Any:
 
 def _workload_file(args: Any) -> Path:
     """The workload file the argument names (a path, or a name in the entry's level folder);
-    a name that finds nothing digests as missing."""
+    a name that finds nothing digests as missing; a folder of the workload's name in the
+    current folder is not the workload (it was digested whole)."""
     p = Path(args.workload)
-    if p.suffix in (".yaml", ".yml") or p.exists():
+    if p.is_file() or (p.suffix in (".yaml", ".yml") and not p.exists()):
         return p
     try:
         from d500.training.console import resolve

@@ -100,8 +100,8 @@ def _target(text: str) -> str:
     if not text.strip():  # Path('') is '.', which said '.: a folder, where a YAML file is'
         raise UsageError("the target is empty: give a level-3 run's id or a level-3 workload")
     path = Path(text)
-    if text.isdigit() or (path.suffix not in (".yaml", ".yml") and not path.exists()):
-        return text
+    if text.isdigit() or (path.suffix not in (".yaml", ".yml") and not path.is_file()):
+        return text  # a name, even where the current folder holds a folder of that name
     from d500 import levels
     return levels.of_file(path, takes=(3,)).load(path).name
 

@@ -24,3 +24,27 @@ def test_a_folder_given_as_the_workload_is_said_to_be_a_folder(tmp_path):
                           env=env, cwd=tmp_path, timeout=120, check=False)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert f"{tmp_path}: a folder, where a level-2 workload's file or name" in done.stderr
+
+
+def test_a_level3_job_digests_the_workload_not_a_folder_of_its_name(tmp_path, monkeypatch):
+    """Every rank of `mpiexec d500 train digits-mlp` digests the workload file to agree on it;
+    a digits-mlp/ folder in the current folder was digested whole in its place."""
+    import argparse
+
+    from d500.distributed.cli import _workload_file
+    from d500.paths import examples
+    (tmp_path / "digits-mlp").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
+    args = argparse.Namespace(workload="digits-mlp", submission=str(examples() / "sync"),
+                              data=None)
+    assert _workload_file(args) == get(3).rulebook() / "digits-mlp.yaml"
+
+
+def test_scale_finds_a_workload_by_name_beside_a_folder_of_its_name(tmp_path):
+    (tmp_path / "digits-mlp").mkdir()
+    env = {**os.environ, "D500_HOME": str(tmp_path / "home")}
+    done = subprocess.run([sys.executable, "-m", "d500.cli", "scale", "digits-mlp"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+                          check=False)
+    assert "no succeeded level-3 run of 'digits-mlp'" in done.stderr, done.stderr  # by name
