@@ -10,6 +10,7 @@ the digits entry's code sent again under another name with a comment added."""
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pytest
 from d500.competition import same_code
 from d500.competition.same_code import digest, python_form
 
-from .conftest import OPTIMIZER, SUBMISSION
+from .conftest import OPTIMIZER, ROOT, SUBMISSION
 
 COPY = "digits-copycat"
 
@@ -50,15 +51,15 @@ def test_a_change_that_can_change_training_changes_the_digest():
             (SUBMISSION, OPTIMIZER.replace(">= self.fail_at", "> self.fail_at")),
             (SUBMISSION, OPTIMIZER.replace("self.fail_at and", "self.fail_atx and")),  # attr
             (SUBMISSION, OPTIMIZER.replace("params, grads", "ps, gs")),  # parameters
-            (SUBMISSION, OPTIMIZER + "\nEXTRA = 1\n")):  # a module-level statement
+            (SUBMISSION, OPTIMIZER + "\nprint(1)\n")):  # a module-level statement
         assert digest(_files(yaml, code)) != base, (yaml, code)
     assert digest({**_files(), "weights.bin": b"\0"}) != base
 
 
 @pytest.mark.parametrize("one, other, same", [
-    # a global read is not a local: renaming it reads another name
-    ("x = 1\ndef f():\n    y = 2\n    return x + y\n",
-     "z = 1\ndef f():\n    y = 2\n    return z + y\n", False),
+    # a name the file imports is another object under another name
+    ("from m import x\ndef f():\n    y = 2\n    return x + y\n",
+     "from m import z\ndef f():\n    y = 2\n    return z + y\n", False),
     ("x = 1\ndef f():\n    y = 2\n    return x + y\n",
      "x = 1\ndef f():\n    q = 2\n    return x + q\n", True),
     # a comprehension's variable is its own; the global x after it is not
@@ -69,16 +70,196 @@ def test_a_change_that_can_change_training_changes_the_digest():
     # a closure reads its function's local
     ("def f(a):\n    b = a\n    def g():\n        return b\n    return g\n",
      "def f(a):\n    d = a\n    def g():\n        return d\n    return g\n", True),
-    # a parameter's name is what a keyword binds (and what d500 reads of some classes): kept
+    # a parameter of a function named outside the file is what a keyword binds: kept
     ("def f(a):\n    return a\n", "def f(b):\n    return b\n", False),
     # a file reading locals() keeps every name
     ("def f(a):\n    b = a\n    return locals()\n",
      "def f(a):\n    c = a\n    return locals()\n", False),
-    # class attributes keep their names
+    # class attributes whose names d500's own source uses keep them
     ("class C:\n    a = 1\n", "class C:\n    b = 1\n", False),
 ])
 def test_only_names_bound_in_a_function_are_renamed(one, other, same):
-    assert (python_form(one) == python_form(other)) is same
+    assert (python_form(one, {"f", "C"}) == python_form(other, {"f", "C"})) is same
+
+
+# An entry's optimizer with what a copy would rename, reorder or pad: a module function with a
+# parameter passed by keyword, a module constant, a helper class, a private method, attributes
+# it sets on self. The words are in no string and not in d500's source (asserted).
+ENTRY = '''\
+from d500.training.optimizers import Hyper, Optimizer
+
+DAMPING = 0.5
+
+
+def blend(ops, m, g, coef):
+    return ops.add(ops.mul(m, coef), g, 1 - coef)
+
+
+class Damper:
+    def __init__(self, coef):
+        self.coef = coef
+
+    def snip(self, lr):
+        return lr * self.coef
+
+
+class Guarded(Optimizer):
+    name = "guarded"
+    hyperparameters = {**Optimizer.hyperparameters, "beta1": Hyper(0.9, "fraction", "decay")}
+
+    def init_state(self, ops, params, names):
+        self.velocity = None
+        return {"m": ops.zeros_like(params)}
+
+    def _blend(self, ops, m, grads):
+        return blend(ops, m, grads, coef=self.beta1)
+
+    def update(self, ops, params, grads, state, lr, t):
+        state["m"] = self._blend(ops, state["m"], grads)
+        self.velocity = state["m"]
+        ops.add_(params, self.velocity, -Damper(DAMPING).snip(lr))
+'''
+OWN_WORDS = ("DAMPING", "blend", "coef", "Damper", "velocity", "_blend", "snip")
+
+
+def _entry(code: str = ENTRY) -> str:
+    return digest(_files(code=code))
+
+
+def _swap(code: str, first: str, second: str) -> str:
+    """The code with the block at `first` and the one at `second` (next to it) swapped."""
+    a, b = code.index(first), code.index(second)
+    indent = first[:len(first) - len(first.lstrip())]
+    nxt = re.search(rf"\n(?={indent}(?:def |class )|\S)", code[b + 1:])
+    end = len(code) if nxt is None else b + 2 + nxt.start()
+    one, two = code[a:b], code[b:end]
+    return (code[:a] + two.rstrip("\n") + one[len(one.rstrip("\n")):] + one.rstrip("\n")
+            + two[len(two.rstrip("\n")):] + code[end:])
+
+
+def test_the_entrys_own_words_are_its_own():
+    from d500.competition.code_form import foreign_words
+    assert not set(OWN_WORDS) & foreign_words()
+    assert digest(_files(code=ENTRY)) != digest(_files())
+
+
+@pytest.mark.parametrize("what, old, new", [
+    ("a parameter, passed by keyword", "coef):\n    return ops.add(ops.mul(m, coef), g, 1 - coef)",
+     "weight_of):\n    return ops.add(ops.mul(m, weight_of), g, 1 - weight_of)"),
+    ("an attribute set on self", "velocity", "vbuf"),
+    ("an attribute of a helper class", "self.coef", "self.ratio_kept"),
+    ("a private method", "_blend", "_scaled"),
+    ("a helper class", "Damper", "Booster"),
+    ("a module function", "blend(", "mix_in("),
+    ("a module constant", "DAMPING", "SOFTEN"),
+])
+def test_a_renamed_name_of_the_package_keeps_the_digest(what, old, new):
+    copy = ENTRY.replace(old, new)
+    if what == "a parameter, passed by keyword":
+        copy = copy.replace("coef=self.beta1", "weight_of=self.beta1")
+    assert copy != ENTRY
+    assert _entry(copy) == _entry(), what
+
+
+def test_a_main_block_does_not_stop_it():
+    """`__name__` alone is the module's name, which no rule changes."""
+    main = "\nif __name__ == '__main__':\n    print(blend(1, 2, 3, 4))\n"
+    assert _entry((ENTRY + main).replace("blend", "mix_in")) == _entry(ENTRY + main)
+    assert _entry(ENTRY + main) != _entry()
+
+
+def test_reordered_definitions_keep_the_digest():
+    functions = _swap(ENTRY, "def blend", "class Damper")
+    classes = _swap(ENTRY, "class Damper", "class Guarded")
+    methods = _swap(ENTRY, "    def init_state", "    def _blend")
+    assert len({ENTRY, functions, classes, methods}) == 4
+    for code in (functions, classes, methods):
+        assert _entry(code) == _entry(), code
+
+
+@pytest.mark.parametrize("what, old, new", [
+    ("an unused function", "class Damper", "def fold_in(x):\n    return x * 2\n\n\nclass Damper"),
+    ("an unused class", "class Damper", "class Spare:\n    pass\n\n\nclass Damper"),
+    ("an unused constant", "DAMPING = 0.5", "DAMPING = 0.5\nSPARE = 3"),
+    ("an unused method", "    def _blend",
+     "    def _spare(self, x):\n        return x\n\n    def _blend"),
+    ("code after return", "return lr * self.coef", "return lr * self.coef\n        print(lr)"),
+    ("a branch never taken", "        state[\"m\"] =", "        if False:\n            print(1)\n"
+     "        state[\"m\"] ="),
+    ("a constant stored and never read", "self.coef = coef",
+     "self.coef = coef\n        self.stale_note = 0"),
+])
+def test_dead_code_keeps_the_digest(what, old, new):
+    copy = ENTRY.replace(old, new, 1)
+    assert copy != ENTRY
+    assert _entry(copy) == _entry(), what
+
+
+def test_a_shipped_entry_renamed_reordered_and_padded_is_the_same_code():
+    """numpy-im2col-conv with its private methods renamed, in another order, and a dead one."""
+    folder = ROOT / "submissions" / "numpy-im2col-conv"
+    files = same_code.folder_files(folder)
+    code = files["conv.py"].decode()
+    copy = code.replace("_geometry", "_shape_of").replace("_columns", "_as_columns")
+    copy = _swap(copy, "    def _as_columns", "    def _pad")
+    copy = copy.replace("    def forward", "    def _unused(self, x):\n        return x\n\n"
+                        "    def forward")
+    assert copy != code
+    assert digest({**files, "conv.py": copy.encode()}) == digest(files)
+
+
+@pytest.mark.parametrize("what, one, other", [
+    ("another attribute of another object",
+     "def f(ps, x):\n    for p in ps:\n        p.grad.add_(x)\n",
+     "def f(ps, x):\n    for p in ps:\n        p.data.add_(x)\n"),
+    # a method of its own under the name it calls on another object: that name is not only its
+    ("a name called on another object", "class C:\n    def _fold(self):\n        return 1\n"
+     "    def g(self, ops):\n        return ops._fold(self._fold())\n",
+     "class C:\n    def _tally(self):\n        return 1\n"
+     "    def g(self, ops):\n        return ops._tally(self._tally())\n"),
+    ("a method d500 calls", ENTRY, ENTRY.replace("def update", "def update_step")),
+    ("an attribute of a class with a base outside", "import torch\nclass C(torch.nn.Module):\n"
+     "    def g(self):\n        self.velocity = 1\n        return self.velocity\n",
+     "import torch\nclass C(torch.nn.Module):\n    def g(self):\n        self.vbuf = 1\n"
+     "        return self.vbuf\n"),
+    ("an attribute named in a string", ENTRY.replace('"beta1"', '"velocity"'),
+     ENTRY.replace('"beta1"', '"velocity"').replace("self.velocity", "self.vbuf")),
+    ("a parameter of a function passed as a value",
+     "def blend(m, coef):\n    return m * coef\ndef C(run):\n    return run(cb=blend)\n",
+     "def blend(m, gamma):\n    return m * gamma\ndef C(run):\n    return run(cb=blend)\n"),
+    ("a parameter of a function called with **",
+     "def blend(m, coef):\n    return m * coef\ndef C(kw):\n    return blend(**kw)\n",
+     "def blend(m, gamma):\n    return m * gamma\ndef C(kw):\n    return blend(**kw)\n"),
+    ("dead code that makes a name local", "x = 1\ndef f():\n    if False:\n        x = 2\n"
+     "    return x\n", "x = 1\ndef f():\n    return x\n"),
+    ("dead code that makes a generator", "def f():\n    return 1\n    yield 2\n",
+     "def f():\n    return 1\n"),
+    ("two objects of one form", "a = []\nb = []\ndef f():\n    a.append(1)\n    return b\n",
+     "a = []\nb = []\ndef f():\n    a.append(1)\n    return a\n"),
+    ("definitions that draw random numbers, reordered",
+     "import numpy as np\nclass A:\n    w = np.random.rand()\nclass B:\n"
+     "    w = np.random.rand() + 2\ndef f():\n    return A.w, B.w\n",
+     "import numpy as np\nclass B:\n    w = np.random.rand() + 2\nclass A:\n"
+     "    w = np.random.rand()\ndef f():\n    return A.w, B.w\n"),
+    ("an unused class that draws random numbers", "import numpy as np\n",
+     "import numpy as np\nclass Spare:\n    w = np.random.rand()\n"),
+    ("a class whose name the code reads", "class Damper:\n    pass\ndef C():\n"
+     "    return Damper.__name__\n",
+     "class Booster:\n    pass\ndef C():\n    return Booster.__name__\n"),
+    ("a store a property's setter sees",
+     "class C:\n    def __init__(self):\n        self.knob = 0\n    @property\n"
+     "    def knob(self):\n        return 1\n    @knob.setter\n    def knob(self, v):\n"
+     "        print(v)\n",
+     "class C:\n    def __init__(self):\n        pass\n    @property\n"
+     "    def knob(self):\n        return 1\n    @knob.setter\n    def knob(self, v):\n"
+     "        print(v)\n"),
+    ("a keyword no parameter has", ENTRY, ENTRY.replace("coef=self.beta1", "weight_of=self.beta1")),
+    ("a nudged constant", ENTRY, ENTRY.replace("DAMPING = 0.5", "DAMPING = 0.5001")),
+])
+def test_different_code_keeps_different_digests(what, one, other):
+    assert one != other
+    assert python_form(one, {"C", "f", "Guarded"}) != python_form(other, {"C", "f", "Guarded"}), \
+        what
 
 
 def _sha(path: Path) -> str:
