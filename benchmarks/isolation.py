@@ -117,7 +117,15 @@ class SharedJudge:
         self.shapes, self.dtypes = {}, {}  # (nothing to share)
 
     def load(self, state: Any) -> None:
-        pass
+        if state:  # a model kept for its test accuracy (a hand-over here is empty)
+            t = InProcess.current.trainer
+            t.set_parameters({n: state[n] for n in t.parameter_names})
+            if t.buffer_names:
+                t.set_buffers({n: state[n] for n in t.buffer_names})
+
+    def keep(self) -> Any:
+        t = InProcess.current.trainer
+        return {**t.parameters(), **t.buffers()}
 
     def predict(self, feeds: Any) -> Any:
         return InProcess.current.trainer.predict(feeds)

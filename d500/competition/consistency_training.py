@@ -3,8 +3,10 @@ run's evaluations, target figures and times against its MLLOG, and the value hel
 
 Training runs (levels 2 and 3, but not a level-3 rank's own row) log the evaluations
 (d500.training.trainer, d500.distributed.loop): per evaluation eval_start, eval_accuracy (the
-validation accuracy, with epoch_num and samples_count = step x global batch) and eval_stop; then
-the test set is evaluated with the run clock paused and the evaluation row written. Checked:
+validation accuracy, with epoch_num and samples_count = step x global batch) and eval_stop; the
+test set is evaluated on a copy of the model after the run, or with the clock paused where that
+cannot wait, and the evaluation row written with its eval_stop's time (d500.training.heldout).
+Checked:
 - the evaluation rows pair one to one, in order, with the eval_accuracy events (same epoch,
   val_accuracy equal to the logged value, step x global_batch_size = samples_count, or the
   samples at each epoch's batch where the recipe's batch_schedule grew it); a run that

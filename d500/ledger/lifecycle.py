@@ -284,14 +284,15 @@ class Run:
 
     def evaluation(self, step: int | None = None, epoch: float | None = None,
                    metrics: dict[str, Any] | None = None,
-                   wall_time: float | None = None) -> None:
-        """One point of the evaluation time series (wall time defaults to now - run start)."""
+                   wall_time: float | None = None, recorded: float | None = None) -> None:
+        """One point of the evaluation time series (wall time defaults to now - run start;
+        `recorded`, unix s, to now: a row written after the evaluation gives its time)."""
         values = check_figures(metrics, self.workload_file)
         with self.ledger._write() as db:
             db.execute("INSERT INTO evaluations (run_id, step, epoch, wall_time, metrics,"
                        " recorded) VALUES (?,?,?,?,?,?)",
                        (self.id, step, epoch, self.elapsed() if wall_time is None else wall_time,
-                        dumps(values), time.time()))
+                        dumps(values), time.time() if recorded is None else recorded))
 
     def artifact(self, path: str | Path) -> str:
         """Register a file this run wrote; its sha256 is stored when the run finishes."""

@@ -13,9 +13,10 @@ loop (`_supervise`) with the MPI ranks, behind rank 0, as its trainee (d500.dist
 
 The clock (MLPerf's run_start) starts after the worker translated the model and built the
 optimizer, and before the first data is touched: dataset loading, batching, the transfer of the
-training split to the worker and validation are inside time_to_accuracy. Test accuracy is
-measured at every evaluation with the clock paused (no decision reads it; its time is reported
-apart), the worker's processes stopped meanwhile (Trainee.hold). A NaN or infinite loss ends
+training split to the worker and validation are inside time_to_accuracy. Test accuracy (no
+decision reads it) is measured after the run on a copy of each evaluated model, so the clock is
+never paused while the entry's code runs (d500.training.heldout; where that cannot wait, the
+clock is paused and the entry's processes stopped, Trainee.hold). A NaN or infinite loss ends
 the run `diverged`, a spent budget `missed` (the worker is told to stop mid-chunk); both score
 infinity and stay in the ledger. The load averages at the run's start and end are recorded with
 it (details "load_average"), as levels 0 and 1 record them.
@@ -272,6 +273,15 @@ class Judge:
     def predict(self, feeds: dict[str, np.ndarray], output: str = "logits") -> np.ndarray:
         return self.trainer.predict(feeds, output)
 
+    def keep(self) -> dict[str, np.ndarray]:
+        """A copy of the model it holds now, for `load` later (d500.training.heldout)."""
+        t = self.trainer
+        if self.views is not None:
+            kept = {n: np.array(v) for n, v in self.views.items()}
+        else:
+            kept = t.parameters()
+        return {**kept, **t.buffers()}
+
 
 @dataclass
 class Layout:
@@ -320,6 +330,9 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
     # -- data, inside the clock: the worker gets the training split only
     t0 = clock.read()
     parts, _ = datasets.parts(workload.dataset, data_dir)
+    from d500.training.heldout import Pending
+    tests = Pending(judge, lambda *a: QUALITY[workload.quality](*a), parts.test.x, parts.test.y,
+                    f"test_{workload.quality}", f"val_{workload.quality}")
     # each epoch's batch (a recipe's batch_schedule grows it) and steps: the judge's decision
     plan = Plan.of(batches(recipe.growth(), layout.batch, workload.max_epochs),
                    len(parts.train.y), workload.drop_last)
@@ -351,6 +364,7 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
         """A checkpoint after `epoch` epochs, on the clock, its sha256 in the ledger at once."""
         from d500.training import checkpoint
         from d500.training import resume as resuming
+        held_tests()  # (its figures in the checkpoint: a resumed run goes on from them)
         t = clock.read()
         got = meter.timed(worker.save)
         # the names and shapes checked as at an evaluation (level 3, ranks holding pieces of
@@ -375,7 +389,8 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
         heart.beat(clock.now(), force=True)
 
     def evaluate(epoch: float) -> bool:
-        """Validation (on the clock), then test (off the clock); True when the target is met."""
+        """Validation, on the clock, the model kept for its test accuracy (measured after the
+        run, d500.training.heldout); True when the target is met."""
         if state["loaded"] != state["step"]:
             raise D500Error(f"the judge holds the model of step {state['loaded']}, not of step "
                             f"{state['step']}, at an evaluation")
@@ -388,26 +403,33 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
         log.event(mllog.EVAL_ACCURACY, val, metadata=meta)
         at, stamp = clock.now(), time.time() * 1e3  # eval_stop at the clock's reading
         log.end(mllog.EVAL_STOP, metadata=meta, time_ms=stamp)
-        t = clock.read()
-        held = meter.hold()  # the entry computes nothing off the clock
-        try:
-            test = measure(judge.predict, parts.test.x, parts.test.y)
-        finally:
-            meter.release(held)
-        clock.paused += clock.read() - t
         losses = state["losses"]
         train_loss = float(np.mean(losses)) if losses else math.nan
         state["losses"] = []
-        state.update(val=val, test=test, train_loss=train_loss, evaluated=state["step"])
+        state.update(val=val, train_loss=train_loss, evaluated=state["step"])
         met = workload.met(val) and state["reached"] is None
         if met:
             state["reached"] = (at, epoch, state["step"])
-            state["test_at_target"] = test
-        metrics = {f"val_{workload.quality}": val, f"test_{workload.quality}": test}
+        metrics = {f"val_{workload.quality}": val}
         if math.isfinite(train_loss):
             metrics["train_loss"] = train_loss
-        run.evaluation(step=state["step"], epoch=epoch, metrics=metrics, wall_time=at)
+        # its test accuracy and ledger row once the run ends (d500.training.heldout): the copy
+        # of the model on the clock (tens of microseconds for digits-mlp), no pause, no hold
+        tests.add({"step": state["step"], "epoch": epoch, "metrics": metrics, "wall_time": at,
+                   "recorded": stamp / 1e3}, met)
+        if tests.full:
+            held_tests()
         return met
+
+    def held_tests() -> None:
+        """The test accuracies not yet measured, now: the clock paused, the entry held."""
+        t = clock.read()
+        held = meter.hold()  # the entry computes nothing off the clock
+        try:
+            tests.measure_all(run, state)
+        finally:
+            meter.release(held)
+        clock.paused += clock.read() - t
 
     def remaining() -> float:
         now = clock.now()
@@ -425,74 +447,75 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
         return lambda step, loss: progress({"step": step, "total": total_steps, "loss": loss,
                                             **shown(), "epoch": epoch + 1})
 
-    every = workload.every_steps
-    status, stop = "missed", False
-    for epoch in range(begin, workload.max_epochs):
-        log.start(mllog.EPOCH_START, metadata={mllog.EPOCH_NUM: epoch + 1})
-        steps_per_epoch, batch = plan.steps[epoch], plan.batches[epoch]
-        if not plan.fixed:  # the batch this epoch trains at (global_batch_size: the first)
-            log.event(BATCH_KEY, batch, metadata={mllog.EPOCH_NUM: epoch + 1})
-        first = 0
-        while first < steps_per_epoch:  # chunks: the steps up to the next evaluation
-            count = steps_per_epoch - first
-            if every:
-                count = min(count, every - state["step"] % every)
-            # the model is handed over only where an evaluation follows
-            want = bool((every and (state["step"] + count) % every == 0) or (
-                workload.every_epochs and (epoch + 1) % workload.every_epochs == 0
-                and first + count == steps_per_epoch))
-            t = clock.read()
-            chunk = meter.timed(worker.train, epoch, first, count, remaining, tick(epoch), want,
-                                state["val"], batch)
+    with tests.written(run, state):  # every evaluation's test accuracy, its row
+        every = workload.every_steps
+        status, stop = "missed", False
+        for epoch in range(begin, workload.max_epochs):
+            log.start(mllog.EPOCH_START, metadata={mllog.EPOCH_NUM: epoch + 1})
+            steps_per_epoch, batch = plan.steps[epoch], plan.batches[epoch]
+            if not plan.fixed:  # the batch this epoch trains at (global_batch_size: the first)
+                log.event(BATCH_KEY, batch, metadata={mllog.EPOCH_NUM: epoch + 1})
+            first = 0
+            while first < steps_per_epoch:  # chunks: the steps up to the next evaluation
+                count = steps_per_epoch - first
+                if every:
+                    count = min(count, every - state["step"] % every)
+                # the model is handed over only where an evaluation follows
+                want = bool((every and (state["step"] + count) % every == 0) or (
+                    workload.every_epochs and (epoch + 1) % workload.every_epochs == 0
+                    and first + count == steps_per_epoch))
+                t = clock.read()
+                chunk = meter.timed(worker.train, epoch, first, count, remaining, tick(epoch), want,
+                                    state["val"], batch)
+                clock.train += clock.read() - t
+                for loss in chunk.losses:
+                    state["step"] += 1
+                    if not math.isfinite(loss):
+                        raise Diverged(f"the training loss is {loss} at step {state['step']} "
+                                       f"(epoch {epoch + 1}){chunk.where}")
+                    state["losses"].append(loss)
+                if chunk.state is not None:
+                    judge.load(chunk.state)
+                    state["loaded"] = state["step"]
+                if chunk.compiled is not None:  # its compile: on the clock, recorded apart too
+                    compiled["figures"] = compiling.record(run, chunk.compiled, compiled["before"])
+                if progress is not None and chunk.losses:
+                    progress({"step": state["step"], "total": total_steps,
+                              "loss": chunk.losses[-1], **shown(),
+                              "epoch": epoch + 1})
+                first += len(chunk.losses)
+                if every and state["step"] % every == 0 and chunk.losses:
+                    stop = evaluate(plan.epoch(state["step"]))
+                stop = stop or chunk.stopped or remaining() < 0
+                if stop or len(chunk.losses) < count:
+                    stop = True
+                    break
+            log.end(mllog.EPOCH_STOP, metadata={mllog.EPOCH_NUM: epoch + 1})
+            if state["reached"] is not None:
+                break
+            if not stop and workload.every_epochs and (epoch + 1) % workload.every_epochs == 0:
+                if evaluate(float(epoch + 1)):
+                    break
+            if stop or remaining() < 0:
+                break
+            if checkpoints is not None and (epoch + 1) % checkpoints.every == 0 \
+                    and epoch + 1 < workload.max_epochs:
+                save(epoch + 1)
+        last = state["reached"] is None and state["evaluated"] != state["step"]
+        t = clock.read()
+        final = meter.timed(worker.finish, last)  # the final model (level 3: the scheme's)
+        meter.check(run)  # fails a run whose entry used more CPU than its threads give
+        if last:  # the end: always one last evaluation, the finish's time trained before it
+            # (after the last evaluation, where the target was met or the last step evaluated, it
+            # is in no figure: the split is of the time up to the last evaluation, and nothing
+            # finish(False) does there is judged)
             clock.train += clock.read() - t
-            for loss in chunk.losses:
-                state["step"] += 1
-                if not math.isfinite(loss):
-                    raise Diverged(f"the training loss is {loss} at step {state['step']} "
-                                   f"(epoch {epoch + 1}){chunk.where}")
-                state["losses"].append(loss)
-            if chunk.state is not None:
-                judge.load(chunk.state)
-                state["loaded"] = state["step"]
-            if chunk.compiled is not None:  # its compile: on the clock, recorded apart too
-                compiled["figures"] = compiling.record(run, chunk.compiled, compiled["before"])
-            if progress is not None and chunk.losses:
-                progress({"step": state["step"], "total": total_steps,
-                          "loss": chunk.losses[-1], **shown(),
-                          "epoch": epoch + 1})
-            first += len(chunk.losses)
-            if every and state["step"] % every == 0 and chunk.losses:
-                stop = evaluate(plan.epoch(state["step"]))
-            stop = stop or chunk.stopped or remaining() < 0
-            if stop or len(chunk.losses) < count:
-                stop = True
-                break
-        log.end(mllog.EPOCH_STOP, metadata={mllog.EPOCH_NUM: epoch + 1})
-        if state["reached"] is not None:
-            break
-        if not stop and workload.every_epochs and (epoch + 1) % workload.every_epochs == 0:
-            if evaluate(float(epoch + 1)):
-                break
-        if stop or remaining() < 0:
-            break
-        if checkpoints is not None and (epoch + 1) % checkpoints.every == 0 \
-                and epoch + 1 < workload.max_epochs:
-            save(epoch + 1)
-    last = state["reached"] is None and state["evaluated"] != state["step"]
-    t = clock.read()
-    final = meter.timed(worker.finish, last)  # the trainee's final model (level 3: the scheme's)
-    meter.check(run)  # fails a run whose entry used more CPU than its threads give
-    if last:  # the end: always one last evaluation, the finish's time trained before it
-        # (after the last evaluation, where the target was met or the last step evaluated, it
-        # is in no figure: the split is of the time up to the last evaluation, and nothing
-        # finish(False) does there is judged)
-        clock.train += clock.read() - t
-        judge.load(final)
-        state["loaded"] = state["step"]
-        evaluate(plan.epoch(state["step"]))
-    reached = state["reached"]
-    if reached is not None and reached[0] <= workload.max_seconds:
-        status = "succeeded"
+            judge.load(final)
+            state["loaded"] = state["step"]
+            evaluate(plan.epoch(state["step"]))
+        reached = state["reached"]
+        if reached is not None and reached[0] <= workload.max_seconds:
+            status = "succeeded"
     return ({**_figures(workload, state, clock, plan.samples(state["step"])),
              **compiled["figures"]}, status,
             _why(workload, state, status))

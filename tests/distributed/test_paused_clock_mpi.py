@@ -1,10 +1,11 @@
-"""Level 3's judge pauses its clock while it measures test accuracy, and every rank's processes
-are stopped meanwhile (d500.distributed.jobtree), on real `mpiexec -n 2` ranks: a thread the
-entry starts on each rank, computing without pause, does nothing while the clock is paused, and
-runs on after. The judge's test evaluations are timed from inside the judge process by a
-sitecustomize (the judge is spawned by rank 0: no test can patch it in place), which also makes
-the first one last longer than the ranks' watchdogs' silence limit: ranks stopped together are
-not given up. (Level 2's twin: tests/training/test_paused_clock.py.)"""
+"""Where level 3's judge pauses its clock to measure test accuracy (kept models over
+d500.training.heldout.LIMIT, or before a checkpoint; by default it measures them after the run),
+every rank's processes are stopped meanwhile (d500.distributed.jobtree), on real `mpiexec -n 2`
+ranks: a thread the entry starts on each rank, computing without pause, does nothing while the
+clock is paused, and runs on after. The judge's test evaluations are timed from inside the judge
+process by a sitecustomize (the judge is spawned by rank 0: no test can patch it in place), which
+also makes the first one last longer than the ranks' watchdogs' silence limit: ranks stopped
+together are not given up. (Level 2's twin: tests/training/test_paused_clock.py.)"""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ if "--multiprocessing-fork" in sys.argv:
     import importlib.abc, importlib.util, json, os, time
 
     def _patch(trainer):
+        from d500.training import heldout
+        heldout.LIMIT = 0  # every test accuracy at once, the clock paused (by default: after)
         measure, calls = trainer.QUALITY["accuracy"], []
 
         def timed(predict, x, y):

@@ -1,8 +1,10 @@
-"""The judge pauses its clock while it measures test accuracy (d500.training.trainer: no decision
-reads it). The worker is idle then, waiting for its next chunk, but the entry's code is not
-bound to wait with it: a thread it starts can keep computing (extra steps on the batches it has
-seen) on time that no figure counts. The attack, performed: a thread that notes the time every
-~1 ms while it runs, against the judge's test evaluations timed from this process."""
+"""Test accuracy is measured after the run, on the models the judge kept, so its clock is never
+paused while the entry's code runs (d500.training.heldout). Where it cannot wait (before a
+checkpoint, or kept models over heldout.LIMIT) the judge pauses its clock and measures it at
+once. The worker is idle then, waiting for its next chunk, but the entry's code is not bound to
+wait with it: a thread it starts can keep computing (extra steps on the batches it has seen) on
+time that no figure counts. The attack, performed: a thread that notes the time every ~1 ms
+while it runs, against the judge's test evaluations timed from this process."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import time
 
 import pytest
 
-from d500.training import trainer
+from d500.training import heldout, submission, trainer
 
 from . import entries
 
@@ -57,6 +59,7 @@ def test_the_entry_computes_nothing_while_the_clock_is_paused(home, tmp_path, mo
     entry = entries.entry(tmp_path, BUSY, "Busy", name="busy")
     busy = tmp_path / "busy.json"
     monkeypatch.setenv("D500_BUSY", str(busy))
+    monkeypatch.setattr(heldout, "LIMIT", 0)  # every test accuracy at once, the clock paused
     paused: list[tuple[float, float]] = []
     calls = []
     measure = trainer.QUALITY["accuracy"]
@@ -78,3 +81,36 @@ def test_the_entry_computes_nothing_while_the_clock_is_paused(home, tmp_path, mo
     assert not during, (f"the entry's thread ran {len(during)} times while the clock was "
                         f"paused ({sum(b - a for a, b in paused) * 1e3:.1f} ms paused; "
                         f"figures {result.figures})")
+
+
+def test_the_clock_is_never_paused_while_the_entry_runs(home, tmp_path, monkeypatch):
+    """By default every test accuracy is measured once the run is over: its clock never paused
+    (nothing to hold), each evaluation's row written after the last validation, with its own
+    test accuracy and the time of its evaluation."""
+    clocks, calls = [], []
+    measure = trainer.QUALITY["accuracy"]
+
+    class Watched(trainer.Clock):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            clocks.append(self)
+
+    def timed(predict, x, y):  # the split it measures, by its labels
+        calls.append((y.tobytes(), measure(predict, x, y)))
+        return calls[-1][1]
+
+    monkeypatch.setattr(trainer, "Clock", Watched)
+    monkeypatch.setitem(trainer.QUALITY, "accuracy", timed)
+    result = entries.run(submission.load(entries.SGD), epochs=3)
+    assert result.status in ("succeeded", "missed"), result.error
+    (clock,) = clocks
+    assert clock.paused == 0.0
+    splits = [labels for labels, _ in calls]
+    n = len(calls) // 2
+    assert n >= 2 and len(set(splits[:n])) == 1 and len(set(splits[n:])) == 1
+    assert splits[0] != splits[-1]  # n validations, then n tests
+    from d500.ledger import Ledger
+    rows = Ledger().evaluations(result.run_id)
+    assert [r["metrics"]["test_accuracy"] for r in rows] == [v for _, v in calls[n:]]
+    assert [r["metrics"]["val_accuracy"] for r in rows] == [v for _, v in calls[:n]]
+    assert result.figures["final_test_accuracy"] == calls[-1][1]
