@@ -364,8 +364,10 @@ def protected() -> list[str]:
     temporary folder."""
     import site
     import tempfile
+
+    from d500.paths import home_named
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    found = [os.environ.get("D500_HOME", "d500-results"), here, sys.prefix, sys.base_prefix,
+    found = [home_named(), here, sys.prefix, sys.base_prefix,
              sys.exec_prefix]
     try:
         found.append(site.getusersitepackages())
@@ -387,8 +389,8 @@ def writable() -> list[str]:
     worker writes), where d500.paths.cache puts every cache of that process; the judges' own
     caches beside it (Inductor's, the ONNX node tests' pickle, the peak FLOP/s) stay read-only
     to it. Open: one entry's process may write what another entry's reads there later."""
-    from d500.paths import entry_cache
-    home = os.path.realpath(os.path.expanduser(os.environ.get("D500_HOME", "d500-results")))
+    from d500.paths import entry_cache, home_named
+    home = os.path.realpath(os.path.expanduser(home_named()))
     return [entry_cache(home)] if os.path.isdir(home) else []
 
 

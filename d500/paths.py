@@ -89,10 +89,16 @@ def add_data_option(parser: Any, help: str = "where dataset files are (default $
     parser.add_argument("--data", metavar="DIR", type=data_folder, help=help)
 
 
+def home_named() -> str:
+    """$D500_HOME as given, or the default ./d500-results where it is unset or empty
+    (`D500_HOME= d500 ...`, `D500_HOME=$UNSET`: the current folder took the ledger and caches)."""
+    return os.environ.get("D500_HOME") or "d500-results"
+
+
 def home() -> Path:
     """The results directory, created on first use; one that cannot be written (a read-only
     disk, another user's folder) is a UsageError naming it."""
-    path = Path(os.environ.get("D500_HOME", "d500-results")).expanduser().resolve()  # a quoted
+    path = Path(home_named()).expanduser().resolve()  # a quoted
     # "~/results" is the user's home, as $D500_DATA's is, not a folder named ~
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -170,8 +176,7 @@ def cache(*parts: str) -> Path:
     if _entered:
         os.environ[ENTRY_CACHE] = _entered[0]  # (for the processes this one starts)
     path = Path(os.environ.get(ENTRY_CACHE) or os.path.join(
-        os.environ.get("D500_HOME", "d500-results"), "cache")).expanduser().resolve().joinpath(
-        *parts)
+        home_named(), "cache")).expanduser().resolve().joinpath(*parts)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError:

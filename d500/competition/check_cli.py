@@ -5,7 +5,6 @@ line per problem (warnings on stderr), 2 when the file is not a d500 package."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -67,9 +66,9 @@ def same_code_notes(pkg: Any) -> list[str]:
     this D500_HOME's ledger (d500.competition.same_code); none without that ledger."""
     from d500.competition import same_code
     from d500.ledger import Ledger
-    from d500.paths import home
+    from d500.paths import home, home_named
 
-    if not Path(os.environ.get("D500_HOME", "d500-results")).expanduser().is_dir():
+    if not Path(home_named()).expanduser().is_dir():
         return []  # no results directory here: nothing imported (home() would make one)
     path = home() / "ledger.sqlite"
     if not path.is_file():
