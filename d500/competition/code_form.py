@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import copy
 import functools
 import io
 import re
@@ -139,7 +138,7 @@ def forms(sources: dict[str, str], keep: set[str] = frozenset()) -> dict[str, st
     for tree in trees.values():
         _drop_dead(tree, facts)
         _reorder(tree, facts)
-    names = _Names(attrs=facts.attrs)
+    names = _Names(attrs=facts.attrs, commute=facts.commute)
     out = {}
     for rel in sorted(trees):
         names.module, names.taken = facts.module[rel], {}
@@ -158,6 +157,7 @@ class _Names:
     taken: dict[str, str] = field(default_factory=dict)
     attr_taken: dict[str, str] = field(default_factory=dict)
     blank: bool = False
+    commute: bool = False  # independent assignments in a function may be put in one order
 
     def glob(self, name: str) -> str:
         if name not in self.module:
@@ -244,6 +244,11 @@ class _Facts:
         self._classes()
         self.attrs = self._attrs()
         self._internal()
+        # no method of the package's runs when an expression without calls is evaluated
+        self.commute = not any(
+            isinstance(s, _DEFS) and (s.name.startswith("__") and s.name != "__init__"
+                                      or s.decorator_list)
+            for c in self.classes.values() for s in c.body)
 
     def _module_names(self, rel: str, tree: ast.Module) -> None:
         others: set[str] = set()
@@ -603,12 +608,22 @@ def _drop_dead(tree: ast.Module, facts: _Facts) -> None:
 
 def _blank_form(stmt: ast.stmt, facts: _Facts, module: set[str], method: bool = False) -> str:
     """The statement's form with the package's names blanked (its place in no order)."""
-    twin = copy.deepcopy(stmt)
+    twin = _clone(stmt)
     internal = {id(b): b for a, b in zip(ast.walk(stmt), ast.walk(twin))
                 if id(a) in facts.internal}
-    names = _Names(module=module, attrs=facts.attrs, blank=True)
+    names = _Names(module=module, attrs=facts.attrs, blank=True, commute=facts.commute)
     _Renamer(names, internal).visit(twin, None, method=method)
     return dump(twin)
+
+
+def _clone(node):  # type: ignore[no-untyped-def]
+    """A copy of a syntax tree (without positions: faster than deepcopy)."""
+    if isinstance(node, ast.AST):
+        twin = node.__class__()
+        for name, value in ast.iter_fields(node):
+            setattr(twin, name, _clone(value))
+        return twin
+    return [_clone(v) for v in node] if isinstance(node, list) else node
 
 
 def _order(items: list[ast.stmt], deps: dict[int, set[int]], key: dict[int, str]
@@ -659,7 +674,7 @@ def _reorder(tree: ast.Module, facts: _Facts) -> None:
     if not movable:
         return
     deps = {id(s): {id(by_name[n]) for n in _def_time(s) if n in by_name} for s in movable}
-    key = {id(s): _blank_form(s, facts, module) for s in movable}
+    key = {id(s): _blank_form(s, facts, module) if len(movable) > 1 else "" for s in movable}
     tree.body = (tree.body[:lead] + _order(movable, deps, key)
                  + [s for s in rest if s not in movable])
 
@@ -752,7 +767,7 @@ class _Renamer:
                 if getattr(node, part, None) is not None:
                     self.visit(getattr(node, part), here)
         else:
-            self.visit_all(body, here)
+            self.block(body, here)
         self.class_names = saved
 
     def name(self, scope: _Scope, name: str) -> str:
@@ -807,8 +822,67 @@ class _Renamer:
             else:
                 node.id = self.resolve(scope, node.id)
             return
-        for child in ast.iter_child_nodes(node):
-            self.visit(child, scope)
+        for _, value in ast.iter_fields(node):
+            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                self.block(value, scope)
+            elif isinstance(value, list):
+                self.visit_all([v for v in value if isinstance(v, ast.AST)], scope)
+            elif isinstance(value, ast.AST):
+                self.visit(value, scope)
+
+    def block(self, stmts: list[ast.stmt], scope: _Scope | None) -> None:
+        """Visit a function's statements; a run of independent assignments is put in one
+        order: what one reads of another's after it, then by form."""
+        i = 0
+        while i < len(stmts):
+            j = i
+            while (scope is not None and self.names.commute and j < len(stmts)
+                   and _assigns_freely(stmts[j], scope)):
+                j += 1
+            if j - i < 2:
+                self.visit(stmts[i], scope)
+                i += 1
+                continue
+            lo = self.count
+            self.visit_all(stmts[i:j], scope)
+            stmts[i:j] = self.commute(stmts[i:j], scope, lo)
+            i = j
+
+    def commute(self, run: list[ast.stmt], scope: _Scope, lo: int) -> list[ast.stmt]:
+        """The run in one order, its new locals numbered again by that order."""
+        new = {f"#{k}" for k in range(lo, self.count)}
+
+        def ids(node: ast.AST) -> set[str]:
+            return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        target = {id(s): s.targets[0].id for s in run}  # type: ignore[attr-defined]
+        deps: dict[int, set[int]] = {}
+        for b, s in enumerate(run):
+            reads = ids(s.value)  # type: ignore[attr-defined]
+            deps[id(s)] = {id(t) for t in run[:b] if target[id(t)] in reads
+                           or target[id(s)] in ids(t.value)  # type: ignore[attr-defined]
+                           or target[id(t)] == target[id(s)]}
+        key = {}
+        for s in run:
+            twin = _clone(s)
+            for n in ast.walk(twin):
+                if isinstance(n, ast.Name) and n.id in new:
+                    n.id = "#?"
+            key[id(s)] = dump(twin)
+        order = _order(run, deps, key)
+        again: dict[str, str] = {}
+        for s in order:
+            for n in _names_in_order(s):
+                if n.id in new and n.id not in again:
+                    again[n.id] = f"#{lo + len(again)}"
+        for s in order:
+            for n in ast.walk(s):
+                if isinstance(n, ast.Name) and n.id in again:
+                    n.id = again[n.id]
+        here: _Scope | None = scope
+        while here is not None:
+            here.renamed = {k: again.get(v, v) for k, v in here.renamed.items()}
+            here = here.parent
+        return order
 
     def resolve(self, scope: _Scope | None, name: str) -> str:
         """The name where it is bound: #N in the function-like scope binding it, a module-level
@@ -820,6 +894,32 @@ class _Renamer:
                 return self.name(scope, name)
             scope = scope.parent  # not bound here, or nonlocal: the enclosing function's
         return self.names.glob(name)
+
+
+_PLAIN = (ast.Name, ast.Constant, ast.Attribute, ast.Subscript, ast.Slice, ast.BinOp,
+          ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Tuple, ast.List, ast.Dict,
+          ast.Set, ast.Starred, ast.expr_context, ast.operator, ast.unaryop, ast.boolop,
+          ast.cmpop)
+
+
+def _assigns_freely(stmt: ast.stmt, scope: _Scope) -> bool:
+    """`local = <an expression without calls or scopes>`: runs no code of the package."""
+    return (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+            and stmt.targets[0].id in scope.bound and stmt.targets[0].id not in scope.outward
+            and all(isinstance(n, _PLAIN) for n in ast.walk(stmt.value)))
+
+
+def _names_in_order(node: ast.AST) -> list[ast.Name]:
+    """Its names in the order the renamer meets them (fields in order, depth first)."""
+    out = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.Name):
+            out.append(n)
+        stack += reversed(list(ast.iter_child_nodes(n)))
+    return out
 
 
 def _comprehension(node: ast.AST) -> bool:

@@ -161,6 +161,19 @@ def test_a_renamed_name_of_the_package_keeps_the_digest(what, old, new):
     assert _entry(copy) == _entry(), what
 
 
+def test_independent_assignments_reordered_keep_the_digest():
+    one = "def f(x, y):\n    a = x * 2\n    b = y + 1\n    q = -y\n    return a - b + q\n"
+    other = "def f(x, y):\n    q = -y\n    b = y + 1\n    a = x * 2\n    return a - b + q\n"
+    assert python_form(one, {"f"}) == python_form(other, {"f"})
+    copy = ENTRY.replace("        state[\"m\"] = self._blend(ops, state[\"m\"], grads)\n",
+                         "        m = state[\"m\"]\n        at = lr * 2\n"
+                         "        state[\"m\"] = self._blend(ops, m, grads)\n")
+    swapped = copy.replace("        m = state[\"m\"]\n        at = lr * 2\n",
+                           "        at = lr * 2\n        m = state[\"m\"]\n")
+    assert copy != swapped and copy != ENTRY
+    assert _entry(copy) == _entry(swapped) != _entry()
+
+
 def test_a_main_block_does_not_stop_it():
     """`__name__` alone is the module's name, which no rule changes."""
     main = "\nif __name__ == '__main__':\n    print(blend(1, 2, 3, 4))\n"
@@ -253,6 +266,18 @@ def test_a_shipped_entry_renamed_reordered_and_padded_is_the_same_code():
      "class C:\n    def __init__(self):\n        pass\n    @property\n"
      "    def knob(self):\n        return 1\n    @knob.setter\n    def knob(self, v):\n"
      "        print(v)\n"),
+    ("assignments that depend on each other, reordered",
+     "def f(x, y):\n    a = x * 2\n    b = a + 1\n    return b\n",
+     "def f(x, y):\n    b = a + 1\n    a = x * 2\n    return b\n"),
+    ("one name assigned twice, reordered", "def f(x, y):\n    a = x\n    a = y\n    return a\n",
+     "def f(x, y):\n    a = y\n    a = x\n    return a\n"),
+    ("calls reordered", "def f(g, h):\n    a = g()\n    b = h()\n    return a, b\n",
+     "def f(g, h):\n    b = h()\n    a = g()\n    return a, b\n"),
+    ("expressions that run the package's operator, reordered",
+     "class V:\n    def __add__(self, o):\n        print(o)\n        return self\n"
+     "def f(v):\n    a = v + 1\n    b = v + 2\n    return a, b\n",
+     "class V:\n    def __add__(self, o):\n        print(o)\n        return self\n"
+     "def f(v):\n    b = v + 2\n    a = v + 1\n    return a, b\n"),
     ("a keyword no parameter has", ENTRY, ENTRY.replace("coef=self.beta1", "weight_of=self.beta1")),
     ("a nudged constant", ENTRY, ENTRY.replace("DAMPING = 0.5", "DAMPING = 0.5001")),
 ])
