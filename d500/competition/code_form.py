@@ -46,7 +46,7 @@ REFLECTION = INTROSPECTION | {
     "__name__", "__qualname__", "__dict__", "__module__", "__annotations__", "__code__",
     "__kwdefaults__", "__getattr__", "__getattribute__", "__setattr__", "__delattr__",
     "__slots__", "dir", "attrgetter", "methodcaller", "get_type_hints", "inspect",
-    "__init_subclass__", "__set_name__", "getmembers"}
+    "__init_subclass__", "__set_name__", "getmembers", "__subclasses__"}
 ACCESS = {"getattr", "setattr", "hasattr", "delattr"}  # reflection unless the name is a string
 SAFE_CALLS = {"dict", "list", "tuple", "set", "frozenset", "float", "int", "str", "bool"}
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ListComp, ast.SetComp,
@@ -229,8 +229,10 @@ class _Facts:
         self.keep_attr = strings | foreign_words()
         self.module: dict[str, set[str]] = {}
         self.imports: dict[str, dict[str, str]] = {}  # per file: local name -> module
+        self.binds: dict[str, dict[str, tuple[str, str | None]]] = {}  # (module, its name)
         self.classes: dict[int, ast.ClassDef] = {}
         self.closed: set[int] = set()  # ids of classes with only own, d500 or no bases
+        self.hooked: set[int] = set()  # closed, but a d500 base runs code when subclassed
         self.internal: dict[int, ast.AST] = {}  # id(fn) -> fn whose parameters are renamed
         self.internal_fns: dict[str, dict[str, ast.AST]] = {}  # file -> name -> fn
         self.methods: dict[str, list[ast.AST]] = {}
@@ -263,13 +265,17 @@ class _Facts:
                         others |= set(n.name.split("."))
         count = _bound_anywhere(tree)
         self.imports[rel] = {}
+        self.binds[rel] = {}
         for n in tree.body:
             if isinstance(n, ast.ImportFrom):
                 for a in n.names:
                     self.imports[rel][a.asname or a.name] = n.module or ""
+                    self.binds[rel][a.asname or a.name] = (n.module or "", a.name)
             elif isinstance(n, ast.Import):
                 for a in n.names:
-                    self.imports[rel][(a.asname or a.name).split(".")[0]] = a.name
+                    local = (a.asname or a.name).split(".")[0]
+                    self.imports[rel][local] = a.name
+                    self.binds[rel][local] = (a.name if a.asname else local, None)
         top = set()
         for n in tree.body:
             if isinstance(n, (*_DEFS, ast.ClassDef)):
@@ -304,22 +310,29 @@ class _Facts:
                         continue
                     if node.decorator_list or node.keywords:
                         continue
-                    if all(self._base_ok(rel, b, own) for b in node.bases):
+                    if all(self._base_ok(rel, b, own, node) for b in node.bases):
                         self.closed.add(id(node))
                         changed = True
 
-    def _base_ok(self, rel: str, base: ast.expr, own: dict[str, ast.ClassDef]) -> bool:
+    def _base_ok(self, rel: str, base: ast.expr, own: dict[str, ast.ClassDef],
+                 node: ast.ClassDef | None = None) -> bool:
         root = base
         while isinstance(root, ast.Attribute):
             root = root.value
         if not isinstance(root, ast.Name):
             return False
         if isinstance(base, ast.Name) and base.id in own:
+            if node is not None and id(own[base.id]) in self.hooked:
+                self.hooked.add(id(node))
             return id(own[base.id]) in self.closed
         if isinstance(base, ast.Name) and base.id == "object":
             return True
         module = self.imports[rel].get(root.id, "")
-        return module == "d500" or module.startswith("d500.")
+        if not (module == "d500" or module.startswith("d500.")):
+            return False
+        if node is not None and not _plain_class(self.binds[rel].get(root.id), base):
+            self.hooked.add(id(node))
+        return True
 
     def _attrs(self) -> set[str]:
         """Attribute names only the package names (see the module's docstring)."""
@@ -360,9 +373,8 @@ class _Facts:
                     for d in s.decorator_list + s.args.defaults + [
                             d for d in s.args.kw_defaults if d is not None]:
                         self._walk(d, own, cls, own_classes, bound, foreign)
-                    for b in s.body:
-                        self._walk(b, (own - {p.arg for p in ps}) | me, node, own_classes,
-                                   bound, foreign)
+                    for b in s.body:  # (an enclosing method's self is not this class's)
+                        self._walk(b, me, node, own_classes, bound, foreign)
                 else:
                     self._walk(s, own, cls, own_classes, bound, foreign)
             return
@@ -433,6 +445,32 @@ class _Facts:
             if len(at) != 1 or (None in at and not all(d.args.kwarg for d in defs)):  # type: ignore[attr-defined]
                 return False
         return True
+
+
+def _plain_class(bound: tuple[str, str | None] | None, base: ast.expr) -> bool:
+    """The d500 class `base` (its root name imported as `bound`: module, name in it) runs no
+    code of its own when subclassed (no __init_subclass__, __set_name__ or metaclass)."""
+    import importlib
+    if bound is None:
+        return False
+    try:
+        module, name = bound
+        obj = importlib.import_module(module)
+        if name is not None:
+            obj = getattr(obj, name) if hasattr(obj, name) else importlib.import_module(
+                f"{module}.{name}")
+        path = []
+        while isinstance(base, ast.Attribute):
+            path.append(base.attr)
+            base = base.value
+        for part in reversed(path):
+            obj = getattr(obj, part)
+    except Exception:  # noqa: BLE001 - not importable here: treat as running code
+        return False
+    return isinstance(obj, type) and type(obj) is type and not any(
+        "__init_subclass__" in vars(k) or any(hasattr(v, "__set_name__")
+                                              for v in vars(k).values())
+        for k in obj.__mro__[:-1])
 
 
 def _rename_keywords(tree: ast.Module, facts: _Facts) -> None:
@@ -538,7 +576,7 @@ def _pure_def(node: ast.stmt, facts: _Facts, imports: dict[str, str], lazy: bool
         return decos_ok and all(_pure(d, facts, imports) for d in node.args.defaults + [
             d for d in node.args.kw_defaults if d is not None] + annotations)
     if isinstance(node, ast.ClassDef):
-        return (not node.decorator_list and not node.keywords
+        return (id(node) in facts.closed and id(node) not in facts.hooked
                 and all(_pure(b, facts, imports) for b in node.bases)
                 and all(_pure_def(s, facts, imports, lazy, method=True) for s in node.body))
     if isinstance(node, (ast.Assign, ast.AnnAssign)):

@@ -278,6 +278,15 @@ def test_a_shipped_entry_renamed_reordered_and_padded_is_the_same_code():
      "def f(v):\n    a = v + 1\n    b = v + 2\n    return a, b\n",
      "class V:\n    def __add__(self, o):\n        print(o)\n        return self\n"
      "def f(v):\n    b = v + 2\n    a = v + 1\n    return a, b\n"),
+    ("an unused class whose base runs code when subclassed",
+     "from d500.backends.base import Backend\n",
+     "from d500.backends.base import Backend\nclass Spare(Backend):\n    pass\n"
+     "class Spare2(Spare):\n    pass\n"),
+    ("an attribute of an enclosing method's self",
+     "import torch\nclass C(torch.nn.Module):\n    def g(self):\n        class D:\n"
+     "            def h(me):\n                self.velocity = me\n        return D\n",
+     "import torch\nclass C(torch.nn.Module):\n    def g(self):\n        class D:\n"
+     "            def h(me):\n                self.vbuf = me\n        return D\n"),
     ("a keyword no parameter has", ENTRY, ENTRY.replace("coef=self.beta1", "weight_of=self.beta1")),
     ("a nudged constant", ENTRY, ENTRY.replace("DAMPING = 0.5", "DAMPING = 0.5001")),
 ])
