@@ -63,7 +63,8 @@ def main(argv: list[str], prog: str = "d500 check") -> int:
 
 def same_code_notes(pkg: Any) -> list[str]:
     """One line when the package's code is an entry's of another name already imported into
-    this D500_HOME's ledger (d500.competition.same_code); none without that ledger."""
+    this D500_HOME's ledger (d500.competition.same_code), or is one but for its numbers (a
+    warning for a person: never merged); none without that ledger."""
     from d500.competition import same_code
     from d500.ledger import Ledger
     from d500.paths import home, home_named
@@ -74,11 +75,15 @@ def same_code_notes(pkg: Any) -> list[str]:
     if not path.is_file():
         return []
     ledger = Ledger.open_for_reading(str(path))
+    entry = pkg.manifest.get("entry")
     try:
         copy = same_code.first_of(ledger, pkg)
+        near = None if copy is not None else same_code.near_of(ledger, pkg)
     finally:
         ledger.close()
-    return [] if copy is None else [f"identity: {same_code.line(pkg.manifest.get('entry'), copy)}"]
+    if copy is not None:
+        return [f"identity: {same_code.line(entry, copy)}"]
+    return [] if near is None else [f"identity: {same_code.near_line(entry, near)}"]
 
 
 def trusted_key(value: str) -> str:

@@ -110,8 +110,10 @@ def dump(tree: ast.AST) -> str:
 
 # ------------------------------------------------------------------------- the package
 
-def forms(sources: dict[str, str], keep: set[str] = frozenset()) -> dict[str, str]:
-    """{path: normal form} of the package's Python files that parse (the others are left out)."""
+def forms(sources: dict[str, str], keep: set[str] = frozenset(), numbers: bool = True
+          ) -> dict[str, str]:
+    """{path: normal form} of the package's Python files that parse (the others are left out);
+    `numbers=False`: every number counts as one."""
     trees: dict[str, ast.Module] = {}
     for rel, text in sources.items():
         try:
@@ -125,7 +127,7 @@ def forms(sources: dict[str, str], keep: set[str] = frozenset()) -> dict[str, st
         for rel, tree in trees.items():  # locals only, file by file
             if not introspects(tree):
                 _Renamer(_Names()).scope(tree, None)
-            out[rel] = dump(tree)
+            out[rel] = dump(tree if numbers else _blank_numbers(tree))
         return out
     strings = set(keep)
     for tree in trees.values():
@@ -143,8 +145,16 @@ def forms(sources: dict[str, str], keep: set[str] = frozenset()) -> dict[str, st
     for rel in sorted(trees):
         names.module, names.taken = facts.module[rel], {}
         _Renamer(names, facts.internal).scope(trees[rel], None)
-        out[rel] = dump(trees[rel])
+        out[rel] = dump(trees[rel] if numbers else _blank_numbers(trees[rel]))
     return out
+
+
+def _blank_numbers(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, complex)) \
+                and not isinstance(node.value, bool):
+            node.value = "#number"
+    return tree
 
 
 @dataclass

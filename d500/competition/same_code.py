@@ -34,8 +34,9 @@ from d500.competition import code_form
 NOT_TRAINING = ("name", "description", "authors", "workloads")  # submission.yaml keys dropped
 
 
-def digest(files: dict[str, bytes]) -> str:
-    """The code's digest: each file by its path and its normal form (module docstring)."""
+def digest(files: dict[str, bytes], numbers: bool = True) -> str:
+    """The code's digest: each file by its path and its normal form (module docstring);
+    `numbers=False`: every number in the Python files and submission.yaml counts as one."""
     python = {}
     keep: set[str] = set()
     for rel, data in files.items():
@@ -48,10 +49,10 @@ def digest(files: dict[str, bytes]) -> str:
             keep |= code_form.words_of(_yaml_form(data) or data.decode(errors="replace"))
         else:
             keep |= code_form.words_of(data.decode(errors="replace"))
-    forms = code_form.forms(python, keep)
+    forms = code_form.forms(python, keep, numbers)
     sha = hashlib.sha256()
     for rel in sorted(files):
-        form = ("py:" + forms[rel]) if rel in forms else _form(rel, files[rel])
+        form = ("py:" + forms[rel]) if rel in forms else _form(rel, files[rel], numbers)
         sha.update(f"{rel}\0{form}\0".encode())
     return sha.hexdigest()
 
@@ -62,7 +63,7 @@ def python_form(source: str, keep: set[str] = frozenset()) -> str:
     return code_form.forms({"m.py": source}, set(keep))["m.py"]
 
 
-def _yaml_form(data: bytes) -> str | None:
+def _yaml_form(data: bytes, numbers: bool = True) -> str | None:
     try:
         spec = yaml.safe_load(data)
     except yaml.YAMLError:
@@ -70,11 +71,23 @@ def _yaml_form(data: bytes) -> str | None:
     if not isinstance(spec, dict):
         return None
     kept = {str(k): v for k, v in spec.items() if k not in NOT_TRAINING}
-    return json.dumps(kept, sort_keys=True, default=str)
+    return json.dumps(kept if numbers else _blank_numbers(kept), sort_keys=True, default=str)
 
 
-def _form(rel: str, data: bytes) -> str:
-    if rel == "submission.yaml" and (form := _yaml_form(data)) is not None:
+def _blank_numbers(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return "#number"
+    if isinstance(value, dict):
+        return {k: _blank_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_blank_numbers(v) for v in value]
+    return value
+
+
+def _form(rel: str, data: bytes, numbers: bool = True) -> str:
+    if rel == "submission.yaml" and (form := _yaml_form(data, numbers)) is not None:
         return "yaml:" + form
     return "bytes:" + hashlib.sha256(data).hexdigest()
 
@@ -97,7 +110,7 @@ def folder_files(folder: Path) -> dict[str, bytes] | None:
             for p in sorted(folder.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
 
 
-def imported(ledger: Any) -> list[tuple[str, str, str]]:
+def imported(ledger: Any, numbers: bool = True) -> list[tuple[str, str, str]]:
     """(entry, package sha256, code digest) of every package imported whose submission files
     are still where the import put them: those imported whole oldest first, then the forced
     ones oldest first (a forced package is never the first of its code while a whole one of
@@ -107,7 +120,7 @@ def imported(ledger: Any) -> list[tuple[str, str, str]]:
     for p in sorted(ledger.packages(), key=lambda p: bool(p["forced"])):  # (stable)
         files = folder_files(package_folder(ledger, p["sha256"]) / "files" / "submission")
         if files:
-            out.append((p["entry"], p["sha256"], digest(files)))
+            out.append((p["entry"], p["sha256"], digest(files, numbers)))
     return out
 
 
@@ -132,9 +145,28 @@ def first_of(ledger: Any, pkg: Any) -> Copy | None:
     return first if first is not None and first.entry != entry else None
 
 
+def near_of(ledger: Any, pkg: Any) -> Copy | None:
+    """The first package imported into `ledger`, of another entry name, whose code `pkg`'s is
+    but for its numbers (None: none, or its code is that package's: `first_of`)."""
+    entry = str(pkg.manifest.get("entry", ""))
+    files = pkg.submission_files()
+    code, near = digest(files), digest(files, numbers=False)
+    exact = {c for _, _, c in imported(ledger)}
+    first = next((Copy(e, sha) for e, sha, c in imported(ledger, numbers=False) if c == near),
+                 None)
+    return None if first is None or first.entry == entry or code in exact else first
+
+
 def line(entry: str, copy: Copy) -> str:
     """The one line check and import say."""
     return (f"entry {entry}'s code is entry {copy.entry}'s (package {copy.sha256[:12]}, "
-            f"imported first; the same files up to local names, comments and docstrings): on "
-            f"the boards they are one entry, ranked as {copy.entry}; {entry}'s rows are listed "
-            f"after it, unranked")
+            f"imported first; the same files up to the names it binds itself, the order of its "
+            f"definitions, dead code, comments and docstrings): on the boards they are one "
+            f"entry, ranked as {copy.entry}; {entry}'s rows are listed after it, unranked")
+
+
+def near_line(entry: str, copy: Copy) -> str:
+    """The one line check says of code that is another entry's but for its numbers."""
+    return (f"entry {entry}'s code is entry {copy.entry}'s but for its numbers (package "
+            f"{copy.sha256[:12]}, imported first): another recipe, ranked apart; whether a "
+            f"constant or hyperparameter was nudged to pass as another entry is a person's call")

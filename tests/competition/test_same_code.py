@@ -397,3 +397,56 @@ def test_a_forced_package_is_never_the_first_of_its_code(tmp_path):
     copies = same_code.copies(ledger)
     assert set(copies) == {"a" * 64, "c" * 64}
     assert copies["a" * 64] == copies["c" * 64] == same_code.Copy("whole-b", "b" * 64)
+
+
+def _ledger_with(tmp_path: Path, packages: dict[str, dict[str, bytes]]):
+    """A real ledger file holding each (entry: files) as an imported package, oldest first."""
+    import time as clock
+
+    from d500.ledger import Ledger
+    from d500.ledger.imports import package_folder
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    for i, (entry, files) in enumerate(packages.items()):
+        sha = f"{i:x}" * 64
+        with ledger._write() as db:
+            db.execute("INSERT INTO packages (sha256, entry, manifest, signer, imported, forced,"
+                       " problems, chain) VALUES (?,?,?,?,?,?,?,?)",
+                       (sha, entry, "{}", None, clock.time(), 0, "[]", "[]"))
+        folder = package_folder(ledger, sha) / "files" / "submission"
+        folder.mkdir(parents=True)
+        for name, data in files.items():
+            (folder / name).write_bytes(data)
+    return ledger
+
+
+def _package(entry: str, files: dict[str, bytes]):
+    """A real d500.competition.package.Package of these submission files (no runs)."""
+    import json
+
+    from d500.competition.layout import FORMAT, MANIFEST, SUBMISSION_FILES
+    from d500.competition.package import Package
+    manifest = {"format": FORMAT, "members": {}, "runs": [], "entry": entry}
+    members = {MANIFEST: json.dumps(manifest).encode(),
+               **{SUBMISSION_FILES + k: v for k, v in files.items()}}
+    return Package(Path(f"{entry}.tar.gz"), members, "f" * 64)
+
+
+def test_code_the_same_but_for_its_numbers_is_a_warning_not_a_merge(tmp_path):
+    """A nudged constant or hyperparameter is another recipe (it trains otherwise): never one
+    entry with the original; check says in one line whose code it is but for its numbers."""
+    original = _files(code=ENTRY)
+    ledger = _ledger_with(tmp_path, {"original": original})
+    nudged_code = _package("nudged", _files(code=ENTRY.replace("0.5", "0.5001")))
+    nudged_lr = _package("tuned", _files(SUBMISSION.replace("lr: 0.05", "lr: 0.0501"), ENTRY))
+    renamed = _package("renamed", _files(code=ENTRY.replace("DAMPING", "SOFTEN")))
+    other = _package("other", _files(code=ENTRY.replace("1 - coef", "1 + coef")))
+    first = same_code.Copy("original", "0" * 64)
+    for pkg in (nudged_code, nudged_lr):
+        assert same_code.first_of(ledger, pkg) is None
+        assert same_code.near_of(ledger, pkg) == first
+    assert same_code.first_of(ledger, renamed) == first
+    assert same_code.near_of(ledger, renamed) is None  # the same code: first_of says it
+    assert same_code.first_of(ledger, other) is None and same_code.near_of(ledger, other) is None
+    said = same_code.near_line("nudged", first)
+    assert said.startswith("entry nudged's code is entry original's but for its numbers")
+    assert same_code.copies(ledger) == {}
