@@ -30,8 +30,9 @@ class RankStats:
     host: str
     pid: int
     steps: int = 0
-    step_seconds: float = 0.0  # wall time inside the scheme's step (computation + communication)
-    comm_seconds: float | None = 0.0  # inside the collectives, within the steps (None: not
+    step_seconds: float = 0.0  # wall time inside the scheme's steps (computation +
+    # communication) and its settle() after each chunk of steps (what they left in flight)
+    comm_seconds: float | None = 0.0  # inside the collectives, within those (None: not
     # separable); each step's at most that step's seconds, so compute = step - comm >= 0
     sent: int = 0  # bytes, training collectives
     received: int = 0

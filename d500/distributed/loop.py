@@ -101,8 +101,6 @@ class RankLoop:
 
     # ------------------------------------------------------------------ the relay
     def run(self) -> tuple[str, str, dict[str, float]]:
-        from d500.training.data.samplers import PartitionedSampler
-
         comm, judge = self.comm, self.judge
         self.scheme.start()  # every rank from rank 0's parameters (init, before the clock)
         for c in self.comms:
@@ -114,12 +112,7 @@ class RankLoop:
             _, x, y, total = judge.expect("data")
             data = [x, y, np.array([total])]
         x, y, total = bcast_arrays(self.control, data)
-        self.total = int(total[0])
-        self.lr_at = self.job.entry.recipe.schedule(self.total)
-        data = self.scheme.comm  # the data dimension: its ranks share each global batch
-        self.sampler = PartitionedSampler(len(y), self.job.global_batch, self.seed, data.rank,
-                                          data.size, self.wl.drop_last)
-        self.x, self.y = x, y
+        self.take(x, y, int(total[0]))
         while True:
             got = self._next() if judge is not None else None
             # a checkpoint's states go to their ranks by scatter, not with the command
@@ -143,6 +136,17 @@ class RankLoop:
             elif command[0] == "result":
                 _, status, error, figures = command
                 return status, error or "", figures if comm.rank == 0 else {}
+
+    def take(self, x: np.ndarray, y: np.ndarray, total: int) -> None:
+        """The training split and the run's step count (from the judge): this rank's shares of
+        every global batch, the learning rate at each step."""
+        from d500.training.data.samplers import PartitionedSampler
+        self.total = total
+        self.lr_at = self.job.entry.recipe.schedule(self.total)
+        data = self.scheme.comm  # the data dimension: its ranks share each global batch
+        self.sampler = PartitionedSampler(len(y), self.job.global_batch, self.seed, data.rank,
+                                          data.size, self.wl.drop_last)
+        self.x, self.y = x, y
 
     def _checkpoint(self, what: str, got: tuple[Any, ...] | None) -> None:
         """A checkpoint (d500.distributed.resuming): every rank's state to the judge ("save"),
@@ -192,11 +196,12 @@ class RankLoop:
                             f"{self.job.global_batch}")
         order = list(self.sampler.shares(epoch))[first:first + count]
         mine = np.empty((2, len(order)), dtype=np.float64)  # loss, share size per step
+        since = len(self.durations)
         for i, (index, weight) in enumerate(order):
             mine[0, i] = self._step({"input": self.x[index], "labels": self.y[index]},
                                     self.lr_at(self.step), epoch, val, weight)
             mine[1, i] = len(index) if self.scheme.holds_loss else 0  # its weight
-        self.scheme.settle()  # a server's replies still owed, before the collective below
+        self._settle(since)  # a server's replies still owed, before the collective below
         every = self._gathered(mine)
         state = self._handed(want)
         if self.judge is None:
@@ -223,6 +228,23 @@ class RankLoop:
                 state = self.scheme.handed()
             lazy_barrier(self.control)
         return state
+
+    def _settle(self, since: int) -> None:
+        """scheme.settle(): the training traffic the steps left in flight completed (a
+        parameter server's drain of the workers' gradients), its seconds the steps' own: in
+        equal shares to those from `since` (an index of `durations`), its collectives' seconds
+        to their communication. A step's figure is what a step costs: a scheme leaving its work
+        to settle() gets no faster step for it (tests/distributed/test_settle_timed.py)."""
+        c = sum(x.seconds for x in self.comms)
+        t = time.perf_counter()
+        self.scheme.settle()
+        dt = time.perf_counter() - t
+        comm = min(dt, max(0.0, sum(x.seconds for x in self.comms) - c))
+        self.stats.step_seconds += dt
+        steps = len(self.durations) - since
+        for i in range(since, len(self.durations)):
+            wall, inside = self.durations[i]
+            self.durations[i] = (wall + dt / steps, inside + comm / steps)
 
     def _step(self, feeds: dict[str, np.ndarray], lr: float, epoch: int, val: Any,
               weight: float = 1.0) -> float:
@@ -263,8 +285,8 @@ class RankLoop:
             st.eval_traffic = {n: t for n, t in counted.items() if n in (EVALUATE, FINISH)}
             st.sent = int(sum(t["sent"] for t in st.traffic.values()))
             st.received = int(sum(t["received"] for t in st.traffic.values()))
-            # inside the steps only: what settle() completes between them (a server's drain of
-            # the workers' gradients) is training traffic, but in no step's time
+            # inside the steps and the settle() after each chunk (`_settle`: a server's drain
+            # of the workers' gradients), which counts in the steps' time too
             st.comm_seconds = float(sum(comm for _, comm in self.durations))
         st.cpu_seconds = self.mark.own_cpu()
         if self.durations:

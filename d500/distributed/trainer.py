@@ -17,7 +17,8 @@ non-finite loss on any rank ends the run `diverged`. Other ranks wait for rank 0
 collectives, not spinning ones.
 
 Each rank times every `scheme.step` and reads the communicator's counters around it: bytes sent
-and received, seconds inside collectives (communication) and the rest of the step (computation);
+and received, seconds inside collectives (communication) and the rest of the step (computation),
+the `scheme.settle()` after each chunk of steps charged to them (what the steps left in flight);
 evaluation traffic is kept apart. The judge gathers those (figures.RankStats) at the end, as the
 ranks report them; every scored time is the judge's. The loop is loop.RankLoop; this module
 starts the judge, builds, opens the run and guards it. Faults: faults.Watchdog (a rank that
