@@ -235,6 +235,7 @@ class _Facts:
 
     def __init__(self, trees: dict[str, ast.Module], strings: set[str]) -> None:
         self.trees = trees
+        self.count = {rel: _bound_anywhere(tree) for rel, tree in trees.items()}
         self.strings = strings
         self.keep_attr = strings | foreign_words()
         self.module: dict[str, set[str]] = {}
@@ -273,7 +274,7 @@ class _Facts:
                                if isinstance(v, str)}
                     if isinstance(n, ast.alias):
                         others |= set(n.name.split("."))
-        count = _bound_anywhere(tree)
+        count = self.count[rel]
         self.imports[rel] = {}
         self.binds[rel] = {}
         for n in tree.body:
@@ -340,7 +341,11 @@ class _Facts:
         module = self.imports[rel].get(root.id, "")
         if not (module == "d500" or module.startswith("d500.")):
             return False
-        if node is not None and not _plain_class(self.binds[rel].get(root.id), base):
+        parts = []
+        while isinstance(base, ast.Attribute):
+            parts.insert(0, base.attr)
+            base = base.value
+        if node is not None and not _plain_class(self.binds[rel].get(root.id), tuple(parts)):
             self.hooked.add(id(node))
         return True
 
@@ -349,7 +354,7 @@ class _Facts:
         bound: set[str] = set()
         foreign: set[str] = set()
         for rel, tree in self.trees.items():
-            count = _bound_anywhere(tree)
+            count = self.count[rel]
             own_classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)
                            and count.get(n.name) == 1}
             stored = {id(n.targets[0]) for n in ast.walk(tree) if isinstance(n, ast.Assign)
@@ -414,7 +419,7 @@ class _Facts:
     def _internal(self) -> None:
         """Functions and methods only called, by the package, without `**`."""
         for rel, tree in self.trees.items():
-            count = _bound_anywhere(tree)
+            count = self.count[rel]
             fns = {n.name: n for n in tree.body if isinstance(n, _DEFS) and not n.decorator_list
                    and n.name in self.module[rel] and count.get(n.name) == 1}
             calls: dict[str, list[ast.Call]] = {}
@@ -457,9 +462,10 @@ class _Facts:
         return True
 
 
-def _plain_class(bound: tuple[str, str | None] | None, base: ast.expr) -> bool:
-    """The d500 class `base` (its root name imported as `bound`: module, name in it) runs no
-    code of its own when subclassed (no __init_subclass__, __set_name__ or metaclass)."""
+@functools.lru_cache(maxsize=256)
+def _plain_class(bound: tuple[str, str | None] | None, parts: tuple[str, ...]) -> bool:
+    """The d500 class root.parts (its root name imported as `bound`: module, name in it) runs
+    no code of its own when subclassed (no __init_subclass__, __set_name__ or metaclass)."""
     import importlib
     if bound is None:
         return False
@@ -469,11 +475,7 @@ def _plain_class(bound: tuple[str, str | None] | None, base: ast.expr) -> bool:
         if name is not None:
             obj = getattr(obj, name) if hasattr(obj, name) else importlib.import_module(
                 f"{module}.{name}")
-        path = []
-        while isinstance(base, ast.Attribute):
-            path.append(base.attr)
-            base = base.value
-        for part in reversed(path):
+        for part in parts:
             obj = getattr(obj, part)
     except Exception:  # noqa: BLE001 - not importable here: treat as running code
         return False
@@ -694,7 +696,7 @@ def _reorder(tree: ast.Module, facts: _Facts) -> None:
     rel = next(r for r, t in facts.trees.items() if t is tree)
     imports, lazy = facts.imports[rel], _lazy_annotations(tree)
     module = facts.module[rel]
-    count = _bound_anywhere(tree)
+    count = facts.count[rel]  # (before dead code went: never fewer)
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
             _reorder_methods(node, facts, module, imports, lazy)
