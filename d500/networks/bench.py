@@ -5,6 +5,9 @@ with the load averages at the start and end of the timing (d500.provenance.LoadW
 Backends are timed side by side (d500.timing.measure_interleaved), so machine noise hits them
 alike. A backend that is not d500's own runs in a host process of its own and is timed in round
 trips from this side of the pipe (d500.networks.hosted): its code never shares the judge's clock.
+Every row's timed calls, hosted or not, are level 0's checked calls (each on its own shifted
+input, its outputs checksummed: d500.networks.hosted.CheckedCall), so that every row pays the
+check alike; a hosted row's calls are recomputed in a sample with the reference after timing.
 A backend that cannot run the model, or whose outputs disagree with the reference beyond the
 tolerance of d500.networks.compare, is recorded as a failed run (with its figures) and is
 never ranked.
@@ -331,7 +334,7 @@ def time_inference(alive: list[BackendBench], feeds1, feeds_b, workload: Workloa
     for figure, batch, feeds in inference_passes(workload, feeds1, feeds_b):
         running = [r for r in alive if r.status == "running"]
         timings = _interleave(running, lambda r, feeds=feeds: _timed(
-            r, r.exe, "forward", feeds, lambda: r.exe.run(feeds), trip=budget / TRIPS),
+            r, r.exe, "forward", feeds, trip=budget / TRIPS),
             budget, say, f"{workload.name}: {figure} at batch {batch}")
         for r in running:
             if r.backend not in timings:
@@ -359,9 +362,9 @@ def time_training(alive: list[BackendBench], classes, train_path, train_model,
     if not ready:
         return
     timings = _interleave(
-        ready, lambda r: _timed(r, r.train_exe, "step", feeds, lambda: r.train_exe.gradients(
-            feeds, output=loss, wrt=list(r.train_exe.parameter_names)), loss=loss,
-            reference=lambda: _reference_exe(train_path), trip=budget / TRIPS), budget, say,
+        ready, lambda r: _timed(r, r.train_exe, "step", feeds, loss=loss,
+                                reference=lambda: _reference_exe(train_path),
+                                trip=budget / TRIPS), budget, say,
         f"{workload.name}: training step at batch {workload.batch_size}")
     for r in ready:
         if r.backend in timings:
@@ -394,37 +397,48 @@ def _reference_exe(model: Path | onnx.ModelProto) -> Any:
     return get("reference").prepare(model if isinstance(model, onnx.ModelProto) else str(model))
 
 
-def _timed(r: BackendBench, exe: Any, kind: str, feeds: dict[str, np.ndarray],
-           call: Callable[[], Any], *, loss: str | None = None,
-           reference: Callable[[], Any] | None = None, trip: float = 0.0
-           ) -> Callable[[], Any]:
-    """What one timed sample of `r` runs: `call` in this process (a built-in backend), else
-    a round trip of the hosted call `inner` times (d500.networks.hosted.HostedCall), whose last
-    calls are checked with the reference after timing (`_verify`)."""
-    from d500.networks.hosted import HostedExecutable
-    if not isinstance(exe, HostedExecutable):
-        return call
+def _timed(r: BackendBench, exe: Any, kind: str, feeds: dict[str, np.ndarray], *,
+           loss: str | None = None, reference: Callable[[], Any] | None = None,
+           trip: float = 0.0) -> Any:
+    """What one timed sample of `r` runs: checked round trips of the timed call
+    (d500.networks.hosted.CheckedCall), in its host for a hosted backend, else in this process
+    (a built-in one pays the check alike); a hosted row's calls are checked with the reference
+    after timing (`_verify`)."""
+    from d500.networks.hosted import HostedExecutable, checked_local
     wrt = list(exe.parameter_names) if kind == "step" else None
-    timed = exe.timed(kind, feeds, loss, wrt, trip)
-    timed.reference = reference or (lambda: _reference_exe(exe.model))
+    if isinstance(exe, HostedExecutable):
+        timed = exe.timed(kind, feeds, loss, wrt, trip)
+        timed.reference = reference or (lambda: _reference_exe(exe.model))
+    else:  # d500's own code: its calls pay the check, unverified (level 0's built-in rows),
+        timed = checked_local(exe, kind, feeds, loss, wrt)  # in round trips of level 0's size
     return timed
 
 
 def _verify(r: BackendBench, fn: Any, timing: Timing, what: str) -> Timing:
-    """A hosted round trip's timing per call, its last calls checked (`r` fails if wrong)."""
+    """A timing of checked round trips per call; a hosted row's calls recomputed in a sample
+    with the reference (`r` fails if one is wrong)."""
     from d500.operators.bench import per_inner_call
     inner = getattr(fn, "inner", None)
     if inner is None:
         return timing
-    try:
-        wrong = fn.verify(fn.reference())
-    except Exception as err:  # noqa: BLE001 - the reference cannot run it: nothing checked
-        wrong, fn.checked = None, 0
-        r.details.setdefault("hosted_note", f"the reference could not check: {describe(err)}")
-    r.details.setdefault("hosted", {})[what.split(": ", 1)[-1]] = {
-        "empty_round_trip": fn.overhead, "calls_per_round_trip": inner,
-        "outside_host_reading": float(np.median(fn.outside)) if fn.outside else None,
-        "round_trips_checked": fn.checked, "checked": "each checked round trip's last call"}
+    stated = {"empty_round_trip": fn.overhead, "calls_per_round_trip": inner,
+              "calls_checksummed": fn.scale is not None}
+    wrong = None
+    if hasattr(fn, "reference"):
+        try:
+            wrong = fn.check(fn.reference())
+        except Exception as err:  # noqa: BLE001 - the reference cannot run it: nothing checked
+            fn.checked = 0
+            r.details.setdefault("hosted_note",
+                                 f"the reference could not check: {describe(err)}")
+        stated.update({"outside_host_reading": (float(np.median(fn.outside)) if fn.outside
+                                                else None),
+                       "calls_checked": fn.checked, "calls_told_apart": fn.power})
+        if fn.scale is None:
+            r.details.setdefault("hosted_note", "the model has no float input to shift: its "
+                                                "calls were not checked")
+    r.details.setdefault("hosted" if hasattr(fn, "reference") else "round_trips",
+                         {})[what.split(": ", 1)[-1]] = stated
     if wrong:
         r.status, r.error = "failed", wrong
     return per_inner_call(timing, inner)

@@ -26,23 +26,33 @@ round trip was outside the host's own reading of its calls, 0.2-0.7 % of a 0.4 s
 TRIPS-th of its budget (0.25 s at the usual 2 s), and records the share it saw outside the
 host's reading (`outside`, the host's word: a diagnostic, never a figure).
 
-What the judge checks of a round trip: its last call runs on feeds the judge shifts by amounts
-drawn from a seed it sends with the round trip (the first float input, x + s u with s in
-[0.05, 0.5] of mean |x| and u uniform in [0, 1) per element), and that call's outputs (a
-training step's outputs and gradients) come back; after timing the judge recomputes CHECKED of
-the round trips' last calls with the reference backend and compares them at
-d500.networks.compare's tolerance (`HostedCall.verify`). So a host cannot answer from a cache,
-and must run each round trip's last call (the reference's recomputation costs a few seconds
-per timed call on the larger models: light-resnet50 at batch 1, 2.9 s a call). Open: the calls
-before it are not checked, so a host that skips them (runs 1 call of `inner`) is timed as
-`inner` times faster; level 0 checks every call with shifted inputs and checksums, level 1 does
-not yet (README). Doing so would cost each call a perturbed input and a checksum of its outputs
-(a training step's: of every gradient), a few microseconds, several % of a small model's
-100-200 us call, which the in-process rows would then have to pay alike.
+What the judge checks of a round trip is level 0's (d500.operators.host: its `Batched`, its
+host's `_checked_calls`, run here through `CallRunner`, a level-0 Runner over the feeds): every
+call of a round trip runs on the feeds with the first float input shifted by its own amounts
+(level 0's rule), drawn from a seed the judge sends with the round trip, and returns its
+outputs (a training step's outputs and its gradients) as checksums, dot products with weights
+one per element, from a key the judge sends when the call is prepared. After timing, the judge
+draws CHECKED calls from all round trips, recomputes them with the reference backend and
+compares their checksums at d500.networks.compare's tolerance (rtol_for, relative to each
+output's peak) by level 0's statistical bound (`CheckedCall.check`). A host cannot know which
+calls are checked, and must run each: one that runs a round trip's last call alone and copies
+its checksums, or answers the earlier calls with outputs it computed before, is recorded failed
+(tests/networks/test_call_count.py; on the protocol before, which checked each round trip's last
+call only, a host running the last call alone passed with a latency of 20 ns to the honest
+host's 257 us, its round trips grown to MAX_INNER calls). The check's power is recorded
+(`calls_told_apart`, the share q of pairs of recomputed calls a copy of one for the other
+would fail; tiny-mlp at batch 1: 0.93): a host skipping a share f of its calls is caught with
+probability 1 - (1 - f q) ** CHECKED. The reference's recomputation costs a few seconds per
+timed call on the larger models (light-resnet50 at batch 1, 2.9 s a call), which is why CHECKED
+is not level 0's 32. Open: a host skipping half its calls escapes one timed call's check with
+probability (1 - q/2) ** 6, 1.6 % at q = 1; a model with no float input (token ids alone) has
+nothing to shift, so its calls run unchecked and the row says so (`hosted_note`).
 
-Built-in backends (d500's own code) stay in the judge's process and pay no round trip; what a
-hosted row pays more is measured by benchmarks/hosted_backend.py: at load 8 on 2 cores,
-1.7-2.6 % of a round trip outside the host's reading, median ratios 0.995-1.029 (README).
+Every row pays the check alike: built-in backends (d500's own code) stay in the judge's process
+and their timed calls run through the same checked round trips there (`checked_local`, level
+0's `Local`: no pipe), unverified, as level 0's built-in rows are. What a hosted row pays more,
+and what checking every call costs against the loop that checked each round trip's last call
+only, is measured by benchmarks/hosted_backend.py (README).
 """
 
 from __future__ import annotations
@@ -60,9 +70,13 @@ import onnx
 from d500 import children
 from d500.errors import D500Error, UsageError
 from d500.heap import allocator
-from d500.operators.host import MAX_INNER, Batched, Host, serve, serve_refusal
+from d500.networks.compare import rtol_for
+from d500.operators.adapters import Runner
+from d500.operators.dtypes import is_float
+from d500.operators.host import MAX_INNER, Batched, Host, Local, serve, serve_refusal
+from d500.operators.host import _answer as operator_answer
 
-CHECKED = 3  # round trips whose last call the judge recomputes with the reference
+CHECKED = 6  # calls the judge recomputes with the reference after timing, from all round trips
 
 _hosts: dict[str, HostedBackend] = {}
 
@@ -147,88 +161,136 @@ class HostedExecutable:
         return list(outs), dict(grads)
 
     def timed(self, kind: str, feeds: dict[str, np.ndarray], output: str | None = None,
-              wrt: list[str] | None = None, trip: float = 0.0) -> HostedCall:
-        """The timed call `kind` ("forward": run; "step": gradients) as round trips, each at
-        least `trip` seconds long."""
-        call = int(self.host.ask("time", self.id, kind, feeds, output, wrt))
-        timed = HostedCall(self.host, kind, call, feeds, output, wrt, trip)
+              wrt: list[str] | None = None, trip: float = 0.0) -> CheckedCall:
+        """The timed call `kind` ("forward": run; "step": gradients) as checked round trips in
+        the host, each at least `trip` seconds long."""
+        names, inputs = _ordered(feeds)
+        key = secrets.randbits(63)  # the checksums' weights and the shifts' pattern
+        call = int(self.host.ask("time", self.id, kind, names, inputs, output, wrt, key))
+        timed = CheckedCall(_Routed(self.host, call), kind, names, inputs, key, output, wrt,
+                            trip)
         timed.precision = getattr(self, "precision", None)  # as its agreement is judged
+        timed.model = self.model
         return timed
 
 
-class HostedCall(Batched):
-    """One timed call of a hosted backend: a round trip runs it `inner` times (level 0's
-    sizing), its last call on feeds shifted by the round trip's seed; those outputs are kept
-    for `verify`."""
+def checked_local(exe: Any, kind: str, feeds: dict[str, np.ndarray], output: str | None = None,
+                  wrt: list[str] | None = None, trip: float = 0.0) -> CheckedCall:
+    """The timed call `kind` of a built-in backend's executable `exe`, in this process: the same
+    checked calls as a hosted one's, so that every row of a comparison pays the check alike
+    (level 0's `Local`)."""
+    names, inputs = _ordered(feeds)
+    key = secrets.randbits(63)
+    local = Local(CallRunner(exe, kind, names, output, wrt))
+    _prepare(local.state, inputs, key)
+    timed = CheckedCall(local, kind, names, inputs, key, output, wrt, trip)
+    timed.precision, timed.model = getattr(exe, "precision", None), getattr(exe, "model", None)
+    return timed
 
-    def __init__(self, host: Host, kind: str, call: int, feeds: dict[str, np.ndarray],
-                 output: str | None, wrt: list[str] | None, trip: float = 0.0):
-        self.call, self.feeds, self.output, self.wrt = call, feeds, output, wrt
-        self.lasts: list[tuple[int, Any]] = []  # (seed, the last call's outputs)
+
+class CallRunner(Runner):
+    """An executable's timed call as a level-0 Runner over its feeds in `names` order (the
+    shifted one first): a forward's outputs, or a training step's outputs and then its
+    gradients by name, as one list."""
+
+    def __init__(self, exe: Any, kind: str, names: list[str], output: str | None,
+                 wrt: list[str] | None):
+        self.exe, self.kind, self.names = exe, kind, names
+        self.output, self.wrt, self.own_backward = output, wrt, False
+
+    def call(self, native: Any) -> list[Any]:
+        feeds = dict(zip(self.names, native))
+        if self.kind == "forward":
+            return list(self.exe.run(feeds))
+        outs, grads = self.exe.gradients(feeds, output=self.output, wrt=self.wrt)
+        return [*outs, *(grads[k] for k in sorted(grads))]
+
+    def _numpy(self, value: Any) -> Any:
+        return np.asarray(value)
+
+
+class _Routed:
+    """Level 0's requests of one timed call, sent to the backend host that holds it."""
+
+    def __init__(self, host: Host, call: int):
+        self.host, self.call = host, call
+
+    def ask(self, *message: Any) -> Any:
+        return self.host.ask("call", self.call, *message)
+
+
+class CheckedCall(Batched):
+    """One timed call of a level-1 executable (an inference pass, a training step) as level 0's
+    checked round trips (d500.operators.host.Batched): `inner` calls each, sized by level 0's
+    rule and to last at least `trip` s, call i on the first float input shifted by its own
+    amounts, each call's outputs returned as checksums; `check` recomputes CHECKED calls drawn
+    from all round trips with the reference."""
+
+    host_name = "backend"
+
+    def __init__(self, host: Any, kind: str, names: list[str], inputs: list[np.ndarray],
+                 key: int, output: str | None, wrt: list[str] | None, trip: float = 0.0):
+        self.what, self.names, self.output, self.wrt = kind, names, output, wrt
+        self.label = "training step" if kind == "step" else "forward"
         self.outside: list[float] = []  # each round trip's share outside the host's reading
         self.precision: str | None = None  # a lower precision it computes in (its word)
-        super().__init__(host, kind)
+        self.model: onnx.ModelProto | None = None  # what it runs: its outputs' dtypes
+        super().__init__(host, "forward", inputs, key)
         if trip > 0:  # longer round trips: a woken host's delay is a smaller share of each
             per_call = max(float(self._ask(self.inner)[0]) / self.inner, 1e-9)
             self.inner = min(MAX_INNER, max(self.inner, math.ceil(trip / per_call)))
         self.outside.clear()
 
     def _ask(self, calls: int) -> Any:
-        seed = secrets.randbits(63)  # drawn now: the host cannot have computed this call
         t = time.perf_counter()
-        inside, last = self.host.ask("repeat", self.call, calls, seed)
+        inside, sums = super()._ask(calls)
         took = time.perf_counter() - t
-        if calls:
-            self.lasts.append((seed, last))
-            if isinstance(inside, float) and took > 0:  # the host's word: a diagnostic only
-                self.outside.append(max(0.0, 1.0 - inside / took))
-        return inside, last
+        if calls and isinstance(inside, float) and took > 0:  # the host's word: a diagnostic
+            self.outside.append(max(0.0, 1.0 - inside / took))
+        return inside, sums
 
-    def verify(self, reference: Any, samples: int = CHECKED) -> str | None:
-        """Recompute the last call of `samples` round trips (the final one among them) with
+    def check(self, reference: Any, samples: int = CHECKED) -> str | None:
+        """Recompute `samples` of the calls run, drawn from all round trips after timing, with
         `reference` (the reference backend's executable of the same model); what is wrong, or
         None."""
-        from d500.errors import describe
-        from d500.networks.compare import compare
-        if not self.lasts:
-            return None
-        rng = np.random.default_rng(secrets.randbits(63))
-        picks = {len(self.lasts) - 1, *rng.choice(len(self.lasts),
-                                                  min(samples, len(self.lasts)) - 1,
-                                                  replace=False).tolist()}
-        for t in sorted(picks):
-            seed, got = self.lasts[t]
-            feeds = shifted(self.feeds, seed)
-            if self.kind == "forward":
-                want, got_list = reference.run(feeds), got
-            else:
-                outs, grads = reference.gradients(feeds, output=self.output, wrt=self.wrt)
-                want = [*outs, *(grads[k] for k in sorted(grads))]
+        ref = CallRunner(reference, self.what, self.names, self.output, self.wrt)
+        return self.verify(ref.forward, 0.0, self._tolerance(), samples=samples)
+
+    def _tolerance(self) -> float:
+        """d500.networks.compare's tolerance, relative to an output's peak, at the loosest of
+        the model's float outputs (and a step's float32 gradients) at its precision."""
+        dtypes = [np.dtype(np.float32)]
+        if self.model is not None:
+            for o in self.model.graph.output:
                 try:
-                    g_outs, g_grads = got
-                    got_list = [*g_outs, *(g_grads[k] for k in sorted(grads))]
-                except (TypeError, ValueError, KeyError):
-                    got_list = []
-            if not isinstance(got_list, list | tuple) or len(got_list) != len(want):
-                return (f"round trip {t}'s last timed call returned no outputs of the judge's "
-                        f"input: the host did not run the call it was timed for")
-            for k, (g, w) in enumerate(zip(got_list, want)):
-                try:  # what the host sent: whatever it is, an error here is its failure
-                    c = compare(f"{k}", np.asarray(g), np.asarray(w), precision=self.precision)
-                except Exception as err:  # noqa: BLE001 - named in the failure
-                    return (f"round trip {t}'s last timed call returned output {k} that d500 "
-                            f"cannot compare with the reference's ({describe(err)})")
-                if not c.ok:
-                    return (f"round trip {t}'s last timed call did not return the reference's "
-                            f"output {k} for the judge's input (max rel error {c.max_rel:.3g}): "
-                            f"the host did not run the call it was timed for")
-        self.checked = len(picks)
-        return None
+                    dtypes.append(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(
+                        o.type.tensor_type.elem_type)))
+                except (KeyError, TypeError, ValueError):
+                    continue
+        return max(rtol_for(d, self.precision) for d in dtypes if d.kind in "fc")
+
+
+def _prepare(state: dict[str, Any], inputs: list[np.ndarray], key: int) -> None:
+    """Prepare a CallRunner's (state["run"]) calls as level 0 prepares a forward: checked, and
+    unchecked for a model with no float input to shift (Batched then runs those)."""
+    operator_answer(None, state, ("prepare", "forward", inputs, None, key))
+    if not is_float(inputs[0].dtype) or not inputs[0].size:
+        operator_answer(None, state, ("prepare", "forward", inputs, None))
+
+
+def _ordered(feeds: dict[str, np.ndarray]) -> tuple[list[str], list[np.ndarray]]:
+    """The feeds' names and arrays, the first float input first: the one each call shifts."""
+    names = list(feeds)
+    first = next((n for n in names if is_float(np.asarray(feeds[n]).dtype)
+                  and np.asarray(feeds[n]).size), None)
+    if first is not None:
+        names.remove(first)
+        names.insert(0, first)
+    return names, [np.asarray(feeds[n]) for n in names]
 
 
 def _float_dtype(name: Any) -> bool:
     """Whether `name` is a precision d500.networks.compare can judge at (a dtype's name)."""
-    from d500.networks.compare import rtol_for
     if not isinstance(name, str):
         return False
     try:
@@ -236,20 +298,6 @@ def _float_dtype(name: Any) -> bool:
     except (TypeError, ValueError, KeyError):
         return False
     return True
-
-
-def shifted(feeds: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
-    """`feeds` with its first float input shifted by the amounts `seed` gives (module doc)."""
-    out = dict(feeds)
-    for name, x in feeds.items():
-        x = np.asarray(x)
-        if np.issubdtype(x.dtype, np.floating) and x.size:
-            rng = np.random.default_rng([seed, 5])
-            scale = float(np.mean(np.abs(x.astype(np.float64)))) or 1.0
-            s = rng.uniform(0.05, 0.5) * scale
-            out[name] = (x + s * rng.uniform(0.0, 1.0, x.shape)).astype(x.dtype)
-            break
-    return out
 
 
 # -- the host's side -------------------------------------------------------------------------
@@ -305,25 +353,12 @@ def _answer(state: dict[str, Any], message: tuple[Any, ...]) -> Any:
     if kind == "gradients":
         outs, grads = exe.gradients(message[2], output=message[3], wrt=message[4])
         return _numpy(outs), _numpy(grads)
-    if kind == "time":
-        _, _, which, feeds, output, wrt = message
-        if which == "forward":
-            state["timed"].append((which, (lambda f: exe.run(f)), feeds))
-        else:
-            state["timed"].append((which, lambda f: exe.gradients(f, output=output, wrt=wrt),
-                                   feeds))
+    if kind == "time":  # a timed call, prepared as level 0 prepares a checked forward
+        _, _, which, names, inputs, output, wrt, key = message
+        timed = {"run": CallRunner(exe, which, names, output, wrt)}
+        _prepare(timed, inputs, key)
+        state["timed"].append(timed)
         return len(state["timed"]) - 1
-    if kind == "repeat":  # replies with the host's own reading, which the judge never uses
-        _, timed, calls, seed = message
-        which, call, feeds = state["timed"][timed]
-        t = time.perf_counter()
-        for _ in range(calls - 1):
-            call(feeds)
-        last = call(shifted(feeds, seed)) if calls else None
-        inside = time.perf_counter() - t
-        if last is None:
-            return inside, None
-        if which == "forward":
-            return inside, _numpy(last)
-        return inside, (_numpy(last[0]), _numpy(last[1]))
+    if kind == "call" and message[2] == "repeat":  # level 0's round trip: its checksums
+        return operator_answer(None, state["timed"][message[1]], message[2:])
     raise D500Error(f"the backend host got an unknown request '{kind}'")

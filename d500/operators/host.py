@@ -246,6 +246,9 @@ class Batched:
     Round trips given a key are checked call by call afterwards (`verify`): a forward's calls
     each shift its first input, a backward's its first float output gradient (`first_grad`)."""
 
+    label: str | None = None  # what verify's failures call a timed call (None: its kind)
+    host_name = "operator"  # what runs in the host (level 1's: "backend")
+
     def __init__(self, host: Host | Local, kind: str, inputs: list[np.ndarray] | None = None,
                  key: int | None = None, reference: Any = None,
                  tolerance: tuple[float, float] | None = None,
@@ -305,11 +308,13 @@ class Batched:
             try:
                 sums = np.asarray(sums, dtype=np.float64)
             except (TypeError, ValueError):
-                return f"the operator's host answered round trip {t} with no checksums"
+                return (f"the {self.host_name}'s host answered round trip {t} with no "
+                        f"checksums")
             answered = len(sums) if sums.ndim == 2 else 0
             if answered != calls:
-                return (f"the operator's host answered {answered} of the {calls} timed calls "
-                        f"of round trip {t}: the host did not run every call it was timed for")
+                return (f"the {self.host_name}'s host answered {answered} of the {calls} timed "
+                        f"calls of round trip {t}: the host did not run every call it was "
+                        f"timed for")
             self.trips[t] = (seed, calls, sums)
         counts = np.array([calls for _, calls, _ in self.trips], dtype=np.int64)
         if counts.sum() == 0:
@@ -333,9 +338,9 @@ class Batched:
             for k, (e, b) in enumerate(zip(want, bounds)):
                 if k >= sums.shape[1] or not _agrees(float(sums[i][k]), e, b):
                     what = "output" if self.kind == "forward" else "input gradient"
-                    return (f"timed {self.kind} call {i} of round trip {t} did not return "
-                            f"the reference's {what} {k} for its input: the host did not run "
-                            f"every call it was timed for")
+                    return (f"timed {self.label or self.kind} call {i} of round trip {t} did "
+                            f"not return the reference's {what} {k} for its input: the host "
+                            f"did not run every call it was timed for")
         self.checked = len(picks)
         power = _power(expected)
         self.power = power if power is not None else self.power
