@@ -567,8 +567,10 @@ def release(held: list[int]) -> None:
             pass
 
 
-def cpu_seconds(keeper: int) -> tuple[float, dict[int, tuple[float, float]]]:
-    """The CPU seconds (user + system, every thread) that `keeper` and all behind it used so far:
+def cpu_seconds(keeper: int, spare: tuple[int, ...] = ()
+                ) -> tuple[float, dict[int, tuple[float, float]]]:
+    """The CPU seconds (user + system, every thread) that `keeper` and all behind it used so far
+    (but the live processes `spare` and all behind them: level 3's judge, rank 0's child):
     the entry's process, what it started, and those reaped (by their parent, or as orphans by
     the namespace's pid 1: in its cutime/cstime); and, by live thread id, the seconds it ran and
     the seconds it waited runnable for a CPU (schedstat's first two fields: on a loaded machine
@@ -577,7 +579,8 @@ def cpu_seconds(keeper: int) -> tuple[float, dict[int, tuple[float, float]]]:
     process's)."""
     tick = os.sysconf("SC_CLK_TCK")
     total, live = 0, {}
-    for pid in [keeper, *_descendants(keeper)]:
+    left = {p for s in spare for p in (s, *_descendants(s))}
+    for pid in [p for p in (keeper, *_descendants(keeper)) if p not in left]:
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()

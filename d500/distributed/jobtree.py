@@ -11,6 +11,7 @@ counts them and nothing ends them with the job.
     tree.broken()                       # "" while every keeper and waiter stands
     held = tree.hold(); ...; children.release(held)
     tree.end_escaped()                  # after the run is recorded failed: what left the tree
+    tree.cpu_seconds()                  # the ranks' CPU here, for d500.training.cpu.Meter
 """
 
 from __future__ import annotations
@@ -112,6 +113,18 @@ class JobTree:
             spare |= set(children._descendants(me))
         spare |= {p.pid for one in self.ranks for p in (one.waiter, one.keeper)}
         return children.hold(self.root.pid, deadline, spare=spare)
+
+    def cpu_seconds(self) -> tuple[float, dict[int, tuple[float, float]]]:
+        """What every local rank's keeper and all behind it used (the rank, what it started,
+        the orphans the keeper adopted: d500.children.cpu_seconds), this judge and all it
+        started left out (rank 0's child), the keepers' own idle waits in: the CPU seconds, and
+        each live thread's run and wait for a CPU (d500.training.cpu.Meter's reading)."""
+        total, live, me = 0.0, {}, (os.getpid(),)
+        for one in self.ranks:
+            if one.keeper.state() is not None:  # (gone: hold and the end say so)
+                used, threads = children.cpu_seconds(one.keeper.pid, spare=me)
+                total, live = total + used, {**live, **threads}
+        return total, live
 
     def end_escaped(self) -> None:
         """SIGKILL what a broken tree let out, once the run is recorded failed: each broken

@@ -164,6 +164,21 @@ class Ranks(Trainee):
         self.remaining: Any = None  # while a chunk trains: the budget left (it beats the heart)
         self.resumed: Any = None  # ranks holding pieces, resumed: the checkpoint to check against
         self.tree: Any = None  # jobtree.JobTree: this host's ranks, behind their keepers
+        self.given: tuple[int, str] | None = None  # each rank's recorded threads, the backend
+
+    whose = "the threads of the ranks on rank 0's host"
+
+    def allotment(self) -> tuple[int, str] | None:
+        """The threads this host's ranks were given in all (the ranks here x the count rank 0
+        records, which each rank here configured alike: d500.distributed.launch.core_share or
+        --threads) and the backend; None where not measured (no job tree, no count)."""
+        if self.tree is None or self.given is None:  # (no tree off Linux: `_tree`)
+            return None
+        return len(self.tree.ranks) * self.given[0], self.given[1]
+
+    def cpu_seconds(self) -> tuple[float, dict[int, tuple[float, float]]] | None:
+        """This host's ranks' CPU seconds and threads (jobtree.JobTree.cpu_seconds)."""
+        return self.tree.cpu_seconds() if self.tree is not None else None
 
     def hold(self) -> list[int]:
         """Stop every rank's processes on this host (all ranks wait for the judge meanwhile:
@@ -263,6 +278,8 @@ def main(conn: Any, lost: Any) -> None:
     order: Order = conn.recv()  # sent as rank 0 spawned this process, before any entry code
     run, ranks = None, Ranks(conn, lost)
     ranks.tree = tree
+    count = (order.threads or {}).get("count")
+    ranks.given = (int(count), order.backend) if count else None  # (d500.training.cpu)
     try:
         message = untrusted.receive(conn)  # what follows rank 0 sends beside the entry's code
         if message[0] != "open":

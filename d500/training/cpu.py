@@ -1,5 +1,5 @@
-"""The time a level-2 worker's threads were runnable against the threads its run records,
-measured by the judge.
+"""The time a level-2 worker's threads (level 3: the ranks' on rank 0's host) were runnable
+against the threads its run records, measured by the judge.
 
 An entry's code runs in the worker and may raise its thread count and widen its CPU affinity
 (tests/training/test_entry_threads.py): no setting stops it. The judge reads the entry's
@@ -14,7 +14,9 @@ time stays in its process's: an entry whose extra threads are short-lived would 
 their CPU time, so that CPU time is charged the wait the live threads had per second they ran
 (`runnable`). A run whose runnable time exceeds its recorded threads x the time worked x its
 framework's bound (plus SLACK_S), or whose CPU time exceeds CPU_BOUND x the same, fails, its
-figures in the run's details (DETAIL) either way.
+figures in the run's details (DETAIL) either way. At level 3 the judge reads every rank on
+rank 0's host, all they started and their keepers (d500.distributed.jobtree), itself left out,
+against the ranks there x each one's recorded threads: Ranks.allotment.
 """
 
 from __future__ import annotations
@@ -53,10 +55,11 @@ class Meter:
     """The worker's runnable and CPU time and the wall time it worked in, for one run's check."""
 
     def __init__(self, worker: Any):
-        job = getattr(worker, "job", None)  # a Worker's (level 3's ranks: not measured, open)
-        self.threads = (getattr(job, "threads", None) or {}).get("count") or 0
+        given = worker.allotment()  # a Worker's; level 3's, this host's ranks (distributed.judge)
+        self.threads = given[0] if given else 0
         self.worker, self.worked = worker, 0.0
-        self.bound = bound(job.backend) if self.threads else OTHERS
+        self.whose = worker.whose  # for the failure's line
+        self.bound = bound(given[1]) if given else OTHERS
         self.start = worker.cpu_seconds() if self.threads else None
         self.paused, self.before = 0.0, None  # runnable s in holds; the reading before this one
 
@@ -101,7 +104,7 @@ class Meter:
         if got["runnable_s"] > self.bound * allowed + got["slack_s"] or \
                 got["cpu_s"] > CPU_BOUND * allowed + SLACK_S:
             raise D500Error(
-                f"the worker's threads were runnable {got['runnable_s']:.2f} s (ran "
+                f"{self.whose} were runnable {got['runnable_s']:.2f} s (ran "
                 f"{got['cpu_s']:.2f} CPU s) in {self.worked:.2f} s of work on {self.threads} "
                 f"recorded thread(s): {ratio:.2f}x ({cpu:.2f}x in CPU time), over the "
                 f"{self.bound}x ({CPU_BOUND}x) an honest run stays under (the entry's code ran "

@@ -125,6 +125,13 @@ class Trainee:
         for a CPU (a Worker's, d500.children.cpu_seconds; None: not measured)."""
         return None
 
+    whose = "the worker's threads"  # what `cpu_seconds` reads, as a failure's line says
+
+    def allotment(self) -> tuple[int, str] | None:
+        """The threads the processes `cpu_seconds` reads were given in all and the backend they
+        train on (d500.training.cpu's bound); None: not measured."""
+        return None
+
     def ready(self) -> None:
         """Wait until the worker built the model and the optimizer (a WorkerError if not);
         `precision` is then the one its trainer computes in (d500.training.precision)."""
@@ -288,6 +295,11 @@ class Worker(Trainee):
         too, and each live thread's run and wait for a CPU (d500.children.cpu_seconds); None
         off Linux."""
         return children.cpu_seconds(self.process.pid) if sys.platform == "linux" else None
+
+    def allotment(self) -> tuple[int, str] | None:
+        """The thread count the run records (the supervisor's), the worker's backend."""
+        count = (self.job.threads or {}).get("count")
+        return (count, self.job.backend) if count else None
 
     def ready(self) -> None:
         """Wait until the worker built the model and the optimizer, then until its warm-up

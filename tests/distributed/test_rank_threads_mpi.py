@@ -1,0 +1,83 @@
+"""Level 3's judge measures the time the threads of the ranks on rank 0's host were runnable
+against the ranks there x the threads each records (d500.training.cpu.Meter over
+d500.distributed.jobtree's processes, the judge itself left out), as level 2's judge measures its
+worker's (tests/training/test_entry_threads.py): on real `mpiexec -n 2 d500 train --threads 1`
+ranks, an optimizer that starts a thread of its own computing beside the steps on every rank
+fails the run, and the same entry without it passes."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from d500.training.cpu import bound
+from tests.distributed import level3_jobs as jobs
+
+pytestmark = [pytest.mark.mpi,
+              pytest.mark.skipif(jobs.MPIEXEC is None, reason="no mpiexec beside Python"),
+              pytest.mark.skipif(
+                  sys.platform != "linux"
+                  or not os.path.exists(f"/proc/self/task/{os.getpid()}/schedstat"),
+                  reason="/proc's CPU times and schedstat")]
+
+# From its first update on (D500_BESIDE set), a thread on each rank computes without pause: a
+# stand-in for extra steps on cached batches, on a core the run does not record
+GREEDY = '''
+import os, threading
+import torch
+from d500.training.optimizers import Optimizer
+
+_started = []
+
+
+def _beside():
+    a = torch.ones(256, 256)
+    while True:
+        a = a @ a / 256
+
+
+class Greedy(Optimizer):
+    name = "greedy"
+
+    def update(self, ops, params, grads, state, lr, t):
+        if os.environ.get("D500_BESIDE") and not _started:
+            _started.append(threading.Thread(target=_beside, daemon=True))
+            _started[0].start()
+        ops.add_(params, grads, -lr)
+'''
+
+
+def _run(tmp_path, beside: bool) -> dict:
+    env = {"D500_BESIDE": "1"} if beside else {}
+    home = tmp_path / "home"
+    wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 1})
+    entry = jobs.entry(tmp_path, "sync", folder="greedy", files={"opt.py": GREEDY},
+                       name="greedy", optimizer="opt.py:Greedy", hyperparameters={"lr": 0.1},
+                       search_space={}, feasible_points=[])
+    out = jobs.train(home, 2, wl, entry, "--seed", "0", "--threads", "1",
+                     env=jobs.environment(home, **env))
+    run = jobs.last_run(home)
+    return {"out": out, "status": run["status"], "error": run["error"] or "",
+            "cpu": run["details"].get("worker_cpu"), "load": run["details"].get("load_average")}
+
+
+@pytest.mark.slow  # one real 2-rank job of one digits epoch: ~12 s
+def test_a_rank_computing_on_a_thread_of_its_own_fails_the_run(tmp_path):
+    run = _run(tmp_path, beside=True)
+    cpu = run["cpu"]
+    assert cpu is not None, run["out"].stderr[-2000:]
+    assert cpu["threads"] == 2, cpu  # 2 ranks here x 1 recorded thread each
+    assert run["status"] == "failed", f"2 ranks x 1 thread recorded; they used {cpu}, {run}"
+    assert cpu["ratio"] > bound("torch") and "ranks on rank 0's host" in run["error"], run
+    assert run["out"].returncode != 0
+
+
+@pytest.mark.slow  # one real 2-rank job of one digits epoch: ~12 s
+def test_ranks_on_their_recorded_threads_pass(tmp_path):
+    run = _run(tmp_path, beside=False)
+    cpu = run["cpu"]
+    assert run["status"] in ("succeeded", "missed"), (run["error"], cpu, run["load"])
+    assert cpu is not None and cpu["threads"] == 2 and 0 < cpu["ratio"], cpu
+    assert cpu["runnable_s"] <= cpu["bound"] * cpu["threads"] * cpu["wall_s"] + cpu["slack_s"]
