@@ -14,9 +14,11 @@ does not change, and which imported package's entry a package's code already is.
   tree without comments, docstrings and dead code, the names the package binds itself and
   nothing else can name renamed, its definitions in one order), read together: a name another
   file, a string or submission.yaml names keeps its name;
-- any other file is compared byte for byte (sha256).
-Other edits (a renamed file, statements reordered inside a function, a changed constant or
-hyperparameter) make another digest: see the README's *What the checks cannot prove*.
+- any other file is compared byte for byte (sha256);
+- a top-level Python file only submission.yaml names is compared under a name by its form.
+Other edits (statements reordered around a call, code rewritten, a changed constant or
+hyperparameter: `near_of` says so, never merges) make another digest: see the README's *What
+the checks cannot prove*.
 """
 
 from __future__ import annotations
@@ -32,29 +34,106 @@ import yaml
 from d500.competition import code_form
 
 NOT_TRAINING = ("name", "description", "authors", "workloads")  # submission.yaml keys dropped
+DYNAMIC = ("__file__", "importlib", "__import__", "runpy", "__spec__", "__loader__")
 
 
 def digest(files: dict[str, bytes], numbers: bool = True) -> str:
     """The code's digest: each file by its path and its normal form (module docstring);
     `numbers=False`: every number in the Python files and submission.yaml counts as one."""
     python = {}
-    keep: set[str] = set()
     for rel, data in files.items():
         if rel.endswith(".py"):
             try:
                 python[rel] = data.decode()
             except UnicodeDecodeError:
                 pass
-        elif rel == "submission.yaml":
-            keep |= code_form.words_of(_yaml_form(data) or data.decode(errors="replace"))
-        else:
+    spec = _spec(files["submission.yaml"]) if "submission.yaml" in files else None
+    named = _file_names(files, python, spec)
+    spec = _refer(spec, named)
+    keep: set[str] = set()
+    for rel, data in files.items():
+        if rel == "submission.yaml":
+            keep |= code_form.words_of(_yaml_text(spec) if spec is not None
+                                       else data.decode(errors="replace"))
+        elif rel not in python:
             keep |= code_form.words_of(data.decode(errors="replace"))
-    forms = code_form.forms(python, keep, numbers)
+    forms = code_form.forms({named.get(r, r): t for r, t in python.items()}, keep, numbers)
     sha = hashlib.sha256()
-    for rel in sorted(files):
-        form = ("py:" + forms[rel]) if rel in forms else _form(rel, files[rel], numbers)
-        sha.update(f"{rel}\0{form}\0".encode())
+    for rel in sorted(files, key=lambda r: named.get(r, r)):
+        here = named.get(rel, rel)
+        if here in forms:
+            form = "py:" + forms[here]
+        elif rel == "submission.yaml" and spec is not None:
+            form = "yaml:" + _yaml_text(spec if numbers else _blank_numbers(spec))
+        else:
+            form = "bytes:" + hashlib.sha256(files[rel]).hexdigest()
+        sha.update(f"{here}\0{form}\0".encode())
     return sha.hexdigest()
+
+
+def _file_names(files: dict[str, bytes], python: dict[str, str], spec: dict | None
+                ) -> dict[str, str]:
+    """{path: /N.py} of the top-level Python files that only submission.yaml names: no other
+    Python file has its stem as a name, no string or other file holds its path, no file
+    imports by a computed name or reads `__file__`; numbered by their form alone (ties: by
+    path)."""
+    if spec is None or any(word in text for text in python.values() for word in DYNAMIC):
+        return {}
+    names = {rel: _names(text) for rel, text in python.items()}
+    texts = [s for text in python.values() for s in _strings(text)] + [
+        data.decode(errors="replace") for rel, data in files.items()
+        if rel not in python and rel != "submission.yaml"]
+    free = [rel for rel in python if "/" not in rel
+            and not any(rel[:-3] in n for r, n in names.items() if r != rel)
+            and not any(rel in t for t in texts)
+            and rel not in _yaml_text(_refer(spec, {rel: "/"}))]
+    if len(free) > 1:  # in one order: by each file's form alone
+        keep = code_form.words_of(_yaml_text(_refer(spec, {r: "/" for r in free})))
+        form = {r: code_form.forms({"m.py": python[r]}, keep).get("m.py", "") for r in free}
+        free.sort(key=lambda r: (form[r], r))
+    return {rel: f"/{i}.py" for i, rel in enumerate(free)}
+
+
+def _names(text: str) -> set[str]:
+    """The identifiers a Python file uses (its text's words when it does not parse)."""
+    import ast
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return code_form.words_of(text)
+    out: set[str] = set()
+    for n in ast.walk(tree):
+        for v in (getattr(n, "id", None), getattr(n, "attr", None), getattr(n, "name", None),
+                  getattr(n, "arg", None), getattr(n, "module", None),
+                  getattr(n, "asname", None)):
+            if isinstance(v, str):
+                out |= set(v.split("."))
+    return out
+
+
+def _strings(text: str) -> list[str]:
+    """A Python file's strings (its text when it does not parse)."""
+    import ast
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return [text]
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+            and isinstance(n.value, str)]
+
+
+def _refer(spec: Any, named: dict[str, str]) -> Any:
+    """submission.yaml with each reference to a renamed file ('FILE.py' or 'FILE.py:Name')
+    renamed too."""
+    if isinstance(spec, dict):
+        return {k: _refer(v, named) for k, v in spec.items()}
+    if isinstance(spec, list):
+        return [_refer(v, named) for v in spec]
+    if isinstance(spec, str):
+        for rel, new in named.items():
+            if spec == rel or spec.startswith(rel + ":"):
+                return new + spec[len(rel):]
+    return spec
 
 
 def python_form(source: str, keep: set[str] = frozenset()) -> str:
@@ -63,15 +142,19 @@ def python_form(source: str, keep: set[str] = frozenset()) -> str:
     return code_form.forms({"m.py": source}, set(keep))["m.py"]
 
 
-def _yaml_form(data: bytes, numbers: bool = True) -> str | None:
+def _spec(data: bytes) -> dict | None:
+    """submission.yaml without what does not change training (None: not a YAML mapping)."""
     try:
         spec = yaml.safe_load(data)
     except yaml.YAMLError:
         return None
     if not isinstance(spec, dict):
         return None
-    kept = {str(k): v for k, v in spec.items() if k not in NOT_TRAINING}
-    return json.dumps(kept if numbers else _blank_numbers(kept), sort_keys=True, default=str)
+    return {str(k): v for k, v in spec.items() if k not in NOT_TRAINING}
+
+
+def _yaml_text(spec: dict) -> str:
+    return json.dumps(spec, sort_keys=True, default=str)
 
 
 def _blank_numbers(value: Any) -> Any:
@@ -84,12 +167,6 @@ def _blank_numbers(value: Any) -> Any:
     if isinstance(value, list):
         return [_blank_numbers(v) for v in value]
     return value
-
-
-def _form(rel: str, data: bytes, numbers: bool = True) -> str:
-    if rel == "submission.yaml" and (form := _yaml_form(data, numbers)) is not None:
-        return "yaml:" + form
-    return "bytes:" + hashlib.sha256(data).hexdigest()
 
 
 # ------------------------------------------------------------ packages in a ledger

@@ -174,6 +174,41 @@ def test_independent_assignments_reordered_keep_the_digest():
     assert _entry(copy) == _entry(swapped) != _entry()
 
 
+def test_a_renamed_file_keeps_the_digest():
+    """The optimizer's file under another name, submission.yaml naming it."""
+    moved = {"submission.yaml": SUBMISSION.replace("guarded.py:", "my_opt.py:").encode(),
+             "my_opt.py": ENTRY.encode()}
+    assert digest(moved) == _entry()
+    two = {**_files(code=ENTRY), "helpers.py": b"def unused_here(x):\n    return x\n"}
+    both = {"submission.yaml": SUBMISSION.replace("guarded.py:", "main_opt.py:").encode(),
+            "main_opt.py": ENTRY.encode(), "tools.py": two["helpers.py"]}
+    assert digest(both) == digest(two)
+
+
+def _moved(files: dict[str, bytes], old: str, new: str) -> dict[str, bytes]:
+    """The files with `old` renamed `new`, submission.yaml's reference to it too."""
+    out = {(new if k == old else k): v for k, v in files.items()}
+    out["submission.yaml"] = out["submission.yaml"].replace(f"{old}:".encode(), f"{new}:".encode())
+    return out
+
+
+KNOBS = ENTRY.replace("DAMPING = 0.5", "from knobs import DAMPING")
+
+
+@pytest.mark.parametrize("what, files, old", [
+    # renamed, the import left: another program (it fails on import)
+    ("a file another file imports", {**_files(code=KNOBS), "knobs.py": b"DAMPING = 0.5\n"},
+     "knobs.py"),
+    ("a file a string names", {**_files(code=ENTRY + "TEXT = open('other.py').read()\n"),
+                               "other.py": b"X = 1\n"}, "other.py"),
+    ("a file that reads its path", _files(code=ENTRY + "HERE = __file__\n"), "guarded.py"),
+])
+def test_a_file_that_is_named_keeps_its_name(what, files, old):
+    moved = _moved(files, old, "moved.py")
+    assert moved != files
+    assert digest(moved) != digest(files), what
+
+
 def test_a_main_block_does_not_stop_it():
     """`__name__` alone is the module's name, which no rule changes."""
     main = "\nif __name__ == '__main__':\n    print(blend(1, 2, 3, 4))\n"
