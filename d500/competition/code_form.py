@@ -325,6 +325,9 @@ class _Facts:
                         self.closed.add(id(node))
                         changed = True
 
+    def binds_of(self, imports: dict[str, str]) -> dict[str, tuple[str, str | None]]:
+        return next(self.binds[r] for r in self.imports if self.imports[r] is imports)
+
     def _base_ok(self, rel: str, base: ast.expr, own: dict[str, ast.ClassDef],
                  node: ast.ClassDef | None = None) -> bool:
         root = base
@@ -485,6 +488,27 @@ def _plain_class(bound: tuple[str, str | None] | None, parts: tuple[str, ...]) -
         for k in obj.__mro__[:-1])
 
 
+@functools.lru_cache(maxsize=256)
+def _plain_record(bound: tuple[str, str | None] | None, parts: tuple[str, ...]) -> bool:
+    """The d500 name root.parts is a dataclass without __post_init__: calling it only builds
+    a record."""
+    import importlib
+    if bound is None:
+        return False
+    try:
+        module, name = bound
+        obj = importlib.import_module(module)
+        if name is not None:
+            obj = getattr(obj, name) if hasattr(obj, name) else importlib.import_module(
+                f"{module}.{name}")
+        for part in parts:
+            obj = getattr(obj, part)
+    except Exception:  # noqa: BLE001 - not importable here: treat as running code
+        return False
+    return (isinstance(obj, type) and hasattr(obj, "__dataclass_fields__")
+            and not hasattr(obj, "__post_init__") and type(obj) is type)
+
+
 def _rename_keywords(tree: ast.Module, facts: _Facts) -> None:
     """A keyword at a call of an internal function is called as its parameter will be."""
     fns = next((f for rel, f in facts.internal_fns.items() if facts.trees[rel] is tree), {})
@@ -551,7 +575,7 @@ def _prune(node: ast.AST) -> None:
 
 
 def _pure(node: ast.AST | None, facts: _Facts, imports: dict[str, str]) -> bool:
-    """Evaluating it runs nothing but d500's and builtin constructors."""
+    """Evaluating it runs nothing but d500's record classes and builtin constructors."""
     if node is None:
         return True
     for n in ast.walk(node):
@@ -560,9 +584,14 @@ def _pure(node: ast.AST | None, facts: _Facts, imports: dict[str, str]) -> bool:
             root = f
             while isinstance(root, ast.Attribute):
                 root = root.value
+            parts = []
+            while isinstance(f, ast.Attribute):
+                parts.insert(0, f.attr)
+                f = f.value
             ok = isinstance(root, ast.Name) and (
-                (isinstance(f, ast.Name) and f.id in SAFE_CALLS and f.id not in imports)
-                or imports.get(root.id, "").split(".")[0] == "d500")
+                (not parts and root.id in SAFE_CALLS and root.id not in imports)
+                or (imports.get(root.id, "").split(".")[0] == "d500"
+                    and _plain_record(facts.binds_of(imports).get(root.id), tuple(parts))))
             if not ok:
                 return False
         elif not isinstance(n, (ast.Constant, ast.Name, ast.Attribute, ast.Tuple, ast.List,
@@ -946,10 +975,11 @@ class _Renamer:
         return self.names.glob(name)
 
 
+# (no call, no `*x` or `in` that would draw from an iterator)
 _PLAIN = (ast.Name, ast.Constant, ast.Attribute, ast.Subscript, ast.Slice, ast.BinOp,
-          ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Tuple, ast.List, ast.Dict,
-          ast.Set, ast.Starred, ast.expr_context, ast.operator, ast.unaryop, ast.boolop,
-          ast.cmpop)
+          ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Tuple, ast.List, ast.Set,
+          ast.expr_context, ast.operator, ast.unaryop, ast.boolop, ast.Eq, ast.NotEq, ast.Lt,
+          ast.LtE, ast.Gt, ast.GtE, ast.Is, ast.IsNot)
 
 
 def _assigns_freely(stmt: ast.stmt, scope: _Scope) -> bool:

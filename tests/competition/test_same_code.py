@@ -322,6 +322,12 @@ def test_a_shipped_entry_renamed_reordered_and_padded_is_the_same_code():
      "            def h(me):\n                self.velocity = me\n        return D\n",
      "import torch\nclass C(torch.nn.Module):\n    def g(self):\n        class D:\n"
      "            def h(me):\n                self.vbuf = me\n        return D\n"),
+    ("draws from an iterator, reordered",
+     "def f(it):\n    a = 3 in it\n    b = [*it]\n    return a, b\n",
+     "def f(it):\n    b = [*it]\n    a = 3 in it\n    return a, b\n"),
+    ("an unused class calling a d500 function (home() makes a folder)",
+     "from d500.paths import home\n",
+     "from d500.paths import home\nclass Spare:\n    where = home()\n"),
     ("a keyword no parameter has", ENTRY, ENTRY.replace("coef=self.beta1", "weight_of=self.beta1")),
     ("a nudged constant", ENTRY, ENTRY.replace("DAMPING = 0.5", "DAMPING = 0.5001")),
 ])
