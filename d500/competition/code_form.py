@@ -21,11 +21,12 @@ name is kept; and a file that fails on import, which has no runs):
 - dead code goes: statements after `return`/`raise`/`break`/`continue`, `if <constant>:`'s
   branch not taken, bare constants and `pass`, when they bind nothing and do not yield;
   module-level definitions nothing reaches, methods and class attributes nothing names,
-  `self.x = <constant>` never read, when defining them runs nothing but d500's and builtin
-  constructors;
-- module-level definitions (and a class's methods) whose definition runs nothing but d500's and
-  builtin constructors are put in one order: dependencies first, then by their form with the
-  package's names blanked.
+  `self.x = <constant>` never read, when defining them runs nothing but d500's record classes
+  and builtin containers (and subclassing their d500 bases runs no code);
+- module-level definitions (and a class's methods) defined so are put in one order:
+  dependencies first, then by their form with the package's names blanked; and a run of
+  independent `local = <expression without calls, * or in>` lines in a function, when no method
+  of the package can run in such an expression.
 """
 
 from __future__ import annotations
@@ -609,7 +610,7 @@ def _lazy_annotations(tree: ast.Module) -> bool:
 
 def _pure_def(node: ast.stmt, facts: _Facts, imports: dict[str, str], lazy: bool,
               method: bool = False) -> bool:
-    """Defining it (not calling it) runs nothing but d500's and builtin constructors."""
+    """Defining it (not calling it) runs nothing but d500's records and builtin containers."""
     if isinstance(node, _DEFS):
         decos_ok = all(method and isinstance(d, ast.Name) and d.id in (
             "staticmethod", "classmethod") and d.id not in imports for d in node.decorator_list)
