@@ -11,10 +11,10 @@ the judge): the clock starts once every rank translated the model and built the 
 any data is touched; the judge sends the training split alone to rank 0, which broadcasts it;
 the stop rule reads validation accuracy only, measured by the judge on the model rank 0 hands
 over from inside `scheme.evaluated()` (for a decentralised scheme, the average of the ranks'
-models); test accuracy is taken with the clock paused. The ranks train chunk by chunk (the steps
-up to the next evaluation or the end of the epoch), so every rank leaves at the same step; a
-non-finite loss on any rank ends the run `diverged`. Other ranks wait for rank 0 in sleeping
-collectives, not spinning ones.
+models); test accuracy is measured after the run on the judge's copies of those models
+(d500.training.heldout). The ranks train chunk by chunk (the steps up to the next evaluation or
+the end of the epoch), so every rank leaves at the same step; a non-finite loss on any rank ends
+the run `diverged`. Other ranks wait for rank 0 in sleeping collectives, not spinning ones.
 
 Each rank times every `scheme.step` and reads the communicator's counters around it: bytes sent
 and received, seconds inside collectives (communication) and the rest of the step (computation),
