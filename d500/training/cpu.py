@@ -16,7 +16,8 @@ their CPU time, so that CPU time is charged the wait the live threads had per se
 framework's bound (plus SLACK_S), or whose CPU time exceeds CPU_BOUND x the same, fails, its
 figures in the run's details (DETAIL) either way. At level 3 the judge reads every rank on
 rank 0's host, all they started and their keepers (d500.distributed.jobtree), itself left out,
-against the ranks there x each one's recorded threads: Ranks.allotment.
+against the ranks there x each one's recorded threads (Ranks.allotment), its bound x
+Ranks.leeway (a rank's own watchdog and polling).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class Meter:
         self.threads = given[0] if given else 0
         self.worker, self.worked = worker, 0.0
         self.whose = worker.whose  # for the failure's line
-        self.bound = bound(given[1]) if given else OTHERS
+        self.bound = round(bound(given[1]) * worker.leeway, 3) if given else OTHERS
         self.start = worker.cpu_seconds() if self.threads else None
         self.paused, self.before = 0.0, None  # runnable s in holds; the reading before this one
 

@@ -126,6 +126,7 @@ class Trainee:
         return None
 
     whose = "the worker's threads"  # what `cpu_seconds` reads, as a failure's line says
+    leeway = 1.0  # x d500.training.cpu's bound (level 3's ranks: d500's own threads besides)
 
     def allotment(self) -> tuple[int, str] | None:
         """The threads the processes `cpu_seconds` reads were given in all and the backend they
