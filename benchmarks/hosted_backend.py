@@ -13,7 +13,8 @@ checked), each with the IQR of the per-round ratios; the empty round trip's shar
 trip as sized (the rule: under 1 %); the share of a round trip outside the host's own reading
 of its calls (the pipe and the host's wake-up, as they were while timing); and, the hosted
 calls checked with the reference after timing (CHECKED calls), the share of pairs of them the
-check tells apart (its power, `calls_told_apart`).
+check tells apart (its power, `calls_told_apart`, the shifts sized first as net bench sizes
+them).
 
     .venv/bin/python benchmarks/hosted_backend.py [--rounds 15]
 """
@@ -76,8 +77,10 @@ def main() -> None:
         for label, call, kind, here_exe, there_exe, feeds, how in cases:
             if only and only not in label:
                 continue
-            # sized now, as net bench sizes each before timing it
-            hosted = there_exe.timed(kind, feeds, how.get("output"), how.get("wrt"), args.trip)
+            # sized now, as net bench sizes each before timing it (its shifts with the reference)
+            reference = get("reference").prepare(str(train_path if kind == "step" else path))
+            hosted = there_exe.timed(kind, feeds, how.get("output"), how.get("wrt"), args.trip,
+                                     reference)
             checked = checked_local(here_exe, kind, feeds, how.get("output"), how.get("wrt"))
             plain, mine, hos, own = [], [], [], []
             for r in range(args.rounds):
@@ -100,8 +103,7 @@ def main() -> None:
                 order = [here, here_checked, there]
                 for fn in order[r % 3:] + order[:r % 3]:
                     fn()
-            wrong = hosted.check(get("reference").prepare(
-                str(train_path if kind == "step" else path)))
+            wrong = hosted.check(reference)
             trip = statistics.median(hos) * hosted.inner
             pipe = statistics.median(h - o for h, o in zip(hos, own)) / statistics.median(hos)
             told = "-" if hosted.power is None else f"{hosted.power:.2f}"

@@ -407,8 +407,13 @@ def _timed(r: BackendBench, exe: Any, kind: str, feeds: dict[str, np.ndarray], *
     from d500.networks.hosted import HostedExecutable, checked_local
     wrt = list(exe.parameter_names) if kind == "step" else None
     if isinstance(exe, HostedExecutable):
-        timed = exe.timed(kind, feeds, loss, wrt, trip)
-        timed.reference = reference or (lambda: _reference_exe(exe.model))
+        reference = reference or (lambda: _reference_exe(exe.model))
+        try:
+            sizing = reference()  # the shifts are sized with it (CheckedCall)
+        except Exception:  # noqa: BLE001 - none: `_verify` notes that nothing was checked
+            sizing = None
+        timed = exe.timed(kind, feeds, loss, wrt, trip, sizing)
+        timed.reference = reference if sizing is None else (lambda: sizing)
     else:  # d500's own code: its calls pay the check, unverified (level 0's built-in rows),
         timed = checked_local(exe, kind, feeds, loss, wrt)  # in round trips of level 0's size
     return timed
@@ -428,9 +433,10 @@ def _verify(r: BackendBench, fn: Any, timing: Timing, what: str) -> Timing:
         try:
             wrong = fn.check(fn.reference())
         except Exception as err:  # noqa: BLE001 - the reference cannot run it: nothing checked
-            fn.checked = 0
-            r.details.setdefault("hosted_note",
-                                 f"the reference could not check: {describe(err)}")
+            fn.checked, fn.unverified = 0, describe(err)
+        if fn.unverified:
+            r.details.setdefault("hosted_note", f"the reference could not check: "
+                                                f"{fn.unverified}")
         stated.update({"outside_host_reading": (float(np.median(fn.outside)) if fn.outside
                                                 else None),
                        "calls_checked": fn.checked, "calls_told_apart": fn.power})

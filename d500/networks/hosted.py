@@ -68,7 +68,7 @@ import numpy as np
 import onnx
 
 from d500 import children
-from d500.errors import D500Error, UsageError
+from d500.errors import D500Error, UsageError, describe
 from d500.heap import allocator
 from d500.networks.compare import rtol_for
 from d500.operators.adapters import Runner
@@ -161,17 +161,18 @@ class HostedExecutable:
         return list(outs), dict(grads)
 
     def timed(self, kind: str, feeds: dict[str, np.ndarray], output: str | None = None,
-              wrt: list[str] | None = None, trip: float = 0.0) -> CheckedCall:
+              wrt: list[str] | None = None, trip: float = 0.0, reference: Any = None
+              ) -> CheckedCall:
         """The timed call `kind` ("forward": run; "step": gradients) as checked round trips in
-        the host, each at least `trip` seconds long."""
+        the host, each at least `trip` seconds long; given the reference backend's executable
+        of the model, the shifts are sized first so that the check tells calls apart
+        (level 0's `Batched.calibrate`)."""
         names, inputs = _ordered(feeds)
         key = secrets.randbits(63)  # the checksums' weights and the shifts' pattern
         call = int(self.host.ask("time", self.id, kind, names, inputs, output, wrt, key))
-        timed = CheckedCall(_Routed(self.host, call), kind, names, inputs, key, output, wrt,
-                            trip)
-        timed.precision = getattr(self, "precision", None)  # as its agreement is judged
-        timed.model = self.model
-        return timed
+        return CheckedCall(_Routed(self.host, call), kind, names, inputs, key, output, wrt,
+                           trip, precision=getattr(self, "precision", None), model=self.model,
+                           reference=reference)
 
 
 def checked_local(exe: Any, kind: str, feeds: dict[str, np.ndarray], output: str | None = None,
@@ -183,9 +184,8 @@ def checked_local(exe: Any, kind: str, feeds: dict[str, np.ndarray], output: str
     key = secrets.randbits(63)
     local = Local(CallRunner(exe, kind, names, output, wrt))
     _prepare(local.state, inputs, key)
-    timed = CheckedCall(local, kind, names, inputs, key, output, wrt, trip)
-    timed.precision, timed.model = getattr(exe, "precision", None), getattr(exe, "model", None)
-    return timed
+    return CheckedCall(local, kind, names, inputs, key, output, wrt, trip,
+                       precision=getattr(exe, "precision", None), model=getattr(exe, "model", None))
 
 
 class CallRunner(Runner):
@@ -229,13 +229,17 @@ class CheckedCall(Batched):
     host_name = "backend"
 
     def __init__(self, host: Any, kind: str, names: list[str], inputs: list[np.ndarray],
-                 key: int, output: str | None, wrt: list[str] | None, trip: float = 0.0):
+                 key: int, output: str | None, wrt: list[str] | None, trip: float = 0.0, *,
+                 precision: str | None = None, model: onnx.ModelProto | None = None,
+                 reference: Any = None):
         self.what, self.names, self.output, self.wrt = kind, names, output, wrt
         self.label = "training step" if kind == "step" else "forward"
         self.outside: list[float] = []  # each round trip's share outside the host's reading
-        self.precision: str | None = None  # a lower precision it computes in (its word)
-        self.model: onnx.ModelProto | None = None  # what it runs: its outputs' dtypes
-        super().__init__(host, "forward", inputs, key)
+        self.precision = precision  # a lower precision it computes in (its word)
+        self.model = model  # what it runs: its outputs' dtypes
+        super().__init__(host, "forward", inputs, key,
+                         None if reference is None else self._reference(reference),
+                         (0.0, self._tolerance()))
         if trip > 0:  # longer round trips: a woken host's delay is a smaller share of each
             per_call = max(float(self._ask(self.inner)[0]) / self.inner, 1e-9)
             self.inner = min(MAX_INNER, max(self.inner, math.ceil(trip / per_call)))
@@ -253,8 +257,19 @@ class CheckedCall(Batched):
         """Recompute `samples` of the calls run, drawn from all round trips after timing, with
         `reference` (the reference backend's executable of the same model); what is wrong, or
         None."""
-        ref = CallRunner(reference, self.what, self.names, self.output, self.wrt)
-        return self.verify(ref.forward, 0.0, self._tolerance(), samples=samples)
+        return self.verify(self._reference(reference), 0.0, self._tolerance(), samples=samples)
+
+    def _reference(self, exe: Any) -> Any:
+        """The reference executable's call on this call's inputs (a list, as shifted); what it
+        raises, a D500Error (level 0's: no call checked, `unverified` says why)."""
+        run = CallRunner(exe, self.what, self.names, self.output, self.wrt).forward
+
+        def call(arrays: list[np.ndarray]) -> list[np.ndarray]:
+            try:
+                return run(arrays)
+            except Exception as err:  # noqa: BLE001 - the reference's failure, named
+                raise D500Error(describe(err)) from err
+        return call
 
     def _tolerance(self) -> float:
         """d500.networks.compare's tolerance, relative to an output's peak, at the loosest of

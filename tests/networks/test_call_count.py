@@ -4,7 +4,7 @@ that a round trip runs one call, or answers its earlier calls with a stale outpu
 timed up to `inner` times faster; each call now runs on its own shifted input and returns its
 checksums, and the judge recomputes calls drawn from all round trips after timing, so both are
 recorded failed (fail when only each round trip's last call was checked). An honest hosted
-backend beside them passes."""
+backend passes."""
 
 from __future__ import annotations
 
@@ -106,16 +106,20 @@ def installed(tmp_path, monkeypatch):
 @pytest.mark.parametrize("cheat", ["last", "stale"])
 def test_a_host_skipping_calls_of_its_round_trips_is_recorded_failed(installed, tmp_path,
                                                                       cheat):
-    result = bench(installed, ["honest", cheat], ledger=Ledger(tmp_path / "ledger.db"))
-    rows = {r.backend: r for r in result.results}
-    honest, cheater = rows["honest"], rows[cheat]
+    result = bench(installed, [cheat], ledger=Ledger(tmp_path / "ledger.db"))
+    (cheater,) = result.results
+    assert cheater.status == "failed"
+    assert "did not run every call it was timed for" in cheater.error, cheater.error
+    assert "latency" not in cheater.figures  # its first timed figure already failed it
+    (run,) = Ledger(tmp_path / "ledger.db").runs(level=1)
+    assert run["status"] == "failed" and "did not run every call" in run["error"]
+
+
+def test_an_honest_host_passes_every_call_checksummed(installed, tmp_path):
+    result = bench(installed, ["honest"], ledger=Ledger(tmp_path / "ledger.db"))
+    (honest,) = result.results
     assert honest.status == "succeeded", honest.error
     assert honest.figures["latency"] > 0 and honest.figures["train_step_time"] > 0
     for what in honest.details["hosted"].values():  # every call checksummed, some recomputed
         assert what["calls_checksummed"] and what["calls_checked"] >= 1, what
-    assert cheater.status == "failed"
-    assert "did not run every call it was timed for" in cheater.error, cheater.error
-    assert "latency" not in cheater.figures  # its first timed figure already failed it
-    (run,) = [r for r in Ledger(tmp_path / "ledger.db").runs(level=1)
-              if r["submission"] == cheat]
-    assert run["status"] == "failed" and "did not run every call" in run["error"]
+        assert what["calls_told_apart"] is not None, what
