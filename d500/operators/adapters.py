@@ -72,9 +72,10 @@ class Runner:
         return lambda: self.op.backward(grads, inputs, outputs)
 
     def shifted(self, arrays: Sequence[np.ndarray]) -> Callable[[np.ndarray], list[Any]]:
-        """For checked timing (d500.operators.host): a function from a call's offsets (a short
-        array of the first array's dtype) to the native inputs, the first being the first
-        array plus the offsets tiled over its elements (`add_tiled`). Converted once; the first
+        """For checked timing (d500.operators.host): a function from a call's offsets (an array
+        of the first array's dtype, as long as it: a window of the judge's pattern) to the
+        native inputs, the first being the first array plus the offsets (`add_tiled`, which
+        also tiles shorter offsets over its elements). Converted once; the first
         input rewritten in place where its native array shares NumPy's memory (NumPy, torch),
         converted anew each call otherwise."""
         native = self.to_native(arrays)
@@ -114,23 +115,42 @@ class Runner:
             return float_grads(call(), arrays)
         return backward
 
-    def checksums(self, weights: Sequence[np.ndarray]) -> Callable[[Sequence[Any]], list[float]]:
-        """For checked timing: a function from one call's native outputs to their checksums,
-        each output's elements dotted with its float32 `weights` in float32. Here by einsum's
-        own loop on the outputs as NumPy: a BLAS dot's threads would contend with another
-        framework's thread pool (torch's OpenMP threads made it 9x slower on 2 cores)."""
-        def sums(outputs: Sequence[Any]) -> list[float]:
-            return [float(np.einsum("i,i->", w, flat32(self._numpy(y))))
-                    for w, y in zip(weights, outputs)]
+    def checksums(self, weights: Sequence[np.ndarray]
+                  ) -> Callable[[Sequence[Any], int], list[float]]:
+        """For checked timing: a function from one call's native outputs and its turn to their
+        checksums, each output's elements dotted in float32 with its float32 `weights` turned
+        (`turned`: given twice over, a slice). Here by einsum's own loop on the outputs as
+        NumPy: a BLAS dot's threads would contend with another framework's thread pool (torch's
+        OpenMP threads made it 9x slower on 2 cores)."""
+        def sums(outputs: Sequence[Any], turn: int = 0) -> list[float]:
+            out = []
+            for w, y in zip(weights, outputs):
+                y = flat32(self._numpy(y))
+                start = turned(w.size, y.size, turn)
+                out.append(float(np.einsum("i,i->", w[start:start + y.size], y)))
+            return out
         return sums
 
     def _numpy(self, value: Any) -> Any:
         return value
 
 
+ALIGN = 16  # a call's weights start at a multiple of this many elements (`turned`)
+
+
+def turned(weights: int, size: int, turn: int) -> int:
+    """Where a call's weights of an output of `size` elements start in all its weights
+    (`weights` of them: M at least `size`, twice over, d500.operators.host._weights), for its
+    turn t: at t mod M, rounded down to a multiple of ALIGN (torch.dot on float32 weights that
+    start off a 16-byte boundary took 5-9x as long); at 0 with weights of the output's size
+    (turn 0)."""
+    half = weights // 2
+    return int(turn) % half // ALIGN * ALIGN if size and half >= size else 0
+
+
 def add_tiled(flat: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> np.ndarray:
     """out = flat + offsets tiled (element j gets offsets[j % len(offsets)]), 1-D arrays; one
-    pass, the offsets staying in cache."""
+    pass (the judge's offsets are as long as flat: a plain add)."""
     n, period = flat.size, offsets.size
     q = n // period * period
     np.add(flat[:q].reshape(-1, period), offsets, out=out[:q].reshape(-1, period))

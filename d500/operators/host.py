@@ -14,30 +14,48 @@ host ends with the judge (PR_SET_PDEATHSIG).
 
 The judge does not take the host's word for how many forward calls a round trip ran: each
 round trip carries a seed the judge draws then, from which every call's first input is shifted
-by its own amounts: element j of x plus s_i * p[(j + r_i) % PERIOD], s_i in [0.05, 0.5] of the
-scale (mean |x| at first), r_i a roll in [0, PERIOD), p uniform in [0, 1) (non-negative: an
-input kept positive for Log or Pow stays so). The host returns each call's outputs as a
-checksum, their dot product with float32 weights, one per element. The pattern p and the
-weights follow from a key the judge sends when the timed call is prepared. After timing, the
-judge recomputes SAMPLES calls drawn from all round trips with the reference
-(`Batched.verify`); a missing or wrong one fails the run. To pass, a host must know every
-element of every call's output (every weight is nonzero), and every element's input changes
-from call to call. The shift varies along every axis (PERIOD is a prime; not along an axis
-whose stride it divides), so Softmax and the normalizations, which undo a uniform shift along
-their axis, do not give one call's output for all (with one shift per call they did).
-Knowing the weights from the start gains a cheat nothing more than knowing them per round trip
-would (the shifts are what it cannot know ahead). Weights of a short period, tiled, were
-rejected: where the period divides an output's stride, an operator's own invariants (Softmax's
-sums along that axis are 1) make the checksum a constant.
+by its own amounts, and every call's outputs are weighed by their own weights. Call i adds to
+element j of x the offset p[(j + r_i) % PATTERN], p a pattern of PATTERN = 65,521 numbers
+uniform in [0, scale / 2) (scale: mean |x| at first; non-negative, so an input kept positive
+for Log or Pow stays so), r_i a roll in [0, PATTERN): the offsets are a window of p stored
+twice over, a slice, no work (tiled over an x of more elements). The host returns each call's
+outputs as checksums, their dot product with float32 weights, one per element: the window at
+the call's own t_i of an output's weight pattern w (element j weighed by w[(j + t_i) % M], M
+its size or PATTERN if more, plus WEIGHTS_APART, so never PATTERN: where the two periods are
+equal an elementwise linear operator's checksum is a function of r_i - t_i, found for all by
+one correlation; a slice of w stored twice over). The pattern and the weights follow from a
+key the judge sends when the timed call is prepared. After timing, the judge recomputes
+SAMPLES calls drawn from all round trips with the reference (`Batched.verify`); a missing or
+wrong one fails the run. To pass, a host must know every element of every call's output
+(every weight is nonzero), every element's input changes from call to call, and elements
+share an offset only PATTERN apart, so Softmax and the normalizations, which undo a uniform
+shift along their axis, do not give one call's output for all (with one shift per call they
+did; an axis whose stride PATTERN, a prime, divides is not checked).
 
-Why the roll, and a bound of SIGMAS standard deviations: calls once differed only by s_i, all
+Why each element its own offset and weight per call (benchmarks/shift_cheats.py,
+tests/operators/test_shift_cheats.py): call i's offsets were s_i times one pattern of 1021
+elements, rolled by r_i in [0, 1021) and tiled, and the weights one vector per timed call. An
+operator file that replaces the host's loop (it runs in the host's process) then answered
+calls without running them: a MatMul, linear in x, as w.(x B) + s_i C[r_i], C found once by
+one matmul and a correlation of length 1021 (20,600x faster than honest, passed); a Relu,
+whose elements j = c mod 1021 all got one offset, by binary searches in each class's elements
+sorted once and prefix sums (2.5x faster, passed). Now a call's offsets are PATTERN
+independent numbers at one of PATTERN rolls, and its weights a window of their own pattern (a
+table of every call's checksum has PATTERN x M entries, 4.4e9 for a 256x256 output): both
+cheats answer wrong and are caught. What is left (README): a MatMul's row of x + u is a
+window of p, so a table of every window of p times B (PATTERN x N, one matmul of PATTERN rows,
+once) gives (x + u) B by gathering rows, 7x faster than the matmul (WindowMatMul there).
+
+Why calls differ element by element, and a bound of SIGMAS standard deviations: calls once
+differed only by s_i, all
 on one pattern, so two calls' checksums differed by about (s_i - s_k) C, C = sum_j w_j p_j
 dy_j/dx_j one number per key, N(0, ~n/3); and a checksum was allowed rtol sum |w y| +
 atol_frac max|y| sum |w|, the worst case, which grows like n. For relu-4d (n = 262,144) the
 bound was 18.5 and 0.45 |C| fell under it for 1 key in 8: every copy passed, and a host that
 ran 1 call in 10 was recorded with a tenth of its latency (the flake of
 tests/operators/test_call_count.py; its failing runs had |C| = 26 and 3.7, the passing ones
-78-368). Now two calls' offsets differ element by element, so a copy's difference is a sum of
+78-368). Since 62acbeb two calls' offsets differ element by element (then a roll of the tiled
+pattern, now a window of the whole one), so a copy's difference is a sum of
 n independent terms, and the bound is statistical: an honest output's error e (|e_j| <= the
 tolerance t_j) is the host's, drawn apart from the weights w ~ N(0, 1), so sum w_j e_j is
 N(0, sum e_j^2): SIGMAS * ||t||_2 (a false failure 2e-9 a pick), plus the float32 dot's
@@ -49,7 +67,8 @@ so a share of pairs always falls within the bound, the smaller the more the draw
 exceeds it); `verify` counts it again on its picks, the share of pairs of recomputed calls a
 copy of one for the other would fail (`power`, recorded by the bench as `calls_told_apart`).
 Each copy is caught with that probability q, a host skipping a share f of its calls with
-1 - (1 - f q) ** SAMPLES. On level 0's cases (seed 0): every float32 one 0.95-0.995 (the scale
+1 - (1 - f q) ** SAMPLES. On level 0's cases (seed 0, with the tiled pattern's offsets, s_i
+p, 0.14 of the scale on average, now 0.25): every float32 one 0.95-0.995 (the scale
 grown x4 on 5 of them), so a host running one call in ten is caught with probability
 1 - 1e-27 and one running 9 in 10 with 0.96; the bfloat16 ones (rtol 2^-5, atol 2^-6 of the
 peak) 0.29 (MatMul) and 0.11 (Softmax) at best (x64): 1 in 10 caught with 1 - 6e-5 and 0.96,
@@ -106,7 +125,9 @@ START = 300.0  # seconds a host may take to answer (import the operator's file, 
 #               module; translate a model)
 SAMPLES = 32  # calls the judge recomputes after timing: skipping 10 % of calls is caught
 #               with probability 1 - (1 - 0.1 q) ** 32, 0.97 where each copy is (q = 1)
-PERIOD = 1021  # a prime: the offsets a call's elements get repeat with it (`_pattern`)
+PATTERN = 65521  # the shift's pattern's length, a prime: its distinct windows, and how far apart
+#                 two elements of a call that share an offset are (`_pattern`)
+WEIGHTS_APART = 1021  # the weights' pattern is this much longer than the shift's (`_weights`)
 CHECKSUM_SLACK = 1e-5  # a float32 dot product's rounding, relative to sum |w y|
 SIGMAS = 6.0  # an honest checksum's error is refused with probability 2e-9 (`_expected`)
 POWER = 0.95  # the share of pairs of calls whose checksums the bound should tell apart
@@ -327,9 +348,9 @@ class Batched:
             t = int(np.searchsorted(starts, pick, side="right") - 1)
             seed, calls, sums = self.trips[t]
             i = int(pick - starts[t])
-            shifts, rolls = _shifts(seed, calls, self.scale)
+            rolls, turns = _rolls(seed, calls)
             try:
-                want, bounds = self._reference_sums(reference, shifts[i], rolls[i], rtol,
+                want, bounds = self._reference_sums(reference, rolls[i], turns[i], rtol,
                                                     atol_frac)
             except D500Error as err:  # the reference cannot recompute a call: none checked
                 self.unverified = str(err)
@@ -354,10 +375,10 @@ class Batched:
         rng = np.random.default_rng(secrets.randbits(63))
         tried = []
         for _ in range(GROWTHS + 1):
-            shifts, rolls = _shifts(int(rng.integers(2 ** 62)), PROBES, self.scale)
+            rolls, turns = _rolls(int(rng.integers(2 ** 62)), PROBES)
             try:
-                power = _power([self._reference_sums(reference, s, r, rtol, atol_frac)
-                                for s, r in zip(shifts, rolls)], model=True)
+                power = _power([self._reference_sums(reference, r, t, rtol, atol_frac)
+                                for r, t in zip(rolls, turns)], model=True)
             except D500Error as err:  # e.g. no reference gradient of this operator: `verify`
                 self.unverified = str(err)  # will say so
                 return
@@ -369,11 +390,14 @@ class Batched:
         self.power, scale = max(tried)
         self.scale = -scale
 
-    def _reference_sums(self, reference: Any, shift: float, roll: int, rtol: float,
+    def _reference_sums(self, reference: Any, roll: int, turn: int, rtol: float,
                         atol_frac: float) -> tuple[list[float], list[float]]:
-        """The checksums of one call's outputs as the reference gives them, and their bounds."""
+        """The checksums of one call's outputs as the reference gives them (the call's roll of
+        the shift's pattern and turn of the weights), and their bounds."""
         x = self._varied()
-        shifted = _shifted(x, _offsets(shift, roll, _pattern(self.key), x.dtype))
+        if getattr(self, "_windows", (None,))[0] != self.scale:  # the pattern at this scale
+            self._windows = (self.scale, _pattern(self.key, self.scale, x.dtype))
+        shifted = _shifted(x, _offsets(self._windows[1], roll, x.size))
         if self.kind == "forward":
             want = reference([shifted, *self.inputs[1:]])
         else:
@@ -382,7 +406,8 @@ class Batched:
             want = reference(self.inputs, grads)
         if getattr(self, "_weights", None) is None:
             self._weights = _weights(self.key, want)
-        pairs = [_expected(w, y, rtol, atol_frac) for w, y in zip(self._weights, want)]
+        pairs = [_expected(_turned(w, turn, np.size(y)), y, rtol, atol_frac)
+                 for w, y in zip(self._weights, want)]
         return [e for e, _ in pairs], [b for _, b in pairs]
 
 
@@ -440,24 +465,38 @@ def _shift_scale(x: np.ndarray) -> float | None:
     return float(np.mean(np.abs(x.astype(np.float64)))) or 1.0
 
 
-def _shifts(seed: int, calls: int, scale: float) -> tuple[np.ndarray, np.ndarray]:
-    """Each call's shift s_i and roll r_i (each from its own stream: the first m calls' draws
-    do not depend on how many calls there are)."""
-    return (np.random.default_rng([seed, 0]).uniform(0.05, 0.5, calls) * scale,
-            np.random.default_rng([seed, 3]).integers(0, PERIOD, calls))
+def _rolls(seed: int, calls: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each call's roll r_i of the shift's pattern (`_pattern`) and turn t_i of the weights
+    (`_turned`), each from its own stream: the first m calls' draws do not depend on how many
+    calls there are."""
+    return (np.random.default_rng([seed, 3]).integers(0, PATTERN, calls),
+            np.random.default_rng([seed, 4]).integers(0, 2 ** 62, calls))
 
 
-def _pattern(key: int) -> np.ndarray:
-    """How a call's shift varies over the input's elements: element j of call i is shifted by
-    s_i * p[(j + r_i) % PERIOD], so that no axis (but one whose stride PERIOD divides) sees one
-    shift along it, which Softmax or a normalization would undo, and two calls' offsets differ
-    element by element. Returned twice over, so that a call's roll is a slice."""
-    p = np.random.default_rng([key, 2]).uniform(0.0, 1.0, PERIOD)
+def _pattern(key: int, scale: float, dtype: Any) -> np.ndarray:
+    """What a call's offsets are windows of: element j of call i is shifted by
+    p[(j + r_i) % PATTERN], p uniform in [0, scale / 2) (non-negative: an input kept positive
+    for Log or Pow stays so): an element's offset changes from call to call, along every axis
+    (Softmax and the normalizations undo a shift uniform along theirs; but along one whose
+    stride PATTERN, a prime, divides), and two elements of a call share one only PATTERN
+    apart. Returned twice over, in the input's dtype, so that a call's offsets are a slice
+    (`_offsets`): no work."""
+    p = (np.random.default_rng([key, 2]).uniform(0.0, 0.5, PATTERN) * scale).astype(dtype)
     return np.concatenate([p, p])
 
 
-def _offsets(shift: float, roll: int, pattern: np.ndarray, dtype: Any) -> np.ndarray:
-    return (shift * pattern[int(roll):int(roll) + PERIOD]).astype(dtype)
+def _offsets(pattern: np.ndarray, roll: int, size: int) -> np.ndarray:
+    """A call's offsets for an array of `size` elements: the window of the pattern at its
+    roll, as long as the array or PATTERN (then tiled over it, `_shifted`: in cache)."""
+    return pattern[int(roll):int(roll) + min(int(size), PATTERN)]
+
+
+def _turned(w: np.ndarray, turn: int, size: int) -> np.ndarray:
+    """One call's weights of an output of `size` elements: the window of its weights (M of
+    them, given twice over by `_weights`) at t_i mod M, a slice."""
+    from d500.operators.adapters import turned
+    start = turned(w.size, size, turn)
+    return w[start:start + size]
 
 
 def _shifted(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -467,9 +506,14 @@ def _shifted(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 
 def _weights(key: int, outputs: list[Any]) -> list[np.ndarray]:
-    """One float32 weight per element of each output (native arrays: only their shapes)."""
+    """Each output's weights (native arrays: only their shapes): M float32 N(0, 1) draws, M its
+    size or PATTERN if more, plus WEIGHTS_APART, twice over: call i dots an output with
+    their window at its own t_i (`_turned`), so that a call's checksum weighs each element
+    anew. M is never the shift's pattern's length: an elementwise linear operator's checksum
+    would otherwise be a function of r_i - t_i, one correlation found once."""
     rng = np.random.default_rng([key, 1])
-    return [rng.standard_normal(int(np.prod(np.shape(y))), dtype=np.float32) for y in outputs]
+    return [np.tile(rng.standard_normal(max(int(np.prod(np.shape(y))), PATTERN) + WEIGHTS_APART,
+                                        dtype=np.float32), 2) for y in outputs]
 
 
 def _expected(w: np.ndarray, want: Any, rtol: float, atol_frac: float) -> tuple[float, float]:
@@ -605,14 +649,16 @@ def _answer(cls: Any, state: dict[str, Any], message: tuple[Any, ...]) -> Any:
         if key and which == "forward":
             shifted = run.shifted(inputs)
             state["checked " + which] = {"apply": lambda offsets: run.call(shifted(offsets)),
-                                         "key": key[0], "dtype": inputs[0].dtype}
+                                         "key": key[0], "dtype": inputs[0].dtype,
+                                         "size": np.size(inputs[0])}
         elif key:
             from d500.operators.adapters import first_grad
             apply = run.shifted_backward(inputs, grads)
             if apply is None:
                 return False
-            state["checked " + which] = {"apply": apply, "key": key[0],
-                                         "dtype": np.asarray(grads[first_grad(grads)]).dtype}
+            varied = np.asarray(grads[first_grad(grads)])
+            state["checked " + which] = {"apply": apply, "key": key[0], "dtype": varied.dtype,
+                                         "size": varied.size}
             return True
         call = run.timed_forward(inputs) if which == "forward" else run.timed_backward(inputs,
                                                                                        grads)
@@ -639,14 +685,18 @@ def _checked_calls(run: Any, checked: dict[str, Any], calls: int, seed: int, sca
     results' checksums (calls x results), both done by the framework's own kernels (the
     Runner's `shifted` or `shifted_backward`, and `checksums`)."""
     from d500.operators.adapters import as_tuple
-    dtype, pattern = checked["dtype"], _pattern(checked["key"])
-    shifts, rolls = _shifts(seed, calls, scale)
+    size = checked["size"]
+    if checked.get("scale") != scale:  # the pattern: once per timed call and scale
+        checked["scale"] = scale
+        checked["pattern"] = _pattern(checked["key"], scale, checked["dtype"])
+    pattern = checked["pattern"]
+    rolls, turns = _rolls(seed, calls)
     sums = np.empty((calls, 0))
     for i in range(calls):
-        outs = as_tuple(checked["apply"](_offsets(shifts[i], rolls[i], pattern, dtype)))
+        outs = as_tuple(checked["apply"](_offsets(pattern, rolls[i], size)))
         if checked.get("checksums") is None:  # the weights: once per timed call, from its key
             checked["checksums"] = run.checksums(_weights(checked["key"], outs))
-        row = checked["checksums"](outs)
+        row = checked["checksums"](outs, int(turns[i]))
         if i == 0:
             sums = np.empty((calls, len(row)))
         sums[i] = row

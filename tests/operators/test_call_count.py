@@ -108,13 +108,14 @@ def _relu(arrays):
 
 def _sums(seed, calls, x, scale, skip=None):
     """What an honest host answers (or, for call `skip`, the previous call's answer)."""
-    shifts, rolls = host._shifts(seed, calls, scale)
+    rolls, turns = host._rolls(seed, calls)
+    pattern = host._pattern(KEY, scale, x.dtype)
     rows = []
     for i in range(calls):
         j = i if i != skip else i - 1
-        offsets = host._offsets(shifts[j], rolls[j], host._pattern(KEY), x.dtype)
-        (y,) = _relu([host._shifted(x, offsets)])
-        rows.append([float(np.dot(host._weights(KEY, [y])[0], y.ravel()))])
+        (y,) = _relu([host._shifted(x, host._offsets(pattern, rolls[j], x.size))])
+        w = host._turned(host._weights(KEY, [y])[0], turns[j], y.size)
+        rows.append([float(np.dot(w, y.ravel()))])
     return np.array(rows)
 
 
@@ -178,15 +179,17 @@ def test_each_framework_shifts_as_the_judge_does_and_checksums_within_the_slack(
     np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
     x = (np.random.default_rng(1).standard_normal((3, 50, 41)) * 10).astype(np_dtype)
     shifted = run.shifted([x])
-    for s, r in zip(*host._shifts(9, 4, host._shift_scale(x))):
-        offsets = host._offsets(s, r, host._pattern(KEY), x.dtype)
+    pattern = host._pattern(KEY, host._shift_scale(x), x.dtype)
+    for r, t in zip(*host._rolls(9, 4)):
+        offsets = host._offsets(pattern, r, x.size)
         (outs,) = as_tuple(run.call(shifted(offsets)))
         got = np.asarray(run._numpy(shifted(offsets)[0]))
         want = host._shifted(x, offsets)
         assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
-        (w,) = host._weights(KEY, [outs])
-        (sum_,) = run.checksums([w])([outs])
+        (doubled,) = host._weights(KEY, [outs])
+        (sum_,) = run.checksums([doubled])([outs], int(t))
         y = np.asarray(run._numpy(outs)).ravel()
+        w = host._turned(doubled, t, y.size)  # the call's weights: its own window
         assert host._agrees(sum_, *host._expected(w, y, 0.0, 0.0))
         assert not host._agrees(sum_ + 1e-3 * float(np.abs(w) @ np.abs(y.astype(np.float64))),
                                 *host._expected(w, y, 0.0, 0.0))
@@ -271,8 +274,9 @@ def test_each_framework_shifts_the_output_gradient_as_the_judge_does(framework, 
     g = rng.standard_normal(x.shape).astype(np.float32)
     before = g.tobytes()
     backward = run.shifted_backward([x], [g])
-    for s, r in zip(*host._shifts(9, 3, host._shift_scale(g))):
-        offsets = host._offsets(s, r, host._pattern(KEY), g.dtype)
+    pattern = host._pattern(KEY, host._shift_scale(g), g.dtype)
+    for r in host._rolls(9, 3)[0]:
+        offsets = host._offsets(pattern, r, g.size)
         (got,) = as_tuple(backward(offsets))
         want = host._shifted(g, offsets) * (x > 0)
         assert np.array_equal(np.asarray(run._numpy(got)), want)

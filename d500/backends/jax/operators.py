@@ -62,16 +62,21 @@ class JaxRunner(Runner):
         return shift
 
     def checksums(self, weights):
-        """A jitted jnp.dot on the device, the weights put there once."""
+        """A jitted jnp.dot on the device, the weights put there once and turned there by a
+        dynamic slice (the turn a traced argument: one compilation)."""
         import jax
         import jax.numpy as jnp
+
+        from d500.operators.adapters import turned
         with _x64():
             native = [jax.device_put(w) for w in weights]
-        dot = jax.jit(lambda w, y: jnp.dot(w, jnp.ravel(y).astype(jnp.float32)))
+        dot = jax.jit(lambda w, y, start: jnp.dot(
+            jax.lax.dynamic_slice(w, (start,), (y.size,)), jnp.ravel(y).astype(jnp.float32)))
 
-        def sums(outputs):
+        def sums(outputs, turn=0):
             with _x64():
-                return [float(dot(w, y)) for w, y in zip(native, outputs)]
+                return [float(dot(w, y, np.int64(turned(w.size, np.size(y), turn))))
+                        for w, y in zip(native, outputs)]
         return sums
 
     def _split(self, arrays):

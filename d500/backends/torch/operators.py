@@ -76,16 +76,22 @@ class TorchRunner(Runner):
 
     def checksums(self, weights):
         """torch.dot in torch's own threads on a float output (NumPy's einsum otherwise): no
-        conversion to NumPy, no second thread pool."""
+        conversion to NumPy, no second thread pool; the weights turned by a view."""
         import torch
+
+        from d500.operators.adapters import turned
         on_numpy = super().checksums(weights)
         native = [torch.from_numpy(w) for w in weights]
 
-        def sums(outputs):
+        def sums(outputs, turn=0):
             if not all(isinstance(y, torch.Tensor) and y.is_floating_point() for y in outputs):
-                return on_numpy(outputs)
-            return [torch.dot(w, y.reshape(-1).to(torch.float32)).item()
-                    for w, y in zip(native, outputs)]
+                return on_numpy(outputs, turn)
+            out = []
+            for w, y in zip(native, outputs):
+                start = turned(w.numel(), y.numel(), turn)
+                out.append(torch.dot(w[start:start + y.numel()],
+                                     y.reshape(-1).to(torch.float32)).item())
+            return out
         return sums
 
     def _graph(self, arrays, grad_outputs):
