@@ -1,7 +1,8 @@
 """The time honest level-3 ranks' threads are runnable per recorded thread and second worked.
 
 d500.training.cpu fails a run over its framework's bound; at level 3 the judge reads every rank on
-rank 0's host (d500.distributed.jobtree) against the ranks there x each one's recorded threads.
+rank 0's host (d500.distributed.jobtree) against the ranks there x each one's recorded threads,
+its bound x Ranks.leeway.
 This measures real 'mpiexec -n 2 d500 train digits-mlp --threads 1' runs (two epochs) of each
 entry and backend given: every run's figures, the highest runnable ratio of each framework, the
 honest runs that failed, and the machine's load.
@@ -22,6 +23,7 @@ from pathlib import Path
 import yaml
 from _args import repetitions
 
+from d500.distributed.judge import Ranks
 from d500.distributed.launcher import launch_train
 from d500.training.cpu import bound
 
@@ -74,7 +76,7 @@ def main() -> None:
                   f"{os.getloadavg()[0]:.1f}", flush=True)
     for backend, ratios in seen.items():
         print(f"{backend}: highest ratio {max(ratios):.3f} of {len(ratios)} runs, bound "
-              f"{bound(backend)}")
+              f"{bound(backend) * Ranks.leeway:.3f}")
     print(f"honest runs failed: {failed}; load after: {os.getloadavg()[0]:.2f}")
 
 
