@@ -194,13 +194,32 @@ def _run_in_workers(backend_name: str, tests: list, device: str, jobs: int,
     names = [t.name for t in tests]
     chunks = [names[i:i + CHUNK] for i in range(0, len(names), CHUNK)]
     done: dict[str, Outcome] = {}
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+    before = set(multiprocessing.active_children())
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_ignore_interrupts)
+    try:
         futures = [pool.submit(_run_named, backend_name, chunk, device) for chunk in chunks]
         for future in as_completed(futures):
             outcomes = future.result()
             done.update((o.test, o) for o in outcomes)
             advance(len(outcomes))
+    except BaseException:  # ^C, a failed chunk: end the workers now, not after every chunk
+        pool.shutdown(wait=False, cancel_futures=True)
+        for worker in set(multiprocessing.active_children()) - before:
+            worker.kill()
+        raise
+    pool.shutdown()
     return [done[n] for n in names]
+
+
+def _ignore_interrupts() -> None:
+    """A worker ignores ^C, which the terminal sends to the whole process group: the parent
+    ends the workers. A worker that took it ran on into its next chunk (the pool hands a
+    chunk's exception back and goes on), so ^C waited 30 s for the chunks queued, and one
+    interrupted while importing torch imported it again and aborted in C++ ('generic_type:
+    cannot initialize type GradBucket')."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _run_named(backend_name: str, names: list[str], device: str) -> list[Outcome]:
