@@ -89,10 +89,6 @@ def train(args: Any, argv: list[str], prog: str) -> int:
     ])
     workload, entry, spec = agreement.together(world, lambda: _checked(args, world.Get_size()))
     if workload.level == 2:
-        if world.Get_size() > 1:
-            raise UsageError(f"{workload.path}: '{workload.name}' is a level-2 workload: it "
-                             f"trains in one process (drop mpiexec; `mpiexec -n K d500 tune` "
-                             f"shares tuning trials among ranks)")
         from d500.training.cli import train_level2
         return train_level2(args, workload, entry)
     return _run(args, world, workload, entry, spec)
@@ -223,6 +219,10 @@ def _checked(args: Any, world: int) -> tuple[Any, Any, Any]:
     from d500.training.trainer import preflight
     workload, entry = resolve(args)
     if workload.level != 3:
+        if world > 1:  # said before the backend's framework loads (torch: 5-9 s)
+            raise UsageError(f"{workload.path}: '{workload.name}' is a level-2 workload: it "
+                             f"trains in one process (drop mpiexec; `mpiexec -n K d500 tune` "
+                             f"shares tuning trials among ranks)")
         backends.get(args.backend)
         return workload, entry, None
     spec = specs.parse(entry.distributed, entry.path)  # the cheap checks before any framework
