@@ -39,12 +39,16 @@ calls are checked, and must run each: one that runs a round trip's last call alo
 its checksums, or answers the earlier calls with outputs it computed before, is recorded failed
 (tests/networks/test_call_count.py; on the protocol before, which checked each round trip's last
 call only, a host running the last call alone passed with a latency of 20 ns to the honest
-host's 257 us, its round trips grown to MAX_INNER calls). The check's power is recorded
-(`calls_told_apart`, the share q of pairs of recomputed calls a copy of one for the other
-would fail; tiny-mlp at batch 1: 0.93): a host skipping a share f of its calls is caught with
-probability 1 - (1 - f q) ** CHECKED. The reference's recomputation costs a few seconds per
-timed call on the larger models (light-resnet50 at batch 1, 2.9 s a call), which is why CHECKED
-is not level 0's 32. Open: a host skipping half its calls escapes one timed call's check with
+host's 257 us, its round trips grown to MAX_INNER calls). Before timing, the shifts are sized
+with the reference as level 0 sizes them (`Batched.calibrate`, given the reference's
+executable by net bench): at level 0's first scale the check told apart 0.02-0.5 of pairs of
+mlp-mnist's calls at batch 1 and 0.02-0.16 at batch 64 (the network averages the shift out),
+grown 0.80-1.00. That power is recorded (`calls_told_apart`, the share q of pairs of
+recomputed calls a copy of one for the other would fail): a host skipping a share f of its
+calls is caught with probability 1 - (1 - f q) ** CHECKED. The reference's recomputation
+costs a few seconds per timed call on the larger models (light-resnet50 at batch 1, 2.9 s a
+call), and the sizing up to PROBES * (GROWTHS + 1) = 24 calls more, which is why CHECKED is not
+level 0's 32. Open: a host skipping half its calls escapes one timed call's check with
 probability (1 - q/2) ** 6, 1.6 % at q = 1; a model with no float input (token ids alone) has
 nothing to shift, so its calls run unchecked and the row says so (`hosted_note`).
 
