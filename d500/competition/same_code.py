@@ -57,7 +57,10 @@ def digest(files: dict[str, bytes], numbers: bool = True) -> str:
                                        else data.decode(errors="replace"))
         elif rel not in python:
             keep |= code_form.words_of(data.decode(errors="replace"))
-    forms = code_form.forms({named.get(r, r): t for r, t in python.items()}, keep, numbers)
+    try:
+        forms = code_form.forms({named.get(r, r): t for r, t in python.items()}, keep, numbers)
+    except RecursionError:  # code nested too deep for the normal form: compared byte for byte
+        forms = {}
     sha = hashlib.sha256()
     for rel in sorted(files, key=lambda r: named.get(r, r)):
         here = named.get(rel, rel)

@@ -535,3 +535,13 @@ def test_every_single_token_edit_of_a_shipped_entry_changes_the_digest(entry, ev
     assert len(edits) > 10
     same = [m for m in edits if digest({**files, rel: m.encode()}) == base]
     assert same == []
+
+
+def test_code_nested_too_deep_is_compared_byte_for_byte():
+    """An expression nested deeper than the normal form's recursion (or the parser's) is no
+    traceback: its file is compared as bytes."""
+    out = set()
+    for n in (900, 2500, 6000):
+        src = "def f(a):\n    return " + "a+" * n + "a\n"
+        out.add(digest({"m.py": src.encode(), "submission.yaml": b"operator: m.py:f\n"}))
+    assert len(out) == 3
