@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from d500.backends import import_frameworks_of
-from d500.errors import UsageError, did_you_mean
+from d500.errors import UsageError, did_you_mean, listed
 
 C = "c"  # an operator in C/C++ (d500 compiles it), beside the registered frameworks
 
@@ -184,16 +184,19 @@ def _class(file: Path, name: str) -> type[CustomOperator]:
 
 
 def check_class(cls: type[CustomOperator], file: Path | str) -> None:
-    """The class names a known ONNX operator and framework."""
+    """The class names a known ONNX operator and framework, and defines its forward."""
     import onnx.defs
     allowed = frameworks()
     if cls.framework not in allowed:
         raise UsageError(f"{file}: {cls.__name__}.framework is '{cls.framework}' "
-                         f"(allowed: {', '.join(allowed)})")
+                         f"(allowed: {listed(cls.framework, allowed)})")
     if not cls.op_type or not onnx.defs.has(cls.op_type):
         hint = operator_hint(cls.op_type)
         raise UsageError(f"{file}: {cls.__name__}.op_type '{cls.op_type}' is not an ONNX "
                          f"operator of the default domain" + (f" ({hint})" if hint else ""))
+    if cls.framework != "c" and cls.forward is CustomOperator.forward:  # it failed every case
+        raise UsageError(f"{file}: {cls.__name__} defines no forward(self, *inputs), which a "
+                         f"{cls.framework} operator must (only a C operator's is its source's)")
 
 
 def operator_hint(op_type: str) -> str:
