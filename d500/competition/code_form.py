@@ -12,7 +12,8 @@ name is kept; and a file that fails on import, which has no runs):
 - a module-level function, class or constant bound once and named nowhere else (no other file,
   no string, not `keep`) is renamed, in each file by order of first use;
 - an attribute is renamed across the package where only the package can name it: every use is
-  on `self`/`cls` of a method of the package's class, on `super()` or on such a class, every
+  on `self`/`cls` of a method of the package's class, on `super()`, on such a class, on a new
+  instance of it or on an attribute only ever set to one (`self.h = C(...)`), every
   class that uses it has only the package's, d500's or no base classes (no decorator, no
   metaclass), and the name is in no string, not in `keep`, not in d500's own source text, not
   a builtin type's attribute, not `__dunder__`;
@@ -357,16 +358,48 @@ class _Facts:
         """Attribute names only the package names (see the module's docstring)."""
         bound: set[str] = set()
         foreign: set[str] = set()
+        self.makes = {rel: self._makers(tree) for rel, tree in self.trees.items()}
+        self.typed = self._typed()
         for rel, tree in self.trees.items():
-            count = self.count[rel]
             own_classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)
-                           and count.get(n.name) == 1}
+                           and self.count[rel].get(n.name) == 1 and id(n) in self.closed}
             stored = {id(n.targets[0]) for n in ast.walk(tree) if isinstance(n, ast.Assign)
                       and len(n.targets) == 1 and isinstance(n.value, ast.Constant)}
             self.used_attrs |= {n.attr for n in ast.walk(tree)
                                 if isinstance(n, ast.Attribute) and id(n) not in stored}
+            self.rel = rel
             self._walk(tree, set(), None, own_classes, bound, foreign)
         return {a for a in bound - foreign - self.keep_attr if not a.startswith("__")}
+
+    def _makers(self, tree: ast.Module) -> set[str]:
+        """The file's module-level classes whose call makes an instance of the package's own
+        closed class: bound once, no __new__ in it or its bases, no hook in a d500 base."""
+        rel = next(r for r, t in self.trees.items() if t is tree)
+        own = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)
+               and self.count[rel].get(n.name) == 1}
+
+        def plain(c: ast.ClassDef, seen: int = 0) -> bool:
+            return (id(c) in self.closed and id(c) not in self.hooked and seen < 50
+                    and "__new__" not in set().union(*map(_defines, c.body))
+                    and all(plain(own[b.id], seen + 1) for b in c.bases
+                            if isinstance(b, ast.Name) and b.id in own))
+        return {name for name, c in own.items() if plain(c)}
+
+    def _typed(self) -> set[str]:
+        """Attributes only ever set, in the package, to a new instance of its own closed
+        class (`x.a = C(...)`), never in a class body, in no string, not d500's words."""
+        made: set[str] = set()
+        other: set[str] = set(self.class_bound) | self.keep_attr
+        for rel, tree in self.trees.items():
+            ok = {id(n.targets[0]) for n in ast.walk(tree)
+                  if isinstance(n, ast.Assign) and len(n.targets) == 1
+                  and isinstance(n.targets[0], ast.Attribute)
+                  and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name)
+                  and n.value.func.id in self.makes[rel]}
+            for n in ast.walk(tree):
+                if isinstance(n, ast.Attribute) and not isinstance(n.ctx, ast.Load):
+                    (made if id(n) in ok else other).add(n.attr)
+        return made - other
 
     def _walk(self, node: ast.AST, own: set[str], cls: ast.ClassDef | None,
               own_classes: set[str], bound: set[str], foreign: set[str]) -> None:
@@ -410,9 +443,12 @@ class _Facts:
                         and v.func.id == "super" and not v.args and cls is not None
                         and id(cls) in self.closed)
                     or (isinstance(v, ast.Name) and v.id in own_classes
-                        and v.id not in self.class_names and any(
-                            isinstance(c, ast.ClassDef) and c.name == v.id
-                            and id(c) in self.closed for c in self.classes.values())))
+                        and v.id not in self.class_names)
+                    or (isinstance(v, ast.Call) and isinstance(v.func, ast.Name)
+                        and v.func.id in self.makes[self.rel])  # C(...).a
+                    or (isinstance(v, ast.Attribute) and v.attr in self.typed  # self.c.a
+                        and isinstance(v.value, ast.Name) and v.value.id in own
+                        and cls is not None and id(cls) in self.closed))
             if not mine:
                 foreign.add(node.attr)
             elif not isinstance(node.ctx, ast.Load):

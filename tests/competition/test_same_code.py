@@ -150,6 +150,7 @@ def test_the_entrys_own_words_are_its_own():
     ("an attribute of a helper class", "self.coef", "self.ratio_kept"),
     ("a private method", "_blend", "_scaled"),
     ("a helper class", "Damper", "Booster"),
+    ("a helper class's method", "snip", "pare"),
     ("a module function", "blend(", "mix_in("),
     ("a module constant", "DAMPING", "SOFTEN"),
 ])
@@ -214,6 +215,15 @@ def test_a_main_block_does_not_stop_it():
     main = "\nif __name__ == '__main__':\n    print(blend(1, 2, 3, 4))\n"
     assert _entry((ENTRY + main).replace("blend", "mix_in")) == _entry(ENTRY + main)
     assert _entry(ENTRY + main) != _entry()
+
+
+def test_a_helper_held_on_self_renamed_keeps_the_digest():
+    """`self.x = Helper(...)` only, then `self.x.method()`: the method is the package's own."""
+    held = ENTRY.replace("        self.velocity = None\n", "        self.velocity = None\n"
+                         "        self.damper_of = Damper(DAMPING)\n").replace(
+        "Damper(DAMPING).snip(lr)", "self.damper_of.snip(lr)")
+    assert held != ENTRY
+    assert _entry(held.replace("snip", "pare").replace("damper_of", "helper_obj")) == _entry(held)
 
 
 def test_reordered_definitions_keep_the_digest():
@@ -328,6 +338,13 @@ def test_a_shipped_entry_renamed_reordered_and_padded_is_the_same_code():
     ("an unused class calling a d500 function (home() makes a folder)",
      "from d500.paths import home\n",
      "from d500.paths import home\nclass Spare:\n    where = home()\n"),
+    ("a method called on an attribute that may hold another object",
+     "class Damper:\n    def snip(self):\n        return 1\nclass C:\n"
+     "    def __init__(self, other):\n        self.damper_of = Damper()\n"
+     "        self.damper_of = other\n    def f(self):\n        return self.damper_of.snip()\n",
+     "class Damper:\n    def pare(self):\n        return 1\nclass C:\n"
+     "    def __init__(self, other):\n        self.damper_of = Damper()\n"
+     "        self.damper_of = other\n    def f(self):\n        return self.damper_of.pare()\n"),
     ("a keyword no parameter has", ENTRY, ENTRY.replace("coef=self.beta1", "weight_of=self.beta1")),
     ("a nudged constant", ENTRY, ENTRY.replace("DAMPING = 0.5", "DAMPING = 0.5001")),
 ])
