@@ -51,8 +51,6 @@ REFLECTION = INTROSPECTION | {
     "__init_subclass__", "__set_name__", "getmembers", "__subclasses__"}
 ACCESS = {"getattr", "setattr", "hasattr", "delattr"}  # reflection unless the name is a string
 SAFE_CALLS = {"dict", "list", "tuple", "set", "frozenset", "float", "int", "str", "bool"}
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ListComp, ast.SetComp,
-           ast.DictComp, ast.GeneratorExp)
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _WORD = re.compile(r"[A-Za-z_]\w*")
 _BLANK = "?"
@@ -254,6 +252,9 @@ class _Facts:
         self.used_attrs: set[str] = set()  # named other than by `x.a = <constant>`
         self.class_loads: set[str] = set()  # read by a name in a class body
         self.class_bound: set[str] = set()  # bound in a class body (a method, a descriptor)
+        self.makes: dict[str, set[str]] = {}  # per file: classes whose call makes an own object
+        self.typed: set[str] = set()  # attributes only ever set to such an object
+        self.rel = ""  # the file being walked
         for rel, tree in trees.items():
             self._module_names(rel, tree)
         self._classes()
