@@ -58,8 +58,12 @@ def resolve(args: Any) -> tuple[Any, Any]:
     path = level.find(args.workload)
     workload = levels.of_file(path, takes=sorted(registered & {2, 3})).load(path)
     if workload.name not in entry.workloads:
+        from d500.errors import did_you_mean
+        names = [f.stem for f in level.workload_files()]
+        typos = [f"'{w}' is no level-{level.number} workload ({did_you_mean(w, names)})"
+                 for w in entry.workloads if w not in names and did_you_mean(w, names)]
         raise ConfigError(f"{entry.path}: the entry does not enter workload '{workload.name}' "
-                          f"(field 'workloads': {', '.join(entry.workloads)})")
+                          f"(field 'workloads': {'; '.join([', '.join(entry.workloads), *typos])})")
     if entry.level != workload.level:
         raise ConfigError(f"{entry.path}: a level-{entry.level} entry cannot run the "
                           f"level-{workload.level} workload '{workload.name}'")
