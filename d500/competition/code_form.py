@@ -853,6 +853,7 @@ class _Renamer:
         self.internal = internal or {}
         self.count = 0
         self.class_names: set[str] | None = None
+        self.guarded = 0  # inside try/with: an exception there is caught, lines keep order
 
     def scope(self, node: ast.AST, parent: _Scope | None) -> None:
         """Visit a module or a function-like node as one scope."""
@@ -874,6 +875,7 @@ class _Renamer:
         else:
             here = _Scope(parent, bound - names, kept | names, outward, {})
         saved, self.class_names = self.class_names, None
+        guarded, self.guarded = self.guarded, 0
         if _comprehension(node):
             for i, gen in enumerate(node.generators):  # type: ignore[attr-defined]
                 self.visit(gen.iter, parent if i == 0 else here)
@@ -885,7 +887,7 @@ class _Renamer:
                     self.visit(getattr(node, part), here)
         else:
             self.block(body, here)
-        self.class_names = saved
+        self.class_names, self.guarded = saved, guarded
 
     def name(self, scope: _Scope, name: str) -> str:
         if name not in scope.renamed:
@@ -939,6 +941,8 @@ class _Renamer:
             else:
                 node.id = self.resolve(scope, node.id)
             return
+        catches = isinstance(node, (ast.Try, ast.With, ast.AsyncWith, *_TRY_STAR))
+        self.guarded += catches
         for _, value in ast.iter_fields(node):
             if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
                 self.block(value, scope)
@@ -946,6 +950,7 @@ class _Renamer:
                 self.visit_all([v for v in value if isinstance(v, ast.AST)], scope)
             elif isinstance(value, ast.AST):
                 self.visit(value, scope)
+        self.guarded -= catches
 
     def block(self, stmts: list[ast.stmt], scope: _Scope | None) -> None:
         """Visit a function's statements; a run of independent assignments is put in one
@@ -953,7 +958,8 @@ class _Renamer:
         i = 0
         while i < len(stmts):
             j = i
-            while (scope is not None and self.names.commute and j < len(stmts)
+            while (scope is not None and self.names.commute and not self.guarded
+                   and j < len(stmts)
                    and _assigns_freely(stmts[j], scope)):
                 j += 1
             if j - i < 2:
@@ -1014,6 +1020,7 @@ class _Renamer:
 
 
 # (no call, no `*x` or `in` that would draw from an iterator)
+_TRY_STAR = (ast.TryStar,) if hasattr(ast, "TryStar") else ()
 _PLAIN = (ast.Name, ast.Constant, ast.Attribute, ast.Subscript, ast.Slice, ast.BinOp,
           ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Tuple, ast.List, ast.Set,
           ast.expr_context, ast.operator, ast.unaryop, ast.boolop, ast.Eq, ast.NotEq, ast.Lt,

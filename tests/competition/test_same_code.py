@@ -345,6 +345,11 @@ def test_a_shipped_entry_renamed_reordered_and_padded_is_the_same_code():
      "class Damper:\n    def pare(self):\n        return 1\nclass C:\n"
      "    def __init__(self, other):\n        self.damper_of = Damper()\n"
      "        self.damper_of = other\n    def f(self):\n        return self.damper_of.pare()\n"),
+    ("lines that may raise, reordered where the exception is caught",
+     "def f(x, p):\n    b = 0\n    try:\n        a = 1 / x\n        b = p[0]\n"
+     "    except Exception:\n        pass\n    return b\n",
+     "def f(x, p):\n    b = 0\n    try:\n        b = p[0]\n        a = 1 / x\n"
+     "    except Exception:\n        pass\n    return b\n"),
     ("a keyword no parameter has", ENTRY, ENTRY.replace("coef=self.beta1", "weight_of=self.beta1")),
     ("a nudged constant", ENTRY, ENTRY.replace("DAMPING = 0.5", "DAMPING = 0.5001")),
 ])
