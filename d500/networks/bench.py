@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
-from d500.errors import ConfigError, UnsupportedOperator, describe
+from d500.errors import ConfigError, UnsupportedOperator, describe, listed
 from d500.networks import inputs as _inputs
 from d500.networks.compare import compare
 from d500.networks.workloads import Workload
@@ -166,9 +166,11 @@ def training_model(workload: Workload, model: onnx.ModelProto, model_path: Path
         return None, None
     if workload.model.get("builder"):
         return workload.onnx_model(loss=True)
-    if workload.loss_output not in [o.name for o in model.graph.output]:
-        raise ConfigError(f"{workload.path}: field 'model.loss' is "
-                          f"'{workload.loss_output}', not an output of the model")
+    outputs = [o.name for o in model.graph.output]
+    if workload.loss_output not in outputs:  # its outputs named, and the closest
+        raise ConfigError(f"{workload.path}: field 'model.loss' is '{workload.loss_output}', "
+                          f"not an output of the model (its outputs: "
+                          f"{listed(workload.loss_output, outputs)})")
     return model, model_path
 
 
