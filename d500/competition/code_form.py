@@ -129,6 +129,8 @@ def forms(sources: dict[str, str], keep: set[str] = frozenset(), numbers: bool =
                 _Renamer(_Names()).scope(tree, None)
             out[rel] = dump(tree if numbers else _blank_numbers(tree))
         return out
+    for tree in trees.values():
+        _drop_unread_locals(tree)
     strings = set(keep)
     for tree in trees.values():
         for node in ast.walk(tree):
@@ -610,6 +612,62 @@ def _prune(node: ast.AST) -> None:
                     out += rest
                 break
         setattr(node, name, out or ([ast.Pass()] if name == "body" else []))
+
+
+def _drop_unread_locals(tree: ast.Module) -> None:
+    """In each function, `x = <constant>` where nothing in the function (or in what it
+    defines) names x otherwise, and x is none of its parameters, globals or nonlocals."""
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (*_DEFS,)):
+            continue
+        junk: dict[str, list[ast.Assign]] = {}
+        for s in ast.walk(fn):
+            if (isinstance(s, ast.Assign) and len(s.targets) == 1
+                    and isinstance(s.targets[0], ast.Name)
+                    and isinstance(s.value, ast.Constant)):
+                junk.setdefault(s.targets[0].id, []).append(s)
+        if not junk:
+            continue
+        stores = {id(s.targets[0]) for ss in junk.values() for s in ss}
+        named = {p.arg for p in _params(fn)}
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Name) and id(n) not in stores:
+                named.add(n.id)
+            elif isinstance(n, (ast.Global, ast.Nonlocal)):
+                named |= set(n.names)
+            elif isinstance(n, ast.arg):
+                named.add(n.arg)
+            elif isinstance(n, (*_DEFS, ast.ClassDef)):
+                named.add(n.name)
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                named |= {(a.asname or a.name).split(".")[0] for a in n.names}
+            elif isinstance(n, ast.ExceptHandler) and n.name:
+                named.add(n.name)
+        own = {id(s) for s in _own_statements(fn)}
+        drop = {id(s) for name, ss in junk.items() if name not in named
+                and all(id(s) in own for s in ss) for s in ss}
+        for node in ast.walk(fn):
+            for part in ("body", "orelse", "finalbody"):
+                block = getattr(node, part, None)
+                if isinstance(block, list) and any(id(s) in drop for s in block):
+                    kept = [s for s in block if id(s) not in drop]
+                    setattr(node, part, kept or ([ast.Pass()] if part == "body" else []))
+
+
+def _own_statements(fn: ast.AST) -> list[ast.stmt]:
+    """The statements of a function that run in it (not in what it defines)."""
+    out = []
+    stack = list(fn.body)  # type: ignore[attr-defined]
+    while stack:
+        s = stack.pop()
+        out.append(s)
+        if isinstance(s, (*_DEFS, ast.ClassDef)):
+            continue
+        for part in ("body", "orelse", "finalbody"):
+            stack += [x for x in getattr(s, part, []) or [] if isinstance(x, ast.stmt)]
+        for h in getattr(s, "handlers", []) or []:
+            stack += h.body
+    return out
 
 
 def _pure(node: ast.AST | None, facts: _Facts, imports: dict[str, str]) -> bool:

@@ -244,6 +244,7 @@ def test_reordered_definitions_keep_the_digest():
     ("code after return", "return lr * self.coef", "return lr * self.coef\n        print(lr)"),
     ("a branch never taken", "        state[\"m\"] =", "        if False:\n            print(1)\n"
      "        state[\"m\"] ="),
+    ("a local never read", "        state[\"m\"] =", "        spare = 3\n        state[\"m\"] ="),
     ("a constant stored and never read", "self.coef = coef",
      "self.coef = coef\n        self.stale_note = 0"),
 ])
@@ -350,6 +351,12 @@ def test_a_shipped_entry_renamed_reordered_and_padded_is_the_same_code():
      "    except Exception:\n        pass\n    return b\n",
      "def f(x, p):\n    b = 0\n    try:\n        b = p[0]\n        a = 1 / x\n"
      "    except Exception:\n        pass\n    return b\n"),
+    ("a constant local another function reads by closure",
+     "def f():\n    x = 1\n    def g():\n        return x\n    return g\n",
+     "def f():\n    def g():\n        return x\n    return g\n"),
+    ("a constant local that shadows a global",
+     "x = 2\ndef f():\n    x = 1\n    return [x for _ in '1']\n",
+     "x = 2\ndef f():\n    return [x for _ in '1']\n"),
     ("a keyword no parameter has", ENTRY, ENTRY.replace("coef=self.beta1", "weight_of=self.beta1")),
     ("a nudged constant", ENTRY, ENTRY.replace("DAMPING = 0.5", "DAMPING = 0.5001")),
 ])
