@@ -22,8 +22,9 @@ name is kept; and a file that fails on import, which has no runs):
 - dead code goes: statements after `return`/`raise`/`break`/`continue`, `if <constant>:`'s
   branch not taken, bare constants and `pass`, when they bind nothing and do not yield;
   module-level definitions nothing reaches, methods and class attributes nothing names,
-  `self.x = <constant>` never read, when defining them runs nothing but d500's record classes
-  and builtin containers (and subclassing their d500 bases runs no code);
+  `self.x = <constant>` and `local = <constant>` never read, when defining them runs nothing
+  but d500's record classes and builtin containers (and subclassing their d500 bases runs no
+  code);
 - module-level definitions (and a class's methods) defined so are put in one order:
   dependencies first, then by their form with the package's names blanked; and a run of
   independent `local = <expression without calls, * or in>` lines in a function, when no method
