@@ -287,8 +287,9 @@ def _main(argv: list[str] | None) -> int:
         module = importlib.import_module(table[name][0])
         return int(module.main(rest, prog=f"d500 {name}") or 0)
     except D500Error as err:
-        if debug:
-            raise
+        if debug:  # the traceback, then the same line and exit code (it exited 1, a failed
+            import traceback  # check's code, for a usage error)
+            traceback.print_exc()
         say(f"d500 {name}: error: {err}")
         return err.exit_code
     except KeyboardInterrupt:
