@@ -202,7 +202,6 @@ def _entry_folder(entry: str | None, level: int) -> Path:
         return given if given.is_dir() else given.parent
     folder = examples() / name
     if not (folder / "submission.yaml").is_file():
-        known = ", ".join(sorted(f.parent.name for f in examples().glob("*/submission.yaml")))
-        raise UsageError(f"--entry {name}: neither a submission folder nor an example entry "
-                         f"(known: {known})")
+        from d500.paths import no_entry
+        raise UsageError(f"--entry {name}: {no_entry(name)}")  # the closest named too
     return folder
