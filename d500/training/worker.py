@@ -186,9 +186,16 @@ class Trainee:
                 if len(message[1]) > count:  # its losses are the steps the judge counts
                     raise WorkerError(f"the worker answered {len(message[1])} steps for the "
                                       f"{count} it was asked to train")
+                if not stop_sent and (message[3] or len(message[1]) < count
+                                      and not _diverged(message[1])):
+                    # only the judge's stop (or a non-finite loss) ends a chunk early: an early
+                    # end moves the run's last evaluation to a step the entry chose
+                    raise WorkerError(f"the worker stopped after {len(message[1])} of the "
+                                      f"{count} steps it was asked to train, never told to "
+                                      f"stop (tests/training/test_short_chunk.py)")
                 if not stop_sent and len(message[1]) == count and count:
                     self.step_time = (time.perf_counter() - sent) / count
-                return Chunk(list(message[1]), self._state(message[2]), stop_sent or message[3],
+                return Chunk(list(message[1]), self._state(message[2]), stop_sent,
                              str(message[4]), message[5] if len(message) > 5 else None)
             else:
                 raise WorkerError(f"the worker sent '{message[0]}' during training")
@@ -460,6 +467,14 @@ def main(conn: Any) -> None:
         sys.stdout.flush()  # took ~0.8 s of every run)
         sys.stderr.flush()
         os._exit(0)
+
+
+def _diverged(losses: Any) -> bool:
+    """Whether a chunk's losses end in a non-finite one (a worker stops there on its own)."""
+    try:
+        return bool(losses) and not math.isfinite(float(losses[-1]))
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 def _state(trainer: Any) -> dict[str, np.ndarray]:
