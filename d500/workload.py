@@ -105,6 +105,8 @@ def validate(data: Mapping[str, Any], schema: Mapping[str, Field], path: Path, p
             given not in level.choices:
         raise other_level(path, given, level.choices)
     unknown = [k for k in data if k not in schema]
+    if unknown and not prefix and _other_kind(data, schema):
+        raise ConfigError(f"{path}: {_other_kind(data, schema)}")
     if unknown:
         hint = did_you_mean(unknown[0], schema)
         raise ConfigError(f"{path}: unknown field '{prefix}{unknown[0]}' "
@@ -119,6 +121,20 @@ def validate(data: Mapping[str, Any], schema: Mapping[str, Field], path: Path, p
             continue
         out[name] = _check(data[name], spec.type, spec, path, where, root)
     return out
+
+
+def _other_kind(data: Mapping[str, Any], schema: Mapping[str, Field]) -> str:
+    """What a file of the other kind is, told by a field only that kind has: an entry's
+    submission.yaml given as the workload, or a workload file as the entry (each was said as
+    the first field the schema lacked: 'unknown field authors', 'unknown field model')."""
+    for fields, what, expected in ((("workloads", "optimizer", "operator"),
+                                    "an entry's submission.yaml", "a workload file"),
+                                   (("metrics", "rank_by"),
+                                    "a workload file", "an entry's submission.yaml")):
+        field = next((f for f in fields if f in data and f not in schema), None)
+        if field:
+            return f"{what} (field '{field}'), where {expected} is expected"
+    return ""
 
 
 def _check(value: Any, typ: Any, spec: Field, path: Path, where: str, root: Path) -> Any:
