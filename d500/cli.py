@@ -275,6 +275,12 @@ def _main(argv: list[str] | None) -> int:
         say(f"d500: error: unknown command '{name}' (choose from {', '.join(table)}"
             f"{'; ' + hint if hint else ''})")
         return 2
+    try:
+        os.getcwd()
+    except FileNotFoundError:  # every relative path (./d500-results, a workload) failed in a
+        say(f"d500 {name}: error: the current folder no longer exists (removed since the "
+            f"shell entered it): cd into a folder that does")  # traceback from the first one
+        return 2
     from d500.distributed.launch import launcher_rank
     if name not in UNDER_MPI and launcher_rank() is not None:
         say(f"d500 {name}: error: it runs in one process, and under mpiexec every rank would "
