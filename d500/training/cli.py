@@ -63,12 +63,15 @@ def train_level2(args: Any, workload: Any, entry: Any) -> int:
     checkpoints, resumed = restarts(ledger, workload, entry, args)
     seeds = ([resumed.meta["seed"]] if resumed is not None
              else choose_seeds(ledger, workload, entry, args))
+    if not seeds:  # said before the framework loads (torch: 5-9 s), as nothing runs
+        done_line(workload, args)
+        if args.json:
+            print("[]")
+        return 0
     backends.get(args.backend)
     configure_threads(args, resumed_threads(args))  # after the cheap checks, before the
     preflight(workload, entry.recipe, args.backend, args.data)  # framework runs anything
     out = stdout_console()
-    if not seeds:
-        done_line(workload, args)
     results = []
     for s in seeds:
         with progress_bar(f"{workload.name} / {entry.name} / {args.backend} seed {s}") as bar:
