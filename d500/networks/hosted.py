@@ -49,8 +49,10 @@ calls is caught with probability 1 - (1 - f q) ** CHECKED. The reference's recom
 costs a few seconds per timed call on the larger models (light-resnet50 at batch 1, 2.9 s a
 call), and the sizing up to PROBES * (GROWTHS + 1) = 24 calls more, which is why CHECKED is not
 level 0's 32. Open: a host skipping half its calls escapes one timed call's check with
-probability (1 - q/2) ** 6, 1.6 % at q = 1; a model with no float input (token ids alone) has
-nothing to shift, so its calls run unchecked and the row says so (`hosted_note`).
+probability (1 - q/2) ** 6, 1.6 % at q = 1; a model with no float input (token ids alone:
+bert-base-shaped, text-lm) has nothing to shift, so its calls run unchecked and the row says so
+(`hosted_note`); shifting ids within the vocabulary would need level 0's check to shift
+integers.
 
 Every row pays the check alike: built-in backends (d500's own code) stay in the judge's process
 and their timed calls run through the same checked round trips there (`checked_local`, level
