@@ -44,7 +44,7 @@ independent numbers at one of PATTERN rolls, and its weights a window of their o
 table of every call's checksum has PATTERN x M entries, 4.4e9 for a 256x256 output): both
 cheats answer wrong and are caught. What is left (README): a MatMul's row of x + u is a
 window of p, so a table of every window of p times B (PATTERN x N, one matmul of PATTERN rows,
-once) gives (x + u) B by gathering rows, 7x faster than the matmul (WindowMatMul there).
+once) gives (x + u) B by gathering rows, 6.8x faster than the matmul (WindowMatMul there).
 
 Why calls differ element by element, and a bound of SIGMAS standard deviations: calls once
 differed only by s_i, all
@@ -87,14 +87,19 @@ the record says why (`unverified`, the bench's `calls_unverified`).
 
 The shift and the checksum run in the operator's framework (its Runner's `shifted` and
 `checksums`: NumPy's in-place add, also for torch's tensors, and einsum; torch.dot in torch's
-threads; a jitted add and dot on JAX's device), one pass over the first input and one over the
-outputs per call. Built-in backends and operators imported by the judge run the same calls in
+threads; a jitted add and dot on JAX's device, the pattern and the weights put there once),
+one pass over the first input and its window of the pattern, and one over the outputs and
+their weights, per call. Built-in backends and operators imported by the judge run the same calls in
 its process (`checked_forward`, `Local`), so every row of a comparison pays the check alike.
 What the check costs against the unchecked loop (`benchmarks/call_check.py --rounds 15`,
 2026-11-27 17:05-17:12, load 6.5-8.3 on 2 cores, median of 3 runs, wall; forward, backward):
 Relu on 1 MiB, memory-bound, 2.4x, 2.6x in NumPy, 4.0x, 2.7x in torch, 7.0x, 4.5x in JAX; a
 256x256 MatMul 1.12x, 1.17x in NumPy, 1.08x, 1.08x in torch (README; the forward, before the
-roll: Relu 2.0x, 5.1x, 4.2x, MatMul 1.12x, 1.10x, load 6.4-8.8).
+roll: Relu 2.0x, 5.1x, 4.2x, MatMul 1.12x, 1.10x, load 6.4-8.8). With the windows, side by
+side with the code before them (2026-11-27 23:22-23:41, load 5.0-11.5, README): the same within
+the runs' spread, JAX's Relu less (3.7x, 3.6x against 4.6x, 4.6x: the pattern put on its
+device once, `_OnDevice`), torch's backward more (Relu 3.0x against 2.8-2.9x, MatMul
+1.19-1.29x against 1.06-1.16x).
 """
 
 from __future__ import annotations
