@@ -1,9 +1,9 @@
 """Operators written against the call check's shift (tests/operators/ops/shift_cheats.py): a
 MatMul that answers each call's checksum from a cached output, since (x + u) B = x B + u B, and
 a Relu that answers from prefix sums over its input sorted once per residue class. Against the
-shift before each call rolled the pattern over the whole input and turned the weights, both
-passed the check and were recorded faster than honest (benchmarks/shift_cheats.py, README); now
-each call's offsets and weights are its own for every element, and both are caught."""
+shift before each call got its own window of a 65,521-number pattern and of the weights, both
+passed the check and were recorded faster than honest (benchmarks/shift_cheats.py, README; this
+test fails on that code); now both answer wrong and are caught."""
 
 from __future__ import annotations
 

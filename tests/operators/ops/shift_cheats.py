@@ -12,8 +12,8 @@ benchmarks/shift_cheats.py). Each class's honest twin is beside it.
   class mod PERIOD, so a class's Relu outputs are a prefix of its elements sorted once: the
   checksum is PERIOD binary searches and prefix sums per call, not a pass over the data.
 
-Both are written against the shift as it was before the weights turned per call over the
-whole output and the offsets rolled over the whole input; run on today's judge they answer
+Both are written against the shift as it was before each call got its own window of a
+65,521-number pattern (host.PATTERN) and of the weights; run on today's judge they answer
 wrong. WindowMatMul is written against today's shift, which it still gets through for a MatMul
 (README: what the call check cannot prove)."""
 
