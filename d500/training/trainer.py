@@ -503,9 +503,12 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
                 save(epoch + 1)
         last = state["reached"] is None and state["evaluated"] != state["step"]
         t = clock.read()
-        final = meter.timed(worker.finish, last)  # the final model (level 3: the scheme's)
+        if last:  # the final model (level 3: the scheme's), on the clock: time worked
+            final = meter.timed(worker.finish, True)
         meter.check(run)  # fails a run whose entry used more CPU than its threads give
-        if last:  # the end: always one last evaluation, the finish's time trained before it
+        if not last:  # in no figure, so no time worked either (an entry waiting there as long
+            worker.finish(False)  # as it trained halved its threads' ratio: test_padded_meter)
+        else:  # the end: always one last evaluation, the finish's time trained before it
             # (after the last evaluation, where the target was met or the last step evaluated, it
             # is in no figure: the split is of the time up to the last evaluation, and nothing
             # finish(False) does there is judged)
