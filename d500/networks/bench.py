@@ -74,8 +74,11 @@ def _check_batch(workload: Workload, model: onnx.ModelProto) -> None:
 
 
 def bench(workload: Workload, backends: Sequence[str], *, ledger: Any = None,
-          budget: float | None = None, progress: Progress | None = None) -> BenchResult:
-    """Benchmark `workload` on `backends`; every backend's figures become a ledger run."""
+          budget: float | None = None, progress: Progress | None = None,
+          configure: Callable[[], None] | None = None) -> BenchResult:
+    """Benchmark `workload` on `backends`; every backend's figures become a ledger run.
+    `configure` (the CLI's thread counts, which import the frameworks) runs after the model's
+    own checks, so that a workload file's mistake is said before a framework loads."""
     from d500 import backends as _backends
     from d500.ledger import Ledger
     from d500.networks import hosted
@@ -89,6 +92,8 @@ def bench(workload: Workload, backends: Sequence[str], *, ledger: Any = None,
     _check_batch(workload, model)
     feeds1, feeds_b = bench_inputs(workload, model)
     train_model, train_path = training_model(workload, model, model_path)
+    if configure is not None:
+        configure()
     try:  # unknown or missing backends fail up front
         classes = {b: hosted.backend(b) for b in backends}
     except BaseException:

@@ -172,9 +172,10 @@ def _bench(args: Any) -> int:
     backends.host_plugins()  # a third-party backend runs in a host (d500.networks.hosted)
     workload = workloads.load(workloads.find(args.workload))
     names = backend_list(args.backends)
-    threads.configure(args.threads, threads.frameworks(names))
-    with _status(not args.json) as status:
-        result = bench(workload, names, budget=args.budget, progress=status)
+    with _status(not args.json) as status:  # threads set after the model's checks
+        result = bench(workload, names, budget=args.budget, progress=status,
+                       configure=lambda: threads.configure(args.threads,
+                                                           threads.frameworks(names)))
     if args.json:
         print(json.dumps([{"backend": r.backend, "status": r.status, "run": r.run_id,
                            "figures": r.figures, "error": r.error} for r in result.results],
