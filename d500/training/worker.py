@@ -106,6 +106,7 @@ class Trainee:
     grace: float | None = GRACE
     spin = 0.0  # s a wait for a chunk looks past its due time (d500.training.waiting; 0: never)
     board: handover.Board | None = None  # where the model comes, when not pickled (a Worker's)
+    shows_val = True  # level 3's rank 0 shows the last validation figure in its progress
     shelf: handover.Board | None = None  # where the training split goes, when not pickled
 
     def __init__(self, conn: Any):
@@ -159,9 +160,11 @@ class Trainee:
         model handed over at the end if `want`;
         `remaining()` is the time budget left on the supervisor's clock: when it runs out the
         trainee is told to stop after its current step (and given up if it does not within
-        `grace` s). `val`: the last validation accuracy, for the trainee's progress display."""
+        `grace` s). `val`: the last validation accuracy, for the trainee's progress display
+        where it shows one (`shows_val`; else never sent: a figure of the validation split)."""
         sent = time.perf_counter()
-        self.conn.send(("train", epoch, first, count, want, val, batch))
+        self.conn.send(("train", epoch, first, count, want, val if self.shows_val else None,
+                        batch))
         # when the chunk should be back, from this side's timing of the last one: it decides
         # when the wait looks without sleeping (d500.training.waiting), never what is timed
         due = None if self.step_time is None or not self.spin else sent + count * self.step_time
@@ -269,6 +272,7 @@ class Worker(Trainee):
     """The supervisor's handle on one worker process."""
 
     warmup: tuple[float, str] | None = None  # s its warm-up may take, and why (warmup.bound)
+    shows_val = False  # the judge shows progress; the entry's code learns no validation figure
 
     def __init__(self, job: Job):
         if job.env is None:
