@@ -73,6 +73,8 @@ def read_yaml(path: str | Path, text: str | bytes | None = None) -> tuple[Path, 
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        if "'\\t'" in problem:  # PyYAML names the tab but not the rule it broke
+            problem += " (YAML indents with spaces, never tabs)"
         raise ConfigError(f"{path}{where}: invalid YAML: {problem}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not a text file") from None
