@@ -506,13 +506,15 @@ class _Facts:
         return True
 
 
-@functools.lru_cache(maxsize=256)
-def _plain_class(bound: tuple[str, str | None] | None, parts: tuple[str, ...]) -> bool:
-    """The d500 class root.parts (its root name imported as `bound`: module, name in it) runs
-    no code of its own when subclassed (no __init_subclass__, __set_name__ or metaclass)."""
+_UNKNOWN = object()  # (`_resolve`: not importable here)
+
+
+def _resolve(bound: tuple[str, str | None] | None, parts: tuple[str, ...]) -> object:
+    """The object root.parts names (its root name imported as `bound`: module, name in it), or
+    _UNKNOWN where it cannot be imported here."""
     import importlib
     if bound is None:
-        return False
+        return _UNKNOWN
     try:
         module, name = bound
         obj = importlib.import_module(module)
@@ -522,7 +524,15 @@ def _plain_class(bound: tuple[str, str | None] | None, parts: tuple[str, ...]) -
         for part in parts:
             obj = getattr(obj, part)
     except Exception:  # noqa: BLE001 - not importable here: treat as running code
-        return False
+        return _UNKNOWN
+    return obj
+
+
+@functools.lru_cache(maxsize=256)
+def _plain_class(bound: tuple[str, str | None] | None, parts: tuple[str, ...]) -> bool:
+    """The d500 class root.parts (its root name imported as `bound`: module, name in it) runs
+    no code of its own when subclassed (no __init_subclass__, __set_name__ or metaclass)."""
+    obj = _resolve(bound, parts)
     return isinstance(obj, type) and type(obj) is type and not any(
         "__init_subclass__" in vars(k) or any(hasattr(v, "__set_name__")
                                               for v in vars(k).values())
@@ -533,19 +543,7 @@ def _plain_class(bound: tuple[str, str | None] | None, parts: tuple[str, ...]) -
 def _plain_record(bound: tuple[str, str | None] | None, parts: tuple[str, ...]) -> bool:
     """The d500 name root.parts is a dataclass without __post_init__: calling it only builds
     a record."""
-    import importlib
-    if bound is None:
-        return False
-    try:
-        module, name = bound
-        obj = importlib.import_module(module)
-        if name is not None:
-            obj = getattr(obj, name) if hasattr(obj, name) else importlib.import_module(
-                f"{module}.{name}")
-        for part in parts:
-            obj = getattr(obj, part)
-    except Exception:  # noqa: BLE001 - not importable here: treat as running code
-        return False
+    obj = _resolve(bound, parts)
     return (isinstance(obj, type) and hasattr(obj, "__dataclass_fields__")
             and not hasattr(obj, "__post_init__") and type(obj) is type)
 
