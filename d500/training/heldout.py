@@ -88,7 +88,11 @@ class Pending:
         except BaseException:
             self.write_untested(run)
             raise
-        self.measure_all(run, state)
+        try:
+            self.measure_all(run, state)
+        except BaseException:  # (^C while it measures: the rows left, as they are)
+            self.write_untested(run)
+            raise
 
     def _with(self, metrics: dict[str, float], test: float) -> dict[str, float]:
         out = {}

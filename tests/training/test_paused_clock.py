@@ -114,3 +114,24 @@ def test_the_clock_is_never_paused_while_the_entry_runs(home, tmp_path, monkeypa
     assert [r["metrics"]["test_accuracy"] for r in rows] == [v for _, v in calls[n:]]
     assert [r["metrics"]["val_accuracy"] for r in rows] == [v for _, v in calls[:n]]
     assert result.figures["final_test_accuracy"] == calls[-1][1]
+
+
+def test_a_run_stopped_while_its_tests_are_measured_keeps_its_rows(home, monkeypatch):
+    """Stopped (^C, an exit) while it measures the kept models after the run, the run keeps
+    every evaluation's row: those measured with their test accuracy, the rest without."""
+    measure, seen = trainer.QUALITY["accuracy"], []
+
+    def stopped(predict, x, y):
+        seen.append(y.tobytes())
+        if len(set(seen)) == 2 and seen.count(seen[-1]) == 2:  # the second test split's
+            raise SystemExit(130)
+        return measure(predict, x, y)
+
+    monkeypatch.setitem(trainer.QUALITY, "accuracy", stopped)
+    with pytest.raises(SystemExit):
+        entries.run(submission.load(entries.SGD), epochs=3)
+    from d500.ledger import Ledger
+    (run,) = Ledger().runs()
+    rows = Ledger().evaluations(run["id"])
+    assert len(rows) >= 2 and all("val_accuracy" in r["metrics"] for r in rows)
+    assert ["test_accuracy" in r["metrics"] for r in rows] == [True] + [False] * (len(rows) - 1)
