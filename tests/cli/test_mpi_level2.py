@@ -23,7 +23,8 @@ def test_a_level2_workload_under_mpiexec_is_refused_before_torch_loads(tmp_path)
                           capture_output=True, text=True, timeout=300, check=False,
                           env={**os.environ, "D500_HOME": str(tmp_path)}, cwd=tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert done.stdout.split() == ["False", "False"], done.stdout + done.stderr
+    # each rank prints whether it imported torch; the two ranks' lines may interleave
+    assert done.stdout.count("False") == 2 and "True" not in done.stdout, done.stdout
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 2 and all("is a level-2 workload: it trains in one process" in line
                                    for line in lines), done.stderr
