@@ -313,12 +313,9 @@ def test_an_optimizer_patching_the_clock_on_import_does_not_change_the_recorded_
 def test_validation_is_on_the_clock(home, monkeypatch):
     """A slow validation is inside the time to accuracy (a clock paused over it would not be)."""
     evaluated = trainer.accuracy
-    calls = {"validation": 0}
 
-    def slow(predict, x, y):
-        if len(y) == 300 and calls["validation"] % 2 == 0:  # validation, then test, each time
-            time.sleep(0.2)
-        calls["validation"] += 1
+    def slow(predict, x, y):  # validation and test alike (test accuracy is measured after the
+        time.sleep(0.2)  # run, in no figure: d500.training.heldout)
         return evaluated(predict, x, y)
 
     monkeypatch.setitem(trainer.QUALITY, "accuracy", slow)  # the workload's measure, by name
