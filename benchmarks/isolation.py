@@ -105,6 +105,11 @@ class InProcess:
     def cpu_seconds(self) -> None:
         return None  # (not measured: the judge's own process)
 
+    whose, leeway = "the in-process loop", 1.0  # (d500.training.cpu's Meter reads them)
+
+    def allotment(self) -> None:
+        return None  # (nothing measured, so no bound)
+
     def close(self) -> None:
         InProcess.current = None
 

