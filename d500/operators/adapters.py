@@ -71,26 +71,39 @@ class Runner:
         grads = tuple(grad_outputs)
         return lambda: self.op.backward(grads, inputs, outputs)
 
-    def shifted(self, arrays: Sequence[np.ndarray]) -> Callable[[np.ndarray], list[Any]]:
+    def shifted(self, arrays: Sequence[np.ndarray], second: int | None = None
+                ) -> Callable[..., list[Any]]:
         """For checked timing (d500.operators.host): a function from a call's offsets (an array
-        of the first array's dtype, as long as it: a window of the judge's pattern) to the
-        native inputs, the first being the first array plus the offsets (`add_tiled`, which
-        also tiles shorter offsets over its elements). Converted once; the first
-        input rewritten in place where its native array shares NumPy's memory (NumPy, torch),
-        converted anew each call otherwise."""
+        of the first array's dtype, as long as it: a window of the judge's pattern), and those
+        of array `second` if given, to the native inputs, each shifted array being the given
+        one plus its offsets (`add_tiled`, which also tiles shorter offsets over its
+        elements). Converted once; a shifted input rewritten in place where its native array
+        shares NumPy's memory (NumPy, torch), converted anew each call otherwise (`_adder`)."""
         native = self.to_native(arrays)
-        view = writable_view(native[0])
-        first = np.ascontiguousarray(arrays[0]).reshape(-1)
-        flat = view.reshape(-1) if view is not None and view.flags.c_contiguous else None
+        first = self._adder(arrays, native, 0)
+        other = None if second is None else self._adder(arrays, native, second)
 
-        def shift(offsets: np.ndarray) -> list[Any]:
-            if flat is not None:
-                add_tiled(first, offsets, flat)
-            else:
-                out = add_tiled(first, offsets, np.empty_like(first))
-                native[0] = self.to_native([out.reshape(arrays[0].shape)])[0]
+        def shift(offsets: np.ndarray, more: np.ndarray | None = None) -> list[Any]:
+            first(offsets)
+            if other is not None and more is not None:
+                other(more)
             return native
         return shift
+
+    def _adder(self, arrays: Sequence[np.ndarray], native: list[Any], k: int
+               ) -> Callable[[np.ndarray], None]:
+        """Sets native[k] to arrays[k] plus a call's offsets (`shifted`)."""
+        view = writable_view(native[k])
+        given = np.ascontiguousarray(arrays[k]).reshape(-1)
+        flat = view.reshape(-1) if view is not None and view.flags.c_contiguous else None
+
+        def add(offsets: np.ndarray) -> None:
+            if flat is not None:
+                add_tiled(given, offsets, flat)
+            else:
+                out = add_tiled(given, offsets, np.empty_like(given))
+                native[k] = self.to_native([out.reshape(np.shape(arrays[k]))])[0]
+        return add
 
     def shifted_backward(self, arrays: Sequence[np.ndarray],
                          grad_outputs: Sequence[np.ndarray | None]
@@ -156,6 +169,14 @@ def add_tiled(flat: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> np.ndar
     np.add(flat[:q].reshape(-1, period), offsets, out=out[:q].reshape(-1, period))
     np.add(flat[q:], offsets[:n - q], out=out[q:])
     return out
+
+
+def second_float(arrays: Sequence[Any]) -> int | None:
+    """The input a checked forward at level 0 shifts besides the first: the first float one
+    after it, not empty (d500.operators.host: a MatMul's B, a Conv's W)."""
+    from d500.operators.dtypes import is_float
+    return next((k for k, a in enumerate(arrays) if k and np.size(a)
+                 and is_float(np.asarray(a).dtype)), None)
 
 
 def first_grad(grad_outputs: Sequence[Any]) -> int | None:

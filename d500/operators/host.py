@@ -42,9 +42,15 @@ whose elements j = c mod 1021 all got one offset, by binary searches in each cla
 sorted once and prefix sums (2.5x faster, passed). Now a call's offsets are PATTERN
 independent numbers at one of PATTERN rolls, and its weights a window of their own pattern (a
 table of every call's checksum has PATTERN x M entries, 4.4e9 for a 256x256 output): both
-cheats answer wrong and are caught. What is left (README): a MatMul's row of x + u is a
-window of p, so a table of every window of p times B (PATTERN x N, one matmul of PATTERN rows,
-once) gives (x + u) B by gathering rows, 6.8x faster than the matmul (WindowMatMul there).
+cheats answer wrong and are caught. With the first input alone shifted, a MatMul's row of
+x + u is a window of p, so a table of every window of p times B (PATTERN x N, one matmul of
+PATTERN rows, once) gave (x + u) B by gathering rows, 6.8x faster than the matmul, and passed
+(WindowMatMul there). So at level 0 a forward's second float input (`second_float`: a MatMul's
+B, a Conv's W) is shifted too, by its window at its own roll (`_second_rolls`) of a pattern
+of its own (stream SECOND, at its own mean |.|, never grown): (x + u)(B + v) has a term u v,
+two windows' product, that only a matmul gives (a table of it would need a pair of rolls,
+PATTERN^2 entries); it costs a pass over B a call. Level 1 (d500.networks.hosted) shifts its
+first float input only.
 
 Why calls differ element by element, and a bound of SIGMAS standard deviations: calls once
 differed only by s_i, all
@@ -137,6 +143,7 @@ CHECKSUM_SLACK = 1e-5  # a float32 dot product's rounding, relative to sum |w y|
 SIGMAS = 6.0  # an honest checksum's error is refused with probability 2e-9 (`_expected`)
 POWER = 0.95  # the share of pairs of calls whose checksums the bound should tell apart
 GROWTH, GROWTHS = 4.0, 3  # the shift's scale grows by GROWTH at most GROWTHS times (`calibrate`)
+SECOND = 5  # the stream of the second input's pattern (`_pattern`; its scale is never grown)
 PROBES = 6  # calls recomputed to estimate the check's power before timing
 
 
@@ -249,9 +256,10 @@ class RemoteRunner:
 
     def timed_forward(self, inputs: list[np.ndarray], reference: Any = None,
                       tolerance: tuple[float, float] | None = None) -> Batched:
-        key = secrets.randbits(63)  # the checksums' weights
-        self.host.ask("prepare", "forward", inputs, None, key)
-        return Batched(self.host, "forward", inputs, key, reference, tolerance)
+        from d500.operators.adapters import second_float
+        key, second = secrets.randbits(63), second_float(inputs)  # the checksums' weights
+        self.host.ask("prepare", "forward", inputs, None, key, second)
+        return Batched(self.host, "forward", inputs, key, reference, tolerance, second=second)
 
     def timed_backward(self, inputs: list[np.ndarray], grads: list[np.ndarray | None],
                        reference: Any = None, tolerance: tuple[float, float] | None = None
@@ -274,11 +282,12 @@ class Batched:
 
     label: str | None = None  # what verify's failures call a timed call (None: its kind)
     host_name = "operator"  # what runs in the host (level 1's: "backend")
+    second: int | None = None  # the input a forward's calls shift besides the first (level 0)
 
     def __init__(self, host: Host | Local, kind: str, inputs: list[np.ndarray] | None = None,
                  key: int | None = None, reference: Any = None,
                  tolerance: tuple[float, float] | None = None,
-                 grads: list[np.ndarray | None] | None = None):
+                 grads: list[np.ndarray | None] | None = None, second: int | None = None):
         from d500.operators.adapters import first_grad
         self.host, self.kind, self.key = host, kind, key
         self.inputs, self.grads = inputs, grads  # what the calls ran on
@@ -289,6 +298,10 @@ class Batched:
         self._weights: list[np.ndarray] | None = None
         checked = inputs and key is not None and (kind == "forward" or self.first is not None)
         self.scale = _shift_scale(self._varied()) if checked else None
+        self.second = second if self.scale is not None and kind == "forward" else None
+        if self.second is not None:
+            x = inputs[self.second]
+            self._second = _pattern(key, _shift_scale(x), x.dtype, SECOND)
         if self.scale is not None and reference is not None and tolerance is not None:
             self.calibrate(reference, *tolerance)
         self.trips: list[tuple[int, int, np.ndarray]] = []  # (seed, calls, checksums)
@@ -356,7 +369,7 @@ class Batched:
             rolls, turns = _rolls(seed, calls)
             try:
                 want, bounds = self._reference_sums(reference, rolls[i], turns[i], rtol,
-                                                    atol_frac)
+                                                    atol_frac, _second_rolls(seed, calls)[i])
             except D500Error as err:  # the reference cannot recompute a call: none checked
                 self.unverified = str(err)
                 return None
@@ -380,10 +393,12 @@ class Batched:
         rng = np.random.default_rng(secrets.randbits(63))
         tried = []
         for _ in range(GROWTHS + 1):
-            rolls, turns = _rolls(int(rng.integers(2 ** 62)), PROBES)
+            seed = int(rng.integers(2 ** 62))
+            rolls, turns = _rolls(seed, PROBES)
             try:
-                power = _power([self._reference_sums(reference, r, t, rtol, atol_frac)
-                                for r, t in zip(rolls, turns)], model=True)
+                power = _power([self._reference_sums(reference, r, t, rtol, atol_frac, r2)
+                                for r, t, r2 in zip(rolls, turns, _second_rolls(seed, PROBES))],
+                               model=True)
             except D500Error as err:  # e.g. no reference gradient of this operator: `verify`
                 self.unverified = str(err)  # will say so
                 return
@@ -396,15 +411,20 @@ class Batched:
         self.scale = -scale
 
     def _reference_sums(self, reference: Any, roll: int, turn: int, rtol: float,
-                        atol_frac: float) -> tuple[list[float], list[float]]:
+                        atol_frac: float, roll2: int = 0) -> tuple[list[float], list[float]]:
         """The checksums of one call's outputs as the reference gives them (the call's roll of
-        the shift's pattern and turn of the weights), and their bounds."""
+        the shift's pattern, of the second input's with `second`, and turn of the weights),
+        and their bounds."""
         x = self._varied()
         if getattr(self, "_windows", (None,))[0] != self.scale:  # the pattern at this scale
             self._windows = (self.scale, _pattern(self.key, self.scale, x.dtype))
         shifted = _shifted(x, _offsets(self._windows[1], roll, x.size))
         if self.kind == "forward":
-            want = reference([shifted, *self.inputs[1:]])
+            arrays = [shifted, *self.inputs[1:]]
+            if self.second is not None:
+                y = self.inputs[self.second]
+                arrays[self.second] = _shifted(y, _offsets(self._second, roll2, y.size))
+            want = reference(arrays)
         else:
             grads = list(self.grads)
             grads[self.first] = shifted
@@ -440,10 +460,11 @@ def checked_forward(run: Any, inputs: list[np.ndarray], reference: Any = None,
     the check can tell calls apart (`Batched.calibrate`)."""
     if isinstance(run, RemoteRunner):
         return run.timed_forward(inputs, reference, tolerance)
-    key = secrets.randbits(63)
+    from d500.operators.adapters import second_float
+    key, second = secrets.randbits(63), second_float(inputs)
     local = Local(run)
-    local.ask("prepare", "forward", inputs, None, key)
-    return Batched(local, "forward", inputs, key, reference, tolerance)
+    local.ask("prepare", "forward", inputs, None, key, second)
+    return Batched(local, "forward", inputs, key, reference, tolerance, second=second)
 
 
 def checked_backward(run: Any, inputs: list[np.ndarray], grads: list[np.ndarray | None],
@@ -478,7 +499,12 @@ def _rolls(seed: int, calls: int) -> tuple[np.ndarray, np.ndarray]:
             np.random.default_rng([seed, 4]).integers(0, 2 ** 62, calls))
 
 
-def _pattern(key: int, scale: float, dtype: Any) -> np.ndarray:
+def _second_rolls(seed: int, calls: int) -> np.ndarray:
+    """Each call's roll of the second input's pattern (`SECOND`), from a stream of its own."""
+    return np.random.default_rng([seed, 5]).integers(0, PATTERN, calls)
+
+
+def _pattern(key: int, scale: float, dtype: Any, stream: int = 2) -> np.ndarray:
     """What a call's offsets are windows of: element j of call i is shifted by
     p[(j + r_i) % PATTERN], p uniform in [0, scale / 2) (non-negative: an input kept positive
     for Log or Pow stays so): an element's offset changes from call to call, along every axis
@@ -486,7 +512,7 @@ def _pattern(key: int, scale: float, dtype: Any) -> np.ndarray:
     stride PATTERN, a prime, divides), and two elements of a call share one only PATTERN
     apart. Returned twice over, in the input's dtype, so that a call's offsets are a slice
     (`_offsets`): no work."""
-    p = (np.random.default_rng([key, 2]).uniform(0.0, 0.5, PATTERN) * scale).astype(dtype)
+    p = (np.random.default_rng([key, stream]).uniform(0.0, 0.5, PATTERN) * scale).astype(dtype)
     return np.concatenate([p, p])
 
 
@@ -652,10 +678,14 @@ def _answer(cls: Any, state: dict[str, Any], message: tuple[Any, ...]) -> Any:
     if kind == "prepare":
         _, which, inputs, grads, *key = message
         if key and which == "forward":
-            shifted = run.shifted(inputs)
-            state["checked " + which] = {"apply": lambda offsets: run.call(shifted(offsets)),
-                                         "key": key[0], "dtype": inputs[0].dtype,
-                                         "size": np.size(inputs[0])}
+            second = key[1] if len(key) > 1 else None  # level 0's: the input also shifted
+            shifted = run.shifted(inputs, second)
+            state["checked " + which] = {
+                "apply": lambda offsets, more=None: run.call(shifted(offsets, more)),
+                "key": key[0], "dtype": inputs[0].dtype, "size": np.size(inputs[0]),
+                "second": None if second is None else _pattern(
+                    key[0], _shift_scale(inputs[second]), inputs[second].dtype, SECOND),
+                "second size": None if second is None else np.size(inputs[second])}
         elif key:
             from d500.operators.adapters import first_grad
             apply = run.shifted_backward(inputs, grads)
@@ -696,9 +726,13 @@ def _checked_calls(run: Any, checked: dict[str, Any], calls: int, seed: int, sca
         checked["pattern"] = _pattern(checked["key"], scale, checked["dtype"])
     pattern = checked["pattern"]
     rolls, turns = _rolls(seed, calls)
+    second = checked.get("second")
+    rolls2 = _second_rolls(seed, calls) if second is not None else None
     sums = np.empty((calls, 0))
     for i in range(calls):
-        outs = as_tuple(checked["apply"](_offsets(pattern, rolls[i], size)))
+        offsets = _offsets(pattern, rolls[i], size)
+        outs = as_tuple(checked["apply"](offsets) if second is None else checked["apply"](
+            offsets, _offsets(second, rolls2[i], checked["second size"])))
         if checked.get("checksums") is None:  # the weights: once per timed call, from its key
             checked["checksums"] = run.checksums(_weights(checked["key"], outs))
         row = checked["checksums"](outs, int(turns[i]))

@@ -46,17 +46,15 @@ class JaxRunner(Runner):
     def _numpy(self, value):
         return np.asarray(value)
 
-    def shifted(self, arrays):
+    def _adder(self, arrays, native, k):
         """The offsets added on the device by a jitted add, tiled as `add_tiled` does (no
         conversion of a new array each call; the judge's pattern put there once, `_OnDevice`);
         the same float addition as NumPy's."""
-        native = self.to_native(arrays)
-        first, add = native[0], _OnDevice(np.shape(arrays[0]))
+        given, add = native[k], _OnDevice(np.shape(arrays[k]))
 
         def shift(offsets):
             with _x64():
-                native[0] = add(first, offsets)
-            return native
+                native[k] = add(given, offsets)
         return shift
 
     def checksums(self, weights):

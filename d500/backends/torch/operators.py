@@ -32,7 +32,7 @@ class TorchRunner(Runner):
         from d500.backends.torch.dtypes import to_numpy
         return to_numpy(value)
 
-    def shifted(self, arrays):
+    def _adder(self, arrays, native, k):
         """NumPy's in-place add where the tensor shares NumPy's memory (torch.add there cost
         the host twice the CPU beside torch.dot); else (bfloat16) torch.add into the tensor,
         the offsets tiled as `add_tiled` does. The sum rounds as NumPy's does."""
@@ -40,16 +40,14 @@ class TorchRunner(Runner):
 
         from d500.backends.torch.dtypes import from_numpy
         from d500.operators.adapters import writable_view
-        native = self.to_native(arrays)
-        if writable_view(native[0]) is not None or not (
-                isinstance(native[0], torch.Tensor) and native[0].is_floating_point()):
-            return super().shifted(arrays)
-        first, out = native[0].clone().reshape(-1), native[0].view(-1)
+        if writable_view(native[k]) is not None or not (
+                isinstance(native[k], torch.Tensor) and native[k].is_floating_point()):
+            return super()._adder(arrays, native, k)
+        given, out = native[k].clone().reshape(-1), native[k].view(-1)
 
-        def shift(offsets):
-            _add_tiled(first, from_numpy(offsets), out)
-            return native
-        return shift
+        def add(offsets):
+            _add_tiled(given, from_numpy(offsets), out)
+        return add
 
     def shifted_backward(self, arrays, grad_outputs):
         """The output gradient's tensor rewritten in place by torch.add (`_add_tiled`), then

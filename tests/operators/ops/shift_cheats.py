@@ -1,4 +1,4 @@
-"""Two operator files' cheats written against the call check's shift (d500.operators.host), as
+"""Three operator files' cheats written against the call check's shift (d500.operators.host), as
 an entry submits them: the file is imported in the operator host, and on import it replaces the
 host's loop of checked calls with one that answers each call's checksum from algebra on what the
 judge sent, without running the call (tests/operators/test_shift_cheats.py,
@@ -12,10 +12,14 @@ benchmarks/shift_cheats.py). Each class's honest twin is beside it.
   class mod PERIOD, so a class's Relu outputs are a prefix of its elements sorted once: the
   checksum is PERIOD binary searches and prefix sums per call, not a pass over the data.
 
-Both are written against the shift as it was before each call got its own window of a
-65,521-number pattern (host.PATTERN) and of the weights; run on today's judge they answer
-wrong. WindowMatMul is written against today's shift, which it still gets through for a MatMul
-(README: what the call check cannot prove)."""
+- WindowMatMul: a call's offsets are a window of one pattern as long as x, so a row of x + u is
+  x's row plus a window of the pattern, and (x + u) B is x B plus rows of a table of every
+  window times B, one matmul once: a call is a gather and an add, no matmul.
+
+The first two are written against the shift as it was before each call got its own window of a
+65,521-number pattern (host.PATTERN) and of the weights, WindowMatMul against the shift before
+a forward's second float input got its own window too ((x + u)(B + v) has a term u v only a
+matmul gives); run on today's judge all three answer wrong."""
 
 import numpy as np
 
@@ -103,11 +107,11 @@ class ReluPlan:
 
 
 class WindowPlan:
-    """Against today's shift: a call's offsets are a window of one pattern p as long as x, at
-    roll r, so row k of x + u is x's row plus p[r + kK : r + kK + K], K the row's length, and
-    (x + u) B = x B + rows of a table T[a] = p[a : a + K] B over every start a (L rows of
-    N, one matmul of L x K by K x N once per scale). A call is then a gather of M rows, an add
-    and the dot with its turned weights: passes over the output, no matmul."""
+    """Against the shift of the first input only: a call's offsets are a window of one pattern
+    p as long as x, at roll r, so row k of x + u is x's row plus p[r + kK : r + kK + K], K the
+    row's length, and (x + u) B = x B + rows of a table T[a] = p[a : a + K] B over every start
+    a (L rows of N, one matmul of L x K by K x N once per scale). A call is then a gather of M
+    rows, an add and the dot with its turned weights: passes over the output, no matmul."""
 
     def __init__(self, inputs, key):
         self.x, self.b = (np.asarray(a, np.float32) for a in inputs)
