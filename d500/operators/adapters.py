@@ -133,14 +133,15 @@ class Runner:
         """For checked timing: a function from one call's native outputs and its turn to their
         checksums, each output's elements dotted in float32 with its float32 `weights` turned
         (`turned`: given twice over, a slice). Here by einsum's own loop on the outputs as
-        NumPy: a BLAS dot's threads would contend with another framework's thread pool (torch's
-        OpenMP threads made it 9x slower on 2 cores)."""
+        NumPy (`weighed`, in each output's memory order): a BLAS dot's threads would contend
+        with another framework's thread pool (torch's OpenMP threads made it 9x slower on 2
+        cores)."""
         def sums(outputs: Sequence[Any], turn: int = 0) -> list[float]:
             out = []
             for w, y in zip(weights, outputs):
-                y = flat32(self._numpy(y))
+                y = as32(self._numpy(y))
                 start = turned(w.size, y.size, turn)
-                out.append(float(np.einsum("i,i->", w[start:start + y.size], y)))
+                out.append(weighed(w[start:start + y.size], y))
             return out
         return sums
 
@@ -199,10 +200,34 @@ def float_grads(result: Any, arrays: Sequence[np.ndarray]) -> list[Any]:
             for g, a in zip(got, kept)]
 
 
-def flat32(y: Any) -> np.ndarray:
-    """An array's elements as a flat float32 NumPy array."""
-    y = np.asarray(y).ravel()
+def as32(y: Any) -> np.ndarray:
+    """An array as a float32 NumPy array, its memory order kept (no copy if float32)."""
+    y = np.asarray(y)
     return y if y.dtype == np.float32 else y.astype(np.float32)
+
+
+AXES = "abcdefghijklmnopqrstuvwxyz"  # einsum's letters (`weighed`)
+TILE = 64  # the elements of an output's fastest axis a checksum's einsum takes at a time
+
+
+def weighed(w: np.ndarray, y: np.ndarray) -> float:
+    """The checksum sum_j w_j y_j, y's elements taken in C order (as the judge ravels the
+    reference's outputs), w flat and as many: einsum's float32 loop over y in its own memory
+    order, w viewed in y's shape, so that an array not in C order is not copied to it (the
+    reference's Gemm weight gradients are transposed views; README, level 1). Both are seen
+    with their axes in y's memory order where that makes y C-contiguous (einsum then reads y
+    in one pass), in slabs of TILE along y's fastest axis (the weights, read across, then
+    touch TILE pages at a time, not one per element of a row; README, level 1)."""
+    if y.flags.c_contiguous or y.ndim > len(AXES):
+        return float(np.einsum("i,i->", w, y.reshape(-1)))
+    axes, by = AXES[:y.ndim], w.reshape(y.shape)
+    if min(y.strides) >= 0:
+        order = sorted(range(y.ndim), key=lambda k: -y.strides[k])
+        if y.transpose(order).flags.c_contiguous:
+            by, y = by.transpose(order), y.transpose(order)
+    spec = f"{axes},{axes}->"
+    return sum(float(np.einsum(spec, by[..., k:k + TILE], y[..., k:k + TILE]))
+               for k in range(0, max(y.shape[-1], 1), TILE))
 
 
 def writable_view(native: Any) -> np.ndarray | None:
