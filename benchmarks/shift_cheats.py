@@ -7,7 +7,8 @@ round trip, then verified as `d500 op bench` verifies them.
 Per pair it prints the median per-call wall time of each (round trip / calls), their ratio, and
 what `verify` says of each. Cases: Relu on relu-4d's 8x32x32x32 float32 and a 256x256 float32
 MatMul, in NumPy. WindowMatMul is written against the shift of the first input only (it passed
-until the second float input was shifted too, README).
+until the second float input was shifted too, README); GradientWindowMatMul, timed on the
+backward, against the backward's shift of its output gradient only (it passes, README).
 
     .venv/bin/python benchmarks/shift_cheats.py [--rounds 10] [--cheats PrefixRelu,...]
 """
@@ -28,12 +29,24 @@ from d500.operators.host import RemoteClass
 CHEATS = Path(__file__).resolve().parents[1] / "tests" / "operators" / "ops" / "shift_cheats.py"
 
 
-def pair(cheat: str, honest: str, inputs: list[np.ndarray], reference, rounds: int) -> None:
+def pair(cheat: str, honest: str, inputs: list[np.ndarray], reference, rounds: int,
+         backward=None) -> None:
     rtol, atol = tolerances.operator_forward(np.dtype(np.float32))
     classes = {name: RemoteClass.start(CHEATS, name) for name in (cheat, honest)}
     try:
-        timed = {name: cls().runner().timed_forward(inputs, reference, (rtol, atol))
-                 for name, cls in classes.items()}
+        if backward:  # the backward's calls, on the output gradient g
+            g = [np.random.default_rng(1).standard_normal(reference(inputs)[0].shape)
+                 .astype(np.float32)]
+            rtol = tolerances.operator_gradient(np.dtype(np.float32))
+            atol = rtol / 100  # as d500.operators.bench._gradient_tolerance
+
+            def reference(arrays, grads):
+                return backward(arrays, grads[0])
+            timed = {name: cls().runner().timed_backward(inputs, g, reference, (rtol, atol))
+                     for name, cls in classes.items()}
+        else:
+            timed = {name: cls().runner().timed_forward(inputs, reference, (rtol, atol))
+                     for name, cls in classes.items()}
         wall: dict[str, list[float]] = {name: [] for name in timed}
         for r in range(rounds):
             for name in list(timed)[:: 1 if r % 2 else -1]:
@@ -54,8 +67,9 @@ def pair(cheat: str, honest: str, inputs: list[np.ndarray], reference, rounds: i
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--cheats", default="PrefixRelu,CachedMatMul,WindowMatMul",
-                        help="which (all three are caught by today's shift)")
+    parser.add_argument("--cheats", default="PrefixRelu,CachedMatMul,WindowMatMul,"
+                        "GradientWindowMatMul", help="which (GradientWindowMatMul, a "
+                        "backward's, is not caught today)")
     args = parser.parse_args()
     from d500 import threads
     threads.configure(modules=["numpy"])  # as `d500 op bench`: usable cores
@@ -65,10 +79,12 @@ def main() -> None:
     mm = [rng.standard_normal((256, 256)).astype(np.float32) for _ in range(2)]
     pairs = {"PrefixRelu": ("HonestRelu", relu, lambda a: [np.maximum(a[0], 0)]),
              "CachedMatMul": ("HonestMatMul", mm, lambda a: [a[0] @ a[1]]),
-             "WindowMatMul": ("HonestMatMul", mm, lambda a: [a[0] @ a[1]])}
+             "WindowMatMul": ("HonestMatMul", mm, lambda a: [a[0] @ a[1]]),
+             "GradientWindowMatMul": ("HonestGradMatMul", mm, lambda a: [a[0] @ a[1]])}
     for cheat in args.cheats.split(","):
         honest, inputs, reference = pairs[cheat]
-        pair(cheat, honest, inputs, reference, args.rounds)
+        pair(cheat, honest, inputs, reference, args.rounds,
+             (lambda a, g: [g @ a[1].T, a[0].T @ g]) if cheat.startswith("Gradient") else None)
     print("load:", os.getloadavg())
 
 

@@ -1,4 +1,4 @@
-"""Three operator files' cheats written against the call check's shift (d500.operators.host), as
+"""Four operator files' cheats written against the call check's shift (d500.operators.host), as
 an entry submits them: the file is imported in the operator host, and on import it replaces the
 host's loop of checked calls with one that answers each call's checksum from algebra on what the
 judge sent, without running the call (tests/operators/test_shift_cheats.py,
@@ -15,11 +15,13 @@ benchmarks/shift_cheats.py). Each class's honest twin is beside it.
 - WindowMatMul: a call's offsets are a window of one pattern as long as x, so a row of x + u is
   x's row plus a window of the pattern, and (x + u) B is x B plus rows of a table of every
   window times B, one matmul once: a call is a gather and an add, no matmul.
+- GradientWindowMatMul: the same on the backward, whose output gradient alone is shifted: its
+  (g + u) B^T and A^T (g + u) gathered from tables made once. It passes (README: still open).
 
 The first two are written against the shift as it was before each call got its own window of a
 65,521-number pattern (host.PATTERN) and of the weights, WindowMatMul against the shift before
 a forward's second float input got its own window too ((x + u)(B + v) has a term u v only a
-matmul gives); run on today's judge all three answer wrong."""
+matmul gives); run on today's judge those three answer wrong."""
 
 import numpy as np
 
@@ -138,6 +140,47 @@ class WindowPlan:
         return out
 
 
+class GradientWindowPlan:
+    """Against the backward's shift, its first output gradient's only: a call's g + u has rows
+    g's plus windows of the pattern, so (g + u) B^T = g B^T + rows of a table of every window
+    times B^T, and A^T (g + u) = A^T g + columns of a table T2[k, s] = sum_i A[i, k] p[s + iN]
+    (one matmul of A^T by the pattern's strided windows, once per scale): a call is gathers
+    and adds, no matmul."""
+
+    def __init__(self, inputs, grads, key):
+        a, self.b = (np.asarray(x, np.float32) for x in inputs)
+        self.g = np.asarray(grads[0], np.float32)
+        self.n = self.g.shape[-1]
+        self.a = a.reshape(-1, a.shape[-1])  # (R, K), the batch's rows stacked
+        g = self.g.reshape(-1, self.n)
+        self.ga0, self.gb0 = g @ self.b.T, self.a.T @ g
+        self.key, self.scale = key, None
+        self.w = host._weights(key, [self.ga0, self.gb0])
+
+    def sums(self, seed, calls, scale):
+        rows = self.a.shape[0]
+        if scale != self.scale:
+            self.scale = scale
+            p = host._pattern(self.key, scale, np.float32)
+            length = p.size // 2
+            windows = np.lib.stride_tricks.sliding_window_view(p, self.n)[:length]
+            self.t1 = windows @ self.b.T  # (L, K)
+            strided = p[(np.arange(length)[None, :] + np.arange(rows)[:, None] * self.n)
+                        % length]  # (R, L): p[s + iN]
+            self.t2 = self.a.T @ strided  # (K, L)
+            self.starts, self.cols, self.length = np.arange(rows) * self.n, np.arange(self.n), \
+                length
+        rolls, turns = host._rolls(seed, calls)
+        out = np.empty((calls, 2))
+        for i in range(calls):
+            r = int(rolls[i])
+            ga = self.ga0 + self.t1[(r + self.starts) % self.length]
+            gb = self.gb0 + self.t2[:, (r + self.cols) % self.length]
+            for k, (w, y) in enumerate(zip(self.w, (ga, gb))):
+                out[i, k] = np.einsum("i,i->", host._turned(w, turns[i], y.size), y.ravel())
+        return out
+
+
 _real_answer = host._answer
 
 
@@ -146,6 +189,9 @@ def _answer(cls, state, message):
     if message[0] == "prepare" and message[1] == "forward" and len(message) > 4:
         plan = getattr(cls, "plan", None)
         _plans["forward"] = plan(message[2], message[4]) if plan else None
+    if message[0] == "prepare" and message[1] == "backward" and len(message) > 4:
+        plan = getattr(cls, "backward_plan", None)
+        _plans["backward"] = plan(message[2], message[3], message[4]) if plan else None
     if message[0] == "repeat" and message[4] is not None and _plans.get(message[1]):
         t = __import__("time").perf_counter()
         sums = _plans[message[1]].sums(message[3], message[2], message[4])
@@ -172,6 +218,31 @@ class WindowMatMul(CustomOperator):
 
     def forward(self, a, b):
         return a @ b
+
+
+class GradientWindowMatMul(CustomOperator):
+    op_type = "MatMul"
+    framework = "numpy"
+    backward_plan = GradientWindowPlan
+
+    def forward(self, a, b):
+        return a @ b
+
+    def backward(self, grad_outputs, inputs, outputs):
+        (g,), (a, b) = grad_outputs, inputs
+        return [g @ b.T, a.reshape(-1, a.shape[-1]).T @ g.reshape(-1, g.shape[-1])]
+
+
+class HonestGradMatMul(CustomOperator):
+    op_type = "MatMul"
+    framework = "numpy"
+
+    def forward(self, a, b):
+        return a @ b
+
+    def backward(self, grad_outputs, inputs, outputs):
+        (g,), (a, b) = grad_outputs, inputs
+        return [g @ b.T, a.reshape(-1, a.shape[-1]).T @ g.reshape(-1, g.shape[-1])]
 
 
 class HonestMatMul(CustomOperator):
