@@ -118,12 +118,12 @@ class RelayRun(Run):
 
     def evaluation(self, step: int | None = None, epoch: float | None = None,
                    metrics: dict[str, Any] | None = None,
-                   wall_time: float | None = None) -> None:
+                   wall_time: float | None = None, recorded: float | None = None) -> None:
         values = check_figures(metrics, self.workload_file)
         self.fields["evaluations"].append(
             {"step": step, "epoch": epoch,
              "wall_time": self.elapsed() if wall_time is None else wall_time,
-             "metrics": values, "recorded": time.time()})
+             "metrics": values, "recorded": time.time() if recorded is None else recorded})
 
     def store_path(self, path: str | Path) -> str:
         return self.relay.store_path(path)

@@ -64,16 +64,24 @@ def kill_once_evaluated(argv: list[str], cwd: Path, env: dict[str, str], ledger:
 
 
 def evaluated(ledger: Path, seed: int) -> bool:
-    """Whether a run of `seed` is running and has recorded an evaluation (well under way)."""
+    """Whether a run of `seed` is running and has made an evaluation (well under way): its
+    MLLOG holds an eval_stop (the ledger's rows come after the run, d500.training.heldout)."""
     if not ledger.exists():
         return False
     try:
         db = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True, timeout=5)
         try:
-            found = db.execute("SELECT COUNT(*) FROM runs r JOIN evaluations e ON e.run_id = "
-                               "r.id WHERE r.seed = ? AND r.status = 'running'", (seed,))
-            return found.fetchone()[0] > 0
+            ids = [r[0] for r in db.execute("SELECT id FROM runs WHERE seed = ? AND status = "
+                                            "'running'", (seed,))]
         finally:
             db.close()
     except sqlite3.Error:
         return False
+    for run_id in ids:
+        log = ledger.parent / "runs" / str(run_id) / "mllog.txt"
+        try:
+            if '"key": "eval_stop"' in log.read_text():
+                return True
+        except OSError:
+            pass
+    return False

@@ -98,18 +98,23 @@ def test_a_worker_asked_for_chunks_its_guesses_miss_trains_as_the_loop_before_th
     same trainer stepped in this process over the sampler's batches (the benchmark's
     in-process loop, benchmarks/isolation.py). Its board holds the model as built, written
     there once before the clock (its pages faulted in), until a chunk hands the model over."""
-    from d500 import threads
+    from dataclasses import replace
+
     from d500.training import submission, trainer, workloads
     from d500.training.data import dataset
     from d500.training.worker import Job, Worker, _build, _state
     wl = workloads.load(ROOT / "levels" / "2-training" / "digits-mlp.yaml")
     recipe = submission.load(ROOT / "submissions" / "sgd-momentum").recipe
-    threads.configure(1, ["torch"])
+    import torch
+    # torch alone at 1 thread here (threads.configure would also set a TensorFlow that another
+    # test ran in this process, which cannot change); the worker configures its own, as d500 does
+    torch.set_num_threads(1)
     backend_cls, model = trainer.ready(wl, recipe, "torch", None, 0)
-    job = Job(model.SerializeToString(), "torch", recipe, 3, threads.recorded(), wl.drop_last)
+    job = Job(model.SerializeToString(), "torch", recipe, 3, {"count": 1, "set_by": "--threads"},
+              wl.drop_last)
     train = dataset.parts(wl.dataset, None)[0].train
     total, asked = 400, [(0, 0, 4, 32), (0, 4, 3, 16), (2, 5, 3, 16), (2, 8, 2, 16)]
-    here = _build(job, lambda: None)
+    here = _build(replace(job, threads=None), lambda: None)
     built = {k: v.copy() for k, v in _state(here).items()}
     lr_at, step, want = recipe.schedule(total), 0, []
     for epoch, first, count, batch in asked:

@@ -388,6 +388,7 @@ def test_a_level3_target_met_after_the_budget_is_a_miss(home, monkeypatch):
     same rule. The judge runs in a thread here so that the clock reaches it."""
     import types
 
+    from d500 import threads
     from d500.distributed import judge, spec
     from d500.distributed import workloads as level3
     from d500.distributed.comm import Communicator
@@ -399,6 +400,9 @@ def test_a_level3_target_met_after_the_budget_is_a_miss(home, monkeypatch):
             return super().now() + (1000.0 if self.train > 0 else 0.0)
 
     monkeypatch.setattr(trainer, "Clock", Jump)
+    # no thread count for the judge to set in this process (a TensorFlow another test ran here
+    # keeps its own, and cannot change)
+    monkeypatch.setattr(threads, "recorded", lambda: None)
     threaded = types.SimpleNamespace(Pipe=_pipe, Process=_ThreadProcess)
     monkeypatch.setattr(judge.multiprocessing, "get_context", lambda method: threaded)
     wl = level3.load(ROOT / "levels" / "3-distributed" / "digits-mlp.yaml")
