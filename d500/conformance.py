@@ -204,21 +204,21 @@ def _run_in_workers(backend_name: str, tests: list, device: str, jobs: int,
             done.update((o.test, o) for o in outcomes)
             advance(len(outcomes))
     except BaseException:  # ^C, a failed chunk: end the workers now, not after every chunk
+        manager = getattr(pool, "_executor_manager_thread", None)  # (shutdown forgets it)
         pool.shutdown(wait=False, cancel_futures=True)
         for worker in set(multiprocessing.active_children()) - before:
             worker.kill()
-        _forget(pool)
+        _forget(manager)
         raise
     pool.shutdown()
     return [done[n] for n in names]
 
 
-def _forget(pool: Any) -> None:
-    """After its workers were killed: wait for the pool's manager thread to end, and take it off
+def _forget(thread: Any) -> None:
+    """After a pool's workers were killed: wait for its manager `thread` to end, and take it off
     the list that Python's exit handler wakes (CPython 3.11 writes to each one's wake-up pipe,
     which a broken pool's thread closed: a traceback after the run's last line)."""
     from concurrent.futures import process
-    thread = getattr(pool, "_executor_manager_thread", None)
     if thread is None:
         return
     thread.join(timeout=5)

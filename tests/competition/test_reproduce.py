@@ -67,14 +67,16 @@ def test_two_drawn_runs_reproduce_and_agree(digits_package, rules_dir, tmp_path,
         if o.status == "succeeded" and too_fast(
                 o.figures["time_to_accuracy"], run["figures"]["time_to_accuracy"], load):
             slow.add(o.origin_id)
-        elif not judged(load) and o.evaluations:  # a failed run has no times to judge
+        if not judged(load) and o.evaluations:  # a failed run has no times to judge
             unjudged.add(o.origin_id)
     lines = [line for line in out.splitlines() if line.startswith(("disagrees:", "inconclusive:"))]
     assert all(re.match(r"(disagrees|inconclusive): run \d+: (time_to_accuracy|evaluation "
                         r"times): ", line) for line in lines), out  # times only, never a figure
     disagreeing = {int(re.match(r"disagrees: run (\d+):", line)[1]) for line in lines
                    if line.startswith("disagrees")}
-    assert slow <= disagreeing and not disagreeing & unjudged, out  # the rule, as computed here
+    # the rule, as computed here: a time too slow even for the load disagrees, loaded or not
+    # (its evaluation times may then be inconclusive: within the widened tolerance)
+    assert slow <= disagreeing and not (disagreeing - slow) & unjudged, out
     assert {int(re.match(r"inconclusive: run (\d+):", line)[1]) for line in lines
             if line.startswith("inconclusive")} <= unjudged, out
     assert (out.count("times not judged: this machine was too loaded")
