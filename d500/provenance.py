@@ -213,12 +213,12 @@ def peak_record(refresh: bool = False) -> dict[str, Any]:
     timed products after warm-up (a peak is an upper bound: a low estimate would flatter every
     peak_fraction). Cached per machine under D500_HOME/cache; measured again when the cached
     one is older than PEAK_MAX_AGE, was taken on a loaded machine (at most every
-    LOADED_RETRY seconds; the higher of the two is kept while the machine stays loaded) or does
-    not say how loaded the machine was."""
+    LOADED_RETRY seconds; the higher of the two is kept while the machine stays loaded), does
+    not say how loaded the machine was, or `refresh` asks (an operator beat it)."""
     path = cache("provenance") / f"peak_flops-{machine_id()}.json"
-    cached = None if refresh else _read_peak(path)
+    cached = _read_peak(path)
     now = time.time()
-    if cached is not None and not _stale(cached, now):
+    if cached is not None and not refresh and not _stale(cached, now):
         return cached
     key = machine_id()
     memo = _peak_memo.get(key)  # this process measured it on an idle machine already

@@ -211,7 +211,7 @@ def _bench(loaded: Any, cases: list, args: Any) -> int:
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2, default=str))
     elif peak:
-        print(f"peak: {peak / 1e9:.1f} GFLOP/s (measured float32 GEMM, d500.provenance)")
+        print(f"peak: {peak_flops() / 1e9:.1f} GFLOP/s (measured float32 GEMM, d500.provenance)")
     failed = [r for r in results if r.operator_failed]
     if failed:
         raise CheckFailed(f"{loaded.submission} failed on {len(failed)} of "

@@ -68,6 +68,7 @@ def bench_cases(loaded: Any, cases: Sequence[Any], backends: Sequence[str], opti
             result = bench(loaded.cls, case, list(backends), loaded.submission, options,
                            budget, peak)
             load = watch.finish()
+            peak = _beaten(result.rows, peak)
             for row, run in zip(result.rows, runs, strict=True):
                 details = {"timing": row.timing, "backward_timing": row.backward_timing,
                            "backward": row.backward_note, "flops_per_call": result.flops,
@@ -79,6 +80,26 @@ def bench_cases(loaded: Any, cases: Sequence[Any], backends: Sequence[str], opti
                     run.finish("failed", figures=row.figures, details=details, error=row.error)
                 row.run_id = run.id
         yield result
+
+
+def _beaten(rows: list, peak: float) -> float:
+    """A row faster than the peak proves the peak was measured low (on a loaded machine): it is
+    measured again at once (the higher kept while loaded) and every row's fraction taken of it;
+    a fraction still over 100 % is no figure, dropped with its reason in the row's timing."""
+    from d500.provenance import peak_flops
+    if not peak or not any(r.figures.get("peak_fraction", 0) > 100 for r in rows):
+        return peak
+    peak = peak_flops(refresh=True)
+    for row in rows:
+        if "peak_fraction" not in row.figures:
+            continue
+        row.figures["peak_fraction"] = 100.0 * row.figures["gflops"] * 1e9 / peak
+        if row.figures["peak_fraction"] > 100:
+            del row.figures["peak_fraction"]
+            row.timing["peak_note"] = (f"{row.figures['gflops']:.3g} GFLOP/s, above the "
+                                       f"machine's peak measured again ({peak / 1e9:.3g}): "
+                                       "the machine was loaded")
+    return peak
 
 
 def default_backends() -> list[str]:

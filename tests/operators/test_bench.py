@@ -123,3 +123,26 @@ def test_tensorflow_operators_custom_gradient_and_autograd():
     for row in result.rows:
         assert row.status == "ok" and row.figures["backward_latency"] > 0, row
     assert "GradientTape" in result.rows[1].backward_note
+
+
+def test_a_row_faster_than_the_peak_has_it_measured_again_and_never_a_fraction_over_100(
+        tmp_path, monkeypatch):
+    """A peak measured on a loaded machine can read below what an operator then reaches (124 %
+    once in CI): the row makes d500 measure the peak again, and a fraction still over 100 % is
+    dropped with its reason, never recorded."""
+    from types import SimpleNamespace
+
+    from d500 import provenance
+    from d500.operators.run import _beaten
+    monkeypatch.setenv("D500_HOME", str(tmp_path))
+    monkeypatch.setattr(provenance, "_peak_memo", {})
+    low = 1e6  # 1 MFLOP/s: a peak far below any real one, as if measured under heavy load
+    rows = [SimpleNamespace(figures={"gflops": g, "peak_fraction": 100 * g * 1e9 / low},
+                            timing={}) for g in (0.01, 1e7)]  # 10 MFLOP/s; 10 PFLOP/s
+    peak = _beaten(rows, low)
+    assert peak > 1e8 and peak == provenance.peak_flops()  # measured again, and cached
+    assert 0 < rows[0].figures["peak_fraction"] < 100 and "peak_note" not in rows[0].timing
+    assert "peak_fraction" not in rows[1].figures
+    assert "above the machine's peak measured again" in rows[1].timing["peak_note"]
+    honest = [SimpleNamespace(figures={"gflops": 0.01, "peak_fraction": 50.0}, timing={})]
+    assert _beaten(honest, low) == low and honest[0].figures["peak_fraction"] == 50.0

@@ -122,7 +122,12 @@ def test_examples_benchmark_and_show_on_the_level_0_leaderboard(home):
             assert r["figures"]["backward_latency"] > 0
             assert r["details"]["backward_timing"]["median"] > 0
     conv = mine["numpy-im2col-conv"]["figures"]
-    assert conv["gflops"] > 0 and 0 < conv["peak_fraction"] < 100
+    assert conv["gflops"] > 0
+    if "peak_fraction" in conv:
+        assert 0 < conv["peak_fraction"] < 100
+    else:  # faster than the peak measured twice on a loaded machine: no fraction, and why
+        assert "above the machine's peak" in mine["numpy-im2col-conv"]["details"]["timing"][
+            "peak_note"]
     assert "gflops" not in mine["torch-softmax"]["figures"]  # Softmax has no FLOP formula
     assert {(r["workload"], r["backend"]) for r in recorded if r["submission"] == "builtin"} == {
         ("conv-3x3-stride2", "reference"), ("conv-3x3-stride2", "onnxruntime"),
