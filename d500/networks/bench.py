@@ -435,6 +435,8 @@ def _verify(r: BackendBench, fn: Any, timing: Timing, what: str) -> Timing:
         return timing
     stated = {"empty_round_trip": fn.overhead, "calls_per_round_trip": inner,
               "calls_checksummed": fn.scale is not None}
+    if getattr(fn, "vocab", None) is not None:  # token ids shifted mod the vocabulary
+        stated["ids_shifted_mod"] = fn.vocab
     wrong = None
     if hasattr(fn, "reference"):
         try:
@@ -448,8 +450,8 @@ def _verify(r: BackendBench, fn: Any, timing: Timing, what: str) -> Timing:
                                                 else None),
                        "calls_checked": fn.checked, "calls_told_apart": fn.power})
         if fn.scale is None:
-            r.details.setdefault("hosted_note", "the model has no float input to shift: its "
-                                                "calls were not checked")
+            r.details.setdefault("hosted_note", "the model has no float input or token ids "
+                                                "to shift: its calls were not checked")
     r.details.setdefault("hosted" if hasattr(fn, "reference") else "round_trips",
                          {})[what.split(": ", 1)[-1]] = stated
     if wrong:

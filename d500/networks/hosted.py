@@ -28,31 +28,44 @@ host's reading (`outside`, the host's word: a diagnostic, never a figure).
 
 What the judge checks of a round trip is level 0's (d500.operators.host: its `Batched`, its
 host's `_checked_calls`, run here through `CallRunner`, a level-0 Runner over the feeds): every
-call of a round trip runs on the feeds with the first float input shifted by its own amounts
-(level 0's rule), drawn from a seed the judge sends with the round trip, and returns its
-outputs (a training step's outputs and its gradients) as checksums, dot products with weights
-one per element, from a key the judge sends when the call is prepared. After timing, the judge
-draws CHECKED calls from all round trips, recomputes them with the reference backend and
-compares their checksums at d500.networks.compare's tolerance (rtol_for, relative to each
-output's peak) by level 0's statistical bound (`CheckedCall.check`). A host cannot know which
-calls are checked, and must run each: one that runs a round trip's last call alone and copies
-its checksums, or answers the earlier calls with outputs it computed before, is recorded failed
-(tests/networks/test_call_count.py; on the protocol before, which checked each round trip's last
-call only, a host running the last call alone passed with a latency of 20 ns to the honest
-host's 257 us, its round trips grown to MAX_INNER calls). Before timing, the shifts are sized
-with the reference as level 0 sizes them (`Batched.calibrate`, given the reference's
-executable by net bench): at level 0's first scale the check told apart 0.02-0.5 of pairs of
-mlp-mnist's calls at batch 1 and 0.02-0.16 at batch 64 (the network averages the shift out),
-grown 0.80-1.00. That power is recorded (`calls_told_apart`, the share q of pairs of
-recomputed calls a copy of one for the other would fail): a host skipping a share f of its
-calls is caught with probability 1 - (1 - f q) ** CHECKED. The reference's recomputation
-costs a few seconds per timed call on the larger models (light-resnet50 at batch 1, 2.9 s a
-call), and the sizing up to PROBES * (GROWTHS + 1) = 24 calls more, which is why CHECKED is not
-level 0's 32. Open: a host skipping half its calls escapes one timed call's check with
-probability (1 - q/2) ** 6, 1.6 % at q = 1; a model with no float input (token ids alone:
-bert-base-shaped, text-lm) has nothing to shift, so its calls run unchecked and the row says so
-(`hosted_note`); shifting ids within the vocabulary would need level 0's check to shift
-integers.
+call of a round trip runs on the feeds with the first float input (else the token ids, below)
+shifted by its own amounts (level 0's rule), drawn from a seed the judge sends with the round
+trip, and returns its outputs (a training step's outputs and its gradients) as checksums, dot
+products with weights one per element, from a key the judge sends when the call is prepared.
+After timing, the judge draws CHECKED calls from all round trips, recomputes them with the
+reference backend and compares their checksums at d500.networks.compare's tolerance (rtol_for,
+relative to each output's peak) by level 0's statistical bound (`CheckedCall.check`). A host
+cannot know which calls are checked, and must run each: one that runs a round trip's last call
+alone and copies its checksums, or answers the earlier calls with outputs it computed before, is
+recorded failed (tests/networks/test_call_count.py; on the protocol before, which checked each
+round trip's last call only, a host running the last call alone passed with a latency of 20 ns
+to the honest host's 257 us, its round trips grown to MAX_INNER calls). Before timing, the
+shifts are sized with the reference as level 0 sizes them (`Batched.calibrate`, given the
+reference's executable by net bench): at level 0's first scale the check told apart 0.02-0.5 of
+pairs of mlp-mnist's calls at batch 1 and 0.02-0.16 at batch 64 (the network averages the shift
+out), grown 0.80-1.00. That power is recorded (`calls_told_apart`, the share q of pairs of
+recomputed calls a copy of one for the other would fail): a host skipping a share f of its calls
+is caught with probability 1 - (1 - f q) ** CHECKED. The reference's recomputation costs a few
+seconds per timed call on the larger models (light-resnet50 at batch 1, 2.9 s a call), and the
+sizing up to PROBES * (GROWTHS + 1) = 24 calls more, which is why CHECKED is not level 0's 32.
+Open: a host skipping half its calls escapes one timed call's check with probability (1 - q/2)
+** 6, 1.6 % at q = 1.
+
+A model with no float input (token ids alone: bert-base-shaped, text-lm) has its ids shifted
+instead (`CallRunner.shifted`; `_ordered` picks the first integer input that gathers an
+embedding's rows, d500.networks.inputs.token_ids): call i's id j is (x_j + p[(j + r_i) %
+PATTERN]) mod V, V the embedding's rows, p level 0's pattern drawn at scale 2V (`_scale_of`:
+uniform integers in [0, V)). Every id stays inside the vocabulary, and each is uniform over it
+whatever x is, at every position of every call, so two calls' ids differ at about 1 - 1/V of
+positions: no call is another's prefix (a transformer's cached keys and values of an unchanged
+prefix would answer a call that changed a suffix, or one position), and a row of L ids recurs in
+another call with probability V ** -L. Before, such a model's calls ran unchecked: a host
+running a round trip's last call alone passed with a latency of 17 ns
+(tests/networks/test_call_count_ids.py, a small text-lm; now recorded failed, and so is one
+answering with stale outputs). The host learns p from the key when the call is prepared, as for
+floats: a table of every roll's outputs would take PATTERN full passes. A model with integer
+inputs none of which indexes an embedding (nothing says which values are valid) is still
+unchecked, and its row says so (`hosted_note`).
 
 Every row pays the check alike: built-in backends (d500's own code) stay in the judge's process
 and their timed calls run through the same checked round trips there (`checked_local`, level
@@ -77,6 +90,7 @@ from d500 import children
 from d500.errors import D500Error, UsageError, describe
 from d500.heap import allocator
 from d500.networks.compare import rtol_for
+from d500.networks.inputs import token_ids
 from d500.operators.adapters import Runner
 from d500.operators.dtypes import is_float
 from d500.operators.host import MAX_INNER, Batched, Host, Local, serve, serve_refusal
@@ -173,12 +187,12 @@ class HostedExecutable:
         the host, each at least `trip` seconds long; given the reference backend's executable
         of the model, the shifts are sized first so that the check tells calls apart
         (level 0's `Batched.calibrate`)."""
-        names, inputs = _ordered(feeds)
+        names, inputs, vocab = _ordered(feeds, self.model)
         key = secrets.randbits(63)  # the checksums' weights and the shifts' pattern
-        call = int(self.host.ask("time", self.id, kind, names, inputs, output, wrt, key))
+        call = int(self.host.ask("time", self.id, kind, names, inputs, output, wrt, key, vocab))
         return CheckedCall(_Routed(self.host, call), kind, names, inputs, key, output, wrt,
                            trip, precision=getattr(self, "precision", None), model=self.model,
-                           reference=reference)
+                           reference=reference, vocab=vocab)
 
 
 def checked_local(exe: Any, kind: str, feeds: dict[str, np.ndarray], output: str | None = None,
@@ -186,23 +200,40 @@ def checked_local(exe: Any, kind: str, feeds: dict[str, np.ndarray], output: str
     """The timed call `kind` of a built-in backend's executable `exe`, in this process: the same
     checked calls as a hosted one's, so that every row of a comparison pays the check alike
     (level 0's `Local`)."""
-    names, inputs = _ordered(feeds)
+    names, inputs, vocab = _ordered(feeds, getattr(exe, "model", None))
     key = secrets.randbits(63)
-    local = Local(CallRunner(exe, kind, names, output, wrt))
+    local = Local(CallRunner(exe, kind, names, output, wrt, vocab))
     _prepare(local.state, inputs, key)
     return CheckedCall(local, kind, names, inputs, key, output, wrt, trip,
-                       precision=getattr(exe, "precision", None), model=getattr(exe, "model", None))
+                       precision=getattr(exe, "precision", None), model=getattr(exe, "model", None),
+                       vocab=vocab)
 
 
 class CallRunner(Runner):
     """An executable's timed call as a level-0 Runner over its feeds in `names` order (the
     shifted one first): a forward's outputs, or a training step's outputs and then its
-    gradients by name, as one list."""
+    gradients by name, as one list. With `vocab`, the first feed is token ids, each call's
+    shifted ones taken modulo `vocab` (`shifted`)."""
 
     def __init__(self, exe: Any, kind: str, names: list[str], output: str | None,
-                 wrt: list[str] | None):
+                 wrt: list[str] | None, vocab: int | None = None):
         self.exe, self.kind, self.names = exe, kind, names
         self.output, self.wrt, self.own_backward = output, wrt, False
+        self.vocab = vocab
+
+    def shifted(self, arrays: Any, second: int | None = None) -> Any:
+        """Level 0's shift of the first feed; token ids then wrapped into the vocabulary, in
+        place: call i's id j is (x_j + p[(j + r_i) % PATTERN]) mod vocab, p uniform in [0,
+        vocab), a new id at every position (but one in vocab) in every call."""
+        shift, vocab = super().shifted(arrays, second), self.vocab
+        if vocab is None:
+            return shift
+
+        def ids(offsets: np.ndarray, more: np.ndarray | None = None) -> list[Any]:
+            native = shift(offsets, more)
+            np.remainder(native[0], vocab, out=native[0])
+            return native
+        return ids
 
     def call(self, native: Any) -> list[Any]:
         feeds = dict(zip(self.names, native))
@@ -237,8 +268,9 @@ class CheckedCall(Batched):
     def __init__(self, host: Any, kind: str, names: list[str], inputs: list[np.ndarray],
                  key: int, output: str | None, wrt: list[str] | None, trip: float = 0.0, *,
                  precision: str | None = None, model: onnx.ModelProto | None = None,
-                 reference: Any = None):
+                 reference: Any = None, vocab: int | None = None):
         self.what, self.names, self.output, self.wrt = kind, names, output, wrt
+        self.vocab = vocab  # the first input is token ids below it (`_scale_of`)
         self.label = "training step" if kind == "step" else "forward"
         self.outside: list[float] = []  # each round trip's share outside the host's reading
         self.precision = precision  # a lower precision it computes in (its word)
@@ -265,12 +297,23 @@ class CheckedCall(Batched):
         None."""
         return self.verify(self._reference(reference), 0.0, self._tolerance(), samples=samples)
 
+    def _scale_of(self, x: np.ndarray) -> float | None:
+        """Level 0's scale for a float input; for token ids, twice the vocabulary: level 0's
+        pattern (`_pattern`) then draws each offset uniform in [0, vocab)."""
+        if self.vocab is not None and x.dtype.kind in "iu" and x.size:
+            return 2.0 * self.vocab
+        return super()._scale_of(x)
+
     def _reference(self, exe: Any) -> Any:
-        """The reference executable's call on this call's inputs (a list, as shifted); what it
-        raises, a D500Error (level 0's: no call checked, `unverified` says why)."""
+        """The reference executable's call on this call's inputs (a list, as shifted: token ids
+        wrapped into the vocabulary as the host's CallRunner wraps them); what it raises, a
+        D500Error (level 0's: no call checked, `unverified` says why)."""
         run = CallRunner(exe, self.what, self.names, self.output, self.wrt).forward
+        vocab = self.vocab
 
         def call(arrays: list[np.ndarray]) -> list[np.ndarray]:
+            if vocab is not None and arrays[0].dtype.kind in "iu":
+                arrays = [np.remainder(arrays[0], vocab), *arrays[1:]]
             try:
                 return run(arrays)
             except Exception as err:  # noqa: BLE001 - the reference's failure, named
@@ -293,21 +336,31 @@ class CheckedCall(Batched):
 
 def _prepare(state: dict[str, Any], inputs: list[np.ndarray], key: int) -> None:
     """Prepare a CallRunner's (state["run"]) calls as level 0 prepares a forward: checked, and
-    unchecked for a model with no float input to shift (Batched then runs those)."""
+    unchecked for a model with neither a float input nor token ids to shift (Batched then runs
+    those)."""
     operator_answer(None, state, ("prepare", "forward", inputs, None, key))
-    if not is_float(inputs[0].dtype) or not inputs[0].size:
+    if not inputs[0].size or not (is_float(inputs[0].dtype) or state["run"].vocab is not None):
         operator_answer(None, state, ("prepare", "forward", inputs, None))
 
 
-def _ordered(feeds: dict[str, np.ndarray]) -> tuple[list[str], list[np.ndarray]]:
-    """The feeds' names and arrays, the first float input first: the one each call shifts."""
+def _ordered(feeds: dict[str, np.ndarray], model: onnx.ModelProto | None = None
+             ) -> tuple[list[str], list[np.ndarray], int | None]:
+    """The feeds' names and arrays, the one each call shifts first: the first float input,
+    else the first integer input `model` gathers an embedding's rows by (token ids,
+    d500.networks.inputs.token_ids), with the rows (None for a float input, or none)."""
     names = list(feeds)
+    ids = token_ids(model) if model is not None else {}
     first = next((n for n in names if is_float(np.asarray(feeds[n]).dtype)
                   and np.asarray(feeds[n]).size), None)
+    if first is None:
+        first = next((n for n in names if n in ids and np.asarray(feeds[n]).dtype.kind in "iu"
+                      and np.asarray(feeds[n]).size), None)
     if first is not None:
         names.remove(first)
         names.insert(0, first)
-    return names, [np.asarray(feeds[n]) for n in names]
+    vocab = ids[first] if first is not None and first in ids and not is_float(
+        np.asarray(feeds[first]).dtype) else None
+    return names, [np.asarray(feeds[n]) for n in names], vocab
 
 
 def _float_dtype(name: Any) -> bool:
@@ -375,8 +428,9 @@ def _answer(state: dict[str, Any], message: tuple[Any, ...]) -> Any:
         outs, grads = exe.gradients(message[2], output=message[3], wrt=message[4])
         return _numpy(outs), _numpy(grads)
     if kind == "time":  # a timed call, prepared as level 0 prepares a checked forward
-        _, _, which, names, inputs, output, wrt, key = message
-        timed = {"run": CallRunner(exe, which, names, output, wrt)}
+        _, _, which, names, inputs, output, wrt, key, vocab = message
+        timed = {"run": CallRunner(exe, which, names, output, wrt,
+                                   None if vocab is None else int(vocab))}
         _prepare(timed, inputs, key)
         state["timed"].append(timed)
         return len(state["timed"]) - 1

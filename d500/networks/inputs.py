@@ -108,17 +108,22 @@ def label_classes(model: onnx.ModelProto) -> dict[str, int]:
         dims = value.type.tensor_type.shape.dim
         shapes[value.name] = [d.dim_value if d.HasField("dim_value") else None for d in dims]
     reshaped = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Reshape"}
-    rows = {t.name: t.dims[0] for t in model.graph.initializer if t.dims}
     out = {}
     for node in model.graph.node:
         if node.op_type in _LABEL_OPS and len(node.input) >= 2:
             scores = shapes.get(node.input[0], [])
             if len(scores) >= 2 and scores[1]:  # labels, also as reshaped for the loss
                 out[reshaped.get(node.input[1], node.input[1])] = int(scores[1])
-        if (node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in rows
-                and not any(a.name == "axis" and a.i for a in node.attribute)):
-            out[node.input[1]] = int(rows[node.input[0]])  # token ids into an embedding
-    return out
+    return {**out, **token_ids(model)}
+
+
+def token_ids(model: onnx.ModelProto) -> dict[str, int]:
+    """Integer values that index an initializer's rows by Gather (token ids into an embedding)
+    -> the number of rows: what an id may be."""
+    rows = {t.name: t.dims[0] for t in model.graph.initializer if t.dims}
+    return {node.input[1]: int(rows[node.input[0]]) for node in model.graph.node
+            if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in rows
+            and not any(a.name == "axis" and a.i for a in node.attribute)}
 
 
 def make(model: onnx.ModelProto, seed: int = 0, *, batch: int | None = None,

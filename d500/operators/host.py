@@ -297,7 +297,7 @@ class Batched:
         self.unverified: str | None = None  # why the reference could not recompute a call
         self._weights: list[np.ndarray] | None = None
         checked = inputs and key is not None and (kind == "forward" or self.first is not None)
-        self.scale = _shift_scale(self._varied()) if checked else None
+        self.scale = self._scale_of(self._varied()) if checked else None
         self.second = second if self.scale is not None and kind == "forward" else None
         if self.second is not None:
             x = inputs[self.second]
@@ -450,6 +450,11 @@ class Local:
 
     def ask(self, *message: Any) -> Any:
         return _answer(None, self.state, message)
+
+    def _scale_of(self, x: np.ndarray) -> float | None:
+        """The shift's first scale for the array each call shifts (None: calls unchecked);
+        level 1 shifts token ids too (d500.networks.hosted.CheckedCall)."""
+        return _shift_scale(x)
 
 
 def checked_forward(run: Any, inputs: list[np.ndarray], reference: Any = None,

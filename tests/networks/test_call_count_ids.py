@@ -1,0 +1,123 @@
+"""Issue 17 at level 1 for a model whose only inputs are token ids (text-lm's transformer, small):
+each call of a hosted backend's round trip runs on ids of its own, (x_j + p[(j + r_i) % PATTERN])
+mod the vocabulary (d500.networks.hosted.CallRunner), so a host that runs a round trip's last call
+alone, or answers its earlier calls with stale outputs, is recorded failed (before, such a
+model's calls ran unchecked and both passed, timed up to `inner` times faster); an honest host
+passes, its calls told apart. The shifted ids stay inside the vocabulary and differ from call to
+call at (nearly) every position, so no call's work is a cached prefix of another's."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+from d500 import backends
+from d500.ledger import Ledger
+from d500.networks import workloads
+from d500.networks.bench import bench
+from d500.networks.hosted import CallRunner, _ordered
+from d500.operators.host import Local
+from tests.networks.test_call_count import PLUGIN
+
+VOCAB = 128
+
+# test_call_count's cheats, and the same skipping where a round trip's calls run unchecked
+# (scale None: what a model with token ids alone got before), so that the attack has a target
+# on the code before as well as after
+IDS_PLUGIN = PLUGIN + '''
+from d500.networks import hosted
+
+_answer = hosted.operator_answer
+
+
+def _unchecked(cls, state, message):
+    if message[0] == "repeat" and message[4] is None and getattr(state["run"].exe, "cheat",
+                                                                 None):
+        message = (*message[:2], min(1, message[2]), *message[3:])  # one call, not `calls`
+    return _answer(cls, state, message)
+
+
+hosted.operator_answer = _unchecked
+'''
+
+LM = f"""\
+name: tiny-lm
+level: 1
+model: {{builder: transformer, context: 16, vocab: {VOCAB}, layers: 1, width: 16, heads: 2,
+        tied: true, seed: 0}}
+batch_size: 4
+train: true
+budget: 0.1
+metrics: [latency, train_step_time]
+rank_by: latency
+"""
+
+
+@pytest.fixture
+def installed(tmp_path, monkeypatch):
+    """The plugin package on sys.path (its hosts inherit it), third-party backends hosted from
+    now on in this process, and a small text-lm workload (token ids alone)."""
+    (tmp_path / "countfw.py").write_text(IDS_PLUGIN)
+    info = tmp_path / "countfw-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: countfw\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[d500.backends]\n" + "".join(f"{n} = countfw:{n.title()}Backend\n"
+                                      for n in ("honest", "last", "stale")))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(backends, "_hosting", True)
+    path = tmp_path / "tiny-lm.yaml"
+    path.write_text(textwrap.dedent(LM))
+    return workloads.load(path)
+
+
+@pytest.mark.parametrize("cheat", ["last", "stale"])
+def test_a_host_skipping_calls_on_token_ids_is_recorded_failed(installed, tmp_path, cheat):
+    result = bench(installed, [cheat], ledger=Ledger(tmp_path / "ledger.db"))
+    (cheater,) = result.results
+    assert cheater.status == "failed", cheater.figures
+    assert "did not run every call it was timed for" in cheater.error, cheater.error
+    (run,) = Ledger(tmp_path / "ledger.db").runs(level=1)
+    assert run["status"] == "failed" and "did not run every call" in run["error"]
+
+
+def test_an_honest_host_on_token_ids_passes_its_calls_told_apart(installed, tmp_path):
+    result = bench(installed, ["honest"], ledger=Ledger(tmp_path / "ledger.db"))
+    (honest,) = result.results
+    assert honest.status == "succeeded", honest.error
+    assert "hosted_note" not in honest.details, honest.details["hosted_note"]
+    for what in honest.details["hosted"].values():
+        assert what["calls_checksummed"] and what["calls_checked"] >= 1, what
+        assert what["ids_shifted_mod"] == VOCAB, what
+        assert what["calls_told_apart"] >= 0.8, what  # every id new: outputs far apart
+
+
+def test_each_call_gets_valid_ids_new_at_nearly_every_position(installed):
+    """A forward's calls, as the host runs them: ids inside the vocabulary, and two calls'
+    ids differ at about 1 - 1/VOCAB of positions (the shift is uniform mod VOCAB)."""
+    from d500.operators.host import _checked_calls
+    model, _ = installed.onnx_model()
+    seen = []
+
+    class Recording:
+        def run(self, feeds):
+            (ids,) = [v for v in feeds.values()]
+            seen.append(np.array(ids, copy=True))
+            return [ids.astype(np.float32)]
+
+    feeds = {"input": np.zeros((4, 16), dtype=np.int64)}
+    names, inputs, vocab = _ordered(feeds, model)
+    assert vocab == VOCAB
+    local = Local(CallRunner(Recording(), "forward", names, None, None, vocab))
+    local.ask("prepare", "forward", inputs, None, 12345)
+    sums = _checked_calls(local.state["run"], local.state["checked forward"], 20, 7,
+                          2.0 * VOCAB)
+    assert sums.shape == (20, 1) and len(seen) == 20
+    ids = np.stack(seen)
+    assert ids.min() >= 0 and ids.max() < VOCAB and len(np.unique(ids)) > VOCAB * 0.9
+    for a in range(20):
+        for b in range(a):
+            assert np.mean(ids[a] != ids[b]) > 0.9
+    assert len(np.unique(sums)) == 20
