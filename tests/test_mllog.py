@@ -167,9 +167,9 @@ def test_begin_false_keeps_the_log_in_init_until_run_begin(ledger):
                            begin=False)
     keys = [r["key"] for r in mllog.parse(run.mllog.path)]
     assert keys[0] == "init_start" and "init_stop" not in keys and "run_start" not in keys
-    time.sleep(0.05)  # model building, not timed
+    time.sleep(0.3)  # model building, not timed (0.3 s: a loaded machine's preemption is less)
     run.begin()
-    assert run.elapsed() < 0.05
+    assert run.elapsed() < 0.3
     run.begin()  # once only
     run.finish("missed", figures={"time_to_accuracy": float("inf")})
     records = mllog.parse(run.mllog.path)
