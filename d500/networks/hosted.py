@@ -93,7 +93,17 @@ from d500.networks.compare import rtol_for
 from d500.networks.inputs import token_ids
 from d500.operators.adapters import Runner
 from d500.operators.dtypes import is_float
-from d500.operators.host import MAX_INNER, Batched, Host, Local, serve, serve_refusal
+from d500.operators.host import (
+    MAX_INNER,
+    PROBES,
+    Batched,
+    Host,
+    Local,
+    _power,
+    _rolls,
+    serve,
+    serve_refusal,
+)
 from d500.operators.host import _answer as operator_answer
 
 CHECKED = 6  # calls the judge recomputes with the reference after timing, from all round trips
@@ -303,6 +313,20 @@ class CheckedCall(Batched):
         if self.vocab is not None and x.dtype.kind in "iu" and x.size:
             return 2.0 * self.vocab
         return super()._scale_of(x)
+
+    def calibrate(self, reference: Any, rtol: float, atol_frac: float) -> None:
+        """Level 0's sizing of a float input's shift; token ids are uniform over the
+        vocabulary at any scale, so their power is measured once, on PROBES calls, and the
+        scale never grown (each growth would cost PROBES recomputed calls for nothing)."""
+        if self.vocab is None or self._varied().dtype.kind not in "iu":
+            return super().calibrate(reference, rtol, atol_frac)
+        rolls, turns = _rolls(secrets.randbits(62), PROBES)
+        try:
+            self.power = _power([self._reference_sums(reference, r, t, rtol, atol_frac)
+                                 for r, t in zip(rolls, turns)], model=True)
+        except D500Error as err:  # the reference cannot run a call: `verify` will say so
+            self.unverified = str(err)
+        return None
 
     def _reference(self, exe: Any) -> Any:
         """The reference executable's call on this call's inputs (a list, as shifted: token ids

@@ -121,3 +121,19 @@ def test_each_call_gets_valid_ids_new_at_nearly_every_position(installed):
         for b in range(a):
             assert np.mean(ids[a] != ids[b]) > 0.9
     assert len(np.unique(sums)) == 20
+
+
+def test_token_ids_are_sized_once_never_grown(installed):
+    """Uniform over the vocabulary at any scale: a loose tolerance (few pairs told apart) grows a
+    float input's shift (level 0's calibrate), never the ids' (it would only cost calls)."""
+    from d500.backends import get
+    from d500.networks.hosted import checked_local
+    model, path = installed.onnx_model()
+    exe = get("reference").prepare(str(path))
+    feeds = {"input": np.zeros((1, 16), dtype=np.int64)}
+    fn = checked_local(exe, "forward", feeds)
+    assert fn.vocab == VOCAB and fn.scale == 2.0 * VOCAB
+    fn.calibrate(fn._reference(exe), 0.0, 0.5)  # bounds as wide as the outputs: little power
+    assert fn.scale == 2.0 * VOCAB and fn.power is not None and fn.power < 0.95
+    fn.calibrate(fn._reference(exe), 0.0, 1e-3)
+    assert fn.power > 0.8
