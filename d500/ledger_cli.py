@@ -156,6 +156,17 @@ def _span(ids: list[int]) -> str:
     return f"runs {shown}{'' if len(ids) <= 6 else f', … ({len(ids)} in all)'}"
 
 
+def _held(held: dict[int, str]) -> str:
+    """Runs held already, in words: "runs 1..6 here, this ledger's own" or "... imported from
+    package <sha12>"."""
+    by: dict[str, list[int]] = {}
+    for run_id, sha in sorted(held.items()):
+        by.setdefault(sha, []).append(run_id)
+    return "; ".join(f"{_span(ids)} here, " + (f"imported from package {sha}" if sha else
+                                                "this ledger's own")
+                     for sha, ids in by.items())
+
+
 def _report(done: Any, package: str, path: Any, verbose: bool = False) -> int:
     """Print what an import did (d500.ledger.imports.Imported): a summary, each run only when
     `verbose`; the exit status."""
@@ -166,10 +177,20 @@ def _report(done: Any, package: str, path: Any, verbose: bool = False) -> int:
     span = (f"run {ids[0]}" if len(ids) == 1 else f"runs {ids[0]}..{ids[-1]}") if ids else \
         "no runs"
     if done.status == "refused":
-        for problem in done.problems:
+        held = set(done.skipped)  # said once, not a line each (--verbose: each)
+        real = [p for p in done.problems if p not in held]
+        for problem in done.problems if verbose else real:
             print(f"{package}: {problem}")  # as `d500 check` prints them
-        print(f"refused {name}: {len(done.problems)} problem(s); nothing imported into "
-              f"{path} (--force imports it marked as forced)", file=sys.stderr)
+        if held and not real:  # nothing wrong, nothing new (a package of this very ledger)
+            print(f"nothing imported into {path}: {name} brings no run it lacks; its "
+                  f"{len(held)} run(s) are held there already with the same origin seal "
+                  f"({_held(done.held)}){'' if verbose else '; --verbose names each'}")
+            return 1
+        if held and not verbose:
+            print(f"{package}: {len(held)} run(s) already held with the same origin seal "
+                  f"({_held(done.held)}); not imported again")
+        print(f"refused {name}: {len(real)} problem(s); nothing imported into {path} (--force "
+              "imports it marked as forced)", file=sys.stderr)
         return 1
     if done.status == "already":
         print(f"{name} was already imported into {path} on {iso(done.imported)} as "
@@ -186,8 +207,8 @@ def _report(done: Any, package: str, path: Any, verbose: bool = False) -> int:
           f"run(s) ({span}{origins}), {len(done.studies)} "
           f"stud{'y' if len(done.studies) == 1 else 'ies'}, files under {done.folder}")
     if done.skipped and not verbose:
-        print(f"skipped {len(done.skipped)} run(s) already held (--verbose names each, and "
-              f"maps each origin run to its run here)")
+        print(f"skipped {len(done.skipped)} run(s) already held ({_held(done.held)}; "
+              "--verbose names each, and maps each origin run to its run here)")
     elif done.runs and not verbose:
         print("(--verbose maps each origin run to its run here)")
     if done.same_code:

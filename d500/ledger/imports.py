@@ -73,6 +73,8 @@ class Imported:
     folder: Path | None = None
     imported: float | None = None  # unix time of the import (the first one, if `already`)
     skipped: list[str] = field(default_factory=list)  # runs held already, with the same seal
+    held: dict[int, str] = field(default_factory=dict)  # theirs here -> the package (sha12) it
+    # came in, "" for this ledger's own runs (a package made here, imported here)
     same_code: str = ""  # its code is an entry's of another name imported first: that line
 
 
@@ -121,11 +123,13 @@ def import_package(ledger: Ledger, package: str | Path | Package, *, force: bool
     found_problems = list(check_problems(pkg, rules_dir) if problems is None else problems)
     planned, studies, own = _plan(pkg)
     found_problems += own
-    planned, twice, skipped = _new_runs(ledger, planned)
+    planned, twice, same = _new_runs(ledger, planned)
+    skipped, held = [line for line, _, _ in same], {run: sha for _, run, sha in same}
     found_problems += twice if planned or not skipped else twice + skipped
-    skipped = skipped if planned else []
     if found_problems and not force:
-        return Imported("refused", pkg.sha256, entry, found_problems)
+        return Imported("refused", pkg.sha256, entry, found_problems,
+                        skipped=[] if planned else skipped, held={} if planned else held)
+    skipped, held = (skipped, held) if planned else ([], {})
     folder = package_folder(ledger, pkg.sha256)
     existed = folder.exists()
     written: list[Path] = []
@@ -141,7 +145,7 @@ def import_package(ledger: Ledger, package: str | Path | Package, *, force: bool
         if not existed:
             shutil.rmtree(folder, ignore_errors=True)
         raise
-    done.skipped = skipped
+    done.skipped, done.held = skipped, held
     from d500.competition import same_code
     if (copy := same_code.first_of(ledger, pkg)) is not None:
         done.same_code = same_code.line(entry, copy)
@@ -149,17 +153,20 @@ def import_package(ledger: Ledger, package: str | Path | Package, *, force: bool
 
 
 def _new_runs(ledger: Ledger, planned: list[_Planned]
-              ) -> tuple[list[_Planned], list[str], list[str]]:
+              ) -> tuple[list[_Planned], list[str], list[tuple[str, int, str]]]:
     """The planned runs this ledger does not hold yet; one problem per run it already holds
     under another seal (d500.ledger.sameness: the same MLLOG, or run_start and seed: another
     entry's runs renamed and re-sealed) or that repeats an earlier run of the same package;
-    and one line per run held with the same origin seal (the entry's package rebuilt,
-    re-signed or grown by runs: skipped, a problem only when the package brings nothing new).
+    and per run held with the same origin seal (the entry's package rebuilt, re-signed or grown
+    by runs, or made from this very ledger: skipped, a problem only when the package brings
+    nothing new) its line, its id here and the package it came in (sha12; "": its own).
     Held runs are never imported again, even with --force."""
     with ledger._snapshot() as db:
         held = Held.read(db, ledger.resolve_path, (p.record["row"].get("seed") for p in planned))
     own = Held()
-    fresh, twice, same = [], [], []
+    fresh: list[_Planned] = []
+    twice: list[str] = []
+    same: list[tuple[str, int, str]] = []
     for p in planned:
         keys = run_keys(p.record.get("sealed"), p.mllog, p.record["row"].get("workload"),
                         p.record["row"].get("rank"))
@@ -168,9 +175,12 @@ def _new_runs(ledger: Ledger, planned: list[_Planned]
         if found is not None:
             run_id, sha, why = found
             source = f"imported from package {sha[:12]}" if sha else "one of its own runs"
-            (same if why == WHY["seal"] else twice).append(
-                f"run {p.origin_id}: already in this ledger as run {run_id}, {source}; not "
-                f"imported again ({why})")
+            line = (f"run {p.origin_id}: already in this ledger as run {run_id}, {source}; not "
+                    f"imported again ({why})")
+            if why == WHY["seal"]:
+                same.append((line, run_id, (sha or "")[:12]))
+            else:
+                twice.append(line)
         elif again is not None:
             twice.append(f"run {p.origin_id}: {again[2]} as run {again[0]} of this package; "
                          "not imported twice")

@@ -155,12 +155,40 @@ def test_the_same_runs_in_a_rebuilt_package_are_never_imported_twice(
     assert sha256(rebuilt) != sha256(digits_package)
     refused = import_cli(run_d500, ledger.parent, rebuilt, "--rules", str(rules_dir))
     assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert refused.stdout.splitlines() == [  # said once, not a line per run
+        f"nothing imported into {ledger}: package {sha256(rebuilt)[:12]} (entry "
+        "digits-packager) brings no run it lacks; its 6 run(s) are held there already with the "
+        f"same origin seal (runs 1..6 here, imported from package {sha256(digits_package)[:12]})"
+        "; --verbose names each"], refused.stdout + refused.stderr
+    named = import_cli(run_d500, ledger.parent, rebuilt, "--rules", str(rules_dir), "--verbose")
+    assert named.returncode == 1 and len(named.stdout.splitlines()) == 7, named.stdout
     assert "run 1: already in this ledger as run 1, imported from package " \
-           f"{sha256(digits_package)[:12]}; not imported again" in refused.stdout + refused.stderr
+           f"{sha256(digits_package)[:12]}; not imported again" in named.stdout
     forced = import_cli(run_d500, ledger.parent, rebuilt, "--rules", str(rules_dir), "--force")
     assert forced.returncode == 0, forced.stdout + forced.stderr
     assert query(ledger, "SELECT COUNT(*) FROM runs") == [(6,)]
     assert query(ledger, "SELECT COUNT(*) FROM packages") == [(2,)]
+
+
+def test_a_package_imported_into_the_ledger_it_was_made_from_is_said_once(
+        digits_home, digits_package, rules_dir, run_d500, tmp_path):
+    """The sender imports its own package into its own ledger: every run is one of the
+    ledger's own, so nothing is imported, said in one line (how many, which runs, whose), not
+    one line a run; --verbose names each."""
+    home = tmp_path / "sender"
+    shutil.copytree(digits_home, home, ignore=shutil.ignore_patterns("cache"))
+    done = import_cli(run_d500, home, digits_package, "--rules", str(rules_dir))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.splitlines() == [
+        f"nothing imported into {home / 'ledger.sqlite'}: package "
+        f"{sha256(digits_package)[:12]} (entry digits-packager) brings no run it lacks; its 6 "
+        "run(s) are held there already with the same origin seal (runs 1..6 here, this "
+        "ledger's own); --verbose names each"] and not done.stderr, done.stdout + done.stderr
+    assert query(home / "ledger.sqlite", "SELECT COUNT(*) FROM packages") == [(0,)]
+    named = import_cli(run_d500, home, digits_package, "--rules", str(rules_dir), "--verbose")
+    assert [line.split(": ", 1)[1] for line in named.stdout.splitlines()[:6]] == [
+        f"run {i}: already in this ledger as run {i}, one of its own runs; not imported again "
+        "(the same origin seal)" for i in range(1, 7)], named.stdout
 
 
 def test_an_edited_entry_name_or_signer_is_named_by_verify(signed_package, rules_dir, tmp_path):
@@ -614,5 +642,6 @@ def test_an_import_prints_a_summary_and_each_run_only_with_verbose(
                        str(rules_dir))
     assert grown.returncode == 0, grown.stdout + grown.stderr
     assert grown.stdout.splitlines()[1:] == [
-        "skipped 6 run(s) already held (--verbose names each, and maps each origin run to its "
+        f"skipped 6 run(s) already held (runs 1..6 here, imported from package "
+        f"{sha256(digits_package)[:12]}; --verbose names each, and maps each origin run to its "
         "run here)"], grown.stdout
