@@ -259,14 +259,14 @@ def _run(args: Any, world: Any, workload: Any, entry: Any, spec: Any) -> int:
     from d500.distributed.comm import Communicator
     from d500.distributed.trainer import Job, judges
     from d500.distributed.trainer import train as train_run
-    from d500.training.console import configure_threads, line, progress_bar
+    from d500.training.console import configure_threads, line
 
     configure_threads(args)  # after the checks every rank agreed on; each rank its core share
     rank, size = world.Get_rank(), world.Get_size()
     limit = faults.limit()
     comm = Communicator(world if size > 1 else None)
     job = Job(comm, workload, entry, spec, args.backend, data_dir=args.data, limit=limit,
-              checkpoint_every=args.checkpoint_every)
+              checkpoint_every=args.checkpoint_every, progress=rank == 0)
     seeds: list[int] | D500Error = []
     if rank == 0:
         from d500.ledger import Ledger, iso
@@ -290,12 +290,8 @@ def _run(args: Any, world: Any, workload: Any, entry: Any, spec: Any) -> int:
     guard.install(world)  # every rank: its signals kept off the keepers (the judges unfiltered)
     try:
         for s in seeds:
-            title = (f"{workload.name} / {entry.name} / {args.backend} x{size} ranks seed {s}")
-            if rank == 0:
-                with progress_bar(title) as bar:
-                    result = train_run(job, s, progress=bar, judge=waiting.pop(s))
-            else:
-                result = train_run(job, s)
+            # the progress bar is the judge's (rank 0 ticks): no rank learns a held-out figure
+            result = train_run(job, s, judge=waiting.pop(s) if rank == 0 else None)
             results.append((s, result))
             if rank == 0 and not args.json:
                 from d500.training.cli import note

@@ -22,6 +22,7 @@ it reads whenever it waits, and it records the run failed before it answers. A p
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import multiprocessing
@@ -60,6 +61,7 @@ class Order:
     threads: dict[str, Any] | None  # rank 0's d500.threads.recorded(): recorded, and used here
     checkpoint_every: int | None = None  # epochs between checkpoints (d500.training.resume)
     resumed: Any = None  # d500.training.resume.Resumed: the checkpoint this run continues
+    progress: bool = False  # show a progress bar on stderr (rank 0's ticks, the validation)
 
 
 class Judge:
@@ -84,7 +86,7 @@ class Judge:
         return cls(Order(job.workload, job.entry, job.spec, job.backend, seed, job.comm.size,
                          job.global_batch, str(ledger.path), getattr(ledger, "stamp", None),
                          job.data_dir, job.group, threads.recorded(), job.checkpoint_every,
-                         job.resumed))
+                         job.resumed, job.progress))
 
     def shielded(self) -> None:
         """Wait until the judge process has made itself undumpable: a /proc/PID/mem opened
@@ -156,6 +158,7 @@ class Ranks(Trainee):
     chunk early (every rank would have to agree on the step): the ranks stop at its end."""
 
     grace = None
+    shows_val = False  # no rank learns a validation figure: the judge shows the progress
 
     def __init__(self, conn: Any, lost: Any):
         super().__init__(conn)
@@ -360,14 +363,15 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
            {"workload": wl.name, "submission": entry.name, "backend": order.backend,
             "seed": order.seed, "world_size": order.world_size,
             "grid": order.spec.dims(order.world_size)})  # each piece's place (resuming.fits)
-    try:
-        figures, status, why = _supervise(run, wl, entry.recipe, order.seed, order.data_dir,
-                                          None, ranks, model, layout(order),
-                                          checkpoints=checkpoints, resume=order.resumed,
-                                          watch=watch)
-    except Diverged as err:
-        status, why, figures = "diverged", str(err), missed_figures(wl)
-        ranks.finish(False)
+    with _progress(order) as bar:  # (the ranks are sent no validation figure to show one)
+        try:
+            figures, status, why = _supervise(run, wl, entry.recipe, order.seed, order.data_dir,
+                                              bar, ranks, model, layout(order),
+                                              checkpoints=checkpoints, resume=order.resumed,
+                                              watch=watch)
+        except Diverged as err:
+            status, why, figures = "diverged", str(err), missed_figures(wl)
+            ranks.finish(False)
     stats = ranks.stats()
     losses = [r.loss_sum / r.loss_count for r in stats if r.loss_count]
     figures.pop("train_loss", None)
@@ -393,6 +397,16 @@ def _judge(order: Order, run: Any, ranks: Ranks) -> None:
         raise Escaped(broken)
     run.finish(status, figures=figures, error=why or None, details=details)
     ranks.conn.send(("result", status, why, figures))
+
+
+def _progress(order: Order) -> Any:
+    """The run's progress bar on stderr (console.progress_bar) where rank 0's command shows one,
+    else a context of None."""
+    if not order.progress:
+        return contextlib.nullcontext()
+    from d500.training.console import progress_bar
+    return progress_bar(f"{order.workload.name} / {order.entry.name} / {order.backend} "
+                        f"x{order.world_size} ranks seed {order.seed}")
 
 
 def _open(order: Order) -> Any:

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from d500.distributed import figures as figs
-from d500.training.trainer import Layout, Progress
+from d500.training.trainer import Layout
+from d500.training.worker import TICK
 
 PRECISION_COMM = "lowest_numerical_precision_in_comm"  # MLPerf Training 6.1's key
 DATA_PARALLELISM = "data_parallelism"  # d500's, after MLPerf's *_parallelism keys
@@ -77,12 +78,15 @@ def layout(order: Any) -> Layout:
 
 class RankLoop:
     """One run on one rank: `run()` relays the judge's commands until its result, which it
-    returns (status, error, figures: rank 0's; the others get status and error)."""
+    returns (status, error, figures: rank 0's; the others get status and error). `ticks`: rank
+    0 sends its judge ("tick", step, loss) every TICK s, for the judge's progress display."""
 
     def __init__(self, job: Any, seed: int, trainer: Any, scheme: Any, reducer: Any,
-                 judge: Any, progress: Progress | None, control: Any, mark: Any):
+                 judge: Any, ticks: bool, control: Any, mark: Any):
         self.job, self.seed, self.trainer, self.scheme = job, seed, trainer, scheme
-        self.reducer, self.judge, self.progress = reducer, judge, progress
+        self.reducer, self.judge = reducer, judge
+        self.ticks = bool(ticks) and judge is not None
+        self.ticked = 0.0  # when the last tick was sent
         self.control = control  # an mpi4py communicator of its own (None: one rank)
         self.mark = mark  # contention.Mark of the run's start on this rank
         self.comm, self.wl = job.comm, job.workload
@@ -184,12 +188,13 @@ class RankLoop:
             if command[0] != "stop":
                 return command
 
-    def _chunk(self, epoch: int, first: int, count: int, want: bool, val: Any,
+    def _chunk(self, epoch: int, first: int, count: int, want: bool, _none: Any,
                batch: int | None = None) -> None:
         """Steps first..first+count-1 of `epoch` on every rank at the global batch (the judge's
         `batch`: level 3 grows none, d500.training.trainer.ready); rank 0 reports each step's loss
         over the global batch (the ranks' losses weighted by their shares; non-finite where any
-        rank's was, naming the first such rank) and, if `want`, the model."""
+        rank's was, naming the first such rank) and, if `want`, the model. (`_none`: where the
+        last validation accuracy once came, for rank 0's progress display: never sent now.)"""
         if batch is not None and batch != self.job.global_batch:
             from d500.errors import D500Error
             raise D500Error(f"the judge asked for a global batch of {batch}; this run's is "
@@ -199,7 +204,7 @@ class RankLoop:
         since = len(self.durations)
         for i, (index, weight) in enumerate(order):
             mine[0, i] = self._step({"input": self.x[index], "labels": self.y[index]},
-                                    self.lr_at(self.step), epoch, val, weight)
+                                    self.lr_at(self.step), weight)
             mine[1, i] = len(index) if self.scheme.holds_loss else 0  # its weight
         self._settle(since)  # a server's replies still owed, before the collective below
         every = self._gathered(mine)
@@ -246,8 +251,7 @@ class RankLoop:
             wall, inside = self.durations[i]
             self.durations[i] = (wall + dt / steps, inside + comm / steps)
 
-    def _step(self, feeds: dict[str, np.ndarray], lr: float, epoch: int, val: Any,
-              weight: float = 1.0) -> float:
+    def _step(self, feeds: dict[str, np.ndarray], lr: float, weight: float = 1.0) -> float:
         st = self.stats
         c = sum(x.seconds for x in self.comms)
         t = time.perf_counter()
@@ -262,10 +266,10 @@ class RankLoop:
         if math.isfinite(loss) and self.scheme.holds_loss:
             st.loss_sum += loss
             st.loss_count += 1
-        if self.progress is not None:
-            shown = loss if self.scheme.holds_loss else self.shown_loss
-            self.progress({"step": self.step, "total": self.total, "loss": shown,
-                           f"val_{self.wl.quality}": val, "epoch": epoch + 1})
+        if self.ticks and time.perf_counter() - self.ticked >= TICK:
+            self.judge.send(("tick", self.step, loss if self.scheme.holds_loss
+                             else self.shown_loss))
+            self.ticked = time.perf_counter()
         return loss
 
     # ------------------------------------------------------------------ the end

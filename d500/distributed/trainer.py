@@ -38,7 +38,7 @@ from d500.distributed.resuming import Refused
 from d500.distributed.spec import Spec
 from d500.distributed.workloads import DistributedWorkload
 from d500.errors import D500Error, describe
-from d500.training.trainer import Progress, Result
+from d500.training.trainer import Result
 
 
 @dataclasses.dataclass
@@ -56,6 +56,7 @@ class Job:
     limit: float = 10.0  # watchdog: seconds of silence before a rank is given up
     checkpoint_every: int | None = None  # epochs between checkpoints (d500.training.resume)
     resumed: Any = None  # rank 0: the Resumed checkpoint this command's run continues
+    progress: bool = False  # rank 0: its judges show a progress bar on stderr (rank 0 ticks)
 
     @property
     def global_batch(self) -> int:
@@ -145,7 +146,7 @@ def judges(job: Job, seeds: list[int]) -> dict[int, Any]:
     return spawned
 
 
-def train(job: Job, seed: int, progress: Progress | None = None, judge: Any = None) -> Result:
+def train(job: Job, seed: int, judge: Any = None) -> Result:
     """One run on every rank; rank 0's judge process (`judges()`'s, or spawned here) records
     it. Bad input (a scheme option, an operator the backend lacks) raises on every rank before
     anything is recorded; a failure during the run ends the job (see the module docstring);
@@ -175,14 +176,14 @@ def train(job: Job, seed: int, progress: Progress | None = None, judge: Any = No
         raise opened
     run_id = int(opened)
     try:
-        return _relay(job, seed, trainer, scheme, reducer, judge, progress, run_id)
+        return _relay(job, seed, trainer, scheme, reducer, judge, run_id)
     finally:
         if judge is not None:
             judge.close()
 
 
 def _relay(job: Job, seed: int, trainer: Any, scheme: Any, reducer: Any, judge: Any,
-           progress: Progress | None, run_id: int) -> Result:
+           run_id: int) -> Result:
     """The ranks' side of the run, guarded: a rank that fails ends the job, and rank 0's judge
     records the run failed naming it."""
     comm = job.comm
@@ -197,7 +198,7 @@ def _relay(job: Job, seed: int, trainer: Any, scheme: Any, reducer: Any, judge: 
     try:
         with watchdog if watchdog is not None else contextlib.nullcontext():
             status, error, figures = RankLoop(job, seed, trainer, scheme, reducer, judge,
-                                              progress, control, mark).run()
+                                              job.progress, control, mark).run()
     except KeyboardInterrupt:  # Ctrl-C: recorded interrupted (resumable), as level 2 records it
         lost("interrupted (Ctrl-C)", interrupted=True)
         raise
