@@ -120,14 +120,29 @@ def _options(parser: argparse.ArgumentParser) -> list[str]:
 
 def stdout_console(**options: Any) -> Any:
     """A rich Console on stdout; wide when stdout is not a terminal (logs, pipes), so tables
-    are not squeezed to 80 columns. A reader that goes away (`| head`) raises BrokenPipeError,
-    which `main` ends quietly with exit 0 (rich's own answer is exit 1, a failed check's code)."""
+    are not squeezed to 80 columns, and there a table wider still is printed whole at its own
+    width (folded at 160, `d500 reproduce ... | cat` cut its verdict mid-word). A reader that
+    goes away (`| head`) raises BrokenPipeError, which `main` ends quietly with exit 0 (rich's
+    own answer is exit 1, a failed check's code)."""
     from rich.console import Console
 
     class StdoutConsole(Console):
         def on_broken_pipe(self) -> None:
             self.quiet = True
             raise BrokenPipeError
+
+        def print(self, *objects: Any, **kwargs: Any) -> None:
+            from rich.measure import Measurement
+            from rich.table import Table
+            was = self.width
+            if not self.is_terminal:  # a table's natural width, however wide (a pipe, a log)
+                wide = self.options.update_width(1 << 16)
+                self.width = max([was, *(Measurement.get(self, wide, o).maximum
+                                         for o in objects if isinstance(o, Table))])
+            try:
+                super().print(*objects, **kwargs)
+            finally:
+                self.width = was
 
     return StdoutConsole(width=None if sys.stdout.isatty() else 160, **options)
 

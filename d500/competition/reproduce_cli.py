@@ -119,8 +119,8 @@ def render(result: Any) -> None:
         from d500.competition.reproduce_time import odds_line
         out(f"  {odds_line(len(result.drawn_from), len(result.runs))}")
     table = Table(title_justify="left")
-    for name in HEADERS:
-        table.add_column(name, overflow="fold")
+    for name in HEADERS:  # the verdict whole, in a narrow terminal too (the others fold)
+        table.add_column(name, overflow="fold", no_wrap=name == "verdict")
     for report in result.runs:
         table.add_row(*row(report))
     console.print(table)
