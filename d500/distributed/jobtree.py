@@ -2,10 +2,10 @@
 entry's code: under the launcher's proxy, each local rank's waiter (the process the proxy
 started), its keeper and the rank itself (d500.children.keep). The judge stops every rank's
 processes while its clock is paused (`hold`), and checks that each keeper and waiter still
-stands, running, between its rank and the job (`broken`): a rank of the same user may signal
-them (no PID namespace: MPI reads its peers by pid), and one that stopped its keeper and killed
-its waiter took its processes out of the job's tree, where no hold stops them, no CPU reading
-counts them and nothing ends them with the job.
+stands, running, between its rank and the job, its oom_score_adj not raised (`broken`): a rank
+of the same user may signal them (no PID namespace: MPI reads its peers by pid), and one that
+stopped its keeper and killed its waiter took its processes out of the job's tree, where no hold
+stops them, no CPU reading counts them and nothing ends them with the job.
 
     tree = JobTree.found(job_root())    # in the judge, before it says it is shielded
     tree.broken()                       # "" while every keeper and waiter stands
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from d500 import children
 from d500.distributed.launch import RANK_VARIABLES
@@ -59,6 +59,10 @@ class Local:
 class JobTree:
     root: Proc
     ranks: list[Local]
+    # each waiter's and keeper's oom_score_adj as found: a rank run as root without
+    # capabilities owns their /proc files (undumpable: root's) and may raise it, making its
+    # keeper the OOM killer's first choice (tests/distributed/test_keeper_oom_mpi.py)
+    oom: dict[int, int | None] = field(default_factory=dict)
 
     @classmethod
     def found(cls, root: int) -> JobTree | None:
@@ -75,7 +79,8 @@ class JobTree:
             if len(kept) != 1 or None in procs:
                 return None
             ranks.append(Local(_rank(kept[0]), *procs))
-        return cls(top, ranks) if ranks else None
+        oom = {p.pid: _oom(p.pid) for one in ranks for p in (one.waiter, one.keeper)}
+        return cls(top, ranks, oom) if ranks else None
 
     def broken(self) -> str:
         """Why some rank's keeper or waiter no longer stands between it and the job (one line),
@@ -95,6 +100,12 @@ class JobTree:
                 return f"rank {one.rank}'s {what} (pid {proc.pid}) is stopped: {_WHY}"
             if state[1] != parent.pid:
                 return f"rank {one.rank}'s {what} (pid {proc.pid}) left the job's tree: {_WHY}"
+            was, now = self.oom.get(proc.pid), _oom(proc.pid)
+            if was is not None and now is not None and now > was:
+                return (f"rank {one.rank}'s {what} (pid {proc.pid}) had its oom_score_adj "
+                        f"raised from {was} to {now}: a rank's process made it the OOM "
+                        f"killer's first choice, which would end the d500 process that ends "
+                        f"the rank's with the job (d500.children.keep)")
         state = one.kept.state()
         if state is not None and state[1] != one.keeper.pid:
             return f"rank {one.rank} (pid {one.kept.pid}) is no longer its keeper's child: {_WHY}"
@@ -158,6 +169,15 @@ def _stat(pid: int) -> tuple[str, int, int] | None:
             fields = f.read().rsplit(")", 1)[1].split()
         return fields[0], int(fields[1]), int(fields[19])
     except (OSError, IndexError, ValueError):
+        return None
+
+
+def _oom(pid: int) -> int | None:
+    """Process `pid`'s oom_score_adj, or None."""
+    try:
+        with open(f"/proc/{pid}/oom_score_adj") as f:
+            return int(f.read())
+    except (OSError, ValueError):
         return None
 
 
