@@ -44,7 +44,7 @@ def step_outputs() -> list[Any]:
     model, path = wl.onnx_model()
     train_model, train_path = bench.training_model(wl, model, path)
     exe = get("reference").prepare(str(train_path))
-    names, inputs = _ordered(bench.training_inputs(wl, train_model))
+    names, inputs, _ = _ordered(bench.training_inputs(wl, train_model))
     return CallRunner(exe, "step", names, wl.loss_output, list(exe.parameter_names)).call(inputs)
 
 
