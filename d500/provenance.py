@@ -380,6 +380,15 @@ def tree_cpu(root: int | None = None) -> float:
         total, root = t.user + t.system + t.children_user + t.children_system, me
     else:  # root's line in /proc, and this process's where it lies in root's tree (a judge's)
         total, skip = 0.0, None
+    stats = _stats()
+    if stats is None:
+        return total
+    tick = os.sysconf("SC_CLK_TCK")
+    return total + sum(stats[pid][1] for pid in _tree(root, stats) if pid != skip) / tick
+
+
+def _stats() -> dict[int, tuple[int, int]] | None:
+    """{pid: (parent, CPU ticks)} of every live process (Linux), or None."""
     try:
         stats = {}
         for entry in Path("/proc").iterdir():
@@ -390,15 +399,42 @@ def tree_cpu(root: int | None = None) -> float:
                     continue
                 stats[int(entry.name)] = (int(fields[1]), sum(int(v) for v in fields[11:15]))
     except OSError:
-        return total
-    tick = os.sysconf("SC_CLK_TCK")
+        return None
+    return stats
+
+
+def _tree(root: int, stats: dict[int, tuple[int, int]]) -> set[int]:
+    """Process `root` and its live descendants, of those in `stats`."""
     mine = {root}
     grew = True
     while grew:  # descendants, level by level
         found = {pid for pid, (ppid, _) in stats.items() if ppid in mine and pid not in mine}
         grew = bool(found)
         mine |= found
-    return total + sum(stats[pid][1] for pid in mine if pid != skip and pid in stats) / tick
+    return {pid for pid in mine if pid in stats}
+
+
+def tree_waits(root: int | None = None) -> tuple[float, float] | None:
+    """(seconds on a core, seconds runnable but waiting for one) summed over every thread of
+    process `root` (default: this one) and its live descendants, from the scheduler's own
+    nanosecond counts (/proc/PID/task/TID/schedstat, Linux); None where it does not say."""
+    stats = _stats()
+    if stats is None:
+        return None
+    ran = waited = 0.0
+    seen = False
+    for pid in _tree(os.getpid() if root is None else root, stats):
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                run, wait = (task / "schedstat").read_text().split()[:2]
+            except (OSError, ValueError):
+                continue
+            ran, waited, seen = ran + int(run) / 1e9, waited + int(wait) / 1e9, True
+    return (ran, waited) if seen else None
 
 
 def others_now(seconds: float = QUIET_WINDOW) -> float | None:
@@ -436,20 +472,22 @@ class LoadWatch:
         self.start = load_average()
         self.start_others = others_load(self.start)
         self.root = root
-        self.wall, self.busy, self.cpu = time.monotonic(), busy_seconds(), tree_cpu(root)
+        self.restart()
 
     def restart(self) -> None:
         """The timed part starts now: "during" and "own_cpu" are measured from here on (a
         training run's clock starts after its setup, which can take 30 times what it times)."""
         self.wall, self.busy, self.cpu = time.monotonic(), busy_seconds(), tree_cpu(self.root)
+        self.waits = tree_waits(self.root)
 
     def finish(self, job_load: float = 0.0) -> dict[str, Any]:
         """{"start", "end" (1/5/15-minute load averages), "others" (other processes' load at
         start and end), "during" (cores' worth of CPU other processes took during the run, or
         the first MIN_DURING s from its start; "own_cpu", the CPU seconds the `root`'s tree took
-        over those "wall" seconds), "usable_cores", "loaded"}. `job_load` (cores): what this
-        job's processes outside the tree use on this host (parallel tuning's other ranks), taken
-        out of the others'."""
+        over those "wall" seconds; "waited", the share of the time its threads were runnable
+        that they waited for a core, tree_waits), "usable_cores", "loaded"}. `job_load`
+        (cores): what this job's processes outside the tree use on this host (parallel tuning's
+        other ranks), taken out of the others'."""
         end = load_average()
         # rounded before deciding, so "loaded" follows from the figures the record shows
         pair = [None if v is None else round(max(0.0, v - job_load), 2)
@@ -464,6 +502,11 @@ class LoadWatch:
             others = (busy - self.busy - own) / wall - job_load
             out["during"] = round(min(float(cores), max(0.0, others)), 2)  # ticks: +-2 of them
             out["own_cpu"], out["wall"] = round(own, 2), round(wall, 2)  # the work's own tree
+        waits = tree_waits(self.root)
+        if self.waits is not None and waits is not None:  # threads that ended took theirs
+            ran, waited = (max(0.0, b - a) for a, b in zip(self.waits, waits, strict=True))
+            if ran + waited > 0:  # the share of its runnable time the tree waited for a core
+                out["waited"] = round(waited / (ran + waited), 3)
         if job_load:
             out["job_load"] = round(job_load, 2)
         out["loaded"] = is_loaded(out)

@@ -212,6 +212,21 @@ def test_a_named_tree_is_the_works_own_and_nothing_beside_it():
     assert 0.4 - 0.03 <= json.loads(inside.stdout)["own_cpu"] < 0.8, inside.stdout
 
 
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="Linux only")
+def test_the_waits_are_the_schedulers_count_of_the_works_threads():
+    """"waited": the share of the time the work's threads were runnable that they waited for a
+    core (the scheduler's nanosecond count): one more spinning child than there are cores
+    waits at least 1 / (n + 1) of it, whatever runs beside."""
+    n = provenance.usable_cores()
+    watch = provenance.LoadWatch()
+    spinners = [subprocess.Popen([sys.executable, "-c", SPIN.format(seconds=0.4)])
+                for _ in range(n + 1)]
+    for child in spinners:
+        child.wait(timeout=60)
+    record = watch.finish()
+    assert 0.8 / (n + 1) <= record["waited"] < 1.0, record
+
+
 def _orphan_hog(seconds: float) -> int:
     """A process that keeps a core busy for `seconds`, started outside this process's tree."""
     out = subprocess.run([sys.executable, "-c", (

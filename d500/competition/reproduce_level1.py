@@ -252,12 +252,15 @@ def _bench(job: dict[str, Any], ledger: Any) -> dict[str, Any]:
         if wl.train and r.status == "running":
             feeds = bench.training_inputs(wl, train_model)
             bench.first_step(r, cls, train_path, feeds, wl.loss_output, timed=False)
-        if timed and r.status == "running":  # then timed as `d500 net bench` times them
-            budget = s["hyperparameters"].get("budget") or wl.budget
-            bench.time_inference([r], feeds1, feeds_b, wl, budget, lambda text: None)
+        if timed and r.status == "running":  # then timed as `d500 net bench` times them,
+            from d500.provenance import LoadWatch  # with the load beside each pass and all
+            budget, loads = s["hyperparameters"].get("budget") or wl.budget, {}
+            watch = LoadWatch()  # (d500.competition.reproduce._load)
+            bench.time_inference([r], feeds1, feeds_b, wl, budget, lambda text: None, loads)
             if wl.train:
                 bench.time_training([r], {backend: cls}, train_path, train_model, wl, budget,
-                                    lambda text: None)
+                                    lambda text: None, loads)
+            r.details["load_average"], r.details["load_by_pass"] = watch.finish(), loads
     except BaseException as err:
         run.finish("interrupted" if isinstance(err, KeyboardInterrupt) else "failed",
                    figures=r.figures, details=r.details, error=describe(err))

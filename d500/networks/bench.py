@@ -336,13 +336,18 @@ def first_step(r: BackendBench, backend: type[Backend], train_path: Path,
 # -- the timing ------------------------------------------------------------------------------
 
 def time_inference(alive: list[BackendBench], feeds1, feeds_b, workload: Workload,
-                    budget: float, say: Progress) -> None:
+                    budget: float, say: Progress, loads: dict[str, Any] | None = None) -> None:
+    """Latency and throughput timed; `loads`, where given, gets each pass's LoadWatch record by
+    figure (reproduce judges each time by the load beside it, not averaged with the others)."""
     alive = [r for r in alive if r.status == "running"]
     for figure, batch, feeds in inference_passes(workload, feeds1, feeds_b):
         running = [r for r in alive if r.status == "running"]
+        watch = LoadWatch() if loads is not None else None
         timings = _interleave(running, lambda r, feeds=feeds: _timed(
             r, r.exe, "forward", feeds, trip=budget / TRIPS),
             budget, say, f"{workload.name}: {figure} at batch {batch}")
+        if watch is not None:
+            loads[figure] = watch.finish()
         for r in running:
             if r.backend not in timings:
                 continue
@@ -360,7 +365,9 @@ def time_inference(alive: list[BackendBench], feeds1, feeds_b, workload: Workloa
 
 
 def time_training(alive: list[BackendBench], classes, train_path, train_model,
-                   workload: Workload, budget: float, say: Progress) -> None:
+                   workload: Workload, budget: float, say: Progress,
+                   loads: dict[str, Any] | None = None) -> None:
+    """The training step timed (after its first step, untimed); `loads` as time_inference's."""
     feeds = training_inputs(workload, train_model)
     loss = workload.loss_output
     ready = [r for r in alive if r.status == "running" and first_step(
@@ -368,11 +375,14 @@ def time_training(alive: list[BackendBench], classes, train_path, train_model,
         say=lambda text: say(f"{workload.name}: {text}"))]
     if not ready:
         return
+    watch = LoadWatch() if loads is not None else None
     timings = _interleave(
         ready, lambda r: _timed(r, r.train_exe, "step", feeds, loss=loss,
                                 reference=lambda: _reference_exe(train_path),
                                 trip=budget / TRIPS), budget, say,
         f"{workload.name}: training step at batch {workload.batch_size}")
+    if watch is not None:
+        loads["train_step_time"] = watch.finish()
     for r in ready:
         if r.backend in timings:
             r.figures["train_step_time"] = timings[r.backend].median

@@ -12,6 +12,11 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -54,6 +59,28 @@ def _forged(found: RunReport, forged: float) -> None:
     assert found.verdict == ("inconclusive" if latency.inconclusive else "disagrees"), found
     if latency.inconclusive:
         assert latency.tolerance.startswith("not judged: this machine was too loaded"), latency
+
+
+def _watched(again: dict) -> None:
+    """A bench's reproduction records the load beside its timing, each pass apart, with the
+    share of its runnable time its threads waited for a core (reproduce_time.slowdown)."""
+    details = again["details"]
+    assert {"during", "waited"} <= set(details["load_average"]), details["load_average"]
+    assert set(details["load_by_pass"]) == {"latency", "throughput"}, details
+    assert all("waited" in r for r in details["load_by_pass"].values()), details
+
+
+@contextmanager
+def _hogs(n: int) -> Iterator[None]:
+    """`n` processes keeping a core busy each, outside the reproduction's tree (others')."""
+    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        time.sleep(0.2)
+        yield
+    finally:
+        for p in spin:
+            p.kill()
+            p.wait(timeout=60)
 
 
 def _packed(entry: Path, home: Path, out: Path) -> Path:
@@ -137,6 +164,13 @@ def test_a_forged_level1_bench_latency_disagrees_on_reproduction(tmp_path, run_d
             "onnxruntime:basic", "onnxruntime:basic", "succeeded")
         assert done["details"]["settings"]["graph_optimization_level"] == "ORT_ENABLE_BASIC"
     assert again["details"]["reproduction"]["origin_run"] == origin["id"]
+    _watched(again)
+
+    # a neighbour's burst beside the reproduction (the rehearsal's flake: 2.16x, read as
+    # quiet and accused): honest, never disagrees
+    with _hogs(1):
+        found = _reproduced(honest, tmp_path / "organiser3" / "ledger.sqlite", rulebook())
+    _honest(found)
 
     forged = run.figures["latency"] / 100
     _forge_latency(home, run.origin_id, forged)

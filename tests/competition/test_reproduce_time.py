@@ -88,6 +88,23 @@ def test_the_slowdown_is_the_jobs_demand_over_the_cores_others_left_it():
     assert slowdown(None) == slowdown({"others": [None], "usable_cores": 2}) == 1.0
 
 
+def test_a_burst_the_averaged_cores_hide_shows_in_the_waits():
+    """The rehearsal's flake: an honest level-1 latency (16.1 us a call, 1 thread) reproduced
+    2.16x beside a neighbour whose cores, averaged over the window, left it one: read as quiet
+    and accused. The scheduler's own count of the time its threads waited for a core
+    ("waited") bounds the slowdown from below: waiting a share w, it ran 1 / (1 - w) slower."""
+    two = {"usable_cores": 2, "during": 0.9}
+    assert slowdown(two, 1) == 1.0  # averaged: a core left to it
+    assert slowdown({**two, "waited": 0.55}, 1) == 2.22 and not judged(2.22)
+    assert slowdown({**two, "waited": 0.1}, 1) == 1.11  # judged, widened by that much
+    assert slowdown({**two, "waited": 0.0}, 1) == 1.0
+    assert slowdown({**two, "waited": 1.0}, 1) == math.inf
+    assert slowdown({"waited": 0.5}) == 2.0  # without cores or others' load: the waits alone
+    assert slowdown({"usable_cores": 2, "during": 1.5, "waited": 0.1}, 1) == 2.0  # the larger
+    assert "its threads waited for a core 55% of the time they were runnable" in unjudged(
+        {**two, "waited": 0.55}, 1)
+
+
 def test_the_slowdown_bounds_what_was_measured_here():
     """Honest reproductions beside N = 0-4 busy loops (benchmarks/reproduce_load.py, 2 cores,
     other work at 1-minute load 7-15, 2026-11-27): (level, others' cores while it ran, its
@@ -109,13 +126,13 @@ def test_no_judged_load_widens_the_tolerance_enough_to_hide_a_halved_time():
     load to LoadWatch) that slows nothing it times. Whatever slowdown the rule judges at, a
     time halved and reproduced at full speed is too fast, by a margin."""
     assert RATIO * JUDGED_UP_TO <= 0.95 * 2
-    for tenths in range(0, 21):
-        for demand in (1, 2, None):
-            load = slowdown({"usable_cores": 2, "during": tenths / 10}, demand)
-            if judged(load):
-                assert too_fast(1.0, 2.0, load, 0.0), (tenths, demand, load)
-                long = (SLOW[0] * 10, [w * 10 for w in SLOW[1]])  # the slack resolved (4.65 s)
-                assert not any(c.agrees for c in _checks(long, long, load, scale=0.5).values())
+    for tenths, waited, demand in itertools.product(range(0, 21), (None, 0.1, 0.2, 0.5),
+                                                    (1, 2, None)):  # its waits too
+        load = slowdown({"usable_cores": 2, "during": tenths / 10, "waited": waited}, demand)
+        if judged(load):
+            assert too_fast(1.0, 2.0, load, 0.0), (tenths, demand, load)
+            long = (SLOW[0] * 10, [w * 10 for w in SLOW[1]])  # the slack resolved (4.65 s)
+            assert not any(c.agrees for c in _checks(long, long, load, scale=0.5).values())
 
 
 def test_too_loaded_to_judge_is_inconclusive_never_agrees():
@@ -272,6 +289,35 @@ def test_the_job_wants_its_ranks_times_threads_and_an_operator_two_processes():
     assert _load(prepared, quiet, rep) == 1.25
     assert rep.times == ("; this machine was loaded while reproducing: the tolerance is widened "
                          "1.25x (at most 1.25x: a halved time still shows)")
+
+
+def test_a_bench_is_judged_by_its_most_loaded_pass_and_never_without_a_record():
+    """A level-1 bench's reproduction records the load beside each timed pass apart
+    ("load_by_pass"): a neighbour's burst beside the latency pass alone, averaged with the
+    quiet throughput pass, would read as quiet. A reproduction that recorded no load is not
+    judged (it was read as quiet: the level-1 one recorded none)."""
+    from types import SimpleNamespace
+
+    from d500.competition.reproduce import RunReport, _load
+    quiet = {"usable_cores": 2, "during": 0.5, "waited": 0.02}
+    burst = {"usable_cores": 2, "during": 1.0, "waited": 0.54}
+    prepared = SimpleNamespace(run=SimpleNamespace(level=1, world_size=None), threads=1)
+    rep = RunReport(1, 1, "mlp-mnist", "onnxruntime:basic", 0)
+    local = {"details": {"load_average": quiet,
+                         "load_by_pass": {"latency": burst, "throughput": quiet}}}
+    assert _load(prepared, local, rep) == 2.17 and not judged(2.17)
+    assert "waited for a core 54% of the time" in rep.times and "2.17x slower" in rep.times
+    rep = RunReport(1, 1, "mlp-mnist", "onnxruntime:basic", 0)
+    assert _load(prepared, {"details": {"load_average": quiet}}, rep) == 1.02
+    for details in ({}, {"load_by_pass": {}}):
+        rep = RunReport(1, 1, "mlp-mnist", "onnxruntime:basic", 0)
+        assert _load(prepared, {"details": details}, rep) == math.inf
+        assert rep.times == ("; times not judged: the reproduction recorded no load (how busy "
+                             "this machine was while it was timed)")
+    [latency] = latency_checks({"latency": 1.6e-5}, {"latency": 1.6e-3}, math.inf)
+    assert latency.inconclusive and not latency.agrees
+    assert latency.tolerance == ("not judged: no core was left to the reproduction, or its load "
+                                 "was not measured")
 
 
 def test_the_report_says_plainly_that_times_were_not_judged(capsys):
