@@ -180,7 +180,8 @@ def choose(runs: list[Any], k: int, seed: int) -> list[Any]:
         raise UsageError(f"--runs must be at least 1, got {k}")
     if k > len(ordered):
         raise UsageError(f"--runs {k}: the package has {len(ordered)} run(s) this command can "
-                         f"re-run")
+                         f"re-run; give --runs {len(ordered)}"  # a first try: no --runs given
+                         + (" (2 is the default)" if k == 2 else " or fewer"))
     picked = random.Random(seed).sample(range(len(ordered)), k)
     return [ordered[i] for i in sorted(picked)]
 
@@ -372,14 +373,16 @@ def reproduce(pkg: Any, runs: int = 2, seed: int | None = None, ledger: str | Pa
     rules = Path(rules_dir) if rules_dir is not None else rulebook()
     if not rules.is_dir():
         raise UsageError(f"--rules {rules}: no such folder")
-    book = Ledger(ledger)
-    result = Reproduction(pkg.path, pkg.sha256, pkg.manifest["entry"],
-                          new_seed() if seed is None else seed, seed is not None, book.path)
-    candidates, result.left_out = drawable(pkg.runs())
+    drawn = new_seed() if seed is None else seed
+    candidates, left_out = drawable(pkg.runs())
+    chosen = [] if fresh_seeds is not None else choose(candidates, runs, drawn)
+    book = Ledger(ledger)  # after the draw: a mistake in --runs creates no ledger
+    result = Reproduction(pkg.path, pkg.sha256, pkg.manifest["entry"], drawn, seed is not None,
+                          book.path)
+    result.left_out = left_out
     from d500.competition import restarts  # every resumed run's segments, listed
     result.restarts = restarts.problems(pkg.runs())[1]
     result.drawn_from = [r.origin_id for r in candidates]
-    chosen = [] if fresh_seeds is not None else choose(candidates, runs, result.seed)
     folder = book.root / "reproduce" / pkg.sha256[:12]
     submission_dir = write_submission(pkg, folder / "submission")
     jobs = folder / "jobs"

@@ -298,8 +298,21 @@ def test_more_runs_than_the_package_has_is_exit_2(digits_package, rules_dir, run
                       str(rules_dir), "--ledger", str(tmp_path / "l.sqlite"))
     assert result.returncode == 2
     assert result.stderr.strip() == ("d500 reproduce: error: --runs 7: the package has 6 "
-                                     "run(s) this command can re-run")
-    assert result.stdout == ""
+                                     "run(s) this command can re-run; give --runs 6 or fewer")
+    assert result.stdout == "" and not (tmp_path / "l.sqlite").exists()  # nothing created
+
+
+def test_a_one_run_package_without_runs_names_the_default(tmp_path):
+    """`d500 reproduce PKG` of a package of one run: the default --runs 2 is named, and the
+    count to give (a new user gave no --runs)."""
+    from types import SimpleNamespace
+
+    from d500.competition.reproduce import choose
+    from d500.errors import UsageError
+    with pytest.raises(UsageError) as caught:
+        choose([SimpleNamespace(origin_id=1)], 2, 0)
+    assert str(caught.value) == ("--runs 2: the package has 1 run(s) this command can re-run; "
+                                 "give --runs 1 (2 is the default)")
 
 
 def test_a_workload_that_is_not_the_rulebooks_is_refused(digits_package, run_d500, tmp_path):
