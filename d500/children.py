@@ -35,8 +35,10 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
+
+from d500.errors import D500Error
 
 PRELOAD = ["d500.forkserver", "numpy", "onnx", "torch", "d500.backends.torch.executable",
            "d500.training.worker", "d500.training.optimizers", "d500.training.data.samplers"]
@@ -530,32 +532,58 @@ def kept(pid: int) -> int:
     return child
 
 
-def hold(keeper: int, deadline: float = 0.5, spare: Any = ()) -> list[int]:
+class Unheld(D500Error):
+    """A process behind a keeper did not stop within `hold`'s deadline (or may not be signalled):
+    the entry could compute on while the judge works off the clock, so the run fails (`hold`
+    let what it stopped go on first)."""
+
+
+def hold(keeper: int, deadline: float = 5.0, spare: Any = ()) -> list[int]:
     """Stop every process behind `keeper` (a worker's d500 keeper): the entry's process, all it
-    started and the orphans its namespace's pid 1 adopted, and wait (up to `deadline` s) until
-    each of their threads has stopped. A judge holds them while it works off the clock (test
-    accuracy): no thread of the entry's computes on time that no figure counts. `spare`: pids
-    left running, their children stopped (level 3's judge, its ranks' keepers: d500's own,
-    d500.distributed.jobtree). The pids, for `release`."""
+    started and the orphans its namespace's pid 1 adopted, and wait until each of their threads
+    has stopped. A judge holds them while it works off the clock (test accuracy): no thread of
+    the entry's computes on time that no figure counts. The tree is read again once all it
+    found have stopped, until a reading finds nothing new: a process forked after a reading (or
+    missed by it: a chain of processes, each forking and ending, moves under the namespace's
+    pid 1 as it goes) is stopped too (tests/test_children_hold.py); Unheld where one has not
+    stopped within `deadline` s, or may not be signalled. `spare`: pids left running, their
+    children stopped (level 3's judge, its ranks' keepers: d500's own, d500.distributed.jobtree).
+    The pids, for `release`."""
     held: list[int] = []
+    end = time.monotonic() + deadline
     while True:  # (a process may fork while the others stop)
         new = [p for p in _descendants(keeper) if p not in held and p not in spare]
-        if not new:
-            break
         for pid in new:
-            try:
-                os.kill(pid, signal.SIGSTOP)
-                held.append(pid)
-            except ProcessLookupError:
-                pass
-    end = time.monotonic() + deadline
-    for pid in held:
-        while not _stopped(pid) and time.monotonic() < end:
-            # asleep 20 us between looks, not yielding: a judge running SCHED_FIFO yields to no
-            # ordinary thread, and the threads to stop, which must run to stop, waited on a
-            # loaded machine for the other CPU (a hold took 24 ms at load 10, 1.2 ms so)
-            time.sleep(20e-6)
-    return held
+            _stop(pid, held)
+        if not new and all(_stopped(p) for p in held):  # read with all it found stopped
+            return held
+        for pid in held:
+            while not _stopped(pid):
+                if time.monotonic() > end:
+                    release(held)
+                    raise Unheld(f"process {pid} behind the worker did not stop within "
+                                 f"{deadline:g} s of SIGSTOP")
+                # asleep 20 us between looks, not yielding: a judge running SCHED_FIFO yields
+                # to no ordinary thread, and the threads to stop, which must run to stop,
+                # waited on a loaded machine for the other CPU (a hold took 24 ms at load 10,
+                # 1.2 ms so)
+                time.sleep(20e-6)
+                with suppress(OSError):  # again: a SIGCONT (from one of them not
+                    os.kill(pid, signal.SIGSTOP)  # yet stopped) undid the first
+
+
+def _stop(pid: int, held: list[int]) -> None:
+    """SIGSTOP `pid`, added to `held`; a process gone is not; Unheld (all `held` let go) where
+    it may not be signalled."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return
+    except PermissionError:
+        release(held)
+        raise Unheld(f"process {pid} behind the worker may not be stopped (SIGSTOP: "
+                     "permission denied)") from None
+    held.append(pid)
 
 
 def release(held: list[int]) -> None:
@@ -631,14 +659,17 @@ def _tasks(pid: int | str) -> list[str]:
 
 
 def _stopped(pid: int) -> bool:
-    """Whether every thread of `pid` is stopped (or the process is gone)."""
+    """Whether every thread of `pid` is stopped (or the process is gone), or in an
+    uninterruptible wait ("D"), which runs nothing and takes its pending SIGSTOP before it runs
+    the process's code again: a parent waiting for its vfork child (Python's subprocess), whose
+    child is stopped, waits there as long as it is held."""
     for task in _tasks(pid):
         try:
             with open(f"/proc/{pid}/task/{task}/stat") as f:
                 state = f.read().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
             continue
-        if state not in ("T", "t", "Z", "X"):
+        if state not in ("T", "t", "Z", "X", "D"):
             return False
     return True
 
