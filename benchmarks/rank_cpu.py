@@ -2,10 +2,10 @@
 
 d500.training.cpu fails a run over its framework's bound; at level 3 the judge reads every rank on
 rank 0's host (d500.distributed.jobtree) against the ranks there x each one's recorded threads,
-its bound x Ranks.leeway.
+and each of them alone against its recorded threads (judge.RankMeter), its bound x Ranks.leeway.
 This measures real 'mpiexec -n 2 d500 train digits-mlp --threads 1' runs (two epochs) of each
-entry and backend given: every run's figures, the highest runnable ratio of each framework, the
-honest runs that failed, and the machine's load.
+entry and backend given: every run's figures, each rank's ratio, the highest runnable ratio of
+each framework (pooled, and of a rank alone), the honest runs that failed, and the machine's load.
 
     .venv/bin/python benchmarks/rank_cpu.py --runs 2
     .venv/bin/python benchmarks/rank_cpu.py --runs 2 --cases sync:tensorflow,sync:jax
@@ -35,7 +35,7 @@ CASES = ("sync:torch,ddp-baseline:torch,fsdp-baseline:torch,async-ps:torch,ps:to
 
 
 def measured(entry: str, backend: str, seed: int) -> dict:
-    """One run's details.worker_cpu (and its load), in a fresh D500_HOME."""
+    """One run's details.worker_cpu, its status and each rank's ratio, in a fresh D500_HOME."""
     with tempfile.TemporaryDirectory() as tmp:
         data = yaml.safe_load((ROOT / "levels" / "3-distributed" / "digits-mlp.yaml").read_text())
         data["budget"]["max_epochs"] = 2
@@ -50,7 +50,9 @@ def measured(entry: str, backend: str, seed: int) -> dict:
         db = sqlite3.connect(home / "ledger.sqlite")
         status, details = db.execute("SELECT status, details FROM runs").fetchone()
         db.close()
-        return {**json.loads(details)["worker_cpu"], "status": status}
+        details = json.loads(details)
+        return {**details["worker_cpu"], "status": status,
+                "ranks": {r: c["ratio"] for r, c in details.get("ranks_cpu", {}).items()}}
 
 
 def main() -> None:
@@ -61,22 +63,26 @@ def main() -> None:
     args = parser.parse_args()
     print(f"load before: {os.getloadavg()[0]:.2f}")
     seen: dict[str, list[float]] = {}
+    alone: dict[str, list[float]] = {}  # each rank's ratio, by framework
     failed = 0  # honest runs over the bound and its slack: false failures
     for case in args.cases.split(","):
         entry, backend = case.split(":")
         for seed in range(args.runs):
             got = measured(entry, backend, seed)
             seen.setdefault(backend, []).append(got["ratio"])
+            alone.setdefault(backend, []).extend(got["ranks"].values())
             failed += got["status"] == "failed"
             print(f"{entry:20} {backend:10} {got['status']:9} threads {got['threads']}  cpu "
                   f"{got['cpu_s']:.3f} s  waited {got['waited_s']:.3f} s  ended "
                   f"{got['ended_s']:.3f} s (+{got['ended_waited_s']:.3f} s waited)  held "
                   f"{got['paused_s']:.3f} s  runnable {got['runnable_s']:.3f} s  worked "
-                  f"{got['wall_s']:.3f} s  ratio {got['ratio']:.3f}  load "
-                  f"{os.getloadavg()[0]:.1f}", flush=True)
+                  f"{got['wall_s']:.3f} s  ratio {got['ratio']:.3f}  ranks "
+                  + " ".join(f"{r}:{v:.3f}" for r, v in sorted(got["ranks"].items()))
+                  + f"  load {os.getloadavg()[0]:.1f}", flush=True)
     for backend, ratios in seen.items():
-        print(f"{backend}: highest ratio {max(ratios):.3f} of {len(ratios)} runs, bound "
-              f"{bound(backend) * Ranks.leeway:.3f}")
+        one = max(alone.get(backend) or [float("nan")])
+        print(f"{backend}: highest ratio {max(ratios):.3f} of {len(ratios)} runs, of a rank "
+              f"alone {one:.3f}, bound {bound(backend) * Ranks.leeway:.3f}")
     print(f"honest runs failed: {failed}; load after: {os.getloadavg()[0]:.2f}")
 
 

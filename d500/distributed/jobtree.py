@@ -12,6 +12,7 @@ stops them, no CPU reading counts them and nothing ends them with the job.
     held = tree.hold(); ...; children.release(held)
     tree.end_escaped()                  # after the run is recorded failed: what left the tree
     tree.cpu_seconds()                  # the ranks' CPU here, for d500.training.cpu.Meter
+    tree.rank_cpu_seconds(tree.ranks[0])  # one rank's
 """
 
 from __future__ import annotations
@@ -130,12 +131,18 @@ class JobTree:
         the orphans the keeper adopted: d500.children.cpu_seconds), this judge and all it
         started left out (rank 0's child), the keepers' own idle waits in: the CPU seconds, and
         each live thread's run and wait for a CPU (d500.training.cpu.Meter's reading)."""
-        total, live, me = 0.0, {}, (os.getpid(),)
+        total, live = 0.0, {}
         for one in self.ranks:
-            if one.keeper.state() is not None:  # (gone: hold and the end say so)
-                used, threads = children.cpu_seconds(one.keeper.pid, spare=me)
-                total, live = total + used, {**live, **threads}
+            used, threads = self.rank_cpu_seconds(one)
+            total, live = total + used, {**live, **threads}
         return total, live
+
+    def rank_cpu_seconds(self, one: Local) -> tuple[float, dict[int, tuple[float, float]]]:
+        """`cpu_seconds` of one local rank: its keeper and all behind it (none once its keeper
+        is gone: hold and the end say so)."""
+        if one.keeper.state() is None:
+            return 0.0, {}
+        return children.cpu_seconds(one.keeper.pid, spare=(os.getpid(),))
 
     def end_escaped(self) -> None:
         """SIGKILL what a broken tree let out, once the run is recorded failed: each broken

@@ -38,6 +38,7 @@ from d500 import children, untrusted
 from d500.distributed.jobtree import Escaped, JobTree
 from d500.distributed.resuming import Refused, verify
 from d500.errors import D500Error, Diverged, describe
+from d500.training import cpu
 from d500.training.worker import START, Trainee, WorkerError
 
 LOST_ACK = 30.0  # seconds a failing rank 0 waits for the judge to record the run
@@ -260,6 +261,93 @@ class Ranks(Trainee):
         return "rank 0 ended without a word"
 
     _who = "rank 0"
+
+    def meter(self) -> RankMeter:
+        """trainer._supervise's CPU meter: the ranks here pooled, and each alone."""
+        return RankMeter(self)
+
+
+class RankMeter(cpu.Meter):
+    """d500.training.cpu.Meter over the ranks on rank 0's host pooled (details "worker_cpu"),
+    and over each of them alone against the threads the run records (details "ranks_cpu", by
+    rank): pooled, one rank on more threads than recorded hid behind its honest peers (2 ranks
+    at --threads 1, rank 1 on 2: 1.5x pooled, under the 1.625x bound;
+    tests/distributed/test_rank_threads_mpi.py)."""
+
+    def __init__(self, ranks: Ranks):
+        super().__init__(ranks)
+        self.each = ([cpu.Meter(OneRank(ranks, one)) for one in ranks.tree.ranks]
+                     if self.start is not None else [])
+
+    def hold(self) -> list[int]:
+        for one in self.each:
+            one.hold()
+        return super().hold()
+
+    def release(self, held: list[int]) -> None:
+        super().release(held)
+        for one in self.each:
+            one.release([])
+
+    def check(self, run: Any) -> None:
+        figures, over = {}, []
+        for one in self.each:
+            one.worked = self.worked
+            said = _Said()
+            try:
+                one.check(said)
+            except D500Error as err:
+                over.append(err)
+            if said.figures is not None:
+                figures[one.worker.rank] = said.figures
+        if figures:
+            run.record(details={"ranks_cpu": figures})
+        super().check(run)
+        if over:
+            raise over[0]
+
+
+@dataclass
+class OneRank:
+    """One rank on rank 0's host as a cpu.Meter reads it: its CPU (its keeper and all behind
+    it) against the threads the run records (every rank configured alike: rank 0's count);
+    its hold is the pooled meter's."""
+
+    ranks: Ranks
+    one: Any  # jobtree.Local
+
+    @property
+    def rank(self) -> str:
+        return self.one.rank
+
+    @property
+    def whose(self) -> str:
+        return f"rank {self.one.rank}'s threads (on rank 0's host)"
+
+    @property
+    def leeway(self) -> float:
+        return self.ranks.leeway
+
+    def allotment(self) -> tuple[int, str] | None:
+        return self.ranks.given
+
+    def cpu_seconds(self) -> tuple[float, dict[int, tuple[float, float]]]:
+        return self.ranks.tree.rank_cpu_seconds(self.one)
+
+    def hold(self) -> list[int]:
+        return []
+
+    def release(self, held: list[int]) -> None:
+        pass
+
+
+class _Said:
+    """What a cpu.Meter records on a run (its figures), kept here."""
+
+    figures: dict[str, Any] | None = None
+
+    def record(self, details: dict[str, Any]) -> None:
+        self.figures = details[cpu.DETAIL]
 
 
 class Lost(WorkerError):

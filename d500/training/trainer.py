@@ -315,8 +315,9 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
     from d500.training.cpu import Meter
     # the CPU time the entry's processes use from here (cpu.BOUND), read just before the clock
     # (the worker waits for its data meanwhile): a walk of /proc the loop before the split
-    # never made, ~0.3 ms of digits-mlp's time to accuracy when it was read on the clock
-    meter = Meter(worker)
+    # never made, ~0.3 ms of digits-mlp's time to accuracy when it was read on the clock; level
+    # 3's ranks (d500.distributed.judge.Ranks) bring their own, which judges each rank alone too
+    meter = worker.meter() if hasattr(worker, "meter") else Meter(worker)
     clock = Clock(start=run.begin())  # init_stop, run_start: the clock runs from here
     if watch is not None:  # the load beside what the clock times, not beside the setup
         watch.restart()

@@ -23,10 +23,11 @@ pytestmark = [pytest.mark.mpi,
                   or not os.path.exists(f"/proc/self/task/{os.getpid()}/schedstat"),
                   reason="/proc's CPU times and schedstat")]
 
-# From its first update on (D500_BESIDE set), two threads on each rank compute without pause: a
-# stand-in for extra steps on cached batches, on cores the run does not record
+# From its first update on, D500_BESIDE threads compute on each rank (on rank D500_BESIDE_RANK
+# alone where set), without pause (or D500_DUTY of the time): a stand-in for extra steps on
+# cached batches, on cores the run does not record
 GREEDY = '''
-import os, threading
+import os, threading, time
 import torch
 from d500.training.optimizers import Optimizer
 
@@ -34,27 +35,36 @@ _started = []
 
 
 def _beside():
-    a = torch.ones(256, 256)
+    a, duty = torch.ones(256, 256), float(os.environ.get("D500_DUTY", "1"))
     while True:
+        t = time.perf_counter()
         a = a @ a / 256
+        if duty < 1:
+            time.sleep((time.perf_counter() - t) * (1 - duty) / duty)
 
 
 class Greedy(Optimizer):
     name = "greedy"
 
     def update(self, ops, params, grads, state, lr, t):
-        if os.environ.get("D500_BESIDE") and not _started:
-            for _ in range(2):  # (the judge's slack, 0.1 CPU s at the wait, is a short run's
-                _started.append(threading.Thread(target=_beside, daemon=True))  # half)
+        rank = os.environ["PMI_RANK"]
+        if not _started and os.environ.get("D500_BESIDE_RANK", rank) == rank:
+            for _ in range(int(os.environ.get("D500_BESIDE", "0"))):
+                _started.append(threading.Thread(target=_beside, daemon=True))
                 _started[-1].start()
+            _started.append(None)
         ops.add_(params, grads, -lr)
 '''
 
 
-def _run(tmp_path, beside: bool) -> dict:
-    env = {"D500_BESIDE": "1"} if beside else {}
+def _run(tmp_path, beside: bool, epochs: int = 1, **env: str) -> dict:
+    """One job of digits-mlp at --threads 1 for `epochs` epochs (more than one: every one, its
+    target out of reach)."""
+    # (two threads on each rank: the judge's slack, 0.1 CPU s at the wait, is a short run's half)
+    env = {"D500_BESIDE": "2", **env} if beside else {}
     home = tmp_path / "home"
-    wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 1})
+    wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": epochs},
+                       **({"target": {"value": 0.999}} if epochs > 1 else {}))
     entry = jobs.entry(tmp_path, "sync", folder="greedy", files={"opt.py": GREEDY},
                        name="greedy", optimizer="opt.py:Greedy", hyperparameters={"lr": 0.1},
                        search_space={}, feasible_points=[])
@@ -62,7 +72,9 @@ def _run(tmp_path, beside: bool) -> dict:
                      env=jobs.environment(home, **env))
     run = jobs.last_run(home)
     return {"out": out, "status": run["status"], "error": run["error"] or "",
-            "cpu": run["details"].get("worker_cpu"), "load": run["details"].get("load_average")}
+            "cpu": run["details"].get("worker_cpu"),
+            "ranks_cpu": run["details"].get("ranks_cpu"),
+            "load": run["details"].get("load_average")}
 
 
 @pytest.mark.slow  # one real 2-rank job of one digits epoch: ~12 s
@@ -84,3 +96,21 @@ def test_ranks_on_their_recorded_threads_pass(tmp_path):
     assert run["status"] in ("succeeded", "missed"), (run["error"], cpu, run["load"])
     assert cpu is not None and cpu["threads"] == 2 and 0 < cpu["ratio"], cpu
     assert cpu["runnable_s"] <= cpu["bound"] * cpu["threads"] * cpu["wall_s"] + cpu["slack_s"]
+    assert sorted(run["ranks_cpu"]) == ["0", "1"], run["ranks_cpu"]  # each rank within, alone
+
+
+@pytest.mark.slow  # one real 2-rank job of 12 digits epochs: ~20 s
+def test_one_rank_computing_on_a_thread_of_its_own_fails_the_run(tmp_path):
+    """Rank 1 alone on a thread of its own computing 4/5 of the time, rank 0 honest: the ranks
+    pooled read about (1.1 + 1.9) / 2, under the 1.625x bound, and the run passed (1.556x with
+    the thread computing 3/4 of the time, 1.614x all of it); each rank is judged alone now. (12
+    epochs: the slack, 0.1 CPU s at the wait, is 0.6 s at load 12, 6 epochs' excess: one such
+    run read 1.949x alone and passed by 0.01 s.)"""
+    run = _run(tmp_path, beside=True, epochs=12, D500_BESIDE="1", D500_BESIDE_RANK="1",
+               D500_DUTY="0.8")
+    cpu, each = run["cpu"], run["ranks_cpu"]
+    assert cpu is not None and each is not None, run["out"].stderr[-2000:]
+    assert sorted(each) == ["0", "1"] and {c["threads"] for c in each.values()} == {1}, each
+    assert run["status"] == "failed", f"rank 1 ran 2 threads of the 1 recorded: {each}, {run}"
+    assert each["1"]["ratio"] > each["1"]["bound"] and "rank 1" in run["error"], run
+    assert run["out"].returncode != 0
