@@ -485,7 +485,8 @@ class LoadWatch:
         start and end), "during" (cores' worth of CPU other processes took during the run, or
         the first MIN_DURING s from its start; "own_cpu", the CPU seconds the `root`'s tree took
         over those "wall" seconds; "waited", the share of the time its threads were runnable
-        that they waited for a core, tree_waits), "usable_cores", "loaded"}. `job_load`
+        that they waited for a core, of "waits" [seconds on a core, seconds waiting] summed over
+        its threads, tree_waits), "usable_cores", "loaded"}. `job_load`
         (cores): what this job's processes outside the tree use on this host (parallel tuning's
         other ranks), taken out of the others'."""
         end = load_average()
@@ -507,6 +508,7 @@ class LoadWatch:
             ran, waited = (max(0.0, b - a) for a, b in zip(self.waits, waits, strict=True))
             if ran + waited > 0:  # the share of its runnable time the tree waited for a core
                 out["waited"] = round(waited / (ran + waited), 3)
+                out["waits"] = [round(ran, 4), round(waited, 4)]  # seconds: on a core, waiting
         if job_load:
             out["job_load"] = round(job_load, 2)
         out["loaded"] = is_loaded(out)

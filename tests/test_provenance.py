@@ -216,15 +216,22 @@ def test_a_named_tree_is_the_works_own_and_nothing_beside_it():
 def test_the_waits_are_the_schedulers_count_of_the_works_threads():
     """"waited": the share of the time the work's threads were runnable that they waited for a
     core (the scheduler's nanosecond count): one more spinning child than there are cores
-    waits at least 1 / (n + 1) of it, whatever runs beside."""
+    waits at least 1 / (n + 1) of it, whatever runs beside (counted while they live)."""
     n = provenance.usable_cores()
     watch = provenance.LoadWatch()
-    spinners = [subprocess.Popen([sys.executable, "-c", SPIN.format(seconds=0.4)])
-                for _ in range(n + 1)]
-    for child in spinners:
-        child.wait(timeout=60)
-    record = watch.finish()
+    spin = SPIN.format(seconds=0.4) + "print('spun', flush=True)\nimport sys\nsys.stdin.read()\n"
+    spinners = [subprocess.Popen([sys.executable, "-c", spin], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True) for _ in range(n + 1)]
+    try:  # alive when the watch ends: an ended thread's counts go with it
+        assert all(child.stdout.readline() == "spun\n" for child in spinners)
+        record = watch.finish()
+    finally:
+        for child in spinners:
+            child.kill()
+            child.wait(timeout=60)
     assert 0.8 / (n + 1) <= record["waited"] < 1.0, record
+    ran, waited = record["waits"]  # in seconds: about n x 0.4 s on a core between them
+    assert ran >= 0.4 * n * 0.8 and record["waited"] == round(waited / (ran + waited), 3)
 
 
 def _orphan_hog(seconds: float) -> int:

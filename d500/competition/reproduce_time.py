@@ -46,7 +46,10 @@ Others' cores averaged over a window hide a burst beside part of it: an honest l
 left it a core, and was accused (its reproduction had in fact recorded no load at all, read as
 1). So a reproduction's LoadWatch also records "waited", the share of its threads' runnable time
 they waited for a core (the scheduler's own nanosecond count, /proc/PID/task/TID/schedstat),
-which sees such a burst: the slowdown is at least 1 / (1 - waited). A level-1 bench's passes
+which sees such a burst: the slowdown is at least 1 / (1 - waited), its waits counted as far
+as others' CPU time explains them (k threads wait for others at most k o wall / n seconds; the
+job's own threads queueing for each other, as they did in the record, widen nothing, nor can a
+sender's). A level-1 bench's passes
 (latency, throughput, training step) are each watched apart and judged at the most loaded;
 a reproduction that recorded no load is not judged. Neither lets a sender through: whatever the
 slowdown, the tolerance widens at most JUDGED_UP_TO x, above which times never agree. Measured
@@ -100,17 +103,21 @@ def slowdown(load: dict[str, Any] | None, demand: float | None = None) -> float:
     k ran: if scheduled independently, ((n - o) / k)^k of the time, so at most (k / (n - o))^k
     times slower (at least 1; a one-thread job beside one busy core of two: not slowed).
     Without "during", from the load averages: others wanting R cores leave it n k / (k + R) of
-    them. At least 1 / (1 - w) where its threads waited for a core a share w of the time they
-    were runnable ("waited": the scheduler's own count, which sees a neighbour's burst that
-    others' cores averaged over the window hide). No record: 1."""
+    them. Others' cores averaged over the window hide a burst beside part of it: the job's
+    threads then waited for a core a share w of the time they were runnable ("waited", the
+    scheduler's own count), so it ran 1 / (1 - w) slower. Its waits count as far as others' CPU
+    time explains them ("waits" in seconds): a thread waits for others only while they hold
+    every core, so its k threads waited at most k o wall / n seconds for them; waits beyond
+    are the job's own threads queueing for each other (as they did in the record; a sender's
+    threads cannot widen the tolerance with them). No record: 1."""
     load = load or {}
-    waited = load.get("waited")
-    queued = (1.0 if not isinstance(waited, (int, float)) or waited <= 0 else
-              math.inf if waited >= 1 else round(1.0 / (1.0 - waited), 2))
     cores = load.get("usable_cores")
-    if not isinstance(cores, (int, float)) or cores <= 0:
+    valid = isinstance(cores, (int, float)) and cores > 0
+    k = (float(cores) if demand is None else min(max(float(demand), 1.0), float(cores))
+         ) if valid else 1.0
+    queued = _queued(load, k)
+    if not valid:
         return queued
-    k = float(cores) if demand is None else min(max(float(demand), 1.0), float(cores))
     during = load.get("during")
     others = [v for v in load.get("others") or [] if isinstance(v, (int, float))]
     if isinstance(during, (int, float)):
@@ -120,6 +127,26 @@ def slowdown(load: dict[str, Any] | None, demand: float | None = None) -> float:
     else:
         return queued
     return max(queued, math.inf if free <= 0 else round(max(1.0, k / free) ** k, 2))
+
+
+def _queued(load: dict[str, Any], k: float) -> float:
+    """1 / (1 - w) of the share w of its runnable time the job waited for a core, its waits
+    counted only as far as others' CPU time ("during" x "wall") explains them (`slowdown`)."""
+    waits, during, wall = load.get("waits"), load.get("during"), load.get("wall")
+    cores = load.get("usable_cores")
+    if (isinstance(waits, list) and len(waits) == 2
+            and all(isinstance(v, (int, float)) and v >= 0 for v in waits)
+            and all(isinstance(v, (int, float)) and v >= 0 for v in (during, wall))
+            and isinstance(cores, (int, float)) and cores > 0):
+        ran, waited = waits
+        waited = min(waited, k * during * wall / cores)
+        if ran <= 0:
+            return math.inf if waited > 0 else 1.0
+        return round((ran + waited) / ran, 2)
+    share = load.get("waited")
+    if not isinstance(share, (int, float)) or share <= 0:
+        return 1.0
+    return math.inf if share >= 1 else round(1.0 / (1.0 - share), 2)
 
 
 def judged(load: float) -> bool:
