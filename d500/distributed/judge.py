@@ -159,7 +159,6 @@ class Ranks(Trainee):
     chunk early (every rank would have to agree on the step): the ranks stop at its end."""
 
     grace = None
-    shows_val = False  # no rank learns a validation figure: the judge shows the progress
 
     def __init__(self, conn: Any, lost: Any):
         super().__init__(conn)

@@ -467,7 +467,7 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
                     and first + count == steps_per_epoch))
                 t = clock.read()
                 chunk = meter.timed(worker.train, epoch, first, count, remaining, tick(epoch), want,
-                                    state["val"], batch)
+                                    batch=batch)
                 clock.train += clock.read() - t
                 for loss in chunk.losses:
                     state["step"] += 1

@@ -23,8 +23,9 @@ The protocol, over one multiprocessing Pipe: the supervisor sends the Job, where
 worker then writes the model there and sends SHARED in its place) and ("shelf", layout, size)
 with another's (the training split's: after the clock "data" then says SHARED for x and y, which
 the worker reads there), ("data", x, y, total_steps), then ("train", epoch, first, count, want,
-val, batch) per chunk (the steps up to the next evaluation at the batch the judge chose for the
-epoch, d500.training.batch_schedule; `want`: hand the model over at its end) and ("stop",) when
+None, batch) per chunk (the steps up to the next evaluation at the batch the judge chose for the
+epoch, d500.training.batch_schedule; `want`: hand the model over at its end; None: no figure of
+the held-out split, the judge shows the progress) and ("stop",) when
 the time budget runs out mid-chunk, and at the end ("finish", want); ("save",) and ("restore",
 state) for checkpoints (d500.training.resume); the worker answers ("built",) then ("ready",)
 (its warm-up between them: the judge bounds it, d500.training.warmup.bound), ("tick", step,
@@ -111,7 +112,6 @@ class Trainee:
     grace: float | None = GRACE
     spin = 0.0  # s a wait for a chunk looks past its due time (d500.training.waiting; 0: never)
     board: handover.Board | None = None  # where the model comes, when not pickled (a Worker's)
-    shows_val = True  # level 3's rank 0 shows the last validation figure in its progress
     shelf: handover.Board | None = None  # where the training split goes, when not pickled
 
     def __init__(self, conn: Any):
@@ -159,17 +159,17 @@ class Trainee:
 
     def train(self, epoch: int, first: int, count: int, remaining: Callable[[], float],
               tick: Callable[[int, float], None] | None, want: bool = True,
-              val: float | None = None, batch: int | None = None) -> Chunk:
+              batch: int | None = None) -> Chunk:
         """Steps first..first+count-1 of `epoch` at `batch` samples each (the epoch's batch, as
         the judge decided it: the trainee takes it from this message and from nowhere else), the
         model handed over at the end if `want`;
         `remaining()` is the time budget left on the supervisor's clock: when it runs out the
         trainee is told to stop after its current step (and given up if it does not within
-        `grace` s). `val`: the last validation accuracy, for the trainee's progress display
-        where it shows one (`shows_val`; else never sent: a figure of the validation split)."""
+        `grace` s). The message's sixth field is None: it carried the last validation accuracy,
+        a figure of the held-out split, which the entry's code read (the judge shows progress:
+        tests/training/test_val_leak.py, tests/distributed/test_val_leak_mpi.py)."""
         sent = time.perf_counter()
-        self.conn.send(("train", epoch, first, count, want, val if self.shows_val else None,
-                        batch))
+        self.conn.send(("train", epoch, first, count, want, None, batch))
         # when the chunk should be back, from this side's timing of the last one: it decides
         # when the wait looks without sleeping (d500.training.waiting), never what is timed
         due = None if self.step_time is None or not self.spin else sent + count * self.step_time
@@ -277,7 +277,6 @@ class Worker(Trainee):
     """The supervisor's handle on one worker process."""
 
     warmup: tuple[float, str] | None = None  # s its warm-up may take, and why (warmup.bound)
-    shows_val = False  # the judge shows progress; the entry's code learns no validation figure
 
     def __init__(self, job: Job):
         if job.env is None:
