@@ -135,7 +135,8 @@ def test_this_process_own_work_is_not_counted_as_load(tmp_path):
                          env={**os.environ, "D500_HOME": str(tmp_path)})
     assert out.returncode == 0, out.stderr
     found = json.loads(out.stdout)
-    assert found["own"] > 0.1 and found["own"] == pytest.approx(found["share"], abs=0.05), found
+    # at load 15 on 2 cores the process had 0.07 of a core over its life (1.5 s of 22 s)
+    assert found["own"] > 0.01 and found["own"] == pytest.approx(found["share"], abs=0.05), found
     for others in found["others"]:
         assert others == pytest.approx(max(0.0, 1.0 - found["own"]), abs=0.05), found
     limit = provenance.loaded_share() * provenance.usable_cores()
