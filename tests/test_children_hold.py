@@ -77,8 +77,13 @@ def test_a_chain_of_forks_is_held_whole(tmp_path):
 
 
 def _end(keeper: subprocess.Popen, also: list[int] = ()) -> None:
-    """SIGKILL all behind `keeper` (held or not), then it."""
-    for pid in [*also, *children._descendants(keeper.pid)]:
+    """SIGKILL all behind `keeper`, held first (a chain running would outlive a kill of the pids
+    read once), then it."""
+    try:
+        stopped = children.hold(keeper.pid)
+    except children.Unheld:
+        stopped = []
+    for pid in [*also, *stopped, *children._descendants(keeper.pid)]:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
