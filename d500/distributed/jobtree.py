@@ -112,10 +112,12 @@ class JobTree:
             return f"rank {one.rank} (pid {one.kept.pid}) is no longer its keeper's child: {_WHY}"
         return ""
 
-    def hold(self, deadline: float = 0.5) -> list[int]:
+    def hold(self, deadline: float = 5.0) -> list[int]:
         """Stop (d500.children.hold) every process under the root but this judge, its own, the
         waiters and the keepers (d500's, idle): every local rank's, all they started, the
-        orphans their keepers adopted; raises Escaped first where the tree is `broken`."""
+        orphans their keepers adopted; raises Escaped first where the tree is `broken`, and
+        children.Unheld where one has not stopped within `deadline` s (a loaded machine's
+        threads may wait that long for a CPU to stop on)."""
         why = self.broken()
         if why:
             raise Escaped(why)
