@@ -66,6 +66,8 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
 
     if args.command == "import":
         return _import(args.ledger, args.package, args.force, args.rules, args.verbose)
+    if args.command == "export":  # its options are said wrong before a missing ledger is
+        _export_options(args)
     ledger = Ledger.open_for_reading(args.ledger)
     try:
         if args.command == "list":
@@ -96,15 +98,6 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
             else:
                 _print_run(run)
         elif args.command == "export":
-            if args.format is None:  # `--out runs.json` is JSON, not CSV in that file
-                suffix = Path(args.out or "").suffix.lower().lstrip(".")
-                if suffix not in ("csv", "json", "jsonl", "txt", ""):  # runs.xlsx got CSV
-                    raise UsageError(f"{args.out}: --out writes CSV to a name ending in .csv, "
-                                     f"JSON to .json and JSON lines to .jsonl (--format csv: "
-                                     f"CSV to any name)")
-                args.format = suffix if suffix in ("json", "jsonl") else "csv"
-            if args.out:
-                output_file(args.out, f"runs.{args.format}")
             runs = ledger.runs(level=args.level, workload=args.workload)
             chosen = {"workload": args.workload} if args.workload else {}
             hint = "" if runs or not chosen else _near(ledger, chosen)
@@ -128,6 +121,19 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
     finally:
         ledger.close()
     return 0
+
+
+def _export_options(args: Any) -> None:
+    """`ledger export`'s --format from --out's name where not given, and --out checked."""
+    if args.format is None:  # `--out runs.json` is JSON, not CSV in that file
+        suffix = Path(args.out or "").suffix.lower().lstrip(".")
+        if suffix not in ("csv", "json", "jsonl", "txt", ""):  # runs.xlsx got CSV
+            raise UsageError(f"{args.out}: --out writes CSV to a name ending in .csv, "
+                             f"JSON to .json and JSON lines to .jsonl (--format csv: "
+                             f"CSV to any name)")
+        args.format = suffix if suffix in ("json", "jsonl") else "csv"
+    if args.out:
+        output_file(args.out, f"runs.{args.format}")
 
 
 def _import(path: str | None, package: str, force: bool, rules: str | None,

@@ -51,6 +51,9 @@ def test_rich_output_cut_short_by_its_reader_ends_quietly(tmp_path):
     """`d500 leaderboard --format terminal | head -1` prints through rich, whose own answer to a
     closed pipe is exit 1 (a failed check's code): d500 ends it as any other, exit 0."""
     import os
+
+    from d500.ledger import Ledger
+    Ledger(tmp_path / "ledger.sqlite").close()  # an empty ledger: a board saying so
     env = {**os.environ, "D500_HOME": str(tmp_path)}
     proc = subprocess.Popen([sys.executable, "-m", "d500.cli", "leaderboard", "--format",
                              "terminal"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
@@ -81,8 +84,13 @@ def test_a_d500_home_under_a_quoted_tilde_is_in_the_users_home(tmp_path):
     env = {**os.environ, "HOME": str(tmp_path / "user"), "D500_HOME": "~/results"}
     out = subprocess.run([sys.executable, "-m", "d500.cli", "ledger", "list"], cwd=tmp_path,
                          capture_output=True, text=True, env=env, timeout=120, check=False)
-    assert out.returncode == 0, out.stderr
-    assert (tmp_path / "user" / "results" / "ledger.sqlite").is_file()
+    assert out.returncode == 2 and f"no ledger at {tmp_path}/user/results/ledger.sqlite: " \
+        "$D500_HOME=~/results does not exist" in out.stderr, out.stderr  # the user's home's
+    from d500.ledger import Ledger
+    Ledger(tmp_path / "user" / "results" / "ledger.sqlite").close()
+    out = subprocess.run([sys.executable, "-m", "d500.cli", "ledger", "list"], cwd=tmp_path,
+                         capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert out.returncode == 0 and f"{tmp_path}/user/results/ledger.sqlite" in out.stdout, out
     assert not (tmp_path / "~").exists()
 
 

@@ -76,11 +76,6 @@ def build(submission_dir: str | Path, out: str | Path, ledger: Any = None,
         folder = folder.parent
     name = entry_name(folder)
     own = not isinstance(ledger, Ledger)
-    if own and ledger is None:
-        from d500.paths import home
-        ledger = home() / "ledger.sqlite"
-        if not ledger.is_file():
-            raise UsageError(f"{ledger}: no ledger here (set D500_HOME or pass --ledger)")
     book = Ledger.open_for_reading(ledger) if own else ledger
     try:
         book.reap()

@@ -16,7 +16,7 @@ from typing import Any, Self, TypeVar
 
 from d500.errors import D500Error, UsageError
 from d500.ledger import migrations
-from d500.paths import PROJECT_ROOT, home
+from d500.paths import PROJECT_ROOT, home, home_named
 
 T = TypeVar("T")
 HOME_PREFIX = "$D500_HOME/"
@@ -60,6 +60,29 @@ def stored_path(path: str | Path, root: Path) -> str:
     if p.is_relative_to(PROJECT_ROOT):
         return p.relative_to(PROJECT_ROOT).as_posix()
     return str(p)
+
+
+def absent(path: str | Path | None = None) -> str:
+    """Why there is no ledger to read at `path` (given by `--ledger`) or, where None, in the
+    results directory ($D500_HOME, or the default ./d500-results): one line naming the file and
+    where its name came from; "" where the file is there. Looks only, creates nothing."""
+    if path is not None:
+        if Path(path).is_file():
+            return ""
+        return (f"--ledger {path}: " + ("is a folder, not a ledger file" if Path(path).is_dir()
+                                        else "no such ledger file"))
+    named = home_named()
+    folder = Path(named).expanduser().resolve()
+    file = folder / "ledger.sqlite"
+    if file.exists():  # (one SQLite cannot open says so itself)
+        return ""
+    where = (f"$D500_HOME={named}" if os.environ.get("D500_HOME") else f"the default home "
+             f"./{named} ($D500_HOME is {'empty' if 'D500_HOME' in os.environ else 'unset'})")
+    if folder.exists() and not folder.is_dir():
+        return f"{where}: is a file, not a results directory (no ledger to read)"
+    what = "has no ledger.sqlite yet" if folder.is_dir() else "does not exist"
+    return (f"no ledger at {file}: {where} {what}; check the path, or record runs first (d500 "
+            f"run, d500 train, d500 op bench ...)")
 
 
 class Store:
@@ -121,9 +144,12 @@ class Store:
 
     @classmethod
     def open_for_reading(cls, path: str | Path | None = None) -> Self:
-        """The ledger a reader names (`--ledger FILE`), which must exist; default: $D500_HOME's."""
-        if path is not None and not Path(path).is_file():
-            raise UsageError(f"{path}: no such ledger file")
+        """The ledger a command that only reads opens (`--ledger FILE`, default $D500_HOME's),
+        which must exist: a mistyped path is a UsageError naming it and where it came from,
+        and nothing is created (it made an empty home and ledger, and an empty board)."""
+        missing = absent(path)
+        if missing:
+            raise UsageError(missing)
         return cls(path)
 
     def close(self) -> None:

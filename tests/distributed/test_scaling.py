@@ -197,8 +197,8 @@ def test_scale_reads_the_ledger_named_by_its_ledger_option(tmp_path):
     assert json.loads(there.stdout)["profiles"][0]["run_id"] == int(run_id)
     missing = jobs.plain_d500(home, "scale", run_id, "--ledger", str(tmp_path / "nope.sqlite"))
     assert missing.returncode == 2
-    assert missing.stderr == f"d500 scale: error: {tmp_path / 'nope.sqlite'}: no such ledger " \
-                             f"file\n"
+    assert missing.stderr == f"d500 scale: error: --ledger {tmp_path / 'nope.sqlite'}: no such " \
+                             f"ledger file\n"
 
 
 @pytest.mark.slow  # the sweep: ~15 s at load 12
