@@ -104,7 +104,13 @@ def hyperparameter_key(name: str) -> str:
 
 
 class MLLogger:
-    """Appends `:::MLLOG` lines to one file; each line is flushed and fsync-free but complete."""
+    """Appends `:::MLLOG` lines to one file; each line is flushed and fsync-free but complete.
+    Lines of the keys `withhold` names wait in memory until `release` (or `close`), which puts
+    them back where they were logged."""
+
+    _held: list[tuple[int, str]] | None = None  # (the line's place in the file, the line)
+    _keys: frozenset[str] = frozenset()
+    _lines = 0  # lines in the file (counted from `withhold`)
 
     def __init__(self, path: str | Path, namespace: str = ""):
         self.path = Path(path)
@@ -112,6 +118,32 @@ class MLLogger:
         self.namespace = namespace
         self._lock = threading.Lock()
         self._file = self.path.open("a", encoding="utf-8")
+
+    def withhold(self, *keys: str) -> None:
+        """Keep the lines of `keys` out of the file until `release`: a run's evaluations are
+        figures of its held-out data, and the entry's code, which may read any file its user
+        can, read each one in the log the moment it was written
+        (tests/distributed/test_val_leak_mpi.py)."""
+        with self._lock:
+            self._file.flush()
+            with self.path.open(encoding="utf-8") as f:
+                self._lines = sum(1 for _ in f)
+            self._held, self._keys = [], frozenset(keys)
+
+    def release(self) -> None:
+        """Write the withheld lines where they were logged (the file rewritten in place)."""
+        with self._lock:
+            held, self._held, self._keys = self._held, None, frozenset()
+            if not held or self._file.closed:
+                return
+            self._file.flush()
+            with self.path.open("r+", encoding="utf-8") as f:
+                lines = f.readlines()
+                for i, (at, line) in enumerate(held):  # (in order: each after those before)
+                    lines.insert(at + i, line + "\n")
+                f.seek(0)
+                f.writelines(lines)
+                f.truncate()
 
     def start(self, key: str, value: Any = None, metadata: dict | None = None,
               time_ms: float | None = None) -> None:
@@ -126,6 +158,7 @@ class MLLogger:
         self._log(POINT_IN_TIME, key, value, metadata, time_ms)
 
     def close(self) -> None:
+        self.release()
         with self._lock:
             if not self._file.closed:
                 self._file.close()
@@ -144,8 +177,12 @@ class MLLogger:
         with self._lock:
             if self._file.closed:
                 raise ValueError(f"MLLOG file {self.path} is closed")
+            if self._held is not None and key in self._keys:
+                self._held.append((self._lines, line))
+                return
             self._file.write(line + "\n")
             self._file.flush()
+            self._lines += 1
 
 
 class MLBuffer(MLLogger):
@@ -161,6 +198,9 @@ class MLBuffer(MLLogger):
 
     def close(self) -> None:
         pass
+
+    def withhold(self, *keys: str) -> None:
+        pass  # (its events reach the run's file only once the run ended: `write_log`)
 
     def _log(self, event_type: str, key: str, value: Any, metadata: dict | None,
              time_ms: float | None) -> None:

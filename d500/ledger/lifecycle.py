@@ -315,6 +315,7 @@ class Run:
         if status not in FINAL:
             raise D500Error(f"unknown run status '{status}' (choose from {', '.join(FINAL)})")
         figs = check_figures(figures, self.workload_file)
+        self.mllog.release()  # the lines withheld while the entry's code ran (MLLogger.withhold)
         for name, value in figs.items():
             _mllog.result(self.mllog, name, value, _metrics.get(name).unit)
         _mllog.end_run(self.mllog, status)

@@ -318,6 +318,9 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
     # never made, ~0.3 ms of digits-mlp's time to accuracy when it was read on the clock; level
     # 3's ranks (d500.distributed.judge.Ranks) bring their own, which judges each rank alone too
     meter = worker.meter() if hasattr(worker, "meter") else Meter(worker)
+    # each evaluation's figure of the held-out split waits in the judge's memory until the run
+    # ends: the entry's code may read the log's file (the line put back at its place then)
+    log.withhold(mllog.EVAL_ACCURACY)
     clock = Clock(start=run.begin())  # init_stop, run_start: the clock runs from here
     if watch is not None:  # the load beside what the clock times, not beside the setup
         watch.restart()
@@ -428,6 +431,8 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
         held = meter.hold()  # the entry computes nothing off the clock
         try:
             tests.measure_all(run, state)
+            log.release()  # their rows are in the ledger now: their lines in the log too (a
+            log.withhold(mllog.EVAL_ACCURACY)  # killed run's log holds its rows' evaluations)
         finally:
             meter.release(held)
         clock.paused += clock.read() - t

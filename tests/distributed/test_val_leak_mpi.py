@@ -4,6 +4,8 @@ rank, so the entry's code on any rank, reading what it was sent, learned each ev
 on the validation split (enough to select on it). The judge shows the progress now. The attack,
 performed on real `mpiexec -n 2` ranks: an optimizer file recording every command its rank is
 relayed and every message rank 0 hears from its judge. (Level 2's: tests/training/test_val_leak.py.)
+The second attack reads the run's MLLOG, which the judge writes as the run goes, in $D500_HOME:
+a rank runs as the judge's user, and read each eval_accuracy line the moment it was written.
 """
 
 from __future__ import annotations
@@ -71,3 +73,47 @@ def test_no_rank_hears_a_validation_figure(tmp_path):
                for v in plain if isinstance(v, float) and v in vals]
     assert learned == [], learned  # (before: every rank, each train after an evaluation)
     assert "val acc" in out.stderr  # the judge shows the validation accuracy in its progress
+
+
+# At every 10th step, each rank reads every MLLOG under $D500_HOME (where the judge writes the
+# run's, line by line) for the validation accuracies logged so far
+READ = '''
+import glob, json, os
+from d500.training.optimizers import Optimizer
+
+
+class Read(Optimizer):
+    name = "read"
+
+    def update(self, ops, params, grads, state, lr, t):
+        if int(t) % 10 == 0:
+            logs = glob.glob(os.path.join(os.environ["D500_HOME"], "**", "mllog*"),
+                             recursive=True)
+            seen = []
+            for path in logs:
+                with open(path) as f:
+                    seen += [json.loads(line.split(" ", 1)[1])["value"] for line in f
+                             if '"eval_accuracy"' in line]
+            with open(os.environ["D500_READ"], "a") as out:
+                out.write(json.dumps([os.environ.get("PMI_RANK"), len(logs), seen]) + "\\n")
+        ops.add_(params, grads, -lr)
+'''
+
+
+@pytest.mark.slow  # one real 2-rank job of 3 digits epochs: ~15 s
+def test_no_rank_reads_a_validation_figure_in_the_live_mllog(tmp_path):
+    home, read = tmp_path / "home", tmp_path / "read.jsonl"
+    wl = jobs.workload(tmp_path, "digits-mlp", budget={"max_epochs": 3})
+    entry = jobs.entry(tmp_path, "sync", folder="read", files={"opt.py": READ}, name="read",
+                       optimizer="opt.py:Read", hyperparameters={"lr": 0.1}, search_space={},
+                       feasible_points=[])
+    out = jobs.train(home, 2, wl, entry, "--seed", "0",
+                     env=jobs.environment(home, D500_READ=str(read)))
+    assert out.returncode in (0, 1), out.stderr[-3000:]  # 1: the target missed
+    looks = [json.loads(line) for line in read.read_text().splitlines()]
+    assert {rank for rank, _, _ in looks} == {"0", "1"} and all(n >= 1 for _, n, _ in looks)
+    seen = [v for _, _, values in looks for v in values]
+    assert seen == [], seen  # (before: 0.807 from the 2nd epoch on, then 0.867, on both ranks)
+    (run,) = Ledger(home / "ledger.sqlite").runs()  # all of them in the MLLOG once it ended
+    log = (home / "runs" / str(run["id"]) / "mllog.txt").read_text()
+    assert log.count('"key": "eval_accuracy"') == 3, log
