@@ -7,8 +7,10 @@ round trip, then verified as `d500 op bench` verifies them.
 Per pair it prints the median per-call wall time of each (round trip / calls), their ratio, and
 what `verify` says of each. Cases: Relu on relu-4d's 8x32x32x32 float32 and a 256x256 float32
 MatMul, in NumPy. WindowMatMul is written against the shift of the first input only (it passed
-until the second float input was shifted too, README); GradientWindowMatMul, timed on the
-backward, against the backward's shift of its output gradient only (it passes, README).
+until the second float input was shifted too, README); GradientWindowMatMul and
+GradientWeightsMatMul, timed on the backward, against a backward's shift and weights when each
+was a window of one pattern (they passed until each window was multiplied by a window of signs
+at a start of its own, README).
 
     .venv/bin/python benchmarks/shift_cheats.py [--rounds 10] [--cheats PrefixRelu,...]
 """
@@ -68,8 +70,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--cheats", default="PrefixRelu,CachedMatMul,WindowMatMul,"
-                        "GradientWindowMatMul", help="which (GradientWindowMatMul, a "
-                        "backward's, is not caught today)")
+                        "GradientWindowMatMul,GradientWeightsMatMul", help="which")
     args = parser.parse_args()
     from d500 import threads
     threads.configure(modules=["numpy"])  # as `d500 op bench`: usable cores
@@ -80,7 +81,8 @@ def main() -> None:
     pairs = {"PrefixRelu": ("HonestRelu", relu, lambda a: [np.maximum(a[0], 0)]),
              "CachedMatMul": ("HonestMatMul", mm, lambda a: [a[0] @ a[1]]),
              "WindowMatMul": ("HonestMatMul", mm, lambda a: [a[0] @ a[1]]),
-             "GradientWindowMatMul": ("HonestGradMatMul", mm, lambda a: [a[0] @ a[1]])}
+             "GradientWindowMatMul": ("HonestGradMatMul", mm, lambda a: [a[0] @ a[1]]),
+             "GradientWeightsMatMul": ("HonestGradMatMul", mm, lambda a: [a[0] @ a[1]])}
     for cheat in args.cheats.split(","):
         honest, inputs, reference = pairs[cheat]
         pair(cheat, honest, inputs, reference, args.rounds,

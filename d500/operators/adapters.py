@@ -109,10 +109,11 @@ class Runner:
                          grad_outputs: Sequence[np.ndarray | None]
                          ) -> Callable[[np.ndarray], list[Any]] | None:
         """For checked timing of the backward (d500.operators.host): a function from a call's
-        offsets to its float inputs' gradients (`float_grads`), the output gradient
-        `first_grad` names being the given one plus the offsets tiled (`add_tiled`); None
-        without a backward. Here rewritten in place in the NumPy array the operator's backward
-        reads; a framework that converts it (torch, JAX, TensorFlow) overrides this."""
+        offsets (and `signs`, a window of +1 and -1 as long, which multiply them: `signed`) to
+        its float inputs' gradients (`float_grads`), the output gradient `first_grad` names
+        being the given one plus the offsets tiled (`add_tiled`); None without a backward.
+        Here rewritten in place in the NumPy array the operator's backward reads; a framework
+        that converts it (torch, JAX, TensorFlow) overrides this."""
         k = first_grad(grad_outputs)
         if k is None:
             return None
@@ -121,27 +122,36 @@ class Runner:
         if call is None:
             return None
         flat = grads[k].reshape(-1)
-        first = flat.copy()
+        first, buffers = flat.copy(), Buffers()
 
-        def backward(offsets: np.ndarray) -> list[Any]:
-            add_tiled(first, offsets, flat)
+        def backward(offsets: np.ndarray, signs: np.ndarray | None = None) -> list[Any]:
+            add_tiled(first, signed(offsets, signs, buffers), flat)
             return float_grads(call(), arrays)
         return backward
 
-    def checksums(self, weights: Sequence[np.ndarray]
-                  ) -> Callable[[Sequence[Any], int], list[float]]:
+    def checksums(self, weights: Sequence[np.ndarray], signs: Sequence[np.ndarray] | None = None
+                  ) -> Callable[..., list[float]]:
         """For checked timing: a function from one call's native outputs and its turn to their
         checksums, each output's elements dotted in float32 with its float32 `weights` turned
-        (`turned`: given twice over, a slice). Here by einsum's own loop on the outputs as
-        NumPy (`weighed`, in each output's memory order): a BLAS dot's threads would contend
-        with another framework's thread pool (torch's OpenMP threads made it 9x slower on 2
+        (`turned`: given twice over, a slice); with `signs` (a backward's, one pattern of +1
+        and -1 per output, d500.operators.host._weight_signs), the function also takes the
+        call's flip, and the turned weights are first multiplied by the window of the signs
+        there (`flipped`, into a buffer). Here by einsum's own loop on the outputs as NumPy
+        (`weighed`, in each output's memory order): a BLAS dot's threads would contend with
+        another framework's thread pool (torch's OpenMP threads made it 9x slower on 2
         cores)."""
-        def sums(outputs: Sequence[Any], turn: int = 0) -> list[float]:
+        buffers = Buffers()
+
+        def sums(outputs: Sequence[Any], turn: int = 0, flip: int | None = None
+                 ) -> list[float]:
             out = []
-            for w, y in zip(weights, outputs):
+            for k, (w, y) in enumerate(zip(weights, outputs)):
                 y = as32(self._numpy(y))
                 start = turned(w.size, y.size, turn)
-                out.append(weighed(w[start:start + y.size], y))
+                w = w[start:start + y.size]
+                if signs is not None and flip is not None:
+                    w = flipped(w, signs[k], flip, buffers(k, w))
+                out.append(weighed(w, y))
             return out
         return sums
 
@@ -160,6 +170,35 @@ def turned(weights: int, size: int, turn: int) -> int:
     (turn 0)."""
     half = weights // 2
     return int(turn) % half // ALIGN * ALIGN if size and half >= size else 0
+
+
+def signed(offsets: np.ndarray, signs: np.ndarray | None, buffers: Buffers) -> np.ndarray:
+    """A backward call's offsets times its window of signs (+1 and -1, as many: at most
+    d500.operators.host.PATTERN numbers, then tiled as the offsets are), into a buffer of
+    `buffers`; the offsets themselves without signs."""
+    return offsets if signs is None else np.multiply(offsets, signs, out=buffers(0, offsets))
+
+
+def flipped(w: np.ndarray, signs: np.ndarray, flip: int, out: np.ndarray | None = None
+            ) -> np.ndarray:
+    """A backward call's weights: its turned weights `w` times the window of `signs` (+1 and -1,
+    given twice over) at its flip, taken mod their length (never aligned: the pairs of starts
+    of the two windows are too many to tabulate, d500.operators.host._signs)."""
+    start = int(flip) % (signs.size // 2)
+    return np.multiply(w, signs[start:start + w.size], out=out)
+
+
+class Buffers:
+    """One reusable array per output, shaped and typed as the first array given for it."""
+
+    def __init__(self) -> None:
+        self.kept: dict[int, np.ndarray] = {}
+
+    def __call__(self, k: int, like: np.ndarray) -> np.ndarray:
+        got = self.kept.get(k)
+        if got is None or got.shape != like.shape or got.dtype != like.dtype:
+            got = self.kept[k] = np.empty_like(like)
+        return got
 
 
 def add_tiled(flat: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> np.ndarray:

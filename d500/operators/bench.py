@@ -372,14 +372,14 @@ class HookRunner(Runner):
         self.hook, self.buffers, self.own_backward = call, grads, False
 
     def shifted_backward(self, arrays: Any, grad_outputs: Any) -> Callable[[np.ndarray], Any]:
-        from d500.operators.adapters import add_tiled, first_grad
+        from d500.operators.adapters import Buffers, add_tiled, first_grad, signed
         k = first_grad(self.buffers)
         assert k is not None  # builtin_backward gave a call: some output has a gradient
         flat = self.buffers[k].reshape(-1)
-        first = flat.copy()
+        first, buffers = flat.copy(), Buffers()
 
-        def backward(offsets: np.ndarray) -> list[np.ndarray]:
-            add_tiled(first, offsets, flat)
+        def backward(offsets: np.ndarray, signs: np.ndarray | None = None) -> list[np.ndarray]:
+            add_tiled(first, signed(offsets, signs, buffers), flat)
             return _leaves(self.hook())
         return backward
 

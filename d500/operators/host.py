@@ -91,6 +91,19 @@ the judge's process (d500.operators.bench.HookRunner), unverified as its forward
 reference cannot recompute a call (an operator it has no gradient of), no call is checked and
 the record says why (`unverified`, the bench's `calls_unverified`).
 
+A backward call's offsets and weights are each their window times a window of +1 and -1 at a
+start of its own (`_signs`, `_flips`; `signed`, `flipped`). A backward is linear in the output
+gradient, and its inputs, saved once, do not change from call to call (a graph recorded once
+cannot take a shifted input without its forward run again): with the offsets a window of one
+pattern, L(g + u) = L(g) + L(u) had L(u) in a table of every window (a MatMul's (g + u) B^T:
+rows of windows times B^T), and with the weights a window, w.L(g') = L^T(w).g' had L^T(w) in
+a table of every window, whatever the shift (tests/operators/ops/shift_cheats.py,
+GradientWindowMatMul and GradientWeightsMatMul, passed, 3.4x and 6.5x faster than honest). A
+row of a window times signs at a start of its own takes a value per pair of starts (PATTERN^2
+for the shift; M^2 / ALIGN for the weights, whose turns start on ALIGN elements): neither
+table can be made, and a call needs L(u) or L^T(w), the backward's own work (both now caught).
+Signs keep the weights N(0, 1) (the bound holds) and are exact in every float type.
+
 The shift and the checksum run in the operator's framework (its Runner's `shifted` and
 `checksums`: NumPy's in-place add, also for torch's tensors, and einsum; torch.dot in torch's
 threads; a jitted add and dot on JAX's device, the pattern and the weights put there once),
@@ -145,6 +158,7 @@ POWER = 0.95  # the share of pairs of calls whose checksums the bound should tel
 GROWTH, GROWTHS = 4.0, 3  # the shift's scale grows by GROWTH at most GROWTHS times (`calibrate`)
 SECOND = 5  # the stream of the second input's pattern (`_pattern`; its scale is never grown)
 PROBES = 6  # calls recomputed to estimate the check's power before timing
+SIGNS = 6  # the stream of a backward's sign patterns (`_signs`: its shift's, its weights')
 
 
 class Raised(D500Error):
@@ -367,9 +381,11 @@ class Batched:
             seed, calls, sums = self.trips[t]
             i = int(pick - starts[t])
             rolls, turns = _rolls(seed, calls)
+            flips = _flips(seed, calls)
             try:
                 want, bounds = self._reference_sums(reference, rolls[i], turns[i], rtol,
-                                                    atol_frac, _second_rolls(seed, calls)[i])
+                                                    atol_frac, _second_rolls(seed, calls)[i],
+                                                    (flips[0][i], flips[1][i]))
             except D500Error as err:  # the reference cannot recompute a call: none checked
                 self.unverified = str(err)
                 return None
@@ -396,8 +412,11 @@ class Batched:
             seed = int(rng.integers(2 ** 62))
             rolls, turns = _rolls(seed, PROBES)
             try:
-                power = _power([self._reference_sums(reference, r, t, rtol, atol_frac, r2)
-                                for r, t, r2 in zip(rolls, turns, _second_rolls(seed, PROBES))],
+                power = _power([self._reference_sums(reference, r, t, rtol, atol_frac, r2,
+                                                     (f, f2))
+                                for r, t, r2, f, f2 in zip(rolls, turns,
+                                                           _second_rolls(seed, PROBES),
+                                                           *_flips(seed, PROBES))],
                                model=True)
             except D500Error as err:  # e.g. no reference gradient of this operator: `verify`
                 self.unverified = str(err)  # will say so
@@ -411,14 +430,22 @@ class Batched:
         self.scale = -scale
 
     def _reference_sums(self, reference: Any, roll: int, turn: int, rtol: float,
-                        atol_frac: float, roll2: int = 0) -> tuple[list[float], list[float]]:
+                        atol_frac: float, roll2: int = 0, flips: tuple[int, int] = (0, 0)
+                        ) -> tuple[list[float], list[float]]:
         """The checksums of one call's outputs as the reference gives them (the call's roll of
-        the shift's pattern, of the second input's with `second`, and turn of the weights),
-        and their bounds."""
+        the shift's pattern, of the second input's with `second`, and turn of the weights; a
+        backward's also its `flips`, where its shift's and its weights' signs start), and
+        their bounds."""
         x = self._varied()
+        backward = self.kind == "backward"
         if getattr(self, "_windows", (None,))[0] != self.scale:  # the pattern at this scale
             self._windows = (self.scale, _pattern(self.key, self.scale, x.dtype))
-        shifted = _shifted(x, _offsets(self._windows[1], roll, x.size))
+        offsets = _offsets(self._windows[1], roll, x.size)
+        if backward:
+            if getattr(self, "_shift_signs", None) is None:
+                self._shift_signs = _signs(self.key, [PATTERN], x.dtype)[0]
+            offsets = offsets * _offsets(self._shift_signs, flips[0], offsets.size)
+        shifted = _shifted(x, offsets)
         if self.kind == "forward":
             arrays = [shifted, *self.inputs[1:]]
             if self.second is not None:
@@ -431,8 +458,11 @@ class Batched:
             want = reference(self.inputs, grads)
         if getattr(self, "_weights", None) is None:
             self._weights = _weights(self.key, want)
-        pairs = [_expected(_turned(w, turn, np.size(y)), y, rtol, atol_frac)
-                 for w, y in zip(self._weights, want)]
+            self._weight_signs = _weight_signs(self.key, want) if backward else None
+        from d500.operators.adapters import flipped
+        pairs = [_expected(_turned(w, turn, np.size(y)) if not backward else flipped(
+                     _turned(w, turn, np.size(y)), s, flips[1]), y, rtol, atol_frac)
+                 for w, y, s in zip(self._weights, want, self._weight_signs or self._weights)]
         return [e for e, _ in pairs], [b for _, b in pairs]
 
 
@@ -507,6 +537,33 @@ def _rolls(seed: int, calls: int) -> tuple[np.ndarray, np.ndarray]:
 def _second_rolls(seed: int, calls: int) -> np.ndarray:
     """Each call's roll of the second input's pattern (`SECOND`), from a stream of its own."""
     return np.random.default_rng([seed, 5]).integers(0, PATTERN, calls)
+
+
+def _flips(seed: int, calls: int) -> tuple[np.ndarray, np.ndarray]:
+    """A backward call's starts in its sign patterns (`_signs`): of its shift's, in
+    [0, PATTERN), and of its weights' (`flipped`: taken mod their length, never aligned), each
+    from its own stream."""
+    return (np.random.default_rng([seed, 6]).integers(0, PATTERN, calls),
+            np.random.default_rng([seed, 7]).integers(0, 2 ** 62, calls))
+
+
+def _signs(key: int, sizes: list[int], dtype: Any = np.float32, stream: int = 0
+           ) -> list[np.ndarray]:
+    """Patterns of +1 and -1 (one of each length in `sizes`, in `dtype`), each twice over: a
+    backward call multiplies its shift's window of the pattern by a window of the first at its
+    own start (`_flips`), and its weights' window by one of their own (`_weight_signs`). The
+    product of two windows at independent starts takes PATTERN^2 values: a table of what a
+    linear backward makes of every one cannot be made (README: GradientWindowMatMul)."""
+    rng = np.random.default_rng([key, SIGNS, stream])
+    return [np.tile((rng.integers(0, 2, n, dtype=np.int8) * 2 - 1).astype(dtype), 2)
+            for n in sizes]
+
+
+def _weight_signs(key: int, outputs: list[Any]) -> list[np.ndarray]:
+    """A backward's weights' sign patterns, one per output, as long as its weights' pattern
+    (`_weights`, M): w_j s_j is N(0, 1) as w_j is, so the bound (`_expected`) holds."""
+    return _signs(key, [max(int(np.prod(np.shape(y))), PATTERN) + WEIGHTS_APART
+                        for y in outputs], np.float32, 1)
 
 
 def _pattern(key: int, scale: float, dtype: Any, stream: int = 2) -> np.ndarray:
@@ -697,8 +754,9 @@ def _answer(cls: Any, state: dict[str, Any], message: tuple[Any, ...]) -> Any:
             if apply is None:
                 return False
             varied = np.asarray(grads[first_grad(grads)])
-            state["checked " + which] = {"apply": apply, "key": key[0], "dtype": varied.dtype,
-                                         "size": varied.size}
+            state["checked " + which] = {
+                "apply": apply, "key": key[0], "dtype": varied.dtype, "size": varied.size,
+                "signs": _signs(key[0], [PATTERN], varied.dtype)[0]}
             return True
         call = run.timed_forward(inputs) if which == "forward" else run.timed_backward(inputs,
                                                                                        grads)
@@ -733,14 +791,22 @@ def _checked_calls(run: Any, checked: dict[str, Any], calls: int, seed: int, sca
     rolls, turns = _rolls(seed, calls)
     second = checked.get("second")
     rolls2 = _second_rolls(seed, calls) if second is not None else None
+    signs = checked.get("signs")  # a backward's: its shift and weights times a sign window
+    flips = _flips(seed, calls) if signs is not None else (turns, None)
     sums = np.empty((calls, 0))
     for i in range(calls):
         offsets = _offsets(pattern, rolls[i], size)
-        outs = as_tuple(checked["apply"](offsets) if second is None else checked["apply"](
-            offsets, _offsets(second, rolls2[i], checked["second size"])))
+        if signs is not None:
+            outs = as_tuple(checked["apply"](offsets, signs=_offsets(signs, flips[0][i], size)))
+        else:
+            outs = as_tuple(checked["apply"](offsets) if second is None else checked["apply"](
+                offsets, _offsets(second, rolls2[i], checked["second size"])))
         if checked.get("checksums") is None:  # the weights: once per timed call, from its key
-            checked["checksums"] = run.checksums(_weights(checked["key"], outs))
-        row = checked["checksums"](outs, int(turns[i]))
+            key = checked["key"]
+            checked["checksums"] = run.checksums(_weights(key, outs)) if signs is None else \
+                run.checksums(_weights(key, outs), _weight_signs(key, outs))
+        row = (checked["checksums"](outs, int(turns[i])) if signs is None else
+               checked["checksums"](outs, int(turns[i]), int(flips[1][i])))
         if i == 0:
             sums = np.empty((calls, len(row)))
         sums[i] = row

@@ -256,8 +256,9 @@ def test_a_host_running_one_backward_call_in_ten_is_caught_and_recorded_failed(
 @pytest.mark.parametrize("framework", ["numpy", "torch", "jax",
                                        pytest.param("tensorflow", marks=pytest.mark.slow)])
 def test_each_framework_shifts_the_output_gradient_as_the_judge_does(framework, tmp_path):
-    """A checked backward call runs on its own output gradient (the Runner's shifted_backward):
-    call by call, the input gradient is the one the judge computes from the shifted gradient."""
+    """A checked backward call runs on its own output gradient (the Runner's shifted_backward,
+    its offsets times a window of signs): call by call, the input gradient is the one the judge
+    computes from the shifted gradient."""
     from d500.operators.adapters import as_tuple
     from d500.operators.base import load_class
     text = OPS.replace('"Relu"', f'"Relu"\n    framework = "{framework}"')
@@ -275,10 +276,11 @@ def test_each_framework_shifts_the_output_gradient_as_the_judge_does(framework, 
     before = g.tobytes()
     backward = run.shifted_backward([x], [g])
     pattern = host._pattern(KEY, host._shift_scale(g), g.dtype)
-    for r in host._rolls(9, 3)[0]:
+    (signs,) = host._signs(KEY, [host.PATTERN], g.dtype)  # a backward's offsets are signed
+    for r, f in zip(host._rolls(9, 3)[0], host._flips(9, 3)[0]):
         offsets = host._offsets(pattern, r, g.size)
-        (got,) = as_tuple(backward(offsets))
-        want = host._shifted(g, offsets) * (x > 0)
+        (got,) = as_tuple(backward(offsets, signs=host._offsets(signs, f, g.size)))
+        want = host._shifted(g, offsets * host._offsets(signs, f, g.size)) * (x > 0)
         assert np.array_equal(np.asarray(run._numpy(got)), want)
     assert g.tobytes() == before  # the caller's gradient: never rewritten
 

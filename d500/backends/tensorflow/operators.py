@@ -53,7 +53,7 @@ class TensorFlowRunner(Runner):
         tf.constant cannot be rewritten), then the persistent tape's gradient."""
         import tensorflow as tf
 
-        from d500.operators.adapters import add_tiled, first_grad, float_grads
+        from d500.operators.adapters import Buffers, add_tiled, first_grad, float_grads, signed
         if first_grad(grad_outputs) is None:
             return None
         tape, inputs, _, pairs = self._tape(arrays, grad_outputs, persistent=True)
@@ -62,10 +62,11 @@ class TensorFlowRunner(Runner):
             return None
         outs, grads = [o for o, _ in pairs], [g for _, g in pairs]
         first = np.ascontiguousarray(grads[0].numpy()).reshape(-1)  # first_grad's pair
-        shape = grads[0].shape
+        shape, buffers = grads[0].shape, Buffers()
 
-        def backward(offsets):
-            grads[0] = tf.constant(add_tiled(first, offsets, np.empty_like(first)).reshape(shape))
+        def backward(offsets, signs=None):
+            grads[0] = tf.constant(add_tiled(first, signed(offsets, signs, buffers),
+                                             np.empty_like(first)).reshape(shape))
             return float_grads(tape.gradient(outs, wrt, output_gradients=grads), arrays)
         return backward
 

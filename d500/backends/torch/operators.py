@@ -50,12 +50,13 @@ class TorchRunner(Runner):
         return add
 
     def shifted_backward(self, arrays, grad_outputs):
-        """The output gradient's tensor rewritten in place by torch.add (`_add_tiled`), then
-        torch.autograd.grad on the graph recorded once, as `backward_call`."""
+        """The output gradient's tensor rewritten in place by torch.add (`_add_tiled`; the
+        offsets times their signs by NumPy, `signed`), then torch.autograd.grad on the graph
+        recorded once, as `backward_call`."""
         import torch
 
         from d500.backends.torch.dtypes import from_numpy
-        from d500.operators.adapters import first_grad, float_grads
+        from d500.operators.adapters import Buffers, first_grad, float_grads, signed
         if first_grad(grad_outputs) is None:
             return None
         mine = [None if g is None else np.array(g, copy=True) for g in grad_outputs]
@@ -65,30 +66,37 @@ class TorchRunner(Runner):
             return None
         outs, grads = [o for o, _ in pairs], [g for _, g in pairs]
         first, out = grads[0].clone().reshape(-1), grads[0].view(-1)  # first_grad's pair
+        buffers = Buffers()
 
-        def backward(offsets):
-            _add_tiled(first, from_numpy(offsets), out)
+        def backward(offsets, signs=None):
+            _add_tiled(first, from_numpy(signed(offsets, signs, buffers)), out)
             return float_grads(torch.autograd.grad(outs, wrt, grads, retain_graph=True,
                                                    allow_unused=True), arrays)
         return backward
 
-    def checksums(self, weights):
+    def checksums(self, weights, signs=None):
         """torch.dot in torch's own threads on a float output (NumPy's einsum otherwise): no
-        conversion to NumPy, no second thread pool; the weights turned by a view."""
+        conversion to NumPy, no second thread pool; the weights turned by a view (a
+        backward's times their signs' window by NumPy, `flipped`, into a buffer torch
+        shares)."""
         import torch
 
-        from d500.operators.adapters import turned
-        on_numpy = super().checksums(weights)
+        from d500.operators.adapters import Buffers, flipped, turned
+        on_numpy = super().checksums(weights, signs)
         native = [torch.from_numpy(w) for w in weights]
+        buffers = Buffers()
 
-        def sums(outputs, turn=0):
+        def sums(outputs, turn=0, flip=None):
             if not all(isinstance(y, torch.Tensor) and y.is_floating_point() for y in outputs):
-                return on_numpy(outputs, turn)
+                return on_numpy(outputs, turn, flip)
             out = []
-            for w, y in zip(native, outputs):
-                start = turned(w.numel(), y.numel(), turn)
-                out.append(torch.dot(w[start:start + y.numel()],
-                                     y.reshape(-1).to(torch.float32)).item())
+            for k, (w, y) in enumerate(zip(native, outputs)):
+                start, n = turned(w.numel(), y.numel(), turn), y.numel()
+                w = w[start:start + n]
+                if signs is not None and flip is not None:
+                    given = weights[k][start:start + n]
+                    w = torch.from_numpy(flipped(given, signs[k], flip, buffers(k, given)))
+                out.append(torch.dot(w, y.reshape(-1).to(torch.float32)).item())
             return out
         return sums
 

@@ -1,4 +1,4 @@
-"""Four operator files' cheats written against the call check's shift (d500.operators.host), as
+"""Six operator files' cheats written against the call check's shift (d500.operators.host), as
 an entry submits them: the file is imported in the operator host, and on import it replaces the
 host's loop of checked calls with one that answers each call's checksum from algebra on what the
 judge sent, without running the call (tests/operators/test_shift_cheats.py,
@@ -16,12 +16,17 @@ benchmarks/shift_cheats.py). Each class's honest twin is beside it.
   x's row plus a window of the pattern, and (x + u) B is x B plus rows of a table of every
   window times B, one matmul once: a call is a gather and an add, no matmul.
 - GradientWindowMatMul: the same on the backward, whose output gradient alone is shifted: its
-  (g + u) B^T and A^T (g + u) gathered from tables made once. It passes (README: still open).
+  (g + u) B^T and A^T (g + u) gathered from tables made once.
+- GradientWeightsMatMul: on the backward, the checksum's side: w.L(g') = L^T(w).g' for a linear
+  backward L, and with w a window of one pattern, L^T of every window is a table made once:
+  a call is its shift and a pass over g' per output, whatever the shift.
 
 The first two are written against the shift as it was before each call got its own window of a
 65,521-number pattern (host.PATTERN) and of the weights, WindowMatMul against the shift before
 a forward's second float input got its own window too ((x + u)(B + v) has a term u v only a
-matmul gives); run on today's judge those three answer wrong."""
+matmul gives), the last two against a backward's shift and weights before each window was
+multiplied by a window of signs at a start of its own (host._signs: a pair of starts, too many
+to tabulate); run on today's judge all six answer wrong."""
 
 import numpy as np
 
@@ -181,6 +186,48 @@ class GradientWindowPlan:
         return out
 
 
+class GradientWeightsPlan:
+    """Against the backward's weights, windows of one pattern per output at a call's turn: a
+    linear backward's checksum w.L(g') is L^T(w).g', and L^T of every window is a table made
+    once, whatever the shift g' = g + u. For a MatMul, dA = g' B^T's checksum is
+    sum_i g'_i . T1[t + iK], T1[s] = w[s : s + K] B (every start s, one matmul), and
+    dB = A^T g''s is sum_in g'_in T2[i, t + n], T2 = A times the weights' windows strided by N
+    (one matmul): a call is its shift and two passes over g', no matmul."""
+
+    def __init__(self, inputs, grads, key):
+        a, b = (np.asarray(x, np.float32) for x in inputs)
+        self.g = np.asarray(grads[0], np.float32)
+        self.m, self.n = self.g.reshape(-1, self.g.shape[-1]).shape
+        self.a, self.k = a.reshape(-1, a.shape[-1]), b.shape[0]
+        self.key, self.scale = key, None
+        wa, wb = host._weights(key, [np.empty((self.m, self.k)), np.empty((self.k, self.n))])
+        self.sizes = (wa.size, wb.size)
+        half = wa.size // 2  # the weights are given twice over: windows of a periodic pattern
+        windows = np.lib.stride_tricks.sliding_window_view(wa, self.k)[:half]
+        self.t1 = windows @ b  # (M_A, N): T1[s] = w[s : s + K] B
+        half = wb.size // 2
+        cols = (np.arange(half + self.n)[None, :] + np.arange(self.k)[:, None] * self.n) % half
+        self.t2 = self.a @ wb[cols]  # (R, M_B + N): T2[i, m] = sum_k A[i, k] w[m + kN]
+        self.halves = (wa.size // 2, half)
+
+    def sums(self, seed, calls, scale):
+        from d500.operators.adapters import turned
+        if scale != self.scale:
+            self.scale = scale
+            self.p = host._pattern(self.key, scale, np.float32)
+        rolls, turns = host._rolls(seed, calls)
+        rows = np.arange(self.m) * self.k
+        out = np.empty((calls, 2))
+        for i in range(calls):
+            g = host._shifted(self.g, host._offsets(self.p, rolls[i], self.g.size))
+            g = g.reshape(self.m, self.n)
+            t = turned(self.sizes[0], self.m * self.k, turns[i])
+            out[i, 0] = np.einsum("ij,ij->", g, self.t1[(t + rows) % self.halves[0]])
+            t = turned(self.sizes[1], self.k * self.n, turns[i])
+            out[i, 1] = np.einsum("ij,ij->", g, self.t2[:, t:t + self.n])
+        return out
+
+
 _real_answer = host._answer
 
 
@@ -231,6 +278,10 @@ class GradientWindowMatMul(CustomOperator):
     def backward(self, grad_outputs, inputs, outputs):
         (g,), (a, b) = grad_outputs, inputs
         return [g @ b.T, a.reshape(-1, a.shape[-1]).T @ g.reshape(-1, g.shape[-1])]
+
+
+class GradientWeightsMatMul(GradientWindowMatMul):
+    backward_plan = GradientWeightsPlan
 
 
 class HonestGradMatMul(CustomOperator):
