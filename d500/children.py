@@ -602,19 +602,24 @@ def cpu_seconds(keeper: int, spare: tuple[int, ...] = ()
     the entry's process, what it started, and those reaped (by their parent, or as orphans by
     the namespace's pid 1: in its cutime/cstime); and, by live thread id, the seconds it ran and
     the seconds it waited runnable for a CPU (schedstat's first two fields: on a loaded machine
-    a thread wants more than it gets). Open: a child of a process that ignores SIGCHLD is reaped
-    without its time counted, and a thread's own figures end with it (its CPU time stays in its
-    process's)."""
+    a thread wants more than it gets). A live process's own CPU time is its CPU clock's
+    (nanoseconds, its ended threads' exactly), the reaped ones' /proc's ticks (10 ms).
+    Open: a child of a process that ignores SIGCHLD is reaped without its time counted, and a
+    thread's own figures end with it (its CPU time stays in its process's)."""
     tick = os.sysconf("SC_CLK_TCK")
-    total, live = 0, {}
+    total, live = 0.0, {}
     left = {p for s in spare for p in (s, *_descendants(s))}
     for pid in [p for p in (keeper, *_descendants(keeper)) if p not in left]:
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            ticks = [int(v) for v in fields[11:15]]  # utime stime cutime cstime
+        except (OSError, IndexError, ValueError):
             continue
-        total += sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
+        try:  # the process's CPU clock (clock_getcpuclockid's: CPUCLOCK_SCHED of pid)
+            total += time.clock_gettime_ns(((~pid) << 3) | 2) / 1e9 + sum(ticks[2:]) / tick
+        except OSError:  # gone meanwhile: its ticks
+            total += sum(ticks) / tick
         for task in _tasks(pid):
             try:
                 with open(f"/proc/{pid}/task/{task}/schedstat") as f:
@@ -622,7 +627,7 @@ def cpu_seconds(keeper: int, spare: tuple[int, ...] = ()
                 live[int(task)] = (int(ran) / 1e9, int(waited) / 1e9)
             except (OSError, ValueError):
                 pass
-    return total / tick, live
+    return total, live
 
 
 def _descendants(pid: int) -> list[int]:
