@@ -470,6 +470,11 @@ class Batched:
         """The array each call shifts."""
         return self.inputs[0] if self.kind == "forward" else np.asarray(self.grads[self.first])
 
+    def _scale_of(self, x: np.ndarray) -> float | None:
+        """The shift's first scale for the array each call shifts (None: calls unchecked);
+        level 1 shifts token ids too (d500.networks.hosted.CheckedCall)."""
+        return _shift_scale(x)
+
 
 class Local:
     """A host's answers given in this process, to a Runner of d500's own (a built-in backend's
@@ -480,11 +485,6 @@ class Local:
 
     def ask(self, *message: Any) -> Any:
         return _answer(None, self.state, message)
-
-    def _scale_of(self, x: np.ndarray) -> float | None:
-        """The shift's first scale for the array each call shifts (None: calls unchecked);
-        level 1 shifts token ids too (d500.networks.hosted.CheckedCall)."""
-        return _shift_scale(x)
 
 
 def checked_forward(run: Any, inputs: list[np.ndarray], reference: Any = None,
