@@ -59,11 +59,15 @@ def main(argv: list[str], prog: str = "d500 run") -> int:
     if not args.quiet_wait >= 0:
         parser.error(f"--quiet-wait: expected seconds >= 0, got {args.quiet_wait}")
     from d500 import backends
+    from d500.leaderboard import progress
     backends.host_plugins()  # a third-party backend's code never runs in the judge's process
-    plan = make_plan(args)
-    plan.quiet_wait = args.quiet_wait
-    threads.configure(args.threads, threads.frameworks(plan.options.backends
-                                                       or backends.installed()))
+    with progress.shown(prog):  # ~11 s at load 6 said nothing before the first bar showed
+        progress.step("planning each level's runs")
+        plan = make_plan(args)
+        plan.quiet_wait = args.quiet_wait
+        frameworks = threads.frameworks(plan.options.backends or backends.installed())
+        progress.step(f"loading the frameworks to set their threads: {', '.join(frameworks)}")
+        threads.configure(args.threads, frameworks)
     return execute(plan, html=not args.no_html)
 
 
