@@ -247,3 +247,19 @@ def test_the_html_page_shows_the_winners_above_the_first_table(home, tmp_path):
                 assert img.convert("RGB").getpixel((x, y)) == (247, 250, 245), width
         marks = driver.find_elements(By.XPATH, "//td[contains(., '⚠ loaded machine')]")
         assert len(marks) == 1  # the loaded row of the three; the idle and unmeasured ones not
+
+
+def test_a_workload_no_run_timed_says_so_in_the_winners(home, tmp_path):
+    """`d500 op validate` records errors, no latency: its case's winner row said "no ranked
+    entry (latency)", which left a user who had only validated guessing why."""
+    conv = tmp_path / "conv.yaml"
+    conv.write_text("name: conv\nlevel: 0\nmetrics: [latency, forward_error]\n"
+                    "rank_by: latency\n")
+    with Ledger() as ledger:
+        ledger.start_run(level=0, workload="conv", submission="mine", backend="numpy",
+                         workload_file=conv).finish("succeeded", figures={"forward_error": 1e-7})
+        level0(ledger, tmp_path, {})  # gemm: timed, ranked
+        md = leaderboard.render(ledger, fmt="md", level=0)
+    winners = md.split("## level 0")[0]
+    assert "| conv | — | no ranked entry (no run measured latency) | — | — |" in winners, winners
+    assert "| gemm | fast / numpy | latency 1 ms (" in winners, winners

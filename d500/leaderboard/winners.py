@@ -99,8 +99,11 @@ def rows(board: Board, legend: Legend) -> list[Row]:
 def _row(board: Board, where: str, group: list[Entry], metric: Metric,
          labels: tuple[str, ...]) -> Row:
     ranked = sorted(comparable([e for e in group if e.rank is not None]), key=lambda e: e.rank)
-    if not ranked:
-        return Row(board, where, "—", f"no ranked entry ({metric.name})", "—", "—", labels)
+    if not ranked:  # where no run measured the figure at all (`op validate` times nothing), so
+        # said: "no ranked entry (latency)" left a user who had only validated guessing why
+        why = (f"no run measured {metric.name}" if not any(e.values.get(metric.name)
+                                                           for e in group) else metric.name)
+        return Row(board, where, "—", f"no ranked entry ({why})", "—", "—", labels)
     best, runner = ranked[0], (ranked[1] if len(ranked) > 1 else None)
     value = best.aggregate.get(metric.name)
     if value is None or not math.isfinite(value):
