@@ -97,3 +97,19 @@ def test_the_lion_entry_trains_by_name_and_a_level3_entry_is_found_by_name(outsi
         "d500 train: error: argument --submission: no entry folder 'nosuch' here, nor an example "
         "entry of that name (adamw, "), line
     assert "lion, " in line and "sgd-momentum, " in line, line
+
+
+def test_the_readme_operator_of_your_own_is_there_to_copy(outside):
+    """The README validated `my_op.py:MyConv`, a file it never showed: a new user's first own
+    operator was 'my_op.py: no such file'. Its commands now copy the shipped Conv and validate
+    it, as written."""
+    block = re.search(r"```\n(d500 op validate numpy-im2col-conv.*?)```", README, re.S)[1]
+    [copy] = [line.split("#")[0].split() for line in block.splitlines()
+              if line.startswith("cp ")]
+    assert copy[1:] == ["submissions/numpy-im2col-conv/conv.py", "my_op.py"], copy
+    (outside / copy[2]).write_bytes((ROOT / copy[1]).read_bytes())
+    [own] = [line.split("#")[0].split() for line in block.splitlines()
+             if line.startswith("d500 op validate my_op.py") and "--input-shape" in line]
+    done = d500(outside, *own[1:])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "verdict: PASS" in done.stdout, done.stdout
