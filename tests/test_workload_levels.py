@@ -45,6 +45,8 @@ def test_each_levels_loader_names_the_level_first(loader, file, takes):
 
 def test_scale_reads_a_level3_workload_file_by_its_name(tmp_path):
     """A file path works where a name does (the rulebook's file, named `digits-mlp` inside)."""
+    from d500.ledger import Ledger
+    Ledger(tmp_path / "ledger.sqlite").close()  # one without level-3 runs (scale only reads)
     out = d500("scale", L3, "--network", "2us,12.5GB/s",
                env={**os.environ, "D500_HOME": str(tmp_path)})
     one_line_exit_2(out, "no succeeded level-3 run of 'digits-mlp' at 2 or more ranks")

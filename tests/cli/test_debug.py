@@ -13,6 +13,8 @@ import pytest
 
 @pytest.mark.parametrize("how", [["--debug"], []])
 def test_debug_shows_the_traceback_and_keeps_the_line_and_exit_code(how, tmp_path):
+    from d500.ledger import Ledger
+    Ledger(tmp_path / "ledger.sqlite").close()  # an empty ledger: run 99 is not in it
     env = {**os.environ, "D500_HOME": str(tmp_path)}
     if not how:
         env["D500_DEBUG"] = "1"

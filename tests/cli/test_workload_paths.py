@@ -43,6 +43,8 @@ def test_a_level3_job_digests_the_workload_not_a_folder_of_its_name(tmp_path, mo
 
 def test_scale_finds_a_workload_by_name_beside_a_folder_of_its_name(tmp_path):
     (tmp_path / "digits-mlp").mkdir()
+    from d500.ledger import Ledger
+    Ledger(tmp_path / "home" / "ledger.sqlite").close()  # one without the run (scale only reads)
     env = {**os.environ, "D500_HOME": str(tmp_path / "home")}
     done = subprocess.run([sys.executable, "-m", "d500.cli", "scale", "digits-mlp"],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,

@@ -174,7 +174,9 @@ def test_a_one_rank_run_or_another_level_cannot_be_modelled():
 
 
 def test_scale_cli_refusals(tmp_path):
+    from d500.ledger import Ledger
     home = tmp_path / "home"
+    Ledger(home / "ledger.sqlite").close()  # one without level-3 runs (scale only reads)
     result = jobs.plain_d500(home, "scale", "digits-mlp", "--network", "2us,12.5GB/s")
     assert result.returncode == 2 and "no succeeded level-3 run of 'digits-mlp'" in result.stderr
     typo = jobs.plain_d500(home, "scale", "digits-mpl", "--network", "2us,12.5GB/s")
