@@ -72,14 +72,11 @@ def same_code_notes(pkg: Any) -> list[str]:
     warning for a person: never merged); none without that ledger."""
     from d500.competition import same_code
     from d500.ledger import Ledger
-    from d500.paths import home, home_named
+    from d500.ledger.store import absent
 
-    if not Path(home_named()).expanduser().is_dir():
-        return []  # no results directory here: nothing imported (home() would make one)
-    path = home() / "ledger.sqlite"
-    if not path.is_file():
-        return []
-    ledger = Ledger.open_for_reading(str(path))
+    if absent():
+        return []  # no ledger here: nothing imported (and none is made)
+    ledger = Ledger.open_for_reading()
     entry = pkg.manifest.get("entry")
     try:
         copy = same_code.first_of(ledger, pkg)
