@@ -58,8 +58,7 @@ def main(argv: list[str], prog: str = "d500 run") -> int:
     args = parser.parse_args(argv)
     if not args.quiet_wait >= 0:
         parser.error(f"--quiet-wait: expected seconds >= 0, got {args.quiet_wait}")
-    from d500 import backends
-    from d500.leaderboard import progress
+    from d500 import backends, progress
     backends.host_plugins()  # a third-party backend's code never runs in the judge's process
     with progress.shown(prog):  # ~11 s at load 6 said nothing before the first bar showed
         progress.step("planning each level's runs")
@@ -192,7 +191,8 @@ def execute(plan: Plan, html: bool = True) -> int:
     runs = [r for r in ledger.runs() if r["id"] > first_id]
     _print_leaderboard(out, ledger, workloads)
     if html:
-        from d500.leaderboard import progress, write_html
+        from d500 import progress
+        from d500.leaderboard import write_html
         with progress.shown("HTML leaderboard"):
             path = write_html(ledger=ledger)
         out.print(f"HTML leaderboard: {path}", highlight=False)

@@ -44,7 +44,7 @@ def main(argv: list[str], prog: str = "d500 check") -> int:
             raise UsageError(f"--rules {rules}: no such folder (a rulebook laid out like "
                              f"levels/: 2-training/*.yaml, ...)")
     trusted = [trusted_key(value) for value in args.trust]
-    from d500.leaderboard import progress
+    from d500 import progress
     with progress.shown(prog):  # 2.8 s at load 7 for a 6-run package said nothing meanwhile
         progress.step("reading the package")
         pkg = Package.open(args.package)

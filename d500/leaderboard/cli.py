@@ -6,9 +6,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from d500 import progress
 from d500.cli import ArgumentParser, stdout_console
 from d500.errors import UsageError, did_you_mean
-from d500.leaderboard import progress, terminal, text
+from d500.leaderboard import terminal, text
 from d500.leaderboard.output import FORMATS, render, write_html, write_markdown
 from d500.leaderboard.ranking import build
 from d500.paths import output_file, write_output

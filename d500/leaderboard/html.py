@@ -15,7 +15,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from d500.leaderboard import plots, progress, text, winners
+from d500 import progress
+from d500.leaderboard import plots, text, winners
 from d500.leaderboard.environments import Legend
 from d500.leaderboard.parts import parts
 from d500.leaderboard.ranking import Board

@@ -8,8 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from d500 import levels
-from d500.leaderboard import progress
+from d500 import levels, progress
 from d500.leaderboard.ranking import Board
 from d500.levels import View
 

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from d500 import metrics as _metrics
+from d500 import progress
 from d500 import workload as _workload
 from d500.errors import ConfigError, D500Error
-from d500.leaderboard import progress
 from d500.leaderboard.environments import machine, machine_dependent
 from d500.metrics import Metric
 from d500.training.precision import precision_of

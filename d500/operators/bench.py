@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from d500 import tolerances
+from d500 import progress, tolerances
 from d500.errors import D500Error, describe
 from d500.operators import flops
 from d500.operators.adapters import Runner, runner
@@ -125,6 +125,7 @@ def bench(op_class: type[CustomOperator], case: Case, backends: list[str],
     prepared = prepare(case, options.seed, options.scales)
     inputs = [a.copy() for a in prepared.inputs]
     expected = saturate(prepared.expected, case.np_dtype)[0]
+    progress.step(f"{case.name}: validating {submission}")
     report = validate(op_class, case, options, submission, prepared)
     outs = infer_outputs(case.op_type, case.attributes, inputs, 1, case.opset)
     n_flops = flops.count(case.op_type, case.attributes, [a.shape for a in inputs],
@@ -146,6 +147,7 @@ def bench(op_class: type[CustomOperator], case: Case, backends: list[str],
                                                  _gradient_tolerance(case)))
     rtol, atol = tolerances.operator_forward(case.np_dtype)
     for name in backends:
+        progress.step(f"{case.name}: preparing {name}")
         row, call, exe = _backend(name, case, inputs, expected, rtol, atol)
         rows.append(row)
         if call is not None:
@@ -154,9 +156,12 @@ def bench(op_class: type[CustomOperator], case: Case, backends: list[str],
             _add_backward(backward, row, k,
                           partial(_builtin_backward, name, exe, case, inputs, grads))
     if forward:
-        _time(rows, forward, backward, budget if budget is not None else case.time_budget,
-              n_flops, peak)
+        budget = budget if budget is not None else case.time_budget
+        progress.step(f"{case.name}: timing {len(forward)} implementation(s) interleaved, "
+                      f"{budget:g} s each")
+        _time(rows, forward, backward, budget, n_flops, peak)
         if 0 in forward:
+            progress.step(f"{case.name}: recomputing sampled calls with the reference")
             _verify_calls(mine, forward[0], backward.get(0), prepared, case)
     return CaseResult(case, report, rows, n_flops)
 

@@ -195,16 +195,26 @@ def _validate(loaded: Any, cases: list, args: Any) -> int:
 
 def _bench(loaded: Any, cases: list, args: Any) -> int:
     from d500 import backends as _backends
+    from d500 import progress
     from d500.operators.run import bench_cases, default_backends
     from d500.provenance import peak_flops
     names = default_backends() if args.backends is None else _backends.select(args.backends)
     for b in names:
         _backends.get(b)  # not installed: a usage error now, not mid-run
     own = [] if loaded.cls.framework == "c" else [loaded.cls.framework]
-    threads.configure(args.threads, threads.frameworks(names, own))
-    peak = peak_flops()
+    with progress.shown("d500 op bench"):
+        frameworks = threads.frameworks(names, own)
+        progress.step(f"loading the frameworks to set their threads: {', '.join(frameworks)}")
+        threads.configure(args.threads, frameworks)
+        progress.step("this machine's peak FLOP/s (measured once, then cached)")
+        peak = peak_flops()
     results = []
-    for result in bench_cases(loaded, cases, names, _options(args), args.budget, peak=peak):
+    benched = bench_cases(loaded, cases, names, _options(args), args.budget, peak=peak)
+    while True:
+        with progress.shown("d500 op bench"):  # a case said nothing for ~30 s at load 6
+            result = next(benched, None)
+        if result is None:
+            break
         results.append(result)
         if not args.json:
             print(result.text(), flush=True)

@@ -1,6 +1,7 @@
-"""What the leaderboard is working on, on stderr while it works (a big ledger takes tens of
-seconds: verifying every run, each level's views, each board's plots); a no-op where no one
-watches (stderr no terminal) or outside `shown`."""
+"""What a long command is working on, on stderr while it works (a big ledger's leaderboard takes
+tens of seconds: verifying every run, each level's views, each board's plots; `d500 op bench`
+validates, prepares each backend, then times them all); a no-op where no one watches (stderr
+no terminal) or outside `shown`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 
-_report: ContextVar[Callable[[str], None] | None] = ContextVar("leaderboard_step", default=None)
+_report: ContextVar[Callable[[str], None] | None] = ContextVar("progress_step", default=None)
 
 
 @contextlib.contextmanager
@@ -39,7 +40,7 @@ def shown(title: str) -> Iterator[None]:
 
 
 def step(text: str) -> None:
-    """Say what the leaderboard does now (`verifying 114 runs`, `level 2: views`)."""
+    """Say what the command does now (`verifying 114 runs`, `level 2: views`)."""
     report = _report.get()
     if report is not None:
         report(text)
