@@ -3,7 +3,8 @@
 d500.training.cpu fails a run over its framework's bound; this measures real 'd500 train
 digits-mlp' runs on torch, tensorflow and jax, at --threads 1 and the default: every run's
 figures (CPU time, waits, runnable time, CPU and runnable ratios), the highest runnable ratio of
-each framework, and the machine's load.
+each framework, and the machine's load (`--counts 1,2`: at --threads 1 and 2; backends may name
+a mode: `--backends tensorflow:xla`).
 
     .venv/bin/python benchmarks/worker_cpu.py --runs 3
 """
@@ -47,12 +48,16 @@ def main() -> None:
     parser.add_argument("--runs", type=repetitions, default=3, help="runs of each (default 3)")
     parser.add_argument("--backends", default="torch,tensorflow,jax",
                         help="comma-separated (default torch,tensorflow,jax)")
+    parser.add_argument("--counts", default="1,default",
+                        help="comma-separated --threads counts, 'default' for none (default "
+                             "1,default)")
     args = parser.parse_args()
     print(f"load before: {os.getloadavg()[0]:.2f}")
     seen: dict[str, list[float]] = {}
     failed = 0  # honest runs over the bound and its slack: false failures
     for backend in args.backends.split(","):
-        for threads in (["--threads", "1"], []):
+        for count in args.counts.split(","):
+            threads = [] if count == "default" else ["--threads", count]
             for seed in range(args.runs):
                 got = ratio(backend, threads, seed)
                 seen.setdefault(backend, []).append(got["ratio"])

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from d500.errors import UsageError
@@ -158,6 +160,33 @@ def session_options(options: Any) -> Any:
         options.intra_op_num_threads = _setting["count"]
         options.inter_op_num_threads = _setting["count"]
     return options
+
+
+@contextmanager
+def few_cores(n: int) -> Iterator[None]:
+    """The calling thread on n of its usable cores meanwhile (unchanged where it has n or
+    fewer, or off Linux; which n turns with the process id), then it and every thread started
+    meanwhile on all of them again. XLA (JAX's client, TensorFlow's under jit_compile) sizes its
+    compile pool when it first compiles, one thread per core the compiling thread may use (tsl's
+    MaxParallelism; no flag sizes it): a first compile in here gives it n threads, which keep
+    that size once widened (d500/backends/jax/framework.py). Left on the n cores, XLA's threads
+    made digits-mlp's jax steps slower on a loaded machine (benchmarks/xla_threads.py)."""
+    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) <= n:
+        yield
+        return
+    usable = os.sched_getaffinity(0)
+    before = set(os.listdir("/proc/self/task"))
+    cores = sorted(usable)
+    os.sched_setaffinity(0, [cores[(os.getpid() + i) % len(cores)] for i in range(n)])
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, usable)
+        for task in set(os.listdir("/proc/self/task")) - before:
+            try:
+                os.sched_setaffinity(int(task), usable)
+            except OSError:
+                continue  # a thread that ended meanwhile
 
 
 def recorded() -> dict[str, Any] | None:

@@ -33,17 +33,26 @@ def test_the_count_is_the_pool_xla_computes_with(count, tmp_path):
         import numpy as np
         exe = JaxBackend.prepare(builders.build("mlp", (1, 8, 8)))
         exe.run([np.ones((1, 1, 8, 8), np.float32)])
-        names = [open(f"/proc/self/task/{{t}}/comm").read().strip()
-                 for t in os.listdir("/proc/self/task")]
-        print(json.dumps({{"pool": sum("XLAEigen" in n for n in names),
+        tasks = {{t: open(f"/proc/self/task/{{t}}/comm").read().strip()
+                 for t in os.listdir("/proc/self/task")}}
+        import jax
+        print(json.dumps({{"pool": sum("XLAEigen" in n for n in tasks.values()),
                           "actual": threads.actual()["jax"], "recorded": threads.recorded(),
-                          "env": os.environ.get("NPROC")}}))
+                          "env": os.environ.get("NPROC"),
+                          "async": jax.config.read("jax_cpu_enable_async_dispatch"),
+                          "cores": len(os.sched_getaffinity(0)),
+                          "thread_cores": sorted({{len(os.sched_getaffinity(int(t)))
+                                                  for t in tasks}})}}))
     """, tmp_path)
     assert out.returncode == 0, out.stderr
     found = json.loads(out.stdout.splitlines()[-1])
     assert found["pool"] == found["actual"] == count
     assert found["recorded"] == {"count": count, "set_by": "--threads"}
     assert found["env"] is None  # child processes still choose their own
+    # each computation on the caller's thread; XLA's pools, sized on the count's cores
+    # (d500.threads.few_cores), back on every core, as the caller
+    assert found["async"] is False
+    assert found["thread_cores"] == [len(os.sched_getaffinity(0))], found
 
 
 def test_jax_already_computing_cannot_change_its_count(tmp_path):

@@ -9,6 +9,7 @@ from typing import Any
 
 from d500.backends.hooks import Framework
 from d500.errors import UsageError
+from d500.threads import few_cores
 
 
 class Jax(Framework):
@@ -22,7 +23,17 @@ class Jax(Framework):
         `--xla_cpu_multi_thread_eigen=false` change nothing there (measured: CPU/wall time 1.75
         with them on this 2-core machine, 0.98 with NPROC=1). So NPROC is n while the client
         starts, and put back after: child processes choose their own. A count given after the
-        client started with another raises a UsageError, as TensorFlow's does."""
+        client started with another raises a UsageError, as TensorFlow's does.
+
+        Two more of XLA's threads work beside the caller's, runnable on a loaded machine while it
+        waits for them (d500.training.cpu judges a worker's runnable time): the client's compile
+        pool, one thread per core its compiling thread may use (tsl's MaxParallelism: that
+        thread's CPU affinity; no flag sizes it), which compiled the digits-mlp step on 2
+        threads at --threads 1 on 2 cores; and async dispatch, which runs each computation on
+        a client thread while the caller waits for its result. So the client starts with async
+        dispatch off (each computation on the caller's thread: d500's steps wait for their loss
+        anyway) and, with a first compile, on n of the usable cores (d500.threads.few_cores):
+        its compile pool has n threads."""
         now = self.threads()
         if now is not None:
             if now != n:
@@ -34,7 +45,11 @@ class Jax(Framework):
         saved = os.environ.get("NPROC")
         os.environ["NPROC"] = str(n)
         try:
-            import_module("jax").devices()  # the client (and its pool) starts here
+            jax = import_module("jax")
+            jax.config.update("jax_cpu_enable_async_dispatch", False)
+            with few_cores(n):
+                jax.devices()  # the client (and its pools) starts here
+                jax.jit(lambda v: v + 1.0)(1.0).block_until_ready()  # and its compile pool
         finally:
             if saved is None:
                 del os.environ["NPROC"]

@@ -20,7 +20,7 @@ from onnx import helper
 from d500.backends.base import Backend, Executable, to_numpy
 from d500.backends.graph import Program
 from d500.backends.tensorflow.core import SHAPE_INPUTS, plain, tensor
-from d500.backends.tensorflow.framework import FRAMEWORK
+from d500.backends.tensorflow.framework import FRAMEWORK, start_xla
 from d500.backends.tensorflow.ops import OPS
 from d500.backends.trainer_base import Trainer
 from d500.backends.training_graph import running_statistics
@@ -78,6 +78,8 @@ class TensorFlowExecutable(Executable):
         # tensorflow:xla compiles every tf.function with XLA (jit_compile=True); the default
         # mode leaves TensorFlow its own choice, as before modes existed
         self._jit = {"jit_compile": True} if xla else {}
+        if xla:
+            start_xla()  # its compile pool on the recorded threads' cores
         self._device = "/GPU:0" if device.upper().startswith("CUDA") else "/CPU:0"
         self.program = translate(model)
         wanted = set(self.parameter_names)
