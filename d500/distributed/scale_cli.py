@@ -42,9 +42,9 @@ def main(argv: list[str], prog: str = "d500 scale") -> int:
     from d500.distributed import launch
     sizes = _sizes(args.ranks)
     target = _target(args.target)
-    if args.ledger is not None and not Path(args.ledger).is_file():  # said on every rank,
-        from d500.ledger import Ledger  # before the network's sweep
-        Ledger.open_for_reading(args.ledger)  # raises, naming it
+    from d500.ledger.store import absent
+    if why := absent(args.ledger):  # said on every rank, before the network's 15 s sweep
+        raise UsageError(why)
     if args.png:
         from d500.paths import output_file
         output_file(args.png, "scale.png", option="--png", endings=(".png",))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -201,6 +203,13 @@ def test_scale_reads_the_ledger_named_by_its_ledger_option(tmp_path):
     assert missing.returncode == 2
     assert missing.stderr == f"d500 scale: error: --ledger {tmp_path / 'nope.sqlite'}: no such " \
                              f"ledger file\n"
+    if jobs.MPIEXEC is not None:  # a home without a ledger under mpiexec: refused by every rank
+        nowhere = subprocess.run(  # before the ranks' network sweep (it measured, then refused)
+            [jobs.MPIEXEC, "-n", "2", sys.executable, "-m", "d500.cli", "scale", run_id],
+            env=jobs.environment(tmp_path / "no-home"), cwd=tmp_path, capture_output=True,
+            text=True, timeout=120, check=False)
+        assert nowhere.returncode != 0 and "no ledger at " in nowhere.stderr, nowhere.stderr
+        assert "measuring this machine's network" not in nowhere.stderr, nowhere.stderr
 
 
 @pytest.mark.slow  # the sweep: ~15 s at load 12
