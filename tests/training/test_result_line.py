@@ -26,13 +26,16 @@ def test_a_progress_bar_in_a_log_says_how_far_the_run_is(capsys, monkeypatch):
         monkeypatch.setattr(console, "SAY_EVERY", 3600.0)
         bar({"step": 74, "total": 370, "loss": 0.25, "val_accuracy": 0.95, "epoch": 2})
     lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 2, lines
-    assert lines[0].startswith("digits-mlp / sgd-momentum / torch seed 3: step 37 of 370, "
-                               "epoch 1, loss 0.5000, val acc 0.9000, ")
+    assert len(lines) == 3, lines
+    assert lines[0] == "digits-mlp / sgd-momentum / torch seed 3: started, 0 s"
+    # mid-run, no validation figure (a log file is one the entry's code may read)
+    assert lines[1].startswith("digits-mlp / sgd-momentum / torch seed 3: step 37 of 370, "
+                               "epoch 1, loss 0.5000, ") and "val" not in lines[1], lines
     # its end: that plain line, not the bar squeezed to 80 columns ("7… loss 0.2500, val a…")
-    assert lines[1].startswith("digits-mlp / sgd-momentum / torch seed 3: step 74 of 370, "
+    assert lines[2].startswith("digits-mlp / sgd-momentum / torch seed 3: step 74 of 370, "
                                "epoch 2, loss 0.2500, val acc 0.9500, "), lines
     with console.progress_bar("digits-mlp / adamw / torch seed 0"):
         pass  # interrupted before its first step
-    assert capsys.readouterr().err == "digits-mlp / adamw / torch seed 0: before its first " \
+    assert capsys.readouterr().err == "digits-mlp / adamw / torch seed 0: started, 0 s\n" \
+                                      "digits-mlp / adamw / torch seed 0: before its first " \
                                       "step, 0 s\n"
