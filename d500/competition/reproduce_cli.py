@@ -119,11 +119,19 @@ def render(result: Any) -> None:
         from d500.competition.reproduce_time import odds_line
         out(f"  {odds_line(len(result.drawn_from), len(result.runs))}")
     table = Table(title_justify="left")
-    for name in HEADERS:  # the verdict whole, in a narrow terminal too (the others fold)
+    for name in HEADERS:
         table.add_column(name, overflow="fold", no_wrap=name == "verdict")
     for report in result.runs:
         table.add_row(*row(report))
-    console.print(table)
+    if console.is_terminal and _width(console, table) > console.width:
+        for report in result.runs:  # a run a block: 14 columns at 80 were ~2 characters each
+            cells = dict(zip(HEADERS, row(report), strict=True))
+            out(f"run {cells.pop('run')}: {cells.pop('verdict')}")
+            for name, value in cells.items():
+                if value != "-":  # (what the run's level does not have)
+                    out(f"  {name}: {value}")
+    else:
+        console.print(table)
     for report in result.runs:
         labels = [] if report.problem else [
             "inconclusive" if c.inconclusive else "disagrees" for c in report.checks
@@ -140,7 +148,8 @@ def render(result: Any) -> None:
                          + ", ".join(report.environment))
         notes += [f"{c.name}: {c.note}" for c in report.checks
                   if c.note and c.name != "evaluations"]
-        out(f"  run {report.origin_id}: " + "; ".join(notes))
+        if notes:
+            out(f"  run {report.origin_id}: " + "; ".join(notes))
     for check in result.split:
         verdict = "inconclusive" if check.inconclusive else (
             "agrees" if check.agrees else "DISAGREES")
@@ -154,6 +163,12 @@ def render(result: Any) -> None:
     if unjudged:
         out(f"times not judged for run(s) {', '.join(map(str, unjudged))}: this machine was "
             "too loaded while reproducing to judge times; reproduce on a quieter machine")
+
+
+def _width(console: Any, table: Any) -> int:
+    """The table's natural width (every cell on one line)."""
+    from rich.measure import Measurement
+    return Measurement.get(console, console.options.update_width(1 << 16), table).maximum
 
 
 COMPARED = ("what must not depend on the machine: status, steps and epochs to the target, "

@@ -1,6 +1,7 @@
 """`d500 reproduce`'s report in a pipe (`| cat`, `| tee`) and in a narrow terminal: its table
-is printed whole, and no line (the verdict's least) is folded by rich's console width (a
-verdict column cut mid-word, DISAGRE|ES, in a pipe)."""
+is printed whole in a pipe, and no line (the verdict's least) is folded by rich's console width
+(a verdict column cut mid-word, DISAGRE|ES, in a pipe); a terminal too narrow for the table
+shows each run as a block of lines."""
 
 from __future__ import annotations
 
@@ -51,14 +52,21 @@ class _Terminal(io.StringIO):
         return True
 
 
-def test_in_a_narrow_terminal_the_verdict_column_is_whole(monkeypatch):
+def test_in_a_narrow_terminal_each_run_is_a_block_of_whole_lines(monkeypatch):
+    """14 columns squeezed into 80 were ~2 characters each: where the table does not fit, each
+    run is a block, its verdict first, one field a line; a wide terminal keeps the table."""
     monkeypatch.setenv("COLUMNS", "80")
     screen = _Terminal()
     monkeypatch.setattr(sys, "stdout", screen)
     render(_result())
     text = re.sub(r"\x1b\[[0-9;]*m", "", screen.getvalue())  # the terminal's bold headers
-    table = [line for line in text.splitlines() if line[:1] in "┏┃┡│└"]
-    assert table and max(len(line) for line in table) <= 80  # the terminal's width holds
-    cells = [line.rstrip().rsplit("│", 2)[1].strip() for line in _lines(text)]
-    assert "DISAGREES" in cells and "agrees" in cells, text  # whole, on one line each
-    assert not [c for c in cells if c and c not in ("DISAGREES", "agrees")], cells
+    lines = text.splitlines()
+    assert not [line for line in lines if line[:1] in "┏┃┡│└"], text  # no table
+    assert "run 7: DISAGREES" in lines and "run 8: agrees" in lines, text
+    assert f"  workload: {LONG}" in lines and "  backend: torch:compiled" in lines, text
+    assert "  workload: digits-mlp" in lines, text
+    monkeypatch.setenv("COLUMNS", "400")
+    wide = _Terminal()
+    monkeypatch.setattr(sys, "stdout", wide)
+    render(_result())
+    assert len(_lines(re.sub(r"\x1b\[[0-9;]*m", "", wide.getvalue()))) == 2  # the table
