@@ -40,9 +40,13 @@ BOUND = {"torch": 1.3, "tensorflow": 2.0, "jax": 4.0}
 OTHERS = 3.0  # every other framework's
 CPU_BOUND = 3.0  # CPU s / (threads x s worked), any framework's (honest: at most 1.05, idle)
 # CPU s over the bound an honest run may read (10 ticks of 10 ms; d500's own work outside the
-# time worked, e.g. the data the worker takes after `give` returned), in runnable time at the
-# wait per s run that the entry's live threads had: ~0.1 s runnable over at load 10
-SLACK_S = 0.1
+# time worked) was 0.1 while /proc's ticks read every process's CPU time: at load 12 (7-17 s
+# waited a s run) 0.8-1.8 s runnable, more than a digits-mlp run's training. A live process's
+# is now its CPU clock's (ns, its ended threads' too), so the slack covers a reaped process's
+# CPU time, in /proc's 10 ms ticks, and the run of a thread on a CPU as it is read, in its
+# process's clock but not yet in its schedstat (up to the kernel's 4 ms tick), in runnable time
+# at the wait per s run that the entry's live threads had (README "What a worker's threads use")
+SLACK_S = 0.01
 
 
 def bound(backend: str) -> float:
