@@ -107,3 +107,58 @@ def test_the_same_work_on_the_recorded_thread_passes(tmp_path):
     cpu = run["worker_cpu"]
     assert cpu["threads"] == 1 and 0 < cpu["ratio"], cpu
     assert cpu["runnable_s"] <= cpu["bound"] * cpu["wall_s"] + cpu["slack_s"], cpu
+
+
+BESIDE = '''
+import os, threading, time
+import numpy as np
+from d500.training.optimizers import Optimizer
+
+BESIDE = []
+
+
+def work():
+    """A stand-in for extra work (steps on cached batches) on a thread of its own, busy for
+    D500_SHARE of its time."""
+    a, share = np.ones((256, 256), np.float32), float(os.environ["D500_SHARE"])
+    while True:
+        began = time.perf_counter()
+        a = a @ a / 256
+        time.sleep((time.perf_counter() - began) * (1 - share) / share)
+
+
+class Beside(Optimizer):
+    name = "beside"
+
+    def update(self, ops, params, grads, state, lr, t):
+        if not BESIDE:  # traced (jax.jit, tf.function): it runs once, its thread from then on
+            BESIDE.append(threading.Thread(target=work, daemon=True))
+            BESIDE[0].start()
+        ops.add_(params, grads, -lr)
+'''
+
+
+@pytest.mark.slow  # (one 'd500 train' subprocess: ~20 s at load 7)
+@pytest.mark.skipif(sys.platform != "linux" or len(os.sched_getaffinity(0)) < 2 or not SCHEDSTAT,
+                    reason="/proc's CPU times and schedstat; more cores than the one recorded")
+@pytest.mark.parametrize("backend,share", [("jax", "1"), ("tensorflow", "0.6")])
+def test_an_entry_computing_beside_a_traced_step_fails(tmp_path, backend, share):
+    """The optimizer's update runs once, when jax.jit or tf.function traces the step: there it
+    starts a thread of its own computing beside the steps (jax: all the time; tensorflow: 0.6
+    of it) in a run recorded at --threads 1. Under the bounds these frameworks had (jax 4x:
+    XLA's compile pool and async dispatch thread made an honest run read ~1.9; tensorflow 2x)
+    it passed (jax 2.45-2.72x, tensorflow 2.06-2.28x within the slack); now each fails."""
+    folder = entries.folder(tmp_path, BESIDE, "Beside", name="beside")
+    env = {**os.environ, "D500_HOME": str(tmp_path / "home"), "D500_SHARE": share}
+    done = subprocess.run([sys.executable, "-m", "d500.cli", "train", "digits-mlp",
+                           "--submission", str(folder), "--backend", backend, "--threads", "1",
+                           "--seed", "0"],
+                          cwd=entries.ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode in (0, 1), done.stderr
+    db = sqlite3.connect(tmp_path / "home" / "ledger.sqlite")
+    status, error, details = db.execute("SELECT status, error, details FROM runs").fetchone()
+    db.close()
+    cpu = json.loads(details)["worker_cpu"]
+    assert cpu["bound"] == bound(backend) and cpu["threads"] == 1, cpu
+    assert status == "failed" and "recorded thread" in error, (cpu, done.stderr[-2000:])
+    assert cpu["ratio"] > bound(backend), cpu
