@@ -91,6 +91,13 @@ class JobTree:
                     f"{self.root.pid}) is gone: {_WHY}")
         return next((why for one in self.ranks if (why := self._broken(one))), "")
 
+    def lost_rank(self) -> bool:
+        """Whether some rank here died (its process gone, as first seen): its keeper and waiter
+        then end after it, as they do, and a tree broken so is a rank lost, whose run may resume
+        from a checkpoint sealed before (d500.training.resume; a break is found before a hold,
+        so no checkpoint follows one)."""
+        return any(one.kept.state() is None for one in self.ranks)
+
     def _broken(self, one: Local) -> str:
         for what, proc, parent in (("waiter", one.waiter, self.root),
                                    ("keeper", one.keeper, one.waiter)):

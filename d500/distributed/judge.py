@@ -388,8 +388,8 @@ def main(conn: Any, lost: Any) -> None:
         _ack(lost)
     except Refused as err:  # every rank was told: the run is recorded failed, no figures
         _failed(order, run, str(err))
-    except Escaped as err:  # recorded failed, then what left the job's tree ended
-        _failed(order, run, str(err))
+    except Escaped as err:  # recorded failed, then what left the job's tree ended; where a
+        _failed(order, run, str(err), tree.lost_rank())  # rank died first: a rank lost
         try:
             conn.send(("error", str(err)))
         except (OSError, ValueError):

@@ -199,3 +199,31 @@ def test_a_stopped_keeper_and_a_killed_waiter_break_the_tree_and_what_left_it_en
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_a_rank_that_died_is_a_rank_lost_whatever_its_keeper_did_after(tmp_path):
+    """A killed rank's keeper and waiter end after it (d500.children.keep), and a judge looking
+    then found its tree broken ("rank 1's waiter was killed") and recorded the run failed without
+    rank_lost, so it could not resume (test_resume_mpi, once): lost_rank() says it died."""
+    from d500.distributed.jobtree import JobTree
+    proxy = subprocess.Popen([sys.executable, "-c", TREE, str(tmp_path)],
+                             env={**os.environ, "PMI_RANK": "1"})
+    pids: list[int] = []
+    try:
+        pids = [_pid(tmp_path, n) for n in ("proxy", "waiter", "keeper", "kept")]
+        tree = JobTree.found(proxy.pid)
+        assert tree is not None and not tree.lost_rank()
+        os.kill(pids[2], signal.SIGKILL)  # a keeper gone, its rank alive: an escape, not a loss
+        _until(lambda: "keeper" in tree.broken())
+        assert tree.broken() and not tree.lost_rank()
+        os.kill(pids[3], signal.SIGKILL)
+        _until(lambda: _gone(pids[3]))
+        assert tree.lost_rank()
+    finally:
+        proxy.kill()
+        proxy.wait()
+        for pid in pids[1:]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
