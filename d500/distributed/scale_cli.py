@@ -42,12 +42,12 @@ def main(argv: list[str], prog: str = "d500 scale") -> int:
     from d500.distributed import launch
     sizes = _sizes(args.ranks)
     target = _target(args.target)
-    from d500.ledger.store import absent
-    if why := absent(args.ledger):  # said on every rank, before the network's 15 s sweep
-        raise UsageError(why)
     if args.png:
         from d500.paths import output_file
         output_file(args.png, "scale.png", option="--png", endings=(".png",))
+    from d500.ledger.store import absent
+    if why := absent(args.ledger):  # said on every rank, before the network's 15 s sweep
+        raise UsageError(why)
     world = launch.world()
     given = _network(args, None) if args.network else None  # a bad --network before anything
     if world is not None and given is None:
