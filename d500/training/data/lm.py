@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,10 +156,14 @@ def prepare(spec: TextSpec, data_dir: str | Path | None = None) -> Path:
             f"{tokenizer.version()}, or another corpus)")
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
-    temporary = file.with_suffix(".tmp")
+    # each process its own temporary files (level 3's ranks prepare the cache at once: one
+    # rank's rename took the other's shared .tmp away, FileNotFoundError), the tokenizer first
+    own = f".{os.getpid()}.tmp"
+    temporary = file.with_suffix(own)
+    temporary.write_text(tok, encoding="utf-8")
+    temporary.replace(file.with_suffix(".tokenizer.json"))
     temporary.write_bytes(buffer.getvalue())
     temporary.replace(file)
-    file.with_suffix(".tokenizer.json").write_text(tok, encoding="utf-8")
     return file
 
 
