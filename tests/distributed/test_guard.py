@@ -6,6 +6,7 @@ need). Also: a broken job tree, built of real processes, is found and what left 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -163,14 +164,30 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def test_a_stopped_keeper_and_a_killed_waiter_break_the_tree_and_what_left_it_ends(tmp_path):
-    from d500 import children
-    from d500.distributed.jobtree import JobTree
+@contextlib.contextmanager
+def _running_tree(tmp_path):
+    """TREE started as rank 1's proxy: (its Popen, the pids of proxy, waiter, keeper, kept);
+    every process of it killed afterwards."""
     proxy = subprocess.Popen([sys.executable, "-c", TREE, str(tmp_path)],
                              env={**os.environ, "PMI_RANK": "1"})
     pids: list[int] = []
     try:
-        pids = [_pid(tmp_path, n) for n in ("proxy", "waiter", "keeper", "kept")]
+        pids += [_pid(tmp_path, n) for n in ("proxy", "waiter", "keeper", "kept")]
+        yield proxy, pids
+    finally:
+        proxy.kill()
+        proxy.wait()
+        for pid in pids[1:]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_a_stopped_keeper_and_a_killed_waiter_break_the_tree_and_what_left_it_ends(tmp_path):
+    from d500 import children
+    from d500.distributed.jobtree import JobTree
+    with _running_tree(tmp_path) as (proxy, pids):
         tree = JobTree.found(proxy.pid)
         assert tree is not None and [one.rank for one in tree.ranks] == ["1"]
         (tmp_path / "go").touch()
@@ -191,14 +208,6 @@ def test_a_stopped_keeper_and_a_killed_waiter_break_the_tree_and_what_left_it_en
         _until(lambda: all(_gone(p) for p in pids[2:]))
         assert all(_gone(p) for p in pids[2:]), f"{pids[2:]}: some outlived the broken tree"
         assert not _gone(proxy.pid)
-    finally:
-        proxy.kill()
-        proxy.wait()
-        for pid in pids[1:]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def test_a_rank_that_died_is_a_rank_lost_whatever_its_keeper_did_after(tmp_path):
@@ -206,11 +215,7 @@ def test_a_rank_that_died_is_a_rank_lost_whatever_its_keeper_did_after(tmp_path)
     then found its tree broken ("rank 1's waiter was killed") and recorded the run failed without
     rank_lost, so it could not resume (test_resume_mpi, once): lost_rank() says it died."""
     from d500.distributed.jobtree import JobTree
-    proxy = subprocess.Popen([sys.executable, "-c", TREE, str(tmp_path)],
-                             env={**os.environ, "PMI_RANK": "1"})
-    pids: list[int] = []
-    try:
-        pids = [_pid(tmp_path, n) for n in ("proxy", "waiter", "keeper", "kept")]
+    with _running_tree(tmp_path) as (proxy, pids):
         tree = JobTree.found(proxy.pid)
         assert tree is not None and not tree.lost_rank()
         os.kill(pids[2], signal.SIGKILL)  # a keeper gone, its rank alive: an escape, not a loss
@@ -219,11 +224,3 @@ def test_a_rank_that_died_is_a_rank_lost_whatever_its_keeper_did_after(tmp_path)
         os.kill(pids[3], signal.SIGKILL)
         _until(lambda: _gone(pids[3]))
         assert tree.lost_rank()
-    finally:
-        proxy.kill()
-        proxy.wait()
-        for pid in pids[1:]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
