@@ -72,6 +72,11 @@ def test_the_entry_computes_nothing_while_the_clock_is_paused(home, tmp_path, mo
 
     monkeypatch.setitem(trainer.QUALITY, "accuracy", timed)
     result = entries.run(entry)
+    if result.status == "failed":  # its thread is one the run does not record: on a loaded
+        # machine, waking every ~1 ms, it waits runnable for a CPU much of the time, and the
+        # CPU meter may fail the run first (1.57x of 1.3, once in CI): caught, gaining nothing
+        assert result.error.startswith("the worker's threads were runnable"), result.error
+        return
     assert result.status in ("succeeded", "missed"), result.error
     paused = calls[1::2]
     assert paused

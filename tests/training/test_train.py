@@ -109,6 +109,7 @@ def test_the_mllog_passes_mlperf_training_6_1_0_checks(home, tmp_path):
     entry = submission.load(SGD)
     ledger = Ledger()
     result = train(wl, entry.recipe, "torch", seed=1, ledger=ledger, submission=entry.name)
+    assert result.status == "succeeded", result.error
     path = _log_path(ledger, result.run_id)
     assert _check(path) == []
     records = mllog.parse(path)
