@@ -1,37 +1,15 @@
-"""Convolution JAX ops (Conv, ConvTranspose) and the window geometry they share with pooling."""
+"""Convolution JAX ops: Conv, ConvTranspose (their window geometry is the shared `windows`)."""
 
 from __future__ import annotations
-
-import math
 
 import jax.numpy as jnp
 from jax import lax
 
 from d500.backends.graph import registry
 from d500.backends.jax.core import ChannelsLast, to_last
+from d500.backends.windows import transpose_geometry, window_geometry
 
 OPS, op = registry()
-
-
-def window_geometry(node, x, kernel: list[int]
-                    ) -> tuple[list[int], list[int], list[int], list[int]]:
-    """(strides, dilations, pads_begin, pads_end) of a conv/pool node for input `x`."""
-    n = len(kernel)
-    strides = list(node.attr("strides") or [1] * n)
-    dilations = list(node.attr("dilations") or [1] * n)
-    auto_pad = node.attr("auto_pad", "NOTSET")
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        begin, end = [], []
-        for size, k, s, d in zip(x.shape[2:], kernel, strides, dilations):
-            total = max((math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size, 0)
-            small = total // 2
-            begin.append(small if auto_pad == "SAME_UPPER" else total - small)
-            end.append(total - begin[-1])
-        return strides, dilations, begin, end
-    if auto_pad == "VALID":
-        return strides, dilations, [0] * n, [0] * n
-    pads = node.attr("pads") or [0] * (2 * n)
-    return strides, dilations, list(pads[:n]), list(pads[n:])
 
 
 def dimension_numbers(n: int) -> lax.ConvDimensionNumbers:
@@ -71,7 +49,7 @@ def Conv(node, x, w, b=None):
     if last:
         x = to_last(x)
     shape = (x.shape[0], x.shape[-1], *x.shape[1:-1]) if last else x.shape
-    strides, dilations, begin, end = window_geometry(node, _Shaped(shape), kernel)
+    strides, dilations, begin, end = window_geometry(node, shape[2:], kernel)
     x, w, back = _conv_dtype(x, w)
     y = lax.conv_general_dilated(
         x, w, strides, list(zip(begin, end)), rhs_dilation=dilations,
@@ -83,39 +61,12 @@ def Conv(node, x, w, b=None):
     return y if back is None else jnp.round(y).astype(back)
 
 
-class _Shaped:
-    """A stand-in with the NC... shape that window_geometry reads."""
-
-    def __init__(self, shape: tuple[int, ...]):
-        self.shape = shape
-
-
 @op
 def ConvTranspose(node, x, w, b=None):
     n = x.ndim - 2
     kernel = list(w.shape[2:])
-    strides = list(node.attr("strides") or [1] * n)
-    dilations = list(node.attr("dilations") or [1] * n)
-    out_pad = list(node.attr("output_padding") or [0] * n)
+    strides, dilations, out_pad, begin, end = transpose_geometry(node, x.shape[2:], kernel)
     group = node.attr("group", 1)
-    auto_pad = node.attr("auto_pad", "NOTSET")
-    output_shape = node.attr("output_shape")
-    full = [s * (i - 1) + (k - 1) * d + 1 + p
-            for i, k, s, d, p in zip(x.shape[2:], kernel, strides, dilations, out_pad)]
-    if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        target = (list(output_shape)[-n:] if output_shape is not None
-                  else [i * s for i, s in zip(x.shape[2:], strides)])
-        totals = [f - t for f, t in zip(full, target)]
-        if auto_pad == "SAME_UPPER":
-            begin = [t // 2 for t in totals]
-        elif auto_pad == "SAME_LOWER":
-            begin = [t - t // 2 for t in totals]
-        else:  # explicit output_shape: the output starts at the first full position
-            begin = [0] * n
-        end = [t - bg for t, bg in zip(totals, begin)]
-    else:
-        pads = node.attr("pads") or [0] * (2 * n)
-        begin, end = list(pads[:n]), list(pads[n:])
     # the transpose as a convolution of the stride-dilated input with the flipped kernel
     c_in, c_out = w.shape[0], w.shape[1]
     k = w.reshape(group, c_in // group, c_out, *kernel)

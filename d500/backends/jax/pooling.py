@@ -9,25 +9,10 @@ import numpy as np
 from jax import lax
 
 from d500.backends.graph import registry
-from d500.backends.jax.conv import window_geometry
 from d500.backends.jax.core import ChannelsLast, ints
+from d500.backends.windows import pool_geometry, unpool_shape
 
 OPS, op = registry()
-
-
-def _pool_geometry(node, x):
-    kernel = list(node.attr("kernel_shape"))
-    strides, dilations, begin, end = window_geometry(node, x, kernel)
-    ceil = bool(node.attr("ceil_mode", 0))
-    extra = []
-    for size, k, s, d, b, e in zip(x.shape[2:], kernel, strides, dilations, begin, end):
-        span = (k - 1) * d + 1
-        out = (size + b + e - span) / s
-        out = (math.ceil(out) if ceil else math.floor(out)) + 1
-        if ceil and (out - 1) * s >= size + b:
-            out -= 1
-        extra.append((out - 1) * s + span - (size + b + e))
-    return kernel, strides, dilations, begin, end, extra
 
 
 def _window(x, init, fn, kernel, strides, dilations, begin, end):
@@ -45,7 +30,7 @@ def _lowest(x):
 
 @op
 def MaxPool(node, x):
-    kernel, strides, dilations, begin, end, extra = _pool_geometry(node, x)
+    kernel, strides, dilations, begin, end, _, extra = pool_geometry(node, x.shape[2:])
     end = [e + max(m, 0) for e, m in zip(end, extra)]
     if not (len(node.outputs) > 1 and node.outputs[1]):
         return _window(x, _lowest(x), lax.max, kernel, strides, dilations, begin, end)
@@ -85,7 +70,7 @@ def _counts(shape, kernel, strides, dilations, begin, end, include_pad, out_shap
 
 @op
 def AveragePool(node, x):
-    kernel, strides, dilations, begin, end, extra = _pool_geometry(node, x)
+    kernel, strides, dilations, begin, end, _, extra = pool_geometry(node, x.shape[2:])
     total = _window(x, jnp.zeros((), x.dtype), lax.add, kernel, strides, dilations, begin,
                     [e + max(m, 0) for e, m in zip(end, extra)])
     count = _counts(x.shape[2:], kernel, strides, dilations, begin, end,
@@ -95,7 +80,7 @@ def AveragePool(node, x):
 
 @op
 def LpPool(node, x):
-    kernel, strides, dilations, begin, end, extra = _pool_geometry(node, x)
+    kernel, strides, dilations, begin, end, _, extra = pool_geometry(node, x.shape[2:])
     p = node.attr("p", 2)
     end = [e + max(m, 0) for e, m in zip(end, extra)]
     total = _window(jnp.abs(x) ** p, jnp.zeros((), x.dtype), lax.add, kernel, strides,
@@ -128,13 +113,7 @@ def GlobalLpPool(node, x):
 
 @op
 def MaxUnpool(node, x, indices, output_shape=None):
-    n = x.ndim - 2
-    kernel = list(node.attr("kernel_shape"))
-    strides = node.attr("strides") or [1] * n
-    pads = node.attr("pads") or [0] * (2 * n)
-    shape = list(x.shape[:2]) + [
-        (i - 1) * s + k - pads[d] - pads[d + n]
-        for d, (i, k, s) in enumerate(zip(x.shape[2:], kernel, strides))]
+    shape = unpool_shape(node, x.shape)
     y = jnp.zeros(math.prod(shape), x.dtype).at[indices.reshape(-1)].set(x.reshape(-1))
     y = y.reshape(shape)
     if output_shape is not None:  # a larger output keeps the indices' coordinates

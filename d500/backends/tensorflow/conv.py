@@ -1,5 +1,5 @@
-"""Convolution operators in TensorFlow (Conv, ConvTranspose, DeformConv) and the window geometry
-they share with pooling.
+"""Convolution operators in TensorFlow (Conv, ConvTranspose, DeformConv); Conv's window geometry
+is the shared `windows`.
 
 ONNX is channels-first (NCHW); TensorFlow's CPU kernels are channels-last. Convolution and
 pooling therefore return `ChannelsLast` values (NHWC inside), which the layout-aware operators
@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from d500.backends.graph import registry
 from d500.backends.tensorflow.core import ChannelsLast, plain, shape_list, to_last
+from d500.backends.windows import window_geometry
 
 OPS, op = registry()
 
@@ -30,24 +31,6 @@ def spatial_of(x):
 
 def _dtype(x):
     return x.t.dtype if isinstance(x, ChannelsLast) else x.dtype
-
-
-def explicit_pads(node, spatial, kernel, strides, dilations, ceil_mode=False):
-    """Explicit (begin, end) pads per spatial axis from pads/auto_pad."""
-    n = len(spatial)
-    auto = node.attr("auto_pad", "NOTSET")
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        pads = []
-        for size, k, s, d in zip(spatial, kernel, strides, dilations):
-            out = -(-size // s)
-            total = max((out - 1) * s + (k - 1) * d + 1 - size, 0)
-            small, big = total // 2, total - total // 2
-            pads.append((small, big) if auto == "SAME_UPPER" else (big, small))
-        return pads
-    if auto == "VALID":
-        return [(0, 0)] * n
-    p = node.attr("pads") or [0] * (2 * n)
-    return [(int(p[i]), int(p[i + n])) for i in range(n)]
 
 
 def _tf_same(spatial, kernel, strides, dilations):
@@ -88,11 +71,10 @@ def conv(node, x, w, b=None, pads=None):
     """ONNX Conv (NC...) through TensorFlow's channels-last kernels."""
     n = rank_of(x) - 2
     kernel = w.shape[2:]
-    strides = node.attr("strides") or [1] * n
-    dilations = node.attr("dilations") or [1] * n
+    strides, dilations, begin, end = window_geometry(node, spatial_of(x), list(kernel))
     groups = node.attr("group", 1)
     if pads is None:
-        pads = explicit_pads(node, spatial_of(x), kernel, strides, dilations)
+        pads = list(zip(begin, end))
     if _dtype(x) not in (tf.float32, tf.float64, tf.float16, tf.bfloat16):
         raise node.unsupported(f"convolution of {_dtype(x).name}")
     xl = to_last(x)

@@ -7,28 +7,17 @@ import numpy as np
 import tensorflow as tf
 
 from d500.backends.graph import registry
-from d500.backends.tensorflow.conv import explicit_pads, rank_of, spatial_of
+from d500.backends.tensorflow.conv import rank_of, spatial_of
 from d500.backends.tensorflow.core import ChannelsLast, plain, to_last
+from d500.backends.windows import pool_geometry
 
 OPS, op = registry()
 
 
 def _pool_geometry(node, x):
-    n = rank_of(x) - 2
-    kernel = list(node.attr("kernel_shape"))
-    strides = list(node.attr("strides") or [1] * n)
-    dilations = list(node.attr("dilations") or [1] * n)
-    spatial = spatial_of(x)
-    pads = explicit_pads(node, spatial, kernel, strides, dilations)
-    ceil = node.attr("ceil_mode", 0)
-    extra = []
-    for size, k, s, d, (pb, pe) in zip(spatial, kernel, strides, dilations, pads):
-        span = size + pb + pe - ((k - 1) * d + 1)
-        out = (-(-span // s) if ceil else span // s) + 1
-        if ceil and (out - 1) * s >= size + pb:  # the last window must start inside
-            out -= 1
-        extra.append(max((out - 1) * s + (k - 1) * d + 1 - (size + pb + pe), 0))
-    return n, kernel, strides, dilations, pads, extra
+    kernel, strides, dilations, begin, end, _, extra = pool_geometry(node, spatial_of(x))
+    return (rank_of(x) - 2, kernel, strides, dilations, list(zip(begin, end)),
+            [max(e, 0) for e in extra])
 
 
 def _window_reduce(x, kernel, strides, dilations, kind):

@@ -8,29 +8,15 @@ import torch
 import torch.nn.functional as F
 
 from d500.backends.graph import registry
-from d500.backends.torch.conv import pad_spatial, window_geometry
+from d500.backends.torch.conv import pad_spatial
 from d500.backends.torch.table import ints
+from d500.backends.windows import pool_geometry, unpool_shape
 
 OPS, op = registry()
 
 
 _MAXPOOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 _AVGPOOL = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
-
-
-def _pool_geometry(node, x):
-    kernel = list(node.attr("kernel_shape"))
-    strides, dilations, begin, end = window_geometry(node, x, kernel)
-    ceil = bool(node.attr("ceil_mode", 0))
-    extra = []
-    for size, k, s, d, b, e in zip(x.shape[2:], kernel, strides, dilations, begin, end):
-        span = (k - 1) * d + 1
-        out = (size + b + e - span) / s
-        out = (math.ceil(out) if ceil else math.floor(out)) + 1
-        if ceil and (out - 1) * s >= size + b:
-            out -= 1
-        extra.append((out - 1) * s + span - (size + b + e))
-    return kernel, strides, dilations, begin, end, ceil, extra
 
 
 def _windows(x, kernel, strides, dilations):
@@ -49,7 +35,7 @@ def _native_pool_ok(kernel, begin, end, ceil, extra) -> bool:
 
 @op
 def MaxPool(node, x):
-    kernel, strides, dilations, begin, end, ceil, extra = _pool_geometry(node, x)
+    kernel, strides, dilations, begin, end, ceil, extra = pool_geometry(node, x.shape[2:])
     want_indices = len(node.outputs) > 1 and node.outputs[1]
     if _native_pool_ok(kernel, begin, end, ceil, extra) and not (
             x.dtype in (torch.int8, torch.uint8) and ceil):
@@ -84,7 +70,7 @@ def MaxPool(node, x):
 
 @op
 def AveragePool(node, x):
-    kernel, strides, dilations, begin, end, ceil, extra = _pool_geometry(node, x)
+    kernel, strides, dilations, begin, end, ceil, extra = pool_geometry(node, x.shape[2:])
     include_pad = bool(node.attr("count_include_pad", 0))
     if _native_pool_ok(kernel, begin, end, ceil, extra) and all(d == 1 for d in dilations):
         return _AVGPOOL[len(kernel)](x, kernel, strides, begin, ceil, include_pad)
@@ -104,7 +90,7 @@ def AveragePool(node, x):
 
 @op
 def LpPool(node, x):
-    kernel, strides, dilations, begin, end, _, extra = _pool_geometry(node, x)
+    kernel, strides, dilations, begin, end, _, extra = pool_geometry(node, x.shape[2:])
     p = node.attr("p", 2)
     padded = pad_spatial(x, begin, [e + max(m, 0) for e, m in zip(end, extra)])
     win = _windows(padded, kernel, strides, dilations)
@@ -130,13 +116,7 @@ def GlobalLpPool(node, x):
 
 @op
 def MaxUnpool(node, x, indices, output_shape=None):
-    n = x.dim() - 2
-    kernel = list(node.attr("kernel_shape"))
-    strides = node.attr("strides") or [1] * n
-    pads = node.attr("pads") or [0] * (2 * n)
-    shape = list(x.shape[:2]) + [
-        (i - 1) * s + k - pads[d] - pads[d + n]
-        for d, (i, k, s) in enumerate(zip(x.shape[2:], kernel, strides))]
+    shape = unpool_shape(node, x.shape)
     y = torch.zeros(math.prod(shape), dtype=x.dtype, device=x.device)
     y = y.index_put((indices.reshape(-1),), x.reshape(-1)).reshape(shape)
     if output_shape is not None:  # a larger output keeps the indices' coordinates
