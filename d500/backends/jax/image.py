@@ -8,7 +8,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from d500.backends import resize
+from d500.backends import resize, sampling
 from d500.backends.graph import registry
 from d500.backends.jax.core import NotStatic, ints, static
 
@@ -92,79 +92,27 @@ def ImageDecoder(node, encoded):
 
 
 # -- sampling ------------------------------------------------------------------------------------
-def _reflect(x, lo, hi):
-    """Reflect coordinates by the near border until they are inside [lo, hi] (ONNX GridSample)."""
-    span = hi - lo
-    below, above = lo - x, x - hi
-    nb, na = jnp.floor(below / span), jnp.floor(above / span)
-    rb, ra = below - nb * span, above - na * span
-    low = jnp.where(jnp.mod(nb, 2) == 0, lo + rb, hi - rb)
-    high = jnp.where(jnp.mod(na, 2) == 0, hi - ra, lo + ra)
-    return jnp.where(x < lo, low, jnp.where(x > hi, high, x))
-
-
-def _cubic_taps(t):
-    a = -0.75
-    t1, t2, t3 = t + 1, 1 - t, 2 - t
-    return [((a * t1 - 5 * a) * t1 + 8 * a) * t1 - 4 * a,
-            ((a + 2) * t - (a + 3)) * t * t + 1,
-            ((a + 2) * t2 - (a + 3)) * t2 * t2 + 1,
-            ((a * t3 - 5 * a) * t3 + 8 * a) * t3 - 4 * a]
+_KIT = sampling.Kit(
+    floor=jnp.floor, round=jnp.round, where=jnp.where, clip=jnp.clip, mod=jnp.mod,
+    ones_like=jnp.ones_like, true_like=lambda x: jnp.ones(x.shape, bool),
+    index=lambda x: x.astype(jnp.int64))
 
 
 @op
 def GridSample(node, x, grid):
-    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(node.attr("mode", "linear"),
-                                                         node.attr("mode", "linear"))
-    return grid_sample(x, grid, mode, node.attr("padding_mode", "zeros"),
+    return grid_sample(x, grid, sampling.mode(node), node.attr("padding_mode", "zeros"),
                        node.attr("align_corners", 0))
 
 
 def grid_sample(x, grid, mode: str, padding: str, align: int):
     """Sample x at grid's normalized coordinates: nearest, (bi)linear or (bi)cubic, N-D."""
-    import itertools
-    dims = list(x.shape[2:])
-    r = len(dims)
     xl = jnp.moveaxis(x, 1, -1)  # [N, *dims, C]
-    g = grid.astype(jnp.float64)
-    taps_per_dim = []
-    for i, d in enumerate(dims):
-        n = g[..., r - 1 - i]
-        c = (n + 1) / 2 * (d - 1) if align else ((n + 1) * d - 1) / 2
-        lo, hi = (0.0, d - 1.0) if align else (-0.5, d - 0.5)
-        if mode == "nearest":
-            c = jnp.round(c)
-        if padding == "border":
-            c = jnp.where((c < lo) | (c > hi), jnp.clip(c, 0.0, d - 1.0), c)
-        elif padding == "reflection":
-            c = _reflect(c, lo, hi)
-        if mode == "nearest":
-            taps = [(c, jnp.ones_like(c))]
-        else:
-            base = jnp.floor(c)
-            t = c - base
-            if mode == "linear":
-                taps = [(base, 1 - t), (base + 1, t)]
-            else:
-                taps = list(zip([base - 1, base, base + 1, base + 2], _cubic_taps(t)))
-        fixed = []
-        for idx, w in taps:  # where each tap reads, by the padding rule
-            if padding == "border":
-                valid, idx = jnp.ones(idx.shape, bool), jnp.clip(idx, 0.0, d - 1.0)
-            elif padding == "reflection":
-                valid, idx = jnp.ones(idx.shape, bool), _reflect(idx, lo, hi)
-            else:
-                valid = (idx >= 0) & (idx <= d - 1)
-                idx = jnp.clip(idx, 0.0, d - 1.0)
-            fixed.append((idx.astype(jnp.int64), w, valid))
-        taps_per_dim.append(fixed)
+    taps = sampling.taps(_KIT, grid.astype(jnp.float64), list(x.shape[2:]), mode, padding,
+                         align)
     batch = jnp.arange(x.shape[0]).reshape(-1, *[1] * (grid.ndim - 2))
     out = None
-    for combo in itertools.product(*taps_per_dim):
-        weight, valid = combo[0][1], combo[0][2]
-        for c in combo[1:]:
-            weight, valid = weight * c[1], valid & c[2]
-        values = xl[(batch, *[c[0] for c in combo])]  # [N, *out, C]
+    for index, weight, valid in sampling.combinations(taps):
+        values = xl[(batch, *index)]  # [N, *out, C]
         term = values * jnp.where(valid, weight, 0).astype(x.dtype)[..., None]
         out = term if out is None else out + term
     return jnp.moveaxis(out, -1, 1)

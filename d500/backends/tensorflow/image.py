@@ -8,7 +8,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from d500.backends import host_ops, resize
+from d500.backends import host_ops, resize, sampling
 from d500.backends.graph import registry
 from d500.backends.tensorflow.core import ints, static
 
@@ -58,77 +58,24 @@ def Upsample(node, x, scales=None):
     return _resize(node, x, resize.upsample_how(node), [float(s) for s in sc])
 
 
-def _reflect(x, lo, hi):
-    """Reflect coordinates by the near border until they are inside [lo, hi] (ONNX GridSample)."""
-    span = hi - lo
-    below, above = lo - x, x - hi
-    nb, na = tf.floor(below / span), tf.floor(above / span)
-    rb, ra = below - nb * span, above - na * span
-    low = tf.where(tf.math.floormod(nb, 2) == 0, lo + rb, hi - rb)
-    high = tf.where(tf.math.floormod(na, 2) == 0, hi - ra, lo + ra)
-    return tf.where(x < lo, low, tf.where(x > hi, high, x))
-
-
-def _cubic(t):
-    a = -0.75
-    t1, t2, t3 = t + 1, 1 - t, 2 - t
-    return [((a * t1 - 5 * a) * t1 + 8 * a) * t1 - 4 * a,
-            ((a + 2) * t - (a + 3)) * t * t + 1,
-            ((a + 2) * t2 - (a + 3)) * t2 * t2 + 1,
-            ((a * t3 - 5 * a) * t3 + 8 * a) * t3 - 4 * a]
+_KIT = sampling.Kit(
+    floor=tf.floor, round=tf.round, where=tf.where, clip=tf.clip_by_value,
+    mod=tf.math.floormod, ones_like=tf.ones_like, true_like=lambda x: tf.ones_like(x, tf.bool),
+    index=lambda x: tf.cast(x, tf.int32))
 
 
 @op
 def GridSample(node, x, grid):
     """Sample x at grid's normalized coordinates: nearest, (bi)linear or (bi)cubic, N-D."""
-    import itertools
-    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(node.attr("mode", "linear"),
-                                                         node.attr("mode", "linear"))
-    padding = node.attr("padding_mode", "zeros")
-    align = node.attr("align_corners", 0)
     dims = x.shape.as_list()[2:]
     r = len(dims)
     xl = tf.transpose(x, [0, *range(2, r + 2), 1])  # [N, *dims, C]
     g = tf.cast(grid, tf.float32) if grid.dtype != tf.float64 else grid
-    taps_per_dim = []
-    for i, d in enumerate(dims):
-        n = g[..., r - 1 - i]
-        c = (n + 1) / 2 * (d - 1) if align else ((n + 1) * d - 1) / 2
-        lo, hi = (0.0, d - 1.0) if align else (-0.5, d - 0.5)
-        if mode == "nearest":
-            c = tf.round(c)
-        if padding == "border":
-            c = tf.where((c < lo) | (c > hi), tf.clip_by_value(c, 0.0, d - 1.0), c)
-        elif padding == "reflection":
-            c = _reflect(c, lo, hi)
-        if mode == "nearest":
-            taps = [(c, tf.ones_like(c))]
-        else:
-            base = tf.floor(c)
-            t = c - base
-            if mode == "linear":
-                taps = [(base, 1 - t), (base + 1, t)]
-            else:
-                taps = list(zip([base - 1, base, base + 1, base + 2], _cubic(t)))
-        fixed = []
-        for idx, w in taps:  # where each tap reads, by the padding rule
-            if padding == "border":
-                valid, idx = tf.ones_like(idx, tf.bool), tf.clip_by_value(idx, 0.0, d - 1.0)
-            elif padding == "reflection":
-                valid, idx = tf.ones_like(idx, tf.bool), _reflect(idx, lo, hi)
-            else:
-                valid = (idx >= 0) & (idx <= d - 1)
-                idx = tf.clip_by_value(idx, 0.0, d - 1.0)
-            fixed.append((tf.cast(idx, tf.int32), w, valid))
-        taps_per_dim.append(fixed)
+    taps = sampling.taps(_KIT, g, dims, sampling.mode(node), node.attr("padding_mode", "zeros"),
+                         node.attr("align_corners", 0))
     out = None
-    for combo in itertools.product(*taps_per_dim):
-        index = tf.stack([c[0] for c in combo], -1)
-        weight = combo[0][1]
-        valid = combo[0][2]
-        for c in combo[1:]:
-            weight, valid = weight * c[1], valid & c[2]
-        values = tf.gather_nd(xl, index, batch_dims=1)  # [N, *out, C]
+    for index, weight, valid in sampling.combinations(taps):
+        values = tf.gather_nd(xl, tf.stack(index, -1), batch_dims=1)  # [N, *out, C]
         term = values * tf.cast(tf.where(valid, weight, tf.zeros_like(weight)),
                                 x.dtype)[..., tf.newaxis]
         out = term if out is None else out + term
