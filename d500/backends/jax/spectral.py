@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 import jax.numpy as jnp
 import numpy as np
 
+from d500.backends import spectral
 from d500.backends.graph import registry
-from d500.backends.jax.core import dtype_of, ints, norm_axis, static
+from d500.backends.jax.core import dtype_of, ints, static
 
 OPS, op = registry()
 
@@ -30,16 +29,9 @@ def _real_pair(y, dtype):
 
 @op
 def DFT(node, x, dft_length=None, axis=None):
-    if node.opset < 20:
-        axis = node.attr("axis", 1)
-    else:
-        axis = -2 if axis is None else ints(axis, "axis")[0]
-    axis = norm_axis(axis, x.ndim)
-    inverse, onesided = bool(node.attr("inverse", 0)), bool(node.attr("onesided", 0))
-    if dft_length is not None:
-        n = ints(dft_length, "dft length")[0]
-    else:
-        n = 2 * (x.shape[axis] - 1) if inverse and onesided else x.shape[axis]
+    axis, n, inverse, onesided = spectral.dft_plan(
+        node, x.shape, None if axis is None else ints(axis, "axis")[0],
+        None if dft_length is None else ints(dft_length, "dft length")[0])
     signal = _complex(x)
     if inverse:
         if onesided:
@@ -82,21 +74,6 @@ def MelWeightMatrix(node, num_mel_bins, dft_length, sample_rate, lower_hz, upper
     bins, n, rate = (ints(v, "MelWeightMatrix input")[0] for v in (num_mel_bins, dft_length,
                                                                   sample_rate))
     low, high = (float(_value(v)) for v in (lower_hz, upper_hz))
-    low_mel = 2595 * math.log1p(low / 700) / math.log(10)
-    high_mel = 2595 * math.log1p(high / 700) / math.log(10)
-    points = np.arange(bins + 2) * (high_mel - low_mel) / (bins + 2) + low_mel
-    points = 700 * np.expm1(points / 2595 * math.log(10))
-    points = (((n + 1) * points) // rate).astype(int)
-    out = np.zeros((n // 2 + 1, bins))
-    for i in range(bins):
-        left, center, right = points[i:i + 3]
-        if center == left:
-            out[center, i] = 1
-        else:
-            j = np.arange(left, center + 1)
-            out[j, i] = (j - left) / (center - left)
-        if right > center:
-            j = np.arange(center, right)
-            out[j, i] = (right - j) / (right - center)
+    out = spectral.mel_weight_matrix(bins, n, rate, low, high)
     target = node.attr("output_datatype", 1)
     return jnp.asarray(out.astype(dtype_of(target)))

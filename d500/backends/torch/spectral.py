@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import torch
 
+from d500.backends import spectral
 from d500.backends.graph import registry
 from d500.backends.torch import dtypes
-from d500.backends.torch.table import axis_of, constant
+from d500.backends.torch.table import constant
 
 OPS, op = registry()
 
@@ -31,16 +29,9 @@ def _real_pair(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 @op
 def DFT(node, x, dft_length=None, axis=None):
-    if node.opset < 20:
-        axis = node.attr("axis", 1)
-    else:
-        axis = -2 if axis is None else int(axis.item())
-    axis = axis_of(axis, x.dim())
-    inverse, onesided = bool(node.attr("inverse", 0)), bool(node.attr("onesided", 0))
-    if dft_length is not None:
-        n = int(dft_length.item())
-    else:
-        n = 2 * (x.shape[axis] - 1) if inverse and onesided else x.shape[axis]
+    axis, n, inverse, onesided = spectral.dft_plan(
+        node, x.shape, None if axis is None else int(axis.item()),
+        None if dft_length is None else int(dft_length.item()))
     signal = _complex(x)
     if inverse:
         if onesided:
@@ -72,21 +63,6 @@ def STFT(node, x, frame_step, window=None, frame_length=None):
 def MelWeightMatrix(node, num_mel_bins, dft_length, sample_rate, lower_hz, upper_hz):
     bins, n, rate = int(num_mel_bins.item()), int(dft_length.item()), int(sample_rate.item())
     low, high = float(lower_hz.item()), float(upper_hz.item())
-    low_mel = 2595 * math.log1p(low / 700) / math.log(10)
-    high_mel = 2595 * math.log1p(high / 700) / math.log(10)
-    points = np.arange(bins + 2) * (high_mel - low_mel) / (bins + 2) + low_mel
-    points = 700 * np.expm1(points / 2595 * math.log(10))
-    points = (((n + 1) * points) // rate).astype(int)
-    out = np.zeros((n // 2 + 1, bins))
-    for i in range(bins):
-        left, center, right = points[i:i + 3]
-        if center == left:
-            out[center, i] = 1
-        else:
-            j = np.arange(left, center + 1)
-            out[j, i] = (j - left) / (center - left)
-        if right > center:
-            j = np.arange(center, right)
-            out[j, i] = (right - j) / (right - center)
+    out = spectral.mel_weight_matrix(bins, n, rate, low, high)
     target = node.attr("output_datatype", 1)
     return constant(node, out.astype(dtypes.np_dtype(target)))
