@@ -3,7 +3,7 @@ with training hooks); a prepared model's Trainer is in trainer_base.py."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -392,3 +392,22 @@ def _is_float(value: Any) -> bool:
 def to_numpy(tensor: onnx.TensorProto) -> np.ndarray:
     """A TensorProto as a NumPy array (external data already loaded)."""
     return numpy_helper.to_array(tensor)
+
+
+def output_to_numpy(t: onnx.TypeProto | None, value: Any,
+                    convert: Callable[[Any, onnx.TypeProto | None], Any]) -> Any:
+    """An output's value by its declared type `t`: a sequence as a list, an empty optional as
+    None, each tensor through the backend's `convert(value, its type)`."""
+    if isinstance(value, list):
+        elem = t.sequence_type.elem_type if t is not None and t.HasField(
+            "sequence_type") else None
+        return [convert(v, elem) for v in value]
+    if t is not None and t.HasField("optional_type"):
+        if value is None:
+            return None
+        inner = t.optional_type.elem_type
+        if isinstance(value, list):
+            elem = inner.sequence_type.elem_type if inner.HasField("sequence_type") else None
+            return [convert(v, elem) for v in value]
+        return convert(value, inner)
+    return convert(value, t)

@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from d500.backends.base import Backend, Executable, to_numpy
+from d500.backends.base import Backend, Executable, output_to_numpy, to_numpy
 from d500.backends.graph import Program
 from d500.backends.jax.core import is_tracer
 from d500.backends.jax.framework import FRAMEWORK
@@ -321,20 +321,7 @@ class JaxExecutable(Executable):
 
     # -- outputs ------------------------------------------------------------------------------
     def _to_numpy(self, name: str, value: Any) -> Any:
-        t = self._output_types.get(name)
-        if isinstance(value, list):
-            elem = t.sequence_type.elem_type if t is not None and t.HasField(
-                "sequence_type") else None
-            return [self._convert(v, elem) for v in value]
-        if t is not None and t.HasField("optional_type"):
-            if value is None:
-                return None
-            inner = t.optional_type.elem_type
-            if isinstance(value, list):
-                elem = inner.sequence_type.elem_type if inner.HasField("sequence_type") else None
-                return [self._convert(v, elem) for v in value]
-            return self._convert(value, inner)
-        return self._convert(value, t)
+        return output_to_numpy(self._output_types.get(name), value, self._convert)
 
     @staticmethod
     def _convert(value: Any, t: onnx.TypeProto | None) -> np.ndarray:

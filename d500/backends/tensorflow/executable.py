@@ -17,7 +17,7 @@ import onnx
 import tensorflow as tf
 from onnx import helper
 
-from d500.backends.base import Backend, Executable, to_numpy
+from d500.backends.base import Backend, Executable, output_to_numpy, to_numpy
 from d500.backends.graph import Program
 from d500.backends.tensorflow.core import SHAPE_INPUTS, plain, tensor
 from d500.backends.tensorflow.framework import FRAMEWORK, start_xla
@@ -231,21 +231,7 @@ class TensorFlowExecutable(Executable):
 
     # -- outputs ------------------------------------------------------------------------------
     def _to_numpy(self, name: str, value: Any) -> Any:
-        t = self._output_types.get(name)
-        if isinstance(value, list):
-            elem = t.sequence_type.elem_type if t is not None and t.HasField(
-                "sequence_type") else None
-            return [self._convert(v, elem) for v in value]
-        if t is not None and t.HasField("optional_type"):
-            return None if value is None else self._to_numpy_optional(t, value)
-        return self._convert(value, t)
-
-    def _to_numpy_optional(self, t: onnx.TypeProto, value: Any) -> Any:
-        inner = t.optional_type.elem_type
-        if isinstance(value, list):
-            elem = inner.sequence_type.elem_type if inner.HasField("sequence_type") else None
-            return [self._convert(v, elem) for v in value]
-        return self._convert(value, inner)
+        return output_to_numpy(self._output_types.get(name), value, self._convert)
 
     @staticmethod
     def _convert(value: Any, t: onnx.TypeProto | None) -> np.ndarray:
