@@ -1,5 +1,5 @@
-"""String ops, the classic ai.onnx.ml ops and box selection, which walk values in Python: NumPy,
-shared.
+"""String ops, the classic ai.onnx.ml ops, box selection and Unique, which walk values in Python:
+NumPy, shared.
 
 Strings stay NumPy object arrays (no array framework holds them); a numeric input is brought to
 the host and a numeric result sent back through a backend's `Io`, so torch and JAX run the same
@@ -252,6 +252,22 @@ def NonMaxSuppression(io, node, boxes, scores, max_out=None, iou_threshold=None,
                 kept.append(i)
             selected += [[b, c, i] for i in kept]
     return io.device(node, np.array(selected, dtype=np.int64).reshape(-1, 3))
+
+
+def unique(array: np.ndarray, axis: int | None, sort: bool) -> tuple[np.ndarray, ...]:
+    """ONNX Unique: (values, first indices, inverse indices, counts), the values in the array's
+    dtype and in order of first occurrence unless `sort`, the indices 1-D int64."""
+    values, first, inverse, counts = np.unique(array, return_index=True, return_inverse=True,
+                                               return_counts=True, axis=axis)
+    inverse = inverse.reshape(-1)
+    if not sort:
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        values = np.take(values, order, axis=0 if axis is None else axis)
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+    return (values.astype(array.dtype),
+            *(np.asarray(v, np.int64).reshape(-1) for v in (first, inverse, counts)))
 
 
 def roi_samples(roi, scale, pooled, shape, ratio, half_pixel):

@@ -9,6 +9,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
+from d500.backends import host_ops
 from d500.backends.graph import registry
 from d500.backends.jax.core import NotStatic, ints, norm_axis, static
 
@@ -131,18 +132,8 @@ def ReverseSequence(node, x, lengths):
 
 @op
 def Unique(node, x):
-    array = _value(x, "input of Unique")
-    axis = node.attr("axis")
-    values, first, inverse, counts = np.unique(array, return_index=True, return_inverse=True,
-                                               return_counts=True, axis=axis)
-    if not node.attr("sorted", 1):
-        order = np.argsort(first, kind="stable")
-        rank = np.empty_like(order)
-        rank[order] = np.arange(len(order))
-        values = np.take(values, order, axis=0 if axis is None else axis)
-        first, counts, inverse = first[order], counts[order], rank[inverse.reshape(-1)]
-    return (jnp.asarray(values.astype(array.dtype)),
-            *(jnp.asarray(np.asarray(v, np.int64).reshape(-1)) for v in (first, inverse, counts)))
+    return tuple(jnp.asarray(v) for v in host_ops.unique(
+        _value(x, "input of Unique"), node.attr("axis"), node.attr("sorted", 1)))
 
 
 @op

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from d500.backends import host_ops
 from d500.backends.graph import registry
 from d500.backends.tensorflow.core import ints, norm_axis, shape_list, static
 
@@ -130,22 +131,7 @@ def ReverseSequence(node, x, lengths):
 @op
 def Unique(node, x):
     """Unique values (sorted unless sorted=0), first indices, inverse indices and counts."""
-    axis = node.attr("axis")
-    srt = node.attr("sorted", 1)
-
-    def unique(a):
-        flat = np.asarray(a).reshape(-1) if axis is None else np.asarray(a)
-        values, first, inverse, counts = np.unique(flat, return_index=True,
-                                                   return_inverse=True, return_counts=True,
-                                                   axis=axis)
-        if not srt:
-            order = np.argsort(first, kind="stable")
-            rank = np.empty_like(order)
-            rank[order] = np.arange(len(order))
-            values = values[order] if axis is None else np.take(values, order, axis=axis)
-            first, counts, inverse = first[order], counts[order], rank[inverse]
-        return (values.astype(flat.dtype), first.astype(np.int64),
-                inverse.reshape(-1).astype(np.int64), counts.astype(np.int64))
-    out = tf.numpy_function(unique, [x], [x.dtype, tf.int64, tf.int64, tf.int64],
-                            stateful=False)
+    axis, srt = node.attr("axis"), node.attr("sorted", 1)
+    out = tf.numpy_function(lambda a: host_ops.unique(np.asarray(a), axis, srt), [x],
+                            [x.dtype, tf.int64, tf.int64, tf.int64], stateful=False)
     return tuple(out)

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import torch
 
+from d500.backends import host_ops
 from d500.backends.graph import registry
 from d500.backends.torch import dtypes
 from d500.backends.torch.table import axis_of, ints
@@ -131,17 +132,8 @@ def ReverseSequence(node, x, lengths):
 @op
 def Unique(node, x):
     array = dtypes.to_numpy(x.float() if x.dtype == torch.bfloat16 else x)
-    axis = node.attr("axis")
-    values, first, inverse, counts = np.unique(array, return_index=True, return_inverse=True,
-                                               return_counts=True, axis=axis)
-    if not node.attr("sorted", 1):
-        order = np.argsort(first, kind="stable")
-        rank = np.empty_like(order)
-        rank[order] = np.arange(len(order))
-        values = np.take(values, order, axis=0 if axis is None else axis)
-        first, counts, inverse = first[order], counts[order], rank[inverse.reshape(-1)]
     out = [torch.from_numpy(np.ascontiguousarray(v)).to(x.device)
-           for v in (values, first, inverse.reshape(-1), counts)]
+           for v in host_ops.unique(array, node.attr("axis"), node.attr("sorted", 1))]
     out[0] = out[0].to(x.dtype)
     return tuple(out)
 
