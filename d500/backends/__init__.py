@@ -297,6 +297,10 @@ def get(name: str) -> type[Backend]:
         raise D500Error(f"backend '{name}' is not d500's own: it runs in a host process of its "
                         f"own here (d500.networks.hosted), never imported by the judge")
     module, _, attr = known[base].partition(":")
+    imported = framework(base)
+    if imported is not None and imported[0] not in sys.modules:  # said before its import
+        from d500 import progress  # holds the interpreter for seconds (torch 1-4 s)
+        progress.step(f"loading {base}")
     try:
         cls = getattr(import_module(module), attr)
     except ImportError as err:

@@ -11,6 +11,7 @@ allow, or of an entry naming an unknown scheme is refused the same way.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -72,26 +73,34 @@ def train(args: Any, argv: list[str], prog: str) -> int:
         raise UsageError(f"{workload.path}: '{workload.name}' is a level-3 (distributed) "
                          f"workload: run it under MPI, e.g. mpiexec -n {n} d500 train "
                          f"{args.workload} --submission {args.submission}{note}")
-    from d500 import children
+    from d500 import children, progress
+    progress.watched()  # whether mpiexec's stderr is a terminal: read while /proc says
     children.keep(forward=True)  # a keeper per rank, split before MPI starts (no namespace:
     #                              MPI's peers on this host read this rank's memory by pid)
     children.confine()  # a rank runs the entry's code: first, before MPI starts any thread
     from d500.distributed import faults
     faults.ignore_launcher_notices()  # hydra's notice of a rank's exit must not end this one
-    from mpi4py import MPI
+    with contextlib.ExitStack() as starting:  # rank 0, where mpiexec's stderr is a terminal:
+        starting.enter_context(progress.shown(prog))  # each step until the first run's bar
+        progress.step("starting MPI")
+        from mpi4py import MPI
 
-    from d500.distributed import agreement
-    world = MPI.COMM_WORLD
-    agreement.agree_on_inputs(world, [
-        ("the command line", lambda: hashlib.sha256("\0".join(argv).encode()).digest()),
-        ("the workload file", lambda: agreement.digest_files(_workload_file(args))),
-        ("the submission folder", lambda: agreement.digest_files(args.submission)),
-    ])
-    workload, entry, spec = agreement.together(world, lambda: _checked(args, world.Get_size()))
-    if workload.level == 2:
-        from d500.training.cli import train_level2
-        return train_level2(args, workload, entry)
-    return _run(args, world, workload, entry, spec)
+        from d500.distributed import agreement
+        world = MPI.COMM_WORLD
+        progress.step(f"comparing the inputs of the {world.Get_size()} ranks")
+        agreement.agree_on_inputs(world, [
+            ("the command line", lambda: hashlib.sha256("\0".join(argv).encode()).digest()),
+            ("the workload file", lambda: agreement.digest_files(_workload_file(args))),
+            ("the submission folder", lambda: agreement.digest_files(args.submission)),
+        ])
+        progress.step("checking the entry")
+        workload, entry, spec = agreement.together(world,
+                                                   lambda: _checked(args, world.Get_size()))
+        if workload.level == 2:
+            starting.close()
+            from d500.training.cli import train_level2
+            return train_level2(args, workload, entry)
+        return _run(args, world, workload, entry, spec, starting)
 
 
 def show_partition(args: Any) -> int:
@@ -254,13 +263,18 @@ def _checked(args: Any, world: int) -> tuple[Any, Any, Any]:
     return workload, entry, spec
 
 
-def _run(args: Any, world: Any, workload: Any, entry: Any, spec: Any) -> int:
+def _run(args: Any, world: Any, workload: Any, entry: Any, spec: Any,
+         starting: contextlib.ExitStack) -> int:
+    """The level-3 runs on this rank; `starting` (rank 0's steps on a terminal) closed once
+    the first run opens, before its bar."""
+    from d500 import progress
     from d500.distributed import faults
     from d500.distributed.comm import Communicator
     from d500.distributed.trainer import Job, judges
     from d500.distributed.trainer import train as train_run
     from d500.training.console import configure_threads, line
 
+    progress.step("counting the idle cores")
     configure_threads(args)  # after the checks every rank agreed on; each rank its core share
     rank, size = world.Get_rank(), world.Get_size()
     limit = faults.limit()
@@ -270,6 +284,7 @@ def _run(args: Any, world: Any, workload: Any, entry: Any, spec: Any) -> int:
     seeds: list[int] | D500Error = []
     if rank == 0:
         from d500.ledger import Ledger, iso
+        progress.step("reading the ledger")
         try:
             job.ledger = Ledger()
             seeds = _seeds(job, args)
@@ -280,11 +295,14 @@ def _run(args: Any, world: Any, workload: Any, entry: Any, spec: Any) -> int:
         raise seeds
     job.checkpoint_every = world.bcast(job.checkpoint_every, root=0)
     if rank == 0 and not seeds:
+        starting.close()  # its line, not the spinner's
         from d500.training.cli import done_line
         done_line(workload, args)
     if rank == 0:
         job.group = f"mpi {iso(time.time())} {socket.gethostname()}:{os.getpid()}"
     results = []
+    progress.step("starting the judges")
+    job.starting = starting  # closed once the first run opens, before its bar
     waiting = judges(job, seeds)  # rank 0: every run's judge, before any entry code ran here
     from d500.distributed import guard
     guard.install(world)  # every rank: its signals kept off the keepers (the judges unfiltered)

@@ -57,6 +57,7 @@ class Job:
     checkpoint_every: int | None = None  # epochs between checkpoints (d500.training.resume)
     resumed: Any = None  # rank 0: the Resumed checkpoint this command's run continues
     progress: bool = False  # rank 0: its judges show a progress bar on stderr (rank 0 ticks)
+    starting: Any = None  # rank 0's start-up steps (d500.progress), closed before a run's bar
 
     @property
     def global_batch(self) -> int:
@@ -154,8 +155,10 @@ def train(job: Job, seed: int, judge: Any = None) -> Result:
     comm = job.comm
     if comm.rank == 0 and judge is None:  # before build(): the entry's code not yet run here
         judge = judges(job, [seed])[seed]
+    from d500 import progress
     if comm.mpi is not None:  # no rank builds (runs the entry's code) before the judges are
         comm.mpi.Barrier()  # shielded (judges())
+    progress.step("starting each rank's worker")
     try:
         trainer, scheme, reducer = together(comm, lambda: build(job, seed))
     except BaseException:
@@ -175,6 +178,8 @@ def train(job: Job, seed: int, judge: Any = None) -> Result:
             judge.close()
         raise opened
     run_id = int(opened)
+    if job.starting is not None:
+        job.starting.close()  # the judge's bar shows the run from here
     try:
         return _relay(job, seed, trainer, scheme, reducer, judge, run_id)
     finally:

@@ -53,24 +53,29 @@ def main(argv: list[str], prog: str = "d500 train") -> int:
 
 def train_level2(args: Any, workload: Any, entry: Any) -> int:
     """The level-2 runs of `d500 train`, one per seed, each printed as one line."""
-    from d500 import backends
+    from d500 import backends, progress
     from d500.ledger import Ledger
     from d500.training.trainer import preflight, train
 
     # What the ledger refuses (a wrong --resume RUN, a --seed already run) is said before
-    # backends.get imports the framework.
-    ledger = Ledger()
-    checkpoints, resumed = restarts(ledger, workload, entry, args)
-    seeds = ([resumed.meta["seed"]] if resumed is not None
-             else choose_seeds(ledger, workload, entry, args))
+    # backends.get imports the framework; a terminal sees each step until the first run's bar.
+    with progress.shown(f"{workload.name} / {entry.name} / {args.backend}"):
+        progress.step("reading the ledger")
+        ledger = Ledger()
+        checkpoints, resumed = restarts(ledger, workload, entry, args)
+        seeds = ([resumed.meta["seed"]] if resumed is not None
+                 else choose_seeds(ledger, workload, entry, args))
+        if seeds:
+            backends.get(args.backend)  # its step names the framework it loads
+            progress.step("counting the idle cores")
+            configure_threads(args, resumed_threads(args))  # after the cheap checks, before
+            progress.step("checking the model")  # the framework runs anything
+            preflight(workload, entry.recipe, args.backend, args.data)
     if not seeds:  # said before the framework loads (torch: 5-9 s), as nothing runs
         done_line(workload, args)
         if args.json:
             print("[]")
         return 0
-    backends.get(args.backend)
-    configure_threads(args, resumed_threads(args))  # after the cheap checks, before the
-    preflight(workload, entry.recipe, args.backend, args.data)  # framework runs anything
     out = stdout_console()
     results = []
     for s in seeds:

@@ -5,6 +5,7 @@ prints the summary; the others print only errors)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any, NoReturn
 
@@ -32,7 +33,7 @@ def main(argv: list[str], prog: str = "d500 tune") -> int:
                    help="trials per study (default: the workload's; only trials 0..T-1 of "
                         "its T ever score, and d500 check refuses another budget)")
     args = p.parse_args(argv)
-    from d500 import backends
+    from d500 import backends, progress
     from d500.ledger.lifecycle import trial_label
     from d500.training import score
 
@@ -44,12 +45,22 @@ def main(argv: list[str], prog: str = "d500 tune") -> int:
     studies = workload.studies if args.studies is None else args.studies
     trials = workload.trials if args.trials is None else args.trials
     entry.check_tunable(trials)
-    backends.get(args.backend)
-    configure_threads(args)  # after the cheap checks, before the framework runs anything
+    # a terminal sees each step from here to the first trial's bar (torch's import: 1-4 s)
+    starting = contextlib.ExitStack()
+    starting.enter_context(progress.shown(f"{workload.name} / {entry.name} / {args.backend}"))
+    try:
+        backends.get(args.backend)  # its step names the framework it loads
+        progress.step("counting the idle cores")
+        configure_threads(args)  # after the cheap checks, before the framework runs anything
+        progress.step("opening the studies")
+    except BaseException:
+        starting.close()
+        raise
     out = stdout_console()
     bars: list[Any] = []
 
     def on_trial(trial: Any) -> Any:
+        starting.close()
         if bars:
             bars.pop().__exit__(None, None, None)
         bar = progress_bar(f"{trial_label(trial.study, trial.number)} (of studies "
@@ -61,11 +72,13 @@ def main(argv: list[str], prog: str = "d500 tune") -> int:
         report = tune_parallel.tune(workload, entry, args.backend, studies=studies,
                                     trials=trials, data_dir=args.data, on_trial=on_trial)
     except BaseException as err:
+        starting.close()
         while bars:
             bars.pop().__exit__(None, None, None)
         if tune_parallel.running_world() is None:
             raise
         abort(prog, err, tune_parallel.running_world())
+    starting.close()  # a resumed tuning with every trial done ran none
     while bars:
         bars.pop().__exit__(None, None, None)
     if report is None:

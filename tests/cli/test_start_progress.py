@@ -1,0 +1,86 @@
+"""`d500 train` says what it does from its first second on a terminal (it said nothing for the
+1-4 s of torch's import, and `mpiexec -n 2 d500 train` nothing for 9 s: both ranks loading torch,
+then the judges and workers starting), naming the framework before its import holds the
+interpreter; where stderr is no terminal, it stays one line per mistake."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+MPIEXEC = Path(sys.executable).with_name("mpiexec")
+D500 = [sys.executable, "-m", "d500.cli"]
+
+
+def on_terminal(command: list[str], env: dict, cwd: Path) -> tuple[int, str]:
+    """`command` with its stderr on a pseudo-terminal (read as it comes): (exit code, stderr)."""
+    master, slave = os.openpty()
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=slave, env=env, cwd=cwd)
+    os.close(slave)
+    chunks: list[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the last writer closed it
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    code = proc.wait(timeout=300)
+    reader.join(timeout=30)
+    os.close(master)
+    return code, b"".join(chunks).decode(errors="replace")
+
+
+# fp16 is refused once the backend's framework has loaded (on a CPU; at level 3, digits-mlp's
+# lowest precision): the steps before are shown
+FP16 = ["--precision", "fp16"]
+
+
+def test_train_names_the_framework_it_loads_on_a_terminal(tmp_path):
+    env = {**os.environ, "D500_HOME": str(tmp_path), "COLUMNS": "200"}
+    args = ["train", "digits-mlp", "--submission", "sgd-momentum", *FP16]
+    code, err = on_terminal([*D500, *args], env, tmp_path)
+    assert code == 2, err
+    for step in ("digits-mlp / sgd-momentum / torch: reading the ledger",
+                 "digits-mlp / sgd-momentum / torch: loading torch"):
+        assert step in err, err
+    assert err.rstrip().endswith("fp16 needs a CUDA device (loss scaling on GPU)"), err
+    resume = ["train", "digits-mlp", "--submission", "sgd-momentum", "--resume", "5"]
+    piped = subprocess.run([*D500, *resume], capture_output=True, text=True, env=env,
+                           cwd=tmp_path, timeout=300, check=False)  # a pipe: the one line
+    assert piped.returncode == 2 and piped.stderr.count("\n") == 1, piped.stderr
+    assert "run 5" in piped.stderr and "\x1b" not in piped.stderr, piped.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.skipif(not MPIEXEC.exists(), reason="no mpiexec beside Python")
+def test_mpiexec_train_shows_rank_0s_steps_where_mpiexec_is_on_a_terminal(tmp_path):
+    """A rank's stderr is hydra's pipe; mpiexec's own stderr is the person's terminal."""
+    env = {**os.environ, "D500_HOME": str(tmp_path), "COLUMNS": "200"}
+    command = [str(MPIEXEC), "-n", "2", *D500, "train", "digits-mlp", "--submission", "sync",
+               *FP16]
+    code, err = on_terminal(command, env, tmp_path)
+    assert code == 2, err
+    for step in ("d500 train: starting MPI", "d500 train: comparing the inputs of the 2 ranks",
+                 "d500 train: loading torch"):
+        assert step in err, err
+    assert err.count("its lowest_precision is fp32") == 2, err  # each rank's line
+    typo = [str(MPIEXEC), "-n", "2", *D500, "train", "digits-mpl", "--submission", "sync"]
+    piped = subprocess.run(typo, capture_output=True, text=True, env=env, cwd=tmp_path,
+                           timeout=300, check=False)  # a pipe: each rank's one line, no more
+    lines = piped.stderr.strip().splitlines()
+    assert piped.returncode == 2 and len(lines) == 2, piped.stderr
+    assert all("did you mean 'digits-mlp'?" in line for line in lines), piped.stderr
+    assert "\x1b" not in piped.stderr
