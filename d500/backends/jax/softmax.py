@@ -8,6 +8,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from d500.backends import nll
 from d500.backends.graph import registry
 from d500.backends.jax.core import norm_axis
 
@@ -61,26 +62,15 @@ def Hardmax(node, x):
     return _softmax_like(node, x, hardmax)
 
 
+_NLL = nll.Kit(
+    int64=lambda x: x.astype(jnp.int64), where=jnp.where,
+    true_like=lambda x: jnp.ones(x.shape, bool),
+    pick=lambda log_prob, safe: jnp.take_along_axis(log_prob, safe[:, None], axis=1)[:, 0],
+    cast=lambda x, dtype: x.astype(dtype))
+
+
 def _nll(node, log_prob, target, weight):
-    reduction = node.attr("reduction", "mean")
-    ignore = node.attr("ignore_index")
-    target = target.astype(jnp.int64)
-    valid = target != ignore if ignore is not None else jnp.ones(target.shape, bool)
-    safe = jnp.where(valid, target, 0)
-    loss = -jnp.take_along_axis(log_prob, safe[:, None], axis=1)[:, 0]
-    if weight is not None:
-        w = weight[safe] * valid.astype(log_prob.dtype)
-    elif ignore is not None and ignore != -1:  # (ONNX's reference: -1 is never masked here)
-        w = valid.astype(log_prob.dtype)
-    else:
-        w = None
-    if w is not None:
-        loss = loss * w
-    if reduction == "none":
-        return loss
-    if reduction == "sum":
-        return loss.sum()
-    return loss.sum() / w.sum() if w is not None else loss.mean()
+    return nll.nll(_NLL, node, log_prob, target, weight)
 
 
 @op

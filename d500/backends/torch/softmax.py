@@ -8,6 +8,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from d500.backends import nll
 from d500.backends.graph import registry
 from d500.backends.torch.table import axis_of
 
@@ -39,28 +40,18 @@ def Hardmax(node, x):
     return _softmax_like(node, x, hardmax)
 
 
+_NLL = nll.Kit(
+    int64=lambda x: x.to(torch.int64), where=torch.where,
+    true_like=lambda x: torch.ones_like(x, dtype=torch.bool),
+    pick=lambda log_prob, safe: log_prob.gather(1, safe.unsqueeze(1)).squeeze(1),
+    cast=lambda x, dtype: x.to(dtype))
+
+
 def _nll(node, log_prob, target, weight):
-    reduction = node.attr("reduction", "mean")
-    ignore = node.attr("ignore_index")
-    target = target.to(torch.int64)
-    if weight is None and ignore is None:
-        return F.nll_loss(log_prob, target, reduction=reduction)  # one fused kernel each way
-    valid = target != ignore if ignore is not None else torch.ones_like(target, dtype=torch.bool)
-    safe = torch.where(valid, target, 0)
-    loss = -log_prob.gather(1, safe.unsqueeze(1)).squeeze(1)
-    if weight is not None:
-        w = weight[safe] * valid
-    elif ignore is not None and ignore != -1:  # (ONNX's reference: -1 is never masked here)
-        w = valid.to(log_prob.dtype)
-    else:
-        w = None
-    if w is not None:
-        loss = loss * w
-    if reduction == "none":
-        return loss
-    if reduction == "sum":
-        return loss.sum()
-    return loss.sum() / w.sum() if w is not None else loss.mean()
+    if weight is None and node.attr("ignore_index") is None:  # one fused kernel each way
+        return F.nll_loss(log_prob, target.to(torch.int64),
+                          reduction=node.attr("reduction", "mean"))
+    return nll.nll(_NLL, node, log_prob, target, weight)
 
 
 @op
