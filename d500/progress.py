@@ -60,8 +60,17 @@ def watched() -> int | None:
     d500 train` said nothing for 9 s at load 4, while both ranks loaded torch)."""
     if sys.stderr.isatty():
         return _columns(sys.stderr.fileno())
-    from d500.distributed.launch import launched_by_mpi, launcher_rank
-    if not launched_by_mpi() or launcher_rank() not in (None, 0):
+    from d500.distributed.launch import launcher_rank
+    width = behind_terminal()
+    return width if launcher_rank() in (None, 0) else None
+
+
+def behind_terminal() -> int | None:
+    """The width of the terminal an MPI launcher forwards this rank's stderr to (None where
+    stderr is itself a terminal, or no launcher started this process, or the launcher's stderr
+    is no terminal). There a rank's line clears rank 0's spinner first (d500.say)."""
+    from d500.distributed.launch import launched_by_mpi
+    if not launched_by_mpi() or sys.stderr.isatty():
         return None
     return _launcher_terminal()
 

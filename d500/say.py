@@ -19,6 +19,10 @@ def say(line: str) -> None:
     PIPE_BUF bytes whole, so a launcher reading several ranks' pipes never gets half a line;
     print() writes the text and its newline apart, and two ranks' lines ran together."""
     text = rank_prefix() + line.rstrip("\n") + "\n"
+    if text.startswith("[rank "):
+        from d500.progress import behind_terminal
+        if behind_terminal() is not None:  # rank 0's spinner may be on the terminal's line
+            text = "\r\x1b[2K" + text  # (d500.progress): the line starts clear, not after it
     stream = sys.stderr
     if stream is not sys.__stderr__:  # redirected in-process (a test's capture): one write
         stream.write(text)

@@ -74,7 +74,7 @@ def train(args: Any, argv: list[str], prog: str) -> int:
                          f"workload: run it under MPI, e.g. mpiexec -n {n} d500 train "
                          f"{args.workload} --submission {args.submission}{note}")
     from d500 import children, progress
-    progress.watched()  # whether mpiexec's stderr is a terminal: read while /proc says
+    progress.behind_terminal()  # whether mpiexec's stderr is a terminal: while /proc says
     children.keep(forward=True)  # a keeper per rank, split before MPI starts (no namespace:
     #                              MPI's peers on this host read this rank's memory by pid)
     children.confine()  # a rank runs the entry's code: first, before MPI starts any thread

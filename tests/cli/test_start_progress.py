@@ -42,6 +42,32 @@ def on_terminal(command: list[str], env: dict, cwd: Path) -> tuple[int, str]:
     return code, b"".join(chunks).decode(errors="replace")
 
 
+def screen(text: str) -> list[str]:
+    """The lines a terminal shows after `text`: carriage returns, newlines, line erases and
+    cursor-ups applied (other escapes, colours, dropped)."""
+    import re
+    lines, row, col, i = [""], 0, 0, 0
+    while i < len(text):
+        escape = re.match(r"\x1b\[(\??)(\d*)([A-Za-z])", text[i:])
+        if escape:
+            if escape[3] == "K":
+                lines[row] = "" if escape[2] == "2" else lines[row][:col]
+            elif escape[3] == "A" and not escape[1]:
+                row = max(0, row - int(escape[2] or 1))
+            i += escape.end()
+            continue
+        char, i = text[i], i + 1
+        if char == "\r":
+            col = 0
+        elif char == "\n":
+            row, col = row + 1, 0
+            lines += [""] * (row + 1 - len(lines))
+        else:
+            line = lines[row].ljust(col)
+            lines[row], col = line[:col] + char + line[col + 1:], col + 1
+    return lines
+
+
 # fp16 is refused once the backend's framework has loaded (on a CPU; at level 3, digits-mlp's
 # lowest precision): the steps before are shown
 FP16 = ["--precision", "fp16"]
@@ -56,6 +82,8 @@ def test_train_names_the_framework_it_loads_on_a_terminal(tmp_path):
                  "digits-mlp / sgd-momentum / torch: loading torch"):
         assert step in err, err
     assert err.rstrip().endswith("fp16 needs a CUDA device (loss scaling on GPU)"), err
+    assert [line for line in screen(err) if line.strip()] == [err.strip().splitlines()[-1]
+                                                               .split("\x1b[2K")[-1]], err
     resume = ["train", "digits-mlp", "--submission", "sgd-momentum", "--resume", "5"]
     piped = subprocess.run([*D500, *resume], capture_output=True, text=True, env=env,
                            cwd=tmp_path, timeout=300, check=False)  # a pipe: the one line
@@ -77,6 +105,10 @@ def test_mpiexec_train_shows_rank_0s_steps_where_mpiexec_is_on_a_terminal(tmp_pa
                  "d500 train: loading torch"):
         assert step in err, err
     assert err.count("its lowest_precision is fp32") == 2, err  # each rank's line
+    # rank 1's line lands while rank 0's spinner may still be drawn: it clears the spinner's
+    # line first (it ran on after the spinner's text), and the spinner goes, leaving the two
+    shown = [line for line in screen(err) if line.strip()]
+    assert len(shown) == 2 and all(line.startswith("[rank ") for line in shown), shown
     typo = [str(MPIEXEC), "-n", "2", *D500, "train", "digits-mpl", "--submission", "sync"]
     piped = subprocess.run(typo, capture_output=True, text=True, env=env, cwd=tmp_path,
                            timeout=300, check=False)  # a pipe: each rank's one line, no more
