@@ -251,15 +251,14 @@ def _checked(args: Any, world: int) -> tuple[Any, Any, Any]:
                          f"{spec.micro_batches}, more than the {share} samples each pipeline "
                          f"gets a step (global batch {global_recipe.batch_size} over "
                          f"{spec.dims(world)['data']} data group(s)): at most {share}")
-    backends.get(args.backend)
-    preflight(workload, global_recipe, args.backend, args.data)
-    if args.checkpoint_every or args.resume is not None:
-        from d500.distributed.resuming import check
-        check(spec, entry, args.backend, workload)
-    if spec.native and args.backend != "torch":
+    if spec.native and args.backend != "torch":  # said before that backend's framework loads
         raise UsageError(f"{entry.path}: the {spec.scheme} baseline is torch's own "
                          f"({spec.scheme.upper()}): run it with --backend torch, not "
                          f"{args.backend}")
+    preflight(workload, global_recipe, args.backend, args.data)  # the recipe (its precision:
+    if args.checkpoint_every or args.resume is not None:  # fp32) checked, then the framework
+        from d500.distributed.resuming import check
+        check(spec, entry, args.backend, workload)
     return workload, entry, spec
 
 

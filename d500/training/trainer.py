@@ -170,6 +170,9 @@ def ready(workload: Workload, recipe: Recipe, backend: str, data_dir: str | None
         raise UsageError(f"{recipe.where}: level 3 trains at a fixed global batch (so far); "
                          f"field 'batch_schedule' grows the batch at level 2")
     recipe.check(workload)
+    if workload.level == 3 and recipe.precision != "fp32":  # before the framework loads
+        raise UsageError(f"{recipe.where}: level 3 trains in fp32 only (so far); precision "
+                         f"{recipe.precision} trains at level 2")
     check_present(workload.dataset, data_dir)
     backend_cls = backends.get(backend)
     if not getattr(backend_cls, "trainable", True):
@@ -178,9 +181,6 @@ def ready(workload: Workload, recipe: Recipe, backend: str, data_dir: str | None
                         f"modes: d500 backends)")
     from d500.training.precision import check_backend
     check_backend(recipe.precision, backend_cls)
-    if workload.level == 3 and recipe.precision != "fp32":
-        raise UsageError(f"{recipe.where}: level 3 trains in fp32 only (so far); precision "
-                         f"{recipe.precision} trains at level 2")
     return backend_cls, trainable_model(workload, seed)
 
 
