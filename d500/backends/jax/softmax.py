@@ -1,5 +1,5 @@
 """The softmax family in JAX (Softmax, LogSoftmax, Hardmax) and the losses on
-log-probabilities (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss)."""
+log-probabilities (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss: the shared `nll`)."""
 
 from __future__ import annotations
 
@@ -62,24 +62,8 @@ def Hardmax(node, x):
     return _softmax_like(node, x, hardmax)
 
 
-_NLL = nll.Kit(
+OPS.update(nll.table(nll.Kit(
     int64=lambda x: x.astype(jnp.int64), where=jnp.where,
     true_like=lambda x: jnp.ones(x.shape, bool),
     pick=lambda log_prob, safe: jnp.take_along_axis(log_prob, safe[:, None], axis=1)[:, 0],
-    cast=lambda x, dtype: x.astype(dtype))
-
-
-def _nll(node, log_prob, target, weight):
-    return nll.nll(_NLL, node, log_prob, target, weight)
-
-
-@op
-def NegativeLogLikelihoodLoss(node, x, target, weight=None):
-    return _nll(node, x, target, weight)
-
-
-@op
-def SoftmaxCrossEntropyLoss(node, x, target, weight=None):
-    log_prob = _log_softmax(x, 1)
-    loss = _nll(node, log_prob, target, weight)
-    return (loss, log_prob) if len(node.outputs) > 1 else loss
+    cast=lambda x, dtype: x.astype(dtype), log_softmax=_log_softmax)))

@@ -1,5 +1,5 @@
 """The softmax family in torch (Softmax, LogSoftmax, Hardmax) and the losses on
-log-probabilities (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss)."""
+log-probabilities (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss: the shared `nll`)."""
 
 from __future__ import annotations
 
@@ -40,27 +40,9 @@ def Hardmax(node, x):
     return _softmax_like(node, x, hardmax)
 
 
-_NLL = nll.Kit(
+OPS.update(nll.table(nll.Kit(
     int64=lambda x: x.to(torch.int64), where=torch.where,
     true_like=lambda x: torch.ones_like(x, dtype=torch.bool),
     pick=lambda log_prob, safe: log_prob.gather(1, safe.unsqueeze(1)).squeeze(1),
-    cast=lambda x, dtype: x.to(dtype))
-
-
-def _nll(node, log_prob, target, weight):
-    if weight is None and node.attr("ignore_index") is None:  # one fused kernel each way
-        return F.nll_loss(log_prob, target.to(torch.int64),
-                          reduction=node.attr("reduction", "mean"))
-    return nll.nll(_NLL, node, log_prob, target, weight)
-
-
-@op
-def NegativeLogLikelihoodLoss(node, x, target, weight=None):
-    return _nll(node, x, target, weight)
-
-
-@op
-def SoftmaxCrossEntropyLoss(node, x, target, weight=None):
-    log_prob = torch.log_softmax(x, dim=1)
-    loss = _nll(node, log_prob, target, weight)
-    return (loss, log_prob) if len(node.outputs) > 1 else loss
+    cast=lambda x, dtype: x.to(dtype), log_softmax=lambda x, axis: torch.log_softmax(x, axis),
+    fused=lambda log_prob, target, reduction: F.nll_loss(log_prob, target, reduction=reduction))))
