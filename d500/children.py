@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import Any
 
 from d500.errors import D500Error
@@ -186,7 +187,7 @@ def confine() -> None:
     _prctl(38, 1)  # PR_SET_NO_NEW_PRIVS
 
 
-def keep(forward: bool = False) -> str:
+def keep(forward: bool = False, shown: Any = ()) -> str:
     """In a child, before the entry's code and before `confine` (Linux): split in two. This
     process becomes the keeper, d500's code only (confined, undumpable): a subreaper that ends,
     once the kept process has ended, all it left behind, then ends as it did (its exit code, or
@@ -200,7 +201,13 @@ def keep(forward: bool = False) -> str:
     process in it can name, so signal, the keeper or the judge. Elsewhere a kept process could
     kill its keeper (same user) and leave orphans to init. It also gets a mount namespace in
     which it writes only the temporary folder, devices and the results directory's cache
-    (`_read_only`): not the ledger, d500's code, its Python nor the system's files.
+    (`_read_only`): not the ledger, d500's code, its Python nor the system's files; and in
+    which it reads nothing of the results directory but that cache (`_hide_home`): not the
+    ledger (a checkpointing run's evaluations so far), the MLLOGs, the checkpoints, other runs'
+    rows nor a dataset stored there. `shown`: folders it reads there all the same, read-only
+    (the entry's own, where its files lie in the results directory: `d500 reproduce` writes
+    them there). Where the kernel refuses namespaces (a subreaper only), none of this: the
+    entry's process reads and writes what its user may.
 
     `forward` (an MPI rank, whose peers' MPI reads its memory by pid: never in a namespace of
     its own): the keepers pass on the signals a launcher sends (^C, hydra's SIGTERM and SIGUSR1)
@@ -220,7 +227,7 @@ def keep(forward: bool = False) -> str:
             os._exit(1)
         _split(forward=True, orphaned=True)
         return "subreaper"
-    isolated = _isolated()
+    isolated = _isolated(shown)
     if not isolated and os.environ.get("D500_DEBUG") == "1":
         print("d500: debug: no PID namespace permitted here (unshare refused): the entry's "
               "processes are kept by a subreaper only, which they could kill", file=sys.stderr)
@@ -261,10 +268,11 @@ def _split(forward: bool, isolated: bool = False, orphaned: bool = False) -> int
         os._exit(code)
 
 
-def _isolated() -> bool:
+def _isolated(shown: Any = ()) -> bool:
     """A new PID namespace for this process's next child: root's (CAP_SYS_ADMIN), else in a
     user namespace of its own that maps this user to itself, where the kernel allows one
-    (unprivileged user namespaces); False where neither is permitted."""
+    (unprivileged user namespaces); False where neither is permitted. Its mounts: `_read_only`'s
+    (`shown`: `keep`'s)."""
     import ctypes
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -272,7 +280,7 @@ def _isolated() -> bool:
         return False
     newpid, newuser, newns = 0x20000000, 0x10000000, 0x00020000
     if libc.unshare(newpid | newns) == 0:
-        _read_only(libc)
+        _read_only(libc, shown)
         return True
     uid, gid = os.geteuid(), os.getegid()
     if libc.unshare(newuser | newpid | newns) != 0:
@@ -284,11 +292,11 @@ def _isolated() -> bool:
                 f.write(text)
     except OSError:
         pass  # unmapped: the user reads as the overflow id inside, files stay this user's
-    _read_only(libc)
+    _read_only(libc, shown)
     return True
 
 
-def _read_only(libc: Any) -> bool:
+def _read_only(libc: Any, shown: Any = ()) -> bool:
     """In a mount namespace of this process's own, the files an entry's process may write: the
     temporary folder (tempfile.gettempdir()), devices, /proc and the results directory's cache
     (`writable()`); every other mount is made read-only, and `protected()` is bound read-only
@@ -301,7 +309,10 @@ def _read_only(libc: Any) -> bool:
     a shared tree would propagate to the judge's). Once the entry is confined it may not
     unmount them, nor in a user namespace of its own (the kernel locks mounts inherited from
     a more privileged namespace, and refuses to bind a mount whose children are locked
-    without them). False where a step was refused."""
+    without them). Then the results directory is hidden (`_hide_home`), but for `writable()`
+    and the folders `shown` (read-only). The working directory is re-entered last: where it
+    lay in a folder now hidden, its nearest folder still seen (the old one reached under the
+    cover by relative paths). False where a step was refused."""
     import tempfile
     rec, slave, bind, remount, rdonly = 0x4000, 0x80000, 0x1000, 0x20, 0x1
     if libc.mount(None, b"/", None, rec | slave, None) != 0:
@@ -323,6 +334,7 @@ def _read_only(libc: Any) -> bool:
 
     from d500.paths import enter_entry_cache
     done, temp = True, os.path.realpath(tempfile.gettempdir())  # (it tries a write: first)
+    shown = [os.path.realpath(p) for p in shown if os.path.isdir(p)]
     for path in writable():
         try:
             os.makedirs(path, exist_ok=True)
@@ -335,11 +347,82 @@ def _read_only(libc: Any) -> bool:
     for path, mode in ([(temp, 0)] + [(p, rdonly) for p in protected()] +
                        [(p, 0) for p in writable()]):
         done &= view(path, mode)
+    done &= _hide_home(libc, [temp, *_code(path=True), *shown, *writable()])
     try:
-        os.chdir(os.getcwd())
+        where = os.getcwd()
     except OSError:
-        pass
+        return done
+    for folder in [where, *map(str, Path(where).parents)]:
+        try:
+            os.chdir(folder)
+            break
+        except OSError:
+            continue
     return done
+
+
+def _hide_home(libc: Any, needed: list[str]) -> bool:
+    """Cover the results directory ($D500_HOME) with an empty read-only tmpfs, then bind back
+    into it, at their own paths, the folders of `needed` that lie in it (each as `_read_only`
+    made it: the entries' cache writable, the entry's own folder and any of d500's code or
+    Python read-only): what an entry's process needs to run. Each is opened before the cover
+    and bound from its descriptor. Nothing else of it is seen: not the ledger, the MLLOGs, the
+    checkpoints, the judges' caches (their Inductor kernels, the ONNX node tests' pickle, the
+    peak FLOP/s, the token caches, generated models: a level-1 host is sent a model that lies
+    there as bytes, d500.networks.hosted), nor the packages and reproductions of other entries.
+    A needed folder that is the results directory itself leaves it seen (read-only). Undone
+    (the directory read-only, as before) where a step is refused; True where nothing needed
+    hiding."""
+    home = os.path.realpath(os.path.expanduser(_home()))
+    if not os.path.isdir(home):
+        return True
+    needed = sorted({os.path.realpath(p) for p in needed if p})
+    if home in needed:
+        return False
+    back: list[str] = []
+    for path in needed:
+        if _under(path, home) and not any(_under(path, p) for p in back) and os.path.isdir(path):
+            back.append(path)
+    nosuid, nodev, noexec, bind, rec, remount, rdonly = 0x2, 0x4, 0x8, 0x1000, 0x4000, 0x20, 0x1
+    where = os.fsencode(home)
+    opened = []
+    try:
+        opened = [os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for p in back]
+        if libc.mount(b"tmpfs", where, b"tmpfs", nosuid | nodev | noexec,
+                      b"mode=0755,size=64k") != 0:
+            return False
+        done = True
+        for fd, path in zip(opened, back):
+            try:
+                os.makedirs(path, exist_ok=True)  # (in the tmpfs: its mount point)
+            except OSError:
+                done = False
+                break
+            done &= libc.mount(f"/proc/self/fd/{fd}".encode(), os.fsencode(path), None,
+                               bind | rec, None) == 0
+        done = done and libc.mount(None, where, None, remount | bind | rdonly | nosuid | nodev
+                                   | noexec, None) == 0
+        if not done:
+            libc.umount2(where, 2)  # MNT_DETACH: its folders bound back with it
+        return done
+    except OSError:
+        return False
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
+def _home() -> str:
+    from d500.paths import home_named
+    return home_named()
+
+
+def hidden(path: str | os.PathLike[str]) -> bool:
+    """Whether an entry's process kept in a namespace does not see `path` (`_hide_home`): it
+    lies in the results directory, outside the entries' cache."""
+    home = os.path.realpath(os.path.expanduser(_home()))
+    real = os.path.realpath(os.path.expanduser(os.fspath(path)))
+    return _under(real, home) and not any(_under(real, p) for p in writable())
 
 
 def _mounts() -> list[str]:
@@ -360,21 +443,13 @@ def protected() -> list[str]:
     ledger), the folder d500 is imported from, the Python installation and virtual environment
     (sys.prefix, sys.base_prefix) and the user's site-packages; never the root or the temporary
     folder a library writes its caches in, nor a folder holding it. $D500_HOME is read as the
-    split runs: a fork of the forkserver reads the forkserver's (the judge's when it started
-    it, before the job's environment comes), so a judge that changed it since (a test, a
-    notebook: not the CLI) leaves its new results directory writable if it lies in the
-    temporary folder."""
-    import site
+    split runs: a level-2 worker takes its job's environment first (a fork of the forkserver
+    had the forkserver's, and a judge that changed it since, a test or a notebook, left its new
+    results directory writable and seen), a host is spawned with the judge's, the probe run
+    with it."""
     import tempfile
 
-    from d500.paths import home_named
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    found = [home_named(), here, sys.prefix, sys.base_prefix,
-             sys.exec_prefix]
-    try:
-        found.append(site.getusersitepackages())
-    except (AttributeError, OSError):
-        pass
+    found = [_home(), *_code()]
     temp = os.path.realpath(tempfile.gettempdir())
     paths: list[str] = []
     for path in sorted({os.path.realpath(os.path.expanduser(p)) for p in found}):
@@ -383,6 +458,21 @@ def protected() -> list[str]:
         if not any(_under(path, p) for p in paths):
             paths.append(path)
     return paths
+
+
+def _code(path: bool = False) -> list[str]:
+    """The folders of the code an entry's process runs on: the folder d500 is imported from,
+    the Python installation and virtual environment and the user's site-packages (`path`:
+    every folder on sys.path too)."""
+    import site
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = [here, sys.prefix, sys.base_prefix, sys.exec_prefix,
+             *(filter(None, sys.path) if path else [])]
+    try:
+        found.append(site.getusersitepackages())
+    except (AttributeError, OSError):
+        pass
+    return [p for p in found if os.path.isdir(p)]
 
 
 def writable() -> list[str]:

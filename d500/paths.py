@@ -151,13 +151,21 @@ def unwritable(path: Path, err: OSError) -> str:
 
 ENTRY_CACHE = "D500_ENTRY_CACHE"  # set in an entry's process only (d500.children.keep)
 _entered: list[str] = []  # (the same, kept where a worker's job replaces its environment)
+# a framework's cache folder variable that d500 sets to a folder of `cache`, and the variable
+# naming the folder it chose there (not the user: d500.backends.torch.compiled.inductor_cache)
+CHOSEN = {"TORCHINDUCTOR_CACHE_DIR": "D500_TORCHINDUCTOR_CACHE_DIR"}
 
 
 def enter_entry_cache(path: str) -> None:
     """This process is an entry's: its caches go to `path` (d500.children.keep), also after
-    its environment is replaced by a job's, and in the processes it starts."""
+    its environment is replaced by a job's, and in the processes it starts. A cache folder
+    d500 chose in the judge's environment (CHOSEN) is dropped: that folder is hidden from this
+    process, and torch made Inductor's as it imported it (a worker's import failed there)."""
     _entered[:] = [path]
     os.environ[ENTRY_CACHE] = path
+    for name, chosen in CHOSEN.items():
+        if name in os.environ and os.environ[name] == os.environ.get(chosen):
+            del os.environ[name], os.environ[chosen]
 
 
 def entry_cache(home: str) -> str:

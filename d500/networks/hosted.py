@@ -159,7 +159,10 @@ class HostedBackend:
     def prepare(self, model: str | Path | onnx.ModelProto) -> HostedExecutable:
         """Translate `model` (a file, or a model sent as bytes) in the host."""
         proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
-        sent = str(model) if not isinstance(model, onnx.ModelProto) else model.SerializeToString()
+        # a file the host does not see (a generated model in the results directory's cache,
+        # which its mount namespace hides: d500.children.keep), as bytes
+        sent = proto.SerializeToString() if isinstance(model, onnx.ModelProto) or \
+            children.hidden(model) else str(model)
         return HostedExecutable(self.host, self.host.ask("prepare", sent), proto)
 
     def close(self) -> None:

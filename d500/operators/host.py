@@ -125,6 +125,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import os
 import secrets
 import time
 import weakref
@@ -663,9 +664,9 @@ def _power(expected: list[tuple[list[float], list[float]]], model: bool = False
 def main(conn: Any) -> None:
     """The host process: import the file, then answer requests until told to exit."""
     children.bound_to_parent()
-    children.keep()  # (first: a PID namespace needs the capabilities confine drops)
-    children.confine()
-    file, name, recorded = conn.recv()
+    file, name, recorded = conn.recv()  # (first: the file's folder stays seen by the split)
+    children.keep(shown=[os.path.dirname(os.path.abspath(file))])
+    children.confine()  # (keep first: a PID namespace needs the capabilities confine drops)
     from d500.heap import allocator
     allocator()  # the judge's heap (d500.operators.bench.bench sets it before timing)
     try:

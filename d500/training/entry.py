@@ -122,8 +122,10 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
 if __name__ == "__main__":
     from d500 import children
     children.bound_to_parent()
-    children.keep()  # nothing the file's code starts outlives the probe
+    asked = json.loads(sys.stdin.read())  # (first: the file's folder stays seen by the split)
+    children.keep(shown=[os.path.dirname(os.path.abspath(asked["file"]))])  # nothing the
+    #                      file's code starts outlives the probe, nor reads the results folder
     children.confine()  # (not shielding its parent: a level-3 rank must stay readable by its
     #                      peers, whose MPI reads large messages from its memory)
-    reply = _answer(json.loads(sys.stdin.read()))
+    reply = _answer(asked)
     sys.stdout.write("\n" + json.dumps(reply, default=float) + "\n")

@@ -387,12 +387,16 @@ def main(conn: Any) -> None:
     """The worker process: receive the job, build, receive the training split, train chunk by
     chunk."""
     children.bound_to_parent()
-    children.keep()  # (first: a PID namespace needs the capabilities confine drops)
-    children.confine()
+    try:  # the job first: its environment names the results directory the split hides, its
+        job = conn.recv()  # recipe the folder of the entry's file, which stays seen
+    except (EOFError, OSError):
+        os._exit(0)
+    children.take_environment(job.env)
+    entry = getattr(job.recipe, "entry", None)
+    children.keep(shown=[] if entry is None else [os.path.dirname(os.path.abspath(entry.file))])
+    children.confine()  # (keep first: a PID namespace needs the capabilities confine drops)
     from d500.errors import describe
     try:
-        job = conn.recv()
-        children.take_environment(job.env)
         # imported before the clock: d500.training.data's first import (~20 ms) fell inside the
         # first timed chunk, a cost the loop before the split paid before its clock
         from d500.training import ahead as readying

@@ -5,6 +5,7 @@ digits-mlp with the judge in the test's process."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -33,11 +34,13 @@ def entry(tmp_path: Path, code: str, cls: str, name: str = "attack") -> submissi
     return submission.load(folder(tmp_path, code, cls, name))
 
 
-def run(entry: submission.Submission, epochs: int = 1,
-        ledger: Ledger | None = None) -> trainer.Result:
+def run(entry: submission.Submission, epochs: int = 1, ledger: Ledger | None = None,
+        checkpoints: Any = None) -> trainer.Result:
     """One run of `entry` on digits-mlp for `epochs` epochs (torch, seed 0), recorded under its
-    name in `ledger`, else in a new one in $D500_HOME."""
+    name in `ledger`, else in a new one in $D500_HOME; `checkpoints` (resume.Checkpoints):
+    written as the run goes."""
     wl = workloads.load(MLP)
     wl.max_epochs = epochs
     return trainer.train(wl, entry.recipe, "torch", 0,
-                         ledger=Ledger() if ledger is None else ledger, submission=entry.name)
+                         ledger=Ledger() if ledger is None else ledger, submission=entry.name,
+                         submission_files=entry.files, checkpoints=checkpoints)

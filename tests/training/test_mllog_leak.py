@@ -1,9 +1,12 @@
 """The worker reads no figure of the held-out split in the run's MLLOG: the judge writes the log
-as the run goes, in $D500_HOME, which the worker may read (its mount namespace makes it
+as the run goes, in $D500_HOME, which the worker could read (its mount namespace made it
 read-only, not hidden), so the entry's code read each evaluation's validation accuracy the
 moment it was logged. The judge keeps those lines in memory until the run ends
-(MLLogger.withhold). The attack, performed: an optimizer reading every MLLOG it can find.
-(Level 3's: tests/distributed/test_val_leak_mpi.py.)"""
+(MLLogger.withhold), and the worker's mount namespace now hides $D500_HOME but its own cache
+(d500.children.keep: tests/training/test_home_hidden.py), so it finds no MLLOG at all there;
+where the kernel refuses namespaces it finds the log, without those lines. The attack,
+performed: an optimizer reading every MLLOG it can find. (Level 3's, whose ranks are in no
+namespace: tests/distributed/test_val_leak_mpi.py.)"""
 
 from __future__ import annotations
 
@@ -47,7 +50,7 @@ def test_the_worker_reads_no_validation_figure_in_the_live_mllog(home, tmp_path,
                          ledger=ledger)
     assert result.status in ("succeeded", "missed"), result.error
     looks = [json.loads(line) for line in read.read_text().splitlines()]
-    assert looks and all(n >= 1 for n, _ in looks), looks
+    assert looks, "the optimizer never looked"
     seen = [v for _, values in looks for v in values]
     assert seen == [], seen  # (before: 0.807 from the 2nd epoch on, then 0.867)
     log = ledger.resolve_path(ledger.get(result.run_id)["mllog"]).read_text()

@@ -27,6 +27,7 @@ from torch.overrides import TorchFunctionMode
 
 from d500.backends.torch.executable import TorchExecutable
 from d500.errors import UsageError
+from d500.paths import CHOSEN
 
 # Tensor methods that hand a tensor's values to Python: a trace that calls them on a value
 # computed from a graph input has burnt that value in.
@@ -53,7 +54,7 @@ def inductor_cache() -> str:
     return folder
 
 
-_CHOSEN = "D500_TORCHINDUCTOR_CACHE_DIR"  # the folder inductor_cache chose (not the user)
+_CHOSEN = CHOSEN["TORCHINDUCTOR_CACHE_DIR"]  # the folder inductor_cache chose (not the user)
 
 # A program of at least this many aten calls runs through Inductor's C++ wrapper (its calls in
 # one compiled C++ function) rather than its Python one: light ResNet-50 (394 calls) took 7-9%
