@@ -281,7 +281,10 @@ def find(name_or_path: str, folder: Path, level: int) -> Path:
     if p.is_file():
         return p
     if p.suffix in (".yaml", ".yml") and not p.exists():
-        raise ConfigError(f"{p}: no such workload file")
+        shipped = folder / p.name  # levels/1-networks/X.yaml typed outside a checkout
+        raise ConfigError(f"{p}: no such workload file" + (
+            f" in {Path.cwd()} (d500's own '{p.stem}' is found by its name: give {p.stem})"
+            if shipped.is_file() and not p.is_absolute() else ""))
     files = sorted(folder.glob("*.yaml"))
     for f in files:
         if f.stem == name_or_path:  # a name, even where a folder of that name is here

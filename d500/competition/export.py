@@ -120,8 +120,10 @@ def entry_name(folder: Path) -> str:
     from d500.workload import read_yaml
 
     if not folder.is_dir():
+        from d500.training.submission import by_name
         raise UsageError(f"{folder}: " + ("not a submission folder (one holding submission.yaml)"
-                                          if folder.exists() else "no such submission folder"))
+                                          if folder.exists() else
+                                          f"no such submission folder{by_name(folder)}"))
     path, data = read_yaml(folder / "submission.yaml")
     if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"]:
         raise ConfigError(f"{path}: field 'name' must be the entry's name")

@@ -131,12 +131,23 @@ def _map(space: dict[str, Any], u: float) -> Any:
     return int(round(value)) if space.get("integer") else value
 
 
+def by_name(missing: Path) -> str:
+    """For a relative entry path that is not there (`submissions/sgd-momentum` typed outside a
+    checkout): ' in CWD; d500's example entry 'sgd-momentum' is found by its name: give
+    sgd-momentum', where an example entry has its name; '' otherwise."""
+    from d500.paths import examples
+    name = missing.parent.name if missing.name == "submission.yaml" else missing.name
+    if missing.is_absolute() or not (examples() / name / "submission.yaml").is_file():
+        return ""
+    return f" in {Path.cwd()}; d500's example entry '{name}' is found by its name: give {name}"
+
+
 def load(path: str | Path) -> Submission:
     """Read and validate a submission folder or its submission.yaml."""
     given, path = str(path), Path(path)
     if not path.exists():
         raise ConfigError(f"{given}: no such entry (a folder holding submission.yaml, or that "
-                          f"file)")
+                          f"file){by_name(path)}")
     if path.is_dir():
         path = path / "submission.yaml"
     data = load_yaml(path, SCHEMA)
