@@ -25,8 +25,16 @@ def shown(title: str) -> Iterator[None]:
         return
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-    through = not sys.stderr.isatty()  # an MPI rank's stderr: the launcher's pipe
-    console = Console(stderr=True, force_terminal=True, width=width) if through else \
+    class Forwarded(Console):
+        """An MPI rank's stderr, the launcher's pipe to a terminal: the cursor is never
+        hidden, since a rank the launcher kills (another rank's MPI_Abort after ^C) never
+        shows it again, and the person's shell had none."""
+
+        def show_cursor(self, show: bool = True) -> bool:
+            return False
+
+    through = not sys.stderr.isatty()
+    console = Forwarded(stderr=True, force_terminal=True, width=width) if through else \
         Console(stderr=True)
     bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                    console=console, transient=True, redirect_stdout=False,

@@ -104,6 +104,7 @@ def test_mpiexec_train_shows_rank_0s_steps_where_mpiexec_is_on_a_terminal(tmp_pa
                  "d500 train: loading torch"):
         assert step in err, err
     assert err.count("no run 99 in the ledger") == 2, err  # each rank's line
+    assert "\x1b[?25l" not in err  # the cursor never hidden: a killed rank cannot show it again
     # rank 1's line lands while rank 0's spinner may still be drawn: it clears the spinner's
     # line first (it ran on after the spinner's text), and the spinner goes, leaving the two
     shown = [line for line in screen(err) if line.strip()]
