@@ -8,6 +8,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
+from d500.backends import shapes
 from d500.backends.graph import registry
 from d500.backends.jax.core import dtype_of, ints, norm_axis, static
 
@@ -138,32 +139,21 @@ def Concat(node, *xs):
 @op
 def Split(node, x, split=None):
     axis = norm_axis(node.attr("axis", 0), x.ndim)
-    sizes = ints(split, "split") if split is not None else node.attr("split")
-    if sizes is None:
-        parts = node.attr("num_outputs") or len(node.outputs)
-        chunk = math.ceil(x.shape[axis] / parts)
-        sizes = [min(chunk, x.shape[axis] - i * chunk) for i in range(parts)]
+    sizes = shapes.split_sizes(node, x.shape[axis],
+                               ints(split, "split") if split is not None else None)
     cuts = np.cumsum(sizes)[:-1].tolist()
     return tuple(xp(x).split(x, cuts, axis=axis))
 
 
 @op
 def Slice(node, x, starts=None, ends=None, axes=None, steps=None):
-    if node.opset < 10:
-        starts, ends, axes = node.attr("starts"), node.attr("ends"), node.attr("axes")
-    else:
+    if node.opset >= 10:
         starts, ends = ints(starts, "starts"), ints(ends, "ends")
         axes = None if axes is None else ints(axes, "axes")
         steps = None if steps is None else ints(steps, "steps")
-    axes = axes or list(range(len(starts)))
-    steps = steps or [1] * len(starts)
     index: list = [slice(None)] * x.ndim
-    for start, end, axis, step in zip(starts, ends, axes, steps):
-        axis = norm_axis(axis, x.ndim)
-        index[axis] = slice(*slice(start, end, step).indices(x.shape[axis]))
-        first, stop, step = index[axis].start, index[axis].stop, index[axis].step
-        if step < 0 and stop < 0:
-            index[axis] = slice(first, None, step)
+    for axis, first, stop, step in shapes.slices(node, x.shape, starts, ends, axes, steps):
+        index[axis] = slice(first, None if step < 0 and stop < 0 else stop, step)
     return x[tuple(index)]
 
 
@@ -179,12 +169,7 @@ def Pad(node, x, pads=None, value=None, axes=None):
     else:
         pads, mode = ints(pads, "pads"), node.attr("mode", "constant")
         fill = 0 if value is None or value.size == 0 else value.reshape(())
-    rank = x.ndim
-    axes = [norm_axis(a, rank) for a in ints(axes, "axes")] if axes is not None else list(
-        range(rank))
-    n = len(axes)
-    begin, end = dict(zip(axes, pads[:n])), dict(zip(axes, pads[n:]))
-    widths = [(begin.get(a, 0), end.get(a, 0)) for a in range(rank)]
+    widths = shapes.pad_widths(pads, None if axes is None else ints(axes, "axes"), x.ndim)
     # negative pads crop
     crop = tuple(slice(max(-b, 0), x.shape[a] - max(-e, 0)) for a, (b, e) in enumerate(widths))
     x = x[crop]
@@ -198,22 +183,11 @@ def Pad(node, x, pads=None, value=None, axes=None):
 # -- depth and space ---------------------------------------------------------------------------
 @op
 def DepthToSpace(node, x):
-    bs = node.attr("blocksize")
-    n, c, h, w = x.shape
-    if node.attr("mode", "DCR") == "DCR":
-        y = x.reshape(n, bs, bs, c // bs**2, h, w).transpose(0, 3, 4, 1, 5, 2)
-    else:
-        y = x.reshape(n, c // bs**2, bs, bs, h, w).transpose(0, 1, 4, 2, 5, 3)
-    return y.reshape(n, c // bs**2, h * bs, w * bs)
+    blocks, perm, out = shapes.depth_to_space(node, x.shape)
+    return x.reshape(blocks).transpose(perm).reshape(out)
 
 
 @op
 def SpaceToDepth(node, x):
-    bs = node.attr("blocksize")
-    n, c, h, w = x.shape
-    y = x.reshape(n, c, h // bs, bs, w // bs, bs)
-    if node.attr("mode", "DCR") == "DCR":
-        y = y.transpose(0, 3, 5, 1, 2, 4)
-    else:
-        y = y.transpose(0, 1, 3, 5, 2, 4)
-    return y.reshape(n, c * bs * bs, h // bs, w // bs)
+    blocks, perm, out = shapes.space_to_depth(node, x.shape)
+    return x.reshape(blocks).transpose(perm).reshape(out)

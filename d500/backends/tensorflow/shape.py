@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from d500.backends import shapes
 from d500.backends.graph import registry
 from d500.backends.tensorflow.core import (
     ChannelsLast,
@@ -214,25 +215,14 @@ def Pad(node, x, pads=None, value=None, axes=None):
 
 @op
 def DepthToSpace(node, x):
-    b = node.attr("blocksize")
-    n, c, h, w = shape_list(x)
-    if node.attr("mode", "DCR") == "DCR":
-        t = tf.reshape(x, [n, b, b, c // (b * b), h, w])
-        t = tf.transpose(t, [0, 3, 4, 1, 5, 2])
-    else:
-        t = tf.reshape(x, [n, c // (b * b), b, b, h, w])
-        t = tf.transpose(t, [0, 1, 4, 2, 5, 3])
-    return tf.reshape(t, [n, c // (b * b), h * b, w * b])
+    blocks, perm, out = shapes.depth_to_space(node, shape_list(x))
+    return tf.reshape(tf.transpose(tf.reshape(x, blocks), perm), out)
 
 
 @op
 def SpaceToDepth(node, x):
-    b = node.attr("blocksize")
-    n, c, h, w = shape_list(x)
-    t = tf.reshape(x, [n, c, h // b, b, w // b, b])
-    crd = node.attr("mode", "DCR") == "CRD"
-    t = tf.transpose(t, [0, 1, 3, 5, 2, 4] if crd else [0, 3, 5, 1, 2, 4])
-    return tf.reshape(t, [n, c * b * b, h // b, w // b])
+    blocks, perm, out = shapes.space_to_depth(node, shape_list(x))
+    return tf.reshape(tf.transpose(tf.reshape(x, blocks), perm), out)
 
 
 @op

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from d500.backends import shapes
 from d500.backends.graph import registry
 from d500.backends.torch import dtypes
 from d500.backends.torch.table import axis_of, constant, device_of, ints
@@ -145,27 +146,16 @@ def Concat(node, *xs):
 @op
 def Split(node, x, split=None):
     axis = axis_of(node.attr("axis", 0), x.dim())
-    sizes = ints(split) if split is not None else node.attr("split")
-    if sizes is None:
-        parts = node.attr("num_outputs") or len(node.outputs)
-        chunk = math.ceil(x.shape[axis] / parts)
-        sizes = [min(chunk, x.shape[axis] - i * chunk) for i in range(parts)]
-    return tuple(torch.split(x, list(sizes), axis))
+    return tuple(torch.split(x, shapes.split_sizes(node, x.shape[axis], ints(split)), axis))
 
 
 @op
 def Slice(node, x, starts=None, ends=None, axes=None, steps=None):
-    if node.opset < 10:
-        starts, ends, axes = node.attr("starts"), node.attr("ends"), node.attr("axes")
-    else:
+    if node.opset >= 10:
         starts, ends, axes, steps = ints(starts), ints(ends), ints(axes), ints(steps)
-    axes = axes or list(range(len(starts)))
-    steps = steps or [1] * len(starts)
     index: list = [slice(None)] * x.dim()
     flips = []
-    for start, end, axis, step in zip(starts, ends, axes, steps):
-        axis = axis_of(axis, x.dim())
-        first, stop, step = slice(start, end, step).indices(x.shape[axis])
+    for axis, first, stop, step in shapes.slices(node, x.shape, starts, ends, axes, steps):
         if step > 0:
             index[axis] = slice(first, stop, step)
         else:
@@ -197,18 +187,10 @@ def Pad(node, x, pads=None, value=None, axes=None):
     else:
         pads, mode = ints(pads), node.attr("mode", "constant")
         fill = 0 if value is None or value.numel() == 0 else value.item()
-    rank = x.dim()
-    axes = [axis_of(a, rank) for a in ints(axes)] if axes is not None else list(range(rank))
-    n = len(axes)
-    begin = dict(zip(axes, pads[:n]))
-    end = dict(zip(axes, pads[n:]))
+    widths = shapes.pad_widths(pads, ints(axes), x.dim())
     if mode == "constant":
-        flat = []
-        for axis in reversed(range(rank)):
-            flat += [begin.get(axis, 0), end.get(axis, 0)]
-        return F.pad(x, flat, value=fill)
-    for axis in axes:
-        b, e = begin[axis], end[axis]
+        return F.pad(x, [p for b, e in reversed(widths) for p in (b, e)], value=fill)
+    for axis, (b, e) in enumerate(widths):
         if b or e:
             x = x.index_select(axis, _pad_index(x.shape[axis], b, e, mode, x.device))
     return x
@@ -217,22 +199,11 @@ def Pad(node, x, pads=None, value=None, axes=None):
 # -- depth and space ---------------------------------------------------------------------------
 @op
 def DepthToSpace(node, x):
-    bs = node.attr("blocksize")
-    n, c, h, w = x.shape
-    if node.attr("mode", "DCR") == "DCR":
-        y = x.reshape(n, bs, bs, c // bs**2, h, w).permute(0, 3, 4, 1, 5, 2)
-    else:
-        y = x.reshape(n, c // bs**2, bs, bs, h, w).permute(0, 1, 4, 2, 5, 3)
-    return y.reshape(n, c // bs**2, h * bs, w * bs)
+    blocks, perm, out = shapes.depth_to_space(node, x.shape)
+    return x.reshape(blocks).permute(perm).reshape(out)
 
 
 @op
 def SpaceToDepth(node, x):
-    bs = node.attr("blocksize")
-    n, c, h, w = x.shape
-    y = x.reshape(n, c, h // bs, bs, w // bs, bs)
-    if node.attr("mode", "DCR") == "DCR":
-        y = y.permute(0, 3, 5, 1, 2, 4)
-    else:
-        y = y.permute(0, 1, 3, 5, 2, 4)
-    return y.reshape(n, c * bs * bs, h // bs, w // bs)
+    blocks, perm, out = shapes.space_to_depth(node, x.shape)
+    return x.reshape(blocks).permute(perm).reshape(out)
