@@ -1,5 +1,5 @@
-"""String ops, the classic ai.onnx.ml ops, box selection and Unique, which walk values in Python:
-NumPy, shared.
+"""String ops, the classic ai.onnx.ml ops, box selection, Unique and image decoding, which walk
+values in Python: NumPy, shared.
 
 Strings stay NumPy object arrays (no array framework holds them); a numeric input is brought to
 the host and a numeric result sent back through a backend's `Io`, so torch and JAX run the same
@@ -268,6 +268,19 @@ def unique(array: np.ndarray, axis: int | None, sort: bool) -> tuple[np.ndarray,
         first, counts, inverse = first[order], counts[order], rank[inverse]
     return (values.astype(array.dtype),
             *(np.asarray(v, np.int64).reshape(-1) for v in (first, inverse, counts)))
+
+
+def decode_image(data: bytes, pixel_format: str) -> np.ndarray:
+    """An encoded image (JPEG, PNG, BMP, ...) as ImageDecoder's HWC uint8 pixels: RGB, BGR or
+    Grayscale (Pillow's decoders)."""
+    import io
+
+    import PIL.Image
+    image = PIL.Image.open(io.BytesIO(data))
+    if pixel_format == "Grayscale":
+        return np.expand_dims(np.array(image.convert("L")), 2)
+    pixels = np.array(image.convert("RGB"))
+    return np.ascontiguousarray(pixels[:, :, ::-1] if pixel_format == "BGR" else pixels)
 
 
 def roi_samples(roi, scale, pooled, shape, ratio, half_pixel):

@@ -8,7 +8,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from d500.backends import resize, sampling
+from d500.backends import host_ops, resize, sampling
 from d500.backends.graph import registry
 from d500.backends.jax.core import NotStatic, ints, static
 
@@ -74,21 +74,10 @@ def Col2Im(node, x, image_shape, block_shape):
 
 @op
 def ImageDecoder(node, encoded):
-    import io
-
-    import PIL.Image
     data = static(encoded)
     if data is None:
         raise NotStatic("encoded image")
-    image = PIL.Image.open(io.BytesIO(data.tobytes()))
-    pixel_format = node.attr("pixel_format", "RGB")
-    if pixel_format == "Grayscale":
-        pixels = np.expand_dims(np.array(image.convert("L")), 2)
-    else:
-        pixels = np.array(image.convert("RGB"))
-        if pixel_format == "BGR":
-            pixels = pixels[:, :, ::-1]
-    return jnp.asarray(np.ascontiguousarray(pixels))
+    return jnp.asarray(host_ops.decode_image(data.tobytes(), node.attr("pixel_format", "RGB")))
 
 
 # -- sampling ------------------------------------------------------------------------------------

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-from d500.backends import resize
+from d500.backends import host_ops, resize
 from d500.backends.graph import registry
 from d500.backends.torch.table import ints
 
@@ -80,15 +79,6 @@ def Col2Im(node, x, image_shape, block_shape):
 
 @op
 def ImageDecoder(node, encoded):
-    import io
-
-    import PIL.Image
-    image = PIL.Image.open(io.BytesIO(encoded.cpu().numpy().tobytes()))
-    pixel_format = node.attr("pixel_format", "RGB")
-    if pixel_format == "Grayscale":
-        pixels = np.expand_dims(np.array(image.convert("L")), 2)
-    else:
-        pixels = np.array(image.convert("RGB"))
-        if pixel_format == "BGR":
-            pixels = pixels[:, :, ::-1]
-    return torch.from_numpy(np.ascontiguousarray(pixels)).to(encoded.device)
+    pixels = host_ops.decode_image(encoded.cpu().numpy().tobytes(),
+                                   node.attr("pixel_format", "RGB"))
+    return torch.from_numpy(pixels).to(encoded.device)
