@@ -18,40 +18,72 @@ _report: ContextVar[Callable[[str], None] | None] = ContextVar("progress_step", 
 @contextlib.contextmanager
 def shown(title: str) -> Iterator[None]:
     """A spinner on stderr, with the elapsed time and the step `step` last named, while the
-    block runs; erased when it ends (the board itself goes to stdout or a file)."""
+    block runs; erased when it ends (the board itself goes to stdout or a file). A process of
+    its own draws it (`_DRAW`), so it turns while this one's interpreter is held: a framework's
+    import (TensorFlow's stood it still for 5 s at load 6) or a long call into C."""
     width = watched()
     if width is None or _report.get() is not None:
         yield
         return
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-    class Forwarded(Console):
-        """An MPI rank's stderr, the launcher's pipe to a terminal: the cursor is never
-        hidden, since a rank the launcher kills (another rank's MPI_Abort after ^C) never
-        shows it again, and the person's shell had none."""
-
-        def show_cursor(self, show: bool = True) -> bool:
-            return False
-
-    through = not sys.stderr.isatty()
-    console = Forwarded(stderr=True, force_terminal=True, width=width) if through else \
-        Console(stderr=True)
-    bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                   console=console, transient=True, redirect_stdout=False,
-                   redirect_stderr=False)
-    task = bar.add_task(title, total=None)
+    import subprocess
+    import threading
+    encoding = (getattr(sys.stderr, "encoding", None) or "ascii").lower().replace("-", "")
+    drawer = subprocess.Popen([sys.executable, "-I", "-S", "-c", _DRAW, str(width),
+                               "utf8" if encoding == "utf8" else "ascii"],
+                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, close_fds=True)
+    lock = threading.Lock()
 
     def report(text: str) -> None:
-        bar.update(task, description=f"{title}: {text}")
-        bar.refresh()  # each step is shown, however quickly the next one follows; and before
-        #                a long import holds the interpreter (the spinner then stands still)
+        line = (f"{title}: {text}" if text else title).replace("\n", " ")
+        with lock, contextlib.suppress(OSError, ValueError):  # a drawer gone: nothing shown
+            drawer.stdin.write(line.encode("utf-8", "replace") + b"\n")
+            drawer.stdin.flush()  # drawn within 0.1 s, before the next step holds this process
 
-    with bar:
-        token = _report.set(report)
+    report("")
+    token = _report.set(report)
+    try:
+        yield
+    finally:
+        _report.reset(token)
+        with lock, contextlib.suppress(OSError, ValueError):
+            drawer.stdin.close()  # the drawer erases its line and ends: the next line is clear
         try:
-            yield
-        finally:
-            _report.reset(token)
+            drawer.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            drawer.kill()
+
+
+# The drawer: each line on stdin is the text to show, drawn at once; a frame every 0.1 s, cut
+# to the terminal's width (a wrapped line is no longer erased by a carriage return); at the end
+# of its input (the block ended, or this process died) the line is erased. ^C is the command's.
+_DRAW = r"""
+import os, select, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+width, utf8 = int(sys.argv[1]), sys.argv[2] == "utf8"
+frames = "\u280b\u2819\u2839\u2838\u283c\u2834\u2826\u2827\u2807\u280f" if utf8 else "|/-\\"
+start, pending, n = time.monotonic(), b"", 0
+def draw(text):
+    global n
+    s = int(time.monotonic() - start)
+    line = f"{text} {s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"[:max(width - 3, 1)]
+    frame = f"\r\x1b[2K\x1b[32m{frames[n % len(frames)]}\x1b[0m {line}"
+    os.write(2, frame.encode("utf-8" if utf8 else "ascii", "replace"))
+    n += 1
+text = ""
+while True:
+    if select.select([0], [], [], 0.1)[0]:
+        data = os.read(0, 65536)
+        if not data:
+            break
+        *lines, pending = (pending + data).split(b"\n")
+        for each in lines:  # every step drawn, however quickly the next one follows
+            text = each.decode("utf-8", "replace")
+            draw(text)
+        if lines:
+            continue
+    draw(text)
+os.write(2, b"\r\x1b[2K")
+"""
 
 
 def step(text: str) -> None:

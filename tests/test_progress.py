@@ -1,0 +1,36 @@
+"""d500.progress's spinner turns while the command's interpreter is held (a framework's import,
+a long call into C: TensorFlow's import stood rich's spinner thread still for 3-5 s), draws every
+step, and leaves its line clear."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from tests.cli.test_start_progress import on_terminal, screen
+
+HELD = """
+import sys, time
+from d500 import progress
+with progress.shown("title"):
+    progress.step("quick")
+    progress.step("held")
+    sys.setswitchinterval(30)  # no other thread of this process runs until the loop ends
+    end = time.monotonic() + 2
+    while time.monotonic() < end:
+        pass
+sys.stderr.write("after\\n")
+"""
+
+
+def test_the_spinner_turns_while_the_interpreter_is_held(tmp_path):
+    started = time.monotonic()
+    code, err = on_terminal([sys.executable, "-c", HELD], {**os.environ, "COLUMNS": "120"},
+                            tmp_path)
+    assert code == 0, err
+    assert time.monotonic() - started < 30
+    assert "title: quick" in err, err  # drawn, though the next step followed at once
+    held = err.count("title: held")
+    assert held >= 5, err  # a frame every 0.1 s of the 2 s; a thread drew one at most
+    assert [line for line in screen(err) if line.strip()] == ["after"], err
