@@ -3,10 +3,12 @@ DeformConv (traced, through grid sampling); NonMaxSuppression is a shared host o
 
 from __future__ import annotations
 
+import functools
+
 import jax.numpy as jnp
 import numpy as np
 
-from d500.backends import host_ops
+from d500.backends import deform, host_ops
 from d500.backends.graph import registry
 from d500.backends.jax.core import NotStatic, static
 from d500.backends.jax.image import grid_sample
@@ -45,33 +47,11 @@ def RoiAlign(node, x, rois, batch_indices):
     return jnp.stack(outs) if outs else jnp.zeros((0, c, *pooled), x.dtype)
 
 
+_DEFORM = deform.Kit(asarray=lambda a, like: a, stack=jnp.stack,
+                     sample=lambda feature, grid: grid_sample(feature, grid, "linear", "zeros", 1),
+                     matmul=functools.partial(jnp.matmul, precision="highest"))
+
+
 @op
 def DeformConv(node, x, w, offset, b=None, mask=None):
-    n, c, height, width = x.shape
-    out_c, group_c, kh, kw = w.shape
-    group = node.attr("group", 1)
-    off_groups = node.attr("offset_group", 1)
-    sh, sw = node.attr("strides") or [1, 1]
-    dh, dw = node.attr("dilations") or [1, 1]
-    pt, pl, _, _ = node.attr("pads") or [0, 0, 0, 0]
-    oh, ow = offset.shape[2:]
-    k = kh * kw
-    off = offset.reshape(n, off_groups, k, 2, oh, ow)
-    ki = np.repeat(np.arange(kh), kw) * dh
-    kj = np.tile(np.arange(kw), kh) * dw
-    base_y = (np.arange(oh) * sh - pt).reshape(1, 1, 1, oh, 1)
-    base_x = (np.arange(ow) * sw - pl).reshape(1, 1, 1, 1, ow)
-    y = base_y + ki.reshape(1, 1, k, 1, 1) + off[:, :, :, 0]  # n, groups, k, oh, ow
-    xs = base_x + kj.reshape(1, 1, k, 1, 1) + off[:, :, :, 1]
-    gy = 2 * y / max(height - 1, 1) - 1
-    gx = 2 * xs / max(width - 1, 1) - 1
-    grid = jnp.stack([gx, gy], -1).reshape(n * off_groups, k * oh, ow, 2)
-    feature = x.reshape(n * off_groups, c // off_groups, height, width)
-    sampled = grid_sample(feature, grid, "linear", "zeros", 1)
-    sampled = sampled.reshape(n, off_groups, c // off_groups, k, oh, ow)
-    if mask is not None:
-        sampled = sampled * mask.reshape(n, off_groups, 1, k, oh, ow)
-    cols = sampled.reshape(n, group, group_c * k, oh * ow)
-    out = jnp.matmul(w.reshape(group, out_c // group, group_c * k), cols, precision="highest")
-    out = out.reshape(n, out_c, oh, ow)
-    return out if b is None else out + b.reshape(1, -1, 1, 1)
+    return deform.deform_conv(_DEFORM, node, x, w, offset, b, mask)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from d500.backends import host_ops
+from d500.backends import deform, host_ops
 from d500.backends.graph import registry
 
 OPS, op = registry()
@@ -34,34 +34,14 @@ def RoiAlign(node, x, rois, batch_indices):
     return torch.stack(outs) if outs else x.new_zeros(0, c, *pooled)
 
 
+_DEFORM = deform.Kit(
+    asarray=lambda a, like: torch.as_tensor(a, device=like.device), stack=torch.stack,
+    sample=lambda feature, grid: torch.nn.functional.grid_sample(
+        feature, grid.to(feature.dtype), mode="bilinear", padding_mode="zeros",
+        align_corners=True),
+    matmul=torch.matmul)
+
+
 @op
 def DeformConv(node, x, w, offset, b=None, mask=None):
-    n, c, height, width = x.shape
-    out_c, group_c, kh, kw = w.shape
-    group = node.attr("group", 1)
-    off_groups = node.attr("offset_group", 1)
-    sh, sw = node.attr("strides") or [1, 1]
-    dh, dw = node.attr("dilations") or [1, 1]
-    pt, pl, _, _ = node.attr("pads") or [0, 0, 0, 0]
-    oh, ow = offset.shape[2:]
-    k = kh * kw
-    off = offset.reshape(n, off_groups, k, 2, oh, ow)
-    ki = torch.arange(kh, device=x.device).repeat_interleave(kw) * dh
-    kj = torch.arange(kw, device=x.device).repeat(kh) * dw
-    base_y = (torch.arange(oh, device=x.device) * sh - pt).reshape(1, 1, 1, oh, 1)
-    base_x = (torch.arange(ow, device=x.device) * sw - pl).reshape(1, 1, 1, 1, ow)
-    y = base_y + ki.reshape(1, 1, k, 1, 1) + off[:, :, :, 0]  # n, groups, k, oh, ow
-    xs = base_x + kj.reshape(1, 1, k, 1, 1) + off[:, :, :, 1]
-    gy = 2 * y / max(height - 1, 1) - 1
-    gx = 2 * xs / max(width - 1, 1) - 1
-    grid = torch.stack([gx, gy], -1).reshape(n * off_groups, k * oh, ow, 2).to(x.dtype)
-    feature = x.reshape(n * off_groups, c // off_groups, height, width)
-    sampled = torch.nn.functional.grid_sample(feature, grid, mode="bilinear",
-                                              padding_mode="zeros", align_corners=True)
-    sampled = sampled.reshape(n, off_groups, c // off_groups, k, oh, ow)
-    if mask is not None:
-        sampled = sampled * mask.reshape(n, off_groups, 1, k, oh, ow)
-    cols = sampled.reshape(n, group, group_c * k, oh * ow)
-    out = torch.matmul(w.reshape(group, out_c // group, group_c * k), cols)
-    out = out.reshape(n, out_c, oh, ow)
-    return out if b is None else out + b.reshape(1, -1, 1, 1)
+    return deform.deform_conv(_DEFORM, node, x, w, offset, b, mask)
