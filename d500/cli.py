@@ -193,6 +193,14 @@ def seed(text: str) -> int:
     return int(text)
 
 
+def run_id(text: str) -> int:
+    """argparse type of a ledger run's id (`train --resume RUN`): an integer >= 1."""
+    if not text.strip().isdecimal() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a run id (an integer >= 1, as `d500 ledger "
+                                         f"list` shows them), got {text!r}")
+    return int(text)
+
+
 # The commands whose ranks work together under mpiexec -n K; any other ran K times over, side by
 # side (mpiexec -n 2 d500 net bench recorded two benchmarks, each timed beside the other).
 UNDER_MPI = ("train", "tune", "scale", "benchmark")  # benchmark: a script that takes it

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from d500.cli import count, seed, stdout_console
+from d500.cli import count, run_id, seed, stdout_console
 from d500.errors import CheckFailed, UsageError
 from d500.training.console import (
     configure_threads,
@@ -40,7 +40,7 @@ def main(argv: list[str], prog: str = "d500 train") -> int:
     from d500.training.resume import every
     p.add_argument("--checkpoint-every", type=every, metavar="K",
                    help="write a checkpoint every K epochs under the run's folder")
-    p.add_argument("--resume", type=int, metavar="RUN",
+    p.add_argument("--resume", type=run_id, metavar="RUN",
                    help="continue the killed or interrupted run RUN from its last checkpoint")
     args = p.parse_args(argv)
     from d500.distributed import cli as distributed

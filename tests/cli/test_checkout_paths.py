@@ -1,6 +1,7 @@
-"""A checkout's paths typed outside it (`d500 train levels/2-training/digits-mlp.yaml`,
-`--submission submissions/sgd-momentum`, as the README shows them, from another folder): the one
-line says where it looked and that d500's own workload or example entry is found by its name."""
+"""A new user's paths and run ids: a checkout's paths typed outside it (`d500 train
+levels/2-training/digits-mlp.yaml`, `--submission submissions/sgd-momentum`, as the README shows
+them, from another folder) say where d500 looked and that its own workload or example entry is
+found by its name; `--resume` says what a run id is."""
 
 from __future__ import annotations
 
@@ -40,3 +41,16 @@ def test_a_missing_file_of_no_shipped_name_says_only_that(tmp_path):
                          env={**os.environ, "D500_HOME": str(tmp_path / "home")})
     assert out.returncode == 2 and out.stderr.strip().endswith(
         "my-entry/: no such entry (a folder holding submission.yaml, or that file)"), out.stderr
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "1.5"])
+def test_resume_names_what_a_run_id_is(tmp_path, value):
+    """argparse's own 'invalid int value' said nothing of what --resume takes."""
+    out = subprocess.run([sys.executable, "-m", "d500.cli", "train", "digits-mlp",
+                          "--submission", "sgd-momentum", "--resume", value],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
+                         env={**os.environ, "D500_HOME": str(tmp_path / "home")})
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert f"--resume: expected a run id (an integer >= 1, as `d500 ledger list` shows them), " \
+        f"got '{value}'" in out.stderr, out.stderr
+    assert not (tmp_path / "home").exists()  # refused as the command line is read
