@@ -290,8 +290,11 @@ def main(argv: list[str], prog: str) -> int:
         hint = did_you_mean(unknown[0], names)
         raise UsageError(f"unknown operator(s) {', '.join(unknown)}: not ONNX operators known "
                          f"to onnx {onnx.__version__}" + (f" ({hint})" if hint else ""))
-    backends.get(args.backend)  # not installed: said before the suite is built
-    tests = select(args.op)
+    from d500 import progress
+    with progress.shown(prog):  # a terminal sees the framework's import (TensorFlow 3-5 s) and
+        backends.get(args.backend)  # the suite's reading; not installed: said before the suite
+        progress.step("reading onnx's node tests (built once, then cached)")
+        tests = select(args.op)
     if args.op and not tests:
         raise UsageError(f"no node test exercises operator(s) {', '.join(args.op)}")
     from d500.conformance_runs import record

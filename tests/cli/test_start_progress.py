@@ -116,3 +116,16 @@ def test_mpiexec_train_shows_rank_0s_steps_where_mpiexec_is_on_a_terminal(tmp_pa
     assert piped.returncode == 2 and len(lines) == 2, piped.stderr
     assert all("did you mean 'digits-mlp'?" in line for line in lines), piped.stderr
     assert "\x1b" not in piped.stderr
+
+
+def test_conformance_names_the_framework_it_loads_on_a_terminal(tmp_path):
+    """Its bar began once the framework had loaded (TensorFlow: 3-5 s of nothing before)."""
+    from tests.helpers import seed_node_tests
+    seed_node_tests(tmp_path)
+    env = {**os.environ, "D500_HOME": str(tmp_path), "COLUMNS": "200"}
+    code, err = on_terminal([*D500, "conformance", "--backend", "onnxruntime", "--op", "Relu"],
+                            env, tmp_path)
+    assert code == 0, err
+    for step in ("d500 conformance: loading onnxruntime",
+                 "d500 conformance: reading onnx's node tests"):
+        assert step in err, err
