@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +98,7 @@ def _check(args: Any) -> int:
     feeds = (inputs.load_npz(args.inputs, model) if args.inputs
              else inputs.make(model, args.seed, dims=inputs.parse_dims(args.dim)))
     recorder = None if args.no_record else Recorder(recorded, workload=f"check:{path.stem}")
-    with _status(not args.json) as status:
+    with _status(not args.json, "d500 net check") as status:
         report = check(model, feeds, names, model_name=str(path),
                        seed=None if args.inputs else args.seed, rtol=args.rtol,
                        progress=lambda b: status(f"running {path.name} on {b}" if b else ""),
@@ -172,7 +171,7 @@ def _bench(args: Any) -> int:
     backends.host_plugins()  # a third-party backend runs in a host (d500.networks.hosted)
     workload = workloads.load(workloads.find(args.workload))
     names = backend_list(args.backends)
-    with _status(not args.json) as status:  # threads set after the model's checks
+    with _status(not args.json, "d500 net bench") as status:  # threads set after the model's checks
         result = bench(workload, names, budget=args.budget, progress=status,
                        configure=lambda: threads.configure(args.threads,
                                                            threads.frameworks(names)))
@@ -245,23 +244,22 @@ def _list() -> int:
 # ------------------------------------------------------------------ progress
 
 class _status:
-    """A rich spinner with a changing description on stderr (silent when `show` is false)."""
+    """d500.progress's spinner with a changing description on stderr, `title` before it (silent
+    when `show` is false; rich's own stood still while TensorFlow loaded)."""
 
-    def __init__(self, show: bool):
-        self.show = show and sys.stderr.isatty()
-        self._status = None
+    def __init__(self, show: bool, title: str):
+        import contextlib
+
+        from d500 import progress
+        self._shown = progress.shown(title) if show else contextlib.nullcontext()
 
     def __enter__(self):
-        if self.show:
-            from rich.console import Console
-            self._status = Console(stderr=True).status("")
-            self._status.__enter__()
+        self._shown.__enter__()
         return self
 
     def __call__(self, text: str) -> None:
-        if self._status is not None:
-            self._status.update(text)
+        from d500 import progress
+        progress.step(text)
 
     def __exit__(self, *exc: object) -> None:
-        if self._status is not None:
-            self._status.__exit__(*exc)
+        self._shown.__exit__(*exc)

@@ -129,3 +129,18 @@ def test_conformance_names_the_framework_it_loads_on_a_terminal(tmp_path):
     for step in ("d500 conformance: loading onnxruntime",
                  "d500 conformance: reading onnx's node tests"):
         assert step in err, err
+
+
+def test_net_check_names_the_framework_it_loads_on_a_terminal(tmp_path):
+    """Its own rich spinner stood still while TensorFlow loaded, and said only the backend."""
+    import onnx
+
+    from d500.builders import build
+    onnx.save(build("mlp", input_shape=[1, 8, 8]), tmp_path / "mlp.onnx")
+    env = {**os.environ, "D500_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
+    code, err = on_terminal([*D500, "net", "check", "mlp.onnx", "--backends",
+                             "reference,onnxruntime"], env, tmp_path)
+    assert code == 0, err
+    for step in ("d500 net check: running mlp.onnx on reference",
+                 "d500 net check: loading onnxruntime"):
+        assert step in err, err
