@@ -227,6 +227,8 @@ def _checked(args: Any, world: int) -> tuple[Any, Any, Any]:
     from d500.training.console import resolve
     from d500.training.trainer import preflight
     workload, entry = resolve(args)
+    from d500.training.cli import seed_count
+    seed_count(args, workload)  # --seeds N within the workload's, before any framework loads
     if workload.level != 3:
         if world > 1:  # said before the backend's framework loads (torch: 5-9 s)
             raise UsageError(f"{workload.path}: '{workload.name}' is a level-2 workload: it "
