@@ -7,7 +7,7 @@ Prints the median time from keep() called to keep() returned in the entry's proc
 kind, and their difference; the kind this kernel permits (a kernel refusing the namespace runs
 the subreaper in both). `--hide`: instead, the namespace's split with the results directory
 hidden (a $D500_HOME of a ledger file and a run's folder, made for the measurement) against the
-same split with it read-only only (`children._hide_home` skipped).
+same split with it read-only only (`children._skeleton` and `_hide_home` skipped).
 
     .venv/bin/python benchmarks/keeper.py [--pairs 10] [--hide]
 """
@@ -30,15 +30,21 @@ def _split(queue, namespace: bool, hide: bool = True) -> None:
     from d500 import children
     if not namespace:
         children._isolated = lambda *_: False
-    cover, took = children._hide_home, []
+    took: list[float] = []
 
-    def timed(*args):  # (in the process that splits: the kept side inherits `took`)
-        t = time.perf_counter()
-        done = cover(*args)
-        took.append(time.perf_counter() - t)
-        return done
+    def timed(step):  # (in the process that splits: the kept side inherits `took`)
+        def run(*args):
+            t = time.perf_counter()
+            done = step(*args)
+            took.append(time.perf_counter() - t)
+            return done
+        return run
 
-    children._hide_home = timed if hide else (lambda *_: True)
+    if hide:
+        children._skeleton = timed(children._skeleton)
+        children._hide_home = timed(children._hide_home)
+    else:
+        children._skeleton = lambda *_: None
     t = time.perf_counter()  # CLOCK_MONOTONIC: one clock for every PID namespace
     kind = children.keep()
     queue.put((kind, time.perf_counter() - t, sum(took)))
@@ -67,7 +73,8 @@ def hiding(pairs: int) -> None:
         print(f"keeper kind: {kind}")
         print(f"split, median of {pairs}: results directory hidden {hidden * 1e3:.2f} ms, "
               f"read-only only {shown * 1e3:.2f} ms, difference {(hidden - shown) * 1e3:+.2f} ms;"
-              f" the cover itself (children._hide_home) {statistics.median(covers) * 1e3:.3f} ms")
+              f" the cover itself (children._skeleton and _hide_home) "
+              f"{statistics.median(covers) * 1e3:.3f} ms")
 
 
 def main() -> None:

@@ -34,7 +34,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -272,7 +272,9 @@ def _isolated(shown: Any = ()) -> bool:
     """A new PID namespace for this process's next child: root's (CAP_SYS_ADMIN), else in a
     user namespace of its own that maps this user to itself, where the kernel allows one
     (unprivileged user namespaces); False where neither is permitted. Its mounts: `_read_only`'s
-    (`shown`: `keep`'s)."""
+    (`shown`: `keep`'s), what they need made first (`_skeleton`: root without capabilities, a
+    rank's child, may not map itself in a user namespace, and one with no user mapped creates
+    no file)."""
     import ctypes
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -280,8 +282,9 @@ def _isolated(shown: Any = ()) -> bool:
         return False
     newpid, newuser, newns = 0x20000000, 0x10000000, 0x00020000
     if libc.unshare(newpid | newns) == 0:
-        _read_only(libc, shown)
+        _read_only(libc, _skeleton(shown))
         return True
+    skeleton = _skeleton(shown)  # (before: in the user namespace this user may be unmapped)
     uid, gid = os.geteuid(), os.getegid()
     if libc.unshare(newuser | newpid | newns) != 0:
         return False
@@ -292,27 +295,27 @@ def _isolated(shown: Any = ()) -> bool:
                 f.write(text)
     except OSError:
         pass  # unmapped: the user reads as the overflow id inside, files stay this user's
-    _read_only(libc, shown)
+    _read_only(libc, skeleton)
     return True
 
 
-def _read_only(libc: Any, shown: Any = ()) -> bool:
+def _read_only(libc: Any, skeleton: tuple[str, list[str]] | None = None) -> bool:
     """In a mount namespace of this process's own, the files an entry's process may write: the
     temporary folder (tempfile.gettempdir()), devices, /proc and the results directory's cache
     (`writable()`); every other mount is made read-only, and `protected()` is bound read-only
     onto itself (it may lie in the temporary folder), so that the entry's code cannot write
     what a judge reads later: the ledger, d500's code, its Python (a .pth file that every
     later interpreter runs), the system's libraries and /etc (a root entry wrote
-    /etc/ld.so.preload, which every later process loads). The working directory is re-entered
-    through the new mounts (the old one reached the writable mount by relative paths). The
+    /etc/ld.so.preload, which every later process loads). The
     namespace is first made a slave of the one it came from, or nothing is mounted (a bind in
     a shared tree would propagate to the judge's). Once the entry is confined it may not
     unmount them, nor in a user namespace of its own (the kernel locks mounts inherited from
     a more privileged namespace, and refuses to bind a mount whose children are locked
-    without them). Then the results directory is hidden (`_hide_home`), but for `writable()`
-    and the folders `shown` (read-only). The working directory is re-entered last: where it
-    lay in a folder now hidden, its nearest folder still seen (the old one reached under the
-    cover by relative paths). False where a step was refused."""
+    without them). Then the results directory is hidden (`_hide_home`, with `skeleton`:
+    `_skeleton`'s) but for `writable()` and the entry's folder (read-only). The working
+    directory is re-entered last, through the new mounts (the old one reached the writable
+    mount, or under the cover, by relative paths): where it lay in a folder now hidden, its
+    nearest folder still seen. False where a step was refused."""
     import tempfile
     rec, slave, bind, remount, rdonly = 0x4000, 0x80000, 0x1000, 0x20, 0x1
     if libc.mount(None, b"/", None, rec | slave, None) != 0:
@@ -334,20 +337,17 @@ def _read_only(libc: Any, shown: Any = ()) -> bool:
 
     from d500.paths import enter_entry_cache
     done, temp = True, os.path.realpath(tempfile.gettempdir())  # (it tries a write: first)
-    shown = [os.path.realpath(p) for p in shown if os.path.isdir(p)]
-    for path in writable():
-        try:
-            os.makedirs(path, exist_ok=True)
-            enter_entry_cache(path)  # this process's caches (d500.paths.cache)
-        except OSError:
-            done = False
+    for path in writable():  # (made by `_skeleton`)
+        enter_entry_cache(path)  # this process's caches (d500.paths.cache)
+        done &= os.path.isdir(path)
     for path in _mounts():
         if not _under(path, "/proc") and not _under(path, "/sys") and not _under(path, "/dev"):
             done &= view(path, rdonly, again=False)
     for path, mode in ([(temp, 0)] + [(p, rdonly) for p in protected()] +
                        [(p, 0) for p in writable()]):
         done &= view(path, mode)
-    done &= _hide_home(libc, [temp, *_code(path=True), *shown, *writable()])
+    if skeleton is not None:
+        done &= _hide_home(libc, skeleton, view)
     try:
         where = os.getcwd()
     except OSError:
@@ -361,49 +361,70 @@ def _read_only(libc: Any, shown: Any = ()) -> bool:
     return done
 
 
-def _hide_home(libc: Any, needed: list[str]) -> bool:
-    """Cover the results directory ($D500_HOME) with an empty read-only tmpfs, then bind back
-    into it, at their own paths, the folders of `needed` that lie in it (each as `_read_only`
-    made it: the entries' cache writable, the entry's own folder and any of d500's code or
-    Python read-only): what an entry's process needs to run. Each is opened before the cover
-    and bound from its descriptor. Nothing else of it is seen: not the ledger, the MLLOGs, the
-    checkpoints, the judges' caches (their Inductor kernels, the ONNX node tests' pickle, the
-    peak FLOP/s, the token caches, generated models: a level-1 host is sent a model that lies
-    there as bytes, d500.networks.hosted), nor the packages and reproductions of other entries.
-    A needed folder that is the results directory itself leaves it seen (read-only). Undone
-    (the directory read-only, as before) where a step is refused; True where nothing needed
-    hiding."""
+def _skeleton(shown: Any = ()) -> tuple[str, list[str]] | None:
+    """Before the split's namespaces: the folders an entry's process needs that lie in the
+    results directory ($D500_HOME), each to be bound back into the cover that hides the rest
+    (`_hide_home`), and that cover: a folder of the judges' cache, cache/cover/KEY (KEY: the
+    digest of those folders' paths), holding an empty folder at each one's path, made now
+    (with the entries' cache, `writable()`). The folders: the entries' cache, the entry's own
+    (`shown`, where its files lie there: `d500 reproduce` writes them there), any of d500's
+    code, its Python, sys.path or the temporary folder. None where the results directory is
+    missing (nothing to hide), is itself one of them, or the cover cannot be made."""
+    import hashlib
+    import tempfile
+    for path in writable():
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError:
+            pass
     home = os.path.realpath(os.path.expanduser(_home()))
     if not os.path.isdir(home):
-        return True
-    needed = sorted({os.path.realpath(p) for p in needed if p})
+        return None
+    needed = sorted({os.path.realpath(p) for p in [tempfile.gettempdir(), *_code(path=True),
+                                                   *shown, *writable()]
+                     if p and os.path.isdir(p)})
     if home in needed:
-        return False
+        return None
     back: list[str] = []
     for path in needed:
-        if _under(path, home) and not any(_under(path, p) for p in back) and os.path.isdir(path):
+        if _under(path, home) and not any(_under(path, p) for p in back):
             back.append(path)
-    nosuid, nodev, noexec, bind, rec, remount, rdonly = 0x2, 0x4, 0x8, 0x1000, 0x4000, 0x20, 0x1
-    where = os.fsencode(home)
-    opened = []
+    inside = [os.path.relpath(p, home) for p in back]
+    cover = os.path.join(home, "cache", "cover",
+                         hashlib.sha256("\0".join(inside).encode()).hexdigest()[:16])
     try:
-        opened = [os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for p in back]
-        if libc.mount(b"tmpfs", where, b"tmpfs", nosuid | nodev | noexec,
-                      b"mode=0755,size=64k") != 0:
+        for path in [cover, *(os.path.join(cover, p) for p in inside)]:
+            os.makedirs(path, exist_ok=True)
+    except OSError:
+        return None
+    return cover, back
+
+
+def _hide_home(libc: Any, skeleton: tuple[str, list[str]], view: Callable[..., bool]) -> bool:
+    """Cover the results directory ($D500_HOME) with `_skeleton`'s cover, read-only (`view`:
+    `_read_only`'s), then bind back into it, at their own paths, the folders it names (each as
+    `_read_only` made it: the entries' cache writable, the entry's own folder and any of d500's
+    code or Python read-only), each from a descriptor opened before the cover. Nothing else of
+    it is seen: not the ledger, the MLLOGs, the checkpoints, the judges' caches (their Inductor
+    kernels, the ONNX node tests' pickle, the peak FLOP/s, the token caches, generated models: a
+    level-1 host is sent a model that lies there as bytes, d500.networks.hosted), nor the
+    packages and reproductions of other entries. Undone (the directory read-only, as before)
+    where a step is refused."""
+    cover, back = skeleton
+    home = os.path.realpath(os.path.expanduser(_home()))
+    bind, rec = 0x1000, 0x4000
+    opened: list[int] = []
+    try:
+        opened = [os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for p in [cover, *back]]
+        if libc.mount(f"/proc/self/fd/{opened[0]}".encode(), os.fsencode(home), None,
+                      bind | rec, None) != 0:
             return False
-        done = True
-        for fd, path in zip(opened, back):
-            try:
-                os.makedirs(path, exist_ok=True)  # (in the tmpfs: its mount point)
-            except OSError:
-                done = False
-                break
-            done &= libc.mount(f"/proc/self/fd/{fd}".encode(), os.fsencode(path), None,
-                               bind | rec, None) == 0
-        done = done and libc.mount(None, where, None, remount | bind | rdonly | nosuid | nodev
-                                   | noexec, None) == 0
+        done = view(home, 0x1, again=False)  # MS_RDONLY
+        for fd, path in zip(opened[1:], back):
+            done = done and libc.mount(f"/proc/self/fd/{fd}".encode(), os.fsencode(path), None,
+                                       bind | rec, None) == 0
         if not done:
-            libc.umount2(where, 2)  # MNT_DETACH: its folders bound back with it
+            libc.umount2(os.fsencode(home), 2)  # MNT_DETACH: what was bound back with it
         return done
     except OSError:
         return False
