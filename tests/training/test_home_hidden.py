@@ -74,7 +74,7 @@ class Peek(Optimizer):
 '''
 
 
-@pytest.mark.slow  # (a real run of 3 epochs, a checkpoint after each: ~10 s)
+@pytest.mark.slow  # (a real run of 2 epochs, a checkpoint after the first: ~10 s)
 @pytest.mark.skipif(sys.platform != "linux", reason="mount namespaces are Linux's")
 def test_the_entry_reads_nothing_of_the_results_directory(home, tmp_path, monkeypatch):
     read = tmp_path / "read.jsonl"
@@ -82,16 +82,17 @@ def test_the_entry_reads_nothing_of_the_results_directory(home, tmp_path, monkey
     ledger = Ledger()
     (home / "reproduce").mkdir()
     entry = entries.entry(home / "reproduce", PEEK, "Peek", name="peek")
-    result = entries.run(entry, epochs=3, ledger=ledger, checkpoints=resume.Checkpoints(1))
+    result = entries.run(entry, epochs=2, ledger=ledger, checkpoints=resume.Checkpoints(1))
     assert result.status in ("succeeded", "missed"), result.error
     run = ledger.get(result.run_id)
     looks = [json.loads(line) for line in read.read_text().splitlines()]
-    assert len(looks) >= 3, looks  # it looked in every epoch
+    assert len(looks) >= 2, looks  # it looked in every epoch
     # the judge recorded evaluations and checkpoints meanwhile (what there was to read)
-    assert len(run["evaluations"]) == 3 and len(run["details"]["checkpoints"]) == 2
+    assert len(run["evaluations"]) == 2 and len(run["details"]["checkpoints"]) == 1
     for found in looks:
-        # (before: 152 kB of ledger at its first look, validation accuracies 0.807 then 0.867
-        # in its copy from the second epoch on, the MLLOG and the checkpoints listed)
+        # (before: 152 kB of ledger at its first look, the first epoch's validation accuracy
+        # in its copy in the second epoch, 0.807 and 0.827 in two tries, the MLLOG and the
+        # checkpoint listed)
         assert found["ledger_bytes"] == 0 and found["evaluations"] == [], found
         assert found["listed"] == ["cache", "reproduce"], found  # its cache's, its own folder's
         assert found["files"] and all(f.startswith(("cache/entries/", "reproduce/entry/"))
