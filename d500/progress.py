@@ -97,7 +97,10 @@ def watched() -> int | None:
     """The width of the terminal a person watches this process's stderr on, None where none
     does: stderr itself, or for an MPI rank (rank 0 only: the others print only errors) the
     terminal of the launcher that forwards the rank's stderr through a pipe (`mpiexec -n 2
-    d500 train` said nothing for 9 s at load 4, while both ranks loaded torch)."""
+    d500 train` said nothing for 9 s at load 4, while both ranks loaded torch). A dumb
+    terminal (TERM=dumb: Emacs' shell) moves no cursor, so it is shown nothing."""
+    if os.environ.get("TERM") == "dumb":
+        return None
     if sys.stderr.isatty():
         return _columns(sys.stderr.fileno())
     from d500.distributed.launch import launcher_rank

@@ -34,3 +34,10 @@ def test_the_spinner_turns_while_the_interpreter_is_held(tmp_path):
     held = err.count("title: held")
     assert held >= 5, err  # a frame every 0.1 s of the 2 s; a thread drew one at most
     assert [line for line in screen(err) if line.strip()] == ["after"], err
+
+
+def test_a_dumb_terminal_gets_no_spinner(tmp_path):
+    """TERM=dumb (Emacs' shell) shows escapes as text: the spinner's would fill the screen."""
+    code, err = on_terminal([sys.executable, "-c", HELD.replace("+ 2", "+ 0.3")],
+                            {**os.environ, "TERM": "dumb"}, tmp_path)
+    assert code == 0 and err == "after\r\n", err
