@@ -411,3 +411,17 @@ def output_to_numpy(t: onnx.TypeProto | None, value: Any,
             return [convert(v, elem) for v in value]
         return convert(value, inner)
     return convert(value, t)
+
+
+def as_declared(a: np.ndarray, t: onnx.TypeProto | None) -> np.ndarray:
+    """A numeric output in the NumPy dtype its declared tensor type names (as it is where the
+    type declares none, or one NumPy lacks)."""
+    if t is not None and t.HasField("tensor_type") and t.tensor_type.elem_type and (
+            a.dtype.kind != "O"):
+        try:
+            want = helper.tensor_dtype_to_np_dtype(t.tensor_type.elem_type)
+        except (KeyError, ValueError):
+            return a
+        if a.dtype != want:
+            a = a.astype(want)
+    return np.asarray(a)

@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from d500.backends.base import Backend, Executable, output_to_numpy, to_numpy
+from d500.backends.base import Backend, Executable, as_declared, output_to_numpy, to_numpy
 from d500.backends.graph import Program
 from d500.backends.jax.core import is_tracer
 from d500.backends.jax.framework import FRAMEWORK
@@ -328,15 +328,7 @@ class JaxExecutable(Executable):
         a = np.asarray(value)
         if a.dtype.kind in "SU":
             return a.astype(object)
-        if t is not None and t.HasField("tensor_type") and t.tensor_type.elem_type and (
-                a.dtype.kind != "O"):
-            try:
-                want = helper.tensor_dtype_to_np_dtype(t.tensor_type.elem_type)
-            except (KeyError, ValueError):
-                return a
-            if a.dtype != want:
-                a = a.astype(want)
-        return np.asarray(a)
+        return as_declared(a, t)
 
 
 class JaxBackend(Backend):

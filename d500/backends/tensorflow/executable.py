@@ -17,7 +17,7 @@ import onnx
 import tensorflow as tf
 from onnx import helper
 
-from d500.backends.base import Backend, Executable, output_to_numpy, to_numpy
+from d500.backends.base import Backend, Executable, as_declared, output_to_numpy, to_numpy
 from d500.backends.graph import Program
 from d500.backends.tensorflow.core import SHAPE_INPUTS, plain, tensor
 from d500.backends.tensorflow.framework import FRAMEWORK, start_xla
@@ -239,14 +239,7 @@ class TensorFlowExecutable(Executable):
         if a.dtype.kind in "SO":
             return np.vectorize(lambda b: b.decode() if isinstance(b, bytes) else b,
                                 otypes=[object])(a) if a.size else a.astype(object)
-        if t is not None and t.HasField("tensor_type") and t.tensor_type.elem_type:
-            try:
-                want = helper.tensor_dtype_to_np_dtype(t.tensor_type.elem_type)
-            except (KeyError, ValueError):
-                return a
-            if a.dtype != want:
-                a = a.astype(want)
-        return np.asarray(a)
+        return as_declared(a, t)
 
 
 def _to_tensor(value: Any) -> Any:
