@@ -273,8 +273,10 @@ def _isolated(shown: Any = ()) -> bool:
     user namespace of its own that maps this user to itself, where the kernel allows one
     (unprivileged user namespaces); False where neither is permitted. Its mounts: `_read_only`'s
     (`shown`: `keep`'s), what they need made first (`_skeleton`: root without capabilities, a
-    rank's child, may not map itself in a user namespace, and one with no user mapped creates
-    no file)."""
+    rank's child, may not map itself in a user namespace (Linux 5.12+: mapping uid 0 needs
+    CAP_SETFCAP), and with no user mapped it creates no file in a filesystem mounted there, a
+    tmpfs: EOVERFLOW; on the host's, its cache and the temporary folder, it still writes, the
+    files root's)."""
     import ctypes
     try:
         libc = ctypes.CDLL(None, use_errno=True)

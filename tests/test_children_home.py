@@ -3,10 +3,12 @@ it is shown (d500.children.keep's `_hide_home`): before, its mount namespace mad
 read-only and the entry's code read the ledger, the MLLOGs and the checkpoints (a real run:
 tests/training/test_home_hidden.py). Not by a path relative to a working directory that lay
 there, nor from a user and mount namespace of its own, detaching the cover or binding "/" alone
-to reach under it. Also where the process splitting was confined already (a level-2 worker or
-the optimizer probe started by an MPI rank): root without capabilities may not map itself in
-the user namespace it then takes, and a user namespace with no user mapped creates no file (the
-cover's mount points: the first version of the cover hid nothing there)."""
+to reach under it. Also where the process splitting was confined already (the optimizer probe
+started by a level-3 rank; `mpiexec d500 tune`'s ranks are not confined, and their level-2
+workers split with root's capabilities): root without capabilities may not map itself in
+the user namespace it then takes, and with no user mapped it creates no file in a filesystem
+mounted there (EOVERFLOW: the first version's tmpfs cover could not hold its mount points and hid
+nothing), though it writes its cache on the host's (below)."""
 
 from __future__ import annotations
 
