@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax.numpy as jnp
 from jax import lax
 from onnx import TensorProto as T
 
+from d500.backends import quantize
 from d500.backends.graph import registry
 from d500.backends.jax import dtypes
 from d500.backends.jax.conv import Conv
@@ -112,23 +115,17 @@ def DequantizeLinear(node, x, scale, zero=None):
     return dtypes.cast(_CastNode(node), y, target)
 
 
-_INT_RANGE = {T.UINT8: (0, 255), T.INT8: (-128, 127), T.UINT16: (0, 65535),
-              T.INT16: (-32768, 32767), T.UINT4: (0, 15), T.INT4: (-8, 7)}
-if hasattr(T, "UINT2"):
-    _INT_RANGE.update({T.UINT2: (0, 3), T.INT2: (-2, 1)})
-
-
 @op
 def QuantizeLinear(node, x, scale, zero=None):
     axis, block = node.attr("axis", 1), node.attr("block_size", 0)
     target = out_type(node) or (in_type(node, 2) if zero is not None else T.UINT8)
     s = _scale_shape(x, scale, axis, block).astype(jnp.float32)
     y = x.astype(jnp.float32) / s
-    if target in _INT_RANGE:
+    if target in quantize.INT_RANGE:
         y = jnp.round(y)
         if zero is not None:
             y = y + _scale_shape(x, zero, axis, block).astype(jnp.float32)
-        low, high = _INT_RANGE[target]
+        low, high = quantize.INT_RANGE[target]
         return dtypes.cast(_CastNode(node), jnp.clip(y, low, high), target)
     if zero is not None:
         y = y + _scale_shape(x, zero, axis, block).astype(jnp.float32)
@@ -153,27 +150,8 @@ def DynamicQuantizeLinear(node, x):
     return (jnp.clip(y, 0, 255).astype(jnp.uint8), scale, zero.astype(jnp.uint8))
 
 
-@op
-def QLinearMatMul(node, a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero):
-    f = jnp.float64
-    af = (a.astype(f) - a_zero.astype(f)) * a_scale.astype(f)
-    bf = (b.astype(f) - _scale_shape(b, b_zero, -1, 0).astype(f)) * \
-        _scale_shape(b, b_scale, -1, 0).astype(f)
-    y = jnp.round(jnp.matmul(af, bf, precision=_HIGHEST) / y_scale.astype(f)) + y_zero.astype(f)
-    low, high = _INT_RANGE[out_type(node) or T.UINT8]
-    return jnp.clip(y, low, high).astype(y_zero.dtype)
-
-
-@op
-def QLinearConv(node, x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, bias=None):
-    f = jnp.float64
-    xf = (x.astype(f) - x_zero.astype(f)) * x_scale.astype(f)
-    wf = (w.astype(f) - _scale_shape(w, w_zero, 0, 0).astype(f)) * \
-        _scale_shape(w, w_scale, 0, 0).astype(f)
-    b = None
-    if bias is not None:
-        b = bias.astype(f) * (x_scale.astype(f) * w_scale.astype(f))
-    y = jnp.round(plain(Conv(node, xf, wf, b)) / y_scale.astype(f)) + y_zero.astype(f)
-    low, high = _INT_RANGE[out_type(node) or T.UINT8]
-    return jnp.clip(y, low, high).astype(y_zero.dtype)
-
+OPS.update(quantize.table(quantize.Kit(
+    f64=lambda x: x.astype(jnp.float64), scale_shape=_scale_shape,
+    matmul=functools.partial(jnp.matmul, precision=_HIGHEST),
+    conv=lambda node, x, w, b: plain(Conv(node, x, w, b)), round=jnp.round, clip=jnp.clip,
+    like=lambda y, ref: y.astype(ref.dtype), out_type=out_type)))

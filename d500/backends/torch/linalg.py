@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from onnx import TensorProto as T
 
+from d500.backends import quantize
 from d500.backends.graph import registry
 from d500.backends.torch import dtypes
 from d500.backends.torch.conv import Conv
@@ -122,23 +123,17 @@ def DequantizeLinear(node, x, scale, zero=None):
     return dtypes.cast(y, target)
 
 
-_INT_RANGE = {T.UINT8: (0, 255), T.INT8: (-128, 127), T.UINT16: (0, 65535),
-              T.INT16: (-32768, 32767), T.UINT4: (0, 15), T.INT4: (-8, 7)}
-if hasattr(T, "UINT2"):
-    _INT_RANGE.update({T.UINT2: (0, 3), T.INT2: (-2, 1)})
-
-
 @op
 def QuantizeLinear(node, x, scale, zero=None):
     axis, block = node.attr("axis", 1), node.attr("block_size", 0)
     target = out_type(node) or (in_type(node, 2) if zero is not None else T.UINT8)
     s = _scale_shape(x, scale, axis, block).to(torch.float32)
     y = x.to(torch.float32) / s
-    if target in _INT_RANGE:
+    if target in quantize.INT_RANGE:
         y = torch.round(y)
         if zero is not None:
             y = y + _scale_shape(x, zero, axis, block).to(torch.float32)
-        low, high = _INT_RANGE[target]
+        low, high = quantize.INT_RANGE[target]
         return y.clamp(low, high).to(dtypes.storage(target))
     if zero is not None:
         y = y + _scale_shape(x, zero, axis, block).to(torch.float32)
@@ -159,24 +154,7 @@ def DynamicQuantizeLinear(node, x):
             torch.tensor(zero, dtype=torch.uint8, device=x.device))
 
 
-@op
-def QLinearMatMul(node, a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero):
-    af = (a.to(torch.float64) - a_zero.to(torch.float64)) * a_scale.to(torch.float64)
-    bf = (b.to(torch.float64) - _scale_shape(b, b_zero, -1, 0).to(torch.float64)) * \
-        _scale_shape(b, b_scale, -1, 0).to(torch.float64)
-    y = torch.round(torch.matmul(af, bf) / y_scale.to(torch.float64)) + y_zero.to(torch.float64)
-    low, high = _INT_RANGE[out_type(node) or T.UINT8]
-    return y.clamp(low, high).to(y_zero.dtype)
-
-
-@op
-def QLinearConv(node, x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, bias=None):
-    xf = (x.to(torch.float64) - x_zero.to(torch.float64)) * x_scale.to(torch.float64)
-    wf = (w.to(torch.float64) - _scale_shape(w, w_zero, 0, 0).to(torch.float64)) * \
-        _scale_shape(w, w_scale, 0, 0).to(torch.float64)
-    b = None
-    if bias is not None:
-        b = bias.to(torch.float64) * (x_scale.to(torch.float64) * w_scale.to(torch.float64))
-    y = torch.round(Conv(node, xf, wf, b) / y_scale.to(torch.float64)) + y_zero.to(torch.float64)
-    low, high = _INT_RANGE[out_type(node) or T.UINT8]
-    return y.clamp(low, high).to(y_zero.dtype)
+OPS.update(quantize.table(quantize.Kit(
+    f64=lambda x: x.to(torch.float64), scale_shape=_scale_shape, matmul=torch.matmul,
+    conv=Conv, round=torch.round, clip=torch.clamp, like=lambda y, ref: y.to(ref.dtype),
+    out_type=out_type)))
