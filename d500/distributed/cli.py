@@ -225,7 +225,7 @@ def _checked(args: Any, world: int) -> tuple[Any, Any, Any]:
     from d500 import backends
     from d500.distributed import spec as specs
     from d500.training.console import resolve
-    from d500.training.trainer import preflight
+    from d500.training.trainer import within_rules
     workload, entry = resolve(args)
     from d500.training.cli import seed_count
     seed_count(args, workload)  # --seeds N within the workload's, before any framework loads
@@ -257,11 +257,23 @@ def _checked(args: Any, world: int) -> tuple[Any, Any, Any]:
         raise UsageError(f"{entry.path}: the {spec.scheme} baseline is torch's own "
                          f"({spec.scheme.upper()}): run it with --backend torch, not "
                          f"{args.backend}")
-    preflight(workload, global_recipe, args.backend, args.data)  # the recipe (its precision:
-    if args.checkpoint_every or args.resume is not None:  # fp32) checked, then the framework
+    within_rules(workload, global_recipe, args.data)  # the recipe (fp32), before the ledger
+    if args.checkpoint_every or args.resume is not None:
         from d500.distributed.resuming import check
-        check(spec, entry, args.backend, workload)
+        check(spec, entry, args.backend, workload)  # a scheme that cannot checkpoint
     return workload, entry, spec
+
+
+def _loaded(args: Any, workload: Any, entry: Any, world: int) -> None:
+    """The checks that load the backend's framework (d500.training.trainer.preflight: the
+    framework and the model, after the rules `_checked` made), made once rank 0 found seeds to
+    run."""
+    import dataclasses
+
+    from d500.training.trainer import preflight
+    global_recipe = dataclasses.replace(entry.recipe, batch_size=workload.global_batch(
+        entry.recipe.batch_size, world))
+    preflight(workload, global_recipe, args.backend, args.data)
 
 
 def _run(args: Any, world: Any, workload: Any, entry: Any, spec: Any,
@@ -269,14 +281,12 @@ def _run(args: Any, world: Any, workload: Any, entry: Any, spec: Any,
     """The level-3 runs on this rank; `starting` (rank 0's steps on a terminal) closed once
     the first run opens, before its bar."""
     from d500 import progress
-    from d500.distributed import faults
+    from d500.distributed import agreement, faults
     from d500.distributed.comm import Communicator
     from d500.distributed.trainer import Job, judges
     from d500.distributed.trainer import train as train_run
     from d500.training.console import configure_threads, line
 
-    progress.step("counting the idle cores")
-    configure_threads(args)  # after the checks every rank agreed on; each rank its core share
     rank, size = world.Get_rank(), world.Get_size()
     limit = faults.limit()
     comm = Communicator(world if size > 1 else None)
@@ -295,10 +305,17 @@ def _run(args: Any, world: Any, workload: Any, entry: Any, spec: Any,
     if isinstance(seeds, D500Error):
         raise seeds
     job.checkpoint_every = world.bcast(job.checkpoint_every, root=0)
-    if rank == 0 and not seeds:
+    if not seeds:  # said before any rank loads the framework (torch: 4-9 s), as nothing runs
         starting.close()  # its line, not the spinner's
-        from d500.training.cli import done_line
-        done_line(workload, args)
+        if rank == 0:
+            from d500.training.cli import done_line
+            done_line(workload, args)
+            if args.json:
+                print("[]")
+        return 0
+    agreement.together(world, lambda: _loaded(args, workload, entry, size))
+    progress.step("counting the idle cores")
+    configure_threads(args)  # after the checks every rank agreed on; each rank its core share
     if rank == 0:
         job.group = f"mpi {iso(time.time())} {socket.gethostname()}:{os.getpid()}"
     results = []

@@ -158,22 +158,28 @@ def preflight(workload: Workload, recipe: Recipe, backend: str, data_dir: str | 
     return ready(workload, recipe, backend, data_dir, seed=0)[0]
 
 
+def within_rules(workload: Workload, recipe: Recipe, data_dir: str | None) -> None:
+    """`preflight`'s checks that load no framework: the recipe inside the workload's rules
+    (level 3: a fixed batch, fp32), the dataset's files present."""
+    from d500.training.data.dataset import check_present
+    if workload.level == 3 and recipe.batch_schedule is not None:
+        raise UsageError(f"{recipe.where}: level 3 trains at a fixed global batch (so far); "
+                         f"field 'batch_schedule' grows the batch at level 2")
+    recipe.check(workload)
+    if workload.level == 3 and recipe.precision != "fp32":
+        raise UsageError(f"{recipe.where}: level 3 trains in fp32 only (so far); precision "
+                         f"{recipe.precision} trains at level 2")
+    check_present(workload.dataset, data_dir)
+
+
 def ready(workload: Workload, recipe: Recipe, backend: str, data_dir: str | None, seed: int
           ) -> tuple[Any, Any]:
     """`preflight`'s checks with the model of the run of `seed` built and checked: (the backend
     class, the model), so that a run builds its model once."""
     from d500 import backends
-    from d500.training.data.dataset import check_present
     from d500.training.trainable import trainable_model
 
-    if workload.level == 3 and recipe.batch_schedule is not None:
-        raise UsageError(f"{recipe.where}: level 3 trains at a fixed global batch (so far); "
-                         f"field 'batch_schedule' grows the batch at level 2")
-    recipe.check(workload)
-    if workload.level == 3 and recipe.precision != "fp32":  # before the framework loads
-        raise UsageError(f"{recipe.where}: level 3 trains in fp32 only (so far); precision "
-                         f"{recipe.precision} trains at level 2")
-    check_present(workload.dataset, data_dir)
+    within_rules(workload, recipe, data_dir)
     backend_cls = backends.get(backend)
     if not getattr(backend_cls, "trainable", True):
         raise D500Error(f"backend '{backend}' cannot train (inference only); choose one of "

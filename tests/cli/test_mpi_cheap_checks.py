@@ -1,7 +1,7 @@
 """`mpiexec -n 2 d500 train` of a level-3 entry refuses what its files and the command line
 already say before any rank loads a framework: a precision level 3 does not train in (bf16: both
 ranks imported torch first, 4-9 s under load), torch's own baseline on another backend, a
---seeds count the workload does not have."""
+--seeds count the workload does not have, a --resume RUN rank 0's ledger does not hold."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ CODE = ("import sys; from d500.cli import main; rc = main(sys.argv[1:]); "
     (["--submission", "ddp-baseline", "--backend", "jax"], "run it with --backend torch"),
     (["--submission", "sync", "--seeds", "9"], "--seeds must be 1 to 3"),
     (["--submission", "sync", "--seed", "5", "--seeds", "1"], "give --seed or --seeds, not both"),
+    (["--submission", "sync", "--resume", "99"], "no run 99 in the ledger"),  # rank 0's ledger
 ])
 def test_refused_before_a_framework_loads(tmp_path, args, words):
     done = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, "-c", CODE, "train",
