@@ -318,6 +318,15 @@ def roi_samples(roi, scale, pooled, shape, ratio, half_pixel):
     return pos, weights, gh * gw
 
 
+def roi_align(node, hw: tuple[int, int]) -> tuple[tuple[int, int], Callable]:
+    """A RoiAlign node's (output height, width) and its sampler over an (h, w) image: one
+    region's box -> roi_samples by the node's scale, sampling ratio and coordinate mode."""
+    pooled = (node.attr("output_height", 1), node.attr("output_width", 1))
+    scale, ratio = node.attr("spatial_scale", 1.0), node.attr("sampling_ratio", 0)
+    half = node.attr("coordinate_transformation_mode", "half_pixel") == "half_pixel"
+    return pooled, lambda roi: roi_samples(roi, scale, pooled, hw, ratio, half)
+
+
 def table(io: Io) -> dict[str, Any]:
     """These ops bound to a backend's `io`, keyed as a backend's op table keys them."""
     ops = {"": (StringConcat, RegexFullMatch, StringSplit, StringNormalizer, TfIdfVectorizer,

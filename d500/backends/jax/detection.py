@@ -26,15 +26,13 @@ def _host(x, what: str) -> np.ndarray:
 @op
 def RoiAlign(node, x, rois, batch_indices):
     """Average or max of bilinear samples per bin, at the shared sampling grid of each region."""
-    pooled = (node.attr("output_height", 1), node.attr("output_width", 1))
-    scale, ratio = node.attr("spatial_scale", 1.0), node.attr("sampling_ratio", 0)
-    half = node.attr("coordinate_transformation_mode", "half_pixel") == "half_pixel"
     n, c, h, w = x.shape
+    pooled, samples = host_ops.roi_align(node, (h, w))
     data = x.reshape(n, c, h * w)
     outs = []
     for roi, b in zip(_host(rois, "rois").tolist(),
                       _host(batch_indices, "batch indices").reshape(-1).tolist()):
-        pos, weights, count = host_ops.roi_samples(roi, scale, pooled, (h, w), ratio, half)
+        pos, weights, count = samples(roi)
         if count == 0:
             outs.append(jnp.zeros((c, *pooled), x.dtype))
             continue

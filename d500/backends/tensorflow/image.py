@@ -192,15 +192,13 @@ def RoiAlign(node, x, rois, batch_indices):
     regions, batch = static(rois), static(batch_indices)
     if regions is None or batch is None:
         raise node.unsupported("the regions must be known when the graph is traced")
-    pooled = (node.attr("output_height", 1), node.attr("output_width", 1))
-    scale, ratio = node.attr("spatial_scale", 1.0), node.attr("sampling_ratio", 0)
-    half = node.attr("coordinate_transformation_mode", "half_pixel") == "half_pixel"
     mode = node.attr("mode", "avg")
     n, c, h, w = x.shape.as_list()
+    pooled, samples = host_ops.roi_align(node, (h, w))
     data = tf.reshape(x, [n, c, h * w])
     outs = []
     for roi, b in zip(regions, np.asarray(batch).reshape(-1)):
-        pos, weights, count = host_ops.roi_samples(roi, scale, pooled, (h, w), ratio, half)
+        pos, weights, count = samples(roi)
         if count == 0:
             outs.append(tf.zeros([c, *pooled], x.dtype))
             continue
