@@ -118,17 +118,23 @@ def behind_terminal() -> int | None:
     return _launcher_terminal()
 
 
+# the MPI launchers whose own stderr is the terminal a rank's output is forwarded to
+LAUNCHERS = ("mpiexec", "mpiexec.hydra", "mpirun", "orterun", "prterun", "srun")
+
+
 @functools.cache
 def _launcher_terminal() -> int | None:
-    """The width of the terminal behind the pipes this process's stderr goes through: the
-    first ancestor (hydra's proxy, then mpiexec) whose stderr is no pipe, where it is a
-    terminal; None otherwise, or where /proc does not say (not Linux, another user's, or a
-    confined rank: d500.children.confine; so asked once, before, and kept)."""
-    pid = os.getpid()
-    for _ in range(8):  # a rank, its keeper and waiter, hydra's proxy, mpiexec
+    """The width of the terminal the MPI launcher's own stderr is: the launcher found among
+    this process's ancestors (a rank, its keeper and waiter, hydra's proxy, mpiexec) by name;
+    None where its stderr is no terminal (a test capturing mpiexec's output from a pytest at a
+    terminal), or where /proc does not say (not Linux, another user's, or a confined rank:
+    d500.children.confine; so asked once, before, and kept)."""
+    pid = os.getppid()
+    for _ in range(8):
         try:
-            link = os.readlink(f"/proc/{pid}/fd/2")
-            if not link.startswith("pipe:"):
+            with open(f"/proc/{pid}/comm") as comm:
+                name = comm.read().strip()
+            if name in LAUNCHERS:
                 fd = os.open(f"/proc/{pid}/fd/2", os.O_WRONLY | os.O_NOCTTY)
                 try:
                     return _columns(fd) if os.isatty(fd) else None

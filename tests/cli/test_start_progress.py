@@ -144,3 +144,22 @@ def test_net_check_names_the_framework_it_loads_on_a_terminal(tmp_path):
     for step in ("d500 net check: running mlp.onnx on reference",
                  "d500 net check: loading onnxruntime"):
         assert step in err, err
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(not MPIEXEC.exists(), reason="no mpiexec beside Python")
+def test_only_mpiexecs_own_terminal_counts(tmp_path):
+    """mpiexec's output captured by a program at a terminal (a test run with `pytest -s`) is no
+    terminal: the ranks draw nothing into it (the first ancestor whose stderr was no pipe was
+    that program's terminal). mpiexec at the terminal itself: rank 0 draws, rank 1 does not."""
+    ask = ("import sys; from d500 import progress; "
+           "sys.stderr.write(f'{progress.behind_terminal()} {progress.watched()}\\n')")
+    ranks = [str(MPIEXEC), "-n", "2", sys.executable, "-c", ask]
+    nested = (f"import subprocess, sys; out = subprocess.run({ranks!r}, capture_output=True, "
+              f"text=True); sys.stderr.write(out.stderr)")
+    code, err = on_terminal([sys.executable, "-c", nested], dict(os.environ), tmp_path)
+    assert code == 0 and sorted(err.split()) == ["None"] * 4, err
+    code, err = on_terminal(ranks, dict(os.environ), tmp_path)
+    widths = sorted(err.split())  # each rank: the terminal's width (80 where it says none)
+    assert code == 0 and widths[-1] == "None" and widths[:3] == [widths[0]] * 3, err
+    assert widths[0].isdigit(), err
