@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 
 _report: ContextVar[Callable[[str], None] | None] = ContextVar("progress_step", default=None)
+DRAWER_WAIT = 5.0  # s a block's end waits for the drawer to erase its line, then erases it
 
 
 @contextlib.contextmanager
@@ -48,9 +49,13 @@ def shown(title: str) -> Iterator[None]:
         with lock, contextlib.suppress(OSError, ValueError):
             drawer.stdin.close()  # the drawer erases its line and ends: the next line is clear
         try:
-            drawer.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            drawer.kill()
+            drawer.wait(timeout=DRAWER_WAIT)
+        except subprocess.TimeoutExpired:  # a drawer starved of the CPU: this line erases
+            drawer.kill()                 # what it drew last
+            drawer.wait()
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.write("\r\x1b[2K")
+                sys.stderr.flush()
 
 
 # The drawer: each line on stdin is the text to show, drawn at once; a frame every 0.1 s, cut

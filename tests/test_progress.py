@@ -41,3 +41,22 @@ def test_a_dumb_terminal_gets_no_spinner(tmp_path):
     code, err = on_terminal([sys.executable, "-c", HELD.replace("+ 2", "+ 0.3")],
                             {**os.environ, "TERM": "dumb"}, tmp_path)
     assert code == 0 and err == "after\r\n", err
+
+
+STOPPED = """
+import os, signal, sys
+from d500 import progress
+progress.DRAWER_WAIT = 0.3
+with progress.shown("title"):
+    progress.step("drawn")
+    import time; time.sleep(0.5)
+    kids = open(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read().split()
+    os.kill(int(kids[0]), signal.SIGSTOP)  # a drawer that never gets the CPU again
+sys.stderr.write("after\\n")
+"""
+
+
+def test_a_drawer_that_never_ends_is_killed_and_its_line_erased(tmp_path):
+    code, err = on_terminal([sys.executable, "-c", STOPPED], dict(os.environ), tmp_path)
+    assert code == 0 and "title: drawn" in err, err
+    assert [line for line in screen(err) if line.strip()] == ["after"], err
