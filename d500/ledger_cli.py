@@ -113,7 +113,8 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
             text = export(runs, args.format)
             if args.out:
                 write_output(args.out, text)
-                print(f"wrote {len(runs)} runs to {args.out}", file=sys.stderr)
+                print(f"wrote {len(runs)} run{'' if len(runs) == 1 else 's'} to {args.out}",
+                      file=sys.stderr)
             else:
                 sys.stdout.write(text)
         elif args.command == "verify":

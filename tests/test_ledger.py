@@ -332,7 +332,11 @@ def test_cli_list_show_export(home, tmp_path):
     jsonl = cli("ledger", "export", "--format", "jsonl", home=home).stdout.splitlines()
     assert [json.loads(line)["submission"] for line in jsonl] == ["a", "b"]
     out = tmp_path / "all.json"
-    assert cli("ledger", "export", "--out", str(out), home=home).returncode == 0  # by its name
+    wrote = cli("ledger", "export", "--out", str(out), home=home)
+    assert wrote.returncode == 0 and wrote.stderr == f"wrote 2 runs to {out}\n"  # by its name
+    one = cli("ledger", "export", "--level", "0", "--out", str(tmp_path / "a.csv"),
+              home=home)
+    assert one.stderr == f"wrote 1 run to {tmp_path / 'a.csv'}\n"  # not "1 runs"
     everything = json.loads(out.read_text())
     assert everything[0]["figures"]["gflops"] == 10.0
     assert everything[1]["evaluations"][0]["metrics"] == {"val_accuracy": 0.1}
