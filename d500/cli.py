@@ -47,8 +47,10 @@ def _with_hint(parser: argparse.ArgumentParser, message: str) -> str:
     elif message.startswith("unrecognized arguments: "):
         given = [a.split("=")[0] for a in message.split(": ", 1)[1].split()]
         options = _options(parser)  # another subcommand's own option is no typo: no hint
-        hint = next(filter(None, (_closest_option(arg, options) for arg in given
-                                  if arg.startswith("--") and arg not in options)), "")
+        named = _command_options(parser, getattr(parser, "_given", []))
+        hint = next(filter(None, (_synonym(arg, named) for arg in given)), "")
+        hint = hint or next(filter(None, (_closest_option(arg, options) for arg in given
+                                          if arg.startswith("--") and arg not in options)), "")
         hint = hint or _before_command(parser, given, getattr(parser, "_given", []))
         positionals = _positionals(parser, getattr(parser, "_given", []))
         name = next((a[2:] for a in given if a[2:] in positionals), None)
@@ -92,6 +94,31 @@ def _closest_option(arg: str, options: list[str]) -> str:
     they all share made '--model' look near '--rtol')."""
     from d500.errors import did_you_mean
     return did_you_mean(arg.lstrip("-"), [o[2:] for o in options]).replace("'", "'--", 1)
+
+
+# Options a person reaches for -> what d500 calls them, by command (the first the command
+# takes): `d500 check P --key K.pub` was told only 'unrecognized arguments'
+SYNONYMS = {"key": ("trust", "sign"), "pubkey": ("trust",), "public-key": ("trust",),
+            "private-key": ("sign",), "signing-key": ("sign",)}
+
+
+def _synonym(arg: str, options: list[str]) -> str:
+    """"did you mean '--trust'?" where `arg` names by another word an option of `options`."""
+    for name in SYNONYMS.get(arg.split("=")[0].lstrip("-"), ()) if arg.startswith("--") else ():
+        if f"--{name}" in options:
+            return f"did you mean '--{name}'?"
+    return ""
+
+
+def _command_options(parser: argparse.ArgumentParser, given: list[str]) -> list[str]:
+    """The long options of `parser` and of the subcommands named in `given`, nested."""
+    found = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                if name in given:
+                    found += _command_options(sub, given)
+    return found
 
 
 def _positionals(parser: argparse.ArgumentParser, given: list[str]) -> dict[str, str]:

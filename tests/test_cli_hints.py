@@ -27,7 +27,12 @@ from tests.test_cli import d500, one_line_exit_2
     (["train", "--workload", "digits-mlp", "--submission", "sgd-momentum"],
      ["--workload (the workload goes without '--workload': d500 train WORKLOAD ...)"]),
     (["net", "check", "--model", "m.onnx"],
-     ["--model (the model goes without '--model': d500 net check MODEL ...)"])])
+     ["--model (the model goes without '--model': d500 net check MODEL ...)"]),
+    # another word for an option: the one the command takes
+    (["check", "x.d500", "--key", "me.pub"],
+     ["unrecognized arguments: --key me.pub (did you mean '--trust'?)"]),
+    (["package", "sgd-momentum", "--out", "x.d500", "--key", "me.key"],
+     ["unrecognized arguments: --key me.key (did you mean '--sign'?)"])])
 def test_a_mistyped_name_gets_the_closest(args, words, tmp_path):
     import os
     one_line_exit_2(d500(*args, env={**os.environ, "D500_HOME": str(tmp_path)}), *words)
