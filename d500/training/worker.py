@@ -485,9 +485,22 @@ def main(conn: Any) -> None:
         except (OSError, ValueError):
             pass
     finally:  # nothing of the worker's outlives it: skip the interpreter's teardown (torch's
-        sys.stdout.flush()  # took ~0.8 s of every run)
+        sys.stdout.flush()  # took ~0.8 s of every run), not its named semaphores' unlinking
         sys.stderr.flush()
+        _unlink_semaphores()
         os._exit(0)
+
+
+def _unlink_semaphores() -> None:
+    """Run what multiprocessing runs first at a process's exit (its finalizers of priority 0 and
+    up, os._exit skips them): a SemLock's unlinks its named semaphore. torch.fx's tqdm makes one
+    (tqdm's RLock) when torch:compiled compiles, and an entry may make its own; left, each ended
+    in a "leaked semaphore" warning of multiprocessing's resource tracker when d500 exited."""
+    from multiprocessing import util
+    try:
+        util._run_finalizers(0)
+    except Exception:  # noqa: BLE001 - an entry's finalizer failing must not keep the worker
+        pass
 
 
 def _diverged(losses: Any) -> bool:
