@@ -226,6 +226,7 @@ def keep(forward: bool = False, shown: Any = ()) -> str:
         if os.getppid() != waiter:  # it died before the line above
             os._exit(1)
         _split(forward=True, orphaned=True)
+        _code_read_only()  # (the entry's code runs here: d500's and Python's files read-only)
         return "subreaper"
     isolated = _isolated(shown)
     if not isolated and os.environ.get("D500_DEBUG") == "1":
@@ -481,6 +482,39 @@ def protected() -> list[str]:
         if not any(_under(path, p) for p in paths):
             paths.append(path)
     return paths
+
+
+def _code_read_only() -> bool:
+    """An MPI rank (keep(forward=True)), where the kernel permits (root): a mount namespace of
+    its own, no PID namespace, in which d500's code and its Python (`_code`) are read-only, so
+    that no rank's entry code rewrites a module the level-3 judge, rank 0's child, imports
+    after it ran (a patched lm.py had the judge evaluate on training windows) or that a later
+    run imports; $D500_HOME stays writable (the judge writes the ledger there). False where
+    refused: then the rank writes what its user can (README)."""
+    import ctypes
+    rec, slave, bind, remount, rdonly = 0x4000, 0x80000, 0x1000, 0x20, 0x1
+    home = os.path.realpath(os.path.expanduser(_home()))
+    code = sorted({os.path.realpath(p) for p in _code()})
+    code = [p for i, p in enumerate(code) if not any(_under(p, q) for q in code[:i])]
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if any(_under(home, p) for p in code):
+            os.makedirs(home, exist_ok=True)  # (the judge makes it later: no longer writable)
+        if libc.unshare(0x20000) != 0:  # CLONE_NEWNS
+            return False
+    except (OSError, AttributeError):
+        return False
+
+    def view(path: str, mode: int) -> bool:
+        where = os.fsencode(path)
+        return (libc.mount(where, where, None, bind | rec, None) == 0 and
+                libc.mount(None, where, None, remount | bind | mode, None) == 0)
+
+    done = libc.mount(None, b"/", None, rec | slave, None) == 0
+    done = done and all([view(p, rdonly) for p in code])
+    if done and any(_under(home, p) for p in code):
+        done = view(home, 0)
+    return done
 
 
 def _code(path: bool = False) -> list[str]:
