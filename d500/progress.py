@@ -107,7 +107,7 @@ def watched() -> int | None:
     if os.environ.get("TERM") == "dumb":
         return None
     if sys.stderr.isatty():
-        return _columns(sys.stderr.fileno())
+        return _terminal_width(sys.stderr.fileno())
     from d500.distributed.launch import launcher_rank
     width = behind_terminal()
     return width if launcher_rank() in (None, 0) else None
@@ -142,7 +142,7 @@ def _launcher_terminal() -> int | None:
             if name in LAUNCHERS:
                 fd = os.open(f"/proc/{pid}/fd/2", os.O_WRONLY | os.O_NOCTTY)
                 try:
-                    return _columns(fd) if os.isatty(fd) else None
+                    return _terminal_width(fd) if os.isatty(fd) else None
                 finally:
                     os.close(fd)
             with open(f"/proc/{pid}/stat") as stat:
@@ -154,7 +154,7 @@ def _launcher_terminal() -> int | None:
     return None
 
 
-def _columns(fd: int) -> int:
+def _terminal_width(fd: int) -> int:
     """The width of the terminal open as `fd` (80 where it does not say)."""
     try:
         return os.get_terminal_size(fd).columns or 80
