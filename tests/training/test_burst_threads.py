@@ -6,8 +6,9 @@ same attack passed there, README "What a worker's threads use"). Each process's 
 its threads, the ended ones too, to the nanosecond (d500.children.cpu_seconds), so the slack is
 d500.training.cpu.SLACK_S, 0.01 CPU s at that wait, and the attack fails. The attack, performed
 on a real 'd500 train --threads 1': an optimizer whose first update starts three threads, each
-hashing (the GIL released) in ~2 ms bursts until it has spent its share of 40 CPU ms, then
-ending. Measured beside the old meter (README): 1.82-1.88, failed; the old one 1.81, passed."""
+hashing (the GIL released) in ~2 ms bursts until it has spent its share of 0.4 CPU s, then
+ending (40 CPU ms while the slack was SLACK_S alone, which failed honest short runs: NOISE_S).
+Measured beside the old meter (README, 40 CPU ms): 1.82-1.88, failed; the old one 1.81, passed."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ class Burst(Optimizer):
 
     def update(self, ops, params, grads, state, lr, t):
         if not STARTED:
-            STARTED.extend(threading.Thread(target=burn, args=(0.04 / 3,), daemon=True)
+            STARTED.extend(threading.Thread(target=burn, args=(0.4 / 3,), daemon=True)
                            for _ in range(3))
             for one in STARTED:
                 one.start()
