@@ -47,7 +47,7 @@ def _with_hint(parser: argparse.ArgumentParser, message: str) -> str:
     elif message.startswith("unrecognized arguments: "):
         given = [a.split("=")[0] for a in message.split(": ", 1)[1].split()]
         options = _options(parser)  # another subcommand's own option is no typo: no hint
-        named = _command_options(parser, getattr(parser, "_given", []))
+        named = _options(parser, getattr(parser, "_given", []))
         hint = next(filter(None, (_synonym(arg, named) for arg in given)), "")
         hint = hint or next(filter(None, (_closest_option(arg, options) for arg in given
                                           if arg.startswith("--") and arg not in options)), "")
@@ -110,17 +110,6 @@ def _synonym(arg: str, options: list[str]) -> str:
     return ""
 
 
-def _command_options(parser: argparse.ArgumentParser, given: list[str]) -> list[str]:
-    """The long options of `parser` and of the subcommands named in `given`, nested."""
-    found = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                if name in given:
-                    found += _command_options(sub, given)
-    return found
-
-
 def _positionals(parser: argparse.ArgumentParser, given: list[str]) -> dict[str, str]:
     """name -> prog of the positional arguments (`workload`, `model`) of the parser and of the
     subcommand named in `given`."""
@@ -135,13 +124,15 @@ def _positionals(parser: argparse.ArgumentParser, given: list[str]) -> dict[str,
     return found
 
 
-def _options(parser: argparse.ArgumentParser) -> list[str]:
-    """Every long option of `parser` and of its subcommands' parsers."""
+def _options(parser: argparse.ArgumentParser, given: list[str] | None = None) -> list[str]:
+    """Every long option of `parser` and of its subcommands' parsers (`given`: of those named
+    there only, nested)."""
     found = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                found += _options(sub)
+            for name, sub in action.choices.items():
+                if given is None or name in given:
+                    found += _options(sub, given)
     return found
 
 
