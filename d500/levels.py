@@ -100,6 +100,7 @@ class Level:
     number: int
     name: str  # "operators", "networks", ...
     folder: str  # its folder in the rulebook, e.g. "0-operators"
+    noun: str = "workload"  # what its workloads are called (level 0's: cases, as `--case` says)
     commands: ClassVar[dict[str, Command]] = {}
 
     @property
@@ -122,7 +123,7 @@ class Level:
     def find(self, name_or_path: str) -> Path:
         """A workload file by path, file stem or `name:` in this level's rulebook folder."""
         from d500.workload import find
-        return find(name_or_path, self.rulebook(), self.number)
+        return find(name_or_path, self.rulebook(), self.number, self.noun)
 
     def entries(self) -> list[Path]:
         """The example submission folders (submissions/) whose `level:` is this level."""

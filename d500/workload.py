@@ -272,18 +272,20 @@ def model_source(model: Mapping[str, Any], path: Path, sources: Sequence[str]) -
     return given[0]
 
 
-def find(name_or_path: str, folder: Path, level: int) -> Path:
-    """A workload file by path, or by file stem or `name:` field among `folder`'s files."""
+def find(name_or_path: str, folder: Path, level: int, noun: str = "workload") -> Path:
+    """A workload file by path, or by file stem or `name:` field among `folder`'s files; a
+    mistake names it by the level's own word for its workloads (`noun`: level 0's are cases)."""
     if not str(name_or_path).strip():  # Path('') is '.', which said '.: no such workload file'
-        raise ConfigError(f"the workload is empty: give a level-{level} workload's name or file "
+        raise ConfigError(f"the {noun} is empty: give a level-{level} {noun}'s name or file "
                           f"(in {folder})")
     p = Path(name_or_path)
     if p.is_file():
         return p
     if p.suffix in (".yaml", ".yml") and not p.exists():
         shipped = folder / p.name  # levels/1-networks/X.yaml typed outside a checkout
-        raise ConfigError(f"{p}: no such workload file" + (
-            f" in {Path.cwd()} (d500's own '{p.stem}' is found by its name: give {p.stem})"
+        raise ConfigError(f"{p}: no such {noun} file" + (
+            "" if p.is_absolute() else f" in {Path.cwd()}") + (
+            f" (d500's own '{p.stem}' is found by its name: give {p.stem})"
             if shipped.is_file() and not p.is_absolute() else ""))
     files = sorted(folder.glob("*.yaml"))
     for f in files:
@@ -297,16 +299,16 @@ def find(name_or_path: str, folder: Path, level: int) -> Path:
         if isinstance(data, Mapping) and data.get("name") == name_or_path:
             return f
     if p.exists():  # a folder (or a device), which said 'no such workload file'
-        raise ConfigError(f"{p}: a folder, where a level-{level} workload's file or name is "
+        raise ConfigError(f"{p}: a folder, where a level-{level} {noun}'s file or name is "
                           f"expected (in {folder})" if p.is_dir() else
-                          f"{p}: not a workload file")
+                          f"{p}: not a {noun} file")
     hint = did_you_mean(name_or_path, [f.stem for f in files])
     other = sorted(f for f in folder.parent.glob(f"[0-9]-*/{name_or_path}.yaml")
                    if f.parent != folder)  # train mlp-mnist: a level-1 workload's name
     if other:
         hint = f"{name_or_path} is a workload of another level: {other[0]}"
     known = ", ".join(f.stem for f in files)
-    raise ConfigError(f"no level-{level} workload named '{name_or_path}' (in {folder}: {known}"
+    raise ConfigError(f"no level-{level} {noun} named '{name_or_path}' (in {folder}: {known}"
                       f"{'; ' + hint if hint else ''})")
 
 

@@ -11,7 +11,7 @@ from d500.levels import Command, Context, Item, Level, Outcome, RunOptions, View
 
 
 class OperatorsLevel(Level):
-    number, name, folder = 0, "operators", "0-operators"
+    number, name, folder, noun = 0, "operators", "0-operators", "case"
     commands: ClassVar[dict[str, Command]] = {"op": Command("d500.operators.cli",
                               "level 0: validate and benchmark a custom operator")}
 

@@ -16,11 +16,15 @@ import pytest
     (["validate", "{op}", "--input-shape", "8,a,3"], "--input-shape '8,a,3'"),
     (["validate", "{op}", "--input-shape", "4", "--attr", "alpha"], "--attr 'alpha'"),
     (["validate", "{op}", "--attr", "alpha=1"], "--attr needs --input-shape"),
-    (["validate", "{op}", "--case", "no-such-case"], "no level-0 workload named 'no-such-case'")])
+    (["validate", "{op}", "--case", "no-such-case"], "no level-0 case named 'no-such-case'"),
+    # level 0 calls its workloads cases (`--case FILE.yaml`): a missing file is named so, in full
+    (["validate", "{op}", "--case", "nope.yaml"], "nope.yaml: no such case file in {dir}"),
+    (["validate", "{op}", "--case", "{dir}"], "{dir}: a folder, where a level-0 case's file")])
 def test_a_command_line_mistake_is_said_before_the_operator_loads(args, words, tmp_path):
     mark = tmp_path / "imported"
     (tmp_path / "my_op.py").write_text(f"open({str(mark)!r}, 'w').close()\n")
-    args = [a.format(op=f"{tmp_path / 'my_op.py'}:MyRelu") for a in args]
+    args = [a.format(op=f"{tmp_path / 'my_op.py'}:MyRelu", dir=tmp_path) for a in args]
+    words = words.format(dir=tmp_path)
     done = subprocess.run([sys.executable, "-m", "d500.cli", "op", *args], capture_output=True,
                           text=True, env={**os.environ, "D500_HOME": str(tmp_path / "home")},
                           cwd=tmp_path, timeout=120, check=False)
