@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 
 from d500.ledger import Ledger
+from tests.terminal import on_terminal
 from tests.test_leaderboard import ROOT, record, write_workload
 
 
@@ -19,28 +19,7 @@ def _run(args: list[str], env: dict, terminal: bool) -> tuple[int, str, str]:
         out = subprocess.run([sys.executable, "-m", "d500.cli", *args], capture_output=True,
                              text=True, env=env, cwd=ROOT, timeout=300, check=False)
         return out.returncode, out.stdout, out.stderr
-    master, slave = os.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "d500.cli", *args], stdout=subprocess.PIPE,
-                            stderr=slave, env=env, cwd=ROOT)
-    os.close(slave)
-    chunks: list[bytes] = []
-
-    def read() -> None:
-        while True:
-            try:
-                data = os.read(master, 65536)
-            except OSError:  # the last writer closed it
-                return
-            if not data:
-                return
-            chunks.append(data)
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    stdout = proc.communicate(timeout=300)[0].decode()
-    reader.join(timeout=30)
-    os.close(master)
-    return proc.returncode, stdout, b"".join(chunks).decode(errors="replace")
+    return on_terminal([sys.executable, "-m", "d500.cli", *args], env, ROOT, stdout=True)
 
 
 def test_the_leaderboard_shows_its_steps_on_a_terminal_only(tmp_path, monkeypatch):

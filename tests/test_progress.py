@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from tests.cli.test_start_progress import on_terminal, screen
+from tests.terminal import on_terminal, screen
 
 HELD = """
 import sys, time
@@ -26,8 +26,8 @@ sys.stderr.write("after\\n")
 
 def test_the_spinner_turns_while_the_interpreter_is_held(tmp_path):
     started = time.monotonic()
-    code, err = on_terminal([sys.executable, "-c", HELD], {**os.environ, "COLUMNS": "120"},
-                            tmp_path)
+    code, _, err = on_terminal([sys.executable, "-c", HELD], {**os.environ, "COLUMNS": "120"},
+                               tmp_path)
     assert code == 0, err
     assert time.monotonic() - started < 30
     assert "title: quick" in err, err  # drawn, though the next step followed at once
@@ -38,8 +38,8 @@ def test_the_spinner_turns_while_the_interpreter_is_held(tmp_path):
 
 def test_a_dumb_terminal_gets_no_spinner(tmp_path):
     """TERM=dumb (Emacs' shell) shows escapes as text: the spinner's would fill the screen."""
-    code, err = on_terminal([sys.executable, "-c", HELD.replace("+ 2", "+ 0.3")],
-                            {**os.environ, "TERM": "dumb"}, tmp_path)
+    code, _, err = on_terminal([sys.executable, "-c", HELD.replace("+ 2", "+ 0.3")],
+                               {**os.environ, "TERM": "dumb"}, tmp_path)
     assert code == 0 and err == "after\r\n", err
 
 
@@ -57,6 +57,6 @@ sys.stderr.write("after\\n")
 
 
 def test_a_drawer_that_never_ends_is_killed_and_its_line_erased(tmp_path):
-    code, err = on_terminal([sys.executable, "-c", STOPPED], dict(os.environ), tmp_path)
+    code, _, err = on_terminal([sys.executable, "-c", STOPPED], dict(os.environ), tmp_path)
     assert code == 0 and "title: drawn" in err, err
     assert [line for line in screen(err) if line.strip()] == ["after"], err

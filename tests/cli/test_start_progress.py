@@ -8,64 +8,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
+from tests.terminal import on_terminal, screen
+
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
 D500 = [sys.executable, "-m", "d500.cli"]
-
-
-def on_terminal(command: list[str], env: dict, cwd: Path) -> tuple[int, str]:
-    """`command` with its stderr on a pseudo-terminal (read as it comes): (exit code, stderr)."""
-    master, slave = os.openpty()
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=slave, env=env, cwd=cwd)
-    os.close(slave)
-    chunks: list[bytes] = []
-
-    def read() -> None:
-        while True:
-            try:
-                data = os.read(master, 65536)
-            except OSError:  # the last writer closed it
-                return
-            if not data:
-                return
-            chunks.append(data)
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    code = proc.wait(timeout=300)
-    reader.join(timeout=30)
-    os.close(master)
-    return code, b"".join(chunks).decode(errors="replace")
-
-
-def screen(text: str) -> list[str]:
-    """The lines a terminal shows after `text`: carriage returns, newlines, line erases and
-    cursor-ups applied (other escapes, colours, dropped)."""
-    import re
-    lines, row, col, i = [""], 0, 0, 0
-    while i < len(text):
-        escape = re.match(r"\x1b\[(\??)(\d*)([A-Za-z])", text[i:])
-        if escape:
-            if escape[3] == "K":
-                lines[row] = "" if escape[2] == "2" else lines[row][:col]
-            elif escape[3] == "A" and not escape[1]:
-                row = max(0, row - int(escape[2] or 1))
-            i += escape.end()
-            continue
-        char, i = text[i], i + 1
-        if char == "\r":
-            col = 0
-        elif char == "\n":
-            row, col = row + 1, 0
-            lines += [""] * (row + 1 - len(lines))
-        else:
-            line = lines[row].ljust(col)
-            lines[row], col = line[:col] + char + line[col + 1:], col + 1
-    return lines
 
 
 # fp16 is refused on a CPU once the backend's framework has loaded: the steps before are shown
@@ -75,7 +25,7 @@ FP16 = ["--precision", "fp16"]
 def test_train_names_the_framework_it_loads_on_a_terminal(tmp_path):
     env = {**os.environ, "D500_HOME": str(tmp_path), "COLUMNS": "200"}
     args = ["train", "digits-mlp", "--submission", "sgd-momentum", *FP16]
-    code, err = on_terminal([*D500, *args], env, tmp_path)
+    code, _, err = on_terminal([*D500, *args], env, tmp_path)
     assert code == 2, err
     for step in ("digits-mlp / sgd-momentum / torch: reading the ledger",
                  "digits-mlp / sgd-momentum / torch: loading torch"):
@@ -98,7 +48,7 @@ def test_mpiexec_train_shows_rank_0s_steps_where_mpiexec_is_on_a_terminal(tmp_pa
     env = {**os.environ, "D500_HOME": str(tmp_path), "COLUMNS": "200"}
     command = [str(MPIEXEC), "-n", "2", *D500, "train", "digits-mlp", "--submission", "sync",
                "--backend", "onnxruntime"]  # refused once the ranks loaded onnxruntime
-    code, err = on_terminal(command, env, tmp_path)
+    code, _, err = on_terminal(command, env, tmp_path)
     assert code == 2, err
     for step in ("d500 train: starting MPI", "d500 train: comparing the inputs of the 2 ranks",
                  "d500 train: reading the ledger", "d500 train: loading onnxruntime"):
@@ -123,8 +73,8 @@ def test_conformance_names_the_framework_it_loads_on_a_terminal(tmp_path):
     from tests.helpers import seed_node_tests
     seed_node_tests(tmp_path)
     env = {**os.environ, "D500_HOME": str(tmp_path), "COLUMNS": "200"}
-    code, err = on_terminal([*D500, "conformance", "--backend", "onnxruntime", "--op", "Relu"],
-                            env, tmp_path)
+    code, _, err = on_terminal([*D500, "conformance", "--backend", "onnxruntime", "--op", "Relu"],
+                               env, tmp_path)
     assert code == 0, err
     for step in ("d500 conformance: loading onnxruntime",
                  "d500 conformance: reading onnx's node tests"):
@@ -138,8 +88,8 @@ def test_net_check_names_the_framework_it_loads_on_a_terminal(tmp_path):
     from d500.builders import build
     onnx.save(build("mlp", input_shape=[1, 8, 8]), tmp_path / "mlp.onnx")
     env = {**os.environ, "D500_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
-    code, err = on_terminal([*D500, "net", "check", "mlp.onnx", "--backends",
-                             "reference,onnxruntime"], env, tmp_path)
+    code, _, err = on_terminal([*D500, "net", "check", "mlp.onnx", "--backends",
+                                "reference,onnxruntime"], env, tmp_path)
     assert code == 0, err
     for step in ("d500 net check: running mlp.onnx on reference",
                  "d500 net check: loading onnxruntime"):
@@ -157,9 +107,9 @@ def test_only_mpiexecs_own_terminal_counts(tmp_path):
     ranks = [str(MPIEXEC), "-n", "2", sys.executable, "-c", ask]
     nested = (f"import subprocess, sys; out = subprocess.run({ranks!r}, capture_output=True, "
               f"text=True); sys.stderr.write(out.stderr)")
-    code, err = on_terminal([sys.executable, "-c", nested], dict(os.environ), tmp_path)
+    code, _, err = on_terminal([sys.executable, "-c", nested], dict(os.environ), tmp_path)
     assert code == 0 and sorted(err.split()) == ["None"] * 4, err
-    code, err = on_terminal(ranks, dict(os.environ), tmp_path)
+    code, _, err = on_terminal(ranks, dict(os.environ), tmp_path)
     widths = sorted(err.split())  # each rank: the terminal's width (80 where it says none)
     assert code == 0 and widths[-1] == "None" and widths[:3] == [widths[0]] * 3, err
     assert widths[0].isdigit(), err
