@@ -85,6 +85,24 @@ class Node:
                                    self.backend, why)
 
 
+def elem_type(node: Node, name: str) -> int:
+    """The ONNX element type of value `name` as the graph records it (0 if unknown)."""
+    t = node.program.types.get(name) if node.program is not None else None
+    if t is None or t.WhichOneof("value") != "tensor_type":
+        return 0
+    return t.tensor_type.elem_type
+
+
+def out_type(node: Node, i: int = 0) -> int:
+    """The ONNX element type of the node's output `i` (0 if unknown or absent)."""
+    return elem_type(node, node.outputs[i]) if i < len(node.outputs) else 0
+
+
+def in_type(node: Node, i: int = 0) -> int:
+    """The ONNX element type of the node's input `i` (0 if unknown, absent or omitted)."""
+    return elem_type(node, node.inputs[i]) if i < len(node.inputs) and node.inputs[i] else 0
+
+
 def attribute_value(attr: AttributeProto) -> Any:
     """An attribute as a Python value; TENSOR as NumPy, GRAPH left as GraphProto."""
     if attr.type == AttributeProto.TENSOR:

@@ -130,22 +130,6 @@ def with_kernel(fn, x: Any, *rest: Any, via: Any = np.float32) -> Any:
     return fn(x, *rest)
 
 
-def elem_type(node: Any, name: str) -> int:
-    """The ONNX element type of value `name` as the graph records it (0 if unknown)."""
-    t = node.program.types.get(name) if node.program is not None else None
-    if t is None or t.WhichOneof("value") != "tensor_type":
-        return 0
-    return t.tensor_type.elem_type
-
-
-def out_type(node: Any, i: int = 0) -> int:
-    return elem_type(node, node.outputs[i]) if i < len(node.outputs) else 0
-
-
-def in_type(node: Any, i: int = 0) -> int:
-    return elem_type(node, node.inputs[i]) if i < len(node.inputs) and node.inputs[i] else 0
-
-
 @jax.tree_util.register_pytree_node_class
 class ChannelsLast(layout.ChannelsLast):
     """A channels-first (NC...) ONNX value held channels-last (N...C), as XLA's CPU convolutions

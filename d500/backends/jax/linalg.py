@@ -9,10 +9,10 @@ from jax import lax
 from onnx import TensorProto as T
 
 from d500.backends import quantize
-from d500.backends.graph import registry
+from d500.backends.graph import in_type, out_type, registry
 from d500.backends.jax import dtypes
 from d500.backends.jax.conv import Conv
-from d500.backends.jax.core import in_type, norm_axis, onnx_type, out_type
+from d500.backends.jax.core import norm_axis, onnx_type
 from d500.backends.layout import plain
 
 OPS, op = registry()

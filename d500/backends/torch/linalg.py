@@ -8,10 +8,10 @@ import torch.nn.functional as F
 from onnx import TensorProto as T
 
 from d500.backends import quantize
-from d500.backends.graph import registry
+from d500.backends.graph import in_type, out_type, registry
 from d500.backends.torch import dtypes
 from d500.backends.torch.conv import Conv
-from d500.backends.torch.table import axis_of, in_type, out_type
+from d500.backends.torch.table import axis_of
 
 OPS, op = registry()
 

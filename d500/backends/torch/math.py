@@ -8,9 +8,9 @@ import numpy as np
 import torch
 from onnx import TensorProto as T
 
-from d500.backends.graph import registry
+from d500.backends.graph import in_type, out_type, registry
 from d500.backends.torch import dtypes
-from d500.backends.torch.table import in_type, out_type, wrap
+from d500.backends.torch.table import wrap
 
 OPS, op = registry()
 _SIGN = -(2**63)  # uint64 is stored as int64; flipping this bit maps unsigned order to signed

@@ -8,29 +8,9 @@ from typing import Any
 import torch
 from onnx import TensorProto as T
 
-from d500.backends.graph import Node
+from d500.backends.graph import Node, out_type
 
 UNSIGNED_BITS = {T.UINT16: 16, T.UINT32: 32}
-
-
-def elem_type(node: Node, name: str) -> int:
-    """The ONNX element type of value `name` as shape inference recorded it (0 if unknown)."""
-    assert node.program is not None
-    t = node.program.types.get(name)
-    if t is None:
-        return 0
-    kind = t.WhichOneof("value")
-    if kind == "tensor_type":
-        return t.tensor_type.elem_type
-    return 0
-
-
-def out_type(node: Node, i: int = 0) -> int:
-    return elem_type(node, node.outputs[i]) if i < len(node.outputs) else 0
-
-
-def in_type(node: Node, i: int = 0) -> int:
-    return elem_type(node, node.inputs[i]) if i < len(node.inputs) and node.inputs[i] else 0
 
 
 def wrap(node: Node, y: torch.Tensor, i: int = 0) -> torch.Tensor:
