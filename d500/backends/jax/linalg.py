@@ -6,10 +6,9 @@ import functools
 
 import jax.numpy as jnp
 from jax import lax
-from onnx import TensorProto as T
 
 from d500.backends import quantize
-from d500.backends.graph import in_type, out_type, registry
+from d500.backends.graph import registry
 from d500.backends.jax import dtypes
 from d500.backends.jax.conv import Conv
 from d500.backends.jax.core import norm_axis, onnx_type
@@ -103,33 +102,8 @@ class _CastNode:
         return self._node.unsupported(why)
 
 
-@op
-def DequantizeLinear(node, x, scale, zero=None):
-    axis, block = node.attr("axis", 1), node.attr("block_size", 0)
-    s = _scale_shape(x, scale, axis, block)
-    xf = x.astype(jnp.float32)
-    if zero is not None:
-        xf = xf - _scale_shape(x, zero, axis, block).astype(jnp.float32)
-    y = xf * s.astype(jnp.float32)
-    target = out_type(node) or onnx_type(scale.dtype)
-    return dtypes.cast(_CastNode(node), y, target)
-
-
-@op
-def QuantizeLinear(node, x, scale, zero=None):
-    axis, block = node.attr("axis", 1), node.attr("block_size", 0)
-    target = out_type(node) or (in_type(node, 2) if zero is not None else T.UINT8)
-    s = _scale_shape(x, scale, axis, block).astype(jnp.float32)
-    y = x.astype(jnp.float32) / s
-    if target in quantize.INT_RANGE:
-        y = jnp.round(y)
-        if zero is not None:
-            y = y + _scale_shape(x, zero, axis, block).astype(jnp.float32)
-        low, high = quantize.INT_RANGE[target]
-        return dtypes.cast(_CastNode(node), jnp.clip(y, low, high), target)
-    if zero is not None:
-        y = y + _scale_shape(x, zero, axis, block).astype(jnp.float32)
-    return dtypes.cast(_CastNode(node), y, target)
+def _cast(node, y, to):
+    return dtypes.cast(_CastNode(node), y, to)
 
 
 def _divided(a, b):
@@ -154,4 +128,5 @@ OPS.update(quantize.table(quantize.Kit(
     f64=lambda x: x.astype(jnp.float64), scale_shape=_scale_shape,
     matmul=functools.partial(jnp.matmul, precision=_HIGHEST),
     conv=lambda node, x, w, b: plain(Conv(node, x, w, b)), round=jnp.round, clip=jnp.clip,
-    like=lambda y, ref: y.astype(ref.dtype), out_type=out_type)))
+    like=lambda y, ref: y.astype(ref.dtype), f32=lambda x: x.astype(jnp.float32),
+    onnx_type=lambda v: onnx_type(v.dtype), cast=_cast, stored=_cast)))

@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
-from onnx import TensorProto as T
 
 from d500.backends import quantize
-from d500.backends.graph import in_type, out_type, registry
+from d500.backends.graph import registry
 from d500.backends.torch import dtypes
 from d500.backends.torch.conv import Conv
 from d500.backends.torch.table import axis_of
@@ -112,35 +111,6 @@ def _scale_shape(x, scale, axis, block):
 
 
 @op
-def DequantizeLinear(node, x, scale, zero=None):
-    axis, block = node.attr("axis", 1), node.attr("block_size", 0)
-    s = _scale_shape(x, scale, axis, block)
-    xf = x.to(torch.float32)
-    if zero is not None:
-        xf = xf - _scale_shape(x, zero, axis, block).to(torch.float32)
-    y = xf * s.to(torch.float32)
-    target = out_type(node) or dtypes.NATURAL[scale.dtype]
-    return dtypes.cast(y, target)
-
-
-@op
-def QuantizeLinear(node, x, scale, zero=None):
-    axis, block = node.attr("axis", 1), node.attr("block_size", 0)
-    target = out_type(node) or (in_type(node, 2) if zero is not None else T.UINT8)
-    s = _scale_shape(x, scale, axis, block).to(torch.float32)
-    y = x.to(torch.float32) / s
-    if target in quantize.INT_RANGE:
-        y = torch.round(y)
-        if zero is not None:
-            y = y + _scale_shape(x, zero, axis, block).to(torch.float32)
-        low, high = quantize.INT_RANGE[target]
-        return y.clamp(low, high).to(dtypes.storage(target))
-    if zero is not None:
-        y = y + _scale_shape(x, zero, axis, block).to(torch.float32)
-    return dtypes.cast(y, target, bool(node.attr("saturate", 1)))
-
-
-@op
 def DynamicQuantizeLinear(node, x):
     # float32 throughout, as the operator defines, and a divisor on the device: CUDA multiplies
     # by the reciprocal of a Python-number divisor, which rounded a value to 25 instead of 26.
@@ -157,4 +127,6 @@ def DynamicQuantizeLinear(node, x):
 OPS.update(quantize.table(quantize.Kit(
     f64=lambda x: x.to(torch.float64), scale_shape=_scale_shape, matmul=torch.matmul,
     conv=Conv, round=torch.round, clip=torch.clamp, like=lambda y, ref: y.to(ref.dtype),
-    out_type=out_type)))
+    f32=lambda x: x.to(torch.float32), onnx_type=lambda v: dtypes.NATURAL[v.dtype],
+    cast=lambda node, y, to: dtypes.cast(y, to, bool(node.attr("saturate", 1))),
+    stored=lambda node, y, to: y.to(dtypes.storage(to)))))
