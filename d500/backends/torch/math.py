@@ -73,21 +73,6 @@ def Neg(node, x):
 
 
 @op
-def Abs(node, x):
-    return torch.abs(x)
-
-
-@op
-def Reciprocal(node, x):
-    return torch.reciprocal(x)
-
-
-@op
-def Sign(node, x):
-    return torch.sign(x)
-
-
-@op
 def Sum(node, *xs):
     return wrap(node, functools.reduce(torch.add, xs))
 
@@ -137,7 +122,8 @@ for _name, _fn in {
     "Ceil": torch.ceil, "Round": torch.round, "Sin": torch.sin, "Cos": torch.cos,
     "Tan": torch.tan, "Asin": torch.asin, "Acos": torch.acos, "Atan": torch.atan,
     "Sinh": torch.sinh, "Cosh": torch.cosh, "Asinh": torch.asinh, "Acosh": torch.acosh,
-    "Atanh": torch.atanh, "Erf": torch.erf, "IsNaN": torch.isnan,
+    "Atanh": torch.atanh, "Erf": torch.erf, "IsNaN": torch.isnan, "Abs": torch.abs,
+    "Reciprocal": torch.reciprocal, "Sign": torch.sign, "Not": torch.logical_not,
 }.items():
     op(_unary(_fn), names=(_name,))
 
@@ -162,52 +148,27 @@ def Equal(node, a, b):
     return torch.eq(a, b)
 
 
-@op
-def Less(node, a, b):
-    if _uint64(node, a):
-        a, b = a ^ _SIGN, b ^ _SIGN
-    return torch.lt(a, b)
+def _ordered(fn):
+    def compare(node, a, b):
+        if _uint64(node, a):
+            a, b = a ^ _SIGN, b ^ _SIGN
+        return fn(a, b)
+    return compare
 
 
-@op
-def LessOrEqual(node, a, b):
-    if _uint64(node, a):
-        a, b = a ^ _SIGN, b ^ _SIGN
-    return torch.le(a, b)
+for _name, _fn in {"Less": torch.lt, "LessOrEqual": torch.le, "Greater": torch.gt,
+                   "GreaterOrEqual": torch.ge}.items():
+    op(_ordered(_fn), names=(_name,))
 
 
-@op
-def Greater(node, a, b):
-    if _uint64(node, a):
-        a, b = a ^ _SIGN, b ^ _SIGN
-    return torch.gt(a, b)
+def _binary(fn):
+    return lambda node, a, b: fn(a, b)
 
 
-@op
-def GreaterOrEqual(node, a, b):
-    if _uint64(node, a):
-        a, b = a ^ _SIGN, b ^ _SIGN
-    return torch.ge(a, b)
-
-
-@op
-def And(node, a, b):
-    return torch.logical_and(a, b)
-
-
-@op
-def Or(node, a, b):
-    return torch.logical_or(a, b)
-
-
-@op
-def Xor(node, a, b):
-    return torch.logical_xor(a, b)
-
-
-@op
-def Not(node, x):
-    return torch.logical_not(x)
+for _name, _fn in {"And": torch.logical_and, "Or": torch.logical_or, "Xor": torch.logical_xor,
+                   "BitwiseAnd": torch.bitwise_and, "BitwiseOr": torch.bitwise_or,
+                   "BitwiseXor": torch.bitwise_xor}.items():
+    op(_binary(_fn), names=(_name,))
 
 
 @op
@@ -218,21 +179,6 @@ def Where(node, cond, a, b):
 
 
 # -- bitwise -------------------------------------------------------------------------------------
-@op
-def BitwiseAnd(node, a, b):
-    return torch.bitwise_and(a, b)
-
-
-@op
-def BitwiseOr(node, a, b):
-    return torch.bitwise_or(a, b)
-
-
-@op
-def BitwiseXor(node, a, b):
-    return torch.bitwise_xor(a, b)
-
-
 @op
 def BitwiseNot(node, x):
     return wrap(node, torch.bitwise_not(x))
