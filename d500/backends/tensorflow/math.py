@@ -78,43 +78,8 @@ def Sign(node, x):
 
 
 @op
-def Reciprocal(node, x):
-    return tf.math.reciprocal(x)
-
-
-@op
-def Floor(node, x):
-    return tf.floor(x)
-
-
-@op
-def Ceil(node, x):
-    return tf.math.ceil(x)
-
-
-@op
 def Round(node, x):
     return tf.round(x)  # half to even, as ONNX
-
-
-@op
-def Sqrt(node, x):
-    return tf.sqrt(x)
-
-
-@op
-def Exp(node, x):
-    return tf.exp(x)
-
-
-@op
-def Log(node, x):
-    return tf.math.log(x)
-
-
-@op
-def Erf(node, x):
-    return tf.math.erf(x)
 
 
 def _unary(fn):
@@ -125,6 +90,9 @@ for _name, _fn in {
     "Sin": tf.sin, "Cos": tf.cos, "Tan": tf.tan, "Asin": tf.asin, "Acos": tf.acos,
     "Atan": tf.atan, "Sinh": tf.sinh, "Cosh": tf.cosh, "Asinh": tf.asinh, "Acosh": tf.acosh,
     "Atanh": tf.atanh, "Tanh": tf.tanh, "IsNaN": tf.math.is_nan,
+    "Reciprocal": tf.math.reciprocal, "Floor": tf.floor, "Ceil": tf.math.ceil, "Sqrt": tf.sqrt,
+    "Exp": tf.exp, "Log": tf.math.log, "Erf": tf.math.erf, "Not": tf.logical_not,
+    "BitwiseNot": tf.bitwise.invert,
 }.items():
     op(_unary(_fn), names=(_name,))
 
@@ -166,9 +134,15 @@ def Mean(node, *xs):
     return Sum(node, *xs) / tf.cast(len([x for x in xs if x is not None]), xs[0].dtype)
 
 
-@op
-def Equal(node, a, b):
-    return tf.equal(a, b)
+def _binary(fn):
+    return lambda node, a, b: fn(a, b)
+
+
+for _name, _fn in {"Equal": tf.equal, "And": tf.logical_and, "Or": tf.logical_or,
+                   "Xor": tf.math.logical_xor, "BitwiseAnd": tf.bitwise.bitwise_and,
+                   "BitwiseOr": tf.bitwise.bitwise_or,
+                   "BitwiseXor": tf.bitwise.bitwise_xor}.items():
+    op(_binary(_fn), names=(_name,))
 
 
 def _ordered(fn):
@@ -185,26 +159,6 @@ for _name, _fn in {"Less": tf.less, "Greater": tf.greater, "LessOrEqual": tf.les
 
 
 @op
-def And(node, a, b):
-    return tf.logical_and(a, b)
-
-
-@op
-def Or(node, a, b):
-    return tf.logical_or(a, b)
-
-
-@op
-def Xor(node, a, b):
-    return tf.math.logical_xor(a, b)
-
-
-@op
-def Not(node, x):
-    return tf.logical_not(x)
-
-
-@op
 def BitShift(node, a, b):
     """Shifts by a negative amount or by the bit width or more saturate, as ONNX says."""
     bits = a.dtype.size * 8
@@ -216,26 +170,6 @@ def BitShift(node, a, b):
     spill = tf.where(a < 0, -tf.ones_like(a), tf.zeros_like(a)) if not a.dtype.is_unsigned \
         else tf.zeros_like(a)
     return tf.where(inside, tf.bitwise.right_shift(a, safe), spill)
-
-
-@op
-def BitwiseAnd(node, a, b):
-    return tf.bitwise.bitwise_and(a, b)
-
-
-@op
-def BitwiseOr(node, a, b):
-    return tf.bitwise.bitwise_or(a, b)
-
-
-@op
-def BitwiseXor(node, a, b):
-    return tf.bitwise.bitwise_xor(a, b)
-
-
-@op
-def BitwiseNot(node, x):
-    return tf.bitwise.invert(x)
 
 
 @op
