@@ -158,19 +158,14 @@ for _name, _fn in {"Equal": np.equal, "Less": np.less, "LessOrEqual": np.less_eq
     op(_compare(getattr(jnp, _fn.__name__), _fn), names=(_name,))
 
 
-@op
-def And(node, a, b):
-    return jnp.logical_and(a, b)
+def _binary(fn):
+    return lambda node, a, b: fn(a, b)
 
 
-@op
-def Or(node, a, b):
-    return jnp.logical_or(a, b)
-
-
-@op
-def Xor(node, a, b):
-    return jnp.logical_xor(a, b)
+for _name, _fn in {"And": jnp.logical_and, "Or": jnp.logical_or, "Xor": jnp.logical_xor,
+                   "BitwiseAnd": jnp.bitwise_and, "BitwiseOr": jnp.bitwise_or,
+                   "BitwiseXor": jnp.bitwise_xor}.items():
+    op(_binary(_fn), names=(_name,))
 
 
 @op
@@ -187,21 +182,6 @@ def Where(node, cond, a, b):
 
 
 # -- bitwise -------------------------------------------------------------------------------------
-@op
-def BitwiseAnd(node, a, b):
-    return jnp.bitwise_and(a, b)
-
-
-@op
-def BitwiseOr(node, a, b):
-    return jnp.bitwise_or(a, b)
-
-
-@op
-def BitwiseXor(node, a, b):
-    return jnp.bitwise_xor(a, b)
-
-
 @op
 def BitwiseNot(node, x):
     return jnp.bitwise_not(x)
