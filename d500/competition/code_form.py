@@ -15,7 +15,8 @@ name is kept; and a file that fails on import, which has no runs):
   on `self`/`cls` of a method of the package's class, on `super()`, on such a class, on a new
   instance of it or on an attribute only ever set to one (`self.h = C(...)`), every
   class that uses it has only the package's, d500's or no base classes (no decorator, no
-  metaclass), and the name is in no string, not in `keep`, not in d500's own source text, not
+  metaclass), and the name is in no string, not in `keep`, not a public word of d500's source
+  nor a private one of the modules of the package's d500 base classes (`public_words`), not
   a builtin type's attribute, not `__dunder__`;
 - a function's or method's parameters are renamed by position where every use of it is a call
   of it in the package (no `**`); a keyword at such a call is renamed with its parameter;
@@ -54,21 +55,66 @@ ACCESS = {"getattr", "setattr", "hasattr", "delattr"}  # reflection unless the n
 SAFE_CALLS = {"dict", "list", "tuple", "set", "frozenset", "float", "int", "str", "bool"}
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _WORD = re.compile(r"[A-Za-z_]\w*")
+_QUOTED = re.compile(r"""["'](_[A-Za-z_]\w*)["']""")  # a private name as a string: getattr's
 _BLANK = "?"
 
 
 @functools.lru_cache(maxsize=1)
 def foreign_words() -> frozenset[str]:
-    """Names code outside the package may read on its objects: every word of d500's source, the
-    attributes of builtin types and the builtins."""
-    root = Path(__file__).resolve().parents[1]
+    """Names code outside the package may read on its objects: d500's public words
+    (`public_words`), the attributes of builtin types and the builtins."""
     words = set(dir(builtins))
     for kind in (object, type, dict, list, tuple, set, frozenset, str, bytes, int, float,
                  complex, BaseException, io.IOBase):
         words |= set(dir(kind))
-    for path in root.rglob("*.py"):
-        words |= set(_WORD.findall(path.read_text(errors="replace")))
-    return frozenset(words)
+    return frozenset(words | public_words(_d500_sources()))
+
+
+def _d500_sources() -> list[str]:
+    return [p.read_text(errors="replace")
+            for p in sorted(Path(__file__).resolve().parents[1].rglob("*.py"))]
+
+
+def public_words(sources: list[str]) -> set[str]:
+    """The words of d500's source texts that d500 may read on a package's object by name: every
+    word but the private ones (`_name`, not `__name__`), which d500 reads only on its own
+    objects, through its own modules' code; a private name quoted whole (`getattr(x, "_name")`)
+    is kept. So the digest does not move when d500 gains a private name (an entry's private
+    `_columns` was once kept, and its renamed copy no longer matched, the day d500.progress
+    gained its own); the private names of the modules of the d500 classes a package subclasses
+    are kept for it (`base_words`): code there may read them on the package's instances."""
+    words: set[str] = set()
+    for text in sources:
+        words |= {w for w in _WORD.findall(text) if not _private(w)}
+        words |= set(_QUOTED.findall(text))
+    return words
+
+
+def _private(word: str) -> bool:
+    return word.startswith("_") and not (word.startswith("__") and word.endswith("__"))
+
+
+def base_words(bound: tuple[str, str | None] | None, parts: tuple[str, ...]) -> frozenset[str]:
+    """The private words the d500 class root.parts (`_resolve`) may read on a package's instance
+    of it: those of the modules of it and its d500 ancestors (every private word of d500 where
+    it cannot be imported here)."""
+    obj = _resolve(bound, parts)
+    modules = {k.__module__ for k in obj.__mro__} if isinstance(obj, type) else {None}
+    ours = [m for m in modules if m is None or m == "d500" or m.startswith("d500.")]
+    return _module_private_words(tuple(sorted(ours, key=str)))
+
+
+@functools.lru_cache(maxsize=64)
+def _module_private_words(modules: tuple[str | None, ...]) -> frozenset[str]:
+    import sys
+    texts = []
+    for name in modules:
+        path = getattr(sys.modules.get(name or ""), "__file__", None)
+        if name is None or path is None:
+            texts = _d500_sources()  # not resolved: every private word of d500
+            break
+        texts.append(Path(path).read_text(errors="replace"))
+    return frozenset(w for text in texts for w in _WORD.findall(text) if _private(w))
 
 
 def words_of(text: str) -> set[str]:
@@ -356,6 +402,7 @@ class _Facts:
             base = base.value
         if node is not None and not _plain_class(self.binds[rel].get(root.id), tuple(parts)):
             self.hooked.add(id(node))
+        self.keep_attr |= base_words(self.binds[rel].get(root.id), tuple(parts))
         return True
 
     def _attrs(self) -> set[str]:

@@ -18,7 +18,9 @@ does not change, and which imported package's entry a package's code already is.
 - a top-level Python file only submission.yaml names is compared under a name by its form.
 Other edits (statements reordered around a call, code rewritten, a changed constant or
 hyperparameter: `near_of` says so, never merges) make another digest: see the README's *What
-the checks cannot prove*.
+the checks cannot prove*. No digest is stored: each comparison computes both sides from the
+submission files kept under the ledger, so a ledger's old imports are compared by the rules of
+the d500 reading them.
 """
 
 from __future__ import annotations
