@@ -171,20 +171,9 @@ class TensorFlowTrainer(Trainer):
 
     def _step(self, feeds: dict[str, tf.Tensor], lr: tf.Tensor) -> tf.Tensor:
         self.traces += 1
-        with tf.device(self.device):
-            with tf.GradientTape(watch_accessed_variables=False) as tape:
-                tape.watch(self.vars)
-                loss, stats = self._train_forward(feeds)
-            grads = tape.gradient(loss, self.vars)
-            self._update(stats)
-            grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
-                     for v, g in zip(self.vars, grads)]
-            if self.native:
-                self.keras_optimizer.learning_rate.assign(lr)
-                self.keras_optimizer.apply_gradients(zip(grads, self.vars))
-            else:
-                self.optimizer.step(self.trained, dict(zip(self.names, grads)), self.state, lr)
-            return tf.identity(loss)
+        loss, grads = self._gradients(feeds)
+        self._apply(dict(zip(self.names, grads)), lr)
+        return loss
 
     def step(self, feeds: Mapping[str, np.ndarray], lr: float) -> float:
         batch = {n: tf.constant(a) for n, a in self.batch(feeds, self.train_inputs).items()}
@@ -192,7 +181,7 @@ class TensorFlowTrainer(Trainer):
             self.lr = (lr, tf.constant(lr, tf.float32))
         return float(self.step_function(batch, self.lr[1]))
 
-    # -- the split for distributed schemes (step above does not use it) ---------------------
+    # -- the step's two halves, each also traced alone for the distributed schemes ----------
     def _gradients(self, feeds: dict[str, tf.Tensor]) -> tuple[tf.Tensor, list[tf.Tensor]]:
         with tf.device(self.device):
             with tf.GradientTape(watch_accessed_variables=False) as tape:
