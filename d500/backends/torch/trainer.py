@@ -223,14 +223,7 @@ class TorchTrainer(Trainer):
                 continue
             t = torch.from_numpy(np.ascontiguousarray(g, dtype=_NUMPY_DTYPES[p.dtype]))
             tensors.append(t if p.device.type == "cpu" else t.to(p.device))
-        if self.native:
-            for p, t in zip(self.params, tensors):
-                p.grad = t
-            for group in self.torch_optimizer.param_groups:
-                group["lr"] = lr
-            self.torch_optimizer.step()
-            return
-        self.optimizer.step(self.named, dict(zip(self.names, tensors)), self.state, lr)
+        self.update(tensors, lr)
 
     def parameter_views(self) -> dict[str, np.ndarray] | None:
         """Zero-copy NumPy views of the module's parameter tensors (CPU; None on another
