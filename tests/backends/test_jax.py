@@ -15,10 +15,11 @@ except importlib.metadata.PackageNotFoundError:
     pytest.skip("jax is not installed (pip install 'd500[jax]')", allow_module_level=True)
 import jax  # noqa: E402 - only once it is known to be installed
 import jax.numpy as jnp  # noqa: E402
+import translating_checks  # noqa: E402
 from small_cnn import small_cnn  # noqa: E402
 
 from d500.backends.jax import JaxBackend  # noqa: E402
-from d500.errors import UnsupportedOperator, UsageError  # noqa: E402
+from d500.errors import UsageError  # noqa: E402
 
 
 def native_cnn(x, p):
@@ -112,67 +113,20 @@ def test_gradients_agree_with_torch(cnn):
 
 
 def test_shape_inputs_are_baked_per_value():
-    node = helper.make_node("Reshape", ["x", "shape"], ["y"])
-    graph = helper.make_graph(
-        [node], "reshape", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4]),
-                            helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
-    rep = JaxBackend.prepare(helper.make_model(graph))
-    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
-    for shape in ([6, 4], [4, -1], [0, 12]):
-        (y,) = rep.run([x, np.array(shape, np.int64)])
-        np.testing.assert_array_equal(y, x.reshape([2 if s == 0 else s for s in shape]))
+    rep = translating_checks.shape_inputs_are_baked_per_value(JaxBackend)
     assert rep._bake == {"shape"} and len(rep._functions) == 3
 
 
 def test_unsigned_arithmetic_and_output_dtypes():
-    nodes = [helper.make_node("Abs", ["a"], ["abs"]), helper.make_node("Sub", ["a", "b"], ["d"]),
-             helper.make_node("ReduceSum", ["a"], ["s"], keepdims=0),
-             helper.make_node("MatMul", ["a", "b"], ["m"])]
-    graph = helper.make_graph(
-        nodes, "u32", [helper.make_tensor_value_info(n, TensorProto.UINT32, [2, 2])
-                       for n in "ab"],
-        [helper.make_tensor_value_info("abs", TensorProto.UINT32, [2, 2]),
-         helper.make_tensor_value_info("d", TensorProto.UINT32, [2, 2]),
-         helper.make_tensor_value_info("s", TensorProto.UINT32, []),
-         helper.make_tensor_value_info("m", TensorProto.UINT32, [2, 2])])
-    rep = JaxBackend.prepare(helper.make_model(graph))
-    a = np.array([[5, 7], [9, 4_000_000_000]], np.uint32)
-    b = np.array([[1, 2], [3, 4]], np.uint32)
-    out = rep.run([a, b])
-    for got, want in zip(out, [a, a - b, np.sum(a, dtype=np.uint32), a @ b]):
-        assert got.dtype == np.uint32
-        np.testing.assert_array_equal(got, want)
+    translating_checks.unsigned_arithmetic_and_output_dtypes(JaxBackend)
 
 
 def test_sequences_are_python_lists():
-    nodes = [helper.make_node("SplitToSequence", ["x"], ["seq"], axis=0, keepdims=0),
-             helper.make_node("SequenceLength", ["seq"], ["n"]),
-             helper.make_node("ConcatFromSequence", ["seq"], ["y"], axis=1, new_axis=1)]
-    graph = helper.make_graph(
-        nodes, "seq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2])],
-        [helper.make_tensor_value_info("n", TensorProto.INT64, []),
-         helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3]),
-         helper.make_tensor_sequence_value_info("seq", TensorProto.FLOAT, [2])])
-    rep = JaxBackend.prepare(helper.make_model(graph))
-    x = np.arange(6, dtype=np.float32).reshape(3, 2)
-    n, y, seq = rep.run([x])
-    assert int(n) == 3
-    np.testing.assert_array_equal(y, x.T)
-    assert isinstance(seq, list) and [s.tolist() for s in seq] == x.tolist()
+    translating_checks.sequences_are_python_lists(JaxBackend)
 
 
 def test_unsupported_operator_names_everything():
-    node = helper.make_node("Frobnicate", ["x"], ["y"], name="frob1", domain="com.example")
-    graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                    helper.make_opsetid("com.example", 3)])
-    with pytest.raises(UnsupportedOperator) as err:
-        JaxBackend.prepare(model)
-    for part in ("com.example::Frobnicate", "opset 3", "frob1", "jax"):
-        assert part in str(err.value)
+    translating_checks.unsupported_operator_names_everything(JaxBackend)
 
 
 def test_registered_and_input_errors(cnn):

@@ -6,12 +6,12 @@ import numpy as np
 import onnx
 import pytest
 import torch
+import translating_checks
 from onnx import TensorProto, helper
 from small_cnn import small_cnn
 
-from d500.backends.base import node_model
 from d500.backends.torch import TorchBackend
-from d500.errors import UnsupportedOperator, UsageError
+from d500.errors import UsageError
 
 
 # -- a small CNN, in ONNX and natively in torch with the same weights -----------------------------
@@ -161,14 +161,7 @@ def test_unsigned_cast_reduce_and_shift():
 
 # -- errors ----------------------------------------------------------------------------------------
 def test_unsupported_operator_names_op_domain_opset_node_and_backend():
-    node = helper.make_node("Frobnicate", ["x"], ["y"], domain="com.example", name="frob1")
-    model = node_model(node, [np.zeros(2, np.float32)], [(np.float32, (2,))])
-    model.opset_import.append(helper.make_opsetid("com.example", 3))
-    with pytest.raises(UnsupportedOperator) as err:
-        TorchBackend.prepare(model)
-    message = str(err.value)
-    for part in ("Frobnicate", "com.example", "opset 3", "frob1", "'torch'"):
-        assert part in message, message
+    translating_checks.unsupported_operator_names_everything(TorchBackend)
 
 
 def test_bad_input_shapes_are_one_line_usage_errors():

@@ -1,0 +1,79 @@
+"""Checks that every translating backend passes, each run on the backend class it is given:
+shape inputs baked per value, unsigned arithmetic and output dtypes, sequences as Python lists,
+and an unsupported operator named in full."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from d500.errors import UnsupportedOperator
+
+
+def shape_inputs_are_baked_per_value(backend: Any) -> Any:
+    """A Reshape whose shape is an input gives each shape's result; the prepared model back."""
+    node = helper.make_node("Reshape", ["x", "shape"], ["y"])
+    graph = helper.make_graph(
+        [node], "reshape", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4]),
+                            helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
+    rep = backend.prepare(helper.make_model(graph))
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    for shape in ([6, 4], [4, -1], [0, 12]):
+        (y,) = rep.run([x, np.array(shape, np.int64)])
+        np.testing.assert_array_equal(y, x.reshape([2 if s == 0 else s for s in shape]))
+    return rep
+
+
+def unsigned_arithmetic_and_output_dtypes(backend: Any) -> None:
+    nodes = [helper.make_node("Abs", ["a"], ["abs"]), helper.make_node("Sub", ["a", "b"], ["d"]),
+             helper.make_node("ReduceSum", ["a"], ["s"], keepdims=0),
+             helper.make_node("MatMul", ["a", "b"], ["m"])]
+    graph = helper.make_graph(
+        nodes, "u32", [helper.make_tensor_value_info(n, TensorProto.UINT32, [2, 2])
+                       for n in "ab"],
+        [helper.make_tensor_value_info("abs", TensorProto.UINT32, [2, 2]),
+         helper.make_tensor_value_info("d", TensorProto.UINT32, [2, 2]),
+         helper.make_tensor_value_info("s", TensorProto.UINT32, []),
+         helper.make_tensor_value_info("m", TensorProto.UINT32, [2, 2])])
+    rep = backend.prepare(helper.make_model(graph))
+    a = np.array([[5, 7], [9, 4_000_000_000]], np.uint32)
+    b = np.array([[1, 2], [3, 4]], np.uint32)
+    out = rep.run([a, b])
+    for got, want in zip(out, [a, a - b, np.sum(a, dtype=np.uint32), a @ b]):
+        assert got.dtype == np.uint32
+        np.testing.assert_array_equal(got, want)
+
+
+def sequences_are_python_lists(backend: Any) -> None:
+    nodes = [helper.make_node("SplitToSequence", ["x"], ["seq"], axis=0, keepdims=0),
+             helper.make_node("SequenceLength", ["seq"], ["n"]),
+             helper.make_node("ConcatFromSequence", ["seq"], ["y"], axis=1, new_axis=1)]
+    graph = helper.make_graph(
+        nodes, "seq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2])],
+        [helper.make_tensor_value_info("n", TensorProto.INT64, []),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_sequence_value_info("seq", TensorProto.FLOAT, [2])])
+    rep = backend.prepare(helper.make_model(graph))
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    n, y, seq = rep.run([x])
+    assert int(n) == 3
+    np.testing.assert_array_equal(y, x.T)
+    assert isinstance(seq, list) and [s.tolist() for s in seq] == x.tolist()
+
+
+def unsupported_operator_names_everything(backend: Any) -> None:
+    node = helper.make_node("Frobnicate", ["x"], ["y"], name="frob1", domain="com.example")
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.example", 3)])
+    with pytest.raises(UnsupportedOperator) as err:
+        backend.prepare(model)
+    message = str(err.value)
+    for part in ("com.example::Frobnicate", "opset 3", "frob1", f"'{backend.name}'"):
+        assert part in message, message
