@@ -1,0 +1,79 @@
+"""A second red team's attacks on `d500 check` and `d500 ledger import` (helper-113), each performed
+on the real digits package of the shared fixtures, forged and re-sealed with d500's own functions
+as a sender holding the ledger can, and asserted caught."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from d500.competition.check import check
+from d500.competition.layout import mllog_member, run_member
+from d500.competition.package import Package
+
+from .packages import repack, reseal
+
+TOKEN = ":::MLLOG "
+TARGET = 0.97  # digits-mlp's validation target (the fixture's rules keep the rulebook's)
+
+
+def _records(text: str) -> list[dict]:
+    return [json.loads(line[len(TOKEN):]) for line in text.splitlines()]
+
+
+def _text(records: list[dict]) -> bytes:
+    return "".join(TOKEN + json.dumps(r) + "\n" for r in records).encode()
+
+
+def _late_start(rid: int):
+    """An edit moving run `rid`'s run_start (and every line before it) to 5 ms before the
+    eval_stop that met the target, the evaluations' times left as logged; the figures, the
+    evaluations' wall times and `started` made to agree, the log's hash and the run re-sealed."""
+    def edit(found: dict[str, bytes]) -> None:
+        records = _records(found[mllog_member(rid)].decode())
+        start = next(i for i, r in enumerate(records) if r["key"] == "run_start")
+        stops = [r["time_ms"] for r in records if r["key"] == "eval_stop"]
+        met = next(n for n, r in enumerate(r for r in records if r["key"] == "eval_accuracy")
+                   if r["value"] >= TARGET)
+        shift = stops[met] - 5 - records[start]["time_ms"]
+        for r in records[:start + 1]:
+            r["time_ms"] += shift
+        begun = records[start]["time_ms"]
+        rec = json.loads(found[run_member(rid)])
+        figures = {"time_to_accuracy": (stops[met] - begun) / 1e3, "train_time": 0.004,
+                   "data_time": 0.0005, "eval_time": 0.0003,
+                   "samples_per_second": rec["evaluations"][-1][0] * 32 / 0.004}
+        for r in records:
+            if r["key"] in figures and "unit" in r["metadata"]:
+                r["value"] = figures[r["key"]]
+        log = found[mllog_member(rid)] = _text(records)
+
+        def record(rec: dict) -> None:
+            rec["row"]["started"] += shift / 1e3
+            for row, stop in zip(rec["evaluations"], stops, strict=False):
+                row[2] = (stop - begun) / 1e3
+            for art in rec["artifacts"]:
+                if art[0] == rec["row"]["mllog"]:
+                    art[1:] = [hashlib.sha256(log).hexdigest(), len(log)]
+        reseal(rid, change=lambda f: f.update(figures), record=record)(found)
+    return edit
+
+
+def test_a_run_start_moved_later_alone_is_a_clock_going_back(digits_package, rules_dir,
+                                                             tmp_path):
+    """run_start re-stamped just before the evaluation that met the target, the evaluations'
+    own times (and `recorded`) left honest: every time bound of the log moves with run_start, so
+    time to accuracy fell from ~0.3 s to 0.005 s with every figure agreeing. Lines stamped
+    before a line above them are no log one clock wrote."""
+    pkg = Package.open(digits_package)
+    rid = next(r.origin_id for r in pkg.runs() if r.trial is None and r.status == "succeeded")
+    honest = check(pkg, rules_dir).problems
+    assert not [p for p in honest if "clock goes back" in p], honest
+    forged = Package.open(repack(digits_package, tmp_path / "late.tar.gz", _late_start(rid)))
+    run = next(r for r in forged.runs() if r.origin_id == rid)
+    assert run.figures["time_to_accuracy"] == 0.005
+    problems = check(forged, rules_dir).problems
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"consistency: run {rid}: its MLLOG's clock goes back: "
+                                  "record "), problems
+    assert "('run_start') above it (lines moved or re-stamped)" in problems[0], problems
