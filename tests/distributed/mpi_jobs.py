@@ -63,3 +63,10 @@ class CheckJob:
             pytest.fail(f"{name} at {size} ranks did not run: {why}")
         assert "error" not in report, f"rank {report.get('rank')}:\n{report.get('error')}"
         return report
+
+    def passed(self, name: str, size: int) -> dict:
+        """Check `name`'s report at `size` ranks, which must say ok at that size (printed)."""
+        report = self.report(name, size)
+        assert report["ok"] is True and report["size"] == size, report
+        print(f"\n{name} at {size} ranks: {json.dumps(report)}")
+        return report

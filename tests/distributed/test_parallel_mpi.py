@@ -4,7 +4,6 @@ each reported here as its own test."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,4 @@ JOB = CheckJob(Path(__file__).with_name("mpi_parallel_checks.py"))
 
 @pytest.mark.parametrize("name", JOB.names)
 def test_on_two_ranks(name):
-    report = JOB.report(name, 2)
-    assert report["ok"] is True and report["size"] == 2
-    print(f"\n{name}: {json.dumps(report)}")
+    JOB.passed(name, 2)

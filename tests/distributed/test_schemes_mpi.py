@@ -7,7 +7,6 @@ each is reported here as its own test."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,4 @@ JOB = CheckJob(Path(__file__).with_name("mpi_scheme_checks.py"))
 @pytest.mark.parametrize("name", JOB.names)
 @pytest.mark.parametrize("size", [2, 4])
 def test_on_mpi_ranks(size, name):
-    report = JOB.report(name, size)
-    assert report["ok"] is True and report["size"] == size
-    print(f"\n{name} at {size} ranks: {json.dumps(report)}")
+    JOB.passed(name, size)
