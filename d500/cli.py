@@ -328,6 +328,9 @@ def _main(argv: list[str] | None) -> int:
             f"run it again beside the others (drop mpiexec; it is for d500 "
             f"{', '.join(UNDER_MPI[:-1])} and {UNDER_MPI[-1]})")
         return 2
+    if name == "train" and launcher_rank() is not None:  # each rank goes to MPI_Init, where
+        from d500.distributed.launch import will_join  # the others wait for it: from here a ^C
+        will_join()  # takes it there, to end the job (_end_mpi_job)
     from d500.backends import quiet_frameworks
     quiet_frameworks()  # before any command imports a framework, or a user's file does
     try:
@@ -348,8 +351,15 @@ def _main(argv: list[str] | None) -> int:
 def _end_mpi_job(line: str, code: int) -> None:
     """Under mpiexec, a rank stopped by Ctrl-C ends the whole job (MPI_Abort, after `line`):
     returning, it waited in MPI_Finalize for a rank blocked in MPI that no signal reaches, and
-    mpiexec and both ranks hung, that rank spinning a core. Nothing where MPI never started."""
+    mpiexec and both ranks hung, that rank spinning a core. A rank on its way to MPI_Init
+    (d500.distributed.launch.joins) goes there first. Nothing where MPI never starts."""
     mpi = sys.modules.get("mpi4py.MPI")
+    from d500.distributed.launch import joins
+    if mpi is None and joins():  # on its way to MPI_Init, where its peers wait for it: there
+        try:
+            from mpi4py import MPI as mpi
+        except KeyboardInterrupt:  # a second ^C: mpiexec's own, which ends the job
+            return
     if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized() or \
             mpi.COMM_WORLD.Get_size() < 2:
         return

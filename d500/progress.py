@@ -26,6 +26,8 @@ def shown(title: str) -> Iterator[None]:
     if width is None or _report.get() is not None:
         yield
         return
+    if behind_terminal() is not None:  # its Ctrl-C notice overwrites the whole line (_DRAW)
+        width = min(width, LAUNCHER_WIDTH)
     import subprocess
     import threading
     encoding = (getattr(sys.stderr, "encoding", None) or "ascii").lower().replace("-", "")
@@ -58,9 +60,18 @@ def shown(title: str) -> Iterator[None]:
                 sys.stderr.flush()
 
 
+# The width the spinner's line is cut to under an MPI launcher (it fills one column less): within
+# what the launcher's own Ctrl-C notice covers, written from the line's start (hydra's
+# '^C[mpiexec@H] Sending Ctrl-C to processes as requested', 54 columns with a one-letter host,
+# the terminal's echoed '^C' first)
+LAUNCHER_WIDTH = 55
+
 # The drawer: each line on stdin is the text to show, drawn at once; a frame every 0.1 s, cut
-# to the terminal's width (a wrapped line is no longer erased by a carriage return); at the end
-# of its input (the block ended, or this process died) the line is erased. ^C is the command's.
+# to the terminal's width (a wrapped line is no longer erased by a carriage return), the text
+# cut before the elapsed time; at the end of its input (the block ended, or this process died)
+# the line is erased. ^C is the command's. Between frames the cursor waits at the line's start,
+# so a line written by another (mpiexec's Ctrl-C notice, printed by mpiexec itself before the
+# ranks hear of it) writes over the spinner instead of running on after its text.
 _DRAW = r"""
 import os, select, signal, sys, time
 signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -70,8 +81,9 @@ start, pending, n = time.monotonic(), b"", 0
 def draw(text):
     global n
     s = int(time.monotonic() - start)
-    line = f"{text} {s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"[:max(width - 3, 1)]
-    frame = f"\r\x1b[2K\x1b[32m{frames[n % len(frames)]}\x1b[0m {line}"
+    clock = f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+    line = f"{text[:max(width - 4 - len(clock), 0)]} {clock}"[-max(width - 3, 1):]
+    frame = f"\r\x1b[2K\x1b[32m{frames[n % len(frames)]}\x1b[0m {line}\r"
     os.write(2, frame.encode("utf-8" if utf8 else "ascii", "replace"))
     n += 1
 text = ""

@@ -87,7 +87,7 @@ def train(args: Any, argv: list[str], prog: str) -> int:
 
         from d500.distributed import agreement
         world = MPI.COMM_WORLD
-        progress.step(f"comparing the inputs of the {world.Get_size()} ranks")
+        progress.step(f"comparing the {world.Get_size()} ranks' inputs")
         agreement.agree_on_inputs(world, [
             ("the command line", lambda: hashlib.sha256("\0".join(argv).encode()).digest()),
             ("the workload file", lambda: agreement.digest_files(_workload_file(args))),

@@ -72,6 +72,24 @@ def world() -> Any:
     return MPI.COMM_WORLD if MPI.COMM_WORLD.Get_size() > 1 else None
 
 
+def will_join() -> None:
+    """Mark this rank as one on its way to MPI_Init (`joins`), which every rank of the job must
+    reach before any returns from it."""
+    global _joining
+    _joining = True
+
+
+def joins() -> bool:
+    """Whether this rank is on its way to MPI_Init (`will_join`): a ^C before it got there ended
+    it, and its peers waited in MPI_Init for it forever (mpiexec and a rank spinning a core;
+    1 in 6 ^Cs during `mpiexec -n 2 d500 train`'s start-up), a rank held in C not even seeing
+    the ^C hydra passed on. So an interrupted rank that joins goes there, then ends the job."""
+    return _joining
+
+
+_joining = False
+
+
 def silence_limit(default: float) -> float:
     """Seconds an MPI rank may stay silent before it is given up: $D500_MPI_TIMEOUT, else
     `default` (each caller has its own); a value that is not a positive number is a D500Error."""

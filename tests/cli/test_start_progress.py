@@ -50,7 +50,7 @@ def test_mpiexec_train_shows_rank_0s_steps_where_mpiexec_is_on_a_terminal(tmp_pa
                "--backend", "onnxruntime"]  # refused once the ranks loaded onnxruntime
     code, _, err = on_terminal(command, env, tmp_path)
     assert code == 2, err
-    for step in ("d500 train: starting MPI", "d500 train: comparing the inputs of the 2 ranks",
+    for step in ("d500 train: starting MPI", "d500 train: comparing the 2 ranks' inputs",
                  "d500 train: reading the ledger", "d500 train: loading onnxruntime"):
         assert step in err, err
     assert err.count("backend 'onnxruntime' cannot train") == 2, err  # each rank's line
