@@ -16,6 +16,7 @@ import pytest
 
 from d500.ledger import Ledger
 from tests.distributed import level3_jobs as jobs
+from tests.training.test_mllog_leak import READ
 
 pytestmark = [pytest.mark.mpi,
               pytest.mark.skipif(jobs.MPIEXEC is None, reason="no mpiexec beside Python")]
@@ -76,28 +77,7 @@ def test_no_rank_hears_a_validation_figure(tmp_path):
 
 
 # At every 10th step, each rank reads every MLLOG under $D500_HOME (where the judge writes the
-# run's, line by line) for the validation accuracies logged so far
-READ = '''
-import glob, json, os
-from d500.training.optimizers import Optimizer
-
-
-class Read(Optimizer):
-    name = "read"
-
-    def update(self, ops, params, grads, state, lr, t):
-        if int(t) % 10 == 0:
-            logs = glob.glob(os.path.join(os.environ["D500_HOME"], "**", "mllog*"),
-                             recursive=True)
-            seen = []
-            for path in logs:
-                with open(path) as f:
-                    seen += [json.loads(line.split(" ", 1)[1])["value"] for line in f
-                             if '"eval_accuracy"' in line]
-            with open(os.environ["D500_READ"], "a") as out:
-                out.write(json.dumps([os.environ.get("PMI_RANK"), len(logs), seen]) + "\\n")
-        ops.add_(params, grads, -lr)
-'''
+# run's, line by line) for the validation accuracies logged so far: level 2's attack file, READ
 
 
 @pytest.mark.slow  # one real 2-rank job of 3 digits epochs: ~15 s
