@@ -1,7 +1,7 @@
 """Helpers shared by tests in several folders: the tiny level-1 workload (d500's MLP builder on
 1x8x8 inputs) that the benchmark, summary, conformance and leaderboard tests measure; this
 machine's peak FLOP/s, measured once per session, and onnx's node tests, built once, for the
-fresh D500_HOMEs of d500 processes."""
+fresh D500_HOMEs of d500 processes; a model of an operator no backend has."""
 
 from __future__ import annotations
 
@@ -13,6 +13,10 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import onnx
 
 # every figure `d500 net bench` measures on a trainable model
 BENCH_METRICS = ("train_step_time", "latency", "throughput", "translate_time", "first_call_time",
@@ -119,3 +123,18 @@ def on_host(named: str) -> int | None:
         if next((line.split()[-1] for line in status if line.startswith("NSpid:")), "") == pid:
             return int(name)
     return None
+
+
+def custom_op_model(ir_version: int | None = None) -> onnx.ModelProto:
+    """A model of one node, 'act1', of an operator no backend has: com.example::FancyGelu at
+    opset 3 (`ir_version` set for a runtime that reads no newer)."""
+    from onnx import TensorProto, helper
+    node = helper.make_node("FancyGelu", ["x"], ["y"], domain="com.example", name="act1")
+    graph = helper.make_graph([node], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.example", 3)])
+    if ir_version is not None:
+        model.ir_version = ir_version
+    return model

@@ -8,9 +8,9 @@ import sys
 
 import onnx
 import pytest
-from onnx import TensorProto, helper
 
 from d500.builders import build
+from tests.helpers import custom_op_model
 
 
 def d500(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -139,13 +139,7 @@ def models(tmp_path, monkeypatch):
     data = build("lenet5", "digits").SerializeToString()
     (tmp_path / "cut.onnx").write_bytes(data[: len(data) // 3])
     (tmp_path / "notes.onnx").write_text("these are my notes, not a model\n")
-    node = helper.make_node("FancyGelu", ["x"], ["y"], domain="com.example", name="act1")
-    graph = helper.make_graph([node], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                    helper.make_opsetid("com.example", 3)])
-    onnx.save(model, tmp_path / "custom.onnx")
+    onnx.save(custom_op_model(), tmp_path / "custom.onnx")
     return tmp_path
 
 

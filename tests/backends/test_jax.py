@@ -13,9 +13,9 @@ try:
     importlib.metadata.version("jax")
 except importlib.metadata.PackageNotFoundError:
     pytest.skip("jax is not installed (pip install 'd500[jax]')", allow_module_level=True)
+import backend_checks  # noqa: E402
 import jax  # noqa: E402 - only once it is known to be installed
 import jax.numpy as jnp  # noqa: E402
-import translating_checks  # noqa: E402
 from small_cnn import small_cnn  # noqa: E402
 
 from d500.backends.jax import JaxBackend  # noqa: E402
@@ -113,20 +113,20 @@ def test_gradients_agree_with_torch(cnn):
 
 
 def test_shape_inputs_are_baked_per_value():
-    rep = translating_checks.shape_inputs_are_baked_per_value(JaxBackend)
+    rep = backend_checks.shape_inputs_are_baked_per_value(JaxBackend)
     assert rep._bake == {"shape"} and len(rep._functions) == 3
 
 
 def test_unsigned_arithmetic_and_output_dtypes():
-    translating_checks.unsigned_arithmetic_and_output_dtypes(JaxBackend)
+    backend_checks.unsigned_arithmetic_and_output_dtypes(JaxBackend)
 
 
 def test_sequences_are_python_lists():
-    translating_checks.sequences_are_python_lists(JaxBackend)
+    backend_checks.sequences_are_python_lists(JaxBackend)
 
 
 def test_unsupported_operator_names_everything():
-    translating_checks.unsupported_operator_names_everything(JaxBackend)
+    backend_checks.unsupported_operator_names_everything(JaxBackend)
 
 
 def test_registered_and_input_errors(cnn):

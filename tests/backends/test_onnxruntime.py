@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import backend_checks
 import numpy as np
 import onnx
 import pytest
@@ -9,7 +10,7 @@ from onnx import TensorProto, helper
 
 from d500.backends.onnxruntime import OnnxRuntimeBackend, lowest_opset
 from d500.builders import build
-from d500.errors import UnsupportedOperator, UsageError
+from d500.errors import UsageError
 
 
 def relu_model(opset: int, ir: int | None = None) -> onnx.ModelProto:
@@ -46,14 +47,4 @@ def test_inference_only():
 
 
 def test_custom_domain_operator_names_everything():
-    node = helper.make_node("FancyGelu", ["x"], ["y"], domain="com.example", name="act7")
-    graph = helper.make_graph([node], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                    helper.make_opsetid("com.example", 2)])
-    model.ir_version = 8
-    with pytest.raises(UnsupportedOperator) as err:
-        OnnxRuntimeBackend.prepare(model)
-    assert (err.value.op_type, err.value.domain, err.value.opset, err.value.node,
-            err.value.backend) == ("FancyGelu", "com.example", 2, "act7", "onnxruntime")
+    backend_checks.unsupported_operator_names_everything(OnnxRuntimeBackend, ir_version=8)

@@ -27,8 +27,8 @@ def _installed(*distributions: str) -> bool:
 if not _installed("tensorflow-cpu", "tensorflow"):
     pytest.skip("tensorflow is not installed (pip install 'd500[tensorflow]')",
                 allow_module_level=True)
+import backend_checks  # noqa: E402
 import tensorflow as tf  # noqa: E402 - only once it is known to be installed
-import translating_checks  # noqa: E402
 from small_cnn import small_cnn  # noqa: E402
 
 from d500.backends.tensorflow import TensorFlowBackend  # noqa: E402
@@ -150,20 +150,20 @@ def test_set_parameters_changes_the_output(cnn):
 
 # -- shape inputs, dtypes, sequences ------------------------------------------------------------
 def test_shape_inputs_are_baked_per_value():
-    translating_checks.shape_inputs_are_baked_per_value(TensorFlowBackend)
+    backend_checks.shape_inputs_are_baked_per_value(TensorFlowBackend)
 
 
 def test_unsigned_arithmetic_and_output_dtypes():
-    translating_checks.unsigned_arithmetic_and_output_dtypes(TensorFlowBackend)
+    backend_checks.unsigned_arithmetic_and_output_dtypes(TensorFlowBackend)
 
 
 def test_sequences_are_python_lists():
-    translating_checks.sequences_are_python_lists(TensorFlowBackend)
+    backend_checks.sequences_are_python_lists(TensorFlowBackend)
 
 
 # -- errors ---------------------------------------------------------------------------------------
 def test_unsupported_operator_names_everything():
-    translating_checks.unsupported_operator_names_everything(TensorFlowBackend)
+    backend_checks.unsupported_operator_names_everything(TensorFlowBackend)
 
 
 def test_unknown_device_and_input_errors(cnn):

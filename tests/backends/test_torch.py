@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import backend_checks
 import numpy as np
 import onnx
 import pytest
 import torch
-import translating_checks
 from onnx import TensorProto, helper
 from small_cnn import small_cnn
 
@@ -161,7 +161,7 @@ def test_unsigned_cast_reduce_and_shift():
 
 # -- errors ----------------------------------------------------------------------------------------
 def test_unsupported_operator_names_op_domain_opset_node_and_backend():
-    translating_checks.unsupported_operator_names_everything(TorchBackend)
+    backend_checks.unsupported_operator_names_everything(TorchBackend)
 
 
 def test_bad_input_shapes_are_one_line_usage_errors():

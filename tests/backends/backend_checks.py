@@ -1,6 +1,6 @@
-"""Checks that every translating backend passes, each run on the backend class it is given:
-shape inputs baked per value, unsigned arithmetic and output dtypes, sequences as Python lists,
-and an unsupported operator named in full."""
+"""Checks run on the backend class they are given: what every translating backend passes (shape
+inputs baked per value, unsigned arithmetic and output dtypes, sequences as Python lists), and
+what every backend passes (an operator it lacks named in full)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from d500.errors import UnsupportedOperator
+from tests.helpers import custom_op_model
 
 
 def shape_inputs_are_baked_per_value(backend: Any) -> Any:
@@ -65,15 +66,15 @@ def sequences_are_python_lists(backend: Any) -> None:
     assert isinstance(seq, list) and [s.tolist() for s in seq] == x.tolist()
 
 
-def unsupported_operator_names_everything(backend: Any) -> None:
-    node = helper.make_node("Frobnicate", ["x"], ["y"], name="frob1", domain="com.example")
-    graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                    helper.make_opsetid("com.example", 3)])
+def unsupported_operator_names_everything(backend: Any, ir_version: int | None = None) -> None:
+    """Preparing a model of an operator no backend has fails naming it, its domain and opset,
+    the node and the backend, on one line (`ir_version`: as tests.helpers.custom_op_model)."""
     with pytest.raises(UnsupportedOperator) as err:
-        backend.prepare(model)
-    message = str(err.value)
-    for part in ("com.example::Frobnicate", "opset 3", "frob1", f"'{backend.name}'"):
+        backend.prepare(custom_op_model(ir_version))
+    e = err.value
+    assert (e.op_type, e.domain, e.opset, e.node, e.backend) == (
+        "FancyGelu", "com.example", 3, "act1", backend.name)
+    message = str(e)
+    for part in ("com.example::FancyGelu", "opset 3", "'act1'", f"'{backend.name}'"):
         assert part in message, message
+    assert "\n" not in message
