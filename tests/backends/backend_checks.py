@@ -1,6 +1,7 @@
 """Checks run on the backend class they are given: what every translating backend passes (shape
 inputs baked per value, unsigned arithmetic and output dtypes, sequences as Python lists), and
-what every backend passes (an operator it lacks named in full)."""
+what every backend passes (an operator it lacks named in full), and what an inference-only one
+refuses."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from d500.errors import UnsupportedOperator
+from d500.errors import UnsupportedOperator, UsageError
 from tests.helpers import custom_op_model
 
 
@@ -78,3 +79,18 @@ def unsupported_operator_names_everything(backend: Any, ir_version: int | None =
     for part in ("com.example::FancyGelu", "opset 3", "'act1'", f"'{backend.name}'"):
         assert part in message, message
     assert "\n" not in message
+
+
+def inference_only(backend: Any, rep: Any, model: Any) -> None:
+    """`rep`, `model` (d500's digits MLP with its loss) prepared on an inference-only `backend`:
+    its parameters are the model's initializers; gradients and new parameters are refused,
+    naming the backend and where to train instead."""
+    assert backend.trainable is False
+    assert sorted(rep.parameters()) == sorted(t.name for t in model.graph.initializer)
+    x, labels = np.zeros((2, 1, 8, 8), np.float32), np.array([1, 2])
+    for call in (lambda: rep.gradients([x, labels], output="loss"),
+                 lambda: rep.set_parameters({"fc1.bias": np.zeros(128)})):
+        with pytest.raises(UsageError) as err:
+            call()
+        for part in ("inference-only", f"'{backend.name}'", "reference"):
+            assert part in str(err.value), err.value

@@ -5,12 +5,10 @@ from __future__ import annotations
 import backend_checks
 import numpy as np
 import onnx
-import pytest
 from onnx import TensorProto, helper
 
 from d500.backends.onnxruntime import OnnxRuntimeBackend, lowest_opset
 from d500.builders import build
-from d500.errors import UsageError
 
 
 def relu_model(opset: int, ir: int | None = None) -> onnx.ModelProto:
@@ -35,15 +33,7 @@ def test_newest_ir_and_opset_run_when_their_operators_are_old():
 
 def test_inference_only():
     model = build("mlp", "digits", loss=True)
-    rep = OnnxRuntimeBackend.prepare(model)
-    assert OnnxRuntimeBackend.trainable is False
-    assert sorted(rep.parameters()) == sorted(t.name for t in model.graph.initializer)
-    x, labels = np.zeros((2, 1, 8, 8), np.float32), np.array([1, 2])
-    for call in (lambda: rep.gradients([x, labels], output="loss"),
-                 lambda: rep.set_parameters({"fc1.bias": np.zeros(128)})):
-        with pytest.raises(UsageError) as err:
-            call()
-        assert "inference-only" in str(err.value) and "reference" in str(err.value)
+    backend_checks.inference_only(OnnxRuntimeBackend, OnnxRuntimeBackend.prepare(model), model)
 
 
 def test_custom_domain_operator_names_everything():
