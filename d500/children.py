@@ -320,9 +320,48 @@ def _read_only(libc: Any, skeleton: tuple[str, list[str]] | None = None) -> bool
     mount, or under the cover, by relative paths): where it lay in a folder now hidden, its
     nearest folder still seen. False where a step was refused."""
     import tempfile
-    rec, slave, bind, remount, rdonly = 0x4000, 0x80000, 0x1000, 0x20, 0x1
+    rec, slave, rdonly = 0x4000, 0x80000, 0x1
     if libc.mount(None, b"/", None, rec | slave, None) != 0:
         return False
+    view = viewer(libc)
+    from d500.paths import enter_entry_cache
+    done, temp = True, os.path.realpath(tempfile.gettempdir())  # (it tries a write: first)
+    for path in writable():  # (made by `_skeleton`)
+        enter_entry_cache(path)  # this process's caches (d500.paths.cache)
+        done &= os.path.isdir(path)
+    for path in _mounts():
+        if not _under(path, "/proc") and not _under(path, "/sys") and not _under(path, "/dev"):
+            done &= view(path, rdonly, again=False)
+    for path, mode in ([(temp, 0)] + [(p, rdonly) for p in protected()] +
+                       [(p, 0) for p in writable()]):
+        done &= view(path, mode)
+    if skeleton is not None:
+        done &= _hide_home(libc, skeleton, view)
+    reenter()
+    return done
+
+
+def reenter() -> None:
+    """Re-enter the working directory through this namespace's mounts as they are now (the old
+    one reached what a mount since covered, by relative paths): where it lies in a folder now
+    hidden, its nearest folder still seen."""
+    try:
+        where = os.getcwd()
+    except OSError:
+        return
+    for folder in [where, *map(str, Path(where).parents)]:
+        try:
+            os.chdir(folder)
+            return
+        except OSError:
+            continue
+
+
+def viewer(libc: Any) -> Callable[..., bool]:
+    """`view(path, mode, again=True)`: bind `path` onto itself (`again`), then remount that bind
+    with `mode` (MS_RDONLY, or 0: writable), keeping the flags a user namespace may not clear;
+    whether both were done."""
+    rec, bind, remount = 0x4000, 0x1000, 0x20
     locked = ((os.ST_NOSUID, 0x2), (os.ST_NODEV, 0x4), (os.ST_NOEXEC, 0x8),
               (os.ST_NOATIME, 0x400), (os.ST_NODIRATIME, 0x800), (os.ST_RELATIME, 0x200000))
 
@@ -338,30 +377,7 @@ def _read_only(libc: Any, skeleton: tuple[str, list[str]] | None = None) -> bool
         except OSError:  # (statvfs: a mount point this process cannot reach)
             return False
 
-    from d500.paths import enter_entry_cache
-    done, temp = True, os.path.realpath(tempfile.gettempdir())  # (it tries a write: first)
-    for path in writable():  # (made by `_skeleton`)
-        enter_entry_cache(path)  # this process's caches (d500.paths.cache)
-        done &= os.path.isdir(path)
-    for path in _mounts():
-        if not _under(path, "/proc") and not _under(path, "/sys") and not _under(path, "/dev"):
-            done &= view(path, rdonly, again=False)
-    for path, mode in ([(temp, 0)] + [(p, rdonly) for p in protected()] +
-                       [(p, 0) for p in writable()]):
-        done &= view(path, mode)
-    if skeleton is not None:
-        done &= _hide_home(libc, skeleton, view)
-    try:
-        where = os.getcwd()
-    except OSError:
-        return done
-    for folder in [where, *map(str, Path(where).parents)]:
-        try:
-            os.chdir(folder)
-            break
-        except OSError:
-            continue
-    return done
+    return view
 
 
 def _skeleton(shown: Any = ()) -> tuple[str, list[str]] | None:

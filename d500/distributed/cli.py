@@ -77,6 +77,10 @@ def train(args: Any, argv: list[str], prog: str) -> int:
     progress.behind_terminal()  # whether mpiexec's stderr is a terminal: while /proc says
     children.keep(forward=True)  # a keeper per rank, split before MPI starts (no namespace:
     #                              MPI's peers on this host read this rank's memory by pid)
+    from d500.distributed import cover
+    from d500.paths import entry as entry_path
+    cover.start(entry_path(args.submission))  # the helper that starts the judges and covers
+    #                                           $D500_HOME before the entry's code (capable)
     children.confine()  # a rank runs the entry's code: first, before MPI starts any thread
     from d500.distributed import faults
     faults.ignore_launcher_notices()  # hydra's notice of a rank's exit must not end this one
@@ -98,6 +102,7 @@ def train(args: Any, argv: list[str], prog: str) -> int:
                                                    lambda: _checked(args, world.Get_size()))
         if workload.level == 2:
             starting.close()
+            cover.close()  # (the level-2 judge is this process)
             from d500.training.cli import train_level2
             return train_level2(args, workload, entry)
         return _run(args, world, workload, entry, spec, starting)
@@ -322,7 +327,10 @@ def _run(args: Any, world: Any, workload: Any, entry: Any, spec: Any,
     progress.step("starting the judges")
     job.starting = starting  # closed once the first run opens, before its bar
     waiting = judges(job, seeds)  # rank 0: every run's judge, before any entry code ran here
-    from d500.distributed import guard
+    if job.ledger is not None:  # no descriptor of the ledger left to the entry's code
+        job.ledger.close()
+    from d500.distributed import cover, guard
+    cover.cover()  # every rank: $D500_HOME covered but for the entries' cache (the judges not)
     guard.install(world)  # every rank: its signals kept off the keepers (the judges unfiltered)
     try:
         for s in seeds:

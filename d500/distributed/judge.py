@@ -69,13 +69,18 @@ class Judge:
     """Rank 0's handle on the judge process."""
 
     def __init__(self, order: Order):
+        from d500.distributed import cover
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
         self._lost, lost_child = ctx.Pipe()
         self._lock = threading.Lock()
-        self.process = ctx.Process(target=main, args=(child, lost_child), name="d500-judge",
-                                   daemon=True)
-        self.process.start()
+        helper = cover.helper()  # the rank's helper, outside the cover it puts on $D500_HOME
+        if helper is not None:
+            self.process: Any = helper.spawn(child, lost_child)
+        else:
+            self.process = ctx.Process(target=main, args=(child, lost_child), name="d500-judge",
+                                       daemon=True)
+            self.process.start()
         child.close()
         lost_child.close()
         self.conn.send(order)
@@ -115,8 +120,9 @@ class Judge:
             message = self.conn.recv()
         except (EOFError, OSError):
             self.process.join(timeout=5)
-            raise D500Error(f"the judge process ended (exit code {self.process.exitcode}) "
-                            f"without a word") from None
+            code = self.process.exitcode  # (None: its helper's child, d500.distributed.cover)
+            said = "" if code is None else f" (exit code {code})"
+            raise D500Error(f"the judge process ended{said} without a word") from None
         if message[0] == "error":
             raise D500Error(str(message[1]))
         return message
@@ -368,6 +374,8 @@ def main(conn: Any, lost: Any) -> None:
     if threading.current_thread() is threading.main_thread():  # (a test may run it in a thread)
         bound_to_parent()
         children.shield()  # the ranks run the entry's code, each confined (distributed.cli)
+        children.confine()  # (started by a rank's helper, d500.distributed.cover, it held its
+        #                     capabilities: d500's code needs none)
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     tree = _tree()  # (found before any rank runs the entry's code)
     conn.send(("shielded",))  # no rank runs the entry's code before this (trainer.judges)
@@ -582,7 +590,8 @@ def _tree() -> JobTree | None:
 def job_root() -> int:
     """The process whose tree holds this job's processes on this host, the judge's included:
     under a launcher, the proxy that started the local ranks (above rank 0's keeper and the
-    process the proxy waits on, d500.children.keep; the judge is rank 0's child), else rank 0. Their
+    process the proxy waits on, d500.children.keep; the judge is rank 0's child, or its helper's,
+    d500.distributed.cover), else rank 0. Their
     CPU is read from /proc, not taken from the ranks' word: the entry's code runs in them, and a
     rank that reported less CPU than it took made its own work others' load, an idle machine
     loaded, and reproduce's time tolerance wider. Found once, as the judge starts (`main`),
@@ -593,9 +602,9 @@ def job_root() -> int:
     if not launched_by_mpi():
         return rank0
     up, line = parent_of(rank0), cmdline_of(rank0)
-    for _ in range(2):  # its keeper and the process hydra waits on: forks of rank 0
-        if up is not None and line is not None and cmdline_of(up) == line:
-            up = parent_of(up)
+    for _ in range(3):  # rank 0 (where the parent is its helper), its keeper and the process
+        if up is not None and line is not None and cmdline_of(up) == line:  # hydra waits on:
+            up = parent_of(up)  # forks of rank 0
     return up or rank0
 
 

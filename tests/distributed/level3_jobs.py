@@ -118,7 +118,8 @@ def plain_d500(home: Path, *args: str, timeout: float = 120) -> subprocess.Compl
 def rank_process(home: Path, rank: int) -> int | None:
     """The pid of the d500 process of `rank` in a job whose D500_HOME is `home`: the kept one,
     below its keeper and the process mpiexec's proxy waits on (d500.children.keep: forks, with
-    the same environment and command line), or the lowest of those while it has not split."""
+    the same environment and command line; so is its helper below it, rank 0's while its judges
+    live, d500.distributed.cover), or the lowest of those while it has not split."""
     found = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -132,8 +133,11 @@ def rank_process(home: Path, rank: int) -> int | None:
         if (f"D500_HOME={home}".encode() in env and f"PMI_RANK={rank}".encode() in env
                 and b"d500.cli" in cmdline):
             found[int(proc.name)] = parent
-    kept = [pid for pid in found if pid not in found.values()]
-    return (sorted(kept) or [None])[0]
+    def depth(pid: int) -> int:  # how many of the found processes lie above it
+        return 0 if found[pid] not in found else 1 + depth(found[pid])
+
+    kept = [pid for pid in found if depth(pid) == 2]
+    return (sorted(kept) or sorted(found, key=depth, reverse=True) or [None])[0]
 
 
 def settled(home: Path, run: int, seconds: float) -> dict[str, Any]:

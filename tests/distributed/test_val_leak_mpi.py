@@ -91,7 +91,8 @@ def test_no_rank_reads_a_validation_figure_in_the_live_mllog(tmp_path):
                      env=jobs.environment(home, D500_READ=str(read)))
     assert out.returncode in (0, 1), out.stderr[-3000:]  # 1: the target missed
     looks = [json.loads(line) for line in read.read_text().splitlines()]
-    assert {rank for rank, _, _ in looks} == {"0", "1"} and all(n >= 1 for _, n, _ in looks)
+    assert {rank for rank, _, _ in looks} == {"0", "1"}  # each rank looked (where the kernel
+    # permits, it finds no MLLOG at all: $D500_HOME is covered, d500.distributed.cover)
     seen = [v for _, _, values in looks for v in values]
     assert seen == [], seen  # (before: 0.807 from the 2nd epoch on, then 0.867, on both ranks)
     (run,) = Ledger(home / "ledger.sqlite").runs()  # all of them in the MLLOG once it ended

@@ -101,12 +101,24 @@ def _peek(pid):
         return type(err).__name__
 
 
-def _spawned():
+def _below(pid):
     out = []
-    for tid in _os.listdir("/proc/self/task"):
+    for tid in _os.listdir(f"/proc/{pid}/task"):
         try:
-            with open(f"/proc/self/task/{tid}/children") as f:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
                 out += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def _spawned():  # (a level-3 rank's judges are its helper's children: d500.distributed.cover)
+    out, todo = [], _below("self")
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        try:
+            todo += _below(pid)
         except OSError:
             pass
     found = []
