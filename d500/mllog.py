@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from d500.untrusted import json_value
+
 TOKEN = ":::MLLOG "
 
 # event types
@@ -286,9 +288,9 @@ def parse_text(text: str) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
         if TOKEN not in line:
             continue
         try:
-            record = json.loads(line[line.index(TOKEN) + len(TOKEN):])
-        except (ValueError, RecursionError):  # RecursionError: nested too deep
-            bad.append((at, "not JSON"))
+            record = json_value(line[line.index(TOKEN) + len(TOKEN):])
+        except ValueError as err:
+            bad.append((at, "not JSON" if isinstance(err, json.JSONDecodeError) else str(err)))
             continue
         why = _not_a_record(record)
         if why is None:

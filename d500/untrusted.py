@@ -3,16 +3,24 @@ NumPy arrays and the d500 records named here, and call nothing else.
 
     message = receive(conn)    # in place of conn.recv(); Forbidden naming what was refused
     value = loads(data)        # the same, of bytes
+    value = json_value(text)   # JSON a sender wrote (a package, an MLLOG): ValueError when not
+                               # JSON or nested deeper than MAX_DEPTH
 
 A plain `recv()` unpickles whatever the sender wrote, and a pickle can call any function it
 names (`exec`, `os.system`): an entry's worker, operator host or level-3 rank 0 could then run
 its code in the judge's process, beside the official clock and the held-out data. Every pipe
 from such a process to the judge is read through here.
+
+JSON a sender wrote is read through `json_value`: Python's parser, and every function walking
+what it returns, recurse once per level, so `[[[...]]]` 200,000 deep (400 kB) ended `d500 check`
+and `d500 ledger import` in a RecursionError's traceback, and 500 deep in a run's hyperparameters
+(parsed, then written out again) did too.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import pickle
 from typing import Any
 
@@ -28,6 +36,7 @@ ALLOWED = frozenset({
     ("ml_dtypes", "bfloat16"),  # a bf16 array's dtype (a bf16 operator's output)
     ("d500.distributed.figures", "RankStats"),  # a level-3 rank's measurements (a dataclass)
 })
+MAX_DEPTH = 64  # containers within containers in a sender's JSON (d500's own: 5 at most)
 
 
 class Forbidden(D500Error):
@@ -56,3 +65,20 @@ def loads(data: bytes | memoryview) -> Any:
 def receive(conn: Any) -> Any:
     """conn.recv(), read through `loads` (EOFError and OSError as recv raises them)."""
     return loads(conn.recv_bytes())
+
+
+def json_value(text: str | bytes) -> Any:
+    """json.loads of a sender's text; a ValueError (json.JSONDecodeError when it is not JSON)
+    when it is not, or holds containers nested deeper than MAX_DEPTH."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"nested deeper than {MAX_DEPTH}") from None
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:  # no recursion: the depth of each container, breadth by breadth
+        found, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_DEPTH}")
+        items = found.values() if isinstance(found, dict) else found
+        stack += [(x, depth + 1) for x in items if isinstance(x, (dict, list))]
+    return value

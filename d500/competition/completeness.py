@@ -22,7 +22,6 @@ final status.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 from d500.ledger.lifecycle import study_number
 from d500.training.score import NOT_COUNTED  # statuses that are not a seed result
 from d500.training.tuning import DONE  # a trial's final statuses (not run again on resume)
+from d500.untrusted import json_value
 
 TRAINING_LEVELS = (2, 3)
 
@@ -64,7 +64,7 @@ def result_name(level: int, workload: str, backend: str, ranks: int | None = Non
 def _json(value: Any) -> Any:
     if isinstance(value, str):
         try:
-            return json.loads(value)
+            return json_value(value)
         except ValueError:
             return value
     return value

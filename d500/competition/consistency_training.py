@@ -45,6 +45,7 @@ from typing import Any
 
 from d500 import mllog
 from d500.ledger import finite
+from d500.untrusted import json_value
 
 TOLERANCE_S = 0.1  # seconds: ms rounding and scheduler pauses between a log line and the clock
 TOLERANCE_REL = 0.02  # of the interval measured: clock drift, generously
@@ -325,7 +326,7 @@ class Training:
 def evaluation(row: list[Any]) -> dict[str, Any]:
     """An exported evaluation row [step, epoch, wall_time, metrics text, recorded] as a dict."""
     try:
-        metrics = json.loads(row[3])
+        metrics = json_value(row[3])
     except (TypeError, ValueError):
         metrics = {}
     return {"step": row[0], "epoch": row[1], "wall_time": row[2],

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import re
 import tarfile
 import zlib
@@ -25,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from d500.errors import D500Error
+from d500.untrusted import json_value
 
 FORMAT = 1
 TOP = "d500-package"
@@ -108,7 +108,7 @@ class ExportedRun:
     def _json(self, column: str) -> Any:
         text = self.row.get(column)
         try:
-            return {} if text is None else json.loads(text)
+            return {} if text is None else json_value(text)
         except (TypeError, ValueError):
             return {}
 
@@ -192,7 +192,7 @@ class ExportedRun:
         if self.trial is None:
             return None
         try:
-            return json.loads(self.trial[2]) if self.trial[2] is not None else {}
+            return json_value(self.trial[2]) if self.trial[2] is not None else {}
         except (TypeError, ValueError):
             return {}
 
@@ -213,7 +213,7 @@ def _num(x: Any) -> bool:
 
 def _json_object(x: Any) -> bool:
     try:
-        return isinstance(json.loads(x), dict)
+        return isinstance(json_value(x), dict)
     except (TypeError, ValueError):
         return False
 

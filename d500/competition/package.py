@@ -34,7 +34,6 @@ changed on the way; only a re-run (`d500 reproduce`) checks the figures themselv
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +59,7 @@ from d500.competition.layout import (
 )
 from d500.errors import D500Error, UsageError
 from d500.ledger import integrity
+from d500.untrusted import json_value
 
 __all__ = ["ExportedRun", "Package", "Signature"]
 
@@ -94,7 +94,7 @@ class Package:
         if MANIFEST not in self._members:
             raise D500Error(f"{self.path}: not a d500 package (it has no {MANIFEST})")
         try:
-            manifest = json.loads(self._members[MANIFEST])
+            manifest = json_value(self._members[MANIFEST])
         except (UnicodeDecodeError, ValueError) as err:
             raise D500Error(f"{where}: not JSON ({err})") from None
         if not isinstance(manifest, dict):
@@ -128,7 +128,7 @@ class Package:
 
     def _json_member(self, name: str) -> Any:
         try:
-            return json.loads(self.member(name))
+            return json_value(self.member(name))
         except (UnicodeDecodeError, ValueError) as err:
             raise D500Error(f"{self.path}: {name}: not JSON ({err})") from None
 
@@ -157,7 +157,7 @@ class Package:
         if SIGNATURE not in self._members:
             return None
         try:
-            sig = json.loads(self._members[SIGNATURE])
+            sig = json_value(self._members[SIGNATURE])
         except (UnicodeDecodeError, ValueError):
             return Signature("", False, f"{SIGNATURE} is not JSON")
         if not isinstance(sig, dict):
@@ -197,7 +197,7 @@ class Package:
         env = None
         if isinstance(digest, str) and environment_member(digest) in self._members:
             try:
-                env = json.loads(self._members[environment_member(digest)])
+                env = json_value(self._members[environment_member(digest)])
             except (UnicodeDecodeError, ValueError):
                 env = None
         log = rec["mllog"] if isinstance(rec["mllog"], str) else None
@@ -267,7 +267,7 @@ class Package:
                       ) -> list[str]:
         rid, out = run.origin_id, []
         try:
-            recorded = json.loads(run.sealed)
+            recorded = json_value(run.sealed)
         except ValueError:
             recorded = None
         if not isinstance(recorded, dict):

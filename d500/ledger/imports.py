@@ -52,6 +52,7 @@ from d500.ledger.origins import COPIED
 from d500.ledger.relay import insert_row, seal_with_log
 from d500.ledger.sameness import WHY, Held, run_keys
 from d500.ledger.store import dumps
+from d500.untrusted import json_value
 
 if TYPE_CHECKING:
     from d500.competition.package import Package
@@ -239,7 +240,7 @@ def _plan(pkg: Package) -> tuple[list[_Planned], list[dict[str, Any]], list[str]
         raw = _member(pkg, run_member(origin_id))
         try:
             text = raw.decode() if raw is not None else ""
-            record = json.loads(text)
+            record = json_value(text)
         except (UnicodeDecodeError, ValueError):
             problems.append(f"{where}: runs/{origin_id}.json is missing or not JSON; "
                             "not imported")

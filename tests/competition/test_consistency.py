@@ -344,7 +344,8 @@ def test_a_record_lacking_a_field_of_its_type_is_an_unreadable_line(digits_packa
                        enumerate(run.mllog_text.splitlines(), 1) if n != at]
     for text, what in ((mllog.TOKEN + "{not json", "not JSON"), (mllog.TOKEN + "[1, 2]",
                                                                  "not a JSON object"),
-                       (mllog.TOKEN + "[" * 100_000, "not JSON")):
+                       (mllog.TOKEN + "[" * 100_000, "nested deeper than 64"),
+                       (mllog.TOKEN + "[" * 65 + "]" * 65, "nested deeper than 64")):
         assert mllog.parse_text(f"x\n{text}\n")[1] == [(2, what)]
 
 

@@ -77,3 +77,56 @@ def test_a_run_start_moved_later_alone_is_a_clock_going_back(digits_package, rul
     assert problems[0].startswith(f"consistency: run {rid}: its MLLOG's clock goes back: "
                                   "record "), problems
     assert "('run_start') above it (lines moved or re-stamped)" in problems[0], problems
+
+
+DEEP = "[" * 100_000 + "]" * 100_000  # 200 kB of JSON: Python's parser recursed past its limit
+NESTED = json.loads("[" * 100 + "]" * 100)  # parses, but 100 deep (d500's own JSON: 5 at most)
+
+
+def _deep_edits(rid: int) -> dict:
+    log = mllog_member(rid)
+
+    def log_line(found: dict[str, bytes]) -> None:
+        lines = found[log].decode().splitlines(keepends=True)
+        record = json.loads(lines[1][len(TOKEN):])
+        record.update(key="d500_note", value=NESTED)
+        found[log] = "".join([*lines[:2], TOKEN + json.dumps(record) + "\n", *lines[2:]]).encode()
+        reseal(rid, record=lambda rec: [art.__setitem__(slice(1, 3), [
+            hashlib.sha256(found[log]).hexdigest(), len(found[log])])
+            for art in rec["artifacts"] if art[0] == rec["row"]["mllog"]])(found)
+
+    def member(name: str):
+        return lambda found: found.__setitem__(f"d500-package/{name}", DEEP.encode())
+    return {
+        "chain": member("chain.json"), "studies": member("studies.json"),
+        "record": member(f"runs/{rid}.json"),
+        "hyperparameter": reseal(rid, record=lambda rec: rec["row"].__setitem__(
+            "hyperparameters", json.dumps({"lr": NESTED}))),
+        "log line": log_line,
+    }
+
+
+def test_json_nested_too_deep_is_one_line_never_a_traceback(digits_package, rules_dir,
+                                                             run_d500, tmp_path):
+    """A package member 100,000 deep (chain.json, studies.json, a run's record), a hyperparameter
+    100 deep (re-sealed: Python parsed it, then recursed past its limit writing it out again)
+    and an MLLOG line's value 100 deep ended `d500 check` and `d500 ledger import` in a
+    RecursionError's traceback. Each is now one line naming the member or line."""
+    rid = next(r.origin_id for r in Package.open(digits_package).runs() if r.trial is None)
+    for what, edit in _deep_edits(rid).items():
+        bad = repack(digits_package, tmp_path / f"{what.replace(' ', '-')}.tar.gz", edit)
+        problems = check(Package.open(bad), rules_dir).problems
+        deep = [p for p in problems if "nested deeper than 64" in p or "malformed" in p]
+        assert deep, (what, problems)
+    home = tmp_path / "home"
+    for what in ("record", "hyperparameter"):
+        bad = tmp_path / f"{what}.tar.gz"
+        done = run_d500(home, "check", str(bad), "--rules", str(rules_dir))
+        assert done.returncode == 1 and "Traceback" not in done.stderr, (what, done.stderr)
+        done = run_d500(home, "ledger", "--ledger", str(home / "ledger.sqlite"), "import",
+                        str(bad), "--rules", str(rules_dir))
+        out = done.stdout + done.stderr
+        assert done.returncode == 1 and "Traceback" not in out, (what, out)
+        assert "nested deeper than 64" in out or "malformed" in out, (what, out)
+        assert not (home / "runs").exists() and not (home / "packages").exists()
+
