@@ -1,5 +1,6 @@
-"""Checks run on the backend class they are given: what every translating backend passes (shape
-inputs baked per value, unsigned arithmetic and output dtypes, sequences as Python lists), and
+"""Checks run on the backend class they are given: what every translating backend passes (the
+small CNN's forward pass as ONNX's reference evaluator computes it, shape inputs baked per
+value, unsigned arithmetic and output dtypes, sequences as Python lists), and
 what every backend passes (an operator it lacks named in full), and what an inference-only one
 refuses."""
 
@@ -13,6 +14,17 @@ from onnx import TensorProto, helper
 
 from d500.errors import UnsupportedOperator, UsageError
 from tests.helpers import custom_op_model
+
+
+def forward_matches_reference(rep: Any, x: np.ndarray) -> np.ndarray:
+    """`rep` (the small CNN, prepared) on `x`: float64 of shape (2, 3), the reference
+    evaluator's output within 1e-10; that output, for the caller's native comparison."""
+    from onnx.reference import ReferenceEvaluator
+    (y,) = rep.run([x])
+    assert y.dtype == np.float64 and y.shape == (2, 3)
+    expected = ReferenceEvaluator(rep.model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(y, expected, rtol=1e-10, atol=1e-12)
+    return y
 
 
 def shape_inputs_are_baked_per_value(backend: Any) -> Any:

@@ -32,3 +32,8 @@ def small_cnn(seed: int = 0) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
         [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [2, 3])],
         [numpy_helper.from_array(v, k) for k, v in weights.items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), weights
+
+
+def inputs() -> np.ndarray:
+    """The batch the tests run the small CNN on: two float64 inputs of 2x8x8."""
+    return np.random.default_rng(1).normal(size=(2, 2, 8, 8))

@@ -16,7 +16,7 @@ except importlib.metadata.PackageNotFoundError:
 import backend_checks  # noqa: E402
 import jax  # noqa: E402 - only once it is known to be installed
 import jax.numpy as jnp  # noqa: E402
-from small_cnn import small_cnn  # noqa: E402
+from small_cnn import inputs, small_cnn  # noqa: E402
 
 from d500.backends.jax import JaxBackend  # noqa: E402
 from d500.errors import UsageError  # noqa: E402
@@ -37,17 +37,12 @@ def native_cnn(x, p):
 @pytest.fixture(scope="module")
 def cnn():
     model, weights = small_cnn()
-    x = np.random.default_rng(1).normal(size=(2, 2, 8, 8))
-    return JaxBackend.prepare(model), weights, x
+    return JaxBackend.prepare(model), weights, inputs()
 
 
 def test_forward_matches_reference_and_native(cnn):
-    from onnx.reference import ReferenceEvaluator
     rep, weights, x = cnn
-    (y,) = rep.run([x])
-    assert y.dtype == np.float64 and y.shape == (2, 3)
-    expected = ReferenceEvaluator(rep.model).run(None, {"x": x})[0]
-    np.testing.assert_allclose(y, expected, rtol=1e-10, atol=1e-12)
+    y = backend_checks.forward_matches_reference(rep, x)
     with jax.enable_x64(True):
         native = native_cnn(jnp.asarray(x), {k: jnp.asarray(v) for k, v in weights.items()})
     np.testing.assert_allclose(y, np.asarray(native), rtol=1e-10, atol=1e-12)

@@ -29,7 +29,7 @@ if not _installed("tensorflow-cpu", "tensorflow"):
                 allow_module_level=True)
 import backend_checks  # noqa: E402
 import tensorflow as tf  # noqa: E402 - only once it is known to be installed
-from small_cnn import small_cnn  # noqa: E402
+from small_cnn import inputs, small_cnn  # noqa: E402
 
 from d500.backends.tensorflow import TensorFlowBackend  # noqa: E402
 from d500.errors import UsageError  # noqa: E402
@@ -50,17 +50,12 @@ def native_cnn(x: tf.Tensor, p: dict[str, tf.Tensor]) -> tf.Tensor:
 @pytest.fixture(scope="module")
 def cnn():
     model, weights = small_cnn()
-    x = np.random.default_rng(1).normal(size=(2, 2, 8, 8))
-    return TensorFlowBackend.prepare(model), weights, x
+    return TensorFlowBackend.prepare(model), weights, inputs()
 
 
 def test_forward_matches_reference_and_native(cnn):
-    from onnx.reference import ReferenceEvaluator
     rep, weights, x = cnn
-    (y,) = rep.run([x])
-    assert y.dtype == np.float64 and y.shape == (2, 3)
-    expected = ReferenceEvaluator(rep.model).run(None, {"x": x})[0]
-    np.testing.assert_allclose(y, expected, rtol=1e-10, atol=1e-12)
+    y = backend_checks.forward_matches_reference(rep, x)
     native = native_cnn(tf.constant(x), {k: tf.constant(v) for k, v in weights.items()})
     np.testing.assert_allclose(y, native.numpy(), rtol=1e-10, atol=1e-12)
 

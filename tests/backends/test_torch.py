@@ -8,7 +8,7 @@ import onnx
 import pytest
 import torch
 from onnx import TensorProto, helper
-from small_cnn import small_cnn
+from small_cnn import inputs, small_cnn
 
 from d500.backends.torch import TorchBackend
 from d500.errors import UsageError
@@ -26,7 +26,7 @@ def native_cnn(x, p):
 
 def test_outputs_and_gradients_match_native_torch_autograd():
     model, weights = small_cnn()
-    x = np.random.default_rng(1).normal(size=(2, 2, 8, 8))
+    x = inputs()
     seed = np.random.default_rng(2).normal(size=(2, 3))
     rep = TorchBackend.prepare(model)
     outs, grads = rep.gradients([x], grad_outputs={"y": seed})
@@ -90,7 +90,7 @@ def test_training_gradients_agree_with_the_reference_backend(name, shape):
 
 def test_gradient_of_a_named_output_and_a_subset():
     model, _ = small_cnn()
-    x = np.random.default_rng(1).normal(size=(2, 2, 8, 8))
+    x = inputs()
     rep = TorchBackend.prepare(model)
     _, grads = rep.gradients([x], output="y", wrt=["fc_w", "x"])
     assert sorted(grads) == ["fc_w", "x"]
@@ -197,7 +197,7 @@ def test_opset_changes_attributes_to_inputs():
 
 def test_cuda_device_runs_where_torch_sees_a_gpu():
     model, _ = small_cnn()
-    x = np.random.default_rng(1).normal(size=(2, 2, 8, 8))
+    x = inputs()
     if not torch.cuda.is_available():
         assert not TorchBackend.supports_device("CUDA")
         with pytest.raises(UsageError, match="CUDA"):
