@@ -84,11 +84,11 @@ host._checked_calls = _checked_calls
 '''
 
 
-@pytest.fixture
-def installed(tmp_path, monkeypatch):
-    """The plugin package found on sys.path (the hosts, spawned, inherit it), and third-party
-    backends hosted from now on in this process (as `d500 net bench` makes them)."""
-    (tmp_path / "countfw.py").write_text(PLUGIN)
+def install(tmp_path, monkeypatch, plugin: str, name: str, workload: str):
+    """`plugin` as the installed package countfw of three backends, found on sys.path (the
+    hosts, spawned, inherit it), third-party backends hosted from now on in this process (as
+    `d500 net bench` makes them), and the workload file `name` of text `workload`, loaded."""
+    (tmp_path / "countfw.py").write_text(plugin)
     info = tmp_path / "countfw-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: countfw\nVersion: 0.1\n")
@@ -97,10 +97,17 @@ def installed(tmp_path, monkeypatch):
                                       for n in ("honest", "last", "stale")))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(backends, "_hosting", True)
-    path = tmp_path / "tiny.yaml"
-    path.write_text(textwrap.dedent(tiny_mlp(train=True, metrics=("latency", "train_step_time"),
-                                             rank_by="latency", budget=0.1)))
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(workload))
     return workloads.load(path)
+
+
+@pytest.fixture
+def installed(tmp_path, monkeypatch):
+    """The plugin installed, and a tiny MLP workload that trains."""
+    return install(tmp_path, monkeypatch, PLUGIN, "tiny.yaml",
+                   tiny_mlp(train=True, metrics=("latency", "train_step_time"),
+                            rank_by="latency", budget=0.1))
 
 
 @pytest.mark.parametrize("cheat", ["last", "stale"])

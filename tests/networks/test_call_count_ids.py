@@ -8,18 +8,14 @@ call at (nearly) every position, so no call's work is a cached prefix of another
 
 from __future__ import annotations
 
-import textwrap
-
 import numpy as np
 import pytest
 
-from d500 import backends
 from d500.ledger import Ledger
-from d500.networks import workloads
 from d500.networks.bench import bench
 from d500.networks.hosted import CallRunner, _ordered
 from d500.operators.host import Local
-from tests.networks.test_call_count import PLUGIN
+from tests.networks.test_call_count import PLUGIN, install
 
 VOCAB = 128
 
@@ -59,18 +55,7 @@ rank_by: latency
 def installed(tmp_path, monkeypatch):
     """The plugin package on sys.path (its hosts inherit it), third-party backends hosted from
     now on in this process, and a small text-lm workload (token ids alone)."""
-    (tmp_path / "countfw.py").write_text(IDS_PLUGIN)
-    info = tmp_path / "countfw-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: countfw\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(
-        "[d500.backends]\n" + "".join(f"{n} = countfw:{n.title()}Backend\n"
-                                      for n in ("honest", "last", "stale")))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(backends, "_hosting", True)
-    path = tmp_path / "tiny-lm.yaml"
-    path.write_text(textwrap.dedent(LM))
-    return workloads.load(path)
+    return install(tmp_path, monkeypatch, IDS_PLUGIN, "tiny-lm.yaml", LM)
 
 
 @pytest.mark.parametrize("cheat", ["last", "stale"])
