@@ -200,6 +200,15 @@ class ExportedRun:
 INT_COLUMNS = ("level", "seed", "rank", "world_size", "env_id", "pid", "parent_run", "package_id")
 NUMBER_COLUMNS = ("started", "stopped")
 JSON_COLUMNS = ("figures", "hyperparameters", "details", "submission_files")
+LABEL_COLUMNS = ("submission", "workload", "backend")  # names a board and d500's lines show
+
+
+def printable(name: str) -> bool:
+    """Whether a name a board shows holds no control or invisible formatting character: an
+    entry named with a terminal's escapes ("\\x1b[2A\\x1b[2K": up two lines, erase) reached the
+    leaderboard as sent, and could erase or overwrite the rows above its own; a right-to-left
+    override shows a name reversed."""
+    return name.isprintable()
 
 
 def is_int(x: Any) -> bool:
@@ -230,7 +239,8 @@ def malformed(rec: dict[str, Any]) -> list[str]:
         if value is None:
             continue
         ok = (is_int(value) if key in INT_COLUMNS else _num(value) if key in NUMBER_COLUMNS
-              else isinstance(value, str) and (key not in JSON_COLUMNS or _json_object(value)))
+              else isinstance(value, str) and (key not in JSON_COLUMNS or _json_object(value))
+              and (key not in LABEL_COLUMNS or printable(value)))
         if not ok:
             bad.append(f"row.{key}")
     evaluations, artifacts = rec.get("evaluations"), rec.get("artifacts")

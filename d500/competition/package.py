@@ -53,6 +53,7 @@ from d500.competition.layout import (
     Signature,
     environment_member,
     malformed,
+    printable,
     read_members,
     run_member,
     sha256,
@@ -110,8 +111,9 @@ class Package:
         if not isinstance(runs, list) or not all(
                 isinstance(r, int) and not isinstance(r, bool) for r in runs):
             raise D500Error(f"{where}: field 'runs' must be a list of run ids")
-        if not isinstance(manifest.get("entry"), str):
-            raise D500Error(f"{where}: field 'entry' must be the entry's name")
+        if not isinstance(manifest.get("entry"), str) or not printable(manifest["entry"]):
+            raise D500Error(f"{where}: field 'entry' must be the entry's name (printable "
+                            f"characters only: {manifest.get('entry')!r})")
         return manifest
 
     # ------------------------------------------------------------ members

@@ -130,3 +130,56 @@ def test_json_nested_too_deep_is_one_line_never_a_traceback(digits_package, rule
         assert "nested deeper than 64" in out or "malformed" in out, (what, out)
         assert not (home / "runs").exists() and not (home / "packages").exists()
 
+
+ESCAPES = "\x1b[2A\x1b[2K\u202e"  # a terminal's "up two lines, erase the line"; right-to-left
+
+
+def _renamed(name: str):
+    """An edit naming the entry `name` everywhere: the manifest, every run's record (re-sealed)
+    and its MLLOG's submission_org line (the log's hash re-sealed)."""
+    def edit(found: dict[str, bytes]) -> None:
+        manifest = json.loads(found["d500-package/manifest.json"])
+        old = manifest["entry"]
+        for rid in manifest["runs"]:
+            log = mllog_member(rid)
+            found[log] = found[log].decode().replace(
+                f'"value": "{old}"', f'"value": {json.dumps(name)}').encode()
+
+            def record(rec: dict, log: str = log) -> None:
+                rec["row"]["submission"] = name
+                for art in rec["artifacts"]:
+                    if art[0] == rec["row"]["mllog"]:
+                        art[1:] = [hashlib.sha256(found[log]).hexdigest(), len(found[log])]
+            reseal(rid, record=record)(found)
+        manifest = json.loads(found["d500-package/manifest.json"])  # reseal moved the head
+        manifest["entry"] = name
+        found["d500-package/manifest.json"] = json.dumps(manifest).encode()
+    return edit
+
+
+def test_a_name_holding_a_terminals_escapes_is_refused(digits_package, rules_dir, run_d500,
+                                                       tmp_path):
+    """An entry named "digits-packager" + ESCAPES everywhere (forced in, or trained under that
+    name) was imported and the leaderboard printed the escapes as sent: on a terminal its row
+    erases the rows above it. A backend so named alike. Both are refused, forced or not."""
+    from d500.errors import D500Error
+    named = repack(digits_package, tmp_path / "named.tar.gz", _renamed("digits" + ESCAPES))
+    try:
+        Package.open(named)
+        raise AssertionError("a package whose entry's name holds escapes opened")
+    except D500Error as err:
+        assert "field 'entry' must be the entry's name (printable characters only: " \
+               "'digits\\x1b[2A\\x1b[2K\\u202e')" in str(err), err
+    rid = next(r.origin_id for r in Package.open(digits_package).runs() if r.trial is None)
+    relabelled = repack(digits_package, tmp_path / "backend.tar.gz", reseal(
+        rid, record=lambda rec: rec["row"].__setitem__("backend", "torch" + ESCAPES)))
+    assert f"integrity: {relabelled}: {run_member(rid)}: malformed field(s) row.backend" in \
+        check(Package.open(relabelled), rules_dir).problems
+    home = tmp_path / "home"
+    for bad in (named, relabelled):
+        done = run_d500(home, "ledger", "--ledger", str(home / "ledger.sqlite"), "import",
+                        str(bad), "--rules", str(rules_dir), "--force")
+        out = done.stdout + done.stderr
+        assert done.returncode == (2 if bad == named else 1), out  # 2: not a d500 package
+        assert "\x1b" not in out and "Traceback" not in out, out
+        assert not (home / "runs").exists() and not (home / "packages").exists()
