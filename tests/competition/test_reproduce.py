@@ -39,19 +39,28 @@ def _seed_runs(path: Path) -> list[int]:
 
 def test_two_drawn_runs_reproduce_and_agree(digits_package, rules_dir, tmp_path, run_d500,
                                             monkeypatch):
-    """Honest runs reproduced on their own machine agree in everything that does not depend on
-    the machine, bit for bit. Their times agree as the rule says for the load the reproduction
-    saw (d500.competition.reproduce_time): this suite's other worker can slow a 0.3 s digits run
-    almost 3x (0.29 s recorded, 0.81 s reproduced, at 1 thread), beyond 1.5x, and the rule then
-    widens the tolerance only as far as the load it measured (at an organiser's default share,
-    not the suite's 1), so the times may disagree; nothing else may."""
+    """Honest runs reproduced on their own machine, beside a process spinning on one of its
+    cores, agree in everything that does not depend on the machine, bit for bit. Their times
+    agree where the load the reproduction saw is judged, are inconclusive where not
+    (d500.competition.reproduce_time), and never disagree: the slowdown the rule reads from the
+    load slows the whole quiet tolerance, its slack too. (The rule before added the 0.05 s
+    unslowed and accused a 0.063 s run here, reproduced 3.86x at a load read as 2.00x, by 4 ms;
+    benchmarks/reproduce_load.py measured honest short runs needing at most half that slack.)"""
+    import subprocess
+    import sys
+
     from d500.provenance import LOADED_SHARE
     monkeypatch.setenv("D500_LOADED_SHARE", str(LOADED_SHARE))
     seed_runs = _seed_runs(digits_package)
     seed = draw_seed(digits_package, 2, {seed_runs[0]})  # a succeeded run, and one more
     ledger = tmp_path / "organiser" / "ledger.sqlite"
-    result = run_d500(None, "reproduce", str(digits_package), "--runs", "2", "--seed",
-                      str(seed), "--rules", str(rules_dir), "--ledger", str(ledger))
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # the neighbour
+    try:
+        result = run_d500(None, "reproduce", str(digits_package), "--runs", "2", "--seed",
+                          str(seed), "--rules", str(rules_dir), "--ledger", str(ledger))
+    finally:
+        spin.kill()
+        spin.wait()
     out = result.stdout
     assert f"2 of 6 re-runnable run(s) chosen with seed {seed} (given" in out
     assert "a draw of 2 of 6 holds at least one forged run with probability 33% if 1 is, 60% if " \
@@ -60,32 +69,23 @@ def test_two_drawn_runs_reproduce_and_agree(digits_package, rules_dir, tmp_path,
     assert out.count("times compared: this machine's hardware is the run's (key ") == 2, out
     pkg = Package.open(digits_package)
     origin = {r.origin_id: r for r in pkg.runs()}
-    slow, unjudged = set(), set()  # origin runs whose times the rule finds too slow for the
-    for run in Ledger(ledger).runs():  # load its reproduction saw, or cannot judge at it
+    unjudged = set()  # origin runs whose times the rule cannot judge at the load it saw
+    for run in Ledger(ledger).runs():
         o = origin[run["details"]["reproduction"]["origin_run"]]
-        load = _allowed(ledger, run["id"])
-        if o.status == "succeeded" and too_fast(
-                o.figures["time_to_accuracy"], run["figures"]["time_to_accuracy"], load):
-            slow.add(o.origin_id)
-        if not judged(load) and o.evaluations:  # a failed run has no times to judge
+        if not judged(_allowed(ledger, run["id"])) and o.evaluations:  # a failed run: no times
             unjudged.add(o.origin_id)
     lines = [line for line in out.splitlines() if line.startswith(("disagrees:", "inconclusive:"))]
-    assert all(re.match(r"(disagrees|inconclusive): run \d+: (time_to_accuracy|evaluation "
-                        r"times): ", line) for line in lines), out  # times only, never a figure
-    disagreeing = {int(re.match(r"disagrees: run (\d+):", line)[1]) for line in lines
-                   if line.startswith("disagrees")}
-    # the rule, as computed here: a time too slow even for the load disagrees, loaded or not
-    # (its evaluation times may then be inconclusive: within the widened tolerance)
-    assert slow <= disagreeing and not (disagreeing - slow) & unjudged, out
-    assert {int(re.match(r"inconclusive: run (\d+):", line)[1]) for line in lines
-            if line.startswith("inconclusive")} <= unjudged, out
-    assert (out.count("times not judged: this machine was too loaded")
-            >= len(unjudged - disagreeing)), out
-    if disagreeing or not unjudged:
-        assert f"{2 - len(disagreeing | unjudged)} of 2 run(s) agree with the package" in out, out
+    assert not [line for line in lines if line.startswith("disagrees")], out  # never accused
+    assert "DISAGREES" not in out, out  # nor the drawn runs' times together
+    assert all(re.match(r"inconclusive: run \d+: (time_to_accuracy|evaluation times): ", line)
+               for line in lines), out  # times only, never a figure
+    assert {int(re.match(r"inconclusive: run (\d+):", line)[1]) for line in lines} == unjudged
+    assert out.count("times not judged: this machine was too loaded") >= len(unjudged), out
+    if not unjudged:
+        assert "2 of 2 run(s) agree with the package" in out, out
     else:  # only inconclusive ones beside the agreeing: said so, not "0 of 2 run(s) agree"
         assert f"{len(unjudged)} of 2 run(s) inconclusive (run " in out, out
-    assert result.returncode == (1 if disagreeing | unjudged else 0), out + result.stderr
+    assert result.returncode == (1 if unjudged else 0), out + result.stderr
     book = Ledger(ledger)
     runs = book.runs()
     assert len(runs) == 2
@@ -246,10 +246,10 @@ def test_a_time_halved_and_resealed_is_caught_on_the_same_hardware(digits_packag
             assert c["tolerance"].startswith("not judged: this machine was too loaded")
     assert report["verdict"] != "agrees" or judged(load), report
     # caught for sure only where the tolerance resolves 2x with a quarter to spare for the
-    # honest spread: RATIO * load * T/2 + SLACK_S is then well under T, i.e. T of a second or
+    # honest spread: (RATIO * T/2 + SLACK_S) * load is then well under T, i.e. T of a second or
     # more on a quiet machine
-    resolves = judged(load) and true.figures["time_to_accuracy"] >= 1.25 * (
-        RATIO * load * run.figures["time_to_accuracy"] + SLACK_S)
+    resolves = judged(load) and true.figures["time_to_accuracy"] >= 1.25 * load * (
+        RATIO * run.figures["time_to_accuracy"] + SLACK_S)
     quiet = _quiet(true._json("details").get("load_average"))
     if resolves and quiet:  # quiet: the origin's spread below 2x (by d500's own share: the
         # suite's share of the whole machine lets a loaded origin, slowed by this suite's
