@@ -37,3 +37,17 @@ def decoded(driver: Any, image: Any) -> bool:
     """The browser decoded this <img> (its natural width is known and positive)."""
     return bool(driver.execute_script(
         "return arguments[0].complete && arguments[0].naturalWidth > 0", image))
+
+
+def page_width_problems(driver: Any) -> list[str]:
+    """What is wider than the window: the page, or any table, image, figure, paragraph or
+    heading (by its right edge, or content wider than itself)."""
+    return driver.execute_script("""
+        const out = [], w = window.innerWidth, doc = document.documentElement;
+        if (doc.scrollWidth > w) out.push(`page ${doc.scrollWidth} px > ${w} px`);
+        for (const el of document.querySelectorAll('table, img, figure, p, h2, h3')) {
+          const r = el.getBoundingClientRect();
+          if (r.right > w + 0.5 || el.scrollWidth > el.clientWidth + 1)
+            out.push(`${el.tagName}.${el.className} ${Math.round(r.right)} px`);
+        }
+        return out;""")

@@ -69,23 +69,10 @@ def every_level(tmp_path_factory) -> Path:
         mp.undo()
 
 
-def page_width_problems(driver) -> list[str]:
-    """What is wider than the window: the page, or any table or image (by its right edge)."""
-    return driver.execute_script("""
-        const out = [], w = window.innerWidth, doc = document.documentElement;
-        if (doc.scrollWidth > w) out.push(`page ${doc.scrollWidth} px > ${w} px`);
-        for (const el of document.querySelectorAll('table, img, figure, p, h2, h3')) {
-          const r = el.getBoundingClientRect();
-          if (r.right > w + 0.5 || el.scrollWidth > el.clientWidth + 1)
-            out.push(`${el.tagName}.${el.className} ${Math.round(r.right)} px`);
-        }
-        return out;""")
-
-
 @pytest.mark.slow  # its module's runs of every level, then Chromium: 39 s at load 11
 @pytest.mark.browser
 def test_every_level_reads_at_1280_px_with_a_legend_and_the_summaries(every_level, tmp_path):
-    from browser import chromium, decoded
+    from browser import chromium, decoded, page_width_problems
     from selenium.webdriver.common.by import By
 
     ledger = Ledger(every_level / "ledger.sqlite")
@@ -256,7 +243,7 @@ def test_times_from_two_machines_are_ranked_apart_unless_across_machines(tmp_pat
 
 @pytest.mark.browser
 def test_two_machines_in_html_a_section_each_and_readable_at_1280_px(tmp_path, monkeypatch):
-    from browser import chromium, decoded
+    from browser import chromium, decoded, page_width_problems
     from selenium.webdriver.common.by import By
 
     home = tmp_path / "home"

@@ -196,22 +196,9 @@ def test_the_tuning_curves_have_a_log_time_axis_the_legend_outside_and_medians_i
     assert dict(zip(xs, ys))[65.0] == 0.97
 
 
-def problems(driver) -> list[str]:
-    """What is wider than the window: the page, or any table, image or paragraph."""
-    return driver.execute_script("""
-        const out = [], w = window.innerWidth, doc = document.documentElement;
-        if (doc.scrollWidth > w) out.push(`page ${doc.scrollWidth} px > ${w} px`);
-        for (const el of document.querySelectorAll('table, img, figure, p, h2, h3')) {
-          const r = el.getBoundingClientRect();
-          if (r.right > w + 0.5 || el.scrollWidth > el.clientWidth + 1)
-            out.push(`${el.tagName}.${el.className} ${Math.round(r.right)} px`);
-        }
-        return out;""")
-
-
 @pytest.mark.browser
 def test_the_html_page_shows_the_winners_above_the_first_table(home, tmp_path):
-    from browser import chromium
+    from browser import chromium, page_width_problems
     from PIL import Image
     from selenium.webdriver.common.by import By
 
@@ -224,7 +211,7 @@ def test_the_html_page_shows_the_winners_above_the_first_table(home, tmp_path):
         for width in (1280, 700):
             driver.set_window_size(width, 900)
             driver.get(page.as_uri())
-            assert problems(driver) == [], width
+            assert page_width_problems(driver) == [], width
             winners = driver.find_element(By.ID, "winners")
             tables = driver.find_elements(By.CSS_SELECTOR, "table.board, section.level table")
             first = min(t.rect["y"] for t in tables)
