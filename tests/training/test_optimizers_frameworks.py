@@ -9,6 +9,7 @@ import pytest
 
 from d500.errors import ConfigError
 from d500.training.optimizers import load_optimizer, make, native, schedule, set_lr
+from tests.training.test_optimizers import grads_of
 
 torch = pytest.importorskip("torch")
 
@@ -48,24 +49,13 @@ def assert_close(got: dict, want: dict, rtol: float = RTOL) -> float:
     return worst
 
 
-# -- NumPy: analytic gradients ----------------------------------------------------------------
-def numpy_grads(p: dict, x: np.ndarray, y: np.ndarray) -> dict:
-    h = np.tanh(x @ p["w1"] + p["b1"])
-    z = h @ p["w2"] + p["b2"]
-    e = np.exp(z - z.max(axis=1, keepdims=True))
-    g = e / e.sum(axis=1, keepdims=True)
-    g[np.arange(len(y)), y] -= 1
-    g /= len(y)
-    da = (g @ p["w2"].T) * (1 - h * h)
-    return {"w1": x.T @ da, "b1": da.sum(0), "w2": h.T @ g, "b2": g.sum(0)}
-
-
+# -- NumPy: analytic gradients (test_optimizers.grads_of) -------------------------------------
 def run_numpy(opt, rates: list[float]) -> dict:
     init, x, y = problem()
     p = {k: v.copy() for k, v in init.items()}
     state = opt.init(p, "numpy")
     for lr in rates:
-        opt.step(p, numpy_grads(p, x, y), state, lr)
+        opt.step(p, grads_of(p, x, y), state, lr)
     return p
 
 
