@@ -56,15 +56,20 @@ def home(tmp_path, monkeypatch) -> Path:
     return tmp_path / "home"
 
 
+def register_level(folder: Path, monkeypatch, module: str, text: str) -> None:
+    """The level of source `text`, written as module `module` in the new `folder`, registered
+    beside the real levels (until the test ends)."""
+    folder.mkdir()
+    (folder / f"{module}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    monkeypatch.setattr(levels, "REGISTERED", [*levels.REGISTERED, module])
+
+
 @pytest.fixture
 def test_level(tmp_path, monkeypatch) -> None:
     """Register TEST_LEVEL (level 7) as a module of its own, beside the real levels."""
-    folder = tmp_path / "test-level"
-    folder.mkdir()
-    (folder / "d500_test_level.py").write_text(TEST_LEVEL)
-    monkeypatch.syspath_prepend(str(folder))
-    monkeypatch.delitem(sys.modules, "d500_test_level", raising=False)
-    monkeypatch.setattr(levels, "REGISTERED", [*levels.REGISTERED, "d500_test_level"])
+    register_level(tmp_path / "test-level", monkeypatch, "d500_test_level", TEST_LEVEL)
 
 
 def decoded_pngs(data_uris: list[str]) -> list[tuple[int, int]]:

@@ -6,14 +6,14 @@ them."""
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-from d500 import cli, leaderboard, levels
+from d500 import cli, leaderboard
 from d500.ledger import Ledger
 from d500.training.seeds import required
+from tests.test_leaderboard import register_level
 
 # A level of our own whose view has a plot (as tests/test_leaderboard.py's level 7 does).
 PLOTTING_LEVEL = """
@@ -46,12 +46,8 @@ def home(tmp_path, monkeypatch) -> Path:
 
 @pytest.fixture
 def plotting_level(tmp_path, monkeypatch) -> None:
-    folder = tmp_path / "plotting-level"
-    folder.mkdir()
-    (folder / "d500_plotting_level.py").write_text(PLOTTING_LEVEL)
-    monkeypatch.syspath_prepend(str(folder))
-    monkeypatch.delitem(sys.modules, "d500_plotting_level", raising=False)
-    monkeypatch.setattr(levels, "REGISTERED", [*levels.REGISTERED, "d500_plotting_level"])
+    register_level(tmp_path / "plotting-level", monkeypatch, "d500_plotting_level",
+                   PLOTTING_LEVEL)
 
 
 def test_the_terminal_level2_board_keeps_env_to_one_line_a_row_at_100_columns(home, tmp_path):
