@@ -505,8 +505,9 @@ def _code_read_only() -> bool:
     its own, no PID namespace, in which d500's code and its Python (`_code`) are read-only, so
     that no rank's entry code rewrites a module the level-3 judge, rank 0's child, imports
     after it ran (a patched lm.py had the judge evaluate on training windows) or that a later
-    run imports; $D500_HOME stays writable (the judge writes the ledger there). False where
-    refused: then the rank writes what its user can (README)."""
+    run imports; $D500_HOME stays as it is here, where rank 0's judges write the ledger
+    (d500.distributed.cover covers it in the rank's own namespace before the entry's code).
+    False where refused: then the rank writes what its user can (README)."""
     import ctypes
     rec, slave, bind, remount, rdonly = 0x4000, 0x80000, 0x1000, 0x20, 0x1
     home = os.path.realpath(os.path.expanduser(_home()))

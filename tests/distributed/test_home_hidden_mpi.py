@@ -5,9 +5,10 @@ write the ledger, the MLLOG and checkpoints there (d500.distributed.cover). The 
 `mpiexec -n 2` ranks, a tiny text-lm whose workload records no tokens_sha256 (so its judge
 trusts the token cache as it lies on disk): an optimizer file that, as each rank imports it and
 again at its first step (the run's rows and MLLOG written by then), reads every file of
-$D500_HOME outside the entries' cache, looks for a descriptor left open on one, plants a file,
-and rewrites the token cache with zeros, which, read by the judge, had it train and evaluate on
-a constant sequence: validation log-perplexity near 0."""
+$D500_HOME outside the entries' cache, and the ledger through /proc/PID/root of every process of
+the job (its judges and their helper: started outside the cover), looks for a descriptor left
+open on one, plants a file, and rewrites the token cache with zeros, which, read by the judge,
+had it train and evaluate on a constant sequence: validation log-perplexity near 0."""
 
 from __future__ import annotations
 
@@ -69,6 +70,16 @@ def _try(when):
             np.savez(path + ".tmp.npz", **{k: np.zeros(n, np.int32) for k, n in sizes.items()})
             os.replace(path + ".tmp.npz", path)
             wrote.append(os.path.relpath(path, HOME))
+        except OSError:
+            pass
+    mine = ("D500_HOME=" + os.environ["D500_HOME"]).encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):  # this job's processes' views
+        try:
+            with open("/proc/" + pid + "/root" + HOME + "/ledger.sqlite", "rb") as f:
+                f.read(1)
+            with open("/proc/" + pid + "/environ", "rb") as f:
+                if mine in f.read().split(b"\\0"):
+                    read.append("/proc/" + pid + "/root")
         except OSError:
             pass
     for fd in os.listdir("/proc/self/fd"):

@@ -3,7 +3,7 @@ its trainer, data and ledger modules only after the ranks ran the entry's code, 
 file that appended to d500/training/data/lm.py as it was imported had that same run's judge
 evaluate on training windows (its tokens_sha256 check passing), and every later judge too. Each
 rank now runs in a mount namespace of its own (where the kernel permits: root) with d500's folder
-and sys.prefix read-only; $D500_HOME stays writable for the judge. The attack on real
+and sys.prefix read-only (and $D500_HOME covered: test_home_hidden_mpi.py). The attack on real
 `mpiexec -n 2` ranks: an optimizer file that, imported in each rank, creates a file in d500's
 package folder and in the virtual environment, and records what happened."""
 
