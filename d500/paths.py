@@ -120,6 +120,8 @@ def output_file(path: str | Path, example: str, what: str = "a file name", optio
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{path}: is a folder; {option} takes {what} (e.g. {path / example})")
+    if why := cannot_write(path):  # (`d500 scale --png afile/x.png` was said after the work)
+        raise UsageError(f"{option} {path}: cannot write it ({why})")
     if endings and path.suffix.lower() not in endings:
         raise UsageError(f"{path}: {option} writes {Path(example).suffix[1:].upper()}: a file "
                          f"name ending in {' or '.join(endings)} "
@@ -140,6 +142,18 @@ def write_output(path: str | Path, text: str | bytes) -> Path:
     except OSError as err:
         raise UsageError(f"{path}: cannot write it ({unwritable(path, err)})") from None
     return path
+
+
+def cannot_write(path: Path) -> str:
+    """Why `path` cannot be written, seen before writing ("" where nothing says so): a file where
+    one of its folders goes, an existing file or the nearest existing folder not writable."""
+    blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        return f"{blocking} is a file, not a folder"
+    if path.exists():
+        return "" if os.access(path, os.W_OK) else "the file is not writable"
+    folder = next((p for p in path.parents if p.exists()), Path("."))
+    return "" if os.access(folder, os.W_OK | os.X_OK) else f"{folder} is not writable"
 
 
 def unwritable(path: Path, err: OSError) -> str:

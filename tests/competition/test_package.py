@@ -360,8 +360,8 @@ def test_the_cli_packs_signs_and_summarises(digits_home, entry_dir, tmp_path, ru
     blocked.write_text("")
     under = run_d500(digits_home, "package", str(entry_dir), "--out", str(blocked / "e.tar.gz"))
     assert under.returncode == 2 and under.stderr.strip().splitlines() == [
-        f"d500 package: error: {blocked / 'e.tar.gz'}: cannot write the package ({blocked} is a "
-        f"file, not a folder)"], under.stderr
+        f"d500 package: error: --out {blocked / 'e.tar.gz'}: cannot write it ({blocked} is a "
+        f"file, not a folder)"], under.stderr  # said before the runs are read
 
 
 def test_level3_group_rows_are_packed_with_the_entry(ledger_copy, entry_dir, tmp_path):
