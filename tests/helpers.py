@@ -1,7 +1,8 @@
 """Helpers shared by tests in several folders: the tiny level-1 workload (d500's MLP builder on
 1x8x8 inputs) that the benchmark, summary, conformance and leaderboard tests measure; this
 machine's peak FLOP/s, measured once per session, and onnx's node tests, built once, for the
-fresh D500_HOMEs of d500 processes; a model of an operator no backend has."""
+fresh D500_HOMEs of d500 processes; a model of an operator no backend has; a backend plug-in
+installed for a test."""
 
 from __future__ import annotations
 
@@ -138,3 +139,19 @@ def custom_op_model(ir_version: int | None = None) -> onnx.ModelProto:
     if ir_version is not None:
         model.ir_version = ir_version
     return model
+
+
+def install_plugin(folder: Path, module: str, source: str, backends: dict[str, str],
+                   version: str = "0.1") -> dict[str, str]:
+    """`source` installed in `folder` as the distribution `module` at `version`: the module and
+    a dist-info whose d500.backends entry points map each of `backends` (backend name -> class
+    in the module). The environment of a d500 process that finds it (PYTHONPATH `folder`,
+    D500_HOME under it)."""
+    (folder / f"{module}.py").write_text(source)
+    info = folder / f"{module}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(
+        "[d500.backends]\n" + "".join(f"{name} = {module}:{cls}\n"
+                                      for name, cls in backends.items()))
+    return {**os.environ, "PYTHONPATH": str(folder), "D500_HOME": str(folder / "home")}

@@ -17,6 +17,7 @@ import pytest
 
 from d500 import backends
 from d500.backends.hooks import Framework
+from tests.helpers import install_plugin
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTERED = list(backends.BUILTIN)
@@ -49,16 +50,9 @@ class TinyBackend(ReferenceBackend):
     modes = {"fast": "the same, faster in name only"}
 '''
 # ... and its one registration line, an entry point of its installed distribution.
-ENTRY = "[d500.backends]\ntiny = tinyfw:TinyBackend\n"
-
-
 @pytest.fixture
 def plugin(tmp_path: Path) -> Path:
-    (tmp_path / "tinyfw.py").write_text(PLUGIN)
-    info = tmp_path / "tinyfw-1.2.3.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tinyfw\nVersion: 1.2.3\n")
-    (info / "entry_points.txt").write_text(ENTRY)
+    install_plugin(tmp_path, "tinyfw", PLUGIN, {"tiny": "TinyBackend"}, version="1.2.3")
     return tmp_path
 
 

@@ -16,7 +16,7 @@ from d500 import backends
 from d500.ledger import Ledger
 from d500.networks import workloads
 from d500.networks.bench import bench
-from tests.helpers import tiny_mlp
+from tests.helpers import install_plugin, tiny_mlp
 
 # Three backends of one installed package, each the reference evaluator; "last" and "stale"
 # patch their host's round trip (the one place every hosted call is repeated) on import.
@@ -88,13 +88,8 @@ def install(tmp_path, monkeypatch, plugin: str, name: str, workload: str):
     """`plugin` as the installed package countfw of three backends, found on sys.path (the
     hosts, spawned, inherit it), third-party backends hosted from now on in this process (as
     `d500 net bench` makes them), and the workload file `name` of text `workload`, loaded."""
-    (tmp_path / "countfw.py").write_text(plugin)
-    info = tmp_path / "countfw-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: countfw\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(
-        "[d500.backends]\n" + "".join(f"{n} = countfw:{n.title()}Backend\n"
-                                      for n in ("honest", "last", "stale")))
+    install_plugin(tmp_path, "countfw", plugin,
+                   {n: f"{n.title()}Backend" for n in ("honest", "last", "stale")})
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(backends, "_hosting", True)
     path = tmp_path / name

@@ -9,12 +9,13 @@ patched clock times nothing (fails with the backend imported in d500's process).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import install_plugin
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,12 +58,7 @@ class TinyBackend(ReferenceBackend):
 
 def _installed(tmp_path: Path) -> dict[str, str]:
     """The plugin installed under tmp_path; the environment of a d500 command that finds it."""
-    (tmp_path / "tinyfw.py").write_text(PLUGIN)
-    info = tmp_path / "tinyfw-1.2.3.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tinyfw\nVersion: 1.2.3\n")
-    (info / "entry_points.txt").write_text("[d500.backends]\ntiny = tinyfw:TinyBackend\n")
-    return {**os.environ, "PYTHONPATH": str(tmp_path), "D500_HOME": str(tmp_path / "home")}
+    return install_plugin(tmp_path, "tinyfw", PLUGIN, {"tiny": "TinyBackend"}, version="1.2.3")
 
 
 @pytest.mark.slow  # 10 s at load 13

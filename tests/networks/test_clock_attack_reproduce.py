@@ -8,13 +8,12 @@ agree; the reproduction hosts it as `d500 net bench` does, so it reads the truth
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-from .test_clock_attack import PLUGIN, ROOT
+from .test_clock_attack import ROOT, _installed
 
 
 def _d500(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
@@ -24,16 +23,11 @@ def _d500(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow  # a bench and a reproduction, each its own d500 process: 12-25 s
 def test_a_backend_halving_the_clock_on_import_is_reproduced_at_its_true_step_time(tmp_path):
-    (tmp_path / "tinyfw.py").write_text(PLUGIN)
-    info = tmp_path / "tinyfw-1.2.3.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tinyfw\nVersion: 1.2.3\n")
-    (info / "entry_points.txt").write_text("[d500.backends]\ntiny = tinyfw:TinyBackend\n")
+    env = _installed(tmp_path)
     entry = tmp_path / "entry"
     entry.mkdir()
     (entry / "submission.yaml").write_text("name: tiny\nlevel: 1\ndescription: its clocks "
                                            "halved\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "D500_HOME": str(tmp_path / "home")}
     done = _d500(env, "net", "bench", "mlp-mnist", "--backends", "tiny", "--threads", "1",
                  "--budget", "0.5", "--json")
     assert done.returncode == 0, done.stderr

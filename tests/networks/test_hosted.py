@@ -7,12 +7,13 @@ a round trip runs on inputs the judge shifted then and the judge recomputes a sa
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import install_plugin
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,13 +45,8 @@ class CachedBackend(ReferenceBackend):
 
 
 def _installed(tmp_path: Path) -> dict[str, str]:
-    (tmp_path / "hostedfw.py").write_text(PLUGIN)
-    info = tmp_path / "hostedfw-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hostedfw\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[d500.backends]\nhonest = hostedfw:HonestBackend\n"
-                                           "cached = hostedfw:CachedBackend\n")
-    return {**os.environ, "PYTHONPATH": str(tmp_path), "D500_HOME": str(tmp_path / "home")}
+    return install_plugin(tmp_path, "hostedfw", PLUGIN,
+                          {"honest": "HonestBackend", "cached": "CachedBackend"})
 
 
 @pytest.mark.slow  # d500 processes: 16 s at load 13

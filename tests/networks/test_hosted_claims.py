@@ -8,12 +8,13 @@ figure (fails with it recorded as said)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import install_plugin
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,12 +47,7 @@ class BoastBackend(ReferenceBackend):
 
 @pytest.mark.slow  # (one 'd500 net bench' subprocess, ~10 s)
 def test_a_hosted_backend_cannot_say_its_compile_time(tmp_path):
-    (tmp_path / "boastfw.py").write_text(PLUGIN)
-    info = tmp_path / "boastfw-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: boastfw\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[d500.backends]\nboast = boastfw:BoastBackend\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "D500_HOME": str(tmp_path / "home")}
+    env = install_plugin(tmp_path, "boastfw", PLUGIN, {"boast": "BoastBackend"})
     done = subprocess.run([sys.executable, "-m", "d500.cli", "net", "bench", "mlp-mnist",
                            "--backends", "boast", "--threads", "1", "--budget", "0.3",
                            "--json"], cwd=ROOT, env=env, capture_output=True, text=True,
