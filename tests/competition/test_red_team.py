@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 from d500.competition.check import check
 from d500.competition.layout import mllog_member, run_member
@@ -183,3 +184,79 @@ def test_a_name_holding_a_terminals_escapes_is_refused(digits_package, rules_dir
         assert done.returncode == (2 if bad == named else 1), out  # 2: not a d500 package
         assert "\x1b" not in out and "Traceback" not in out, out
         assert not (home / "runs").exists() and not (home / "packages").exists()
+
+
+def _resumed_from_nothing(rid: int, before: float, clock: float | None):
+    """An edit making run `rid` a continuation, its clock starting at `before`, of a trial that
+    never evaluated (which now seals a checkpoint written at `clock`: None, none recorded), its
+    figures, evaluations' wall times and log lines shifted by `before`; both re-sealed."""
+    digest = "ab" * 32
+
+    def edit(found: dict[str, bytes]) -> None:
+        runs = {r.origin_id: r for r in _opened(found).runs()}
+        parent = next(i for i, r in sorted(runs.items()) if r.trial is not None
+                      and not r.evaluations)
+        checkpoint = {"sha256": digest, "epoch": 1, **({} if clock is None else {"clock": clock})}
+        reseal(parent, record=lambda rec: rec["row"].__setitem__("details", json.dumps(
+            {**json.loads(rec["row"]["details"] or "{}"), "checkpoints": [checkpoint]})))(found)
+        figures = runs[rid].figures
+        last = runs[rid].evaluations[-1]
+        scale = (last[2] + before) / sum(figures[k] for k in SPLIT) * 0.99
+        new = {"time_to_accuracy": figures["time_to_accuracy"] + before,
+               **{k: figures[k] * scale for k in SPLIT}}
+        new["samples_per_second"] = last[0] * 32 / new["train_time"]
+        records = _records(found[mllog_member(rid)].decode())
+        for r in records:
+            if r["key"] in new and "unit" in r["metadata"]:
+                r["value"] = new[r["key"]]
+        log = found[mllog_member(rid)] = _text(records)
+
+        def record(rec: dict) -> None:
+            rec["row"]["details"] = json.dumps({
+                **json.loads(rec["row"]["details"] or "{}"),
+                "resumed": {"from_run": parent, "sha256": digest, "before": before,
+                            "checkpoint": "x", "segments": []}})
+            for row in rec["evaluations"]:
+                row[2] += before
+            for art in rec["artifacts"]:
+                if art[0] == rec["row"]["mllog"]:
+                    art[1:] = [hashlib.sha256(log).hexdigest(), len(log)]
+        reseal(rid, change=lambda f: f.update(new), record=record)(found)
+    return edit
+
+
+SPLIT = ("train_time", "data_time", "eval_time")
+
+
+def _opened(found: dict[str, bytes]) -> Package:
+    from d500.competition.layout import sha256
+    return Package(Path("edited"), dict(found), sha256(b""))
+
+
+def test_a_run_resumed_from_a_trial_that_never_evaluated_keeps_its_clock(
+        digits_package, rules_dir, tmp_path):
+    """A seed run re-sealed as the continuation of a diverged trial (given a sealed checkpoint)
+    whose clock started at -0.8 x its time to accuracy: consistency reads every time of the log
+    from that start, and restarts compared it only with the parent's evaluations (none). Time to
+    accuracy fell to a fifth (0.278 s to 0.028 s at -0.25 s) and check passed. A start at 0 s
+    from a checkpoint that records no clock, or before the clock it records, is a segment's time
+    left off too."""
+    pkg = Package.open(digits_package)
+    run = next(r for r in pkg.runs() if r.trial is None and r.status == "succeeded")
+    rid, early = run.origin_id, -round(0.8 * run.figures["time_to_accuracy"], 3)
+    for before, clock, why in (
+            (early, 0.0, f"its clock starts at {early!r} s, not a time of its parent's clock"),
+            (0.0, None, "its clock starts at 0.000 s, but the checkpoint it resumed records no "
+                        "time of run "),
+            (0.0, 0.5, "its clock starts at 0.000 s, but the checkpoint it resumed was written "
+                       "at 0.500 s of run ")):
+        forged = Package.open(repack(digits_package, tmp_path / f"{before}-{clock}.tar.gz",
+                                     _resumed_from_nothing(rid, before, clock)))
+        forged_run = next(r for r in forged.runs() if r.origin_id == rid)
+        assert before == 0.0 or forged_run.figures["time_to_accuracy"] < \
+            0.21 * run.figures["time_to_accuracy"]
+        problems = check(forged, rules_dir).problems
+        assert len(problems) == 1 and problems[0].startswith(f"restarts: run {rid} (resumed "
+                                                             "from run "), problems
+        assert why in problems[0], problems
+
