@@ -378,6 +378,8 @@ def main(conn: Any, lost: Any) -> None:
         #                     capabilities: d500's code needs none)
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     tree = _tree()  # (found before any rank runs the entry's code)
+    from d500 import provenance
+    provenance.facts()  # (the commands they run, git's, show $D500_HOME in their /proc/PID/root)
     conn.send(("shielded",))  # no rank runs the entry's code before this (trainer.judges)
     order: Order = conn.recv()  # sent as rank 0 spawned this process, before any entry code
     run, ranks = None, Ranks(conn, lost)
