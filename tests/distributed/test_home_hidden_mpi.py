@@ -107,6 +107,7 @@ class Poison(Optimizer):
 '''
 
 
+@pytest.mark.slow  # one real 2-rank job of one tiny text-lm epoch: ~20 s
 def test_no_rank_reads_the_judges_files_nor_poisons_its_token_cache(tmp_path):
     home, tried = tmp_path / "home", tmp_path / "tried.jsonl"
     wl = jobs.workload(
