@@ -194,26 +194,37 @@ def _running(pid: int | None) -> bool:
         return False
 
 
+def _outlives(pid: int | None) -> bool:
+    """Whether process `pid` still runs 5 s from now (polled: at once where it ends sooner)."""
+    deadline = time.monotonic() + 5
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _running(pid)
+
+
+def _spawned(target, *args):
+    """`target(conn, *args)` in a spawned daemon process: (this end of `conn`, the process)."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("spawn")
+    conn, child = ctx.Pipe()
+    process = ctx.Process(target=target, args=(child, *args), daemon=True)
+    process.start()
+    child.close()
+    return conn, process
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="the keeper is Linux's (a subreaper)")
 def test_ending_a_kept_child_that_does_not_exit_ends_what_it_left_behind():
     """`end` on a worker stuck in the entry's code: the keeper ends the kept process and what
     it left behind; killing the keeper outright orphaned the sleeper to init, where it ran on."""
-    import multiprocessing
-    ctx = multiprocessing.get_context("spawn")
-    conn, child = ctx.Pipe()
-    process = ctx.Process(target=_kept_stubborn, args=(child,), daemon=True)
-    process.start()
-    child.close()
+    conn, process = _spawned(_kept_stubborn)
     assert conn.poll(120), "the sleeper never said its pid"
     left = on_host(conn.recv())
     assert left is not None, "the sleeper is not found from the host"
     try:
         children.end(conn, process, wait=0.5)
         assert not process.is_alive()
-        deadline = time.monotonic() + 5
-        while _running(left) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _running(left), f"process {left} outlived its ended keeper"
+        assert not _outlives(left), f"process {left} outlived its ended keeper"
     finally:
         if _running(left):
             os.kill(left, 9)
@@ -252,12 +263,7 @@ def test_a_kept_process_that_kills_its_keeper_leaves_nothing_behind():
     """The kept process is its user's: before, it could SIGKILL (or SIGSTOP) its keeper and
     what it left then ran on, orphaned to init. In a PID namespace of its own it names no
     process outside it, and its end ends all the namespace holds."""
-    import multiprocessing
-    ctx = multiprocessing.get_context("spawn")
-    conn, child = ctx.Pipe()
-    process = ctx.Process(target=_parricide, args=(child,), daemon=True)
-    process.start()
-    child.close()
+    conn, process = _spawned(_parricide)
     assert conn.poll(120), "the sleeper never said its pid"
     mode, named = conn.recv()
     left = on_host(named)  # (None: ended already, its keeper killed)
@@ -265,10 +271,7 @@ def test_a_kept_process_that_kills_its_keeper_leaves_nothing_behind():
         if mode != "namespace":
             pytest.skip("this kernel permits no PID namespace here: the keeper is a subreaper")
         process.join(30)
-        deadline = time.monotonic() + 5
-        while _running(left) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _running(left), f"process {left} outlived the kept process"
+        assert not _outlives(left), f"process {left} outlived the kept process"
     finally:
         if _running(left):
             os.kill(left, 9)
@@ -299,10 +302,7 @@ def test_nothing_the_optimizer_probe_starts_outlives_it(tmp_path):
     assert entry.name == "leave"
     left = on_host(mark.read_text())  # (None: ended with the probe)
     try:
-        deadline = time.monotonic() + 5
-        while _running(left) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _running(left), f"process {left} outlived the probe"
+        assert not _outlives(left), f"process {left} outlived the probe"
     finally:
         if _running(left):
             os.kill(left, 9)
@@ -389,18 +389,13 @@ def test_a_kept_process_cannot_write_the_ledger_or_d500s_code(tmp_path, monkeypa
     user and mount namespace of its own (tests/training/test_entry_writes.py: in a real run).
     The entries' own cache stays writable; the judges' caches beside it do not (the entry
     wrote the judge's Inductor kernels, peak FLOP/s and pickled node tests)."""
-    import multiprocessing
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("D500_HOME", str(home))
     monkeypatch.chdir(Path(children.__file__).parents[1])
     folders = [str(home), str(Path(children.__file__).parent), "/etc"]  # (/etc/ld.so.preload:
     # a library every later process loads, the judge's included, where the entry runs as root)
-    ctx = multiprocessing.get_context("spawn")
-    conn, child = ctx.Pipe()
-    process = ctx.Process(target=_forger, args=(child, folders), daemon=True)
-    process.start()
-    child.close()
+    conn, process = _spawned(_forger, folders)
     assert conn.poll(120), "the forger said nothing"
     mode, unshared, found = conn.recv()
     process.join(30)
