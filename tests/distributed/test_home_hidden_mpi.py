@@ -128,5 +128,5 @@ def test_no_rank_reads_the_judges_files_nor_poisons_its_token_cache(tmp_path):
     assert [t for t in found if t["read"] or t["wrote"] or t["fds"]] == [], found
     run = jobs.last_run(home)
     assert run["status"] == "missed", (run["status"], run["error"])
-    # the judge trained and evaluated on the real tokens: one epoch leaves it near uniform
+    # the judge trained and evaluated on the real tokens (4.70 after its epoch; on zeros, 0.67)
     assert run["figures"]["val_log_perplexity"] > math.log(300) - 2, run["figures"]
