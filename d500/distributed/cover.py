@@ -43,12 +43,17 @@ class Helper:
     def spawn(self, conn: Any, lost: Any) -> Started:
         """A judge process (d500.distributed.judge.main) started by the helper, outside the
         cover, with this process's environment, given the child ends of its two pipes."""
+        from d500.errors import D500Error
         if self.covered:
-            raise RuntimeError("no judge is started once the rank is covered")
-        _send(self.sock, {"spawn": dict(os.environ)}, [conn.fileno(), lost.fileno()])
-        answer, fds = _receive(self.sock)
+            raise D500Error("no judge is started once the rank's $D500_HOME is covered")
+        try:
+            _send(self.sock, {"spawn": dict(os.environ)}, [conn.fileno(), lost.fileno()])
+            answer, fds = _receive(self.sock)
+        except OSError as err:
+            answer, fds = {"error": str(err)}, []
         if "pid" not in answer or len(fds) != 1:
-            raise OSError(f"the helper started no judge: {answer.get('error', answer)}")
+            raise D500Error(f"the rank's helper started no judge process "
+                            f"({answer.get('error', 'it ended')})")
         self.judges += 1
         return Started(int(answer["pid"]), fds[0])
 
