@@ -112,20 +112,21 @@ def LpPool(node, x):
     return ChannelsLast(s ** (1.0 / p))
 
 
+def _global(reduce, x):
+    """`reduce` over the spatial axes, kept; a channels-last value stays channels-last."""
+    if isinstance(x, ChannelsLast):
+        return ChannelsLast(reduce(x.t, axis=list(range(1, x.t.shape.rank - 1)), keepdims=True))
+    return reduce(x, axis=list(range(2, x.shape.rank)), keepdims=True)
+
+
 @op
 def GlobalAveragePool(node, x):
-    if isinstance(x, ChannelsLast):
-        return ChannelsLast(tf.reduce_mean(x.t, axis=list(range(1, x.t.shape.rank - 1)),
-                                           keepdims=True))
-    return tf.reduce_mean(x, axis=list(range(2, x.shape.rank)), keepdims=True)
+    return _global(tf.reduce_mean, x)
 
 
 @op
 def GlobalMaxPool(node, x):
-    if isinstance(x, ChannelsLast):
-        return ChannelsLast(tf.reduce_max(x.t, axis=list(range(1, x.t.shape.rank - 1)),
-                                          keepdims=True))
-    return tf.reduce_max(x, axis=list(range(2, x.shape.rank)), keepdims=True)
+    return _global(tf.reduce_max, x)
 
 
 @op
