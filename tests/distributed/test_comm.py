@@ -4,10 +4,6 @@ MPI checks (test_comm_mpi.py) hold the ranks to."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
@@ -23,6 +19,7 @@ from d500.distributed.comm import (
     ring_counts,
 )
 from d500.errors import D500Error
+from tests.distributed.test_launch import plain_process
 
 
 @pytest.fixture
@@ -70,16 +67,12 @@ def test_one_rank_nonblocking_collectives_are_the_identity(single):
 
 
 def test_one_rank_needs_no_mpi4py():
-    env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARIABLES}
     code = ("import sys, numpy as np\nfrom d500.distributed.comm import Communicator\n"
             "c = Communicator.for_world()\nx = np.ones(5)\nc.allreduce(x, op='average')\n"
             "c.ring_allreduce(x)\nc.broadcast(x)\nc.allgatherv(x)\nc.neighbour_exchange(x)\n"
             "c.barrier()\nassert c.size == 1 and x.tolist() == [1.0] * 5\n"
             "print('mpi4py' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=120, check=False)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "False"
+    assert plain_process(code) == "False"
 
 
 def test_torch_tensors_are_viewed_not_copied():

@@ -11,15 +11,20 @@ from d500.distributed import launch
 from d500.training import tune_parallel
 
 
-def test_a_plain_process_imports_neither_mpi_nor_numpy():
+def plain_process(code: str) -> str:
+    """What Python `code` prints in a process no launcher started (exit 0 asserted)."""
     env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARIABLES}
-    code = ("import sys\nimport d500.distributed\nfrom d500.distributed import launch\n"
-            "assert not launch.launched_by_mpi() and launch.world() is None\n"
-            "print(sorted(m for m in ('mpi4py', 'numpy', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=120, check=False)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    return out.stdout.strip()
+
+
+def test_a_plain_process_imports_neither_mpi_nor_numpy():
+    code = ("import sys\nimport d500.distributed\nfrom d500.distributed import launch\n"
+            "assert not launch.launched_by_mpi() and launch.world() is None\n"
+            "print(sorted(m for m in ('mpi4py', 'numpy', 'torch') if m in sys.modules))")
+    assert plain_process(code) == "[]"
 
 
 def test_tune_parallel_uses_the_same_launcher_detection():
