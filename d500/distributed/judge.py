@@ -2,7 +2,9 @@
 imported anywhere, that holds what level 2's supervisor holds (d500.training.trainer): the
 clock, the validation and test splits, its own copy of the model to evaluate, the stop rule,
 the ledger run and the MLLOG. The MPI ranks hold the entry's code, the scheme and the training
-split, which the judge sends to rank 0 after run_start and rank 0 broadcasts.
+split, which the judge sends to rank 0 after run_start and rank 0 broadcasts. Where the kernel
+permits (root), rank 0's helper starts it (d500.distributed.cover), outside the cover that hides
+$D500_HOME from every rank's entry code: the judge alone reads and writes the ledger there.
 
     judge = Judge.spawn(job, seed)      # rank 0, before build(): nothing of the entry's yet
     run_id = judge.open()               # after every rank built: the ledger run opens
