@@ -166,8 +166,9 @@ def check_cases(cases: list) -> None:
 
     from d500.operators.reference import infer_outputs
     for c in cases:
-        infer_outputs(c.op_type, c.attributes, [np.zeros(s, c.np_dtype) for s in c.shapes], 1,
-                      c.opset)
+        with c.named():
+            infer_outputs(c.op_type, c.attributes, [np.zeros(s, c.np_dtype) for s in c.shapes],
+                          1, c.opset)
 
 
 # -- running (the library records; this prints) ---------------------------------------------

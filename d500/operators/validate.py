@@ -150,7 +150,7 @@ def prepare(case: Case, seed: int = 0, scales: tuple[float, ...] = SCALES) -> Pr
     """Inputs and reference outputs of a case; a UsageError when the reference rejects it (bad
     shapes or attributes), before any operator is judged. (One BLAS thread, as in validate.)"""
     from threadpoolctl import threadpool_limits
-    with threadpool_limits(limits=1, user_api="blas"):
+    with threadpool_limits(limits=1, user_api="blas"), case.named():
         return _prepare(case, seed, scales)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +68,17 @@ class Case:
     @property
     def np_dtype(self) -> np.dtype:
         return numpy_dtype(self.dtype)
+
+    @contextmanager
+    def named(self) -> Iterator[None]:
+        """A UsageError of this case (the reference refusing its shapes or attributes) names
+        its case file first, where it has one: it named only 'Conv(8x16x32x32, ...)'."""
+        try:
+            yield
+        except UsageError as err:
+            if self.path is None or str(err).startswith(str(self.path)):
+                raise
+            raise UsageError(f"{self.path}: {err}") from None
 
 
 def load_case(path: str | Path) -> Case:
