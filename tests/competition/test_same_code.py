@@ -260,8 +260,9 @@ def test_a_shipped_entry_renamed_reordered_and_padded_is_the_same_code():
     files = same_code.folder_files(folder)
     code = files["conv.py"].decode()
     from d500.competition.code_form import foreign_words
-    # (a word of d500's own source is one d500 may read on an object: kept, never normalized;
-    # d500.progress's own _columns once made this digest differ)
+    # (a public word of d500's source is one d500 may read on an object: kept, never
+    # normalized; d500's private words no longer are: d500.progress's own _columns once made
+    # this digest differ, test_a_private_name_d500_gains_keeps_a_shipped_entrys_digest)
     assert not {"_geometry", "_columns", "_shape_of", "_as_columns"} & foreign_words()
     copy = code.replace("_geometry", "_shape_of").replace("_columns", "_as_columns")
     copy = _swap(copy, "    def _as_columns", "    def _pad")
