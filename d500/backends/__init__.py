@@ -197,6 +197,26 @@ def import_frameworks_of(source: Path) -> None:
                 continue  # the file's own import says what is missing; the others still load
 
 
+def import_user_file(path: Path, module_name: str) -> ModuleType | None:
+    """A user's Python file run as the module `module_name` (kept in sys.modules, where
+    dataclasses and pickling look it up), the frameworks it imports imported first
+    (import_frameworks_of); None where Python cannot import it as a file. An exception its code
+    raises is raised, the module taken out of sys.modules first."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        import_frameworks_of(path)
+        spec.loader.exec_module(module)
+    except Exception:
+        del sys.modules[module_name]
+        raise
+    return module
+
+
 def available() -> dict[str, str]:
     """Every known framework's backend name (its default mode) -> 'module:Class'."""
     found = dict(BUILTIN)

@@ -7,16 +7,14 @@ C/C++.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import inspect
 import os
-import sys
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from d500.backends import import_frameworks_of
+from d500.backends import import_user_file
 from d500.errors import UsageError, did_you_mean, listed
 
 C = "c"  # an operator in C/C++ (d500 compiles it), beside the registered frameworks
@@ -145,7 +143,8 @@ def load_class(file: Path, name: str, isolated: bool = False) -> Loaded:
     it in an operator host process (d500.operators.host), never in this one."""
     file = Path(file)
     if not file.is_file():
-        raise UsageError(f"{file}: no such file")
+        from d500.paths import looked_in
+        raise UsageError(f"{file}: no such file{looked_in(file)}")
     if not name.isidentifier():
         raise UsageError(f"'{name}' is not a class name (expected FILE.py:Class)")
     cls = _host_class(file, name) if isolated else _class(file, name)
@@ -208,21 +207,14 @@ def operator_hint(op_type: str) -> str:
 
 def _import(file: Path):
     digest = hashlib.sha256(str(file).encode()).hexdigest()[:12]
-    mod_name = f"d500_user_operator_{file.stem}_{digest}"
-    spec = importlib.util.spec_from_file_location(mod_name, file)
-    if spec is None or spec.loader is None:
-        raise UsageError(f"{file}: not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[mod_name] = module
     try:
-        import_frameworks_of(file)
-        spec.loader.exec_module(module)
+        module = import_user_file(file, f"d500_user_operator_{file.stem}_{digest}")
     except SyntaxError as err:
-        del sys.modules[mod_name]
         raise UsageError(f"{err.filename}:{err.lineno}: SyntaxError: {err.msg}") from None
     except Exception as err:  # noqa: BLE001 - any import-time failure of user code is bad input
-        del sys.modules[mod_name]
         frame = traceback.extract_tb(err.__traceback__)[-1]
         raise UsageError(f"{file}: importing it failed at {Path(frame.filename).name}:"
                          f"{frame.lineno}: {type(err).__name__}: {err}") from None
+    if module is None:
+        raise UsageError(f"{file}: not a Python file")
     return module

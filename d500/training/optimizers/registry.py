@@ -4,12 +4,10 @@ submission's own Optimizer subclass in a Python file."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
-from d500.backends import import_frameworks_of
+from d500.backends import import_user_file
 from d500.errors import ConfigError
 from d500.training.optimizers.adagrad import Adagrad
 from d500.training.optimizers.adam import Adam, AdamW
@@ -37,21 +35,14 @@ def load_optimizer(file: str | Path, class_name: str) -> type[Optimizer]:
     if not path.is_file():
         raise ConfigError(f"{path}: optimizer file not found")
     digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
-    module_name = f"d500_submission_{path.stem}_{digest}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise ConfigError(f"{path}: not a Python file that can be imported")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # dataclasses and pickling look the module up
     try:
-        import_frameworks_of(path)
-        spec.loader.exec_module(module)
+        module = import_user_file(path, f"d500_submission_{path.stem}_{digest}")
     except SyntaxError as err:
-        del sys.modules[module_name]
         raise ConfigError(f"{path}:{err.lineno}: syntax error: {err.msg}") from err
     except Exception as err:  # the submission's import failed: say where
-        del sys.modules[module_name]
         raise ConfigError(f"{path}: importing it failed: {type(err).__name__}: {err}") from err
+    if module is None:
+        raise ConfigError(f"{path}: not a Python file that can be imported")
     cls = getattr(module, class_name, None)
     if cls is None:
         raise ConfigError(f"{path}: no class '{class_name}' in the file")
