@@ -9,7 +9,9 @@ cannot wait, and the evaluation row written with its eval_stop's time (d500.trai
 Checked:
 - the evaluation rows pair one to one, in order, with the eval_accuracy events (same epoch,
   val_accuracy equal to the logged value, step x global_batch_size = samples_count, or the
-  samples at each epoch's batch where the recipe's batch_schedule grew it); a run that
+  samples at each epoch's batch where the recipe's batch_schedule grew it), and each epoch is
+  the one its step reaches over the rules' training split (epochs inflated alike in the record
+  and the log escaped MLPerf's RCP scaling: digits-mlp's x1.313 became x1); a run that
   failed or was interrupted may have logged one evaluation it did not live to record;
 - micro_batch_size (level 2: batch_size; level 3: per_rank_batch_size), data_parallelism (the
   world size), d500_target and train_samples/eval_samples against the workload's rules;
@@ -84,6 +86,7 @@ class Training:
         self.rows = [evaluation(e) for e in run.evaluations]
         self.batch = number((self.first.get(mllog.GLOBAL_BATCH_SIZE) or {}).get("value"))
         self.plan = self._plan()  # a batch_schedule's batches and steps per epoch, or None
+        self.epochs = self.plan or self._fixed()  # what epoch(step) each evaluation is at
         # a resumed run's clock starts at what its earlier segments took (its log's does not)
         resumed = (getattr(run, "details", None) or {}).get("resumed") or {}
         self.before = number(resumed.get("before")) or 0.0
@@ -105,6 +108,20 @@ class Training:
         except ConfigError as err:
             self.out.append(f"its recorded batch schedule is not one d500 can train ({err})")
             return None
+
+    def _fixed(self) -> Any:
+        """The fixed batch's plan over the rules' training split (None where the log or the
+        rules do not say: a text corpus, whose split counts documents)."""
+        from d500.training import batch_schedule as grow
+        batch, rules = self.batch, self.rules
+        from d500.errors import ConfigError
+        if not finite(batch) or batch < 1 or batch != int(batch) or rules.train is None:
+            return None
+        try:  # (a batch beyond the split: keys() names the batch that is not the rules')
+            plan = grow.Plan.of([int(batch)], rules.train, rules.drop_last)
+        except ConfigError:
+            return None
+        return plan if plan.steps[0] > 0 else None
 
     def samples(self, step: float) -> float | None:
         """Samples trained after `step` steps: step x global batch, or at each epoch's batch."""
@@ -174,6 +191,15 @@ class Training:
             where = f"evaluation {n} (epoch {row['epoch']})"
             if not same(number(epoch), row["epoch"]):
                 self.out.append(f"{where}: its MLLOG's eval_accuracy {n} is at epoch {epoch}")
+            whole = row["step"] if isinstance(row["step"], int) \
+                and not isinstance(row["step"], bool) and 0 <= row["step"] < 2 ** 53 else None
+            done = None if self.epochs is None or whole is None else self.epochs.epoch(whole)
+            at = number(row["epoch"])
+            if done is not None and at is not None \
+                    and not math.isclose(at, done, rel_tol=1e-9, abs_tol=1e-9):
+                self.out.append(f"{where}: step {row['step']} is epoch {done:.6g} of the rules' "
+                                f"training split ({self.rules.train} samples), not "
+                                f"{row['epoch']!r}")
             if not same(val, number(line["value"])):
                 self.out.append(f"{where}: {name} {val!r}, but its MLLOG's eval_accuracy "
                                 f"says {line['value']!r}")

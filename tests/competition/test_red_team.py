@@ -260,3 +260,45 @@ def test_a_run_resumed_from_a_trial_that_never_evaluated_keeps_its_clock(
                                                              "from run "), problems
         assert why in problems[0], problems
 
+
+
+def _more_epochs(rids: list[int], factor: float):
+    """An edit multiplying the seed runs' epochs by `factor`: each evaluation's epoch in the
+    record and every epoch_num of its MLLOG, and the epochs figure; re-sealed."""
+    def edit(found: dict[str, bytes]) -> None:
+        for rid in rids:
+            records = _records(found[mllog_member(rid)].decode())
+            for r in records:
+                if "epoch_num" in r["metadata"]:
+                    r["metadata"]["epoch_num"] *= factor
+                if r["key"] == "epochs" and "unit" in r["metadata"]:
+                    r["value"] *= factor
+            log = found[mllog_member(rid)] = _text(records)
+
+            def record(rec: dict, log: bytes = log) -> None:
+                for row in rec["evaluations"]:
+                    row[1] *= factor
+                for art in rec["artifacts"]:
+                    if art[0] == rec["row"]["mllog"]:
+                        art[1:] = [hashlib.sha256(log).hexdigest(), len(log)]
+            reseal(rid, change=lambda f: f.update(epochs=f["epochs"] * factor),
+                   record=record)(found)
+    return edit
+
+
+def test_epochs_inflated_in_the_record_and_log_alike_are_not_their_steps_epochs(
+        digits_package, rules_dir, tmp_path):
+    """MLPerf's RCP scaling multiplies the time of a result converging in fewer epochs than the
+    reference (digits-mlp's two seeds: x1.313). Every epoch multiplied by 1.35 in the record
+    and the MLLOG alike (steps and samples kept), re-sealed: the scale became 1 and check
+    passed. Each evaluation's step fixes its epoch over the rules' training split."""
+    pkg = Package.open(digits_package)
+    seeds = [r.origin_id for r in pkg.runs() if r.trial is None and r.status == "succeeded"]
+    honest = check(pkg, rules_dir)
+    assert not [p for p in honest.problems if "of the rules' training split" in p]
+    forged = Package.open(repack(digits_package, tmp_path / "epochs.tar.gz",
+                                 _more_epochs(seeds, 1.35)))
+    problems = check(forged, rules_dir).problems
+    assert problems and all(p.startswith("consistency: run ") and "of the rules' training "
+                            "split (1197 samples), not " in p for p in problems), problems
+    assert {int(p.split()[2].rstrip(":")) for p in problems} == set(seeds), problems
