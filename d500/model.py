@@ -26,7 +26,8 @@ def load(source: onnx.ModelProto | str | os.PathLike, *, check: bool = True,
         path = Path(source)
         where = str(path)
         if not path.exists():
-            raise ModelError(f"{path}: no such file")
+            from d500.paths import looked_in
+            raise ModelError(f"{path}: no such file{looked_in(path)}")
         if path.is_dir():
             raise ModelError(f"{path}: is a directory, not an ONNX file")
         try:

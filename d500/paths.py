@@ -144,6 +144,12 @@ def write_output(path: str | Path, text: str | bytes) -> Path:
     return path
 
 
+def looked_in(path: str | Path) -> str:
+    """' in CWD' for a relative path that is not there: the folder it was looked for in (a
+    script's `cd` elsewhere said only 'model.onnx: no such file'); '' for an absolute one."""
+    return "" if Path(path).is_absolute() else f" in {Path.cwd()}"
+
+
 def cannot_write(path: Path) -> str:
     """Why `path` cannot be written, seen before writing ("" where nothing says so): a file where
     one of its folders goes, an existing file or the nearest existing folder not writable."""

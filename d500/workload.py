@@ -63,7 +63,8 @@ def read_yaml(path: str | Path, text: str | bytes | None = None) -> tuple[Path, 
     if text is None and path.is_dir():
         raise ConfigError(f"{path}: a folder, where a YAML file is expected")
     if text is None and not path.is_file():
-        raise ConfigError(f"{path}: no such file")
+        from d500.paths import looked_in
+        raise ConfigError(f"{path}: no such file{looked_in(path)}")
     try:
         if text is not None:
             return path, yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 - a SafeLoader
@@ -283,8 +284,8 @@ def find(name_or_path: str, folder: Path, level: int, noun: str = "workload") ->
         return p
     if p.suffix in (".yaml", ".yml") and not p.exists():
         shipped = folder / p.name  # levels/1-networks/X.yaml typed outside a checkout
-        raise ConfigError(f"{p}: no such {noun} file" + (
-            "" if p.is_absolute() else f" in {Path.cwd()}") + (
+        from d500.paths import looked_in
+        raise ConfigError(f"{p}: no such {noun} file{looked_in(p)}" + (
             f" (d500's own '{p.stem}' is found by its name: give {p.stem})"
             if shipped.is_file() and not p.is_absolute() else ""))
     files = sorted(folder.glob("*.yaml"))

@@ -81,7 +81,8 @@ class Package:
         if path.is_dir():
             raise UsageError(f"{path}: a folder, where a package file (d500 package --out) goes")
         if not path.is_file():
-            raise UsageError(f"{path}: no such package file")
+            from d500.paths import looked_in
+            raise UsageError(f"{path}: no such package file{looked_in(path)}")
         try:
             if path.stat().st_size > MAX_BYTES:
                 raise D500Error(f"{path}: not a d500 package (more than {MAX_BYTES >> 20} MiB)")

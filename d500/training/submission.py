@@ -146,8 +146,9 @@ def load(path: str | Path) -> Submission:
     """Read and validate a submission folder or its submission.yaml."""
     given, path = str(path), Path(path)
     if not path.exists():
+        from d500.paths import looked_in
         raise ConfigError(f"{given}: no such entry (a folder holding submission.yaml, or that "
-                          f"file){by_name(path)}")
+                          f"file){by_name(path) or looked_in(path)}")
     if path.is_dir():
         path = path / "submission.yaml"
     data = load_yaml(path, SCHEMA)

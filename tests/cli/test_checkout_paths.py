@@ -40,7 +40,8 @@ def test_a_missing_file_of_no_shipped_name_says_only_that(tmp_path):
                          cwd=tmp_path, timeout=120, check=False,
                          env={**os.environ, "D500_HOME": str(tmp_path / "home")})
     assert out.returncode == 2 and out.stderr.strip().endswith(
-        "my-entry/: no such entry (a folder holding submission.yaml, or that file)"), out.stderr
+        f"my-entry/: no such entry (a folder holding submission.yaml, or that file) in "
+        f"{tmp_path}"), out.stderr  # where it was looked for, and no example entry named
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-1", "1.5"])

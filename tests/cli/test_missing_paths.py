@@ -1,0 +1,32 @@
+"""A relative path that is not there is said with the folder it was looked for in: a script that
+ran `cd` elsewhere first was told only 'model.onnx: no such file'."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize("args, said", [
+    (["net", "check", "model.onnx"], "model.onnx: no such file in {cwd}"),
+    (["op", "validate", "my_op.py:Im2colConv"], "my_op.py: no such file in {cwd}"),
+    (["op", "validate", "numpy-im2col-conv", "--case", "my-conv.yaml"],
+     "my-conv.yaml: no such case file in {cwd}"),
+    (["check", "entry.tar.gz"], "entry.tar.gz: no such package file in {cwd}"),
+    (["train", "digits-mlp", "--submission", "./my-entry"],
+     "./my-entry: no such entry (a folder holding submission.yaml, or that file) in {cwd}")])
+def test_a_missing_relative_path_names_the_folder_looked_in(args, said, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "d500.cli", *args], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=120, check=False,
+                          env={**os.environ, "D500_HOME": str(tmp_path / "home")})
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.endswith(said.format(cwd=tmp_path) + "\n"), done.stderr
+
+
+def test_an_absolute_path_is_said_as_it_is(tmp_path):
+    from d500.paths import looked_in
+    assert looked_in(tmp_path / "x.onnx") == ""
+    assert looked_in("x.onnx") == f" in {os.getcwd()}"
