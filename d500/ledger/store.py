@@ -67,8 +67,10 @@ def absent(path: str | Path | None = None) -> str:
     results directory ($D500_HOME, or the default ./d500-results): one line naming the file and
     where its name came from; "" where the file is there. Looks only, creates nothing."""
     if path is not None:
-        if Path(path).is_file():
-            return ""
+        if Path(path).is_file():  # empty: not a ledger (one d500 wrote never is), which SQLite
+            return "" if Path(path).stat().st_size else (  # took as one and d500 filled
+                f"--ledger {path}: an empty file, not a ledger (d500 writes its ledgers as "
+                f"$D500_HOME/ledger.sqlite)")
         return (f"--ledger {path}: " + ("is a folder, not a ledger file" if Path(path).is_dir()
                                         else "no such ledger file"))
     named = home_named()

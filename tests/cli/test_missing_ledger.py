@@ -82,6 +82,21 @@ def test_a_folder_given_as_the_ledger_is_said_so(tmp_path, monkeypatch, capsys):
     assert err.endswith(f"--ledger {tmp_path}: is a folder, not a ledger file\n")
 
 
+@pytest.mark.parametrize("args", READERS, ids=" ".join)
+def test_an_empty_file_given_as_the_ledger_is_refused_untouched(args, tmp_path, monkeypatch,
+                                                               capsys):
+    """`--ledger notes` naming an empty file: SQLite took it for an empty database, and the
+    reader wrote d500's tables into it (114,688 bytes) and showed an empty ledger."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "home").mkdir()
+    monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
+    (tmp_path / "notes").write_bytes(b"")
+    err = refused(with_ledger(args, "notes"), capsys, tmp_path)
+    assert err == (f"d500 {args[0]}: error: --ledger notes: an empty file, not a ledger (d500 "
+                   f"writes its ledgers as $D500_HOME/ledger.sqlite)\n")
+    assert (tmp_path / "notes").stat().st_size == 0
+
+
 def test_a_home_that_is_a_file_is_said_so(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "home").write_text("")
