@@ -486,6 +486,9 @@ def test_other_databases_are_not_taken_for_ledgers(home, tmp_path):
     db.close()
     with pytest.raises(D500Error, match="other.sqlite: an SQLite database but not a d500 ledger"):
         Ledger(other)
+    db = sqlite3.connect(other)  # left as it was: d500 had set WAL mode, kept in the file
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    db.close()
     text = tmp_path / "notes.sqlite"
     text.write_text("not a database at all\n" * 100)
     with pytest.raises(D500Error, match="notes.sqlite: not a usable ledger database"):

@@ -134,6 +134,14 @@ def version(db: sqlite3.Connection) -> int:
         raise D500Error(f"meta.schema_version is {row[0]!r}, not a number") from None
 
 
+def refuse_foreign(db: sqlite3.Connection, path: Path) -> None:
+    """A D500Error where the database at `path` holds tables but no d500 ledger's (`meta`):
+    said before d500 changes anything in it (its journal mode: WAL, kept in the file)."""
+    if version(db) == 0 and db.execute("SELECT 1 FROM sqlite_master").fetchone():
+        raise D500Error(f"{path}: an SQLite database but not a d500 ledger (it has tables "
+                        "but no meta.schema_version)")
+
+
 def upgrade(db: sqlite3.Connection, path: Path) -> int:
     """Bring an open ledger (autocommit connection) to SCHEMA_VERSION; return that version."""
     current = _checked(db, path)
@@ -142,9 +150,8 @@ def upgrade(db: sqlite3.Connection, path: Path) -> int:
     db.execute("BEGIN IMMEDIATE")
     try:
         current = _checked(db, path)  # another process may have upgraded it meanwhile
-        if current == 0 and db.execute("SELECT 1 FROM sqlite_master").fetchone():
-            raise D500Error(f"{path}: an SQLite database but not a d500 ledger (it has tables "
-                            "but no meta.schema_version)")
+        if current == 0:
+            refuse_foreign(db, path)
         for number, _, step in MIGRATIONS:
             if number > current:
                 _apply(db, step)

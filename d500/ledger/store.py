@@ -115,6 +115,7 @@ class Store:
                 raise self._unusable(err) from None
             try:
                 db.execute("PRAGMA busy_timeout = 60000")
+                migrations.refuse_foreign(db, self.path)  # another program's database: as it was
                 for _ in range(50):
                     if db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() == "wal":
                         break
