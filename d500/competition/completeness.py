@@ -17,7 +17,8 @@ backend and, at level 3, N), never the sender's. A required seed counts when one
 interrupted is a miss until re-run. A level-3 rank's own row is part of its group's run, not a
 result. A study's trials count by number, every attempt of a number together (a resumed tuning
 re-runs an interrupted trial as its next attempt): a number is done when one attempt ended in a
-final status.
+final status, and no number ends twice (a study scores its fastest run, so a trial run again
+after it ended would be a best of two).
 """
 
 from __future__ import annotations
@@ -217,6 +218,8 @@ def study_problems(studies: dict[int, StudyRuns], need: Requirement,
         unfinished = [n for n in range(size) if n in study.trials and not any(
             r.status in DONE for r in study.trials[n])]
         extra = sorted(n for n in study.trials if not 0 <= n < size)
+        twice = sorted(n for n in range(size) if n in study.trials
+                       and sum(r.status in DONE for r in study.trials[n]) > 1)
         if missing:
             out.append(f"{sid}: trial(s) {ids(missing)} of 0..{size - 1} missing (a "
                        f"hidden trial is a gap)")
@@ -226,6 +229,10 @@ def study_problems(studies: dict[int, StudyRuns], need: Requirement,
         if extra:
             out.append(f"{sid}: trial(s) {ids(extra)} beyond the workload's {size} trials "
                        f"per study (only trials 0..{size - 1} may run and score)")
+        if twice:
+            out.append(f"{sid}: trial(s) {ids(twice)} ran to an end more than once (a trial "
+                       f"runs once: a resumed tuning re-runs only an interrupted one, and the "
+                       f"study scores its fastest run)")
         if not missing and not unfinished:
             complete += 1
     if complete < need.studies:

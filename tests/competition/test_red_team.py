@@ -302,3 +302,63 @@ def test_epochs_inflated_in_the_record_and_log_alike_are_not_their_steps_epochs(
     assert problems and all(p.startswith("consistency: run ") and "of the rules' training "
                             "split (1197 samples), not " in p for p in problems), problems
     assert {int(p.split()[2].rstrip(":")) for p in problems} == set(seeds), problems
+
+
+def _again(rid: int, later_s: float):
+    """An edit appending to the package (and its chain) a second attempt of trial run `rid`,
+    `later_s` seconds later: its record and MLLOG with every time moved on, its own id, sealed."""
+    import copy
+
+    from d500.competition.layout import CHAIN, MANIFEST
+    from d500.ledger import integrity
+
+    def edit(found: dict[str, bytes]) -> None:
+        chain, manifest = json.loads(found[CHAIN]), json.loads(found[MANIFEST])
+        rec = copy.deepcopy(json.loads(found[run_member(rid)]))
+        new = len(chain) + 1
+        records = _records(found[mllog_member(rid)].decode())
+        for r in records:
+            r["time_ms"] += later_s * 1e3
+            if r["key"] == "d500_run_id":
+                r["value"] = new
+        log = found[mllog_member(new)] = _text(records)
+        row = rec["row"]
+        row["started"] += later_s
+        row["stopped"] += later_s
+        row["mllog"] = f"$D500_HOME/runs/{new}/mllog.txt"
+        for e in rec["evaluations"]:
+            e[4] += later_s
+        rec.update(origin_id=new, chain_seq=new, attempt=(rec["attempt"] or 0) + 1,
+                   mllog=mllog_member(new), prev_hash=chain[-1][3],
+                   artifacts=[[row["mllog"], hashlib.sha256(log).hexdigest(), len(log)]])
+        rec["sealed"] = json.dumps(integrity.seal_fields(
+            row, rec["evaluations"], rec["artifacts"], rec["trial"], rec["environment"]),
+            sort_keys=True)
+        rec["row_hash"] = integrity.row_hash(rec["prev_hash"], new, rec["sealed"])
+        found[run_member(new)] = json.dumps(rec).encode()
+        chain.append([new, new, rec["prev_hash"], rec["row_hash"]])
+        manifest["runs"].append(new)
+        manifest["ledger"]["chain_head"] = [new, rec["row_hash"]]
+        found[CHAIN], found[MANIFEST] = json.dumps(chain).encode(), json.dumps(manifest).encode()
+    return edit
+
+
+def test_a_trial_run_again_after_it_ended_is_refused(digits_package, rules_dir, run_d500,
+                                                     tmp_path):
+    """A study scores its fastest run, every attempt of a trial number counted; a resumed
+    tuning re-runs only an interrupted trial. A trial that had ended, run again a minute later
+    as its next attempt (its own id, times and seal, at the chain's end), passed check: a best
+    of two for every trial a sender re-runs."""
+    pkg = Package.open(digits_package)
+    trial = next(r for r in pkg.runs() if r.trial is not None)
+    again = repack(digits_package, tmp_path / "again.tar.gz", _again(trial.origin_id, 60.0))
+    problems = check(Package.open(again), rules_dir).problems
+    assert len(problems) == 1 and problems[0].startswith("completeness: digits-mlp (level 2) / "
+                                                         "torch: study "), problems
+    assert problems[0].endswith(f": trial(s) {trial.number} ran to an end more than once (a "
+                                "trial runs once: a resumed tuning re-runs only an interrupted "
+                                "one, and the study scores its fastest run)"), problems
+    home = tmp_path / "home"
+    done = run_d500(home, "ledger", "--ledger", str(home / "ledger.sqlite"), "import",
+                    str(again), "--rules", str(rules_dir))
+    assert done.returncode == 1 and "ran to an end more than once" in done.stdout + done.stderr
