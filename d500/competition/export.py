@@ -54,7 +54,7 @@ from d500.competition.layout import (
     sha256,
 )
 from d500.errors import ConfigError, D500Error, UsageError
-from d500.paths import output_file, unwritable
+from d500.paths import looked_in, output_file, unwritable
 
 STUDY_COLUMNS = ("id", "name", "level", "workload", "submission", "backend", "objective",
                  "search_space", "budget", "status", "started", "stopped", "details")
@@ -123,7 +123,8 @@ def entry_name(folder: Path) -> str:
         from d500.training.submission import by_name
         raise UsageError(f"{folder}: " + ("not a submission folder (one holding submission.yaml)"
                                           if folder.exists() else
-                                          f"no such submission folder{by_name(folder)}"))
+                                          f"no such submission folder"
+                                          f"{by_name(folder) or looked_in(folder)}"))
     path, data = read_yaml(folder / "submission.yaml")
     if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"]:
         raise ConfigError(f"{path}: field 'name' must be the entry's name")

@@ -80,6 +80,8 @@ class Package:
         path = Path(path)
         if path.is_dir():
             raise UsageError(f"{path}: a folder, where a package file (d500 package --out) goes")
+        if path.exists() and not path.is_file():  # /dev/null, a pipe: 'no such package file'
+            raise UsageError(f"{path}: not a regular file, where a package file goes")
         if not path.is_file():
             from d500.paths import looked_in
             raise UsageError(f"{path}: no such package file{looked_in(path)}")

@@ -140,7 +140,8 @@ def _read(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except FileNotFoundError:
-        raise UsageError(f"{path}: no such key file") from None
+        from d500.paths import looked_in
+        raise UsageError(f"{path}: no such key file{looked_in(path)}") from None
     except OSError as err:
         raise UsageError(f"{path}: cannot read it ({err.strerror})") from None
 

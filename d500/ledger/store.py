@@ -16,7 +16,7 @@ from typing import Any, Self, TypeVar
 
 from d500.errors import D500Error, UsageError
 from d500.ledger import migrations
-from d500.paths import PROJECT_ROOT, home, home_named
+from d500.paths import PROJECT_ROOT, home, home_named, looked_in
 
 T = TypeVar("T")
 HOME_PREFIX = "$D500_HOME/"
@@ -72,7 +72,7 @@ def absent(path: str | Path | None = None) -> str:
                 f"--ledger {path}: an empty file, not a ledger (d500 writes its ledgers as "
                 f"$D500_HOME/ledger.sqlite)")
         return (f"--ledger {path}: " + ("is a folder, not a ledger file" if Path(path).is_dir()
-                                        else "no such ledger file"))
+                                        else f"no such ledger file{looked_in(path)}"))
     named = home_named()
     folder = Path(named).expanduser().resolve()
     file = folder / "ledger.sqlite"

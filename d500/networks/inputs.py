@@ -160,7 +160,8 @@ def load_npz(path: str | Path, model: onnx.ModelProto) -> dict[str, np.ndarray]:
     if path.is_dir():
         raise UsageError(f"{path}: a folder, where an inputs file (.npz) goes")
     if not path.is_file():
-        raise UsageError(f"{path}: no such inputs file")
+        from d500.paths import looked_in
+        raise UsageError(f"{path}: no such inputs file{looked_in(path)}")
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}

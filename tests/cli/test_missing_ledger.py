@@ -58,7 +58,8 @@ def test_a_reader_refuses_a_ledger_file_that_does_not_exist(args, tmp_path, monk
     (tmp_path / "home").mkdir()
     monkeypatch.setenv("D500_HOME", str(tmp_path / "home"))
     err = refused(with_ledger(args, "resluts/ledger.sqlite"), capsys, tmp_path)
-    assert err == f"d500 {args[0]}: error: --ledger resluts/ledger.sqlite: no such ledger file\n"
+    assert err == (f"d500 {args[0]}: error: --ledger resluts/ledger.sqlite: no such ledger file "
+                   f"in {tmp_path}\n")
 
 
 @pytest.mark.parametrize("args", [["ledger", "list"], ["leaderboard"]], ids=" ".join)

@@ -16,6 +16,11 @@ import pytest
     (["op", "validate", "numpy-im2col-conv", "--case", "my-conv.yaml"],
      "my-conv.yaml: no such case file in {cwd}"),
     (["check", "entry.tar.gz"], "entry.tar.gz: no such package file in {cwd}"),
+    (["check", "/dev/null"], "/dev/null: not a regular file, where a package file goes"),
+    (["package", "./my-entry", "--out", "e.tar.gz"],
+     "my-entry: no such submission folder in {cwd}"),
+    (["ledger", "--ledger", "ledger.sqlite", "list"],
+     "--ledger ledger.sqlite: no such ledger file in {cwd}"),
     (["train", "digits-mlp", "--submission", "./my-entry"],
      "./my-entry: no such entry (a folder holding submission.yaml, or that file) in {cwd}")])
 def test_a_missing_relative_path_names_the_folder_looked_in(args, said, tmp_path):
@@ -24,6 +29,18 @@ def test_a_missing_relative_path_names_the_folder_looked_in(args, said, tmp_path
                           env={**os.environ, "D500_HOME": str(tmp_path / "home")})
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.endswith(said.format(cwd=tmp_path) + "\n"), done.stderr
+
+
+def test_a_missing_inputs_or_key_file_names_the_folder_looked_in(tmp_path, monkeypatch):
+    from d500.builders import build
+    from d500.competition import signing
+    from d500.errors import UsageError
+    from d500.networks.inputs import load_npz
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match=rf"^x.npz: no such inputs file in {tmp_path}$"):
+        load_npz("x.npz", build("mlp", input_shape=[1, 8, 8]))
+    with pytest.raises(UsageError, match=rf"^me.key: no such key file in {tmp_path}$"):
+        signing.public_key("me.key")
 
 
 def test_an_absolute_path_is_said_as_it_is(tmp_path):
