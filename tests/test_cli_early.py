@@ -29,6 +29,8 @@ MNIST = "dataset 'mnist' is read from files: give --data DIR"
      "seed 0 was already used by run 1 of this entry; pass --repeat to measure it again"),
     (["run", "--workload", "mlp-mnst", "--backends", "torch"], "(did you mean 'mlp-mnist'?)"),
     (["reference", "digits-mlp", "--at", "mom=1"], "unknown hyperparameter 'mom'"),
+    (["reference", "digits-mlp", "--at", "lr=x"],  # the option named, not the entry's file
+     "d500 reference: error: --at lr=x: optimizer 'momentum': hyperparameter 'lr' must be"),
     (["reference", "digits-mlp", "--trials", "no-such.tar.gz"],
      "no-such.tar.gz: no such package file"),
     (["tune", "digits-mlp", "--submission", "{entry}"],

@@ -23,7 +23,7 @@ from typing import Any
 
 from d500 import paths
 from d500.cli import ArgumentParser, count, seed
-from d500.errors import UsageError
+from d500.errors import ConfigError, UsageError
 from d500.training.precision import PRECISIONS
 
 
@@ -80,7 +80,13 @@ def main(argv: list[str], prog: str = "d500 reference") -> int:
     if args.at or args.trials:
         points = [dict(args.at)] if args.at else _best_points(args.trials, workload, entry,
                                                               args.backend)
-        entry.validate(points)
+        try:
+            entry.validate(points)
+        except ConfigError as err:  # --at lr=x: its value, not the entry's file, is wrong
+            if not args.at:
+                raise
+            given = " ".join(f"--at {k}={v}" for k, v in args.at)
+            raise UsageError(f"{given}: {str(err).split('submission.yaml: ', 1)[-1]}") from None
     backends.get(args.backend)  # after the cheap checks: it imports the framework
     from d500.training.trainer import preflight  # an inference-only backend refused here, not
     preflight(workload, entry.recipe, args.backend, args.data)  # at the first run's start
