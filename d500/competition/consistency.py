@@ -111,10 +111,15 @@ def rules(text: str | bytes | None, where: str) -> Rules:
         train = validation = None
     from d500.training.data.dataset import TEXT
     epochs = budget.get("max_epochs")
+    cadence = data.get("evaluation", {"every_epochs": 1})  # the schema's default
+    cadence = cadence if isinstance(cadence, Mapping) else {}
+    every = [v if is_int(v) and v >= 1 else None for v in (cadence.get("every_epochs"),
+                                                            cadence.get("every_steps"))]
     return Rules(number(target.get("value")), number(budget.get("max_seconds")),
                  train if is_int(train) else None, validation if is_int(validation) else None,
                  quality, quality == "log_perplexity", split.get("name") in TEXT,
-                 data.get("drop_last", True) is not False, epochs if is_int(epochs) else None)
+                 data.get("drop_last", True) is not False, epochs if is_int(epochs) else None,
+                 *every)
 
 
 def log_problems(run: Any, records: list[dict[str, Any]], workload: Rules) -> list[str]:

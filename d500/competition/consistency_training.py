@@ -40,6 +40,7 @@ checks the figures themselves.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import dataclass
@@ -67,6 +68,8 @@ class Rules:
     text: bool = False  # a language model on a text corpus: its log states attention's precision
     drop_last: bool = True  # with train and max_epochs: a growing batch's steps per epoch
     max_epochs: int | None = None
+    every_epochs: int | None = None  # the evaluation cadence (exactly one is set)
+    every_steps: int | None = None
 
     def met(self, value: float | None) -> bool:
         if value is None or self.target is None:
@@ -140,6 +143,7 @@ class Training:
         self.keys()
         paired = self.pairs()
         if paired:
+            self.cadence()
             self.times()
             self.target()
             self.split()
@@ -191,8 +195,7 @@ class Training:
             where = f"evaluation {n} (epoch {row['epoch']})"
             if not same(number(epoch), row["epoch"]):
                 self.out.append(f"{where}: its MLLOG's eval_accuracy {n} is at epoch {epoch}")
-            whole = row["step"] if isinstance(row["step"], int) \
-                and not isinstance(row["step"], bool) and 0 <= row["step"] < 2 ** 53 else None
+            whole = row["step"] if is_step(row["step"]) else None
             done = None if self.epochs is None or whole is None else self.epochs.epoch(whole)
             at = number(row["epoch"])
             if done is not None and at is not None \
@@ -211,6 +214,41 @@ class Training:
                 self.out.append(f"{where}: step {row['step']} {at}, but its MLLOG's "
                                 f"samples_count is {count}")
         return True
+
+    def cadence(self) -> None:
+        """Each evaluation at the next step the rules' cadence evaluates at (every K steps, or
+        the end of every K epochs, counted from the step a resumed run started at); the last
+        may come earlier, where the run stopped (its budget spent)."""
+        steps = [row["step"] for row in self.rows]
+        if self.epochs is None or not all(is_step(s) for s in steps):
+            return
+        resumed = (getattr(self.run, "details", None) or {}).get("resumed") or {}
+        at = resumed.get("step") if is_step(resumed.get("step")) else 0
+        for n, step in enumerate(steps):
+            due = self._due(at)
+            if due is None:
+                return
+            if step != due and not (n == len(steps) - 1 and at < step < due):
+                every = (f"every {self.rules.every_steps} steps" if self.rules.every_steps
+                         else f"at the end of every {self.rules.every_epochs} epoch(s)")
+                self.out.append(f"evaluation {n + 1} (epoch {self.rows[n]['epoch']}): at step "
+                                f"{step}, but the rules evaluate {every}, next at step {due}")
+                return
+            at = step
+
+    def _due(self, after: int) -> int | None:
+        """The first step past `after` the rules evaluate at (None: no cadence read)."""
+        if self.rules.every_steps:
+            return (after // self.rules.every_steps + 1) * self.rules.every_steps
+        every, steps = self.rules.every_epochs, self.epochs.steps
+        if not every or min(steps) < 1:
+            return None
+        ends = list(itertools.accumulate(steps))  # each epoch's last step; then the last batch's
+        epoch = next((e for e, end in enumerate(ends, 1) if end > after), None)
+        if epoch is None:
+            epoch = len(ends) + (after - ends[-1]) // steps[-1] + 1
+        epoch = -(-epoch // every) * every  # the first due at or past it
+        return ends[epoch - 1] if epoch <= len(ends) else ends[-1] + (epoch - len(ends)) * steps[-1]
 
     def bounds(self, n: int) -> tuple[float, float] | None:
         """Seconds from run_start to evaluation n's eval_stop, less the longest the test
@@ -357,6 +395,11 @@ def evaluation(row: list[Any]) -> dict[str, Any]:
         metrics = {}
     return {"step": row[0], "epoch": row[1], "wall_time": row[2],
             "metrics": metrics if isinstance(metrics, dict) else {}, "recorded": row[4]}
+
+
+def is_step(value: Any) -> bool:
+    """A recorded step count: a whole number a float holds exactly."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2 ** 53
 
 
 def canon(value: Any) -> str:

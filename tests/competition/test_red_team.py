@@ -362,3 +362,47 @@ def test_a_trial_run_again_after_it_ended_is_refused(digits_package, rules_dir, 
     done = run_d500(home, "ledger", "--ledger", str(home / "ledger.sqlite"), "import",
                     str(again), "--rules", str(rules_dir))
     assert done.returncode == 1 and "ran to an end more than once" in done.stdout + done.stderr
+
+
+def _twice_the_steps(rids: list[int]):
+    """An edit doubling the seed runs' training in the record and the MLLOG alike: every
+    evaluation's step, epoch and samples_count, the epochs, steps and samples_per_second
+    figures; re-sealed (each evaluation's epoch still the one its step reaches)."""
+    def edit(found: dict[str, bytes]) -> None:
+        for rid in rids:
+            records = _records(found[mllog_member(rid)].decode())
+            for r in records:
+                meta = r["metadata"]
+                if "samples_count" in meta:
+                    meta["samples_count"] *= 2
+                if "epoch_num" in meta and r["key"].startswith("eval"):
+                    meta["epoch_num"] *= 2
+                if "unit" in meta and r["key"] in ("epochs", "steps", "samples_per_second"):
+                    r["value"] *= 2
+            log = found[mllog_member(rid)] = _text(records)
+
+            def record(rec: dict, log: bytes = log) -> None:
+                for row in rec["evaluations"]:
+                    row[0], row[1] = row[0] * 2, row[1] * 2
+                for art in rec["artifacts"]:
+                    if art[0] == rec["row"]["mllog"]:
+                        art[1:] = [hashlib.sha256(log).hexdigest(), len(log)]
+            reseal(rid, change=lambda f: f.update({k: f[k] * 2 for k in (
+                "epochs", "steps", "samples_per_second")}), record=record)(found)
+    return edit
+
+
+def test_twice_the_steps_claimed_alike_are_evaluations_off_the_rules_cadence(
+        digits_package, rules_dir, tmp_path):
+    """Steps, samples and epochs all doubled in the record and the log (each epoch the one its
+    step reaches; throughput doubled too), re-sealed: the RCP scale went from x1.313 to x1 and
+    check passed. The rules evaluate at the end of every epoch: the first evaluation at step 74
+    is not the first epoch's end."""
+    pkg = Package.open(digits_package)
+    seeds = [r.origin_id for r in pkg.runs() if r.trial is None and r.status == "succeeded"]
+    assert not [p for p in check(pkg, rules_dir).problems if "the rules evaluate" in p]
+    forged = Package.open(repack(digits_package, tmp_path / "steps.tar.gz",
+                                 _twice_the_steps(seeds)))
+    assert check(forged, rules_dir).problems == [
+        f"consistency: run {rid}: evaluation 1 (epoch 2.0): at step 74, but the rules evaluate "
+        f"at the end of every 1 epoch(s), next at step 37" for rid in seeds]
