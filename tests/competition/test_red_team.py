@@ -8,6 +8,8 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
+
 from d500.competition.check import check
 from d500.competition.layout import mllog_member, run_member
 from d500.competition.package import Package
@@ -406,3 +408,30 @@ def test_twice_the_steps_claimed_alike_are_evaluations_off_the_rules_cadence(
     assert check(forged, rules_dir).problems == [
         f"consistency: run {rid}: evaluation 1 (epoch 2.0): at step 74, but the rules evaluate "
         f"at the end of every 1 epoch(s), next at step 37" for rid in seeds]
+
+
+HOSTILE = "<img src=x onerror=\"window.owned=1\"><script>window.owned=2</script>'\""
+
+
+@pytest.mark.browser
+def test_an_entry_named_with_html_is_text_on_the_html_board(digits_package, rules_dir, run_d500,
+                                                            tmp_path):
+    """An entry named with markup (printable: allowed), forced in: the HTML board shows the name
+    as text in headless Chromium, and none of it runs."""
+    from selenium.webdriver.common.by import By
+
+    from tests.browser import chromium
+    named = repack(digits_package, tmp_path / "named.tar.gz", _renamed(HOSTILE))
+    home = tmp_path / "home"
+    done = run_d500(home, "ledger", "--ledger", str(home / "ledger.sqlite"), "import",
+                    str(named), "--rules", str(rules_dir), "--force")
+    assert done.returncode == 0, done.stdout + done.stderr
+    page = tmp_path / "board.html"
+    done = run_d500(home, "leaderboard", "--level", "2", "--out", str(page))
+    assert done.returncode == 0, done.stderr
+    with chromium(tmp_path / "profile") as driver:
+        driver.get(page.as_uri())
+        assert driver.execute_script("return window.owned === undefined")
+        assert driver.execute_script("return document.querySelectorAll("
+                                     "'script, img[onerror], img[src=x]').length") == 0
+        assert HOSTILE in driver.find_element(By.TAG_NAME, "body").text
