@@ -36,6 +36,7 @@ its start) makes it harmless outside runs, even during the interpreter's shutdow
 from __future__ import annotations
 
 import array
+import contextlib
 import fcntl
 import os
 import signal
@@ -108,9 +109,11 @@ def end_job(mpi: Any, line: str, code: int) -> NoReturn:
     """`line` on stderr (whole, rank-prefixed: d500.say), then MPI_Abort(code) of the whole job
     on `mpi`. hydra can end the job before its proxy has read what is still in a rank's output
     pipe, losing that line (3 of 60 aborts of a 2-rank job here), so the abort waits until the
-    line has been read."""
+    line has been read; MPICH's own line about the abort is not printed."""
     say(line)
     wait_until_read()
+    with contextlib.suppress(OSError):  # (MPICH's 'Abort(130) on node 1 (rank 1 in comm 0):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # application called MPI_Abort...')
     mpi.Abort(code)
     os._exit(code)  # MPICH's Abort may return before the launcher ends this process
 

@@ -83,6 +83,7 @@ def test_mpiexecs_ctrl_c_notice_starts_a_clean_line(tmp_path):
     assert not any("d500 train: " in line and "0:00:" in line for line in lines), lines  # gone
     assert any(re.fullmatch(r"\[rank [01]\] d500 train: interrupted", line) for line in lines), \
         lines  # (the first rank to end the job may end the other before it says so)
+    assert not any(line.startswith("Abort(") for line in lines), lines  # MPICH's: not said
 
 
 def test_a_long_step_is_cut_before_its_clock_and_the_cursor_waits_at_the_lines_start():
