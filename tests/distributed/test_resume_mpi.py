@@ -201,10 +201,18 @@ def swapped_with_tags_is_refused(home, run_id, wl, entry):
     rank's names and shapes; the judge's digest of what it saw at the checkpoint does not match
     the model the ranks restored: one line naming the checkpoint on every rank, exit 2, the run
     recorded failed with no result."""
+    import contextlib
     import shutil
     import sqlite3
     forged = home.parent / "forged" / "home"
-    shutil.copytree(home, forged)
+    # the ledger copied through SQLite: a plain copy closed a descriptor of the live file in
+    # this process, which drops every POSIX lock this process holds on it (the test's open
+    # connection's); a job's rank 0 closing its connection (d500.distributed.cover) then found
+    # itself the last and removed the -wal and -shm under it: "database disk image is malformed"
+    shutil.copytree(home, forged, ignore=shutil.ignore_patterns("ledger.sqlite*"))
+    with contextlib.closing(sqlite3.connect(home / "ledger.sqlite")) as source, \
+            contextlib.closing(sqlite3.connect(forged / "ledger.sqlite")) as copy:
+        source.backup(copy)
     ledger = Ledger(forged / "ledger.sqlite")
     details = ledger.get(run_id)["details"]
     last = details["checkpoints"][-1]
