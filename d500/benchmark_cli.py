@@ -7,6 +7,7 @@ import ast
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from d500.errors import UsageError, did_you_mean
 
@@ -81,19 +82,31 @@ def main(argv: list[str], prog: str = "d500 benchmark") -> int:
 
 # The script as `python SCRIPT ARGS` runs it (its folder first on sys.path), its argparse usage
 # errors one line each, as d500's own are.
-RUN = """import runpy, sys
+RUN = """import os, runpy, sys
 from d500.benchmark_cli import one_line_usage_errors
-one_line_usage_errors()
+one_line_usage_errors("d500 benchmark " + os.path.basename(sys.argv[1])[:-3])
 sys.argv = sys.argv[1:]
-sys.path[0] = __import__("os").path.dirname(sys.argv[0])
+sys.path[0] = os.path.dirname(sys.argv[0])
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def one_line_usage_errors() -> None:
+def one_line_usage_errors(prog: str | None = None) -> None:
     """Every argparse parser in this process says a usage error in one line, with the closest
-    option or choice (d500.cli's hint), and exits 2, instead of printing its usage first."""
+    option or choice (d500.cli's hint), and exits 2, instead of printing its usage first; one
+    given no prog is named `prog` (the command typed, `d500 benchmark bytecode`, not the
+    script's file name, 'bytecode.py: error: ...')."""
     from d500.cli import _with_hint
+
+    if prog is not None:
+        init = argparse.ArgumentParser.__init__
+
+        def named(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+            if not args and kwargs.get("prog") is None:
+                kwargs["prog"] = prog
+            init(self, *args, **kwargs)
+
+        argparse.ArgumentParser.__init__ = named  # type: ignore[method-assign]
 
     def error(self: argparse.ArgumentParser, message: str) -> None:
         sys.stderr.write(f"{self.prog}: error: {_with_hint(self, message)}\n")

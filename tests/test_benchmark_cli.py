@@ -26,7 +26,8 @@ def test_the_list_names_every_script_that_runs_and_only_those(tmp_path):
 def test_a_script_runs_with_its_own_arguments_from_another_directory(tmp_path):
     done = d500("benchmark", "pipeline_bubble.py", "--help", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("usage: pipeline_bubble.py") and "--micro" in done.stdout
+    assert done.stdout.startswith("usage: d500 benchmark pipeline_bubble"), done.stdout
+    assert "--micro" in done.stdout
 
 
 def test_a_wrong_name_is_one_line_with_exit_2(tmp_path):
@@ -42,12 +43,12 @@ def test_a_wrong_name_is_one_line_with_exit_2(tmp_path):
 def test_a_scripts_usage_error_is_one_line_with_the_closest(tmp_path):
     typo = d500("benchmark", "compiled_torch", "--rouns", "3", cwd=tmp_path)
     assert typo.returncode == 2 and typo.stdout == "", typo.stderr
-    assert typo.stderr == ("compiled_torch.py: error: unrecognized arguments: --rouns 3 "
-                           "(did you mean '--rounds'?)\n")
+    assert typo.stderr == ("d500 benchmark compiled_torch: error: unrecognized arguments: "
+                           "--rouns 3 (did you mean '--rounds'?)\n")  # as typed, not a file
     sizes = d500("benchmark", "allreduce", "--sizes", "0.5,x", cwd=tmp_path)
     assert sizes.returncode == 2 and sizes.stderr == (
-        "allreduce.py: error: argument --sizes: expected sizes in MB > 0, comma-separated, got "
-        "'0.5,x'\n"), sizes.stderr
+        "d500 benchmark allreduce: error: argument --sizes: expected sizes in MB > 0, "
+        "comma-separated, got '0.5,x'\n"), sizes.stderr
 
 
 def test_too_few_repetitions_is_one_line(tmp_path):
@@ -57,5 +58,5 @@ def test_too_few_repetitions_is_one_line(tmp_path):
     for name, option in (("allreduce", "--repetitions"), ("pipeline_bubble", "--rounds")):
         done = d500("benchmark", name, option, "1", cwd=tmp_path)
         assert done.returncode == 2 and done.stdout == "", done.stderr
-        assert done.stderr == (f"{name}.py: error: argument {option}: expected an integer >= 2, "
-                               f"got '1'\n")
+        assert done.stderr == (f"d500 benchmark {name}: error: argument {option}: expected an "
+                               f"integer >= 2, got '1'\n")
