@@ -147,7 +147,14 @@ def write_output(path: str | Path, text: str | bytes) -> Path:
 def looked_in(path: str | Path) -> str:
     """' in CWD' for a relative path that is not there: the folder it was looked for in (a
     script's `cd` elsewhere said only 'model.onnx: no such file'); '' for an absolute one."""
-    return "" if Path(path).is_absolute() else f" in {Path.cwd()}"
+    if Path(path).is_absolute():
+        return ""
+    try:  # '~/x' quoted: the shell expands an unquoted ~ only
+        home = Path(path).expanduser()
+    except RuntimeError:  # ~nosuchuser
+        home = Path(path)
+    return f" in {Path.cwd()}" + (f" (~ was not expanded: the shell expands it unquoted only, "
+                                  f"to {home})" if home.is_absolute() else "")
 
 
 def cannot_write(path: Path) -> str:

@@ -47,3 +47,6 @@ def test_an_absolute_path_is_said_as_it_is(tmp_path):
     from d500.paths import looked_in
     assert looked_in(tmp_path / "x.onnx") == ""
     assert looked_in("x.onnx") == f" in {os.getcwd()}"
+    assert looked_in("~/x.onnx") == (f" in {os.getcwd()} (~ was not expanded: the shell expands "
+                                     f"it unquoted only, to {os.path.expanduser('~/x.onnx')})")
+    assert looked_in("~no-such-user-h/x") == f" in {os.getcwd()}"
