@@ -273,7 +273,8 @@ def main(argv: list[str], prog: str) -> int:
     parser = ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("--backend", required=True, help="backend name (see `d500 backends`)")
     parser.add_argument("--op", nargs="+", action="extend", metavar="OPTYPE",
-                        help="only these operator types")
+                        type=lambda text: [t for t in text.split(",") if t.strip()],
+                        help="only these operator types (spaces or commas between them)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--failures", action="store_true", help="list every failing test")
     parser.add_argument("--jobs", type=processes, default=1, metavar="N",
@@ -281,6 +282,10 @@ def main(argv: list[str], prog: str) -> int:
     args = parser.parse_args(argv)
     from d500 import backends
     from d500.errors import UsageError, did_you_mean
+    if args.op is not None:  # --op Relu,Conv as --op Relu Conv
+        args.op = [op.strip() for ops in args.op for op in ops]
+        if not args.op:
+            raise UsageError("--op names no operator (give ONNX operator types: --op Relu Conv)")
     backends.select(args.backend)  # a mistyped name, before its framework loads (5-9 s)
     names = _schema_names()
     known = {name.lower() for name in names}

@@ -84,6 +84,9 @@ def test_table_and_totals_line_count_failures_and_unsupported(tests_by_op, capsy
     (("--backend", "reference", "--op", "Relu", "NoSuchOp"), ["NoSuchOp", "not ONNX operators"]),
     (("--backend", "reference", "--op", "Rleu"), ["Rleu", "(did you mean 'Relu'?)"]),
     (("--backend", "reference", "--op", "conv2d"), ["conv2d", "(did you mean 'Conv'?)"]),
+    (("--backend", "reference", "--op", "Relu,Cnov"),  # a comma list: 'Relu,Cnov' was unknown
+     ["unknown operator(s) Cnov:", "(did you mean 'Conv'?)"]),
+    (("--backend", "reference", "--op", ","), ["--op names no operator"]),
     (("--backend", "reference", "--frobnicate"), ["--frobnicate"]),
     (("--backend", "reference", "--jobs", "0"), ["--jobs", "expected an integer >= 1, got '0'"]),
     ((), ["--backend"]),
