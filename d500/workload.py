@@ -280,6 +280,11 @@ def find(name_or_path: str, folder: Path, level: int, noun: str = "workload") ->
         raise ConfigError(f"the {noun} is empty: give a level-{level} {noun}'s name or file "
                           f"(in {folder})")
     p = Path(name_or_path)
+    if p.is_file() and p.suffix.lower() == ".onnx":  # `d500 net bench m.onnx`: 'not a text file'
+        raise ConfigError(f"{p}: an ONNX model, where a level-{level} {noun}'s name or YAML file "
+                          f"goes" + (f" (`d500 net check {p}` checks a model file; a workload "
+                                     f"file's `model: {{file: {p.name}}}` times it)"
+                                     if level == 1 else ""))
     if p.is_file():
         return p
     if p.suffix in (".yaml", ".yml") and not p.exists():

@@ -50,3 +50,19 @@ def test_scale_finds_a_workload_by_name_beside_a_folder_of_its_name(tmp_path):
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
                           check=False)
     assert "no succeeded level-3 run of 'digits-mlp'" in done.stderr, done.stderr  # by name
+
+
+def test_an_onnx_model_given_as_the_workload_is_said_so(tmp_path):
+    """`d500 net bench model.onnx` said 'model.onnx: not a text file'."""
+    import onnx
+
+    from d500.builders import build
+    onnx.save(build("mlp", input_shape=[1, 8, 8]), tmp_path / "m.onnx")
+    env = {**os.environ, "D500_HOME": str(tmp_path / "home")}
+    done = subprocess.run([sys.executable, "-m", "d500.cli", "net", "bench", "m.onnx"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+                          check=False)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("d500 net: error: m.onnx: an ONNX model, where a level-1 "
+                                  "workload's name or YAML file goes (`d500 net check m.onnx` "
+                                  "checks a model file"), done.stderr
