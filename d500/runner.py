@@ -15,6 +15,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from d500 import threads
@@ -98,6 +99,9 @@ def make_plan(args: Any) -> Plan:
                          quick=args.quick)
     levels = _levels(args.level)
     for wanted in options.workloads:  # a typo before the levels plan (which takes a while)
+        if Path(wanted).is_dir() and not any(_knows(level, wanted) for level in levels):
+            raise UsageError(f"--workload {wanted}: a folder, where a workload's name or file "
+                             f"goes")
         if not any(_knows(level, wanted) for level in levels):
             from d500.errors import did_you_mean
             from d500.levels import all_levels
