@@ -132,6 +132,9 @@ def load(spec: str, isolated: bool = False) -> Loaded:
             raise UsageError(f"{no_entry(spec)}; or give FILE.py:Class")
         if path.is_file() and path.suffix == ".py":
             raise UsageError(f"'{spec}': name the operator class in it too ({spec}:Class)")
+        if path.is_file() and path.suffix in (".yaml", ".yml"):  # a case file, first
+            raise UsageError(f"'{spec}': a YAML file where the operator goes (FILE.py:Class or "
+                             f"a submission folder); a case file goes after --case")
         missing = "" if path.exists() else "no such file or folder; "
         raise UsageError(f"'{spec}': {missing}expected FILE.py:Class or a submission folder")
     file, _, name = spec.rpartition(":")

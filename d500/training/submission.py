@@ -142,6 +142,11 @@ def by_name(missing: Path) -> str:
     return f" in {Path.cwd()}; d500's example entry '{name}' is found by its name: give {name}"
 
 
+# files given as --submission that no submission.yaml is: Python (the entry's optimizer), a model,
+# arrays, a package (d500 package --out)
+NOT_ENTRIES = (".py", ".onnx", ".npz", ".gz", ".tgz")
+
+
 def load(path: str | Path) -> Submission:
     """Read and validate a submission folder or its submission.yaml."""
     given, path = str(path), Path(path)
@@ -149,6 +154,10 @@ def load(path: str | Path) -> Submission:
         from d500.paths import looked_in
         raise ConfigError(f"{given}: no such entry (a folder holding submission.yaml, or that "
                           f"file){by_name(path) or looked_in(path)}")
+    if path.is_file() and path.suffix.lower() in NOT_ENTRIES:  # my_opt.py: its YAML error
+        raise ConfigError(f"{given}: not an entry (a folder holding submission.yaml, or that "
+                          f"file)" + (f"; its optimizer file is named there: optimizer: "
+                                      f"{path.name}:Class" if path.suffix == ".py" else ""))
     if path.is_dir():
         path = path / "submission.yaml"
     data = load_yaml(path, SCHEMA)
