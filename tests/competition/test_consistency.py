@@ -135,8 +135,8 @@ def test_a_figure_forged_and_resealed_disagrees_with_the_log(
 
 def _lowest_wall_time(log: str, target: float) -> tuple[int, float, float]:
     """From a log alone: (index, low, high) of the first evaluation meeting `target`, where high
-    is eval_stop - run_start and low subtracts every gap after an earlier eval_stop (the test
-    evaluations, off the clock, lie in those gaps)."""
+    is eval_stop - run_start, and so is low: the clock pauses for test evaluations only before a
+    checkpoint, and the fixture's runs seal none."""
     records = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in log.splitlines()]
     start = next(r["time_ms"] for r in records if r["key"] == "run_start")
     evals = [i for i, r in enumerate(records) if r["key"] == "eval_accuracy"]
