@@ -69,7 +69,14 @@ def hardware_text(env: dict[str, Any] | None) -> str:
     if ident["machine"]:
         words.append(ident["machine"])
     words.append(", ".join(ident["gpus"]) if ident["gpus"] else "no GPU")
-    return ", ".join(words)
+    return shown(", ".join(words))
+
+
+def shown(text: str) -> str:
+    """A provenance's words as a board shows them: a control or invisible character as its
+    escape (a CPU model holding a terminal's escapes, its run's MLLOG platform line alike and
+    re-sealed, passed d500 check, and the legend erased the board's lines above it)."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def describe(env: dict[str, Any] | None) -> str:
@@ -98,7 +105,7 @@ def describe(env: dict[str, Any] | None) -> str:
     git = env.get("git") or {}
     if git.get("commit"):
         parts.append(f"d500 git {git['commit'][:10]}" + ("+dirty" if git.get("dirty") else ""))
-    return " · ".join(parts)
+    return shown(" · ".join(parts))
 
 
 @dataclass

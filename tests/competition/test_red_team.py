@@ -503,3 +503,50 @@ def test_delays_after_evaluations_without_a_checkpoint_are_no_pause(digits_packa
     if high - tta > TOLERANCE_S + TOLERANCE_REL * high:  # beyond the tolerance of log times
         assert any(p.startswith(f"consistency: run {run.origin_id}: figure time_to_accuracy "
                                 f"is {tta!r} s") for p in problems), problems
+
+
+def _cpu_named(model: str):
+    """An edit naming the CPU `model` in the runs' provenance and in every MLLOG's platform line
+    alike, the environment's digest and each run re-sealed."""
+    from d500.competition.layout import MANIFEST, environment_member
+
+    def edit(found: dict[str, bytes]) -> None:
+        old = next(n for n in found if n.startswith("d500-package/environments/"))
+        env = json.loads(found.pop(old))
+        was, env["cpu"]["model"] = env["cpu"]["model"], model
+        text = json.dumps(env, sort_keys=True).encode()
+        digest = hashlib.sha256(text).hexdigest()
+        found[environment_member(digest)] = text
+        for rid in json.loads(found[MANIFEST])["runs"]:
+            records = _records(found[mllog_member(rid)].decode())
+            for r in records:
+                if r["key"] == "submission_platform":
+                    r["value"] = r["value"].replace(was, model, 1)
+            log = found[mllog_member(rid)] = _text(records)
+
+            def record(rec: dict, log: bytes = log) -> None:
+                rec["environment"] = digest
+                for art in rec["artifacts"]:
+                    if art[0] == rec["row"]["mllog"]:
+                        art[1:] = [hashlib.sha256(log).hexdigest(), len(log)]
+            reseal(rid, record=record)(found)
+    return edit
+
+
+def test_a_cpu_model_holding_a_terminals_escapes_is_shown_escaped(digits_package, rules_dir,
+                                                                 run_d500, tmp_path):
+    """A CPU model holding a terminal's escapes in the provenance and the MLLOG's platform line
+    alike, re-sealed, passes check (the hardware is the sender's word) and is imported; the
+    board's legend printed the escapes as sent. It shows them escaped."""
+    model = "AMD" + ESCAPES + " EPYC"
+    named = repack(digits_package, tmp_path / "cpu.tar.gz", _cpu_named(model))
+    assert check(Package.open(named), rules_dir).problems == []
+    home = tmp_path / "home"
+    done = run_d500(home, "ledger", "--ledger", str(home / "ledger.sqlite"), "import",
+                    str(named), "--rules", str(rules_dir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    for fmt in ("md", "terminal"):
+        board = run_d500(home, "leaderboard", "--level", "2", "--format", fmt)
+        assert board.returncode == 0, board.stderr
+        assert "\x1b" not in board.stdout and "\u202e" not in board.stdout, fmt
+        assert "AMD\\x1b[2A\\x1b[2K\\u202e EPYC" in board.stdout, (fmt, board.stdout)
