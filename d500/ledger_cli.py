@@ -12,7 +12,7 @@ from typing import Any
 
 from d500.cli import ArgumentParser, stdout_console
 from d500.errors import D500Error, UsageError
-from d500.paths import output_file, write_output
+from d500.paths import non_empty, output_file, write_output
 from d500.say import say
 
 STATUS_STYLE = {"succeeded": "green", "running": "cyan", "failed": "red", "diverged": "red",
@@ -26,7 +26,8 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
 
     parser = ArgumentParser(prog=prog, description="Read and verify the ledger of runs "
                             "($D500_HOME/ledger.sqlite).")
-    parser.add_argument("--ledger", metavar="FILE", help="a ledger file other than "
+    parser.add_argument("--ledger", metavar="FILE", type=non_empty("a ledger file"),
+                        help="a ledger file other than "
                         "$D500_HOME/ledger.sqlite")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -43,7 +44,8 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
     p_export = sub.add_parser("export", help="export every run")
     p_export.add_argument("--format", choices=("csv", "json", "jsonl"),
                           help="csv (default; json or jsonl where --out's name ends so)")
-    p_export.add_argument("--out", metavar="FILE", help="write here instead of stdout")
+    p_export.add_argument("--out", metavar="FILE", type=non_empty("a file name"),
+                          help="write here instead of stdout")
     p_export.add_argument("--level", type=int, choices=(0, 1, 2, 3))
     p_export.add_argument("--workload")
     sub.add_parser("verify", help="recompute every hash; exit 1 naming what changed")
@@ -52,7 +54,8 @@ def main(argv: list[str], prog: str = "d500 ledger") -> int:
     p_import = sub.add_parser("import", help=said, description=said[0].upper() + said[1:]
                               + ". The ledger: $D500_HOME/ledger.sqlite, or `d500 ledger "
                               "--ledger FILE import PACKAGE`.")
-    p_import.add_argument("package", metavar="PACKAGE", help="the package file")
+    p_import.add_argument("package", metavar="PACKAGE", type=non_empty("a package file"),
+                          help="the package file")
     p_import.add_argument("--force", action="store_true", help="import a package that fails "
                           "the check anyway; its runs are marked forced with its problems")
     p_import.add_argument("--rules", metavar="DIR", help="the rulebook its workload files must "

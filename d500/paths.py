@@ -47,6 +47,21 @@ def entry(text: str) -> str:
     return str(shipped_entry) if (shipped_entry / "submission.yaml").is_file() else text
 
 
+def non_empty(what: str) -> Any:
+    """argparse type of a path argument, refused where empty with `what` to give instead:
+    `--out "$OUT"` with OUT unset was read as '.' (the current folder: '.: is a folder'), a
+    leaderboard's '' as no --out at all (the board went to stdout), an operator's '' as
+    './submission.yaml'."""
+    import argparse
+
+    def check(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"is empty: give {what}")
+        return text
+
+    return check
+
+
 def entry_argument(text: str) -> str:
     """argparse type of an entry argument (`--submission`, `d500 package`): d500.paths.entry's
     folder, or (a bare name) one line saying that neither a folder here nor an example entry

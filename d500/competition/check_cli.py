@@ -12,6 +12,7 @@ from typing import Any
 
 from d500.cli import ArgumentParser
 from d500.errors import UsageError
+from d500.paths import non_empty
 
 HEX_KEY = re.compile(r"^[0-9a-fA-F]{64}$")
 DESCRIPTION = ("Check a submission package: completeness, the rules, integrity, logs and "
@@ -21,7 +22,8 @@ DESCRIPTION = ("Check a submission package: completeness, the rules, integrity, 
 
 def main(argv: list[str], prog: str = "d500 check") -> int:
     p = ArgumentParser(prog=prog, description=DESCRIPTION)
-    p.add_argument("package", help="a package file (d500 package ... --out FILE)")
+    p.add_argument("package", type=non_empty("a package file"),
+                   help="a package file (d500 package ... --out FILE)")
     p.add_argument("--rules", metavar="DIR",
                    help="the rulebook to check workload files against, laid out like levels/ "
                         "(default: d500's own)")

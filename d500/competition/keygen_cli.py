@@ -5,11 +5,13 @@ the organiser trusts (`d500 check --trust KEYFILE.pub`)."""
 from __future__ import annotations
 
 from d500.cli import ArgumentParser
+from d500.paths import non_empty
 
 
 def main(argv: list[str], prog: str = "d500 keygen") -> int:
     p = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0].split(": ", 1)[1])
-    p.add_argument("keyfile", metavar="KEYFILE", help="where to write the private key")
+    p.add_argument("keyfile", metavar="KEYFILE", type=non_empty("a file name (me.key)"),
+                   help="where to write the private key")
     args = p.parse_args(argv)
     from d500.competition import signing
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from d500.cli import ArgumentParser
 from d500.errors import UsageError
-from d500.paths import entry_argument
+from d500.paths import entry_argument, non_empty
 
 ENDINGS = (".tar.gz", ".tgz")  # what a package is: a gzipped tar
 
@@ -21,9 +21,9 @@ def main(argv: list[str], prog: str = "d500 package") -> int:
     p.add_argument("submission", metavar="SUBMISSION_DIR", type=entry_argument,
                    help="the entry: a folder with submission.yaml, or that file (or the name "
                         "of one of d500's example entries)")
-    p.add_argument("--out", required=True, metavar="FILE",
+    p.add_argument("--out", required=True, metavar="FILE", type=non_empty("a file name"),
                    help="the package to write (a .tar.gz or .tgz)")
-    p.add_argument("--ledger", metavar="PATH",
+    p.add_argument("--ledger", metavar="PATH", type=non_empty("a ledger file"),
                    help="the ledger file (default $D500_HOME/ledger.sqlite)")
     p.add_argument("--sign", metavar="KEYFILE",
                    help="sign with this ed25519 private key (make one with d500 keygen)")

@@ -16,6 +16,7 @@ from typing import Any
 from d500 import paths
 from d500.cli import ArgumentParser, count, seed, stdout_console
 from d500.competition.reproduce_compare import show
+from d500.paths import non_empty
 
 HEADERS = ("run", "workload", "backend", "seed", "trial", "ranks", "reproduced as", "status",
            "epochs", "steps", "val acc", "test acc", "evaluations / figures", "verdict")
@@ -23,13 +24,14 @@ HEADERS = ("run", "workload", "backend", "seed", "trial", "ranks", "reproduced a
 
 def main(argv: list[str], prog: str = "d500 reproduce") -> int:
     p = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0].split(": ", 1)[1])
-    p.add_argument("package", help="a package file (d500 package ... --out FILE)")
+    p.add_argument("package", type=non_empty("a package file"),
+                   help="a package file (d500 package ... --out FILE)")
     p.add_argument("--runs", type=count, metavar="K",
                    help="how many runs to re-run, drawn at random (default 2)")
     p.add_argument("--seed", type=seed, metavar="S",
                    help="the seed of the draw (default: an unpredictable one, printed, so the "
                         "same draw can be repeated)")
-    p.add_argument("--ledger", metavar="PATH",
+    p.add_argument("--ledger", metavar="PATH", type=non_empty("a ledger file"),
                    help="the ledger to record the reproductions in (default: $D500_HOME's)")
     p.add_argument("--rules", metavar="DIR",
                    help="the rulebook the workload files must match, laid out like levels/ "

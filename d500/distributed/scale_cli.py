@@ -20,6 +20,7 @@ from typing import Any
 
 from d500.cli import ArgumentParser
 from d500.errors import UsageError
+from d500.paths import non_empty
 
 
 def main(argv: list[str], prog: str = "d500 scale") -> int:
@@ -31,11 +32,13 @@ def main(argv: list[str], prog: str = "d500 scale") -> int:
                    help="world sizes to predict (default 8,16,...,1024)")
     p.add_argument("--weak", action="store_true",
                    help="keep the per-rank batch (weak scaling) instead of the global batch")
-    p.add_argument("--png", metavar="FILE", help="write the plot here (default: "
+    p.add_argument("--png", metavar="FILE", type=non_empty("a file name"),
+                   help="write the plot here (default: "
                                                  "$D500_HOME/scale-<target>.png, with --weak "
                                                  "scale-<target>-weak.png)")
     p.add_argument("--json", action="store_true", help="print the predictions as JSON")
-    p.add_argument("--ledger", metavar="FILE", help="a ledger file other than "
+    p.add_argument("--ledger", metavar="FILE", type=non_empty("a ledger file"),
+                   help="a ledger file other than "
                    "$D500_HOME/ledger.sqlite")
     args = p.parse_args(argv)
     args.prog = prog

@@ -12,7 +12,7 @@ from d500.errors import UsageError, did_you_mean
 from d500.leaderboard import terminal, text
 from d500.leaderboard.output import FORMATS, render, write_html, write_markdown
 from d500.leaderboard.ranking import build
-from d500.paths import output_file, write_output
+from d500.paths import non_empty, output_file, write_output
 
 MARKDOWN = (".md", ".markdown", ".txt", "")  # what --out without --format writes Markdown to
 
@@ -25,10 +25,12 @@ def main(argv: list[str], prog: str = "d500 leaderboard") -> int:
     parser.add_argument("--format", choices=FORMATS,
                         help="md (default; html where --out names an .html file), html (one "
                         "self-contained file) or terminal (tables)")
-    parser.add_argument("--out", metavar="FILE", help="write here (HTML default: "
+    parser.add_argument("--out", metavar="FILE", type=non_empty("a file name"),
+                        help="write here (HTML default: "
                         "$D500_HOME/leaderboard.html; Markdown: its plots as PNG files in "
                         "FILE's folder, <stem>-plots/)")
-    parser.add_argument("--ledger", metavar="FILE", help="a ledger file other than "
+    parser.add_argument("--ledger", metavar="FILE", type=non_empty("a ledger file"),
+                        help="a ledger file other than "
                         "$D500_HOME/ledger.sqlite")
     parser.add_argument("--across-machines", action="store_true",
                         help="rank machine-dependent figures (times, rates) of different "

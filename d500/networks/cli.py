@@ -10,6 +10,7 @@ from typing import Any
 from d500 import threads
 from d500.cli import ArgumentParser, seconds, seed, stdout_console
 from d500.errors import UsageError
+from d500.paths import non_empty
 
 CHECK_HELP = """Run an ONNX model on several backends with the same seeded inputs and compare
 every output with the reference backend (or, where the reference cannot run the model, with the
@@ -33,9 +34,10 @@ def main(argv: list[str], prog: str = "d500 net") -> int:
     sub.required = True
     p_check = sub.add_parser("check", help="compare a model's outputs across backends",
                              description=CHECK_HELP)
-    p_check.add_argument("model", help="an ONNX file")
+    p_check.add_argument("model", type=non_empty("an ONNX file"), help="an ONNX file")
     p_check.add_argument("--backends", help="comma-separated (default: every installed one)")
-    p_check.add_argument("--inputs", metavar="FILE.npz", help="input arrays by input name")
+    p_check.add_argument("--inputs", metavar="FILE.npz", type=non_empty("an .npz file"),
+                         help="input arrays by input name")
     p_check.add_argument("--seed", type=seed, default=0, help="seed of the random inputs")
     p_check.add_argument("--dim", action="append", metavar="NAME=SIZE",
                          help="size of a named open input dimension (repeatable)")

@@ -13,6 +13,7 @@ from d500 import threads
 from d500.cli import ArgumentParser, count, seconds, seed
 from d500.errors import CheckFailed, UsageError
 from d500.operators.dtypes import DTYPES
+from d500.paths import non_empty
 
 USAGE_EPILOG = """cases: --case FILE (repeatable), or --input-shape (one per input, in ONNX
 order) with --attr, or by default every case of the operator's op_type in levels/0-operators/
@@ -28,7 +29,8 @@ def parser(prog: str) -> ArgumentParser:
     for name, help_ in (("validate", "check forward and gradients against the reference"),
                         ("bench", "validate, then time it beside the backends' implementations")):
         s = sub.add_parser(name, help=help_, description=help_, epilog=USAGE_EPILOG)
-        s.add_argument("operator", help="FILE.py:Class or a submission folder")
+        s.add_argument("operator", type=non_empty("FILE.py:Class or a submission folder"),
+                       help="FILE.py:Class or a submission folder")
         s.add_argument("--input-shape", action="append", default=[], metavar="D0,D1,...",
                        help="an input's shape (repeat per input, in ONNX input order)")
         s.add_argument("--attr", action="append", default=[], metavar="NAME=VALUE",

@@ -50,3 +50,21 @@ def test_an_absolute_path_is_said_as_it_is(tmp_path):
     assert looked_in("~/x.onnx") == (f" in {os.getcwd()} (~ was not expanded: the shell expands "
                                      f"it unquoted only, to {os.path.expanduser('~/x.onnx')})")
     assert looked_in("~no-such-user-h/x") == f" in {os.getcwd()}"
+
+
+@pytest.mark.parametrize("args, said", [
+    (["leaderboard", "--out", ""], "argument --out: is empty: give a file name"),  # board: stdout
+    (["package", "sgd-momentum", "--out", ""], "argument --out: is empty"),  # '.: is a folder'
+    (["keygen", ""], "argument KEYFILE: is empty"),
+    (["ledger", "--ledger", "", "list"], "argument --ledger: is empty: give a ledger file"),
+    (["check", ""], "argument package: is empty: give a package file"),
+    (["net", "check", ""], "argument model: is empty: give an ONNX file"),
+    (["op", "validate", ""], "argument operator: is empty"),  # './submission.yaml: no such'
+    (["scale", "1", "--png", ""], "argument --png: is empty")])
+def test_an_empty_path_is_said_empty(args, said, tmp_path):
+    """`--out "$OUT"` with OUT unset: '' was read as the current folder, or as no --out."""
+    done = subprocess.run([sys.executable, "-m", "d500.cli", *args], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=120, check=False,
+                          env={**os.environ, "D500_HOME": str(tmp_path / "home")})
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and done.stdout == "", done
+    assert said in done.stderr, done.stderr
