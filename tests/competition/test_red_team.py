@@ -550,3 +550,23 @@ def test_a_cpu_model_holding_a_terminals_escapes_is_shown_escaped(digits_package
         assert board.returncode == 0, board.stderr
         assert "\x1b" not in board.stdout and "\u202e" not in board.stdout, fmt
         assert "AMD\\x1b[2A\\x1b[2K\\u202e EPYC" in board.stdout, (fmt, board.stdout)
+
+
+def test_an_error_holding_a_terminals_escapes_is_shown_escaped(digits_package, rules_dir,
+                                                              run_d500, tmp_path):
+    """A run's error is its entry's own exception in words (d500.errors.describe joins its
+    whitespace, not its escapes): an optimizer raising a message holding a terminal's escapes
+    had the board's "Runs not counted" table print them as raised (here written into a failed
+    trial's record and re-sealed, which check passes). They show escaped."""
+    rid = next(r.origin_id for r in Package.open(digits_package).runs() if r.status == "failed")
+    said = f"RuntimeError: raised{ESCAPES} (guarded.py:14)"
+    raised = repack(digits_package, tmp_path / "raised.tar.gz",
+                    reseal(rid, record=lambda rec: rec["row"].__setitem__("error", said)))
+    assert check(Package.open(raised), rules_dir).problems == []
+    home = tmp_path / "home"
+    done = run_d500(home, "ledger", "--ledger", str(home / "ledger.sqlite"), "import",
+                    str(raised), "--rules", str(rules_dir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    board = run_d500(home, "leaderboard", "--level", "2")
+    assert board.returncode == 0, board.stderr
+    assert "\x1b" not in board.stdout and "raised\\x1b[2A\\x1b[2K\\u202e (guarded" in board.stdout
