@@ -149,7 +149,8 @@ def _import(path: str | None, package: str, force: bool, rules: str | None,
     from d500.ledger.imports import import_package
 
     if rules is not None and not Path(rules).is_dir():
-        raise UsageError(f"--rules {rules}: no such folder")
+        from d500.paths import no_folder
+        raise UsageError(f"--rules {rules}: {no_folder(rules)}")
     pkg = Package.open(package)
     with Ledger(path) as ledger:
         done = import_package(ledger, pkg, force=force, rules_dir=rules)

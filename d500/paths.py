@@ -172,6 +172,13 @@ def looked_in(path: str | Path) -> str:
                                   f"to {home})" if home.is_absolute() else "")
 
 
+def no_folder(path: str | Path) -> str:
+    """Why `path`, given where a folder goes (--rules), is not one: a file there ('no such
+    folder' said of a file that plainly exists), or nothing, and where it was looked for."""
+    return ("a file, not a folder" if Path(path).exists() else
+            f"no such folder{looked_in(path)}")
+
+
 def cannot_write(path: Path) -> str:
     """Why `path` cannot be written, seen before writing ("" where nothing says so): a file where
     one of its folders goes, an existing file or the nearest existing folder not writable."""

@@ -43,7 +43,8 @@ def main(argv: list[str], prog: str = "d500 check") -> int:
     if args.rules is not None:
         rules = Path(args.rules)
         if not rules.is_dir():
-            raise UsageError(f"--rules {rules}: no such folder (a rulebook laid out like "
+            from d500.paths import no_folder
+            raise UsageError(f"--rules {rules}: {no_folder(rules)} (a rulebook laid out like "
                              f"levels/: 2-training/*.yaml, ...)")
     trusted = [trusted_key(value) for value in args.trust]
     from d500 import progress

@@ -372,7 +372,8 @@ def reproduce(pkg: Any, runs: int = 2, seed: int | None = None, ledger: str | Pa
 
     rules = Path(rules_dir) if rules_dir is not None else rulebook()
     if not rules.is_dir():
-        raise UsageError(f"--rules {rules}: no such folder")
+        from d500.paths import no_folder
+        raise UsageError(f"--rules {rules}: {no_folder(rules)}")
     drawn = new_seed() if seed is None else seed
     candidates, left_out = drawable(pkg.runs())
     chosen = [] if fresh_seeds is not None else choose(candidates, runs, drawn)

@@ -16,6 +16,8 @@ import pytest
     (["op", "validate", "numpy-im2col-conv", "--case", "my-conv.yaml"],
      "my-conv.yaml: no such case file in {cwd}"),
     (["check", "entry.tar.gz"], "entry.tar.gz: no such package file in {cwd}"),
+    (["ledger", "import", "/dev/null", "--rules", "my-rules"],
+     "--rules my-rules: no such folder in {cwd}"),
     (["check", "/dev/null"], "/dev/null: not a regular file, where a package file goes"),
     (["package", "./my-entry", "--out", "e.tar.gz"],
      "my-entry: no such submission folder in {cwd}"),
@@ -41,6 +43,16 @@ def test_a_missing_inputs_or_key_file_names_the_folder_looked_in(tmp_path, monke
         load_npz("x.npz", build("mlp", input_shape=[1, 8, 8]))
     with pytest.raises(UsageError, match=rf"^me.key: no such key file in {tmp_path}$"):
         signing.public_key("me.key")
+
+
+def test_a_file_given_as_the_rulebook_is_said_to_be_a_file(tmp_path):
+    (tmp_path / "rules").write_text("")
+    done = subprocess.run([sys.executable, "-m", "d500.cli", "ledger", "import", "/dev/null",
+                           "--rules", "rules"], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120, check=False,
+                          env={**os.environ, "D500_HOME": str(tmp_path / "home")})
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.endswith("--rules rules: a file, not a folder\n"), done.stderr
 
 
 def test_an_absolute_path_is_said_as_it_is(tmp_path):
