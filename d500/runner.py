@@ -216,7 +216,15 @@ def execute(plan: Plan, html: bool = True) -> int:
 def _quiet(limit: float, stage: Any, err: Any) -> None:
     """Wait for a quiet machine before a level is timed; say so when it stayed loaded."""
     from d500.provenance import loaded_share, usable_cores, wait_for_quiet
-    others = wait_for_quiet(limit, stage.note)
+    said: list[str] = []
+
+    def note(text: str) -> None:  # a log or a pipe sees no bar: the wait said once there (it
+        stage.note(text)  # stayed silent up to --quiet-wait's 60 s per level)
+        if not err.is_terminal and not said:
+            said.append(text)
+            err.print(f"{stage.title}: {text}", highlight=False, soft_wrap=True)
+
+    others = wait_for_quiet(limit, note)
     if others is not None and others > loaded_share() * usable_cores():
         err.print(f"the machine stayed loaded for {limit:.0f} s (other processes take "
                   f"{others:.1f} of {usable_cores()} cores): timing anyway; its runs are marked "
