@@ -64,6 +64,10 @@ def test_a_data_folder_from_d500_data_that_is_not_there_names_d500_data(tmp_path
     for args in (["data", "list"], ["train", "mnist-lenet", "--submission", "sgd-momentum"]):
         one_line_exit_2(d500(*args, env=env), f"D500_DATA={tmp_path / 'nowhere'}: the data "
                         "directory does not exist")
+    (tmp_path / "a-file").write_text("")  # there, but a file: 'does not exist' said of it
+    env["D500_DATA"] = str(tmp_path / "a-file")
+    one_line_exit_2(d500("data", "list", env=env),
+                    f"D500_DATA={tmp_path / 'a-file'}: a file, not a data directory")
 
 
 def test_a_given_data_folder_is_read_by_reference(tmp_path):

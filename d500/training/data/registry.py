@@ -188,7 +188,8 @@ def folder(spec: Spec, root: str | Path) -> Path:
     if not root.is_dir():
         named = os.environ.get("D500_DATA") or None  # --data DIR is checked as it is read
         source = "D500_DATA=" if named and Path(named).expanduser() == root else ""
-        raise DatasetError(f"{source}{root}: the data directory does not exist")
+        raise DatasetError(f"{source}{root}: " + ("a file, not a data directory" if root.exists()
+                                                   else "the data directory does not exist"))
     sub = root / spec.name
     return sub if sub.is_dir() else root
 
