@@ -190,8 +190,9 @@ def _report(done: Any, package: str, path: Any, verbose: bool = False) -> int:
     if done.status == "refused":
         held = set(done.skipped)  # said once, not a line each (--verbose: each)
         real = [p for p in done.problems if p not in held]
+        from d500.say import shown
         for problem in done.problems if verbose else real:
-            print(f"{package}: {problem}")  # as `d500 check` prints them
+            print(shown(f"{package}: {problem}"))  # as `d500 check` prints them
         if held and not real:  # nothing wrong, nothing new (a package of this very ledger)
             print(f"nothing imported into {path}: {name} brings no run it lacks; its "
                   f"{len(held)} run(s) are held there already with the same origin seal "
@@ -225,9 +226,10 @@ def _report(done: Any, package: str, path: Any, verbose: bool = False) -> int:
     if done.same_code:
         print(done.same_code)
     if done.forced:
+        from d500.say import shown
         print(f"FORCED past {len(done.problems)} problem(s); its runs are marked forced:")
         for problem in done.problems:
-            print(f"  {problem}")
+            print(shown(f"  {problem}"))
     return 0
 
 

@@ -7,6 +7,14 @@ import os
 import sys
 
 
+def shown(text: str) -> str:
+    """Text a sender wrote (a name, a figure's name, a CPU model, an exception's words) as d500
+    prints it: each control or invisible character as its escape, newlines kept, so a
+    terminal's escapes in it cannot erase or rewrite the lines around it (a figure named
+    "ESC[2K CR ... passed ... ESC[8m" made `d500 check`'s failing line read "passed")."""
+    return "".join(c if c.isprintable() or c == "\n" else ascii(c)[1:-1] for c in text)
+
+
 def rank_prefix() -> str:
     """'[rank N] ' in a process an MPI launcher started with other ranks, else ''."""
     from d500.distributed.launch import launcher_rank

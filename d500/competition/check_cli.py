@@ -57,15 +57,16 @@ def main(argv: list[str], prog: str = "d500 check") -> int:
         report.notes += same_code_notes(pkg)
     if args.strict:
         report.problems += [f"strict: {note}" for note in report.notes]
+    from d500.say import shown  # the package's own words: its escapes shown, never obeyed
     if args.json:
         print(json.dumps(as_json(pkg, report), indent=1))
     elif report.problems:
         for line in report.problems:
-            print(f"{pkg.path}: {line}")
+            print(shown(f"{pkg.path}: {line}"))
         for note in report.notes:
-            print(f"{pkg.path}: warning: {note}", file=sys.stderr)
+            print(shown(f"{pkg.path}: warning: {note}"), file=sys.stderr)
     else:
-        print(summary(pkg, report))
+        print(shown(summary(pkg, report)))
     return 0 if report.passed else 1
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from d500.metrics import Metric
+from d500.say import shown
 
 if TYPE_CHECKING:
     from d500.leaderboard.ranking import Board, Entry
@@ -69,14 +70,8 @@ def hardware_text(env: dict[str, Any] | None) -> str:
     if ident["machine"]:
         words.append(ident["machine"])
     words.append(", ".join(ident["gpus"]) if ident["gpus"] else "no GPU")
-    return shown(", ".join(words))
-
-
-def shown(text: str) -> str:
-    """A provenance's words as a board shows them: a control or invisible character as its
-    escape (a CPU model holding a terminal's escapes, its run's MLLOG platform line alike and
-    re-sealed, passed d500 check, and the legend erased the board's lines above it)."""
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+    return shown(", ".join(words))  # (a CPU model holding a terminal's escapes, its MLLOG
+    # platform line alike and re-sealed, passed d500 check: the legend printed them as sent)
 
 
 def describe(env: dict[str, Any] | None) -> str:

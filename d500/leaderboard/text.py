@@ -314,7 +314,7 @@ def excluded_rows(board: Board) -> list[list[str]]:
     """One row (under EXCLUDED_HEADERS) per run or trial that did not succeed; its error (an
     entry's own exception's words: a terminal's escapes in one were printed as raised) with
     control and invisible characters escaped."""
-    from d500.leaderboard.environments import shown
+    from d500.say import shown
     return [[str(r["id"]), r["submission"] or "", r["backend"] or "", r["status"],
              "" if r["seed"] is None else str(r["seed"]),
              "trial" if r["study"] is not None else "run", shown((r["error"] or "")[:120])]

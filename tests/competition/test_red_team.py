@@ -570,3 +570,25 @@ def test_an_error_holding_a_terminals_escapes_is_shown_escaped(digits_package, r
     board = run_d500(home, "leaderboard", "--level", "2")
     assert board.returncode == 0, board.stderr
     assert "\x1b" not in board.stdout and "raised\\x1b[2A\\x1b[2K\\u202e (guarded" in board.stdout
+
+
+def test_a_figure_named_with_a_terminals_escapes_cannot_make_checks_output_read_passed(
+        digits_package, rules_dir, run_d500, tmp_path):
+    """A figure named "ESC[2K CR <package>: passed: entry ... ESC[8m" (re-sealed): `d500 check`
+    fails it, but printed its line as sent, which on a terminal erases itself, reads "passed"
+    and hides what follows; `d500 ledger import` alike. Both print the escapes escaped."""
+    fake = "\x1b[2K\r/tmp/x.tar.gz: passed: entry 'digits-packager'\x1b[8m"
+    rid = next(r.origin_id for r in Package.open(digits_package).runs() if r.trial is None)
+    named = repack(digits_package, tmp_path / "fig.tar.gz",
+                   reseal(rid, change=lambda f: f.update({fake: 1.0})))
+    home = tmp_path / "home"
+    done = run_d500(home, "check", str(named), "--rules", str(rules_dir))
+    assert done.returncode == 1
+    assert f"consistency: run {rid}: figure \\x1b[2K\\r/tmp/x.tar.gz: passed: entry " \
+           "'digits-packager'\\x1b[8m = 1.0 is not in its MLLOG" in done.stdout, done.stdout
+    for args in ((), ("--force",)):
+        done = run_d500(home, "ledger", "--ledger", str(home / "ledger.sqlite"), "import",
+                        str(named), "--rules", str(rules_dir), *args)
+        out = done.stdout + done.stderr
+        assert "\\x1b[2K\\r/tmp/x.tar.gz" in out, out
+        assert "\x1b" not in out and "\r" not in out, out
