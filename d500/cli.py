@@ -285,12 +285,24 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away: no traceback, and none at exit's flush
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:  # a ^C before the command's own handler (a level's import in
+        # `commands()`): one line, and under mpiexec the job's end (_end_mpi_job), not a
+        # traceback, and a peer left waiting in MPI_Init for good
+        given = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--debug"]
+        name = "d500" + (f" {given[0]}" if given and not given[0].startswith("-") else "")
+        _end_mpi_job(f"{name}: interrupted", 130)
+        say(f"{name}: interrupted")
+        return 130
 
 
 def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("D500_DEBUG") == "1"
     argv = [a for a in argv if a != "--debug"]
+    from d500.distributed.launch import launcher_rank
+    if argv[:1] == ["train"] and launcher_rank() is not None:  # each rank goes to MPI_Init,
+        from d500.distributed.launch import will_join  # where the others wait for it: from
+        will_join()  # here a ^C takes it there, to end the job (_end_mpi_job)
     table = commands()
     if not argv or argv[0] in ("-h", "--help") or argv == ["help"]:
         print(_usage(table))
@@ -322,15 +334,11 @@ def _main(argv: list[str] | None) -> int:
         say(f"d500 {name}: error: the current folder no longer exists (removed since the "
             f"shell entered it): cd into a folder that does")  # traceback from the first one
         return 2
-    from d500.distributed.launch import launcher_rank
     if name not in UNDER_MPI and launcher_rank() is not None:
         say(f"d500 {name}: error: it runs in one process, and under mpiexec every rank would "
             f"run it again beside the others (drop mpiexec; it is for d500 "
             f"{', '.join(UNDER_MPI[:-1])} and {UNDER_MPI[-1]})")
         return 2
-    if name == "train" and launcher_rank() is not None:  # each rank goes to MPI_Init, where
-        from d500.distributed.launch import will_join  # the others wait for it: from here a ^C
-        will_join()  # takes it there, to end the job (_end_mpi_job)
     from d500.backends import quiet_frameworks
     quiet_frameworks()  # before any command imports a framework, or a user's file does
     try:

@@ -43,6 +43,7 @@ def typed_ctrl_c(command: list[str], env: dict, cwd: Path, after: bytes) -> tupl
     while True:
         now = time.monotonic()
         if typed is None and after in out:
+            time.sleep(0.2)  # (rank 1, started beside rank 0, past Python's own start-up)
             os.write(master, b"\x03")  # the terminal echoes ^C and signals mpiexec's group
             typed = now
         if hung is None and now - (typed or started) > 60:
