@@ -166,14 +166,20 @@ def stdout_console(**options: Any) -> Any:
 
 
 def seconds(text: str) -> float:
-    """argparse type of a time budget: a positive, finite number of seconds."""
+    """argparse type of a time budget: a positive, finite number of seconds, at most LONGEST."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    if value > LONGEST:  # --budget 1e9 was taken: each of a run's measurements, for 31 years
+        raise argparse.ArgumentTypeError(f"expected at most {LONGEST:,} seconds (an hour), "
+                                         f"got {text!r}")
     return value
+
+
+LONGEST = 3600  # s of a time budget `seconds` takes: one measurement's, never a day's
 
 
 def count(text: str) -> int:

@@ -61,6 +61,7 @@ def test_run_levels_0_and_1_records_everything_and_prints_the_leaderboard(home):
     (["--backends", "nosuch"], "unknown backend 'nosuch'"),
     (["--budget", "0"], "--budget: expected a positive number of seconds"),
     (["--budget", "nan"], "--budget: expected a positive number of seconds"),
+    (["--budget", "1e9"], "--budget: expected at most 3,600 seconds (an hour), got '1e9'"),
     (["--workload", "benchmarks"], "--workload benchmarks: a folder, where a workload's name"),
 ])
 def test_bad_selection_is_one_line_and_exit_2(home, args, message):
