@@ -253,16 +253,16 @@ class Training:
     def bounds(self, n: int) -> tuple[float, float] | None:
         """Seconds from run_start to evaluation n's eval_stop, less the longest the test
         evaluations before it can have taken (low) and as logged (high); None: no such lines.
-        The clock pauses for them only before a checkpoint (and where kept models outgrow
-        d500.training.heldout.LIMIT, which no rulebook workload's do): after an evaluation at a
-        step the run sealed no checkpoint at, the next line's delay is no pause (re-stamping
-        each epoch's first line later took digits-mlp's 0.278 s to 0.088 s)."""
+        The clock pauses for them only before a checkpoint and where the kept models outgrew
+        d500.training.heldout.LIMIT: after an evaluation at a step the run sealed no checkpoint
+        at and recorded no such hold at, the next line's delay is no pause (re-stamping each
+        epoch's first line later took digits-mlp's 0.278 s to 0.088 s)."""
         start = self.first.get(mllog.RUN_START)
         stop = self._after(self.evals[n], mllog.EVAL_STOP)
         if start is None or stop is None:
             return None
         paused = 0.0
-        held = self._checkpointed()
+        held = self._checkpointed() | self._held()
         for k, i in enumerate(self.evals[:n]):
             j = self._after(i, mllog.EVAL_STOP)
             if j is not None and j + 1 < len(self.records) and k < len(self.rows) \
@@ -275,6 +275,15 @@ class Training:
         """The steps at which the run sealed a checkpoint (details.checkpoints)."""
         found = (getattr(self.run, "details", None) or {}).get("checkpoints")
         return {c.get("step") for c in found if isinstance(c, dict) and is_step(c.get("step"))} \
+            if isinstance(found, list) else set()
+
+    def _held(self) -> set[Any]:
+        """The steps after whose evaluation the judge measured the kept models' test accuracy,
+        the clock paused, as they outgrew heldout.LIMIT (details.held_tests; its bytes past it)."""
+        from d500.training.heldout import LIMIT
+        found = (getattr(self.run, "details", None) or {}).get("held_tests")
+        return {h.get("step") for h in found if isinstance(h, dict) and is_step(h.get("step"))
+                and is_step(h.get("bytes")) and h["bytes"] > LIMIT} \
             if isinstance(found, list) else set()
 
     def _after(self, i: int, key: str) -> int | None:

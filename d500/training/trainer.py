@@ -427,15 +427,22 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
         # of the model on the clock (tens of microseconds for digits-mlp), no pause, no hold
         tests.add({"step": state["step"], "epoch": epoch, "metrics": metrics, "wall_time": at,
                    "recorded": stamp / 1e3}, met)
-        if tests.full:
-            held_tests()
+        if tests.full:  # the kept models outgrew heldout.LIMIT: measured now, the clock paused
+            held_tests(state["step"])
         return met
 
-    def held_tests() -> None:
-        """The test accuracies not yet measured, now: the clock paused, the entry held."""
+    paused_at: list[dict[str, int]] = []  # the evaluations the judge paused after (LIMIT)
+
+    def held_tests(step: int | None = None) -> None:
+        """The test accuracies not yet measured, now: the clock paused, the entry held; `step`:
+        the evaluation's whose kept models outgrew heldout.LIMIT, in the run's details
+        ("held_tests", as checkpoints are: d500 check reads the pause after it)."""
         t = clock.read()
         held = meter.hold()  # the entry computes nothing off the clock
         try:
+            if step is not None:
+                paused_at.append({"step": step, "bytes": tests.size})
+                run.record(details={"held_tests": paused_at})
             tests.measure_all(run, state)
             log.release()  # their rows are in the ledger now: their lines in the log too (a
             log.withhold(mllog.EVAL_ACCURACY)  # killed run's log holds its rows' evaluations)
