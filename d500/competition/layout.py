@@ -39,6 +39,13 @@ WORKLOAD_FILES = f"{TOP}/files/workloads/"
 UNLISTED = (MANIFEST, SIGNATURE)  # the members the manifest does not hash
 MAX_BYTES = 1 << 28  # uncompressed bytes a package may hold (a gzip bomb stops here)
 MAX_HEADER = 1 << 20  # bytes of one pax or GNU long-name header (tarfile reads it whole)
+# What one run's MLLOG may hold: ~5 lines of ~230 bytes per epoch and evaluation; the largest
+# honest log measured was 692 lines, 142 KB (130 epochs of a level-3 run), a 200-epoch rulebook
+# run writes ~1,050 lines, 230 KB. Past these, check and import refuse it before parsing it (a
+# 250 MiB compressible log took check 291 s and 2.97 GB; 1 MiB takes about a second).
+MAX_LOG_BYTES = 1 << 20
+MAX_LOG_LINES = 8192
+MAX_LOGS_BYTES = 32 << 20  # every MLLOG of a package together (~650 honest 50 KB logs)
 RUN_KEYS = ("origin_id", "chain_seq", "prev_hash", "row_hash", "sealed", "row", "evaluations",
             "artifacts", "trial", "attempt", "environment", "mllog")
 

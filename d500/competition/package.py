@@ -42,6 +42,9 @@ from d500.competition.layout import (
     FORMAT,
     MANIFEST,
     MAX_BYTES,
+    MAX_LOG_BYTES,
+    MAX_LOG_LINES,
+    MAX_LOGS_BYTES,
     RUN_KEYS,
     SIGNATURE,
     STUDIES,
@@ -179,7 +182,15 @@ class Package:
         """Every run the manifest lists, ascending origin id; a malformed record is a
         D500Error naming it."""
         if self._runs is None:
-            self._runs = [self._run(rid) for rid in sorted(self.manifest["runs"])]
+            runs, total = [], 0
+            for rid in sorted(self.manifest["runs"]):
+                runs.append(self._run(rid))
+                total += len(self._members.get(runs[-1].mllog_member or "", b""))
+                if total > MAX_LOGS_BYTES:
+                    raise D500Error(f"{self.path}: its MLLOGs hold more than "
+                                    f"{MAX_LOGS_BYTES >> 20} MiB together (at run {rid}); "
+                                    f"d500 checks no more than that of one package")
+            self._runs = runs
         return list(self._runs)
 
     def _run(self, rid: int) -> ExportedRun:
@@ -208,6 +219,7 @@ class Package:
         log = rec["mllog"] if isinstance(rec["mllog"], str) else None
         text = None
         if log is not None and log in self._members:
+            self._log_size(rid, log)
             text = self._members[log].decode("utf-8", errors="replace")
         workload = rec.get("workload_file")
         return ExportedRun(rid, rec["chain_seq"], rec["prev_hash"], rec["row_hash"],
@@ -215,6 +227,15 @@ class Package:
                            rec["trial"], rec["attempt"], digest if isinstance(digest, str)
                            else None, env, log, text,
                            workload if isinstance(workload, str) else None, rec)
+
+    def _log_size(self, rid: int, log: str) -> None:
+        """Refuse, before anything parses it, an MLLOG larger than a run writes (layout)."""
+        data = self._members[log]
+        lines = data.count(b"\n")
+        if len(data) > MAX_LOG_BYTES or lines > MAX_LOG_LINES:
+            raise D500Error(f"{self.path}: run {rid}: {log}: {len(data):,} bytes, {lines:,} "
+                            f"lines; a run's MLLOG holds at most {MAX_LOG_BYTES >> 20} MiB and "
+                            f"{MAX_LOG_LINES:,} lines (~5 per epoch), so it is not parsed")
 
     def studies(self) -> list[dict[str, Any]]:
         """studies.json: the studies whose trials are packed (origin ids)."""
