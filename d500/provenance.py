@@ -486,7 +486,13 @@ class LoadWatch:
         """The timed part starts now: "during" and "own_cpu" are measured from here on (a
         training run's clock starts after its setup, which can take 30 times what it times)."""
         self.wall, self.busy, self.cpu = time.monotonic(), busy_seconds(), tree_cpu(self.root)
-        self.waits = tree_waits(self.root)
+        self.waits, self.marked = tree_waits(self.root), None
+
+    def mark(self) -> None:
+        """The timed part's threads are read now, while they live: "waits" is measured up to
+        here (a level-2 run's worker ends before `finish`, and an ended thread takes its
+        scheduler counts with it: its reproductions recorded no waits at all)."""
+        self.marked = tree_waits(self.root)
 
     def finish(self, job_load: float = 0.0) -> dict[str, Any]:
         """{"start", "end" (1/5/15-minute load averages), "others" (other processes' load at
@@ -494,7 +500,7 @@ class LoadWatch:
         the first MIN_DURING s from its start; "own_cpu", the CPU seconds the `root`'s tree took
         over those "wall" seconds; "waited", the share of the time its threads were runnable
         that they waited for a core, of "waits" [seconds on a core, seconds waiting] summed over
-        its threads, tree_waits), "usable_cores", "loaded"}. `job_load`
+        its threads, tree_waits, up to `mark` where called), "usable_cores", "loaded"}. `job_load`
         (cores): what this job's processes outside the tree use on this host (parallel tuning's
         other ranks), taken out of the others'."""
         end = load_average()
@@ -511,7 +517,7 @@ class LoadWatch:
             others = (busy - self.busy - own) / wall - job_load
             out["during"] = round(min(float(cores), max(0.0, others)), 2)  # ticks: +-2 of them
             out["own_cpu"], out["wall"] = round(own, 2), round(wall, 2)  # the work's own tree
-        waits = tree_waits(self.root)
+        waits = tree_waits(self.root) if self.marked is None else self.marked
         if self.waits is not None and waits is not None:  # threads that ended took theirs
             ran, waited = (max(0.0, b - a) for a, b in zip(self.waits, waits, strict=True))
             if ran + waited > 0:  # the share of its runnable time the tree waited for a core

@@ -535,6 +535,8 @@ def _supervise(run: Any, workload: Workload, recipe: Recipe, seed: int, data_dir
             judge.load(final)
             state["loaded"] = state["step"]
             evaluate(plan.epoch(state["step"]))
+        if watch is not None:  # the clock stopped: the worker's threads' waits, while they live
+            watch.mark()
         reached = state["reached"]
         if reached is not None and reached[0] <= workload.max_seconds:
             status = "succeeded"

@@ -127,6 +127,17 @@ def test_train_threads_reaches_torch_is_recorded_with_the_load(setup, tmp_path):
     load = run["details"]["load_average"]
     assert len(load["start"]) == len(load["end"]) == 3 and load["loaded"] in (True, False)
     assert load["usable_cores"] == CORES and "job_load" not in load
+    # the worker's threads' scheduler counts, read before it ended (LoadWatch.mark): a level-2
+    # run recorded no waits when they were read at finish, so its reproduction had no burst
+    # protection; the time rule's slowdown reads them (reproduce_time._queued)
+    from d500.competition.reproduce_time import _queued, slowdown
+    ran, waited = load["waits"]
+    assert ran > 0 and waited >= 0 and 0 <= load["waited"] < 1, load
+    explained = min(waited, load["during"] * load["wall"] / CORES)
+    assert _queued(load, 1) == round((ran + explained) / ran, 2)
+    assert slowdown(load, 1) >= _queued(load, 1)
+    burst = {**load, "waits": [ran, ran], "during": CORES / 2, "wall": 4 * ran}
+    assert slowdown(burst, 1) >= 2.0  # half the runnable time waiting: twice as slow
 
 
 def test_train_without_threads_gives_every_framework_the_default(setup, tmp_path):
