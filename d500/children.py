@@ -760,14 +760,16 @@ def release(held: list[int]) -> None:
 
 
 def cpu_seconds(keeper: int, spare: tuple[int, ...] = ()
-                ) -> tuple[float, dict[int, tuple[float, float]]]:
+                ) -> tuple[float, dict[int, tuple[float, ...]]]:
     """The CPU seconds (user + system, every thread) that `keeper` and all behind it used so far
     (but the live processes `spare` and all behind them: level 3's judge, rank 0's child):
     the entry's process, what it started, and those reaped (by their parent, or as orphans by
     the namespace's pid 1: in its cutime/cstime); and, by live thread id, the seconds it ran and
     the seconds it waited runnable for a CPU (schedstat's first two fields: on a loaded machine
-    a thread wants more than it gets). A live process's own CPU time is its CPU clock's
-    (nanoseconds, its ended threads' exactly), the reaped ones' /proc's ticks (10 ms).
+    a thread wants more than it gets), the times it was put on a CPU (its third) and its
+    voluntary and involuntary context switches (status; d500.training.cpu.counted). A live
+    process's own CPU time is its CPU clock's (nanoseconds, its ended threads' exactly), the
+    reaped ones' /proc's ticks (10 ms).
     Open: a child of a process that ignores SIGCHLD is reaped without its time counted, and a
     thread's own figures end with it (its CPU time stays in its process's)."""
     tick = os.sysconf("SC_CLK_TCK")
@@ -787,11 +789,21 @@ def cpu_seconds(keeper: int, spare: tuple[int, ...] = ()
         for task in _tasks(pid):
             try:
                 with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                    ran, waited = f.read().split()[:2]
-                live[int(task)] = (int(ran) / 1e9, int(waited) / 1e9)
+                    ran, waited, slices = f.read().split()[:3]
+                live[int(task)] = (int(ran) / 1e9, int(waited) / 1e9, int(slices),
+                                   *_switches(f"/proc/{pid}/task/{task}/status"))
             except (OSError, ValueError):
                 pass
     return total, live
+
+
+def _switches(status: str) -> tuple[int, int]:
+    """A thread's (voluntary, involuntary) context switches so far, from its status file: it
+    slept, or it was taken off a CPU it still wanted (a yield too)."""
+    with open(status) as f:
+        found = dict(line.split(":", 1) for line in f if "ctxt_switches:" in line)
+    return int(found.get("voluntary_ctxt_switches", 0)), \
+        int(found.get("nonvoluntary_ctxt_switches", 0))
 
 
 def _descendants(pid: int) -> list[int]:

@@ -135,7 +135,7 @@ class JobTree:
         spare |= {p.pid for one in self.ranks for p in (one.waiter, one.keeper)}
         return children.hold(self.root.pid, deadline, spare=spare)
 
-    def cpu_seconds(self) -> tuple[float, dict[int, tuple[float, float]]]:
+    def cpu_seconds(self) -> tuple[float, dict[int, tuple[float, ...]]]:
         """What every local rank's keeper and all behind it used (the rank, what it started,
         the orphans the keeper adopted: d500.children.cpu_seconds), this judge and all it
         started left out (rank 0's child), the keepers' own idle waits in: the CPU seconds, and
@@ -146,7 +146,7 @@ class JobTree:
             total, live = total + used, {**live, **threads}
         return total, live
 
-    def rank_cpu_seconds(self, one: Local) -> tuple[float, dict[int, tuple[float, float]]]:
+    def rank_cpu_seconds(self, one: Local) -> tuple[float, dict[int, tuple[float, ...]]]:
         """`cpu_seconds` of one local rank: its keeper and all behind it (none once its keeper
         is gone: hold and the end say so)."""
         if one.keeper.state() is None:

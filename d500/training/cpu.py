@@ -28,7 +28,7 @@ from typing import Any
 from d500.errors import D500Error
 
 DETAIL = "worker_cpu"
-Reading = tuple[float, dict[int, tuple[float, float]]]  # d500.children.cpu_seconds's
+Reading = tuple[float, dict[int, tuple[float, ...]]]  # d500.children.cpu_seconds's
 # runnable s / (threads x s worked) an honest run stays under, by the worker's framework.
 # Measured (benchmarks/worker_cpu.py, README "What a worker's threads use", 2 cores at load 4 to
 # 14, others' work): honest digits-mlp runs at --threads 1 and the default read 0.90-1.17 on
@@ -55,6 +55,10 @@ SLACK_S = 0.01
 # failing its honest run. An entry computing less than this beside its steps is not seen
 # (tests/training/test_burst_threads.py's bursts now spend 0.4 CPU s)
 NOISE_S = 0.1
+# a live thread that ran under this a time on a CPU, woken more often than taken off one, is a
+# sleeper (`counted`): gloo's threads and d500's watchdog ran 13-80 us a time, threads computing
+# 0.9-2.4 ms (2026-11-28, benchmarks/rank_threads.py)
+SLEEPER_RUN_S = 200e-6
 
 
 def bound(backend: str) -> float:
@@ -131,24 +135,52 @@ def runnable(start: Reading, end: Reading) -> dict[str, float]:
     (`waited_s`: a thread born since, all of its own), and for the CPU time of threads and
     processes that ended meanwhile (`ended_s`: `cpu_s` less what the live threads ran), whose
     own wait ended with them, the wait the live threads had per second they ran
-    (`ended_waited_s`); `runnable_s` the sum; `slack_s`: SLACK_S CPU s at that wait."""
+    (`ended_waited_s`); `runnable_s` the sum; `slack_s`: SLACK_S CPU s at that wait. A live
+    sleeper's wait counts up to the wait per s run they all had (`counted`; `woken_s` what is
+    left out: its wake-up latency)."""
     used = end[0] - start[0]
     ran, waited = live(start, end)
     if not end[1]:  # no schedstat (a kernel without it): CPU time alone
-        return {"cpu_s": used, "waited_s": 0.0, "ended_s": 0.0, "ended_waited_s": 0.0,
-                "runnable_s": used, "slack_s": SLACK_S}
+        return {"cpu_s": used, "waited_s": 0.0, "woken_s": 0.0, "ended_s": 0.0,
+                "ended_waited_s": 0.0, "runnable_s": used, "slack_s": SLACK_S}
     per = waited / ran if ran > 0 else 0.0  # s waited a s run
     ended = max(0.0, used - ran)
-    return {"cpu_s": used, "waited_s": waited, "ended_s": ended, "ended_waited_s": ended * per,
-            "runnable_s": max(used, ran) + waited + ended * per, "slack_s": SLACK_S * (1 + per)}
+    kept = counted(start, end, per) if ran > 0 else waited
+    return {"cpu_s": used, "waited_s": kept, "woken_s": waited - kept, "ended_s": ended,
+            "ended_waited_s": ended * per, "runnable_s": max(used, ran) + kept + ended * per,
+            "slack_s": SLACK_S * (1 + per)}
+
+
+def counted(start: Reading, end: Reading, per: float) -> float:
+    """The seconds the live threads waited for a CPU, a sleeper's counted up to `per` s a s it
+    ran (the wait per s run of them all, as an ended thread's CPU time is charged). A sleeper:
+    a thread that since `start` ran under SLEEPER_RUN_S a time on a CPU and was taken off one
+    less often than it went to sleep (gloo's pt_gloo_runloop and gloo_tcp_loop under DDP, 13-80
+    us a time; d500's watchdog 33-80 us): it waits a loaded machine's wake-up latency each
+    time it is woken, not for CPU time it wants (pt_gloo_runloop: 25 s a s run, 0.2 s of
+    runnable time in 0.42 s worked, 2.2x an honest rank's one recorded thread, README "What a
+    worker's threads use"). A thread computing, an entry's extra one too, runs 0.9-2.4 ms a time
+    and, chopped into shorter runs by yields, is taken off its CPU: its wait counts whole; one
+    that sleeps between runs under SLEEPER_RUN_S gets that much a wake-up, charged as any."""
+    waited = 0.0
+    for tid, now in end[1].items():
+        was = start[1].get(tid, (0.0, 0.0, 0, 0, 0))
+        if now[0] < was[0] or now[1] < was[1]:  # a thread id used again: a new thread
+            was = (0.0, 0.0, 0, 0, 0)
+        r, w = now[0] - was[0], now[1] - was[1]
+        times, slept, taken = (now[i] - was[i] if len(now) > i and len(was) > i else 0
+                               for i in (2, 3, 4))
+        sleeper = times > 0 and r / times < SLEEPER_RUN_S and taken < slept
+        waited += min(w, per * r) if sleeper else w
+    return waited
 
 
 def live(start: Reading, end: Reading, born: bool = True) -> tuple[float, float]:
     """The seconds the threads alive at `end` ran and waited for a CPU since `start` (`born`:
     those started since too, all of their life)."""
     ran = waited = 0.0
-    for tid, (r, w) in end[1].items():
-        r0, w0 = start[1].get(tid, (0.0, 0.0))
+    for tid, (r, w, *_) in end[1].items():
+        r0, w0, *_ = start[1].get(tid, (0.0, 0.0))
         if r < r0 or w < w0:  # a thread id used again: a new thread
             r0 = w0 = 0.0
         if not born and (tid not in start[1] or (r0, w0) == (0.0, 0.0)):
