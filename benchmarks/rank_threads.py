@@ -6,7 +6,7 @@ digits-mlp --seeds 1 --threads 1' (the entry given; `--burn N`: N CPU-bound proc
 with a sitecustomize that, as the judge checks, writes each live thread's run and wait between
 the judge's two readings, and prints them by thread name (/proc/TID/comm), the highest first,
 and each rank's runnable ratio with every wait counted whole and as the judge now counts it
-(cpu.capped: up to the wait per second run that all had), and the machine's load.
+(cpu.counted: a sleeper's up to the wait per second run that all had), and the machine's load.
 
     .venv/bin/python benchmarks/rank_threads.py --entry ddp-baseline --burn 2
 """
