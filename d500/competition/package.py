@@ -22,6 +22,8 @@ relative name free of `..`, empty or `.` parts and backslashes; links, devices, 
 a name that is also another member's folder, more than MAX_BYTES once decompressed and pax or
 GNU long-name headers over MAX_HEADER are refused when it is opened, so nothing can be written
 outside the folder it is extracted to and a small file cannot make the reader take much memory.
+A run's MLLOG over layout.MAX_LOG_BYTES or MAX_LOG_LINES, or a package's MLLOGs over
+MAX_LOGS_BYTES together, is refused by runs() before anything parses it (check's time bounded).
 
 What the checks can and cannot tell: chain_problems recomputes the seal and row hash of every
 packed run from its exported record, and finds each one at its place in chain.json, whose links
