@@ -193,7 +193,7 @@ class Ranks(Trainee):
             return None
         return len(self.tree.ranks) * self.given[0], self.given[1]
 
-    def cpu_seconds(self) -> tuple[float, dict[int, tuple[float, float]]] | None:
+    def cpu_seconds(self) -> tuple[float, dict[int, tuple[float, ...]]] | None:
         """This host's ranks' CPU seconds and threads (jobtree.JobTree.cpu_seconds)."""
         return self.tree.cpu_seconds() if self.tree is not None else None
 
@@ -338,7 +338,7 @@ class OneRank:
     def allotment(self) -> tuple[int, str] | None:
         return self.ranks.given
 
-    def cpu_seconds(self) -> tuple[float, dict[int, tuple[float, float]]]:
+    def cpu_seconds(self) -> tuple[float, dict[int, tuple[float, ...]]]:
         return self.ranks.tree.rank_cpu_seconds(self.one)
 
     def hold(self) -> list[int]:

@@ -12,12 +12,14 @@ runnable, running or waiting for a CPU, which a thread that always wants a CPU a
 second a second whatever the load. A thread that ended took its wait with it, while its CPU
 time stays in its process's: an entry whose extra threads are short-lived would hide all but
 their CPU time, so that CPU time is charged the wait the live threads had per second they ran
-(`runnable`). A run whose runnable time exceeds its recorded threads x the time worked x its
-framework's bound (plus SLACK_S), or whose CPU time exceeds CPU_BOUND x the same, fails, its
-figures in the run's details (DETAIL) either way. At level 3 the judge reads every rank on
-rank 0's host, all they started and their keepers (d500.distributed.jobtree), itself left out,
-against the ranks there x each one's recorded threads (Ranks.allotment), its bound x
-Ranks.leeway (a rank's own watchdog and polling).
+(`runnable`), and a sleeper's wait (a thread woken often to run a few us, gloo's under DDP,
+which waits a loaded machine's wake-up latency each time) counts up to the wait per second run
+of all the live threads (`counted`). A run whose runnable time exceeds its recorded threads x
+the time worked x its framework's bound (plus SLACK_S), or whose CPU time exceeds CPU_BOUND x
+the same, fails, its figures in the run's details (DETAIL) either way. At level 3 the judge
+reads every rank on rank 0's host, all they started and their keepers (d500.distributed.
+jobtree), itself left out, against the ranks there x each one's recorded threads
+(Ranks.allotment), its bound x Ranks.leeway (a rank's own watchdog and polling).
 """
 
 from __future__ import annotations

@@ -126,7 +126,7 @@ class Trainee:
     def release(self, held: list[int]) -> None:
         children.release(held)
 
-    def cpu_seconds(self) -> tuple[float, dict[int, tuple[float, float]]] | None:
+    def cpu_seconds(self) -> tuple[float, dict[int, tuple[float, ...]]] | None:
         """CPU seconds the trainee's processes used so far, and each live thread's run and wait
         for a CPU (a Worker's, d500.children.cpu_seconds; None: not measured)."""
         return None
@@ -306,7 +306,7 @@ class Worker(Trainee):
         started computed on there (tests/training/test_paused_clock.py)."""
         return children.hold(self.process.pid) if sys.platform == "linux" else []
 
-    def cpu_seconds(self) -> tuple[float, dict[int, tuple[float, float]]] | None:
+    def cpu_seconds(self) -> tuple[float, dict[int, tuple[float, ...]]] | None:
         """CPU seconds the entry's processes used so far, every thread of each, the reaped ones
         too, and each live thread's run and wait for a CPU (d500.children.cpu_seconds); None
         off Linux."""
