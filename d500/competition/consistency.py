@@ -107,8 +107,10 @@ def rules(text: str | bytes | None, where: str) -> Rules:
     train, validation = (split.get(k) for k in ("train", "validation"))
     from d500.training.workloads import QUALITIES
     quality = QUALITIES.get(target.get("metric"), "accuracy")
-    if quality != "accuracy":  # a text corpus: its split sizes count documents, not windows
-        train = validation = None
+    if quality != "accuracy":  # a text corpus: its split sizes count documents, not windows,
+        from d500.training.data.lm import count_windows  # known where its tokens are pinned
+        train, validation = count_windows(split.get("tokens_sha256"),
+                                          split.get("context")) or (None, None)
     from d500.training.data.dataset import TEXT
     epochs = budget.get("max_epochs")
     cadence = data.get("evaluation", {"every_epochs": 1})  # the schema's default

@@ -29,6 +29,17 @@ from d500.training.data import shuffle
 from d500.training.data.splits import Part, Splits, SplitSpec
 
 PARTS = ("train", "validation", "test")
+# the token counts (train, validation) of the tokens a rulebook workload pins by tokens_sha256,
+# so that d500 check knows its windows (count_windows) without the corpus or a tokenizer
+TOKENS = {"f37c37cbdc476915edc0c0465461a1397f72be323413e325e3d91977f9df782b": (1624523, 41012)}
+
+
+def count_windows(tokens_sha256: object, context: object) -> tuple[int, int] | None:
+    """(train, validation) windows of the pinned tokens at `context`; None: not known here."""
+    counts = TOKENS.get(tokens_sha256) if isinstance(tokens_sha256, str) else None
+    if counts is None or type(context) is not int or context < 1:
+        return None
+    return (counts[0] - 1) // context, (counts[1] - 1) // context
 
 
 @dataclass(frozen=True)
@@ -197,6 +208,11 @@ def splits(spec: TextSpec, data_dir: str | Path | None = None
     if spec.tokens_sha256 is not None and got != spec.tokens_sha256:
         raise DatasetError(f"{file}: token sha256 {got} is not the workload's tokens_sha256 "
                            f"{spec.tokens_sha256} (the cache changed after it was prepared)")
+    known = TOKENS.get(got)
+    if known is not None and known != (len(arrays["train"]), len(arrays["validation"])):
+        raise DatasetError(f"{file}: {len(arrays['train'])} training and "
+                           f"{len(arrays['validation'])} validation tokens, but lm.TOKENS "
+                           f"records {known} for sha256 {got}")
     parts = []
     for part in PARTS:
         x, y = windows(arrays[part], spec.context)
