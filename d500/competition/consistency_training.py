@@ -118,7 +118,7 @@ class Training:
 
     def _fixed(self) -> Any:
         """The fixed batch's plan over the rules' training split (None where the log or the
-        rules do not say: a text corpus, whose split counts documents)."""
+        rules do not say: a text corpus whose tokens no lm.TOKENS entry pins)."""
         from d500.training import batch_schedule as grow
         batch, rules = self.batch, self.rules
         from d500.errors import ConfigError
