@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
+import struct
 import subprocess
+import termios
 import threading
 from pathlib import Path
 
@@ -14,6 +17,10 @@ def on_terminal(command: list[str], env: dict, cwd: Path, *,
     """`command` with its stderr on a pseudo-terminal (read as it comes, so the terminal never
     fills) and its stdout read where `stdout`, else discarded: (exit code, stdout, stderr)."""
     master, slave = os.openpty()
+    # the terminal's size, as a terminal window has one: `env`'s COLUMNS wide (a new pty says
+    # 0, read as 80, and d500's spinner cuts its line to the terminal's width)
+    fcntl.ioctl(slave, termios.TIOCSWINSZ,
+                struct.pack("HHHH", 24, int(env.get("COLUMNS", "80")), 0, 0))
     proc = subprocess.Popen(command, stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
                             stderr=slave, env=env, cwd=cwd)
     os.close(slave)
