@@ -149,3 +149,9 @@ def settled(home: Path, run: int, seconds: float) -> dict[str, Any]:
     while ledger.get(run)["status"] == "running" and time.monotonic() < deadline:
         time.sleep(0.1)
     return ledger.get(run)
+
+
+def namespace_permitted() -> bool:
+    """Whether this kernel lets a process of this user unshare a mount namespace (root's)."""
+    probe = "import ctypes, sys; sys.exit(ctypes.CDLL(None).unshare(0x20000) != 0)"
+    return subprocess.run([sys.executable, "-c", probe], check=False).returncode == 0

@@ -14,23 +14,14 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 
 from tests.distributed import level3_jobs as jobs
 
-
-def _namespace_permitted() -> bool:
-    """Whether this kernel lets a process of this user unshare a mount namespace (root's)."""
-    probe = "import ctypes, sys; sys.exit(ctypes.CDLL(None).unshare(0x20000) != 0)"
-    return subprocess.run([sys.executable, "-c", probe], check=False).returncode == 0
-
-
 pytestmark = [pytest.mark.mpi,
               pytest.mark.skipif(jobs.MPIEXEC is None, reason="no mpiexec beside Python"),
-              pytest.mark.skipif(not _namespace_permitted(),
+              pytest.mark.skipif(not jobs.namespace_permitted(),
                                  reason="no mount namespace permitted here (root's)")]
 
 ATTACK = '''
